@@ -1,0 +1,1 @@
+"""The user-facing API: environment, streams, functions, state descriptors."""

@@ -1,0 +1,269 @@
+"""DataStream, KeyedStream and DataStreamSink: the fluent API that builds the logical graph.
+
+Every method returns a new stream backed by a new transformation; nothing
+runs until ``env.execute(...)`` or ``stream.execute_and_collect()``.
+Problems with the graph (a missing sink, a duplicate uid, a function that is
+not callable or cannot be pickled, ...) are reported when the job is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+
+import pyarrow.compute as pc
+
+from ..connectors.base import Sink
+from ..errors import ConfigurationError
+from ..graph.key_groups import check_max_parallelism
+from ..graph.transformations import Kind, Transformation
+from ..runtime.operators.base import OperatorFactory
+from ..runtime.operators.basic import (
+    FilterOperator,
+    FlatMapOperator,
+    MapBatchesOperator,
+    MapOperator,
+    ProcessOperator,
+)
+from ..runtime.operators.io import SinkOperator
+from ..runtime.operators.keyed import KeyedProcessOperator, tag_name
+from ..runtime.partitioners import (
+    BroadcastPartitioning,
+    ForwardPartitioning,
+    KeySelector,
+    RebalancePartitioning,
+)
+
+if TYPE_CHECKING:
+    from .environment import StreamEnvironment
+
+S = TypeVar("S", bound="_Configurable")
+
+
+def _check_parallelism(p: Any, what: str) -> int:
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise ConfigurationError(f"{what} must be an int >= 1, got {p!r}")
+    return p
+
+
+class _Configurable:
+    """Settings of the operator behind a stream or a sink."""
+
+    def __init__(self, env: "StreamEnvironment", transformation: Transformation) -> None:
+        self._env = env
+        self._t = transformation
+
+    @property
+    def transformation(self) -> Transformation:
+        return self._t
+
+    def _real(self, what: str) -> Transformation:
+        if self._t.kind.virtual:
+            raise ConfigurationError(
+                f"{what}() applies to an operator, but this stream is a {self._t.kind.value} "
+                f"of {self._t.inputs[0].describe() if self._t.inputs else 'nothing'}; call it on "
+                "the operator before key_by/rebalance/broadcast/union"
+            )
+        return self._t
+
+    def uid(self: S, uid: str) -> S:
+        """A stable id for this operator's state (savepoints map state by uid)."""
+        if not isinstance(uid, str) or not uid:
+            raise ConfigurationError(f"uid must be a non-empty string, got {uid!r}")
+        self._real("uid").uid = uid
+        return self
+
+    def name(self: S, name: str) -> S:
+        """The operator's name in plans, metrics and errors."""
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
+        self._real("name").name = name
+        return self
+
+    def set_parallelism(self: S, parallelism: int) -> S:
+        self._real("set_parallelism").parallelism = _check_parallelism(
+            parallelism, f"parallelism of {self._t.describe()}"
+        )
+        return self
+
+    def set_max_parallelism(self: S, max_parallelism: int) -> S:
+        self._real("set_max_parallelism").max_parallelism = check_max_parallelism(
+            max_parallelism, f"max_parallelism of {self._t.describe()}"
+        )
+        return self
+
+    def disable_chaining(self: S) -> S:
+        """Run this operator in its own subtask, never chained to its neighbours."""
+        self._real("disable_chaining").chainable = False
+        return self
+
+    def get_name(self) -> str:
+        return self._t.name
+
+    @property
+    def parallelism(self) -> int:
+        return self._t.parallelism or self._env.parallelism
+
+
+class DataStream(_Configurable):
+    """A stream of records."""
+
+    # -- record functions ------------------------------------------------------
+    def _one_input(self, name: str, factory: OperatorFactory, *, keyed: bool = False) -> "DataStream":
+        t = Transformation(Kind.OPERATOR, name, [self._t], factory=factory, keyed=keyed)
+        self._env._register(t)
+        return DataStream(self._env, t)
+
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+        """One output record per record: ``fn(record)`` (a callable or a ``MapFunction``)."""
+        return self._one_input(
+            name or "Map", OperatorFactory(MapOperator, {"fn": fn}, {"function:map": fn})
+        )
+
+    def filter(self, predicate: Callable[[Any], bool] | pc.Expression,
+               name: str | None = None) -> "DataStream":
+        """Keep records for which ``predicate`` is true. A ``pyarrow.compute.Expression``
+        (e.g. ``pc.field("v") > 3``) is evaluated on whole batches."""
+        label = "predicate:object" if isinstance(predicate, pc.Expression) else "predicate:filter"
+        return self._one_input(
+            name or "Filter",
+            OperatorFactory(FilterOperator, {"fn": predicate}, {label: predicate}),
+        )
+
+    def flat_map(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+        """Zero or more records per record: ``fn(record)`` returns an iterable."""
+        return self._one_input(
+            name or "FlatMap",
+            OperatorFactory(FlatMapOperator, {"fn": fn}, {"function:flat_map": fn}),
+        )
+
+    def map_batches(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+        """``fn(pyarrow.RecordBatch) -> RecordBatch | Table | None`` on whole batches."""
+        return self._one_input(
+            name or "MapBatches",
+            OperatorFactory(MapBatchesOperator, {"fn": fn}, {"function:map_batch": fn}),
+        )
+
+    def process(self, fn: Any, name: str | None = None) -> "DataStream":
+        """Run a ``ProcessFunction``: ``process_element(value, ctx)`` yields outputs."""
+        return self._one_input(
+            name or "Process",
+            OperatorFactory(ProcessOperator, {"fn": fn}, {"function:process_element": fn}),
+        )
+
+    # -- partitioning ----------------------------------------------------------
+    def _partition(self, partitioning: Any, name: str) -> Transformation:
+        t = Transformation(Kind.PARTITION, name, [self._t], partitioning=partitioning)
+        self._env._register(t)
+        return t
+
+    def key_by(self, key: str | Sequence[str] | Callable[[Any], Any]) -> "KeyedStream":
+        """Partition by key: a column name, a list of column names (a tuple key) or a
+        function of the record. Each key goes to the subtask owning its key group."""
+        if not (isinstance(key, str) and key) and not callable(key) and not (
+            isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)
+        ):
+            raise ConfigurationError(
+                f"key_by needs a column name, a list of column names or a function, got {key!r}"
+            )
+        selector = KeySelector(key)
+        t = Transformation(Kind.PARTITION, f"key_by({selector.describe()})", [self._t],
+                           key_selector=selector)
+        self._env._register(t)
+        return KeyedStream(self._env, t)
+
+    def rebalance(self) -> "DataStream":
+        """Spread batches round-robin over the next operator's subtasks."""
+        return DataStream(self._env, self._partition(RebalancePartitioning(), "rebalance"))
+
+    def broadcast(self) -> "DataStream":
+        """Send every record to every subtask of the next operator."""
+        return DataStream(self._env, self._partition(BroadcastPartitioning(), "broadcast"))
+
+    def forward(self) -> "DataStream":
+        """Subtask i feeds subtask i of the next operator (same parallelism)."""
+        return DataStream(self._env, self._partition(ForwardPartitioning(), "forward"))
+
+    def union(self, *others: "DataStream") -> "DataStream":
+        """One stream with the records of this and ``others`` (no order between them)."""
+        for o in others:
+            if not isinstance(o, DataStream):
+                raise ConfigurationError(f"union takes DataStreams, got {o!r}")
+            if o._env is not self._env:
+                raise ConfigurationError("union needs streams of the same StreamEnvironment")
+        t = Transformation(Kind.UNION, "union", [self._t, *(o._t for o in others)])
+        self._env._register(t)
+        return DataStream(self._env, t)
+
+    def get_side_output(self, tag: Any) -> "DataStream":
+        """The records this operator emitted to side output ``tag`` (an ``lg.OutputTag``)."""
+        name = tag_name(tag)
+        self._real("get_side_output")
+        t = Transformation(Kind.SIDE_OUTPUT, f"side output '{name}'", [self._t], side_tag=name)
+        self._env._register(t)
+        return DataStream(self._env, t)
+
+    # -- sinks -----------------------------------------------------------------
+    def sink_to(self, sink: Sink, name: str | None = None) -> "DataStreamSink":
+        """Write the stream to ``sink`` (e.g. ``lg.connectors.FileSink``)."""
+        if not isinstance(sink, Sink):
+            raise ConfigurationError(
+                f"sink_to needs a lockgate sink (e.g. lg.connectors.FileSink(...)), got {sink!r}"
+            )
+        t = Transformation(
+            Kind.SINK, name or f"Sink: {sink.default_name}", [self._t],
+            factory=OperatorFactory(SinkOperator, {"sink": sink}, {"sink:object": sink}),
+        )
+        self._env._register(t)
+        return DataStreamSink(self._env, t)
+
+    def print(self, prefix: str | None = None) -> "DataStreamSink":
+        """Print every record (prefixed with the subtask number when parallel)."""
+        from ..connectors.print_sink import PrintSink
+
+        return self.sink_to(PrintSink(prefix))
+
+    def execute_and_collect(self, job_name: str = "collect", *, executor: Any = None,
+                            limit: int | None = None) -> list[Any]:
+        """Run the job and return this stream's records as a list (in arrival order at one
+        collecting subtask; use for tests and notebooks on bounded input)."""
+        from ..connectors.collect_sink import CollectSink
+
+        sink = self.sink_to(CollectSink(), name="Sink: collect").set_parallelism(1)
+        sink_t = sink.transformation
+        try:
+            result = self._env.execute(job_name, executor=executor)
+        finally:
+            self._env._unregister(sink_t)
+        records: list[Any] = []
+        for part in result.sink_results.get(sink_t.uid or "", []):
+            records.extend(part)
+        return records[:limit] if limit is not None else records
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: keyed operators see per-key state."""
+
+    @property
+    def key_selector(self) -> KeySelector:
+        assert self._t.key_selector is not None
+        return self._t.key_selector
+
+    def process(self, fn: Any, name: str | None = None) -> DataStream:
+        """Run a ``KeyedProcessFunction`` with keyed state and ``ctx.current_key``."""
+        return self._one_input(
+            name or "KeyedProcess",
+            OperatorFactory(
+                KeyedProcessOperator,
+                {"fn": fn, "key_selector": self.key_selector},
+                {"function:process_element": fn, **self._key_functions()},
+            ),
+            keyed=True,
+        )
+
+    def _key_functions(self) -> dict[str, Any]:
+        sel = self.key_selector
+        return {"key selector:__call__": sel.fn} if sel.fn is not None else {}
+
+
+class DataStreamSink(_Configurable):
+    """The end of a stream; configure the sink operator with uid/name/set_parallelism."""

@@ -1,0 +1,173 @@
+"""StreamEnvironment: where a job is defined, configured and executed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Iterable
+
+from ..connectors.base import Source
+from ..errors import ConfigurationError
+from ..executor.result import JobExecutionResult
+from ..graph.execution_plan import ExecutionPlan, build_execution_plan
+from ..graph.job_graph import JobGraph, build_job_graph
+from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..graph.transformations import Kind, Transformation, walk
+from ..graph.validation import validate
+from ..runtime.config import ExecutionConfig
+from ..runtime.operators.base import OperatorFactory
+from ..runtime.operators.io import SourceOperator
+from ..time.durations import Duration, to_millis
+from .datastream import DataStream, _check_parallelism
+
+
+class StreamEnvironment:
+    """Defines and runs a streaming job.
+
+    ``parallelism`` is the default of every operator (default: the number of
+    CPU cores); ``max_parallelism`` (default 128) is the number of key groups,
+    the upper bound of any later rescaling. ``executor`` runs the job
+    (default: a ``LocalExecutor``).
+    """
+
+    def __init__(
+        self,
+        parallelism: int | None = None,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        *,
+        executor: Any = None,
+        config: ExecutionConfig | None = None,
+    ) -> None:
+        self.max_parallelism = check_max_parallelism(max_parallelism)
+        if parallelism is None:
+            parallelism = min(os.cpu_count() or 1, self.max_parallelism)
+        self.parallelism = _check_parallelism(parallelism, "parallelism")
+        self.config = config or ExecutionConfig()
+        self.executor = executor
+        self._transformations: list[Transformation] = []
+
+    # -- configuration -----------------------------------------------------------
+    def set_parallelism(self, parallelism: int) -> "StreamEnvironment":
+        self.parallelism = _check_parallelism(parallelism, "parallelism")
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> "StreamEnvironment":
+        self.max_parallelism = check_max_parallelism(max_parallelism)
+        return self
+
+    def set_buffer_timeout(self, timeout: Duration) -> "StreamEnvironment":
+        """The longest a record waits in an output buffer (default 100 ms; 0 flushes each batch)."""
+        self.config.buffer_timeout_ms = to_millis(timeout, "buffer timeout")
+        return self
+
+    def disable_operator_chaining(self) -> "StreamEnvironment":
+        self.config.chaining = False
+        return self
+
+    # -- sources -------------------------------------------------------------------
+    def from_source(self, source: Source, name: str | None = None) -> DataStream:
+        """A stream reading ``source`` (e.g. ``lg.connectors.SequenceSource(0, 100)``)."""
+        if not isinstance(source, Source):
+            raise ConfigurationError(
+                f"from_source needs a lockgate source (e.g. lg.connectors.SequenceSource(0, 10)), "
+                f"got {source!r}"
+            )
+        t = Transformation(
+            Kind.SOURCE, name or f"Source: {source.default_name}",
+            factory=OperatorFactory(SourceOperator, {"source": source}, {"source:object": source}),
+        )
+        t.required_side_outputs = tuple(getattr(source, "side_outputs", ()))
+        limit = source.max_parallelism()
+        if limit is not None:
+            t.parallelism = min(self.parallelism, limit)
+        self._register(t)
+        return DataStream(self, t)
+
+    def from_collection(self, items: Iterable[Any], name: str | None = None) -> DataStream:
+        from ..connectors.collection import CollectionSource
+
+        return self.from_source(CollectionSource(items), name=name)
+
+    def from_sequence(self, start: int, end: int, name: str | None = None) -> DataStream:
+        from ..connectors.sequence import SequenceSource
+
+        return self.from_source(SequenceSource(start, end), name=name)
+
+    # -- graph ---------------------------------------------------------------------
+    def _register(self, t: Transformation) -> None:
+        self._transformations.append(t)
+
+    def _unregister(self, t: Transformation) -> None:
+        self._transformations = [x for x in self._transformations if x is not t]
+
+    def _prepare(self) -> list[Transformation]:
+        self.config.validate()
+        validate(self._transformations, self.parallelism, self.max_parallelism)
+        sinks = [t for t in self._transformations if t.kind is Kind.SINK]
+        order = walk(sinks)
+        _assign_uids(order)
+        return order
+
+    def get_job_graph(self) -> JobGraph:
+        """The chained job graph (validates the logical graph first)."""
+        order = self._prepare()
+        return build_job_graph(order, self.parallelism, self.max_parallelism, self.config.chaining)
+
+    def get_execution_plan(self, job_name: str = "lockgate job") -> ExecutionPlan:
+        graph = self.get_job_graph()
+        return build_execution_plan(job_name, graph, self.config)
+
+    # -- execution -----------------------------------------------------------------
+    def execute(self, job_name: str = "lockgate job", *, executor: Any = None) -> JobExecutionResult:
+        """Build the job, run it to the end and return its result.
+
+        Raises ``InvalidGraphError`` for a bad graph (before anything runs) and
+        ``JobFailedError`` when the job fails.
+        """
+        if not isinstance(job_name, str) or not job_name:
+            raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
+        plan = self.get_execution_plan(job_name)
+        chosen = executor or self.executor or default_executor()
+        return chosen.execute(plan)
+
+
+def default_executor() -> Any:
+    """The executor named by ``$LOCKGATE_EXECUTOR`` (``local`` or ``spark``, set by
+    ``lockgate run --executor``); local when unset."""
+    choice = os.environ.get("LOCKGATE_EXECUTOR", "local").strip().lower()
+    if choice == "spark":
+        from ..executor.spark import SparkExecutor
+
+        return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER") or None)
+    if choice not in ("", "local"):
+        raise ConfigurationError(
+            f"LOCKGATE_EXECUTOR={choice!r} is not an executor: use 'local' or 'spark'"
+        )
+    from ..executor.local import LocalExecutor
+
+    return LocalExecutor()
+
+
+def _assign_uids(order: list[Transformation]) -> None:
+    """Give operators without a uid a stable one derived from their name and position
+    in the graph (unchanged as long as the graph upstream of them is unchanged)."""
+    taken = {t.uid for t in order if t.uid and not getattr(t, "_auto_uid", False)}
+    generated: dict[int, str] = {}
+    for t in order:
+        parents = ",".join(generated.get(i.id, i.uid or "") for i in t.inputs)
+        digest = hashlib.sha1(f"{t.kind.value}|{t.name}|{parents}".encode()).hexdigest()[:12]
+        if t.kind.virtual:
+            generated[t.id] = digest
+            continue
+        if t.uid and not getattr(t, "_auto_uid", False):
+            generated[t.id] = t.uid
+            continue
+        uid = f"auto-{digest}"
+        n = 1
+        while uid in taken:
+            n += 1
+            uid = f"auto-{digest}-{n}"
+        taken.add(uid)
+        t.uid = uid
+        t._auto_uid = True  # type: ignore[attr-defined]
+        generated[t.id] = uid

@@ -1,0 +1,26 @@
+"""Sources and sinks."""
+
+from .base import InputStatus, ReaderOutput, Sink, SinkWriter, Source, SourceReader
+from .collect_sink import CollectSink
+from .collection import CollectionSource
+from .discarding_sink import DiscardingSink
+from .file_sink import FileSink
+from .file_source import FileSource
+from .print_sink import PrintSink
+from .sequence import SequenceSource
+
+__all__ = [
+    "CollectSink",
+    "CollectionSource",
+    "DiscardingSink",
+    "FileSink",
+    "FileSource",
+    "InputStatus",
+    "PrintSink",
+    "ReaderOutput",
+    "SequenceSource",
+    "Sink",
+    "SinkWriter",
+    "Source",
+    "SourceReader",
+]

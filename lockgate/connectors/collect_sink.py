@@ -1,0 +1,29 @@
+"""CollectSink: keeps records in memory and returns them with the job result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.batch import Batch, to_rows
+from ..runtime.context import RuntimeContext
+from .base import Sink, SinkWriter
+
+
+class CollectSink(Sink):
+    """Used by ``execute_and_collect``; the records come back in ``result.sink_results``."""
+
+    default_name = "collect"
+
+    def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
+        return _Collect()
+
+
+class _Collect(SinkWriter):
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def write(self, batch: Batch) -> None:
+        self.records.extend(to_rows(batch))
+
+    def result(self) -> list[Any]:
+        return self.records

@@ -1,0 +1,91 @@
+"""The error tree of lockgate.
+
+Every error raised to a user derives from :class:`LockgateError`, so one
+``except lg.LockgateError`` catches them all; each also derives from the
+builtin it refines (``ValueError``, ``TypeError``, ``RuntimeError``) so
+generic handlers keep working. Messages name what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class LockgateError(Exception):
+    """Base class of every error lockgate raises."""
+
+
+class ConfigurationError(LockgateError, ValueError):
+    """A setting or argument has a value lockgate cannot use."""
+
+
+class InvalidGraphError(LockgateError, ValueError):
+    """The dataflow graph cannot be turned into a job (raised when the job is built)."""
+
+
+class MalformedRecordError(LockgateError, ValueError):
+    """A source met input it cannot parse; the message gives its location."""
+
+    def __init__(self, message: str, *, location: str, raw: object = None) -> None:
+        super().__init__(message)
+        self.location = location
+        self.raw = raw
+
+
+class UnsupportedKeyError(LockgateError, TypeError):
+    """A key_by key has a type lockgate cannot hash stably across processes."""
+
+
+class CorruptStreamError(LockgateError, RuntimeError):
+    """A channel delivered elements in an order the protocol forbids."""
+
+
+class TaskCancelledError(LockgateError, RuntimeError):
+    """Raised inside a subtask when the job cancels it; never reaches users."""
+
+
+class FailureReason(enum.Enum):
+    """Why a job or an attempt failed."""
+
+    USER_CODE = "user code raised an exception"
+    MALFORMED_INPUT = "a source met malformed input"
+    TASK_LOST = "a task stopped without reporting"
+    CANCELLED = "the job was cancelled"
+    INTERNAL = "an internal error"
+
+
+class JobFailedError(LockgateError, RuntimeError):
+    """The job failed; ``cause`` holds the first failure, ``operator`` and
+    ``subtask`` say where it happened, ``remote_traceback`` the formatted
+    traceback of the failing code (also for failures in other processes)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: FailureReason = FailureReason.INTERNAL,
+        operator: str | None = None,
+        subtask: int | None = None,
+        remote_traceback: str | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.operator = operator
+        self.subtask = subtask
+        self.remote_traceback = remote_traceback
+        self.attempts = attempts
+
+
+class UserFunctionError(LockgateError, RuntimeError):
+    """Wraps an exception raised by user code with the operator and subtask it ran in."""
+
+    def __init__(self, operator: str, subtask: int, parallelism: int, error: BaseException) -> None:
+        super().__init__(
+            f"operator '{operator}' (subtask {subtask + 1}/{parallelism}) raised "
+            f"{type(error).__name__}: {error}"
+        )
+        self.operator = operator
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self.error = error

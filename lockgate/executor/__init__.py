@@ -1,0 +1,1 @@
+"""Executors: where an execution plan runs (threads in this process, or Spark)."""

@@ -1,0 +1,102 @@
+"""The executor contract, and the bookkeeping every executor shares."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Protocol
+
+from ..errors import FailureReason, JobFailedError, MalformedRecordError, UserFunctionError
+from ..graph.execution_plan import ExecutionPlan
+from ..runtime.metrics import OperatorCounters, OperatorMetrics
+from .result import JobExecutionResult, JobStatus
+
+
+class Executor(Protocol):
+    def execute(self, plan: ExecutionPlan) -> JobExecutionResult:
+        """Run ``plan`` to completion; raise ``JobFailedError`` if it fails."""
+
+
+def merge_metrics(
+    plan: ExecutionPlan, counters: list[dict[str, OperatorCounters]]
+) -> dict[str, OperatorMetrics]:
+    """Sum per-subtask counters into one entry per operator, keyed by a unique name."""
+    by_uid: dict[str, OperatorMetrics] = {}
+    for v in plan.vertices:
+        for op in v.operators:
+            by_uid[op.uid] = OperatorMetrics(uid=op.uid, name=op.name, parallelism=op.parallelism)
+    for per_task in counters:
+        for uid, c in per_task.items():
+            by_uid[uid].add(c)
+    names = [m.name for m in by_uid.values()]
+    out: dict[str, OperatorMetrics] = {}
+    for m in by_uid.values():
+        key = m.name if names.count(m.name) == 1 else f"{m.name} [{m.uid}]"
+        out[key] = m
+    return out
+
+
+def merge_sink_results(
+    plan: ExecutionPlan, results: list[tuple[int, dict[str, Any]]]
+) -> dict[str, list[Any]]:
+    """Per sink uid, the subtask results ordered by subtask index."""
+    ordered = sorted(results, key=lambda r: r[0])
+    out: dict[str, list[Any]] = {}
+    for _, per_task in ordered:
+        for uid, value in per_task.items():
+            out.setdefault(uid, []).append(value)
+    return out
+
+
+def failure_error(
+    job_name: str, task_name: str, subtask: int, error: BaseException, tb: str | None = None
+) -> JobFailedError:
+    """The ``JobFailedError`` for a subtask's failure, naming operator and subtask.
+
+    Its ``__cause__`` should be set by the caller (``raise ... from``) to the
+    user's own exception where there is one.
+    """
+    if isinstance(error, UserFunctionError):
+        operator, sub, par = error.operator, error.subtask, error.parallelism
+        inner = error.error
+        reason = FailureReason.USER_CODE
+        what = f"operator '{operator}' (subtask {sub + 1}/{par}) raised {type(inner).__name__}: {inner}"
+    else:
+        operator = getattr(error, "operator", None) or task_name
+        reported = getattr(error, "subtask", None)
+        sub = subtask if reported is None else int(reported)
+        inner = error
+        reason = (FailureReason.MALFORMED_INPUT if isinstance(error, MalformedRecordError)
+                  else FailureReason.INTERNAL)
+        what = (f"operator '{operator}' in task '{task_name}' (subtask {sub + 1}) failed: "
+                f"{type(error).__name__}: {error}")
+    if tb is None:
+        tb = "".join(traceback.format_exception(type(inner), inner, inner.__traceback__))
+    return JobFailedError(
+        f"job '{job_name}' failed: {what}\n\nTraceback of the failure:\n{tb}",
+        reason=reason,
+        operator=operator,
+        subtask=sub,
+        remote_traceback=tb,
+    )
+
+
+def user_cause(error: BaseException) -> BaseException:
+    """The exception to chain as ``__cause__``: the user's own where there is one."""
+    return error.error if isinstance(error, UserFunctionError) else error
+
+
+def finished_result(
+    plan: ExecutionPlan,
+    duration_ms: float,
+    counters: list[dict[str, OperatorCounters]],
+    results: list[tuple[int, dict[str, Any]]],
+    attempts: int = 1,
+) -> JobExecutionResult:
+    return JobExecutionResult(
+        job_name=plan.job_name,
+        status=JobStatus.FINISHED,
+        duration_ms=duration_ms,
+        operators=merge_metrics(plan, counters),
+        sink_results=merge_sink_results(plan, results),
+        attempts=attempts,
+    )

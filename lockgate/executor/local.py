@@ -1,0 +1,124 @@
+"""LocalExecutor: runs every subtask of a plan as a thread of this process.
+
+For tests, debugging and notebooks. Channels are in-memory and bounded, so
+backpressure behaves as on a cluster. The first failure of any subtask
+cancels all of them; ``execute`` then raises ``JobFailedError`` (its
+``__cause__`` is the user's exception) after every thread has stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from typing import Any
+
+from ..errors import JobFailedError, TaskCancelledError
+from ..graph.execution_plan import ExecutionPlan
+from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
+from ..runtime.metrics import OperatorCounters
+from ..runtime.task import StreamTask
+from ..runtime.task_builder import build_task
+from ..time.clock import Clock, SystemClock
+from .base import failure_error, finished_result, user_cause
+from .result import JobExecutionResult
+
+log = logging.getLogger(__name__)
+
+
+class LocalExecutor:
+    """Runs a plan in this process, one thread per subtask.
+
+    ``join_timeout_s`` bounds how long a failed job waits for its threads
+    (user code that blocks cannot be interrupted; such a thread is reported).
+    """
+
+    def __init__(self, *, clock: Clock | None = None, join_timeout_s: float = 10.0) -> None:
+        self.clock = clock or SystemClock()
+        self.join_timeout_s = join_timeout_s
+        #: channels of the last run, for inspection in tests (edge, producer, consumer)
+        self.last_channels: dict[tuple[int, int, int], LocalChannel] = {}
+
+    def __repr__(self) -> str:
+        return "LocalExecutor()"
+
+    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0) -> JobExecutionResult:
+        started = time.monotonic()
+        channels: dict[tuple[int, int, int], LocalChannel] = {}
+        for edge in plan.edges.values():
+            for p, c in edge.channel_pairs():
+                channels[(edge.id, p, c)] = LocalChannel(
+                    plan.config.channel_capacity_bytes, name=f"edge {edge.id} {p}->{c}"
+                )
+        self.last_channels = channels
+
+        tasks: list[StreamTask] = []
+        for v in plan.vertices:
+            for i in range(v.parallelism):
+                outputs: dict[int, list[OutputChannel]] = {}
+                for eid in v.out_edges:
+                    e = plan.edges[eid]
+                    outputs[eid] = [channels[(eid, i, c)] for c in e.consumers_of(i)]
+                inputs: list[tuple[InputChannel, int]] = []
+                for eid in v.in_edges:
+                    e = plan.edges[eid]
+                    inputs.extend((channels[(eid, p, i)], e.input_index) for p in e.producers_of(i))
+                try:
+                    tasks.append(build_task(
+                        plan, v, i, output_channels=outputs, input_channels=inputs,
+                        signal=threading.Event(), clock=self.clock, attempt_number=attempt_number,
+                    ))
+                except Exception as e:
+                    raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
+
+        events: queue.Queue[tuple[StreamTask, BaseException | None, str | None]] = queue.Queue()
+
+        def run(task: StreamTask) -> None:
+            try:
+                task.run()
+            except BaseException as e:  # noqa: BLE001 - reported to the driver loop
+                events.put((task, e, traceback.format_exc()))
+                return
+            events.put((task, None, None))
+
+        threads = [
+            threading.Thread(target=run, args=(t,), name=f"lockgate {t.name} ({t.subtask_index})",
+                             daemon=True)
+            for t in tasks
+        ]
+        for th in threads:
+            th.start()
+
+        failure: tuple[StreamTask, BaseException, str | None] | None = None
+        pending = len(tasks)
+        while pending:
+            task, error, tb = events.get()
+            pending -= 1
+            if error is not None and not isinstance(error, TaskCancelledError):
+                failure = (task, error, tb)
+                break
+        if failure is not None:
+            for t in tasks:
+                t.cancel()
+            deadline = time.monotonic() + self.join_timeout_s
+            for th in threads:
+                th.join(max(0.0, deadline - time.monotonic()))
+            alive = [th.name for th in threads if th.is_alive()]
+            if alive:
+                log.warning("threads still running after the job failed: %s", alive)
+            task, error, _ = failure
+            raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (
+                user_cause(error)
+            )
+        for th in threads:
+            th.join()
+        counters: list[dict[str, OperatorCounters]] = [t.chain.counters() for t in tasks]
+        results: list[tuple[int, dict[str, Any]]] = [
+            (t.subtask_index, t.chain.results()) for t in tasks
+        ]
+        return finished_result(plan, (time.monotonic() - started) * 1000, counters, results)
+
+
+__all__ = ["LocalExecutor", "JobFailedError"]

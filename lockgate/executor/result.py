@@ -1,0 +1,59 @@
+"""What ``env.execute`` returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runtime.metrics import OperatorMetrics
+
+
+class JobStatus(enum.Enum):
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+
+
+@dataclass
+class JobExecutionResult:
+    """The outcome of a finished job.
+
+    ``operators`` maps each operator's name (suffixed with its uid when two
+    operators share a name) to its record counts summed over subtasks.
+    ``sink_results`` maps a sink's uid to the per-subtask values its writers
+    returned (``execute_and_collect`` reads its records from there).
+    """
+
+    job_name: str
+    status: JobStatus
+    duration_ms: float
+    operators: dict[str, OperatorMetrics] = field(default_factory=dict)
+    sink_results: dict[str, list[Any]] = field(default_factory=dict)
+    attempts: int = 1
+
+    @property
+    def record_counts(self) -> dict[str, dict[str, int]]:
+        """``{operator name: {"records_in": n, "records_out": m}}``."""
+        return {
+            name: {"records_in": m.records_in, "records_out": m.records_out}
+            for name, m in self.operators.items()
+        }
+
+    def records_in(self, operator: str) -> int:
+        return self._metrics(operator).records_in
+
+    def records_out(self, operator: str) -> int:
+        return self._metrics(operator).records_out
+
+    def _metrics(self, operator: str) -> OperatorMetrics:
+        if operator in self.operators:
+            return self.operators[operator]
+        for m in self.operators.values():
+            if m.uid == operator:
+                return m
+        raise KeyError(
+            f"no operator named or with uid {operator!r}; operators: {sorted(self.operators)}"
+        )

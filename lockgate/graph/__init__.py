@@ -1,0 +1,1 @@
+"""The graph layer: logical graph, chaining into a job graph, the execution plan, key groups."""

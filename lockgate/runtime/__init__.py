@@ -1,0 +1,1 @@
+"""The runtime: stream elements, batches, channels, operators and the subtask mailbox loop."""

@@ -1,0 +1,115 @@
+"""The operator chain of one subtask: operators wired by direct calls, ending in record writers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import cloudpickle
+
+from ..graph.execution_plan import VertexPlan
+from ..time.clock import Clock
+from .batch import Batch
+from .context import RuntimeContext
+from .elements import StreamElement
+from .operators.base import OperatorFactory, Output, StreamOperator
+from .operators.io import SinkOperator, SourceOperator
+from .record_writer import RecordWriter
+
+Target = Callable[[Batch], None]
+
+
+class _FanOut(Output):
+    """An operator's output: the chained operators and record writers behind it."""
+
+    def __init__(self) -> None:
+        self.main: list[Target] = []
+        self.side: dict[str, list[Target]] = {}
+        self.element_targets: list[Callable[[StreamElement], None]] = []
+
+    def emit(self, batch: Batch) -> None:
+        for target in self.main:
+            target(batch)
+
+    def emit_side(self, tag: str, batch: Batch) -> None:
+        for target in self.side.get(tag, ()):
+            target(batch)
+
+    def emit_element(self, element: StreamElement) -> None:
+        for target in self.element_targets:
+            target(element)
+
+
+class OperatorChain:
+    """Instantiates a vertex's operators for one subtask and runs their lifecycle."""
+
+    def __init__(
+        self,
+        vertex: VertexPlan,
+        subtask_index: int,
+        writers: dict[int, RecordWriter],
+        *,
+        job_name: str = "",
+        attempt_number: int = 0,
+        clock: Clock,
+    ) -> None:
+        self.vertex = vertex
+        self.subtask_index = subtask_index
+        self.writers = writers
+        self.operators: list[StreamOperator] = []
+        by_id: dict[int, StreamOperator] = {}
+        for op_plan in vertex.operators:
+            factory: OperatorFactory = cloudpickle.loads(op_plan.payload)
+            by_id[op_plan.id] = factory.create()
+        for op_plan in vertex.operators:
+            op = by_id[op_plan.id]
+            out = _FanOut()
+            for target_id, tag in op_plan.chained_outputs:
+                target_op = by_id[target_id]
+                fn: Target = target_op.process_batch
+                (out.side.setdefault(tag, []) if tag else out.main).append(fn)
+            for edge_id, tag in op_plan.edge_outputs:
+                writer = writers[edge_id]
+                (out.side.setdefault(tag, []) if tag else out.main).append(writer.write)
+            ctx = RuntimeContext(
+                task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
+                subtask_index=subtask_index, parallelism=op_plan.parallelism,
+                max_parallelism=op_plan.max_parallelism, attempt_number=attempt_number,
+                job_name=job_name, clock=clock,
+            )
+            op.setup(op_plan.name, op_plan.uid, ctx, out)
+            self.operators.append(op)
+        self.head = self.operators[0]
+        self._opened: list[StreamOperator] = []
+
+    @property
+    def source(self) -> SourceOperator | None:
+        return self.head if isinstance(self.head, SourceOperator) else None
+
+    def open(self) -> None:
+        """Open downstream operators first, so the head never emits into an unopened one."""
+        for op in reversed(self.operators):
+            self._opened.append(op)  # close() runs even if open() fails
+            op.open()
+
+    def finish(self) -> None:
+        """End of input, head first: each operator's last output reaches the next before it
+        finishes."""
+        for op in self.operators:
+            op.finish()
+
+    def close(self) -> BaseException | None:
+        """Close every opened operator; return the first error instead of raising it."""
+        first: BaseException | None = None
+        for op in self._opened:
+            try:
+                op.close()
+            except BaseException as e:  # noqa: BLE001 - collect, keep closing the rest
+                first = first or e
+        self._opened = []
+        return first
+
+    def counters(self) -> dict[str, Any]:
+        return {op.uid: op.counters for op in self.operators}
+
+    def results(self) -> dict[str, Any]:
+        return {op.uid: op.result() for op in self.operators if isinstance(op, SinkOperator)}

@@ -1,0 +1,132 @@
+"""Channels: ordered, bounded queues of stream elements between two subtasks (M-E1).
+
+A channel has a producer side (:class:`OutputChannel`) and a consumer side
+(:class:`InputChannel`). :class:`LocalChannel` implements both in memory for
+subtasks of one process; the Spark executor adds network channels with the
+same interface.
+
+Bound: a data batch is admitted only when it fits under ``capacity_bytes`` or
+the channel is empty, and the record writer never sends a batch larger than
+its buffer size (validated to be at most the capacity), so the data queued in
+a channel never exceeds ``capacity_bytes``. A producer that finds the channel
+full blocks until the consumer takes data or the channel is cancelled.
+Control elements (watermarks, barriers, ...) are tiny and always admitted, so a
+mailbox action (a checkpoint trigger) never deadlocks behind a full channel.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Protocol
+
+from ..errors import TaskCancelledError
+from .batch import is_batch, nbytes
+from .elements import StreamElement
+
+
+class OutputChannel(Protocol):
+    def put(self, element: StreamElement) -> None:
+        """Append ``element``; blocks while the channel is full (data only)."""
+
+    def has_capacity(self) -> bool:
+        """Whether a data batch put now would be admitted without blocking."""
+
+    def set_producer_signal(self, signal: threading.Event) -> None:
+        """``signal`` is set whenever the consumer frees space."""
+
+    def cancel(self) -> None:
+        """Wake and fail blocked producers; later puts raise ``TaskCancelledError``."""
+
+
+class InputChannel(Protocol):
+    def poll(self) -> StreamElement | None:
+        """The next element, or ``None`` when none is queued. Never blocks."""
+
+    def set_consumer_signal(self, signal: threading.Event) -> None:
+        """``signal`` is set whenever an element is appended."""
+
+    def cancel(self) -> None: ...
+
+
+class LocalChannel:
+    """An in-memory channel between two subtasks of one process."""
+
+    def __init__(self, capacity_bytes: int, name: str = "channel") -> None:
+        if capacity_bytes <= 0:
+            raise ValueError(f"channel capacity must be positive, got {capacity_bytes}")
+        self.name = name
+        self.capacity_bytes = capacity_bytes
+        self._queue: deque[tuple[StreamElement, int]] = deque()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._not_full = threading.Condition(self._lock)
+        self._consumer_signal: threading.Event | None = None
+        self._producer_signal: threading.Event | None = None
+        self._cancelled = False
+        self.peak_bytes = 0
+        self.blocked_puts = 0
+
+    # producer side -------------------------------------------------------
+    def put(self, element: StreamElement) -> None:
+        size = nbytes(element) if is_batch(element) else 0
+        with self._lock:
+            if size:
+                if self._bytes > 0 and self._bytes + size > self.capacity_bytes:
+                    self.blocked_puts += 1
+                    while (
+                        self._bytes > 0
+                        and self._bytes + size > self.capacity_bytes
+                        and not self._cancelled
+                    ):
+                        self._not_full.wait()
+            if self._cancelled:
+                raise TaskCancelledError(f"{self.name} was cancelled")
+            self._queue.append((element, size))
+            self._bytes += size
+            if self._bytes > self.peak_bytes:
+                self.peak_bytes = self._bytes
+        signal = self._consumer_signal
+        if signal is not None:
+            signal.set()
+
+    def has_capacity(self) -> bool:
+        return self._bytes < self.capacity_bytes
+
+    def set_producer_signal(self, signal: threading.Event) -> None:
+        self._producer_signal = signal
+
+    # consumer side -------------------------------------------------------
+    def poll(self) -> StreamElement | None:
+        if not self._queue:
+            return None
+        with self._lock:
+            if not self._queue:
+                return None
+            element, size = self._queue.popleft()
+            if size:
+                self._bytes -= size
+                self._not_full.notify_all()
+        if size:
+            signal = self._producer_signal
+            if signal is not None:
+                signal.set()
+        return element
+
+    def set_consumer_signal(self, signal: threading.Event) -> None:
+        self._consumer_signal = signal
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            self._not_full.notify_all()
+        for signal in (self._consumer_signal, self._producer_signal):
+            if signal is not None:
+                signal.set()

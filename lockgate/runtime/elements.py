@@ -1,0 +1,99 @@
+"""The stream elements a channel carries (M-E1).
+
+A channel is an ordered queue of: record batches (``pyarrow.RecordBatch`` or
+:class:`~lockgate.runtime.batch.RowBatch`), :class:`Watermark`,
+:class:`StreamStatus`, :class:`CheckpointBarrier`, :class:`CancellationMarker`
+and one :data:`END_OF_PARTITION`. Nothing overtakes anything else in a channel
+(unaligned checkpoints, a later issue, are the one sanctioned exception).
+All elements except batches are small, immutable and picklable.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Union
+
+from .batch import Batch
+
+MAX_WATERMARK = 2**63 - 1
+MIN_WATERMARK = -(2**63)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Event time has reached ``timestamp`` (ms): no record with a smaller one is expected.
+
+    ``Watermark(MAX_WATERMARK)`` marks the end of event time (M-W1).
+    """
+
+    timestamp: int
+
+    @property
+    def is_max(self) -> bool:
+        return self.timestamp == MAX_WATERMARK
+
+
+class StreamStatus(enum.Enum):
+    """Whether a channel's producer is emitting (M-W2)."""
+
+    IDLE = "idle"
+    ACTIVE = "active"
+
+
+class CheckpointType(enum.Enum):
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """What a barrier asks for (M-E2). Savepoints are always aligned."""
+
+    type: CheckpointType = CheckpointType.CHECKPOINT
+    unaligned: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type is CheckpointType.SAVEPOINT and self.unaligned:
+            raise ValueError("a savepoint barrier is always aligned (M-E2)")
+
+
+@dataclass(frozen=True)
+class CheckpointBarrier:
+    """Barrier of checkpoint ``checkpoint_id`` (strictly increasing per job), triggered at
+    ``timestamp`` (epoch ms) (M-E2)."""
+
+    checkpoint_id: int
+    timestamp: int
+    options: CheckpointOptions = CheckpointOptions()
+
+
+@dataclass(frozen=True)
+class CancellationMarker:
+    """Tells downstream that checkpoint ``checkpoint_id`` was cancelled upstream (M-T2)."""
+
+    checkpoint_id: int
+
+
+class _EndOfPartition:
+    """The last element of a channel: its producer has finished."""
+
+    _instance: "_EndOfPartition | None" = None
+
+    def __new__(cls) -> "_EndOfPartition":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "END_OF_PARTITION"
+
+    def __reduce__(self) -> str:
+        return "END_OF_PARTITION"
+
+
+END_OF_PARTITION = _EndOfPartition()
+EndOfPartition = _EndOfPartition
+
+ControlElement = Union[Watermark, StreamStatus, CheckpointBarrier, CancellationMarker, _EndOfPartition]
+StreamElement = Union[Batch, ControlElement]

@@ -1,0 +1,60 @@
+"""The input gate: a subtask's view of its N input channels.
+
+``poll`` returns the next element of some channel that has one, visiting
+channels round-robin so no input starves another, and never blocks; the task
+waits on its signal when nothing is available. Each channel belongs to one
+logical input (``input_index``: 0 for one-input operators and unions; 0/1 for
+two-input operators).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .channels import InputChannel
+from .elements import END_OF_PARTITION, StreamElement
+
+
+class InputGate:
+    def __init__(self, channels: list[InputChannel], input_indexes: list[int],
+                 signal: threading.Event) -> None:
+        if len(channels) != len(input_indexes):
+            raise ValueError("every input channel needs an input index")
+        self.channels = channels
+        self.input_indexes = input_indexes
+        self.ended = [False] * len(channels)
+        self._open = len(channels)
+        self._next = 0
+        for c in channels:
+            c.set_consumer_signal(signal)
+
+    @property
+    def num_channels(self) -> int:
+        return len(self.channels)
+
+    @property
+    def finished(self) -> bool:
+        """Every channel delivered its end of partition."""
+        return self._open == 0
+
+    def poll(self) -> tuple[int, StreamElement] | None:
+        """``(channel index, element)`` of the next available element, or None."""
+        n = len(self.channels)
+        start = self._next
+        for step in range(n):
+            i = (start + step) % n
+            if self.ended[i]:
+                continue
+            element = self.channels[i].poll()
+            if element is None:
+                continue
+            if element is END_OF_PARTITION:
+                self.ended[i] = True
+                self._open -= 1
+            self._next = (i + 1) % n
+            return i, element
+        return None
+
+    def cancel(self) -> None:
+        for c in self.channels:
+            c.cancel()

@@ -1,0 +1,1 @@
+"""Operators: the units of processing a subtask chains together."""

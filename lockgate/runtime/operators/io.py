@@ -1,0 +1,127 @@
+"""Source and sink operators: the ends of a dataflow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...connectors.base import (
+    DEAD_LETTER_TAG,
+    InputStatus,
+    ReaderOutput,
+    Sink,
+    SinkWriter,
+    Source,
+    SourceReader,
+    assign_splits,
+)
+from ...errors import LockgateError, MalformedRecordError
+from ..batch import Batch, RowBatch, num_rows
+from .base import StreamOperator
+
+
+class _OperatorReaderOutput(ReaderOutput):
+    def __init__(self, operator: "SourceOperator") -> None:
+        self.operator = operator
+        self._dead: list[dict[str, Any]] = []
+
+    def emit(self, batch: Batch) -> None:
+        self.operator.emit(batch)
+
+    def emit_dead_letter(self, record: dict[str, Any]) -> None:
+        self._dead.append(record)
+
+    def flush_dead_letters(self) -> None:
+        if self._dead:
+            dead, self._dead = self._dead, []
+            op = self.operator
+            op.counters.side_out[DEAD_LETTER_TAG] = (
+                op.counters.side_out.get(DEAD_LETTER_TAG, 0) + len(dead)
+            )
+            op.output.emit_side(DEAD_LETTER_TAG, RowBatch(dead))
+
+
+class SourceOperator(StreamOperator):
+    """Drives a :class:`SourceReader`; the task calls ``emit_next`` as its default action."""
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        self.source = source
+        self.reader: SourceReader | None = None
+
+    def open(self) -> None:
+        try:
+            self.reader = self.source.create_reader(self.ctx)
+            splits = self.source.create_splits(self.ctx.parallelism)
+            self.reader.add_splits(assign_splits(splits, self.ctx.subtask_index, self.ctx.parallelism))
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+        self.reader_output = _OperatorReaderOutput(self)
+
+    def emit_next(self) -> InputStatus:
+        assert self.reader is not None
+        try:
+            status = self.reader.poll(self.reader_output)
+        except (LockgateError, MalformedRecordError) as e:
+            if getattr(e, "operator", None) is None:
+                e.operator = self.name  # type: ignore[attr-defined]
+                e.subtask = self.ctx.subtask_index  # type: ignore[attr-defined]
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+        self.reader_output.flush_dead_letters()
+        return status
+
+    def wait_hint_ms(self) -> float | None:
+        return self.reader.wait_hint_ms() if self.reader is not None else None
+
+    def process_batch(self, batch: Batch, input_index: int = 0) -> None:
+        raise RuntimeError("a source operator has no input")
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
+class SinkOperator(StreamOperator):
+    """Hands batches to a :class:`SinkWriter`."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self.sink = sink
+        self.writer: SinkWriter | None = None
+
+    def open(self) -> None:
+        try:
+            self.writer = self.sink.create_writer(self.ctx)
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+
+    def process_batch(self, batch: Batch, input_index: int = 0) -> None:
+        self.counters.records_in += num_rows(batch)
+        assert self.writer is not None
+        try:
+            self.writer.write(batch)
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+
+    def finish(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.finish()
+            except LockgateError:
+                raise
+            except Exception as e:
+                raise self.user_error(e) from e
+
+    def result(self) -> Any:
+        return self.writer.result() if self.writer is not None else None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

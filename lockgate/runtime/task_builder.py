@@ -1,0 +1,57 @@
+"""Builds a runnable subtask from the plan and the channels an executor made for it.
+
+Both executors use this: the local one with in-memory channels, the Spark one
+with in-memory channels inside a slot and network channels between slots.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..graph.execution_plan import ExecutionPlan, VertexPlan
+from ..time.clock import Clock
+from .chain import OperatorChain
+from .channels import InputChannel, OutputChannel
+from .input_gate import InputGate
+from .record_writer import RecordWriter
+from .task import StreamTask
+
+
+def build_task(
+    plan: ExecutionPlan,
+    vertex: VertexPlan,
+    subtask_index: int,
+    *,
+    output_channels: dict[int, list[OutputChannel]],
+    input_channels: list[tuple[InputChannel, int]],
+    signal: threading.Event,
+    clock: Clock,
+    attempt_number: int = 0,
+) -> StreamTask:
+    """``output_channels[edge]`` lists the edge's channels in consumer-subtask order;
+    ``input_channels`` pairs each input channel with its logical input index."""
+    cfg = plan.config
+    writers: dict[int, RecordWriter] = {}
+    for edge_id in vertex.out_edges:
+        edge = plan.edges[edge_id]
+        channels = output_channels[edge_id]
+        for c in channels:
+            c.set_producer_signal(signal)
+        writers[edge_id] = RecordWriter(
+            channels,
+            edge.partitioning.create(len(channels), subtask_index),
+            clock,
+            timeout_ms=cfg.buffer_timeout_ms,
+            max_rows=cfg.buffer_max_rows,
+            max_bytes=cfg.buffer_max_bytes,
+        )
+    gate = None
+    if input_channels:
+        gate = InputGate([c for c, _ in input_channels], [i for _, i in input_channels], signal)
+    chain = OperatorChain(
+        vertex, subtask_index, writers, job_name=plan.job_name,
+        attempt_number=attempt_number, clock=clock,
+    )
+    return StreamTask(
+        vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
+    )

@@ -1,0 +1,1 @@
+"""State: keyed state backends and the state handles user functions use."""

@@ -1,0 +1,1 @@
+"""Time: injectable clocks and duration handling (watermarks and timers come later)."""
