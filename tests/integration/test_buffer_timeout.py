@@ -1,0 +1,96 @@
+"""The output buffer timeout bounds latency: a slow, rate-limited source still delivers its
+records one by one instead of holding them until a buffer fills (DESIGN §2)."""
+
+from __future__ import annotations
+
+import threading
+
+from conftest import wait_until
+
+import lockgate as lg
+from lockgate.connectors import SequenceSource, Sink, SinkWriter
+from lockgate.runtime.batch import to_rows
+
+
+class ProbeWriter(SinkWriter):
+    def __init__(self, probe) -> None:
+        self.probe = probe
+
+    def write(self, batch) -> None:
+        self.probe.extend(to_rows(batch))
+
+
+class ProbeSink(Sink):
+    """Reports every record to the probe the moment the sink receives it."""
+
+    def __init__(self, probe) -> None:
+        self.probe = probe
+
+    def create_writer(self, ctx):
+        return ProbeWriter(self.probe)
+
+
+def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_a_manual_clock(
+        make_env, probe) -> None:
+    clock = lg.ManualClock()
+    executor = lg.LocalExecutor(clock=clock)
+    env = make_env(parallelism=1, buffer_timeout_ms=100)
+    (env.from_source(SequenceSource(0, 3, rows_per_second=1))
+        .map(lambda x: (probe.bump("emitted"), x)[1], name="emitted")
+        .sink_to(ProbeSink(probe), name="sink").disable_chaining())
+
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["result"] = env.execute("slow source", executor=executor)
+        except BaseException as e:  # noqa: BLE001
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    job = threading.Thread(target=run, name="test job driver")
+    job.start()
+    try:
+        for i in range(3):
+            wait_until(lambda i=i: probe.count("emitted") == i + 1,
+                       f"the source emits record {i} once its rate allows it")
+            clock.advance(100)
+            wait_until(lambda i=i: len(probe) == i + 1,
+                       f"record {i} reaches the sink once the 100 ms buffer timeout passed")
+            assert probe.items == list(range(i + 1))
+            clock.advance(900)  # the source may emit one record per second
+        assert done.wait(10), "the job ends after the last record"
+    finally:
+        clock.advance(10_000)
+        job.join(10)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].status is lg.JobStatus.FINISHED
+
+
+def test_a_rate_limited_source_on_the_real_clock_reaches_the_sink_before_it_ends(make_env, probe) -> None:
+    """The first record reaches the sink while the source is still emitting: without the buffer
+    timeout everything would wait in the output buffer until the source ended."""
+    env = make_env(parallelism=1, buffer_timeout_ms=5)
+    n = 30
+
+    class FirstArrival(SinkWriter):
+        def write(self, batch) -> None:
+            rows = to_rows(batch)
+            if not len(probe):
+                probe.counters["emitted when the first record arrived"] = probe.count("emitted")
+            probe.extend(rows)
+
+    class FirstArrivalSink(Sink):
+        def create_writer(self, ctx):
+            return FirstArrival()
+
+    (env.from_source(SequenceSource(0, n, rows_per_second=200))
+        .map(lambda x: (probe.bump("emitted"), x)[1])
+        .sink_to(FirstArrivalSink()).disable_chaining())
+    result = env.execute("real clock")
+    assert result.status is lg.JobStatus.FINISHED
+    assert probe.items == list(range(n))
+    assert probe.count("emitted when the first record arrived") < n, (
+        "the first record waited in the buffer until the source had emitted everything")

@@ -1,0 +1,197 @@
+"""A failure in user code fails the job fast and cleanly: lg.JobFailedError naming the operator
+and subtask, the user's exception as __cause__, its traceback in the message, and no thread left."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import lockgate_threads
+
+import lockgate as lg
+from lockgate.connectors import DiscardingSink, SequenceSource, Sink, SinkWriter
+
+ENDLESS = 10**15  # a source that would run for hours: only the failure can end the job
+
+
+class BoomError(Exception):
+    pass
+
+
+def explode_at_1000(x):
+    if x == 1000:
+        raise BoomError(f"boom at {x}")
+    return x
+
+
+def run_failing(env: lg.StreamEnvironment, name: str = "failing job") -> lg.JobFailedError:
+    started = time.monotonic()
+    with pytest.raises(lg.JobFailedError) as err:
+        env.execute(name)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0, f"the failure took {elapsed:.2f}s to surface"
+    assert not lockgate_threads(), f"threads left: {[t.name for t in lockgate_threads()]}"
+    return err.value
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_user_exception_fails_the_job_naming_operator_and_subtask_within_a_second(make_env, parallelism) -> None:
+    env = make_env(parallelism=parallelism)
+    (env.from_source(SequenceSource(0, ENDLESS)).map(explode_at_1000).name("explosive")
+        .rebalance().sink_to(DiscardingSink(), name="sink"))
+    error = run_failing(env)
+    text = str(error)
+    assert "explosive" in text
+    assert f"subtask 1/{parallelism}" in text
+    assert error.operator == "explosive"
+    assert error.subtask == 0, "value 1000 is in subtask 0's split"
+    assert error.reason is lg.FailureReason.USER_CODE
+    assert isinstance(error.__cause__, BoomError)
+    assert str(error.__cause__) == "boom at 1000"
+    assert "Traceback" in text and "explode_at_1000" in text and "BoomError: boom at 1000" in text
+    assert "explode_at_1000" in (error.remote_traceback or "")
+
+
+def test_the_failing_subtask_is_named_when_it_is_not_the_first(make_env) -> None:
+    def explode_in_upper_half(x):
+        if x == ENDLESS // 2 + 10:
+            raise BoomError("upper half")
+        return x
+
+    env = make_env(parallelism=2)
+    env.from_source(SequenceSource(0, ENDLESS)).map(explode_in_upper_half, name="m").sink_to(
+        DiscardingSink())
+    error = run_failing(env)
+    assert error.subtask == 1
+    assert "subtask 2/2" in str(error)
+
+
+def test_an_exception_in_open_fails_the_job_naming_the_operator(make_env) -> None:
+    class BadOpen(lg.MapFunction):
+        def open(self, ctx):
+            raise BoomError("cannot open")
+
+        def map(self, value):
+            return value
+
+    env = make_env(parallelism=2)
+    env.from_source(SequenceSource(0, ENDLESS)).map(BadOpen(), name="opener").sink_to(DiscardingSink())
+    error = run_failing(env)
+    assert error.operator == "opener"
+    assert isinstance(error.__cause__, BoomError)
+    assert "cannot open" in str(error)
+
+
+class FailingWriter(SinkWriter):
+    def write(self, batch):
+        raise BoomError("disk full")
+
+
+class FailingSink(Sink):
+    def create_writer(self, ctx):
+        return FailingWriter()
+
+
+def test_an_exception_in_a_sink_writer_fails_the_job_naming_the_sink(make_env) -> None:
+    env = make_env(parallelism=2)
+    env.from_source(SequenceSource(0, ENDLESS)).rebalance().sink_to(FailingSink(), name="bad sink")
+    error = run_failing(env)
+    assert error.operator == "bad sink"
+    assert isinstance(error.__cause__, BoomError)
+    assert "disk full" in str(error)
+
+
+def test_an_exception_in_a_key_selector_fails_the_job_naming_the_keyed_operator(make_env) -> None:
+    def bad_key(x):
+        if x == 3:
+            raise BoomError("no key")
+        return x
+
+    env = make_env(parallelism=1)
+    env.from_source(SequenceSource(0, ENDLESS)).map(lambda x: x, name="pre").key_by(bad_key).process(
+        lambda v, c: [v], name="keyed").sink_to(DiscardingSink())
+    error = run_failing(env)
+    assert isinstance(error.__cause__, BoomError)
+    assert "no key" in str(error)
+
+
+def test_a_failure_downstream_of_a_blocked_producer_still_stops_every_thread(make_env, probe) -> None:
+    """The producer is blocked on a full channel when the consumer fails; cancelling must wake it."""
+    executor = lg.LocalExecutor()
+    probe.executor = executor
+
+    def fail_once_the_producer_blocks(batch):
+        channels = probe.executor.last_channels.values()
+        deadline = time.monotonic() + 2.0
+        while not any(c.blocked_puts for c in channels):
+            if time.monotonic() > deadline:
+                raise AssertionError("the producer never blocked on a full channel")
+            time.sleep(0.001)
+        raise BoomError("consumer gives up")
+
+    env = make_env(parallelism=1, channel_capacity_bytes=4096, buffer_max_bytes=1024)
+    (env.from_source(SequenceSource(0, ENDLESS)).rebalance()
+        .map_batches(fail_once_the_producer_blocks, name="slow consumer").sink_to(DiscardingSink()))
+    started = time.monotonic()
+    with pytest.raises(lg.JobFailedError) as err:
+        env.execute("blocked producer", executor=executor)
+    assert time.monotonic() - started < 2.0
+    assert isinstance(err.value.__cause__, BoomError), err.value
+    assert err.value.operator == "slow consumer"
+    assert not lockgate_threads()
+
+
+def test_job_failed_error_is_a_lockgate_error_and_a_runtime_error() -> None:
+    assert issubclass(lg.JobFailedError, lg.LockgateError)
+    assert issubclass(lg.JobFailedError, RuntimeError)
+
+
+def test_the_executor_can_run_another_job_after_a_failure(make_env) -> None:
+    executor = lg.LocalExecutor()
+    env = make_env(parallelism=2)
+    env.from_source(SequenceSource(0, ENDLESS)).map(explode_at_1000).sink_to(DiscardingSink())
+    with pytest.raises(lg.JobFailedError):
+        env.execute("fails", executor=executor)
+    ok = make_env(parallelism=2)
+    ok.from_source(SequenceSource(0, 100)).sink_to(DiscardingSink(), name="sink")
+    assert ok.execute("works", executor=executor).records_in("sink") == 100
+
+
+class Lifecycle(lg.MapFunction):
+    """Records open / map / close per subtask into a probe."""
+
+    def __init__(self, probe, fail_at: int | None = None) -> None:
+        self.probe = probe
+        self.fail_at = fail_at
+
+    def open(self, ctx):
+        self.subtask = ctx.subtask_index
+        self.probe.add((self.subtask, "open"))
+
+    def map(self, value):
+        if value == self.fail_at:
+            raise BoomError(f"fail at {value}")
+        self.probe.bump(f"map {self.subtask}")
+        return value
+
+    def close(self):
+        self.probe.add((self.subtask, "close"))
+
+
+def test_close_runs_on_every_subtask_after_a_failure_too(make_env, probe) -> None:
+    env = make_env(parallelism=2)
+    (env.from_source(SequenceSource(0, ENDLESS)).map(Lifecycle(probe, fail_at=1000), name="life")
+        .rebalance().sink_to(DiscardingSink()))
+    error = run_failing(env)
+    assert isinstance(error.__cause__, BoomError)
+    assert sorted(probe.items) == [(0, "close"), (0, "open"), (1, "close"), (1, "open")]
+
+
+def test_a_function_is_opened_before_its_first_record_and_closed_after_its_last(make_env, probe) -> None:
+    env = make_env(parallelism=2)
+    (env.from_source(SequenceSource(0, 10_000)).map(Lifecycle(probe), name="life")
+        .sink_to(DiscardingSink()))
+    env.execute("lifecycle")
+    for s in (0, 1):
+        assert [e for sub, e in probe.items if sub == s] == ["open", "close"]
+    assert probe.count("map 0") + probe.count("map 1") == 10_000
