@@ -1,0 +1,217 @@
+"""The ``lockgate`` command line.
+
+``lockgate run JOB.py [--executor local|spark] [--master URL] [JOB ARGS...]``
+runs a job file as ``__main__`` (as ``python JOB.py`` would), with
+``sys.argv`` set to ``[JOB.py, *JOB ARGS]``. The lockgate options may come
+before or right after the job file; everything from the first other argument
+on (or after a ``--``) is passed to the job untouched. The options are handed
+to the job's ``StreamEnvironment`` through environment variables
+(``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``).
+
+Exit codes: 0 when the job file finishes (or the status it passes to
+``sys.exit``), 1 when the job fails (``JobFailedError``: its message goes to
+standard error) or the job file raises, 2 for a usage error (a missing job
+file, an executor that is not available).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from . import __version__
+from .errors import JobFailedError
+
+EXECUTOR_ENV = "LOCKGATE_EXECUTOR"
+MASTER_ENV = "LOCKGATE_SPARK_MASTER"
+EXECUTORS = ("local", "spark")
+SPARK_EXECUTOR_MODULE = "lockgate.executor.spark"
+
+_RUN_OPTIONS = ("--executor", "--master")
+
+
+class _UsageError(Exception):
+    """A problem with the command line; the message is printed, the exit code is 2."""
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor", choices=EXECUTORS, default=None,
+        help=f"where the job runs (sets {EXECUTOR_ENV}; default: the job's own choice, "
+             "the local executor in this version)",
+    )
+    parser.add_argument(
+        "--master", metavar="URL", default=None,
+        help=f"Spark master URL, e.g. local[2] or spark://host:7077 (sets {MASTER_ENV}; "
+             "implies --executor spark)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``lockgate`` command."""
+    parser = argparse.ArgumentParser(
+        prog="lockgate",
+        description="Flink-grade, exactly-once stream processing for Python, on Apache Spark.",
+    )
+    parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a job file",
+        description="Run a job file as __main__, with sys.argv = [JOB, *JOB_ARGS]. The lockgate "
+                    "options go before or right after JOB; the remaining arguments (or those "
+                    "after '--') are the job's.",
+    )
+    _add_run_options(run)
+    run.add_argument("job", metavar="JOB", help="path of the job file (a Python script)")
+    run.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER,
+                     help="arguments passed to the job")
+    return parser
+
+
+def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``args`` (what follows the job file) into the lockgate options at its start
+    and the job's arguments: the first other argument, or a ``--``, ends the options."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return list(args[:i]), list(args[i + 1:])
+        name, has_value, _ = arg.partition("=")
+        if name not in _RUN_OPTIONS:
+            break
+        i += 1 if has_value else 2
+    return list(args[:i]), list(args[i:])
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command == "run":
+        leading, ns.job_args = _split_leading_options(ns.job_args)
+        if leading:
+            options = argparse.ArgumentParser(prog="lockgate run", add_help=False)
+            _add_run_options(options)
+            late = options.parse_args(leading)
+            ns.executor = late.executor or ns.executor
+            ns.master = late.master or ns.master
+    return ns
+
+
+def _spark_executor_available() -> bool:
+    try:
+        return importlib.util.find_spec(SPARK_EXECUTOR_MODULE) is not None
+    except ImportError:
+        return False
+
+
+def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
+    """The environment variables for ``--executor``/``--master``; raises ``_UsageError``."""
+    if master is not None and executor is None:
+        executor = "spark"
+    if master is not None and executor != "spark":
+        raise _UsageError(f"--master applies to the Spark executor, not to --executor {executor}")
+    env: dict[str, str] = {}
+    if executor == "spark" and not _spark_executor_available():
+        raise _UsageError(
+            "the Spark executor is not available in this version of lockgate "
+            f"({__version__}); run with --executor local (the default)"
+        )
+    if executor is not None:
+        env[EXECUTOR_ENV] = executor
+    if master is not None:
+        env[MASTER_ENV] = master
+    return env
+
+
+@contextmanager
+def _job_process_state(path: str, args: list[str], env: dict[str, str]) -> Iterator[None]:
+    """Set ``sys.argv``, ``sys.path[0]`` (the job's folder, as ``python JOB`` does) and
+    environment variables for the job; restore them afterwards."""
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_env = {k: os.environ.get(k) for k in env}
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _exit_status(exit: SystemExit) -> int:
+    """The exit code ``python`` would use for ``sys.exit(code)``."""
+    code = exit.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_job_traceback(error: BaseException, path: str) -> None:
+    """Print ``error``'s traceback from the job file's frame on (without lockgate's and
+    runpy's frames), as ``python JOB`` would."""
+    job = os.path.abspath(path)
+    tb = error.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != job:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb or error.__traceback__)
+
+
+def run_job(path: str, args: list[str], executor: str | None = None,
+            master: str | None = None) -> int:
+    """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
+    if not os.path.exists(path):
+        raise _UsageError(f"job file not found: {path}")
+    if not os.path.isfile(path):
+        raise _UsageError(f"job file is not a file: {path}")
+    env = _executor_env(executor, master)
+    with _job_process_state(path, args, env):
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as e:
+            return _exit_status(e)
+        except JobFailedError as e:
+            print(f"lockgate: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("lockgate: interrupted", file=sys.stderr)
+            return 130
+        except Exception as e:  # noqa: BLE001 - reported like python reports a crashed script
+            _print_job_traceback(e, path)
+            return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``lockgate`` command; returns the process exit code."""
+    try:
+        ns = _parse(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as e:  # argparse: --help, --version, usage errors
+        return _exit_status(e)
+    if ns.command is None:
+        build_parser().print_help(sys.stderr)
+        return 2
+    try:
+        return run_job(ns.job, ns.job_args, ns.executor, ns.master)
+    except _UsageError as e:
+        print(f"lockgate: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Type-check and test lockgate: creates .venv if missing, installs lockgate with its test
+# extras (once), makes sure PostgreSQL, Redis and NATS JetStream run on 127.0.0.1
+# (scripts/services.sh; LOCKGATE_SKIP_SERVICES=1 skips this), then runs mypy and pytest.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`.
+# Exits non-zero if mypy or pytest fails.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/_common.sh
+
+ensure_venv test
+
+if [ "${LOCKGATE_SKIP_SERVICES:-0}" = 1 ]; then
+    say "skipping services (LOCKGATE_SKIP_SERVICES=1)"
+elif ! bash scripts/services.sh; then
+    warn "some services are not running (see above); tests that need them will fail"
+fi
+
+status=0
+say "mypy lockgate"
+"$VENV/bin/python" -m mypy lockgate || status=1
+say "pytest -q $*"
+"$VENV/bin/python" -m pytest -q "$@" || status=1
+
+if [ "$status" -ne 0 ]; then
+    say "FAILED (see above)"
+else
+    say "all checks passed"
+fi
+exit "$status"
