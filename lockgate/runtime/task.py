@@ -109,6 +109,22 @@ class StreamTask:
                 return False
         return True
 
+    def _backpressure_deadline(self) -> float | None:
+        """When to look at full outputs again: channels that cannot signal freed space
+        (network channels) are re-checked after their ``wake_interval_ms`` (always, since
+        their state may change between two checks)."""
+        deadline = self._flush_due()
+        interval: float | None = None
+        for w in self.writers:
+            for c in w.channels:
+                wake = getattr(c, "wake_interval_ms", None)
+                if wake is not None:
+                    interval = wake if interval is None else min(interval, wake)
+        if interval is not None:
+            wake_at = self.clock.monotonic_ms() + interval
+            deadline = wake_at if deadline is None else min(deadline, wake_at)
+        return deadline
+
     def _run_source(self, source: "object") -> None:
         from .operators.io import SourceOperator
 
@@ -119,7 +135,7 @@ class StreamTask:
             self._check_cancelled()
             self.mailbox.run_pending()
             if not self._outputs_available():
-                self._wait(self._flush_due())
+                self._wait(self._backpressure_deadline())
                 continue
             status = source.emit_next()
             deadline = self._flush_due()
@@ -143,7 +159,7 @@ class StreamTask:
             self._check_cancelled()
             self.mailbox.run_pending()
             if not self._outputs_available():
-                self._wait(self._flush_due())
+                self._wait(self._backpressure_deadline())
                 continue
             item = gate.poll()
             if item is None:

@@ -1,0 +1,288 @@
+"""The control plane: a ROUTER on the driver, a DEALER in every slot.
+
+Messages are ``[header, payload, mac]``: the header is JSON
+(``{"type", "gen", "slot"}``), the payload a pickle, the MAC an HMAC of both
+under the job's secret. The receiver checks the MAC first, then the header's
+shape, then the generation; only then is the payload unpickled. A message
+failing any check is dropped, counted in ``rejected`` and logged; the job
+carries on.
+
+Each end runs one thread that owns its socket; other threads talk to it
+through a queue and a wake-up pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import zmq
+
+from .auth import AuthenticationError, MalformedMessageError, MessageAuth
+
+log = logging.getLogger(__name__)
+
+REGISTER = "register"
+START = "start"
+HEARTBEAT = "heartbeat"
+FAILED = "failed"
+FINISHED = "finished"
+CANCEL = "cancel"
+
+
+@dataclass
+class ControlEvent:
+    type: str
+    slot: int
+    payload: Any
+    received_at: float
+
+
+def _parse(auth: MessageAuth, frames: list[bytes], generation: int) -> tuple[dict[str, Any], bytes]:
+    header_b, payload_b = auth.open(frames, 2)
+    try:
+        header = json.loads(bytes(header_b))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MalformedMessageError(f"header is not JSON: {e}") from e
+    if (not isinstance(header, dict) or not isinstance(header.get("type"), str)
+            or not isinstance(header.get("gen"), int) or not isinstance(header.get("slot"), int)):
+        raise MalformedMessageError(f"header lacks type/gen/slot: {header!r}")
+    if header["gen"] != generation:
+        raise _Stale(f"generation {header['gen']}, current {generation}")
+    return header, bytes(payload_b)
+
+
+class _Stale(Exception):
+    pass
+
+
+def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: Any) -> list[Any]:
+    header = json.dumps({"type": type_, "gen": generation, "slot": slot}).encode()
+    return auth.seal(header, pickle.dumps(payload, protocol=5))
+
+
+class _Waker:
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self.w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)
+
+
+class ControlServer:
+    """The driver's end. Events from slots arrive in ``events``."""
+
+    def __init__(self, host: str, auth: MessageAuth, generation: int, num_slots: int) -> None:
+        self.auth = auth
+        self.generation = generation
+        self.num_slots = num_slots
+        self.events: queue.Queue[ControlEvent] = queue.Queue()
+        self.rejected: Counter[str] = Counter()
+        self.registrations: dict[int, Any] = {}
+        self.last_heartbeat: dict[int, float] = {}
+        self._identities: dict[int, bytes] = {}
+        self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
+        self._waker = _Waker()
+        self._stop = threading.Event()
+        self._context: Any = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        port = self._socket.bind_to_random_port(f"tcp://{host}")
+        self.endpoint = f"tcp://{host}:{port}"
+        self._thread = threading.Thread(target=self._run, name="lockgate control server",
+                                        daemon=True)
+        self._thread.start()
+
+    def send(self, slot: int | None, type_: str, payload: Any = None) -> None:
+        """Send to one slot, or to every registered slot when ``slot`` is None."""
+        self._outgoing.put((slot, type_, payload))
+        self._waker.wake()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._waker.r, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                ready = dict(poller.poll(200))
+                if self._socket in ready:
+                    while True:
+                        try:
+                            frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._handle(frames)
+                if self._waker.r in ready:
+                    self._waker.drain()
+                self._flush_outgoing()
+        finally:
+            self._socket.close(linger=0)
+
+    def _flush_outgoing(self) -> None:
+        while True:
+            try:
+                slot, type_, payload = self._outgoing.get_nowait()
+            except queue.Empty:
+                return
+            targets = list(self._identities) if slot is None else [slot]
+            for s in targets:
+                ident = self._identities.get(s)
+                if ident is None:
+                    continue
+                frames = _frames(self.auth, type_, self.generation, s, payload)
+                try:
+                    self._socket.send_multipart([ident, *frames], zmq.NOBLOCK)
+                except zmq.ZMQError as e:
+                    log.warning("control: could not send %s to slot %s: %s", type_, s, e)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        if len(frames) < 2:
+            self.rejected["malformed"] += 1
+            log.warning("control: dropped a malformed message (%d frames)", len(frames))
+            return
+        identity, body = frames[0], frames[1:]
+        try:
+            header, payload_b = _parse(self.auth, body, self.generation)
+        except AuthenticationError:
+            self.rejected["unauthenticated"] += 1
+            log.warning("control: dropped a message that failed authentication")
+            return
+        except MalformedMessageError as e:
+            self.rejected["malformed"] += 1
+            log.warning("control: dropped a malformed message: %s", e)
+            return
+        except _Stale as e:
+            self.rejected["stale"] += 1
+            log.info("control: dropped a stale message: %s", e)
+            return
+        slot = header["slot"]
+        if not 0 <= slot < self.num_slots:
+            self.rejected["malformed"] += 1
+            log.warning("control: dropped a message from unknown slot %s", slot)
+            return
+        try:
+            payload = pickle.loads(payload_b)
+        except Exception as e:  # noqa: BLE001 - authenticated but undecodable
+            self.rejected["malformed"] += 1
+            log.warning("control: dropped an undecodable payload from slot %s: %s", slot, e)
+            return
+        now = time.monotonic()
+        type_ = header["type"]
+        self.last_heartbeat[slot] = now
+        if type_ == REGISTER:
+            self._identities[slot] = identity
+            self.registrations[slot] = payload
+            if len(self.registrations) == self.num_slots:
+                addresses: dict[Any, str] = {}
+                for reg in self.registrations.values():
+                    addresses.update(reg["endpoints"])
+                self._outgoing.put((None, START, addresses))
+        if type_ != HEARTBEAT:
+            self.events.put(ControlEvent(type_, slot, payload, now))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._waker.wake()
+        self._thread.join(5)
+        self._waker.close()
+
+
+class ControlClient:
+    """A slot's end. ``on_message(type, payload)`` runs in the client thread."""
+
+    def __init__(self, endpoint: str, auth: MessageAuth, generation: int, slot: int,
+                 on_message: Callable[[str, Any], None], heartbeat_s: float = 1.0) -> None:
+        self.auth = auth
+        self.generation = generation
+        self.slot = slot
+        self.on_message = on_message
+        self.heartbeat_s = heartbeat_s
+        self._outgoing: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._waker = _Waker()
+        self._stop = threading.Event()
+        self._flushed = threading.Event()
+        self._context: Any = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 2000)
+        self._socket.connect(endpoint)
+        self._thread = threading.Thread(target=self._run, name=f"lockgate control slot {slot}",
+                                         daemon=True)
+        self._thread.start()
+
+    def send(self, type_: str, payload: Any = None) -> None:
+        self._outgoing.put((type_, payload))
+        self._waker.wake()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._waker.r, zmq.POLLIN)
+        next_beat = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._socket.send_multipart(
+                        _frames(self.auth, HEARTBEAT, self.generation, self.slot, None))
+                    next_beat = now + self.heartbeat_s
+                self._send_pending()
+                if self._stop.is_set():
+                    return
+                ready = dict(poller.poll(max(1, int((next_beat - time.monotonic()) * 1000))))
+                if self._waker.r in ready:
+                    self._waker.drain()
+                if self._socket in ready:
+                    while True:
+                        try:
+                            frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        try:
+                            header, payload_b = _parse(self.auth, frames, self.generation)
+                        except (AuthenticationError, MalformedMessageError, _Stale) as e:
+                            log.warning("slot %s: dropped a control message: %s", self.slot, e)
+                            continue
+                        self.on_message(header["type"], pickle.loads(payload_b))
+        finally:
+            self._send_pending()
+            self._socket.close()
+
+    def _send_pending(self) -> None:
+        while True:
+            try:
+                type_, payload = self._outgoing.get_nowait()
+            except queue.Empty:
+                return
+            self._socket.send_multipart(
+                _frames(self.auth, type_, self.generation, self.slot, payload))
+
+    def close(self) -> None:
+        """Send what is queued, then stop."""
+        self._stop.set()
+        self._waker.wake()
+        self._thread.join(5)
+        self._waker.close()

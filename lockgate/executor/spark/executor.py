@@ -1,0 +1,255 @@
+"""SparkExecutor: runs a plan as one barrier-mode Spark job, one task per slot.
+
+The driver (this process) starts a control server, submits the job in its
+own job group from a background thread, and watches: slot registrations
+(answered with every slot's data-plane addresses), heartbeats, failure
+reports and the job's own outcome. Any failure (a subtask's exception, a
+killed Python worker, a lost executor, a slot silent for longer than the
+heartbeat timeout) cancels the job group and raises ``JobFailedError``; the
+executor returns only when Spark reports the job ended and, on a loopback
+cluster, when the slots' Python workers are gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+import cloudpickle
+
+from ...errors import FailureReason, JobFailedError
+from ...graph.execution_plan import ExecutionPlan
+from ..base import finished_result
+from ..result import JobExecutionResult
+from .auth import MessageAuth, new_secret
+from .control import FAILED, REGISTER, ControlServer
+from .session import check_session, create_session, is_loopback, wait_for_slots
+from .slot import SlotJob
+
+log = logging.getLogger(__name__)
+
+
+class SparkExecutor:
+    """Runs jobs on Spark. ``master`` defaults to ``local[*]`` (or ``$LOCKGATE_SPARK_MASTER``);
+    ``spark`` reuses an existing SparkSession; ``conf`` adds Spark settings."""
+
+    def __init__(
+        self,
+        master: str | None = None,
+        spark: Any = None,
+        conf: dict[str, str] | None = None,
+        *,
+        slot_wait_timeout_s: float = 60.0,
+        heartbeat_timeout_s: float = 10.0,
+        ship_package: bool = True,
+    ) -> None:
+        self.master = master
+        self._spark = spark
+        self.conf = dict(conf or {})
+        self.slot_wait_timeout_s = slot_wait_timeout_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.ship_package = ship_package
+        self._generation = 0
+        self._shipped = False
+        #: the control server of the running attempt (tests send messages to it)
+        self.control: ControlServer | None = None
+        #: set once every slot of the running attempt registered
+        self.running = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"SparkExecutor(master={self.master!r})"
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            self._spark = create_session(self.master, self.conf)
+        return self._spark
+
+    @property
+    def slot_pids(self) -> dict[int, int]:
+        """Pid of each slot's Python worker in the running attempt."""
+        c = self.control
+        return {s: r["pid"] for s, r in c.registrations.items()} if c else {}
+
+    def _ship(self, sc: Any) -> None:
+        if self._shipped or not self.ship_package:
+            return
+        import lockgate
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(lockgate.__file__)))
+        folder = tempfile.mkdtemp(prefix="lockgate-ship-")
+        archive = shutil.make_archive(os.path.join(folder, "lockgate"), "zip", root, "lockgate")
+        sc.addPyFile(archive)
+        self._shipped = True
+
+    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0) -> JobExecutionResult:
+        started = time.monotonic()
+        spark = self.spark
+        sc = spark.sparkContext
+        check_session(sc)
+        wait_for_slots(sc, plan.num_slots, self.slot_wait_timeout_s)
+        self._ship(sc)
+        self._generation += 1
+        gen = self._generation
+        secret = new_secret()
+        master = sc.master
+        host = "127.0.0.1" if is_loopback(master) else sc.getConf().get("spark.driver.host")
+        server = ControlServer(host, MessageAuth(secret), gen, plan.num_slots)
+        self.control = server
+        self.running.clear()
+        job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen)
+        group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"
+        outcome: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+        def submit() -> None:
+            try:
+                sc.setJobGroup(group, f"lockgate job '{plan.job_name}' (attempt {gen})",
+                               interruptOnCancel=True)
+                rdd = sc.parallelize(range(plan.num_slots), plan.num_slots).barrier()
+                results = rdd.mapPartitions(_slot_function(job)).collect()
+                outcome.put(("ok", results))
+            except BaseException as e:  # noqa: BLE001 - reported to the watcher
+                outcome.put(("error", e))
+
+        thread = threading.Thread(target=submit, name="lockgate spark job", daemon=True)
+        thread.start()
+        try:
+            results = self._watch(plan, server, outcome, gen)
+        except BaseException:
+            sc.cancelJobGroup(group)
+            thread.join(30)
+            self._await_workers_gone(master, server)
+            raise
+        finally:
+            server.close()
+            self.control = None
+            self.running.clear()
+        counters = [c for r in results for c in r["counters"]]
+        sink_results = [x for r in results for x in r["results"]]
+        return finished_result(plan, (time.monotonic() - started) * 1000, counters, sink_results)
+
+    def _watch(self, plan: ExecutionPlan, server: ControlServer,
+               outcome: "queue.Queue[tuple[str, Any]]", gen: int) -> list[dict[str, Any]]:
+        while True:
+            try:
+                kind, value = outcome.get(timeout=0.05)
+            except queue.Empty:
+                pass
+            else:
+                if kind == "ok":
+                    return value
+                raise self._spark_failure(plan, server, value)
+            while True:
+                try:
+                    event = server.events.get_nowait()
+                except queue.Empty:
+                    break
+                if event.type == REGISTER and len(server.registrations) == plan.num_slots:
+                    self.running.set()
+                if event.type == FAILED:
+                    raise _reported_failure(plan, event.payload)
+            now = time.monotonic()
+            for slot, seen in list(server.last_heartbeat.items()):
+                if now - seen > self.heartbeat_timeout_s:
+                    raise JobFailedError(
+                        f"job '{plan.job_name}' failed: slot {slot} sent no heartbeat for "
+                        f"{now - seen:.1f}s (executor lost or hung)",
+                        reason=FailureReason.TASK_LOST, subtask=slot,
+                    )
+
+    def _spark_failure(self, plan: ExecutionPlan, server: ControlServer,
+                       error: BaseException) -> JobFailedError:
+        # A subtask's own report carries the operator and traceback: prefer it when it came.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                event = server.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if event.type == FAILED:
+                return _reported_failure(plan, event.payload)
+        text = str(error)
+        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        failure = JobFailedError(
+            f"job '{plan.job_name}' failed: the Spark job was aborted: {first}\n\n{text[:4000]}",
+            reason=FailureReason.TASK_LOST,
+            remote_traceback=text,
+        )
+        failure.__cause__ = error
+        return failure
+
+    def _await_workers_gone(self, master: str, server: ControlServer, timeout_s: float = 10) -> None:
+        if not is_loopback(master):
+            return
+        pids = [r["pid"] for r in server.registrations.values()]
+        deadline = time.monotonic() + timeout_s
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            if pids:
+                time.sleep(0.05)  # bounded wait for Spark to kill the workers
+        if pids:
+            log.warning("slot python workers still alive after cancel: %s", pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class RemoteError(Exception):
+    """The user's exception as reported by a slot in another process."""
+
+    def __init__(self, type_name: str, message: str, traceback_text: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.traceback_text = traceback_text
+
+
+def _reported_failure(plan: ExecutionPlan, info: dict[str, Any]) -> JobFailedError:
+    if info.get("operator"):
+        where = (f"operator '{info['operator']}' (subtask {info['operator_subtask'] + 1}/"
+                 f"{info['parallelism']})")
+        reason = FailureReason.USER_CODE
+    else:
+        where = f"task '{info['task']}' (subtask {info['subtask'] + 1})"
+        reason = FailureReason.INTERNAL
+        if info.get("error_type") == "MalformedRecordError":
+            reason = FailureReason.MALFORMED_INPUT
+    failure = JobFailedError(
+        f"job '{plan.job_name}' failed: {where} raised {info['error_type']}: {info['message']}"
+        f"\n\nTraceback of the failure (pid {info.get('pid')}):\n{info['traceback']}",
+        reason=reason,
+        operator=info.get("operator") or info.get("task"),
+        subtask=info.get("operator_subtask", info.get("subtask")),
+        remote_traceback=info["traceback"],
+    )
+    failure.__cause__ = RemoteError(info["error_type"], info["message"], info["traceback"])
+    return failure
+
+
+def _slot_function(job: SlotJob) -> Any:
+    def run_partition(iterator: Any) -> Any:
+        from pyspark import BarrierTaskContext
+
+        from lockgate.executor.spark.slot import run_slot
+
+        slot = BarrierTaskContext.get().partitionId()
+        yield run_slot(slot, job)
+
+    return run_partition

@@ -1,0 +1,230 @@
+"""A slot: one Spark barrier task that hosts subtask i of every vertex.
+
+Runs on an executor. It binds a PULL socket for every network channel it
+consumes, registers those addresses (and its pid and host) with the driver,
+waits for every slot's addresses, connects its producers, then runs its
+subtasks as threads exactly like the local executor. A subtask failure is
+reported to the driver with the operator, subtask and traceback, the other
+subtasks are cancelled and the Spark task raises (failing the attempt). A
+CANCEL from the driver stops every subtask.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import queue
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import zmq
+
+from ...errors import TaskCancelledError, UserFunctionError
+from ...graph.execution_plan import ExecutionPlan
+from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
+from ...runtime.task import StreamTask
+from ...runtime.task_builder import build_task
+from ...time.clock import SystemClock
+from .auth import MessageAuth
+from .control import CANCEL, FAILED, REGISTER, START, ControlClient
+from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
+from .signals import SocketSignal
+
+ChannelKey = tuple[int, int, int]  # (edge id, producer subtask, consumer subtask)
+
+
+@dataclass
+class SlotJob:
+    """Everything a slot needs, shipped in the Spark task closure."""
+
+    plan_bytes: bytes
+    control_endpoint: str
+    secret: bytes
+    generation: int
+    start_timeout_s: float = 120.0
+    heartbeat_s: float = 1.0
+
+
+class SlotFailed(RuntimeError):
+    """Raised by the Spark task when a subtask failed (the driver already has the details)."""
+
+
+def _host() -> str:
+    return os.environ.get("SPARK_LOCAL_IP") or socket.gethostbyname(socket.gethostname())
+
+
+def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
+    """Run slot ``slot`` of the job to its end; return its counters and sink results."""
+    if os.environ.get("LOCKGATE_DEBUG_DUMP_S"):
+        import faulthandler
+        import sys
+
+        faulthandler.dump_traceback_later(float(os.environ["LOCKGATE_DEBUG_DUMP_S"]),
+                                          repeat=False, file=sys.stderr)
+    plan: ExecutionPlan = cloudpickle.loads(job.plan_bytes)
+    auth = MessageAuth(job.secret)
+    gen = job.generation
+    context: Any = zmq.Context.instance()
+    host = _host()
+    inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+    tasks: list[StreamTask] = []
+
+    def on_message(type_: str, payload: Any) -> None:
+        if type_ == CANCEL:
+            for t in list(tasks):
+                t.cancel()
+        inbox.put((type_, payload))
+
+    control = ControlClient(job.control_endpoint, auth, gen, slot, on_message, job.heartbeat_s)
+    pulls: dict[ChannelKey, Any] = {}
+    endpoints: dict[ChannelKey, str] = {}
+    network_channels: list[Any] = []
+    delivered = False
+    try:
+        for edge in plan.edges.values():
+            for p, c in edge.channel_pairs():
+                if c == slot and p != slot:
+                    sock, endpoint = bind_pull(context, host)
+                    pulls[(edge.id, p, c)] = sock
+                    endpoints[(edge.id, p, c)] = endpoint
+        control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
+                                "endpoints": endpoints})
+        addresses = _await_start(inbox, job.start_timeout_s)
+
+        clock = SystemClock()
+        local: dict[ChannelKey, LocalChannel] = {}
+
+        def out_channel(key: ChannelKey) -> OutputChannel:
+            if key[2] == slot:
+                ch = local.get(key)
+                if ch is None:
+                    ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
+                return ch
+            z = ZmqOutputChannel(connect_push(context, addresses[key]), auth, gen, str(key))
+            network_channels.append(z)
+            return z
+
+        def in_channel(key: ChannelKey) -> InputChannel:
+            if key[1] == slot:
+                ch = local.get(key)
+                if ch is None:
+                    ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
+                return ch
+            z = ZmqInputChannel(pulls[key], auth, gen, str(key))
+            network_channels.append(z)
+            return z
+
+        for vertex_id, i in plan.slot_subtasks(slot):
+            v = plan.vertex(vertex_id)
+            outputs: dict[int, list[OutputChannel]] = {}
+            for eid in v.out_edges:
+                e = plan.edges[eid]
+                outputs[eid] = [out_channel((eid, i, c)) for c in e.consumers_of(i)]
+            inputs: list[tuple[InputChannel, int]] = []
+            for eid in v.in_edges:
+                e = plan.edges[eid]
+                inputs.extend((in_channel((eid, p, i)), e.input_index) for p in e.producers_of(i))
+            sockets = [c.socket for c, _ in inputs if isinstance(c, ZmqInputChannel)]
+            signal: Any = SocketSignal(sockets) if sockets else threading.Event()
+            tasks.append(build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
+                                    signal=signal, clock=clock, attempt_number=gen))
+        _run_tasks(tasks, control)
+        delivered = True
+        return {
+            "slot": slot,
+            "counters": [t.chain.counters() for t in tasks],
+            "results": [(t.subtask_index, t.chain.results()) for t in tasks],
+        }
+    except SlotFailed:
+        raise
+    except BaseException as e:
+        control.send(FAILED, _failure_info(e, f"slot {slot}", slot))
+        raise
+    finally:
+        for t in tasks:
+            if isinstance(t.signal, SocketSignal):
+                t.signal.close()
+        for ch in network_channels:
+            ch.close(delivered)
+        for sock in pulls.values():
+            if not sock.closed:
+                sock.close(linger=0)
+        control.close()
+
+
+def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dict[Any, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(
+                f"the driver did not send the slot addresses within {timeout_s:.0f}s"
+            )
+        try:
+            type_, payload = inbox.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if type_ == START:
+            return payload
+        if type_ == CANCEL:
+            raise TaskCancelledError("the driver cancelled the job before it started")
+
+
+def _failure_info(error: BaseException, task_name: str, subtask: int,
+                  tb: str | None = None) -> dict[str, Any]:
+    inner = error.error if isinstance(error, UserFunctionError) else error
+    return {
+        "task": task_name,
+        "subtask": subtask,
+        "operator": getattr(error, "operator", None),
+        "operator_subtask": getattr(error, "subtask", None),
+        "parallelism": getattr(error, "parallelism", None),
+        "error_type": type(inner).__name__,
+        "error_module": type(inner).__module__,
+        "message": str(inner),
+        "traceback": tb or "".join(traceback.format_exception(type(inner), inner,
+                                                              inner.__traceback__)),
+        "pid": os.getpid(),
+    }
+
+
+def _run_tasks(tasks: list[StreamTask], control: ControlClient) -> None:
+    events: queue.Queue[tuple[StreamTask, BaseException | None]] = queue.Queue()
+
+    def run(task: StreamTask) -> None:
+        try:
+            task.run()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            events.put((task, e))
+            return
+        events.put((task, None))
+
+    threads = [threading.Thread(target=run, args=(t,), daemon=True,
+                                name=f"lockgate {t.name} ({t.subtask_index})") for t in tasks]
+    for th in threads:
+        th.start()
+    pending = len(tasks)
+    while pending:
+        task, error = events.get()
+        pending -= 1
+        if error is None:
+            continue
+        if not isinstance(error, TaskCancelledError):
+            control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
+        for t in tasks:
+            t.cancel()
+        deadline = time.monotonic() + 5
+        for th in threads:
+            th.join(max(0.0, deadline - time.monotonic()))
+        if isinstance(error, TaskCancelledError):
+            raise error
+        raise SlotFailed(
+            f"subtask {task.name} ({task.subtask_index}) failed: {type(error).__name__}: {error}"
+        ) from error
+    for th in threads:
+        th.join()
