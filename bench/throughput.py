@@ -5,8 +5,9 @@
     in ValueState -> discarding sink
 
 Each case runs at parallelism 1 and 2. ``records_per_s`` is the records the
-source emitted divided by the job's wall time (start-up included; the local
-executor starts in milliseconds). Usage:
+source emitted divided by the job's wall time (start-up included);
+``steady_records_per_s`` divides them by the time between the sources' first and
+last batch (start-up excluded, the figure the Spark target compares). Usage:
 
     python bench/throughput.py [--executor local] [--records-a N] [--records-b N]
                                [--cases a,b] [--parallelism 1,2] [--repeat K]
@@ -46,8 +47,7 @@ def build(case: str, records: int, parallelism: int) -> lg.StreamEnvironment:
     nums = env.from_source(SequenceSource(0, records), name="numbers")
     if case == "a":
         (nums.map_batches(arithmetic, name="arithmetic")
-             .filter(pc.field("value") % 2 == 1 if hasattr(pc.Expression, "__mod__")
-                     else pc.field("value") > 10, name="filter")
+             .filter(pc.field("value") > 3 * (records // 2), name="filter")
              .sink_to(DiscardingSink()))
     else:
         (nums.map(lambda x: {"k": x % 1000, "v": x}, name="to_row")
@@ -60,9 +60,10 @@ def build(case: str, records: int, parallelism: int) -> lg.StreamEnvironment:
 def executor_for(name: str) -> object:
     if name == "local":
         return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor  # type: ignore[import-not-found]
+    from lockgate.executor.spark import SparkExecutor
 
-    return SparkExecutor()
+    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
+                         conf={"spark.ui.enabled": "false"})
 
 
 def run_case(case: str, records: int, parallelism: int, executor: object, repeat: int) -> dict:
@@ -76,10 +77,11 @@ def run_case(case: str, records: int, parallelism: int, executor: object, repeat
         cpu = time.process_time() - cpu0
         emitted = result.records_out("numbers")
         assert emitted == records, (emitted, records)
-        if best is None or seconds < best[0]:
-            best = (seconds, cpu)
+        steady = result.operators["numbers"].emit_rate or records / seconds
+        if best is None or steady > best[2]:
+            best = (seconds, cpu, steady)
     assert best is not None
-    seconds, cpu = best
+    seconds, cpu, steady = best
     return {
         "case": case,
         "executor": type(executor).__name__,
@@ -87,7 +89,8 @@ def run_case(case: str, records: int, parallelism: int, executor: object, repeat
         "records": records,
         "seconds": round(seconds, 4),
         "records_per_s": round(records / seconds),
-        "cpu_seconds": round(cpu, 3),
+        "steady_records_per_s": round(steady),
+        "driver_cpu_seconds": round(cpu, 3),
         "cores": os.cpu_count(),
     }
 

@@ -12,6 +12,9 @@ class OperatorCounters:
     records_in: int = 0
     records_out: int = 0
     side_out: dict[str, int] = field(default_factory=dict)
+    #: wall-clock seconds of the first and last batch a source emitted (throughput)
+    first_emit_s: float | None = None
+    last_emit_s: float | None = None
 
 
 @dataclass
@@ -25,8 +28,26 @@ class OperatorMetrics:
     records_out: int = 0
     side_out: dict[str, int] = field(default_factory=dict)
 
+    first_emit_s: float | None = None
+    last_emit_s: float | None = None
+
+    @property
+    def emit_rate(self) -> float | None:
+        """Records emitted per second between the first and the last emitted batch
+        (sources; start-up excluded)."""
+        if self.first_emit_s is None or self.last_emit_s is None:
+            return None
+        span = self.last_emit_s - self.first_emit_s
+        return self.records_out / span if span > 0 else None
+
     def add(self, c: OperatorCounters) -> None:
         self.records_in += c.records_in
         self.records_out += c.records_out
+        if c.first_emit_s is not None:
+            self.first_emit_s = (c.first_emit_s if self.first_emit_s is None
+                                 else min(self.first_emit_s, c.first_emit_s))
+        if c.last_emit_s is not None:
+            self.last_emit_s = (c.last_emit_s if self.last_emit_s is None
+                                else max(self.last_emit_s, c.last_emit_s))
         for tag, n in c.side_out.items():
             self.side_out[tag] = self.side_out.get(tag, 0) + n

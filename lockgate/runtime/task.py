@@ -125,17 +125,23 @@ class StreamTask:
             deadline = wake_at if deadline is None else min(deadline, wake_at)
         return deadline
 
+    def _start_turn(self) -> bool:
+        """Begin a loop turn: run mails; if an output is full, wait (backpressure) and
+        return False so the caller starts the next turn instead of taking input."""
+        self.signal.clear()
+        self._check_cancelled()
+        self.mailbox.run_pending()
+        if self._outputs_available():
+            return True
+        self._wait(self._backpressure_deadline())
+        return False
+
     def _run_source(self, source: "object") -> None:
         from .operators.io import SourceOperator
 
         assert isinstance(source, SourceOperator)
-        signal = self.signal
         while True:
-            signal.clear()
-            self._check_cancelled()
-            self.mailbox.run_pending()
-            if not self._outputs_available():
-                self._wait(self._backpressure_deadline())
+            if not self._start_turn():
                 continue
             status = source.emit_next()
             deadline = self._flush_due()
@@ -153,13 +159,8 @@ class StreamTask:
         assert gate is not None
         head = self.chain.head
         indexes = gate.input_indexes
-        signal = self.signal
         while True:
-            signal.clear()
-            self._check_cancelled()
-            self.mailbox.run_pending()
-            if not self._outputs_available():
-                self._wait(self._backpressure_deadline())
+            if not self._start_turn():
                 continue
             item = gate.poll()
             if item is None:

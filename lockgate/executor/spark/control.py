@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import queue
 import threading
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import zmq
 
 from .auth import AuthenticationError, MalformedMessageError, MessageAuth
+from .signals import PipeWaker
 
 log = logging.getLogger(__name__)
 
@@ -69,30 +69,6 @@ def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: 
     return auth.seal(header, pickle.dumps(payload, protocol=5))
 
 
-class _Waker:
-    def __init__(self) -> None:
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.r, False)
-        os.set_blocking(self.w, False)
-
-    def wake(self) -> None:
-        try:
-            os.write(self.w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    def drain(self) -> None:
-        try:
-            while os.read(self.r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def close(self) -> None:
-        os.close(self.r)
-        os.close(self.w)
-
-
 class ControlServer:
     """The driver's end. Events from slots arrive in ``events``."""
 
@@ -106,7 +82,7 @@ class ControlServer:
         self.last_heartbeat: dict[int, float] = {}
         self._identities: dict[int, bytes] = {}
         self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
-        self._waker = _Waker()
+        self._waker = PipeWaker()
         self._stop = threading.Event()
         self._context: Any = zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
@@ -125,7 +101,7 @@ class ControlServer:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
-        poller.register(self._waker.r, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(200))
@@ -136,7 +112,7 @@ class ControlServer:
                         except zmq.Again:
                             break
                         self._handle(frames)
-                if self._waker.r in ready:
+                if self._waker.fd in ready:
                     self._waker.drain()
                 self._flush_outgoing()
         finally:
@@ -222,7 +198,7 @@ class ControlClient:
         self.on_message = on_message
         self.heartbeat_s = heartbeat_s
         self._outgoing: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._waker = _Waker()
+        self._waker = PipeWaker()
         self._stop = threading.Event()
         self._flushed = threading.Event()
         self._context: Any = zmq.Context.instance()
@@ -240,7 +216,7 @@ class ControlClient:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
-        poller.register(self._waker.r, zmq.POLLIN)
+        poller.register(self._waker.fd, zmq.POLLIN)
         next_beat = time.monotonic()
         try:
             while True:
@@ -253,7 +229,7 @@ class ControlClient:
                 if self._stop.is_set():
                     return
                 ready = dict(poller.poll(max(1, int((next_beat - time.monotonic()) * 1000))))
-                if self._waker.r in ready:
+                if self._waker.fd in ready:
                     self._waker.drain()
                 if self._socket in ready:
                     while True:

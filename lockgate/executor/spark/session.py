@@ -19,6 +19,11 @@ REQUIRED_CONF = {
     "spark.python.worker.reuse": "false",
 }
 
+#: defaults a user's conf may override
+DEFAULT_CONF = {
+    "spark.ui.showConsoleProgress": "false",
+}
+
 LOOPBACK_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -37,7 +42,8 @@ def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("lockgate")
-    settings = dict(REQUIRED_CONF)
+    settings = dict(DEFAULT_CONF)
+    settings.update(REQUIRED_CONF)
     if is_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update(LOOPBACK_CONF)

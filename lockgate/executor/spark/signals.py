@@ -14,32 +14,49 @@ from typing import Any
 import zmq
 
 
+class PipeWaker:
+    """Wakes a thread blocked in a ZeroMQ poll: ``wake`` (any thread) makes ``fd`` readable."""
+
+    def __init__(self) -> None:
+        self.fd, self._w = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._w, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # a full pipe is already readable
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self._w)
+
+
 class SocketSignal:
     def __init__(self, sockets: list[Any]) -> None:
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
+        self._waker = PipeWaker()
         self._flag = False
         self._poller = zmq.Poller()
         for s in sockets:
             self._poller.register(s, zmq.POLLIN)
-        self._poller.register(self._r, zmq.POLLIN)
+        self._poller.register(self._waker.fd, zmq.POLLIN)
         self._closed = False
 
     def set(self) -> None:
         self._flag = True
-        try:
-            os.write(self._w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self._waker.wake()
 
     def clear(self) -> None:
         self._flag = False
-        try:
-            while os.read(self._r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+        self._waker.drain()
 
     def is_set(self) -> bool:
         return self._flag
@@ -54,5 +71,4 @@ class SocketSignal:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            os.close(self._r)
-            os.close(self._w)
+            self._waker.close()

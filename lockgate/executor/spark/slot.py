@@ -99,22 +99,22 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         clock = SystemClock()
         local: dict[ChannelKey, LocalChannel] = {}
 
+        def local_channel(key: ChannelKey) -> LocalChannel:
+            ch = local.get(key)
+            if ch is None:
+                ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
+            return ch
+
         def out_channel(key: ChannelKey) -> OutputChannel:
             if key[2] == slot:
-                ch = local.get(key)
-                if ch is None:
-                    ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
-                return ch
+                return local_channel(key)
             z = ZmqOutputChannel(connect_push(context, addresses[key]), auth, gen, str(key))
             network_channels.append(z)
             return z
 
         def in_channel(key: ChannelKey) -> InputChannel:
             if key[1] == slot:
-                ch = local.get(key)
-                if ch is None:
-                    ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
-                return ch
+                return local_channel(key)
             z = ZmqInputChannel(pulls[key], auth, gen, str(key))
             network_channels.append(z)
             return z

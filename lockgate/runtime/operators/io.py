@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ...connectors.base import (
@@ -25,6 +26,11 @@ class _OperatorReaderOutput(ReaderOutput):
         self._dead: list[dict[str, Any]] = []
 
     def emit(self, batch: Batch) -> None:
+        counters = self.operator.counters
+        now = time.time()
+        if counters.first_emit_s is None:
+            counters.first_emit_s = now
+        counters.last_emit_s = now
         self.operator.emit(batch)
 
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
