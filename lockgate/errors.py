@@ -9,6 +9,14 @@ generic handlers keep working. Messages name what is wrong and how to fix it.
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+
+def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any],
+             state: dict[str, Any]) -> BaseException:
+    error = cls(*args, **kwargs)
+    error.__dict__.update(state)
+    return error
 
 
 class LockgateError(Exception):
@@ -30,6 +38,10 @@ class MalformedRecordError(LockgateError, ValueError):
         super().__init__(message)
         self.location = location
         self.raw = raw
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (str(self),), {"location": self.location, "raw": self.raw},
+                           self.__dict__))
 
 
 class UnsupportedKeyError(LockgateError, TypeError):
@@ -76,6 +88,9 @@ class JobFailedError(LockgateError, RuntimeError):
         self.remote_traceback = remote_traceback
         self.attempts = attempts
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (str(self),), {}, self.__dict__))
+
 
 class UserFunctionError(LockgateError, RuntimeError):
     """Wraps an exception raised by user code with the operator and subtask it ran in."""
@@ -89,3 +104,6 @@ class UserFunctionError(LockgateError, RuntimeError):
         self.subtask = subtask
         self.parallelism = parallelism
         self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operator, self.subtask, self.parallelism, self.error))

@@ -7,14 +7,23 @@
 * :class:`Probe`: a thread-safe recorder that user functions inside a job can
   reach. Jobs pickle their functions; a probe pickles as its registry name, so
   the copy a subtask unpickles is the very object the test holds.
+* :class:`FileProbe`: the same idea across processes (a Spark slot runs in a
+  Python worker of its own): items are appended to a file under ``tmp_path``.
 * :func:`wait_until`: bounded polling with a clear failure message (tests
   never sleep to wait for something).
+* Executors: ``executor`` runs a test on the LocalExecutor and on the shared
+  ``local[2]`` SparkExecutor (marked ``spark``; ``-m "not spark"`` skips it);
+  :func:`on_executors` pairs executors with parallelisms (Spark only up to
+  ``SPARK_SLOTS``). One SparkSession serves the whole test run.
 """
 
 from __future__ import annotations
 
+import base64
 import faulthandler
 import itertools
+import os
+import pickle
 import sys
 import threading
 import time
@@ -26,6 +35,10 @@ import pytest
 import lockgate as lg
 
 HANG_GUARD_S = 60.0
+
+#: task slots of the shared Spark session (``local[2]``): the largest parallelism it can run
+SPARK_SLOTS = 2
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # --------------------------------------------------------------------------- helpers
 
@@ -43,6 +56,16 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0)
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting until {what}")
         pause.wait(0.002)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a zombie has stopped running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 _PROBES: dict[str, Probe] = {}
@@ -97,12 +120,114 @@ class Probe:
             return len(self._items)
 
 
+class FileProbe:
+    """A :class:`Probe` that works across processes: each item is one line appended
+    (``O_APPEND``, one ``write``) to a file, so user code in a Spark Python worker
+    reports to the test as well as a thread of the local executor does.
+
+    Pickles by value (its path). Items must pickle; ``bump`` adds a counter line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        open(self.path, "ab").close()
+
+    def _append(self, entry: Any) -> None:
+        line = base64.b64encode(pickle.dumps(entry)) + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def _entries(self) -> list[tuple[str, Any]]:
+        with open(self.path, "rb") as f:
+            return [pickle.loads(base64.b64decode(line)) for line in f if line.strip()]
+
+    def add(self, item: Any) -> None:
+        self._append(("item", item))
+
+    def extend(self, items: list[Any]) -> None:
+        for item in items:
+            self.add(item)
+
+    def bump(self, counter: str, n: int = 1) -> None:
+        for _ in range(n):
+            self._append(("count", counter))
+
+    def count(self, counter: str) -> int:
+        return sum(1 for kind, v in self._entries() if kind == "count" and v == counter)
+
+    @property
+    def items(self) -> list[Any]:
+        return [v for kind, v in self._entries() if kind == "item"]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class BackgroundJob:
+    """Runs ``run()`` (e.g. ``lambda: env.execute(...)``) in a thread so the test can act
+    while the job runs; ``wait(timeout_s)`` says whether it ended, then ``result`` or
+    ``error`` holds its outcome."""
+
+    def __init__(self, run: Callable[[], Any], name: str = "test job driver") -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.ended_at: float | None = None
+        self.done = threading.Event()
+        self._run = run
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.result = self._run()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            self.error = e
+        finally:
+            self.ended_at = time.monotonic()
+            self.done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        ended = self.done.wait(timeout_s)
+        if ended:
+            self.thread.join(5)
+        return ended
+
+
+def on_executors(*parallelisms: int) -> list[Any]:
+    """Parameters for ``@pytest.mark.parametrize(("executor", "parallelism"), ...,
+    indirect=["executor"])``: every parallelism on the local executor, those up to
+    ``SPARK_SLOTS`` on Spark too."""
+    params: list[Any] = []
+    for p in parallelisms:
+        params.append(pytest.param("local", p, id=f"local-p{p}"))
+        if p <= SPARK_SLOTS:
+            params.append(pytest.param("spark", p, id=f"spark-p{p}", marks=pytest.mark.spark))
+    return params
+
+
+def is_spark(executor: Any) -> bool:
+    return type(executor).__name__ == "SparkExecutor"
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "hang_guard(seconds): a longer hang guard for a test that needs one")
+    # Spark's Python workers must import the test modules (whose functions and classes jobs
+    # ship by reference); set before any code of the run can start a JVM
+    os.environ["PYTHONPATH"] = _test_module_path()
+
+
 @pytest.fixture(autouse=True)
-def _hang_guard() -> Any:
-    faulthandler.dump_traceback_later(HANG_GUARD_S, exit=True, file=sys.stderr)
+def _hang_guard(request: pytest.FixtureRequest) -> Any:
+    marker = request.node.get_closest_marker("hang_guard")
+    limit = float(marker.args[0]) if marker else HANG_GUARD_S
+    faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
 
@@ -160,3 +285,44 @@ def make_env() -> Callable[..., lg.StreamEnvironment]:
         return env
 
     return make
+
+
+@pytest.fixture
+def file_probe(tmp_path: Any) -> FileProbe:
+    """A fresh :class:`FileProbe` under ``tmp_path``."""
+    return FileProbe(tmp_path / "probe.lines")
+
+
+def _test_module_path() -> str:
+    """The folders pytest imports test modules from (rootdir-relative "prepend" mode imports
+    ``tests/integration/test_x.py`` as ``test_x``): Spark's Python workers need them to
+    unpickle the functions and classes a test module defines, as a user's job needs its own
+    modules importable on the executors."""
+    folders = [TESTS_DIR] + sorted(
+        os.path.join(TESTS_DIR, d) for d in os.listdir(TESTS_DIR)
+        if os.path.isdir(os.path.join(TESTS_DIR, d)) and not d.startswith((".", "_")))
+    existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if p and p not in folders]
+    return os.pathsep.join(folders + existing)
+
+
+@pytest.fixture(scope="session")
+def spark_executor() -> Any:
+    """The one SparkExecutor (``local[2]``, no UI) every Spark test of the run shares."""
+    from lockgate.executor.spark import SparkExecutor
+
+    executor = SparkExecutor(master="local[2]", conf={"spark.ui.enabled": "false"})
+    spark = executor.spark
+    spark.sparkContext.setLogLevel("ERROR")
+    yield executor
+    spark.stop()
+
+
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def executor(request: pytest.FixtureRequest) -> Any:
+    """A fresh LocalExecutor, or the shared local[2] SparkExecutor (``spark`` marker)."""
+    if request.param == "local":
+        return lg.LocalExecutor()
+    if request.param == "spark":
+        return request.getfixturevalue("spark_executor")
+    raise ValueError(f"unknown executor {request.param!r}")

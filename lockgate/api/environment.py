@@ -131,21 +131,31 @@ class StreamEnvironment:
         return chosen.execute(plan)
 
 
-def default_executor() -> Any:
-    """The executor named by ``$LOCKGATE_EXECUTOR`` (``local`` or ``spark``, set by
-    ``lockgate run --executor``); local when unset."""
-    choice = os.environ.get("LOCKGATE_EXECUTOR", "local").strip().lower()
-    if choice == "spark":
-        from ..executor.spark import SparkExecutor
+_shared_spark_executor: Any = None
 
-        return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER") or None)
-    if choice not in ("", "local"):
+
+def default_executor() -> Any:
+    """The executor ``env.execute`` uses when none is given: a ``SparkExecutor`` (on
+    ``$LOCKGATE_SPARK_MASTER``, else ``local[*]``), shared by every job of this process so
+    the Spark session starts once; a ``LocalExecutor`` when ``$LOCKGATE_EXECUTOR=local``
+    (``lockgate run --executor local``)."""
+    global _shared_spark_executor
+    choice = os.environ.get("LOCKGATE_EXECUTOR", "spark").strip().lower() or "spark"
+    if choice == "local":
+        from ..executor.local import LocalExecutor
+
+        return LocalExecutor()
+    if choice != "spark":
         raise ConfigurationError(
             f"LOCKGATE_EXECUTOR={choice!r} is not an executor: use 'local' or 'spark'"
         )
-    from ..executor.local import LocalExecutor
+    if _shared_spark_executor is None:
+        from ..executor.spark import SparkExecutor
 
-    return LocalExecutor()
+        _shared_spark_executor = SparkExecutor(
+            master=os.environ.get("LOCKGATE_SPARK_MASTER") or None
+        )
+    return _shared_spark_executor
 
 
 def _assign_uids(order: list[Transformation]) -> None:

@@ -154,11 +154,13 @@ class _KeyGroups(Partitioner):
         self.n = n
 
     def partition(self, batch: Batch) -> list[tuple[int, Batch]]:
-        if self.n == 1:
-            return [(0, batch)]
         if num_rows(batch) == 0:
             return []
+        # Computed at parallelism 1 too: a key that cannot be hashed stably must fail
+        # now, not when the job is later rescaled.
         groups = self.selector.key_groups(batch, self.max_parallelism)
+        if self.n == 1:
+            return [(0, batch)]
         targets = subtasks_for_key_groups(groups, self.n, self.max_parallelism)
         return split_by_target(batch, targets, self.n)
 

@@ -80,6 +80,8 @@ class ControlServer:
         self.rejected: Counter[str] = Counter()
         self.registrations: dict[int, Any] = {}
         self.last_heartbeat: dict[int, float] = {}
+        #: slots whose subtasks all finished (they stop sending heartbeats)
+        self.finished: set[int] = set()
         self._identities: dict[int, bytes] = {}
         self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
         self._waker = PipeWaker()
@@ -111,7 +113,11 @@ class ControlServer:
                             frames = self._socket.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        self._handle(frames)
+                        try:
+                            self._handle(frames)
+                        except Exception:  # noqa: BLE001 - one bad message never stops the server
+                            self.rejected["malformed"] += 1
+                            log.exception("control: failed to handle a message")
                 if self._waker.fd in ready:
                     self._waker.drain()
                 self._flush_outgoing()
@@ -177,6 +183,8 @@ class ControlServer:
                 for reg in self.registrations.values():
                     addresses.update(reg["endpoints"])
                 self._outgoing.put((None, START, addresses))
+        if type_ == FINISHED:
+            self.finished.add(slot)
         if type_ != HEARTBEAT:
             self.events.put(ControlEvent(type_, slot, payload, now))
 
@@ -242,7 +250,10 @@ class ControlClient:
                         except (AuthenticationError, MalformedMessageError, _Stale) as e:
                             log.warning("slot %s: dropped a control message: %s", self.slot, e)
                             continue
-                        self.on_message(header["type"], pickle.loads(payload_b))
+                        try:
+                            self.on_message(header["type"], pickle.loads(payload_b))
+                        except Exception:  # noqa: BLE001 - keep heartbeating whatever happens
+                            log.exception("slot %s: failed to handle a control message", self.slot)
         finally:
             self._send_pending()
             self._socket.close()

@@ -24,12 +24,12 @@ from typing import Any
 
 import cloudpickle
 
-from ...errors import FailureReason, JobFailedError
+from ...errors import FailureReason, JobFailedError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
-from ..base import finished_result
+from ..base import failure_error, finished_result, user_cause
 from ..result import JobExecutionResult
 from .auth import MessageAuth, new_secret
-from .control import FAILED, REGISTER, ControlServer
+from .control import CANCEL, FAILED, REGISTER, ControlServer
 from .session import check_session, create_session, is_loopback, wait_for_slots
 from .slot import SlotJob
 
@@ -47,7 +47,7 @@ class SparkExecutor:
         conf: dict[str, str] | None = None,
         *,
         slot_wait_timeout_s: float = 60.0,
-        heartbeat_timeout_s: float = 10.0,
+        heartbeat_timeout_s: float = 20.0,
         ship_package: bool = True,
     ) -> None:
         self.master = master
@@ -104,7 +104,8 @@ class SparkExecutor:
         server = ControlServer(host, MessageAuth(secret), gen, plan.num_slots)
         self.control = server
         self.running.clear()
-        job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen)
+        job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen,
+                      attempt_number=attempt_number)
         group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"
         outcome: queue.Queue[tuple[str, Any]] = queue.Queue()
 
@@ -123,6 +124,8 @@ class SparkExecutor:
         try:
             results = self._watch(plan, server, outcome, gen)
         except BaseException:
+            server.send(None, CANCEL)
+            thread.join(3)  # slots close their operators and end by themselves, usually
             sc.cancelJobGroup(group)
             thread.join(30)
             self._await_workers_gone(master, server)
@@ -157,7 +160,7 @@ class SparkExecutor:
                     raise _reported_failure(plan, event.payload)
             now = time.monotonic()
             for slot, seen in list(server.last_heartbeat.items()):
-                if now - seen > self.heartbeat_timeout_s:
+                if slot not in server.finished and now - seen > self.heartbeat_timeout_s:
                     raise JobFailedError(
                         f"job '{plan.job_name}' failed: slot {slot} sent no heartbeat for "
                         f"{now - seen:.1f}s (executor lost or hung)",
@@ -213,7 +216,7 @@ def _alive(pid: int) -> bool:
 
 
 class RemoteError(Exception):
-    """The user's exception as reported by a slot in another process."""
+    """An error from another process that could not be shipped as itself."""
 
     def __init__(self, type_name: str, message: str, traceback_text: str) -> None:
         super().__init__(f"{type_name}: {message}")
@@ -222,24 +225,21 @@ class RemoteError(Exception):
 
 
 def _reported_failure(plan: ExecutionPlan, info: dict[str, Any]) -> JobFailedError:
-    if info.get("operator"):
-        where = (f"operator '{info['operator']}' (subtask {info['operator_subtask'] + 1}/"
-                 f"{info['parallelism']})")
-        reason = FailureReason.USER_CODE
-    else:
-        where = f"task '{info['task']}' (subtask {info['subtask'] + 1})"
-        reason = FailureReason.INTERNAL
-        if info.get("error_type") == "MalformedRecordError":
-            reason = FailureReason.MALFORMED_INPUT
-    failure = JobFailedError(
-        f"job '{plan.job_name}' failed: {where} raised {info['error_type']}: {info['message']}"
-        f"\n\nTraceback of the failure (pid {info.get('pid')}):\n{info['traceback']}",
-        reason=reason,
-        operator=info.get("operator") or info.get("task"),
-        subtask=info.get("operator_subtask", info.get("subtask")),
-        remote_traceback=info["traceback"],
-    )
-    failure.__cause__ = RemoteError(info["error_type"], info["message"], info["traceback"])
+    """The same ``JobFailedError`` the local executor raises, from a slot's report."""
+    error: BaseException | None = None
+    if info.get("exception") is not None:
+        try:
+            error = cloudpickle.loads(info["exception"])
+        except Exception:  # noqa: BLE001 - e.g. the error's class is not importable here
+            error = None
+    if error is None:
+        error = RemoteError(info["error_type"], info["message"], info["traceback"])
+        if info.get("operator") and info.get("parallelism"):
+            error = UserFunctionError(info["operator"], info["operator_subtask"],
+                                      info["parallelism"], error)
+    failure = failure_error(plan.job_name, info["task"], info["subtask"], error,
+                            tb=info["traceback"])
+    failure.__cause__ = user_cause(error)
     return failure
 
 

@@ -38,7 +38,7 @@ def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
     """A SparkSession for ``master`` (default ``local[*]``) with the required settings."""
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("LOCKGATE_SPARK_MASTER") or "local[*]"
+    master = master or os.environ.get("LOCKGATE_SPARK_MASTER") or _submitted_master() or "local[*]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("lockgate")
@@ -51,6 +51,17 @@ def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
     for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def _submitted_master() -> str | None:
+    """The master ``spark-submit --master`` configured, if this process was submitted."""
+    if "PYSPARK_SUBMIT_ARGS" not in os.environ and "SPARK_SUBMIT_OPTS" not in os.environ \
+            and not os.environ.get("SPARK_ENV_LOADED"):
+        return None
+    from pyspark import SparkConf
+
+    value = SparkConf().get("spark.master")
+    return str(value) if value else None
 
 
 def check_session(sc: Any) -> None:

@@ -31,7 +31,7 @@ from ...runtime.task import StreamTask
 from ...runtime.task_builder import build_task
 from ...time.clock import SystemClock
 from .auth import MessageAuth
-from .control import CANCEL, FAILED, REGISTER, START, ControlClient
+from .control import CANCEL, FAILED, FINISHED, REGISTER, START, ControlClient
 from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
 from .signals import SocketSignal
 
@@ -46,6 +46,7 @@ class SlotJob:
     control_endpoint: str
     secret: bytes
     generation: int
+    attempt_number: int = 0
     start_timeout_s: float = 120.0
     heartbeat_s: float = 1.0
 
@@ -74,8 +75,11 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
     tasks: list[StreamTask] = []
 
+    cancelled = threading.Event()
+
     def on_message(type_: str, payload: Any) -> None:
         if type_ == CANCEL:
+            cancelled.set()
             for t in list(tasks):
                 t.cancel()
         inbox.put((type_, payload))
@@ -132,9 +136,11 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             sockets = [c.socket for c, _ in inputs if isinstance(c, ZmqInputChannel)]
             signal: Any = SocketSignal(sockets) if sockets else threading.Event()
             tasks.append(build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
-                                    signal=signal, clock=clock, attempt_number=gen))
-        _run_tasks(tasks, control)
+                                    signal=signal, clock=clock,
+                                    attempt_number=job.attempt_number))
+        _run_tasks(tasks, control, cancelled)
         delivered = True
+        control.send(FINISHED, None)
         return {
             "slot": slot,
             "counters": [t.chain.counters() for t in tasks],
@@ -178,7 +184,13 @@ def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dic
 def _failure_info(error: BaseException, task_name: str, subtask: int,
                   tb: str | None = None) -> dict[str, Any]:
     inner = error.error if isinstance(error, UserFunctionError) else error
+    try:
+        pickled: bytes | None = cloudpickle.dumps(error)
+        cloudpickle.loads(pickled)
+    except Exception:  # noqa: BLE001 - an unpicklable error travels as text only
+        pickled = None
     return {
+        "exception": pickled,
         "task": task_name,
         "subtask": subtask,
         "operator": getattr(error, "operator", None),
@@ -193,7 +205,8 @@ def _failure_info(error: BaseException, task_name: str, subtask: int,
     }
 
 
-def _run_tasks(tasks: list[StreamTask], control: ControlClient) -> None:
+def _run_tasks(tasks: list[StreamTask], control: ControlClient,
+               cancelled: threading.Event) -> None:
     events: queue.Queue[tuple[StreamTask, BaseException | None]] = queue.Queue()
 
     def run(task: StreamTask) -> None:
@@ -221,6 +234,10 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient) -> None:
         deadline = time.monotonic() + 5
         for th in threads:
             th.join(max(0.0, deadline - time.monotonic()))
+        if not isinstance(error, TaskCancelledError):
+            # Let the other slots close their operators (the driver cancels them) before this
+            # Spark task fails and Spark kills the rest of the stage.
+            cancelled.wait(2.0)
         if isinstance(error, TaskCancelledError):
             raise error
         raise SlotFailed(
