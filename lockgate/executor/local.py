@@ -9,18 +9,17 @@ cancels all of them; ``execute`` then raises ``JobFailedError`` (its
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-import traceback
 from typing import Any
 
-from ..errors import JobFailedError, TaskCancelledError
+from ..errors import JobFailedError
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ..runtime.metrics import OperatorCounters
 from ..runtime.task import StreamTask
 from ..runtime.task_builder import build_task
+from ..runtime.task_threads import run_task_threads
 from ..time.clock import Clock, SystemClock
 from .base import failure_error, finished_result, user_cause
 from .result import JobExecutionResult
@@ -73,47 +72,12 @@ class LocalExecutor:
                 except Exception as e:
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
 
-        events: queue.Queue[tuple[StreamTask, BaseException | None, str | None]] = queue.Queue()
-
-        def run(task: StreamTask) -> None:
-            try:
-                task.run()
-            except BaseException as e:  # noqa: BLE001 - reported to the driver loop
-                events.put((task, e, traceback.format_exc()))
-                return
-            events.put((task, None, None))
-
-        threads = [
-            threading.Thread(target=run, args=(t,), name=f"lockgate {t.name} ({t.subtask_index})",
-                             daemon=True)
-            for t in tasks
-        ]
-        for th in threads:
-            th.start()
-
-        failure: tuple[StreamTask, BaseException, str | None] | None = None
-        pending = len(tasks)
-        while pending:
-            task, error, tb = events.get()
-            pending -= 1
-            if error is not None and not isinstance(error, TaskCancelledError):
-                failure = (task, error, tb)
-                break
+        failure = run_task_threads(tasks, join_timeout_s=self.join_timeout_s)
         if failure is not None:
-            for t in tasks:
-                t.cancel()
-            deadline = time.monotonic() + self.join_timeout_s
-            for th in threads:
-                th.join(max(0.0, deadline - time.monotonic()))
-            alive = [th.name for th in threads if th.is_alive()]
-            if alive:
-                log.warning("threads still running after the job failed: %s", alive)
             task, error, _ = failure
             raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (
                 user_cause(error)
             )
-        for th in threads:
-            th.join()
         counters: list[dict[str, OperatorCounters]] = [t.chain.counters() for t in tasks]
         results: list[tuple[int, dict[str, Any]]] = [
             (t.subtask_index, t.chain.results()) for t in tasks

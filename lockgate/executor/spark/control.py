@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -69,6 +69,15 @@ def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: 
     return auth.seal(header, pickle.dumps(payload, protocol=5))
 
 
+def _drain(socket: Any) -> Iterator[list[bytes]]:
+    """Every message waiting on ``socket`` now, without blocking."""
+    while True:
+        try:
+            yield socket.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+
+
 class ControlServer:
     """The driver's end. Events from slots arrive in ``events``."""
 
@@ -108,11 +117,7 @@ class ControlServer:
             while not self._stop.is_set():
                 ready = dict(poller.poll(200))
                 if self._socket in ready:
-                    while True:
-                        try:
-                            frames = self._socket.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
+                    for frames in _drain(self._socket):
                         try:
                             self._handle(frames)
                         except Exception:  # noqa: BLE001 - one bad message never stops the server
@@ -240,11 +245,7 @@ class ControlClient:
                 if self._waker.fd in ready:
                     self._waker.drain()
                 if self._socket in ready:
-                    while True:
-                        try:
-                            frames = self._socket.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
+                    for frames in _drain(self._socket):
                         try:
                             header, payload_b = _parse(self.auth, frames, self.generation)
                         except (AuthenticationError, MalformedMessageError, _Stale) as e:

@@ -12,7 +12,6 @@ CANCEL from the driver stops every subtask.
 from __future__ import annotations
 
 import os
-import sys
 import queue
 import socket
 import threading
@@ -29,6 +28,7 @@ from ...graph.execution_plan import ExecutionPlan
 from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ...runtime.task import StreamTask
 from ...runtime.task_builder import build_task
+from ...runtime.task_threads import run_task_threads
 from ...time.clock import SystemClock
 from .auth import MessageAuth
 from .control import CANCEL, FAILED, FINISHED, REGISTER, START, ControlClient
@@ -207,41 +207,19 @@ def _failure_info(error: BaseException, task_name: str, subtask: int,
 
 def _run_tasks(tasks: list[StreamTask], control: ControlClient,
                cancelled: threading.Event) -> None:
-    events: queue.Queue[tuple[StreamTask, BaseException | None]] = queue.Queue()
-
-    def run(task: StreamTask) -> None:
-        try:
-            task.run()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            events.put((task, e))
-            return
-        events.put((task, None))
-
-    threads = [threading.Thread(target=run, args=(t,), daemon=True,
-                                name=f"lockgate {t.name} ({t.subtask_index})") for t in tasks]
-    for th in threads:
-        th.start()
-    pending = len(tasks)
-    while pending:
-        task, error = events.get()
-        pending -= 1
-        if error is None:
-            continue
+    def report(task: StreamTask, error: BaseException, tb: str) -> None:
         if not isinstance(error, TaskCancelledError):
             control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
-        for t in tasks:
-            t.cancel()
-        deadline = time.monotonic() + 5
-        for th in threads:
-            th.join(max(0.0, deadline - time.monotonic()))
-        if not isinstance(error, TaskCancelledError):
-            # Let the other slots close their operators (the driver cancels them) before this
-            # Spark task fails and Spark kills the rest of the stage.
-            cancelled.wait(2.0)
-        if isinstance(error, TaskCancelledError):
-            raise error
-        raise SlotFailed(
-            f"subtask {task.name} ({task.subtask_index}) failed: {type(error).__name__}: {error}"
-        ) from error
-    for th in threads:
-        th.join()
+
+    failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report)
+    if failure is None:
+        return
+    task, error, _ = failure
+    if isinstance(error, TaskCancelledError):
+        raise error
+    # Let the other slots close their operators (the driver cancels them) before this
+    # Spark task fails and Spark kills the rest of the stage.
+    cancelled.wait(2.0)
+    raise SlotFailed(
+        f"subtask {task.name} ({task.subtask_index}) failed: {type(error).__name__}: {error}"
+    ) from error
