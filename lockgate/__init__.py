@@ -4,6 +4,9 @@ Public names only; everything else is internal and may change.
 """
 
 from . import connectors
+from .api.job_client import JobClient
+from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
+from .checkpoint.types import CheckpointStats, SubtaskCheckpointMetrics
 from .api.datastream import DataStream, DataStreamSink, KeyedStream
 from .api.environment import StreamEnvironment
 from .api.functions import (
@@ -16,6 +19,7 @@ from .api.functions import (
 )
 from .api.output_tag import DEAD_LETTER, OutputTag
 from .errors import (
+    CheckpointFailedError,
     ConfigurationError,
     CorruptStreamError,
     FailureReason,
@@ -43,6 +47,10 @@ from .time.clock import Clock, ManualClock, SystemClock
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointConfig",
+    "CheckpointFailedError",
+    "CheckpointStats",
+    "CheckpointingMode",
     "Clock",
     "ConfigurationError",
     "CorruptStreamError",
@@ -50,11 +58,13 @@ __all__ = [
     "DataStream",
     "DataStreamSink",
     "ExecutionConfig",
+    "ExternalizedRetention",
     "FailureReason",
     "FilterFunction",
     "FlatMapFunction",
     "Function",
     "InvalidGraphError",
+    "JobClient",
     "JobExecutionResult",
     "JobFailedError",
     "JobStatus",
@@ -70,6 +80,7 @@ __all__ = [
     "RuntimeContext",
     "StateDescriptor",
     "StreamEnvironment",
+    "SubtaskCheckpointMetrics",
     "SystemClock",
     "UnsupportedKeyError",
     "UserFunctionError",

@@ -56,6 +56,10 @@ class TaskCancelledError(LockgateError, RuntimeError):
     """Raised inside a subtask when the job cancels it; never reaches users."""
 
 
+class CheckpointFailedError(LockgateError, RuntimeError):
+    """Checkpoints failed more often in a row than ``tolerable_failures`` allows (M-C6)."""
+
+
 class FailureReason(enum.Enum):
     """Why a job or an attempt failed."""
 
@@ -63,6 +67,7 @@ class FailureReason(enum.Enum):
     MALFORMED_INPUT = "a source met malformed input"
     TASK_LOST = "a task stopped without reporting"
     CANCELLED = "the job was cancelled"
+    CHECKPOINT = "checkpoints failed more often than tolerated"
     INTERNAL = "an internal error"
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import logging
 import os
+import tempfile
 from typing import Any, Iterable
 
+from ..checkpoint.config import CheckpointConfig, CheckpointingMode
+from ..checkpoint.storage import open_storage
 from ..connectors.base import Source
 from ..errors import ConfigurationError
 from ..executor.result import JobExecutionResult
@@ -19,6 +24,9 @@ from ..runtime.operators.base import OperatorFactory
 from ..runtime.operators.io import SourceOperator
 from ..time.durations import Duration, to_millis
 from .datastream import DataStream, _check_parallelism
+from .job_client import JobClient
+
+log = logging.getLogger(__name__)
 
 
 class StreamEnvironment:
@@ -44,6 +52,7 @@ class StreamEnvironment:
         self.parallelism = _check_parallelism(parallelism, "parallelism")
         self.config = config or ExecutionConfig()
         self.executor = executor
+        self._checkpoint_config = CheckpointConfig()
         self._transformations: list[Transformation] = []
 
     # -- configuration -----------------------------------------------------------
@@ -59,6 +68,29 @@ class StreamEnvironment:
         """The longest a record waits in an output buffer (default 100 ms; 0 flushes each batch)."""
         self.config.buffer_timeout_ms = to_millis(timeout, "buffer timeout")
         return self
+
+    def enable_checkpointing(
+        self, interval: Duration, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
+    ) -> "StreamEnvironment":
+        """Take a checkpoint every ``interval`` (``timedelta`` or ms) with ``mode``.
+        Further settings are in :attr:`checkpoint_config`."""
+        to_millis(interval, "checkpoint interval", allow_zero=False)
+        if not isinstance(mode, CheckpointingMode):
+            raise ConfigurationError(
+                f"checkpointing mode must be lg.CheckpointingMode.EXACTLY_ONCE or "
+                f"AT_LEAST_ONCE, got {mode!r}"
+            )
+        self._checkpoint_config.interval = interval
+        self._checkpoint_config.mode = mode
+        self._checkpoint_config.validate()
+        return self
+
+    @property
+    def checkpoint_config(self) -> CheckpointConfig:
+        """The checkpoint settings (storage, min_pause, timeout, max_concurrent,
+        tolerable_failures, unaligned, aligned_timeout, retained, externalized);
+        validated when the job is built."""
+        return self._checkpoint_config
 
     def disable_operator_chaining(self) -> "StreamEnvironment":
         self.config.chaining = False
@@ -114,8 +146,24 @@ class StreamEnvironment:
         return build_job_graph(order, self.parallelism, self.max_parallelism, self.config.chaining)
 
     def get_execution_plan(self, job_name: str = "lockgate job") -> ExecutionPlan:
+        self._checkpoint_config.validate()
         graph = self.get_job_graph()
-        return build_execution_plan(job_name, graph, self.config)
+        return build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
+
+    def _plan_checkpoint_config(self) -> CheckpointConfig | None:
+        """A copy of the checkpoint settings for one run, its storage resolved: without
+        one, checkpoints go to a fresh temporary directory on this machine."""
+        cfg = self._checkpoint_config
+        if not cfg.enabled:
+            return None
+        resolved = copy.copy(cfg)
+        if resolved.storage is None:
+            resolved.storage = tempfile.mkdtemp(prefix="lockgate-checkpoints-")
+            log.info("checkpoint_config.storage is not set: checkpoints go to %s",
+                     resolved.storage)
+        # absolute, and checked once here: slots open it by this URL
+        resolved.storage = open_storage(resolved.storage).url
+        return resolved
 
     # -- execution -----------------------------------------------------------------
     def execute(self, job_name: str = "lockgate job", *, executor: Any = None) -> JobExecutionResult:
@@ -129,6 +177,19 @@ class StreamEnvironment:
         plan = self.get_execution_plan(job_name)
         chosen = executor or self.executor or default_executor()
         return chosen.execute(plan)
+
+    def execute_async(self, job_name: str = "lockgate job", *,
+                      executor: Any = None) -> JobClient:
+        """Build the job and start it in the background; the returned
+        :class:`JobClient` waits for it, cancels it and lists its checkpoints.
+
+        Raises ``InvalidGraphError`` for a bad graph before anything runs.
+        """
+        if not isinstance(job_name, str) or not job_name:
+            raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
+        plan = self.get_execution_plan(job_name)
+        chosen = executor or self.executor or default_executor()
+        return JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle))
 
 
 _shared_spark_executor: Any = None

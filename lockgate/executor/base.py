@@ -5,7 +5,12 @@ from __future__ import annotations
 import traceback
 from typing import Any, Protocol
 
-from ..errors import FailureReason, JobFailedError, MalformedRecordError, UserFunctionError
+from ..errors import (
+    FailureReason,
+    JobFailedError,
+    MalformedRecordError,
+    UserFunctionError,
+)
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.metrics import OperatorCounters, OperatorMetrics
 from .result import JobExecutionResult, JobStatus
@@ -100,3 +105,25 @@ def finished_result(
         sink_results=merge_sink_results(plan, results),
         attempts=attempts,
     )
+
+
+def cancelled_result(plan: ExecutionPlan, duration_ms: float) -> JobExecutionResult:
+    """The result of a job stopped by ``JobClient.cancel()``."""
+    return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
+                              duration_ms=duration_ms)
+
+
+def checkpoint_failure(job_name: str, error: BaseException) -> JobFailedError:
+    """The ``JobFailedError`` of a job failed by its checkpoint coordinator (M-C6)."""
+    return JobFailedError(f"job '{job_name}' failed: {error}", reason=FailureReason.CHECKPOINT)
+
+
+def checkpoint_run(plan: ExecutionPlan, gateway: Any, clock: Any) -> Any:
+    """The attempt's :class:`~lockgate.executor.checkpointing.CheckpointRun`, or None when
+    the plan has no checkpoints (imported lazily: jobs without checkpoints never load
+    the coordinator)."""
+    if not plan.checkpointing:
+        return None
+    from .checkpointing import CheckpointRun
+
+    return CheckpointRun(plan, gateway, clock)

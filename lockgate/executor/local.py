@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from ..errors import JobFailedError
+from ..errors import FailureReason, JobFailedError, TaskCancelledError
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ..runtime.metrics import OperatorCounters
@@ -21,7 +21,15 @@ from ..runtime.task import StreamTask
 from ..runtime.task_builder import build_task
 from ..runtime.task_threads import run_task_threads
 from ..time.clock import Clock, SystemClock
-from .base import failure_error, finished_result, user_cause
+from .base import (
+    cancelled_result,
+    checkpoint_failure,
+    checkpoint_run as _checkpoint_run,
+    failure_error,
+    finished_result,
+    user_cause,
+)
+from .job_handle import JobHandle
 from .result import JobExecutionResult
 
 log = logging.getLogger(__name__)
@@ -43,8 +51,12 @@ class LocalExecutor:
     def __repr__(self) -> str:
         return "LocalExecutor()"
 
-    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0) -> JobExecutionResult:
+    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
+                handle: JobHandle | None = None) -> JobExecutionResult:
         started = time.monotonic()
+        handle = handle or JobHandle()
+        gateway = _LocalGateway()
+        run = _checkpoint_run(plan, gateway, self.clock)
         channels: dict[tuple[int, int, int], LocalChannel] = {}
         for edge in plan.edges.values():
             for p, c in edge.channel_pairs():
@@ -68,13 +80,35 @@ class LocalExecutor:
                     tasks.append(build_task(
                         plan, v, i, output_channels=outputs, input_channels=inputs,
                         signal=threading.Event(), clock=self.clock, attempt_number=attempt_number,
+                        storage=run.storage if run else None, responder=run,
                     ))
                 except Exception as e:
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
+        gateway.tasks = {t.key: t for t in tasks}
 
-        failure = run_task_threads(tasks, join_timeout_s=self.join_timeout_s)
+        def started_all() -> None:
+            handle.running.set()
+            if run is not None:
+                run.start([t.key for t in tasks])
+
+        def finished(task: StreamTask) -> None:
+            if run is not None:
+                run.task_finished(task.key)
+
+        handle.attach(run.coordinator if run else None, gateway.cancel_all)
+        try:
+            failure = run_task_threads(tasks, join_timeout_s=self.join_timeout_s,
+                                       on_started=started_all, on_finished=finished)
+        finally:
+            handle.detach()
+            if run is not None:
+                run.stop(cancelled=handle.cancel_requested.is_set())
         if failure is not None:
             task, error, _ = failure
+            if gateway.job_error is not None:
+                raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
+            if isinstance(error, TaskCancelledError) and handle.cancel_requested.is_set():
+                return cancelled_result(plan, (time.monotonic() - started) * 1000)
             raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (
                 user_cause(error)
             )
@@ -85,4 +119,32 @@ class LocalExecutor:
         return finished_result(plan, (time.monotonic() - started) * 1000, counters, results)
 
 
-__all__ = ["LocalExecutor", "JobFailedError"]
+class _LocalGateway:
+    """Delivers the coordinator's triggers and notices to the subtasks' mailboxes."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[tuple[int, int], StreamTask] = {}
+        self.job_error: BaseException | None = None
+
+    def trigger_source(self, task: tuple[int, int], barrier: Any) -> None:
+        self.tasks[task].trigger_checkpoint(barrier)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        for t in self.tasks.values():
+            t.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int, reason: Any) -> None:
+        for t in self.tasks.values():
+            t.notify_checkpoint_aborted(checkpoint_id)
+
+    def fail_job(self, error: BaseException) -> None:
+        if self.job_error is None:
+            self.job_error = error
+        self.cancel_all()
+
+    def cancel_all(self) -> None:
+        for t in self.tasks.values():
+            t.cancel()
+
+
+__all__ = ["LocalExecutor", "JobFailedError", "FailureReason"]

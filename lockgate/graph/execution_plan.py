@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import cloudpickle
 
+from ..checkpoint.config import CheckpointConfig
 from ..runtime.config import ExecutionConfig
 from ..runtime.partitioners import PartitionerSpec
 from .job_graph import JobGraph
@@ -81,6 +82,16 @@ class ExecutionPlan:
     config: ExecutionConfig
     #: uid -> operator name, for every operator
     operator_names: dict[str, str]
+    #: periodic checkpoints (None: disabled); ``storage`` is resolved to a URL
+    checkpoint: CheckpointConfig | None = None
+
+    @property
+    def checkpointing(self) -> bool:
+        return self.checkpoint is not None and self.checkpoint.enabled
+
+    def source_tasks(self) -> list[tuple[int, int]]:
+        """(vertex id, subtask) of every source subtask: the ones checkpoints trigger (M-C3)."""
+        return [(v.id, i) for v in self.vertices if v.is_source for i in range(v.parallelism)]
 
     @property
     def num_slots(self) -> int:
@@ -110,7 +121,8 @@ class ExecutionPlan:
         return "\n".join(lines)
 
 
-def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig) -> ExecutionPlan:
+def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig,
+                         checkpoint: CheckpointConfig | None = None) -> ExecutionPlan:
     edges: dict[int, EdgePlan] = {}
     for e in graph.edges.values():
         if e.chained:
@@ -152,4 +164,4 @@ def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig
             operators=ops, in_edges=list(v.in_edges), out_edges=list(v.out_edges),
             is_source=v.is_source,
         ))
-    return ExecutionPlan(job_name, vertices, edges, config, names)
+    return ExecutionPlan(job_name, vertices, edges, config, names, checkpoint)

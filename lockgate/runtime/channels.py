@@ -29,6 +29,11 @@ class OutputChannel(Protocol):
     def put(self, element: StreamElement) -> None:
         """Append ``element``; blocks while the channel is full (data only)."""
 
+    def put_priority(self, element: StreamElement) -> list[StreamElement]:
+        """Append ``element`` (an unaligned barrier) ahead of the data batches queued
+        after the last control element, without blocking; return those overtaken batches
+        (they stay queued behind it). Channels that cannot reorder return ``[]`` (M-B7)."""
+
     def has_capacity(self) -> bool:
         """Whether a data batch put now would be admitted without blocking."""
 
@@ -89,6 +94,24 @@ class LocalChannel:
         signal = self._consumer_signal
         if signal is not None:
             signal.set()
+
+    def put_priority(self, element: StreamElement) -> list[StreamElement]:
+        """Insert ``element`` in front of the batches queued after the last control
+        element (so it never overtakes a barrier, watermark or end of partition) and
+        return the batches it overtook. Never blocks (M-B7)."""
+        with self._lock:
+            if self._cancelled:
+                raise TaskCancelledError(f"{self.name} was cancelled")
+            queue = self._queue
+            position = len(queue)
+            while position > 0 and queue[position - 1][1] > 0:
+                position -= 1
+            overtaken = [queue[i][0] for i in range(position, len(queue))]
+            queue.insert(position, (element, 0))
+        signal = self._consumer_signal
+        if signal is not None:
+            signal.set()
+        return overtaken
 
     def has_capacity(self) -> bool:
         return self._bytes < self.capacity_bytes

@@ -18,12 +18,14 @@ class Mailbox:
         self._signal = signal
         self._closed = False
 
-    def put(self, action: Callable[[], None], description: str = "mail") -> None:
-        """Queue ``action``; it runs in the task thread before the next batch."""
+    def put(self, action: Callable[[], None], description: str = "mail") -> bool:
+        """Queue ``action``; it runs in the task thread before the next batch. Returns
+        False (and drops it) when the task has finished."""
         if self._closed:
-            return
+            return False
         self._mails.append((description, action))
         self._signal.set()
+        return True
 
     def run_pending(self) -> int:
         """Run every queued action, oldest first; return how many ran."""

@@ -102,5 +102,16 @@ class RecordWriter:
         for channel in self.channels:
             channel.put(element)
 
+    def broadcast_priority(self, element: StreamElement) -> list[Batch]:
+        """Send ``element`` (an unaligned barrier) to every channel ahead of the data not
+        yet consumed: the buffered batches and those queued in the channels stay behind
+        it. Returns every overtaken batch: they are the output in-flight state of the
+        checkpoint (M-B7). Never blocks on a full channel."""
+        overtaken: list[Batch] = []
+        for target, channel in enumerate(self.channels):
+            overtaken.extend(channel.put_priority(element))
+            overtaken.extend(self._pending[target])
+        return overtaken
+
     def is_available(self) -> bool:
         return all(c.has_capacity() for c in self.channels)

@@ -10,12 +10,19 @@ set, with a timeout no later than the next buffer flush.
 End of input (every input channel ended, or the source reported the end):
 the chain finishes, buffers are flushed and end of partition is sent on every
 output channel. A cancelled task raises ``TaskCancelledError`` from its loop.
+
+With checkpoints, the input goes through a barrier handler (aligned,
+unaligned or at-least-once, M-B1) that may block channels and trigger the
+snapshot; a source is triggered through its mailbox, so its snapshot never
+interleaves with emitting a batch (M-T1).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
 from ..errors import TaskCancelledError
 from ..time.clock import Clock
@@ -25,6 +32,11 @@ from .elements import END_OF_PARTITION, StreamElement
 from .input_gate import InputGate
 from .mailbox import Mailbox
 from .record_writer import RecordWriter
+
+if TYPE_CHECKING:
+    from ..checkpoint.barriers.base import BarrierHandler
+    from ..checkpoint.subtask_checkpointer import SubtaskCheckpointer
+    from ..runtime.elements import CheckpointBarrier
 
 
 class StreamTask:
@@ -48,6 +60,51 @@ class StreamTask:
         self.mailbox = Mailbox(signal)
         self._cancelled = False
         self.finished = False
+        #: the task processes records (after open, before finish)
+        self.running = False
+        #: (vertex id, subtask index), set by the builder
+        self.key: tuple[int, int] = (-1, subtask_index)
+        self.checkpointer: SubtaskCheckpointer | None = None
+        self.barrier_handler: BarrierHandler | None = None
+        self._input: Any = input_gate  # the gate, or a CheckpointedInputGate around it
+
+    def enable_checkpoints(self, checkpointer: "SubtaskCheckpointer",
+                           handler: "BarrierHandler | None", checked_input: Any) -> None:
+        """Route barriers of the input through ``handler`` (``checked_input`` wraps the
+        gate) and snapshots through ``checkpointer``."""
+        self.checkpointer = checkpointer
+        self.barrier_handler = handler
+        if checked_input is not None:
+            self._input = checked_input
+
+    # checkpoint entry points (any thread) -------------------------------------------
+    def trigger_checkpoint(self, barrier: "CheckpointBarrier") -> None:
+        """A source's trigger: runs in the task thread between two batches (M-T1); a task
+        that is not running declines (M-T2)."""
+        cp = self.checkpointer
+        if cp is None:
+            return
+
+        def run() -> None:
+            if self.running:
+                cp.trigger_source(barrier)
+            else:
+                cp.decline_not_running(barrier)
+
+        if not self.mailbox.put(run, f"trigger checkpoint {barrier.checkpoint_id}"):
+            cp.responder.decline(cp.task, barrier.checkpoint_id,
+                                 CheckpointFailureReason.TASK_NOT_RUNNING)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        cp = self.checkpointer
+        if cp is not None:
+            self.mailbox.put(lambda: cp.notify_complete(checkpoint_id), "checkpoint complete")
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        cp = self.checkpointer
+        if cp is not None:
+            cp.cancel(checkpoint_id)
+            self.mailbox.put(lambda: cp.notify_aborted(checkpoint_id), "checkpoint aborted")
 
     # control ---------------------------------------------------------------
     def cancel(self) -> None:
@@ -70,12 +127,14 @@ class StreamTask:
         error: BaseException | None = None
         try:
             self.chain.open()
+            self.running = True
             source = self.chain.source
             if source is not None:
                 self._run_source(source)
             else:
                 self._run_inputs()
             self._check_cancelled()
+            self.running = False
             self.chain.finish()
             for w in self.writers:
                 w.broadcast_event(END_OF_PARTITION)
@@ -84,7 +143,10 @@ class StreamTask:
             error = e
             raise
         finally:
+            self.running = False
             self.mailbox.close()
+            if self.checkpointer is not None:
+                self.checkpointer.close()
             close_error = self.chain.close()
             if error is None and close_error is not None:
                 raise close_error
@@ -157,16 +219,27 @@ class StreamTask:
     def _run_inputs(self) -> None:
         gate = self.input_gate
         assert gate is not None
+        source = self._input
         head = self.chain.head
         indexes = gate.input_indexes
+        handler = self.barrier_handler
         while True:
             if not self._start_turn():
                 continue
-            item = gate.poll()
+            due = None
+            if handler is not None:
+                due = handler.next_deadline_ms()
+                if due is not None and due <= self.clock.monotonic_ms():
+                    handler.on_time()  # the alignment timed out (M-B8)
+                    continue
+            item = source.poll()
             if item is None:
                 if gate.finished:
                     return
-                self._wait(self._flush_due())
+                deadline = self._flush_due()
+                if due is not None:
+                    deadline = due if deadline is None else min(deadline, due)
+                self._wait(deadline)
                 continue
             channel, element = item
             if is_batch(element):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 
+from typing import TYPE_CHECKING
+
 from ..graph.execution_plan import ExecutionPlan, VertexPlan
 from ..time.clock import Clock
 from .chain import OperatorChain
@@ -15,6 +17,10 @@ from .channels import InputChannel, OutputChannel
 from .input_gate import InputGate
 from .record_writer import RecordWriter
 from .task import StreamTask
+
+if TYPE_CHECKING:
+    from ..checkpoint.storage import CheckpointStorage
+    from ..checkpoint.subtask_checkpointer import CheckpointResponder
 
 
 def build_task(
@@ -27,9 +33,12 @@ def build_task(
     signal: threading.Event,
     clock: Clock,
     attempt_number: int = 0,
+    storage: "CheckpointStorage | None" = None,
+    responder: "CheckpointResponder | None" = None,
 ) -> StreamTask:
     """``output_channels[edge]`` lists the edge's channels in consumer-subtask order;
-    ``input_channels`` pairs each input channel with its logical input index."""
+    ``input_channels`` pairs each input channel with its logical input index. With
+    checkpoints enabled in the plan, ``storage`` and ``responder`` are required."""
     cfg = plan.config
     writers: dict[int, RecordWriter] = {}
     for edge_id in vertex.out_edges:
@@ -52,6 +61,36 @@ def build_task(
         vertex, subtask_index, writers, job_name=plan.job_name,
         attempt_number=attempt_number, clock=clock,
     )
-    return StreamTask(
+    task = StreamTask(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
+    task.key = (vertex.id, subtask_index)
+    if plan.checkpointing:
+        if storage is None or responder is None:
+            raise ValueError("a checkpointed plan needs checkpoint storage and a responder")
+        _enable_checkpoints(plan, vertex, task, storage, responder, clock)
+    return task
+
+
+def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTask,
+                        storage: "CheckpointStorage", responder: "CheckpointResponder",
+                        clock: Clock) -> None:
+    from ..checkpoint.barriers.factory import create_barrier_handler
+    from ..checkpoint.subtask_checkpointer import SubtaskCheckpointer
+    from .checkpointed_input import CheckpointedInputGate
+
+    cfg = plan.checkpoint
+    assert cfg is not None
+    checkpointer = SubtaskCheckpointer(
+        (vertex.id, task.subtask_index), vertex.name, task.chain.operators, task.writers,
+        storage, responder, clock,
+    )
+    handler = None
+    checked = None
+    if task.input_gate is not None:
+        handler = create_barrier_handler(
+            cfg.mode, unaligned=cfg.unaligned, aligned_timeout_ms=cfg.aligned_timeout_ms,
+            num_channels=task.input_gate.num_channels, actions=checkpointer, clock=clock,
+        )
+        checked = CheckpointedInputGate(task.input_gate, handler, checkpointer)
+    task.enable_checkpoints(checkpointer, handler, checked)

@@ -28,14 +28,19 @@ def run_task_threads(
     *,
     join_timeout_s: float,
     on_failure: Callable[[StreamTask, BaseException, str], None] | None = None,
+    on_started: Callable[[], None] | None = None,
+    on_finished: Callable[[StreamTask], None] | None = None,
 ) -> Failure | None:
     """Run ``tasks`` to their end; return the first failure (task, error, traceback), or
-    None when every task finished."""
+    None when every task finished. ``on_started`` runs once every thread started;
+    ``on_finished(task)`` in a task's thread when it finished normally."""
     events: queue.Queue[tuple[StreamTask, BaseException | None, str]] = queue.Queue()
 
     def run(task: StreamTask) -> None:
         try:
             task.run()
+            if on_finished is not None:
+                on_finished(task)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             events.put((task, e, traceback.format_exc()))
             return
@@ -48,6 +53,8 @@ def run_task_threads(
     ]
     for th in threads:
         th.start()
+    if on_started is not None:
+        on_started()
     for _ in tasks:
         task, error, tb = events.get()
         if error is None:

@@ -36,6 +36,14 @@ HEARTBEAT = "heartbeat"
 FAILED = "failed"
 FINISHED = "finished"
 CANCEL = "cancel"
+# checkpoints: driver -> slot
+TRIGGER = "trigger"
+CHECKPOINT_COMPLETE = "checkpoint-complete"
+CHECKPOINT_ABORTED = "checkpoint-aborted"
+# checkpoints: slot -> driver
+ACK = "ack"
+DECLINE = "decline"
+TASK_FINISHED = "task-finished"
 
 
 @dataclass
@@ -86,6 +94,9 @@ class ControlServer:
         self.generation = generation
         self.num_slots = num_slots
         self.events: queue.Queue[ControlEvent] = queue.Queue()
+        #: called in the server thread for every event; returning True consumes it
+        #: (checkpoint acknowledgements reach the coordinator without a hop)
+        self.dispatch: Callable[[ControlEvent], bool] | None = None
         self.rejected: Counter[str] = Counter()
         self.registrations: dict[int, Any] = {}
         self.last_heartbeat: dict[int, float] = {}
@@ -191,7 +202,11 @@ class ControlServer:
         if type_ == FINISHED:
             self.finished.add(slot)
         if type_ != HEARTBEAT:
-            self.events.put(ControlEvent(type_, slot, payload, now))
+            event = ControlEvent(type_, slot, payload, now)
+            dispatch = self.dispatch
+            if dispatch is not None and dispatch(event):
+                return
+            self.events.put(event)
 
     def close(self) -> None:
         self._stop.set()

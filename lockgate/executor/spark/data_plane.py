@@ -57,6 +57,11 @@ class ZmqOutputChannel:
                 self.blocked_puts += 1
                 self.socket.poll(_SEND_POLL_MS, zmq.POLLOUT)
 
+    def put_priority(self, element: StreamElement) -> list[StreamElement]:
+        """Messages already handed to ZeroMQ cannot be overtaken: send in order."""
+        self.put(element)
+        return []
+
     def has_capacity(self) -> bool:
         return bool(self.socket.poll(0, zmq.POLLOUT))
 
@@ -80,6 +85,7 @@ class ZmqInputChannel:
         self.generation = generation
         self.name = name
         self.dropped = 0
+        self._signal: Any = None
 
     def poll(self) -> StreamElement | None:
         while True:
@@ -95,7 +101,17 @@ class ZmqInputChannel:
                 log.warning("%s: dropped a data message: %s", self.name, e)
 
     def set_consumer_signal(self, signal: threading.Event) -> None:
-        pass  # the task's SocketSignal polls this channel's socket
+        self._signal = signal  # a SocketSignal polling this channel's socket
+
+    def pause(self) -> None:
+        """The channel is blocked (alignment): stop waking the task for its messages,
+        which wait in the socket (bounded by the high-water mark)."""
+        if hasattr(self._signal, "unwatch"):
+            self._signal.unwatch(self.socket)
+
+    def resume(self) -> None:
+        if hasattr(self._signal, "watch"):
+            self._signal.watch(self.socket)
 
     def cancel(self) -> None:
         pass

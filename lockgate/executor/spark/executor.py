@@ -24,12 +24,34 @@ from typing import Any
 
 import cloudpickle
 
-from ...errors import FailureReason, JobFailedError, UserFunctionError
+from ...checkpoint.types import TaskAcknowledgement
+from ...errors import ConfigurationError, FailureReason, JobFailedError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
-from ..base import failure_error, finished_result, user_cause
+from ...time.clock import SystemClock
+from ..base import (
+    cancelled_result,
+    checkpoint_failure,
+    checkpoint_run as _checkpoint_run,
+    failure_error,
+    finished_result,
+    user_cause,
+)
+from ..job_handle import JobHandle
 from ..result import JobExecutionResult
 from .auth import MessageAuth, new_secret
-from .control import CANCEL, FAILED, REGISTER, ControlServer
+from .control import (
+    ACK,
+    CANCEL,
+    CHECKPOINT_ABORTED,
+    CHECKPOINT_COMPLETE,
+    DECLINE,
+    FAILED,
+    REGISTER,
+    TASK_FINISHED,
+    TRIGGER,
+    ControlEvent,
+    ControlServer,
+)
 from .session import check_session, create_session, is_loopback, wait_for_slots
 from .slot import SlotJob
 
@@ -89,11 +111,15 @@ class SparkExecutor:
         sc.addPyFile(archive)
         self._shipped = True
 
-    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0) -> JobExecutionResult:
+    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
+                handle: JobHandle | None = None) -> JobExecutionResult:
         started = time.monotonic()
+        handle = handle or JobHandle()
         spark = self.spark
         sc = spark.sparkContext
         check_session(sc)
+        if plan.checkpointing:
+            _check_storage_reachable(plan, sc.master)
         wait_for_slots(sc, plan.num_slots, self.slot_wait_timeout_s)
         self._ship(sc)
         self._generation += 1
@@ -104,6 +130,11 @@ class SparkExecutor:
         server = ControlServer(host, MessageAuth(secret), gen, plan.num_slots)
         self.control = server
         self.running.clear()
+        gateway = _SparkGateway(server)
+        run = _checkpoint_run(plan, gateway, SystemClock())
+        if run is not None:
+            server.dispatch = _checkpoint_dispatch(run)
+        handle.attach(run.coordinator if run else None, lambda: None)
         job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen,
                       attempt_number=attempt_number)
         group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"
@@ -121,16 +152,23 @@ class SparkExecutor:
 
         thread = threading.Thread(target=submit, name="lockgate spark job", daemon=True)
         thread.start()
+        cancelled = False
         try:
-            results = self._watch(plan, server, outcome, gen)
-        except BaseException:
+            results = self._watch(plan, server, outcome, gen, handle, run, gateway)
+        except BaseException as e:
+            cancelled = isinstance(e, _CancelRequested)
             server.send(None, CANCEL)
             thread.join(3)  # slots close their operators and end by themselves, usually
             sc.cancelJobGroup(group)
             thread.join(30)
             self._await_workers_gone(master, server)
+            if cancelled:
+                return cancelled_result(plan, (time.monotonic() - started) * 1000)
             raise
         finally:
+            if run is not None:
+                run.stop(cancelled=cancelled)
+            handle.detach()
             server.close()
             self.control = None
             self.running.clear()
@@ -139,8 +177,13 @@ class SparkExecutor:
         return finished_result(plan, (time.monotonic() - started) * 1000, counters, sink_results)
 
     def _watch(self, plan: ExecutionPlan, server: ControlServer,
-               outcome: "queue.Queue[tuple[str, Any]]", gen: int) -> list[dict[str, Any]]:
+               outcome: "queue.Queue[tuple[str, Any]]", gen: int, handle: JobHandle,
+               run: Any, gateway: "_SparkGateway") -> list[dict[str, Any]]:
         while True:
+            if handle.cancel_requested.is_set():
+                raise _CancelRequested()
+            if gateway.job_error is not None:
+                raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
             try:
                 kind, value = outcome.get(timeout=0.05)
             except queue.Empty:
@@ -156,6 +199,9 @@ class SparkExecutor:
                     break
                 if event.type == REGISTER and len(server.registrations) == plan.num_slots:
                     self.running.set()
+                    handle.running.set()
+                    if run is not None:
+                        run.start(plan.subtasks())
                 if event.type == FAILED:
                     raise _reported_failure(plan, event.payload)
             now = time.monotonic()
@@ -199,6 +245,71 @@ class SparkExecutor:
                 time.sleep(0.05)  # bounded wait for Spark to kill the workers
         if pids:
             log.warning("slot python workers still alive after cancel: %s", pids)
+
+
+class _CancelRequested(Exception):
+    """``JobClient.cancel()`` was called."""
+
+
+class _SparkGateway:
+    """Sends the coordinator's triggers and notices to the slots (slot i hosts subtask i
+    of every vertex)."""
+
+    def __init__(self, server: ControlServer) -> None:
+        self.server = server
+        self.job_error: BaseException | None = None
+
+    def trigger_source(self, task: tuple[int, int], barrier: Any) -> None:
+        self.server.send(task[1], TRIGGER, (task, barrier))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.server.send(None, CHECKPOINT_COMPLETE, checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int, reason: Any) -> None:
+        self.server.send(None, CHECKPOINT_ABORTED, checkpoint_id)
+
+    def fail_job(self, error: BaseException) -> None:
+        if self.job_error is None:
+            self.job_error = error
+
+
+def _checkpoint_dispatch(run: Any) -> Any:
+    """Hands checkpoint messages from slots straight to the coordinator."""
+
+    def dispatch(event: ControlEvent) -> bool:
+        if event.type == ACK and isinstance(event.payload, TaskAcknowledgement):
+            run.acknowledge(event.payload)
+            return True
+        if event.type == DECLINE:
+            task, checkpoint_id, reason = event.payload
+            run.decline(tuple(task), checkpoint_id, reason)
+            return True
+        if event.type == TASK_FINISHED:
+            run.task_finished(tuple(event.payload))
+            return True
+        return False
+
+    return dispatch
+
+
+def _check_storage_reachable(plan: ExecutionPlan, master: str) -> None:
+    """Slots write checkpoint files themselves: off a loopback cluster the storage must be
+    one every executor reaches."""
+    url = plan.checkpoint.storage if plan.checkpoint else None
+    if url is not None and url.startswith("memory://"):
+        raise ConfigurationError(
+            f"checkpoint storage {url!r} lives in one process, but Spark slots are processes "
+            "of their own: set checkpoint_config.storage to a directory or filesystem URL"
+        )
+    if is_loopback(master) or url is None:
+        return
+    if "://" not in url:
+        raise ConfigurationError(
+            f"checkpoint storage {url!r} is a local path, but the Spark master {master!r} "
+            "runs executors on other machines: set checkpoint_config.storage to a "
+            "filesystem every executor reaches (s3://..., hdfs://..., or file:///path on "
+            "a mount shared by every machine)"
+        )
 
 
 def _alive(pid: int) -> bool:

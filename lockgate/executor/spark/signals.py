@@ -50,6 +50,17 @@ class SocketSignal:
         self._poller.register(self._waker.fd, zmq.POLLIN)
         self._closed = False
 
+    def watch(self, socket: Any) -> None:
+        """Wake on ``socket`` again (after ``unwatch``)."""
+        self._poller.register(socket, zmq.POLLIN)
+
+    def unwatch(self, socket: Any) -> None:
+        """Stop waking on ``socket`` (its channel is blocked)."""
+        try:
+            self._poller.unregister(socket)
+        except KeyError:
+            pass
+
     def set(self) -> None:
         self._flag = True
         self._waker.wake()

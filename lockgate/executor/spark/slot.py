@@ -23,6 +23,8 @@ from typing import Any
 import cloudpickle
 import zmq
 
+from ...checkpoint.storage import open_storage
+from ...checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from ...errors import TaskCancelledError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
 from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
@@ -31,7 +33,20 @@ from ...runtime.task_builder import build_task
 from ...runtime.task_threads import run_task_threads
 from ...time.clock import SystemClock
 from .auth import MessageAuth
-from .control import CANCEL, FAILED, FINISHED, REGISTER, START, ControlClient
+from .control import (
+    ACK,
+    CANCEL,
+    CHECKPOINT_ABORTED,
+    CHECKPOINT_COMPLETE,
+    DECLINE,
+    FAILED,
+    FINISHED,
+    REGISTER,
+    START,
+    TASK_FINISHED,
+    TRIGGER,
+    ControlClient,
+)
 from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
 from .signals import SocketSignal
 
@@ -76,8 +91,26 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     tasks: list[StreamTask] = []
 
     cancelled = threading.Event()
+    by_key: dict[tuple[int, int], StreamTask] = {}
 
     def on_message(type_: str, payload: Any) -> None:
+        if type_ == TRIGGER:
+            key, barrier = payload
+            task = by_key.get(tuple(key))
+            if task is not None:
+                task.trigger_checkpoint(barrier)
+            else:  # not deployed yet, or not here: not running (M-T2)
+                responder.decline(tuple(key), barrier.checkpoint_id,
+                                  CheckpointFailureReason.TASK_NOT_RUNNING)
+            return
+        if type_ == CHECKPOINT_COMPLETE:
+            for t in list(tasks):
+                t.notify_checkpoint_complete(payload)
+            return
+        if type_ == CHECKPOINT_ABORTED:
+            for t in list(tasks):
+                t.notify_checkpoint_aborted(payload)
+            return
         if type_ == CANCEL:
             cancelled.set()
             for t in list(tasks):
@@ -85,6 +118,9 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         inbox.put((type_, payload))
 
     control = ControlClient(job.control_endpoint, auth, gen, slot, on_message, job.heartbeat_s)
+    responder = _ControlResponder(control)
+    storage = (open_storage(plan.checkpoint.storage)
+               if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage else None)
     pulls: dict[ChannelKey, Any] = {}
     endpoints: dict[ChannelKey, str] = {}
     network_channels: list[Any] = []
@@ -135,9 +171,11 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
                 inputs.extend((in_channel((eid, p, i)), e.input_index) for p in e.producers_of(i))
             sockets = [c.socket for c, _ in inputs if isinstance(c, ZmqInputChannel)]
             signal: Any = SocketSignal(sockets) if sockets else threading.Event()
-            tasks.append(build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
-                                    signal=signal, clock=clock,
-                                    attempt_number=job.attempt_number))
+            task = build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
+                              signal=signal, clock=clock, attempt_number=job.attempt_number,
+                              storage=storage, responder=responder)
+            tasks.append(task)
+        by_key.update((t.key, t) for t in tasks)
         _run_tasks(tasks, control, cancelled)
         delivered = True
         control.send(FINISHED, None)
@@ -161,6 +199,21 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             if not sock.closed:
                 sock.close(linger=0)
         control.close()
+
+
+class _ControlResponder:
+    """Acknowledgements and declines travel to the driver's coordinator over the control
+    plane (thread-safe: the client queues them)."""
+
+    def __init__(self, control: ControlClient) -> None:
+        self.control = control
+
+    def acknowledge(self, ack: TaskAcknowledgement) -> None:
+        self.control.send(ACK, ack)
+
+    def decline(self, task: tuple[int, int], checkpoint_id: int,
+                reason: CheckpointFailureReason) -> None:
+        self.control.send(DECLINE, (task, checkpoint_id, reason))
 
 
 def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dict[Any, str]:
@@ -211,7 +264,11 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient,
         if not isinstance(error, TaskCancelledError):
             control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
 
-    failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report)
+    def finished(task: StreamTask) -> None:
+        control.send(TASK_FINISHED, task.key)
+
+    failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report,
+                               on_finished=finished)
     if failure is None:
         return
     task, error, _ = failure

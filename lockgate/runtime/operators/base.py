@@ -60,6 +60,23 @@ class StreamOperator:
     def finish(self) -> None:
         """End of input: emit whatever is still held. Not called on failure."""
 
+    # checkpoints (M-T1, M-T3, M-T4) ------------------------------------------------
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Emit what must precede the barrier of ``checkpoint_id`` (called before the
+        barrier is forwarded)."""
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """The synchronous part of a snapshot: None (no state), a picklable value that
+        later processing cannot change, or an object with ``materialize()`` (run in the
+        background, returns the picklable state) and ``release()``."""
+        return None
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed (every task acknowledged it)."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was aborted."""
+
     def close(self) -> None:
         """Release resources. Always called, after ``finish`` or after a failure."""
 

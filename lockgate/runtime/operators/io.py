@@ -82,6 +82,12 @@ class SourceOperator(StreamOperator):
     def wait_hint_ms(self) -> float | None:
         return self.reader.wait_hint_ms() if self.reader is not None else None
 
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """The reader's unfinished splits with their read positions (copies) (M-T4)."""
+        if self.reader is None:
+            return None
+        return {"splits": self.reader.snapshot_positions()}
+
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         raise RuntimeError("a source operator has no input")
 

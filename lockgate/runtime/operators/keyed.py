@@ -63,10 +63,14 @@ class KeyedProcessOperator(_FunctionOperator):
         self.key_selector = key_selector
 
     def open(self) -> None:
-        self.backend = HeapKeyedStateBackend(self.name)
+        self.backend = HeapKeyedStateBackend(self.name, self.ctx.max_parallelism)
         self.ctx._keyed_backend = self.backend
         self.element_ctx = ElementContext(self, None)
         super().open()
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """A copy-on-write view of the keyed state, grouped by key group (M-T3, M-T4)."""
+        return self.backend.snapshot()
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         rows = to_rows(batch)

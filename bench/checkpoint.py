@@ -1,0 +1,155 @@
+"""Checkpoint cost and checkpoint duration under backpressure, one JSON line per case.
+
+overhead   the keyed running-sum pipeline (sequence -> row map -> key_by ->
+           ValueState sum -> discarding sink, 1000 keys) without checkpoints and
+           with exactly-once checkpoints every second; ``ratio`` is the steady
+           throughput with checkpoints over the one without (target >= 0.95).
+backpressure  sequence -> rebalance -> a slow consumer (a fixed delay per batch)
+           -> sink, checkpoints every 500 ms, aligned and then unaligned; reports
+           the median end-to-end checkpoint duration and the in-flight bytes the
+           unaligned ones persisted (target: unaligned <= a tenth of aligned).
+
+Usage:
+    python bench/checkpoint.py [--executor local|spark] [--cases overhead,backpressure]
+                               [--records N] [--parallelism P] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+import lockgate as lg
+from lockgate.connectors import DiscardingSink, SequenceSource
+
+
+class RunningSum(lg.KeyedProcessFunction):
+    def open(self, ctx: lg.RuntimeContext) -> None:
+        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
+        t = self.total.value() + value["v"]
+        self.total.update(t)
+        yield {"k": ctx.current_key, "total": t}
+
+
+def to_row(x: int) -> dict:
+    return {"k": x % 1000, "v": x}
+
+
+def key_of(r: dict) -> int:
+    return r["k"]
+
+
+def slow(batch):  # type: ignore[no-untyped-def]
+    time.sleep(0.005)  # the slow consumer being measured
+    return batch
+
+
+def executor_for(name: str) -> object:
+    if name == "local":
+        return lg.LocalExecutor()
+    from lockgate.executor.spark import SparkExecutor
+
+    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
+                         conf={"spark.ui.enabled": "false"})
+
+
+def overhead_run(executor: object, records: int, parallelism: int,
+                 checkpoints: bool) -> tuple[float, int]:
+    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
+    if checkpoints:
+        env.enable_checkpointing(1000)
+        env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
+    (env.from_source(SequenceSource(0, records), name="numbers").uid("numbers")
+        .map(to_row).key_by(key_of).process(RunningSum()).uid("sums")
+        .sink_to(DiscardingSink()))
+    client = env.execute_async("checkpoint-overhead")
+    result = client.wait()
+    done = [c for c in client.checkpoints() if c.status == "completed"]
+    rate = result.operators["numbers"].emit_rate or 0.0
+    return rate, len(done)
+
+
+def overhead(executor: object, records: int, parallelism: int, repeat: int) -> dict:
+    base = max(overhead_run(executor, records, parallelism, False)[0] for _ in range(repeat))
+    runs = [overhead_run(executor, records, parallelism, True) for _ in range(repeat)]
+    best, count = max(runs)
+    return {
+        "case": "overhead", "executor": type(executor).__name__, "parallelism": parallelism,
+        "records": records, "steady_records_per_s_without": round(base),
+        "steady_records_per_s_with": round(best), "ratio": round(best / base, 3),
+        "checkpoints_completed": count, "interval_ms": 1000, "cores": os.cpu_count(),
+    }
+
+
+def backpressure(executor: object, parallelism: int, unaligned: bool, count: int) -> dict:
+    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
+    env.set_buffer_timeout(0)
+    env.enable_checkpointing(500)
+    cfg = env.checkpoint_config
+    cfg.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
+    cfg.unaligned = unaligned
+    cfg.timeout = 120_000
+    (env.from_source(SequenceSource(0, 10**12, batch_size=500), name="numbers").uid("numbers")
+        .rebalance().map_batches(slow, name="slow").uid("slow")
+        .sink_to(DiscardingSink()))
+    client = env.execute_async("checkpoint-backpressure")
+    done: list[lg.CheckpointStats] = []
+    deadline = time.monotonic() + 300
+    pause = threading.Event()
+    while time.monotonic() < deadline and not client.done():
+        done = [c for c in client.checkpoints() if c.status == "completed"]
+        if len(done) >= count + 1:
+            break
+        pause.wait(0.1)
+    client.cancel()
+    client.wait()
+    done = done[1:] or done  # the first one starts before backpressure has built up
+    durations = [c.duration_ms or 0.0 for c in done]
+    return {
+        "case": "backpressure", "mode": "unaligned" if unaligned else "aligned",
+        "executor": type(executor).__name__, "parallelism": parallelism,
+        "checkpoints": len(done),
+        "median_duration_ms": round(statistics.median(durations), 1) if durations else None,
+        "max_duration_ms": round(max(durations), 1) if durations else None,
+        "median_alignment_ms": round(statistics.median(
+            max((m.alignment_ms for m in c.subtasks.values()), default=0.0) for c in done), 1)
+        if done else None,
+        "persisted_inflight_bytes": sum(c.persisted_inflight_bytes for c in done),
+        "cores": os.cpu_count(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--executor", default="local", choices=["local", "spark"])
+    ap.add_argument("--cases", default="overhead,backpressure")
+    ap.add_argument("--records", type=int, default=12_000_000)
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--checkpoints", type=int, default=5)
+    args = ap.parse_args()
+    executor = executor_for(args.executor)
+    cases = args.cases.split(",")
+    if "overhead" in cases:
+        print(json.dumps(overhead(executor, args.records, args.parallelism, args.repeat)),
+              flush=True)
+    if "backpressure" in cases:
+        aligned = backpressure(executor, args.parallelism, False, args.checkpoints)
+        print(json.dumps(aligned), flush=True)
+        unaligned = backpressure(executor, args.parallelism, True, args.checkpoints)
+        if aligned["median_duration_ms"] and unaligned["median_duration_ms"] is not None:
+            unaligned["ratio_to_aligned"] = round(
+                unaligned["median_duration_ms"] / aligned["median_duration_ms"], 4)
+        print(json.dumps(unaligned), flush=True)
+
+
+if __name__ == "__main__":
+    main()

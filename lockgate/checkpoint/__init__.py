@@ -1,0 +1,1 @@
+"""Checkpoints: configuration, the coordinator, barrier handling, task-side snapshots, storage."""

@@ -1,0 +1,155 @@
+"""Checkpoint storage: the narrow interface the coordinator and tasks write through.
+
+Layout under the storage root (the job's checkpoint directory)::
+
+    chk-<id>/<name>        one file per (operator, subtask) state handle
+    chk-<id>/_metadata     written last and atomically: a folder without it is not a
+                           checkpoint
+    _latest                durable pointer: the id of the newest completed checkpoint
+
+Every file carries a format version and a CRC32 checksum; a corrupt or
+truncated file raises ``CorruptCheckpointError``, never loads silently.
+:class:`MemoryCheckpointStorage` is the in-memory fake for unit tests;
+:mod:`lockgate.checkpoint.fs_storage` is the filesystem implementation
+(local paths, ``file://``, ``s3://``, anything ``pyarrow.fs`` opens).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+import zlib
+from typing import Any, Protocol
+
+from ..errors import LockgateError
+from .types import StateHandle
+
+
+class CorruptCheckpointError(LockgateError):
+    """A checkpoint file failed its format or checksum check."""
+
+
+METADATA = "_metadata"
+LATEST = "_latest"
+
+
+def checkpoint_folder(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}"
+
+
+class CheckpointStorage(Protocol):
+    """Where checkpoints live. Safe to call from several threads."""
+
+    url: str
+
+    def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
+        """Serialize ``state`` into ``chk-<id>/<name>``; return its handle."""
+
+    def read_state(self, handle: StateHandle) -> Any:
+        """Load the state behind ``handle`` (verifies version and checksum)."""
+
+    def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
+        """Write ``chk-<id>/_metadata`` atomically (JSON-compatible dict); return the
+        checkpoint's path."""
+
+    def read_metadata(self, checkpoint_id: int) -> dict[str, Any]: ...
+
+    def discard(self, checkpoint_id: int) -> None:
+        """Delete ``chk-<id>/`` and everything in it (missing is fine)."""
+
+    def discard_handle(self, handle: StateHandle) -> None:
+        """Delete one state file (a late acknowledgement's state, M-C5); missing is fine."""
+
+    def completed_ids(self) -> list[int]:
+        """Ids of folders that hold a ``_metadata``, ascending."""
+
+    def write_latest(self, checkpoint_id: int) -> None:
+        """Durably record ``checkpoint_id`` as the newest completed checkpoint."""
+
+    def read_latest(self) -> int | None: ...
+
+
+class MemoryCheckpointStorage:
+    """In-memory storage for unit tests (same checks as the real one)."""
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self.files: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
+        data = pickle.dumps(state, protocol=5)
+        path = f"{checkpoint_folder(checkpoint_id)}/{name}"
+        with self._lock:
+            self.files[path] = data
+        return StateHandle(path, len(data), zlib.crc32(data))
+
+    def read_state(self, handle: StateHandle) -> Any:
+        with self._lock:
+            data = self.files.get(handle.path)
+        if data is None or zlib.crc32(data) != handle.checksum:
+            raise CorruptCheckpointError(f"state file {handle.path} is missing or corrupt")
+        return pickle.loads(data)
+
+    def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
+        if not isinstance(metadata, dict):
+            raise TypeError(f"checkpoint metadata must be a dict, got {type(metadata).__name__}")
+        path = f"{checkpoint_folder(checkpoint_id)}/{METADATA}"
+        # JSON, as the filesystem storage writes it: what is not JSON-compatible fails here too
+        data = json.dumps(metadata, allow_nan=False).encode("utf-8")
+        with self._lock:
+            self.files[path] = data
+        separator = "" if self.url.endswith("/") else "/"
+        return f"{self.url}{separator}{checkpoint_folder(checkpoint_id)}"
+
+    def read_metadata(self, checkpoint_id: int) -> dict[str, Any]:
+        with self._lock:
+            data = self.files.get(f"{checkpoint_folder(checkpoint_id)}/{METADATA}")
+        if data is None:
+            raise FileNotFoundError(f"checkpoint {checkpoint_id} has no metadata")
+        result: dict[str, Any] = json.loads(data)
+        return result
+
+    def discard(self, checkpoint_id: int) -> None:
+        prefix = checkpoint_folder(checkpoint_id) + "/"
+        with self._lock:
+            for path in [p for p in self.files if p.startswith(prefix)]:
+                del self.files[path]
+
+    def discard_handle(self, handle: StateHandle) -> None:
+        with self._lock:
+            self.files.pop(handle.path, None)
+
+    def completed_ids(self) -> list[int]:
+        with self._lock:
+            ids = [int(p.split("/")[0][4:]) for p in self.files if p.endswith("/" + METADATA)]
+        return sorted(ids)
+
+    def write_latest(self, checkpoint_id: int) -> None:
+        with self._lock:
+            self.files[LATEST] = str(checkpoint_id).encode()
+
+    def read_latest(self) -> int | None:
+        with self._lock:
+            data = self.files.get(LATEST)
+        return None if data is None else int(data)
+
+    def folders(self) -> set[str]:
+        """Checkpoint folders holding at least one file (tests)."""
+        with self._lock:
+            return {p.split("/")[0] for p in self.files if "/" in p}
+
+
+def open_storage(url: str) -> CheckpointStorage:
+    """The storage behind a checkpoint URL: ``memory://...`` is a fresh
+    :class:`MemoryCheckpointStorage` (tests, one process), anything else (a local path,
+    ``file://``, ``s3://``, ...) a :class:`~lockgate.checkpoint.fs_storage.FileSystemCheckpointStorage`.
+
+    Raises :class:`~lockgate.errors.ConfigurationError` for a URL no filesystem opens.
+    """
+    if isinstance(url, str) and url.startswith("memory://"):
+        return MemoryCheckpointStorage(url)
+    from .fs_storage import FileSystemCheckpointStorage
+
+    return FileSystemCheckpointStorage(url)

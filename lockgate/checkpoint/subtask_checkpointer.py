@@ -1,0 +1,315 @@
+"""The task side of a checkpoint (M-T1 to M-T4, M-B7, M-B10).
+
+One :class:`SubtaskCheckpointer` per subtask. Everything except the
+asynchronous part runs in the task thread, between two batches, so a snapshot
+is atomic with respect to record processing:
+
+1. prepare: every operator emits what must precede the barrier;
+2. forward the barrier on every output: aligned, behind the buffered output;
+   unaligned, ahead of the output not yet consumed (that data is the output
+   in-flight state);
+3. the synchronous part: each operator returns a consistent view of its state
+   (copy-on-write; processing goes on right after);
+4. the asynchronous part, on a background thread: materialize the views, write
+   one file per stateful operator (and one for the channel state of an
+   unaligned checkpoint, once every input delivered its barrier), then
+   acknowledge with the state handles and the metrics. It can be cancelled
+   (abort notice, task end): it then releases its views and deletes what it
+   wrote.
+
+A task that is not running declines a trigger and sends a cancellation marker
+downstream instead of a barrier (M-T2). It also implements the
+:class:`~lockgate.checkpoint.barriers.base.BarrierActions` its barrier handler
+calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from ..runtime.batch import Batch, RowBatch, nbytes
+from ..runtime.elements import CancellationMarker, CheckpointBarrier, CheckpointOptions
+from ..runtime.operators.base import StreamOperator
+from ..runtime.record_writer import RecordWriter
+from ..time.clock import Clock
+from .barriers.base import AlignmentInfo
+from .storage import CheckpointStorage
+from .types import (
+    CheckpointFailureReason,
+    StateHandle,
+    SubtaskCheckpointMetrics,
+    TaskAcknowledgement,
+    TaskKey,
+)
+
+log = logging.getLogger(__name__)
+
+#: the key, in an acknowledgement's handles, of a subtask's channel state (M-B7)
+CHANNEL_STATE = "channels:{vertex}"
+
+
+class CheckpointResponder(Protocol):
+    """How a subtask answers the coordinator (thread-safe, non-blocking)."""
+
+    def acknowledge(self, ack: TaskAcknowledgement) -> None: ...
+
+    def decline(self, task: TaskKey, checkpoint_id: int,
+                reason: CheckpointFailureReason) -> None: ...
+
+
+class _Cancelled(Exception):
+    pass
+
+
+@dataclass
+class _InProgress:
+    """A checkpoint this subtask has snapshotted and not yet acknowledged."""
+
+    checkpoint_id: int
+    metrics: SubtaskCheckpointMetrics
+    views: dict[str, Any]
+    unaligned: bool
+    inputs: dict[int, list[Any]] = field(default_factory=dict)
+    outputs: list[Any] = field(default_factory=list)
+    channels_done: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    written: list[StateHandle] = field(default_factory=list)
+    future: Future[None] | None = None
+
+
+def _frozen(batch: Batch) -> Any:
+    """A copy of ``batch`` later processing cannot change: Arrow batches are immutable;
+    row batches hold Python objects operators may mutate, so they are pickled now."""
+    if isinstance(batch, RowBatch):
+        return pickle.dumps(batch.rows, protocol=5)
+    return batch
+
+
+def _size(frozen: Any) -> int:
+    return len(frozen) if isinstance(frozen, bytes) else nbytes(frozen)
+
+
+class SubtaskCheckpointer:
+    def __init__(
+        self,
+        task: TaskKey,
+        name: str,
+        operators: list[StreamOperator],
+        writers: list[RecordWriter],
+        storage: CheckpointStorage,
+        responder: CheckpointResponder,
+        clock: Clock,
+    ) -> None:
+        self.task = task
+        self.name = name
+        self.operators = operators
+        self.writers = writers
+        self.storage = storage
+        self.responder = responder
+        self.clock = clock
+        self._in_progress: dict[int, _InProgress] = {}
+        self._lock = threading.Lock()
+        self._declined: set[int] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    # -- triggers (task thread) ---------------------------------------------------------
+    def trigger_source(self, barrier: CheckpointBarrier) -> None:
+        """A source's trigger (M-T1): prepare, barrier first, then the snapshot. An
+        unaligned barrier overtakes the source's unconsumed output (M-B7); a source has no
+        input channels, so its channel state is complete at once."""
+        delay = max(0.0, float(self.clock.time_ms() - barrier.timestamp))
+        unaligned = barrier.options.unaligned
+        self.trigger_snapshot(barrier, AlignmentInfo(0.0, delay, unaligned=unaligned))
+        if unaligned:
+            self.channel_state_complete(barrier.checkpoint_id)
+
+    def decline_not_running(self, barrier: CheckpointBarrier) -> None:
+        """M-T2: a task that is not running declines and sends a cancellation marker."""
+        self.abort_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.TASK_NOT_RUNNING)
+
+    def trigger_snapshot(self, barrier: CheckpointBarrier, info: AlignmentInfo) -> None:
+        checkpoint_id = barrier.checkpoint_id
+        for op in self.operators:
+            op.prepare_snapshot_pre_barrier(checkpoint_id)
+        metrics = SubtaskCheckpointMetrics(
+            alignment_ms=info.alignment_ms, start_delay_ms=info.start_delay_ms,
+            unaligned=info.unaligned,
+        )
+        progress = _InProgress(checkpoint_id, metrics, {}, info.unaligned)
+        if info.unaligned:
+            forwarded = barrier
+            if not barrier.options.unaligned:  # an alignment that timed out (M-B8)
+                forwarded = replace(barrier, options=CheckpointOptions(unaligned=True))
+            for w in self.writers:
+                for batch in w.broadcast_priority(forwarded):
+                    progress.outputs.append(_frozen(batch))
+            metrics.persisted_inflight_bytes = sum(_size(b) for b in progress.outputs)
+        else:
+            for w in self.writers:
+                w.broadcast_event(barrier)
+            progress.channels_done.set()
+        started = self.clock.monotonic_ms()
+        try:
+            for op in self.operators:
+                view = op.snapshot_state(checkpoint_id)
+                if view is not None:
+                    progress.views[op.uid] = view
+        except Exception:
+            self._release(progress)
+            raise
+        metrics.sync_ms = self.clock.monotonic_ms() - started
+        with self._lock:
+            self._in_progress[checkpoint_id] = progress
+        progress.future = self._executor().submit(self._async_part, progress)
+
+    # -- barrier actions (task thread) --------------------------------------------------
+    def abort_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
+        """Decline ``checkpoint_id`` (once) and tell downstream with a cancellation marker."""
+        if checkpoint_id in self._declined:
+            return
+        self._declined.add(checkpoint_id)
+        if len(self._declined) > 1000:
+            self._declined = set(sorted(self._declined)[-100:])
+        self.cancel(checkpoint_id)
+        marker = CancellationMarker(checkpoint_id)
+        for w in self.writers:
+            w.broadcast_event(marker)
+        self.responder.decline(self.task, checkpoint_id, reason)
+
+    def record_inflight(self, checkpoint_id: int, channel: int, batch: Batch) -> None:
+        progress = self._in_progress.get(checkpoint_id)
+        if progress is None:
+            return
+        frozen = _frozen(batch)
+        progress.inputs.setdefault(channel, []).append(frozen)
+        progress.metrics.persisted_inflight_bytes += _size(frozen)
+
+    def channel_state_complete(self, checkpoint_id: int) -> None:
+        progress = self._in_progress.get(checkpoint_id)
+        if progress is not None:
+            progress.channels_done.set()
+
+    # -- notices (task thread) ------------------------------------------------------------
+    def notify_complete(self, checkpoint_id: int) -> None:
+        for op in self.operators:
+            op.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_aborted(self, checkpoint_id: int) -> None:
+        self.cancel(checkpoint_id)
+        for op in self.operators:
+            op.notify_checkpoint_aborted(checkpoint_id)
+
+    def cancel(self, checkpoint_id: int) -> None:
+        """Cancel the asynchronous part of ``checkpoint_id`` if it still runs (M-T3)."""
+        with self._lock:
+            progress = self._in_progress.get(checkpoint_id)
+        if progress is not None:
+            progress.cancelled.set()
+            progress.channels_done.set()
+
+    @property
+    def in_progress(self) -> list[int]:
+        with self._lock:
+            return sorted(self._in_progress)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Cancel every checkpoint in progress and stop the background thread."""
+        self._closed = True
+        with self._lock:
+            pending = list(self._in_progress.values())
+        for p in pending:
+            p.cancelled.set()
+            p.channels_done.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            deadline = time.monotonic() + timeout_s
+            for p in pending:
+                if p.future is not None and not p.future.cancelled():
+                    try:
+                        p.future.result(max(0.0, deadline - time.monotonic()))
+                    except Exception:  # noqa: BLE001 - already logged by the async part
+                        pass
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- the asynchronous part ----------------------------------------------------------
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                1, thread_name_prefix=f"lockgate async snapshot {self.name} ({self.task[1]})"
+            )
+        return self._pool
+
+    def _check(self, progress: _InProgress) -> None:
+        if progress.cancelled.is_set():
+            raise _Cancelled()
+
+    def _async_part(self, progress: _InProgress) -> None:
+        checkpoint_id = progress.checkpoint_id
+        started = self.clock.monotonic_ms()
+        handles: dict[str, StateHandle] = {}
+        vertex, subtask = self.task
+        try:
+            for uid, view in list(progress.views.items()):
+                self._check(progress)
+                materialize = getattr(view, "materialize", None)
+                state = materialize() if callable(materialize) else view
+                handle = self.storage.write_state(
+                    checkpoint_id, f"op-{uid}-{subtask}",
+                    {"operator": uid, "subtask": subtask, "state": state},
+                )
+                progress.written.append(handle)
+                handles[uid] = handle
+            if progress.unaligned:
+                while not progress.channels_done.wait(0.5):
+                    self._check(progress)
+                self._check(progress)
+                handle = self.storage.write_state(
+                    checkpoint_id, f"channels-{vertex}-{subtask}",
+                    {"vertex": vertex, "subtask": subtask, "inputs": progress.inputs,
+                     "outputs": progress.outputs},
+                )
+                progress.written.append(handle)
+                handles[CHANNEL_STATE.format(vertex=vertex)] = handle
+            self._check(progress)
+        except _Cancelled:
+            self._discard(progress)
+            return
+        except Exception:
+            log.exception("%s (%d): the asynchronous part of checkpoint %d failed",
+                          self.name, subtask, checkpoint_id)
+            self._discard(progress)
+            self.responder.decline(self.task, checkpoint_id,
+                                   CheckpointFailureReason.ASYNC_FAILED)
+            return
+        finally:
+            self._release(progress)
+            with self._lock:
+                self._in_progress.pop(checkpoint_id, None)
+        metrics = progress.metrics
+        metrics.async_ms = self.clock.monotonic_ms() - started
+        metrics.state_size = sum(h.size for h in handles.values())
+        self.responder.acknowledge(TaskAcknowledgement(self.task, checkpoint_id, handles, metrics))
+
+    def _release(self, progress: _InProgress) -> None:
+        for view in progress.views.values():
+            release = getattr(view, "release", None)
+            if callable(release):
+                try:
+                    release()
+                except Exception:  # noqa: BLE001 - releasing must not hide the real outcome
+                    log.exception("%s: releasing a snapshot view failed", self.name)
+
+    def _discard(self, progress: _InProgress) -> None:
+        for handle in progress.written:
+            try:
+                self.storage.discard_handle(handle)
+            except Exception:  # noqa: BLE001 - best effort; the coordinator discards the folder
+                log.warning("%s: could not delete %s", self.name, handle.path)

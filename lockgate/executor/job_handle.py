@@ -1,0 +1,48 @@
+"""The link between a running job and its client (``env.execute_async``).
+
+The executor publishes what a client may look at (the checkpoint coordinator
+of the running attempt) and installs how to cancel it; the client reads and
+cancels from another thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+
+class JobHandle:
+    def __init__(self) -> None:
+        self.cancel_requested = threading.Event()
+        #: set once every subtask of the running attempt is deployed
+        self.running = threading.Event()
+        self._lock = threading.Lock()
+        self._canceller: Callable[[], None] | None = None
+        self._coordinator: Any = None
+
+    @property
+    def coordinator(self) -> Any:
+        """The checkpoint coordinator of the current (or last) attempt, or None."""
+        with self._lock:
+            return self._coordinator
+
+    def attach(self, coordinator: Any, canceller: Callable[[], None]) -> None:
+        """Called by the executor when an attempt starts; cancels at once if a cancel
+        was requested before."""
+        with self._lock:
+            self._coordinator = coordinator
+            self._canceller = canceller
+        if self.cancel_requested.is_set():
+            canceller()
+
+    def detach(self) -> None:
+        with self._lock:
+            self._canceller = None
+        self.running.clear()
+
+    def cancel(self) -> None:
+        self.cancel_requested.set()
+        with self._lock:
+            canceller = self._canceller
+        if canceller is not None:
+            canceller()

@@ -1,0 +1,279 @@
+"""The task side of a checkpoint (M-T1 to M-T4) and the output half of unaligned
+checkpoints (M-B7), driven directly with in-memory channels, a recording responder and
+in-memory storage."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import lockgate as lg
+from lockgate.checkpoint.barriers.base import AlignmentInfo
+from lockgate.checkpoint.storage import MemoryCheckpointStorage
+from lockgate.checkpoint.subtask_checkpointer import CHANNEL_STATE, SubtaskCheckpointer
+from lockgate.checkpoint.types import CheckpointFailureReason
+from lockgate.connectors import CollectionSource, FileSource, SequenceSource
+from lockgate.connectors.base import ReaderOutput
+from lockgate.runtime import elements as el
+from lockgate.runtime.batch import RowBatch, scalar_batch, to_rows
+from lockgate.runtime.channels import LocalChannel
+from lockgate.runtime.context import RuntimeContext
+from lockgate.runtime.operators.base import StreamOperator
+from lockgate.runtime.partitioners import ForwardPartitioning
+from lockgate.runtime.record_writer import RecordWriter
+
+BARRIER = el.CheckpointBarrier(1, 0)
+UNALIGNED = el.CheckpointBarrier(1, 0, el.CheckpointOptions(unaligned=True))
+
+
+class Responder:
+    def __init__(self) -> None:
+        self.acks: list = []
+        self.declines: list = []
+        self.event = threading.Event()
+
+    def acknowledge(self, ack) -> None:
+        self.acks.append(ack)
+        self.event.set()
+
+    def decline(self, task, checkpoint_id, reason) -> None:
+        self.declines.append((task, checkpoint_id, reason))
+        self.event.set()
+
+
+class StatefulOperator(StreamOperator):
+    """Records the order of checkpoint calls; its state is the number of rows seen."""
+
+    def __init__(self, log: list[str], view=None) -> None:
+        super().__init__()
+        self.uid = "stateful"
+        self.log = log
+        self.seen = 0
+        self.view = view
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self.log.append("prepare")
+
+    def snapshot_state(self, checkpoint_id: int):
+        self.log.append("snapshot")
+        return self.view if self.view is not None else {"seen": self.seen}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.log.append(f"complete {checkpoint_id}")
+
+
+class LoggingChannel(LocalChannel):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(1 << 20)
+        self.log = log
+
+    def put(self, element) -> None:
+        if not isinstance(element, (RowBatch,)) and not hasattr(element, "num_rows"):
+            self.log.append(f"put {type(element).__name__}")
+        super().put(element)
+
+
+def make(log=None, view=None, channels=None, timeout_ms=100):
+    log = [] if log is None else log
+    channels = channels or [LoggingChannel(log)]
+    writer = RecordWriter(channels, ForwardPartitioning().create(1, 0), lg.SystemClock(), timeout_ms=timeout_ms, max_rows=1000, max_bytes=1 << 20)
+    storage = MemoryCheckpointStorage()
+    responder = Responder()
+    op = StatefulOperator(log, view)
+    cp = SubtaskCheckpointer((7, 0), "task", [op], [writer], storage, responder, lg.SystemClock())
+    return cp, op, writer, channels, storage, responder, log
+
+
+def drain(channel: LocalChannel) -> list:
+    out = []
+    while (e := channel.poll()) is not None:
+        out.append(e)
+    return out
+
+
+def wait_for(event: threading.Event, what: str) -> None:
+    assert event.wait(10), f"timed out waiting for {what}"
+
+
+def test_m_t1_a_source_prepares_then_forwards_the_barrier_then_snapshots() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        writer.write(RowBatch([1, 2]))  # buffered, must precede the barrier
+        cp.trigger_source(BARRIER)
+        assert log == ["prepare", "put CheckpointBarrier", "snapshot"]
+        elements = drain(channel)
+        assert to_rows(elements[0]) == [1, 2] and elements[1] == BARRIER
+        wait_for(responder.event, "the acknowledgement")
+        [ack] = responder.acks
+        assert ack.task == (7, 0) and ack.checkpoint_id == 1
+        assert storage.read_state(ack.handles["stateful"])["state"] == {"seen": 0}
+    finally:
+        cp.close()
+
+
+def test_m_t2_a_task_that_is_not_running_declines_and_sends_a_cancellation_marker() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        cp.decline_not_running(BARRIER)
+        assert responder.declines == [((7, 0), 1, CheckpointFailureReason.TASK_NOT_RUNNING)]
+        assert drain(channel) == [el.CancellationMarker(1)]
+        assert "snapshot" not in log and not responder.acks
+    finally:
+        cp.close()
+
+
+class BlockingView:
+    """A snapshot view whose asynchronous part waits for the test."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.proceed = threading.Event()
+        self.released = threading.Event()
+
+    def materialize(self):
+        self.started.set()
+        assert self.proceed.wait(10)
+        return {"x": 1}
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def test_m_t3_the_asynchronous_part_runs_in_the_background_and_the_ack_follows_it() -> None:
+    view = BlockingView()
+    cp, op, writer, [channel], storage, responder, log = make(view=view)
+    try:
+        cp.trigger_source(BARRIER)  # returns while the asynchronous part still runs
+        wait_for(view.started, "the asynchronous part to start")
+        writer.write(RowBatch([3]))  # processing goes on meanwhile
+        assert not responder.acks and cp.in_progress == [1]
+        view.proceed.set()
+        wait_for(responder.event, "the acknowledgement")
+        [ack] = responder.acks
+        assert ack.metrics.sync_ms >= 0 and ack.metrics.async_ms >= 0
+        assert ack.metrics.state_size == ack.handles["stateful"].size > 0
+        assert view.released.is_set()
+    finally:
+        cp.close()
+
+
+def test_m_t3_a_cancelled_asynchronous_part_releases_its_view_deletes_its_files_and_never_acks() -> None:
+    view = BlockingView()
+    cp, op, writer, [channel], storage, responder, log = make(view=view)
+    try:
+        cp.trigger_source(BARRIER)
+        wait_for(view.started, "the asynchronous part to start")
+        cp.notify_aborted(1)
+        view.proceed.set()
+        wait_for(view.released, "the view to be released")
+        cp.close()
+        assert not responder.acks and not storage.files
+    finally:
+        cp.close()
+
+
+def test_m_c3_completion_notices_reach_the_operators() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    cp.notify_complete(4)
+    cp.close()
+    assert log == ["complete 4"]
+
+
+def _reader(source, subtask=0, parallelism=1):
+    ctx = RuntimeContext(task_name="t", operator_name="src", operator_uid="src",
+                         subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    reader = source.create_reader(ctx)
+    reader.add_splits(source.create_splits(parallelism)[subtask::parallelism])
+    return reader
+
+
+class Sink(ReaderOutput):
+    def __init__(self) -> None:
+        self.rows: list = []
+
+    def emit(self, batch) -> None:
+        self.rows.extend(to_rows(batch))
+
+    def emit_dead_letter(self, record) -> None:
+        raise AssertionError(record)
+
+
+@pytest.mark.parametrize("kind", ["sequence", "collection", "file"])
+def test_m_t4_sources_store_their_read_positions(kind, tmp_path) -> None:
+    if kind == "sequence":
+        source = SequenceSource(0, 10, batch_size=4)
+    elif kind == "collection":
+        source = CollectionSource(list(range(10)), batch_size=4)
+    else:
+        path = tmp_path / "in.jsonl"
+        path.write_text("".join(f'{{"v": {i}}}\n' for i in range(10)))
+        source = FileSource(str(path), format="jsonl", batch_size=4)
+    reader = _reader(source)
+    out = Sink()
+    reader.poll(out)
+    [split] = reader.snapshot_positions()
+    reader.poll(out)  # the snapshot is a copy: later reads do not move it
+    position = getattr(split, "next", getattr(split, "position", None))
+    assert position in (4, 0 + 4)
+    assert len(out.rows) == 8
+
+
+def test_m_b7_an_unaligned_barrier_overtakes_queued_and_buffered_output_which_is_persisted() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        channel.put(scalar_batch(np.arange(3)))    # queued in the channel
+        writer.write(RowBatch(["buffered"]))        # still in the output buffer
+        cp.trigger_snapshot(UNALIGNED, AlignmentInfo(0.0, 0.0, unaligned=True))
+        first = channel.poll()
+        assert first == UNALIGNED  # the barrier went ahead of the queued batch
+        cp.channel_state_complete(1)
+        wait_for(responder.event, "the acknowledgement")
+        [ack] = responder.acks
+        assert ack.metrics.unaligned and ack.metrics.persisted_inflight_bytes > 0
+        state = storage.read_state(ack.handles[CHANNEL_STATE.format(vertex=7)])
+        assert len(state["outputs"]) == 2
+        writer.flush_all()
+        rest = drain(channel)
+        assert to_rows(rest[0]) == [0, 1, 2] and to_rows(rest[1]) == ["buffered"]
+    finally:
+        cp.close()
+
+
+def test_m_b7_a_priority_barrier_never_overtakes_a_control_element() -> None:
+    channel = LocalChannel(1 << 20)
+    channel.put(RowBatch([1]))
+    channel.put(el.Watermark(5))
+    channel.put(RowBatch([2]))
+    overtaken = channel.put_priority(UNALIGNED)
+    assert [to_rows(b) for b in overtaken] == [[2]]
+    elements = drain(channel)
+    assert to_rows(elements[0]) == [1] and elements[1] == el.Watermark(5)
+    assert elements[2] == UNALIGNED and to_rows(elements[3]) == [2]
+
+
+def test_m_b7_in_flight_input_records_are_persisted_until_channel_state_is_complete() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        cp.trigger_snapshot(UNALIGNED, AlignmentInfo(0.0, 0.0, unaligned=True))
+        cp.record_inflight(1, 2, RowBatch([{"a": 1}]))
+        assert not responder.acks  # waits for the channel state
+        cp.channel_state_complete(1)
+        wait_for(responder.event, "the acknowledgement")
+        [ack] = responder.acks
+        state = storage.read_state(ack.handles[CHANNEL_STATE.format(vertex=7)])
+        assert list(state["inputs"]) == [2]
+    finally:
+        cp.close()
+
+
+def test_m_b4_abort_declines_once_and_sends_one_cancellation_marker_downstream() -> None:
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        cp.abort_checkpoint(3, CheckpointFailureReason.SUBSUMED)
+        cp.abort_checkpoint(3, CheckpointFailureReason.SUBSUMED)
+        assert responder.declines == [((7, 0), 3, CheckpointFailureReason.SUBSUMED)]
+        assert drain(channel) == [el.CancellationMarker(3)]
+    finally:
+        cp.close()
