@@ -70,8 +70,9 @@ class Scenario:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, alternating: bool = False) -> Scenario:
-    n = draw(st.integers(2, 4))
+def scenarios(draw: st.DrawFn, alternating: bool = False, channels: tuple[int, int] = (2, 4)
+              ) -> Scenario:
+    n = draw(st.integers(*channels))
     k = draw(st.integers(1, 4))
     kinds = [draw(st.sampled_from(["savepoint", "aligned", "unaligned"])) if alternating
              else "aligned" for _ in range(k)]
@@ -238,3 +239,13 @@ def test_m_b7_an_unaligned_snapshot_plus_its_inflight_records_is_exactly_the_rec
         assert len(inflight) == len(set(inflight))
         assert run.snapshots[cid].isdisjoint(inflight), cid
         assert run.snapshots[cid] | set(inflight) == sc.in_front_of(cid), cid
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(channels=(1, 1)), st.data())
+def test_m_b9_with_one_input_channel_tracking_is_exactly_once_too(
+        sc: Scenario, data: st.DataObject) -> None:
+    run = execute(sc, CheckpointingMode.AT_LEAST_ONCE, unaligned=False, data=data)
+    assert run.triggers == sc.delivered()
+    for cid in run.triggers:
+        assert run.snapshots[cid] == sc.in_front_of(cid), cid
