@@ -33,11 +33,12 @@ from .elements import (
     CancellationMarker,
     CheckpointBarrier,
     EndOfPartition,
+    PriorityBarrier,
     StreamElement,
 )
 from .input_gate import InputGate
 
-_HANDLED = frozenset({CheckpointBarrier, CancellationMarker, EndOfPartition})
+_HANDLED = frozenset({CheckpointBarrier, CancellationMarker, EndOfPartition, PriorityBarrier})
 
 
 class CheckpointedInputGate:
@@ -108,6 +109,17 @@ class CheckpointedInputGate:
             return True
         if isinstance(element, CheckpointBarrier):
             self.handler.on_barrier(channel, element)
+        elif isinstance(element, PriorityBarrier):
+            handler = self.handler
+            handler.on_priority_barrier(channel, element.barrier)
+            if element.overtaken is not None:
+                # the barrier arrived ahead of these: persist them, then count it (M-B7)
+                checkpoint_id = handler.captures(channel)
+                if checkpoint_id is not None:
+                    for e in element.overtaken:
+                        if is_batch(e):
+                            self._actions.record_inflight(checkpoint_id, channel, e)
+                handler.on_barrier(channel, element.barrier)
         else:
             assert isinstance(element, CancellationMarker)
             self.handler.on_cancellation_marker(channel, element)

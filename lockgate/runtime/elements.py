@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from .batch import Batch
 
@@ -69,6 +69,18 @@ class CheckpointBarrier:
 
 
 @dataclass(frozen=True)
+class PriorityBarrier:
+    """An unaligned ``barrier`` a network channel received ahead of the data in front of
+    it (M-B7). With ``overtaken`` (a tuple): the barrier has arrived, and the channel
+    delivers the overtaken elements next; their batches are in-flight state of the
+    checkpoint. Without: an announcement; the data the channel delivers until the
+    barrier itself arrives is in-flight state."""
+
+    barrier: CheckpointBarrier
+    overtaken: "tuple[Any, ...] | None" = None
+
+
+@dataclass(frozen=True)
 class CancellationMarker:
     """Tells downstream that checkpoint ``checkpoint_id`` was cancelled upstream (M-T2)."""
 
@@ -95,5 +107,6 @@ class _EndOfPartition:
 END_OF_PARTITION = _EndOfPartition()
 EndOfPartition = _EndOfPartition
 
-ControlElement = Union[Watermark, StreamStatus, CheckpointBarrier, CancellationMarker, _EndOfPartition]
+ControlElement = Union[Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
+                       PriorityBarrier, _EndOfPartition]
 StreamElement = Union[Batch, ControlElement]

@@ -134,6 +134,9 @@ class BarrierAligner:
         # else: an older barrier, or one of a checkpoint already triggered or cancelled:
         # ignored, its channel keeps flowing
 
+    def on_priority_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        """Aligned checkpoints wait for the barrier in order: an announcement is ignored."""
+
     def on_cancellation_marker(self, channel: int, marker: CancellationMarker) -> None:
         cid = marker.checkpoint_id
         p = self._pending

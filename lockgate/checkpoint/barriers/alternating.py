@@ -40,7 +40,8 @@ import dataclasses
 
 from ...runtime.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
 from ...time.clock import Clock
-from .aligner import BarrierAligner, CheckpointInProgress
+from ..types import CheckpointFailureReason
+from .aligner import BarrierAligner, CheckpointInProgress, start_delay_ms
 from .base import AlignmentInfo, BarrierActions
 
 _UNALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=True)
@@ -65,6 +66,32 @@ class AlternatingBarrierHandler(BarrierAligner):
         if (p is not None and not p.unaligned and p.deadline_ms is not None
                 and self._clock.monotonic_ms() >= p.deadline_ms):
             self._switch_to_unaligned(p, self._clock.monotonic_ms() - p.start_ms)
+
+    def on_priority_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        """A network channel announced an unaligned barrier still behind its in-flight
+        data: start the unaligned checkpoint now (M-B7). No channel has delivered the
+        barrier yet, so every open channel, ``channel`` included, captures until its
+        barrier arrives in order."""
+        cid = barrier.checkpoint_id
+        p = self._pending
+        if not barrier.options.unaligned:
+            return
+        if p is not None and cid == p.checkpoint_id:
+            if not p.unaligned:
+                self._switch_to_unaligned(p, self._clock.monotonic_ms() - p.start_ms)
+            return
+        if cid <= self._current_id:
+            return
+        if p is not None:
+            self._abort_pending(CheckpointFailureReason.SUBSUMED)
+        self._current_id = cid
+        p = CheckpointInProgress(
+            barrier=barrier, arrived=[False] * self.num_channels,
+            remaining=self.num_channels - self._num_closed,
+            start_ms=self._clock.monotonic_ms(), start_delay_ms=start_delay_ms(self._clock, barrier),
+        )
+        self._pending = p
+        self._switch_to_unaligned(p, aligned_ms=0.0)
 
     # hooks of the aligner ----------------------------------------------------------
     def _started(self, p: CheckpointInProgress) -> None:

@@ -65,6 +65,10 @@ class BarrierHandler(Protocol):
 
     def on_cancellation_marker(self, channel: int, marker: CancellationMarker) -> None: ...
 
+    def on_priority_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        """``channel`` announced the unaligned ``barrier`` ahead of the data in front of
+        it; the barrier itself follows in order (M-B7)."""
+
     def on_end_of_partition(self, channel: int) -> None:
         """``channel`` ended: it counts as closed from now on (M-B6)."""
 

@@ -119,6 +119,9 @@ class BarrierTracker:
         if self._queue[-1].count >= self.num_channels:
             self._complete(len(self._queue) - 1, at_start=True)
 
+    def on_priority_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
+        """Tracking counts barriers in order: an announcement is ignored."""
+
     def on_cancellation_marker(self, channel: int, marker: CancellationMarker) -> None:
         cid = marker.checkpoint_id
         self._saw(channel, cid)

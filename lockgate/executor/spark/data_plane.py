@@ -13,19 +13,26 @@ then handed to the task thread that owns the channel end.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
 from ...errors import TaskCancelledError
-from ...runtime.elements import StreamElement
+from ...runtime.elements import PriorityBarrier, StreamElement
 from .auth import AuthenticationError, MalformedMessageError, MessageAuth
-from .wire import StaleMessageError, decode, encode
+from .wire import StaleMessageError, decode_marked, encode
 
 log = logging.getLogger(__name__)
 
 HWM = 4
+#: kernel socket buffer of each end (bytes). The HWM counts messages, and Linux grows
+#: TCP buffers to several MiB on its own: a barrier behind them would wait for every
+#: small batch in flight. Fixed buffers keep the bytes in flight bounded.
+SOCKET_BUFFER = int(os.environ.get("LOCKGATE_SOCKET_BUFFER", 256 * 1024))
 #: how often a blocked producer re-checks for cancellation (ms)
 _SEND_POLL_MS = 100
 
@@ -36,30 +43,52 @@ class ZmqOutputChannel:
     #: the task re-checks availability this often while this channel is full (ms)
     wake_interval_ms = 2.0
 
-    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str) -> None:
+    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str,
+                 priority_socket: Any = None) -> None:
         self.socket = socket
+        self.priority_socket = priority_socket
         self.auth = auth
         self.generation = generation
         self.name = name
         self._cancelled = False
         self.blocked_puts = 0
+        #: messages handed to the data socket so far
+        self.sent = 0
+        #: checkpoint id of an unaligned barrier the next data message must follow
+        self._mark = 0
 
     def put(self, element: StreamElement) -> None:
-        header, body = encode(element, self.generation)
+        header, body = encode(element, self.generation, self._mark)
         frames = self.auth.seal(header, body)
+        self._send(self.socket, frames)
+        self._mark = 0
+        self.sent += 1
+
+    def _send(self, socket: Any, frames: list[Any]) -> None:
         while True:
             if self._cancelled:
                 raise TaskCancelledError(f"{self.name} was cancelled")
             try:
-                self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                 return
             except zmq.Again:
                 self.blocked_puts += 1
-                self.socket.poll(_SEND_POLL_MS, zmq.POLLOUT)
+                socket.poll(_SEND_POLL_MS, zmq.POLLOUT)
 
     def put_priority(self, element: StreamElement) -> list[StreamElement]:
-        """Messages already handed to ZeroMQ cannot be overtaken: send in order."""
-        self.put(element)
+        """Send an unaligned barrier ahead of the data in flight (M-B7): on the channel's
+        priority socket, with the number of data messages sent before it. The consumer
+        announces it at once and delivers it in order after that many messages; the
+        data in between is persisted by the consumer (input channel state), so nothing
+        is overtaken here."""
+        if self.priority_socket is None:
+            self.put(element)
+            return []
+        header, body = encode(Prioritized(element, self.sent), self.generation, 0)
+        self._send(self.priority_socket, self.auth.seal(header, body))
+        # sockets do not order against each other: the next data message says that it
+        # comes after this barrier, so the consumer never processes it before the barrier
+        self._mark = getattr(element, "checkpoint_id", 0)
         return []
 
     def has_capacity(self) -> bool:
@@ -74,28 +103,130 @@ class ZmqOutputChannel:
     def close(self, delivered: bool) -> None:
         """Close the socket; after a normal end wait (bounded) until queued messages left."""
         self.socket.close(linger=10_000 if delivered else 0)
+        if self.priority_socket is not None:
+            self.priority_socket.close(linger=10_000 if delivered else 0)
+
+
+@dataclass(frozen=True)
+class Prioritized:
+    """An element sent on a channel's priority socket: it belongs after the first
+    ``after`` messages of the data socket."""
+
+    element: Any
+    after: int
 
 
 class ZmqInputChannel:
-    """Consumer end of a network channel."""
+    """Consumer end of a network channel.
 
-    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str) -> None:
+    Unaligned barriers (M-B7) come on the channel's priority socket, with the number
+    of data messages sent before them. The channel then reads those messages ahead
+    (they are in flight: bounded by the high-water marks and socket buffers) and
+    returns ``PriorityBarrier(barrier, overtaken)``: the barrier, ahead of the data it
+    overtook, which the channel delivers next and which the task persists as input
+    channel state. While some of that data is still on its way the channel returns an
+    announcement, ``PriorityBarrier(barrier)``, first. A data message marked as
+    following a priority barrier is held back until that barrier was returned, so
+    nothing sent after a barrier is ever processed before it."""
+
+    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str,
+                 priority_socket: Any = None) -> None:
         self.socket = socket
+        self.priority_socket = priority_socket
         self.auth = auth
         self.generation = generation
         self.name = name
         self.dropped = 0
         self._signal: Any = None
+        #: data messages read from the socket so far (delivered or read ahead)
+        self.read = 0
+        self._ahead: deque[Any] = deque()
+        self._held: Prioritized | None = None
+        self._announced = False
+        #: a data message that must wait for the priority barrier it is marked with
+        self._waiting: tuple[Any, int] | None = None
+        self._last_priority = 0
 
     def poll(self) -> StreamElement | None:
+        if self._held is None and self.priority_socket is not None:
+            received = self._recv(self.priority_socket)
+            if isinstance(received, Prioritized):
+                self._held = received
+                self._announced = False
+        if self._held is not None:
+            result = self._advance_held()
+            if result is not None:
+                return result
+            if self._held is not None:
+                return None  # in-flight data of the held barrier is still on its way
+        if self._ahead:
+            element: StreamElement = self._ahead.popleft()
+            return element
+        if self._waiting is not None:
+            return self._deliver_waiting()
+        received_data = self._recv_marked(self.socket)
+        if received_data is None:
+            return None
+        element, mark = received_data
+        self.read += 1
+        if mark and mark > self._last_priority:
+            self._waiting = (element, mark)
+            return self._deliver_waiting()
+        return element
+
+    def _advance_held(self) -> StreamElement | None:
+        """Read ahead toward the held barrier; return it when everything in front of it
+        was read (or its announcement, once)."""
+        held = self._held
+        assert held is not None
+        while self.read < held.after:
+            received = self._recv_marked(self.socket)
+            if received is None:
+                break
+            self._ahead.append(received[0])
+            self.read += 1
+        if self.read >= held.after:
+            self._held = None
+            self._last_priority = max(self._last_priority, held.element.checkpoint_id)
+            overtaken = tuple(self._ahead)
+            return PriorityBarrier(held.element, overtaken)
+        if not self._announced:
+            self._announced = True
+            return PriorityBarrier(held.element)
+        return None
+
+    def _deliver_waiting(self) -> StreamElement | None:
+        """A data message marked as following priority barrier ``mark``: that barrier was
+        sent before it, so it is (about to be) on the priority socket."""
+        assert self._waiting is not None
+        element, mark = self._waiting
+        if mark <= self._last_priority:
+            self._waiting = None
+            return element
+        if self._held is None and self.priority_socket is not None:
+            received = self._recv(self.priority_socket)
+            if isinstance(received, Prioritized):
+                self._held = received
+                self._announced = False
+                result = self._advance_held()
+                if self._held is None:
+                    return result  # the barrier (nothing was left in front of it)
+                return result
+        return None
+
+    def _recv(self, socket: Any) -> Any:
+        received = self._recv_marked(socket)
+        return None if received is None else received[0]
+
+    def _recv_marked(self, socket: Any) -> tuple[Any, int] | None:
         while True:
             try:
-                frames = self.socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return None
             try:
                 header, body = self.auth.open([f.buffer for f in frames], 2)
-                return decode(header, body, self.generation)
+                return decode_marked(header, body, self.generation)
             except (AuthenticationError, MalformedMessageError, StaleMessageError, ValueError) as e:
                 self.dropped += 1
                 log.warning("%s: dropped a data message: %s", self.name, e)
@@ -107,22 +238,30 @@ class ZmqInputChannel:
         """The channel is blocked (alignment): stop waking the task for its messages,
         which wait in the socket (bounded by the high-water mark)."""
         if hasattr(self._signal, "unwatch"):
-            self._signal.unwatch(self.socket)
+            for socket in self._sockets():
+                self._signal.unwatch(socket)
 
     def resume(self) -> None:
         if hasattr(self._signal, "watch"):
-            self._signal.watch(self.socket)
+            for socket in self._sockets():
+                self._signal.watch(socket)
+
+    def _sockets(self) -> list[Any]:
+        return [s for s in (self.socket, self.priority_socket) if s is not None]
 
     def cancel(self) -> None:
         pass
 
     def close(self, delivered: bool) -> None:
         self.socket.close(linger=0)
+        if self.priority_socket is not None:
+            self.priority_socket.close(linger=0)
 
 
 def bind_pull(context: Any, host: str) -> tuple[Any, str]:
     sock = context.socket(zmq.PULL)
     sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER)
     sock.setsockopt(zmq.LINGER, 0)
     port = sock.bind_to_random_port(f"tcp://{host}")
     return sock, f"tcp://{host}:{port}"
@@ -131,6 +270,7 @@ def bind_pull(context: Any, host: str) -> tuple[Any, str]:
 def connect_push(context: Any, endpoint: str) -> Any:
     sock = context.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.SNDBUF, SOCKET_BUFFER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.IMMEDIATE, 1)
     sock.connect(endpoint)

@@ -121,17 +121,18 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     responder = _ControlResponder(control)
     storage = (open_storage(plan.checkpoint.storage)
                if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage else None)
-    pulls: dict[ChannelKey, Any] = {}
-    endpoints: dict[ChannelKey, str] = {}
+    pulls: dict[Any, Any] = {}
+    endpoints: dict[Any, str] = {}
     network_channels: list[Any] = []
     delivered = False
     try:
         for edge in plan.edges.values():
             for p, c in edge.channel_pairs():
                 if c == slot and p != slot:
-                    sock, endpoint = bind_pull(context, host)
-                    pulls[(edge.id, p, c)] = sock
-                    endpoints[(edge.id, p, c)] = endpoint
+                    for key in ((edge.id, p, c), _priority_key((edge.id, p, c))):
+                        sock, endpoint = bind_pull(context, host)
+                        pulls[key] = sock
+                        endpoints[key] = endpoint
         control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
                                 "endpoints": endpoints})
         addresses = _await_start(inbox, job.start_timeout_s)
@@ -148,14 +149,18 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         def out_channel(key: ChannelKey) -> OutputChannel:
             if key[2] == slot:
                 return local_channel(key)
-            z = ZmqOutputChannel(connect_push(context, addresses[key]), auth, gen, str(key))
+            z = ZmqOutputChannel(
+                connect_push(context, addresses[key]), auth, gen, str(key),
+                priority_socket=connect_push(context, addresses[_priority_key(key)]),
+            )
             network_channels.append(z)
             return z
 
         def in_channel(key: ChannelKey) -> InputChannel:
             if key[1] == slot:
                 return local_channel(key)
-            z = ZmqInputChannel(pulls[key], auth, gen, str(key))
+            z = ZmqInputChannel(pulls[key], auth, gen, str(key),
+                                priority_socket=pulls[_priority_key(key)])
             network_channels.append(z)
             return z
 
@@ -169,7 +174,8 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             for eid in v.in_edges:
                 e = plan.edges[eid]
                 inputs.extend((in_channel((eid, p, i)), e.input_index) for p in e.producers_of(i))
-            sockets = [c.socket for c, _ in inputs if isinstance(c, ZmqInputChannel)]
+            sockets = [sock for c, _ in inputs if isinstance(c, ZmqInputChannel)
+                       for sock in (c.socket, c.priority_socket)]
             signal: Any = SocketSignal(sockets) if sockets else threading.Event()
             task = build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
                               signal=signal, clock=clock, attempt_number=job.attempt_number,
@@ -199,6 +205,11 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             if not sock.closed:
                 sock.close(linger=0)
         control.close()
+
+
+def _priority_key(key: ChannelKey) -> Any:
+    """The address key of a channel's priority socket (unaligned barriers, M-B7)."""
+    return (*key, "priority")
 
 
 class _ControlResponder:

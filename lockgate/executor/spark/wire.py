@@ -1,7 +1,9 @@
 """How stream elements travel between slots.
 
-A data message is three frames: a 9-byte header (kind, generation), the body
-and a MAC. Arrow record batches travel as Arrow IPC streams (zero-copy on
+A data message is three frames: a 17-byte header (kind, generation, mark),
+the body and a MAC. ``mark`` is nonzero on the first data message sent after an
+unaligned barrier went ahead on the channel's priority socket: the id of that
+checkpoint (the receiver must see that barrier before this message). Arrow record batches travel as Arrow IPC streams (zero-copy on
 receive); row batches (Python objects) and control elements are pickled,
 which is safe because the MAC is checked before the body is read.
 """
@@ -20,23 +22,31 @@ from ...runtime.elements import StreamElement
 ARROW = 1
 ROWS = 2
 ELEMENT = 3
-_HEADER = struct.Struct("<Bq")
+_HEADER = struct.Struct("<Bqq")
 
 
 class StaleMessageError(Exception):
     """A message from another attempt (generation)."""
 
 
-def encode(element: StreamElement, generation: int) -> tuple[bytes, Any]:
+def encode(element: Any, generation: int, mark: int = 0) -> tuple[bytes, Any]:
     """(header, body) for ``element``; the body supports the buffer protocol."""
     if isinstance(element, pa.RecordBatch):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, element.schema) as writer:
             writer.write_batch(element)
-        return _HEADER.pack(ARROW, generation), sink.getvalue()
+        return _HEADER.pack(ARROW, generation, mark), sink.getvalue()
     if isinstance(element, RowBatch):
-        return _HEADER.pack(ROWS, generation), pickle.dumps(element.rows, protocol=5)
-    return _HEADER.pack(ELEMENT, generation), pickle.dumps(element, protocol=5)
+        return _HEADER.pack(ROWS, generation, mark), pickle.dumps(element.rows, protocol=5)
+    return _HEADER.pack(ELEMENT, generation, mark), pickle.dumps(element, protocol=5)
+
+
+def decode_marked(header: memoryview, body: memoryview, generation: int) -> tuple[Any, int]:
+    """(element, mark) of an authenticated message."""
+    if header.nbytes != _HEADER.size:
+        raise ValueError(f"bad data header of {header.nbytes} bytes")
+    mark = _HEADER.unpack(header)[2]
+    return decode(header, body, generation), mark
 
 
 def decode(header: memoryview, body: memoryview, generation: int) -> StreamElement:
@@ -44,7 +54,7 @@ def decode(header: memoryview, body: memoryview, generation: int) -> StreamEleme
     generation's message."""
     if header.nbytes != _HEADER.size:
         raise ValueError(f"bad data header of {header.nbytes} bytes")
-    kind, gen = _HEADER.unpack(header)
+    kind, gen, _ = _HEADER.unpack(header)
     if gen != generation:
         raise StaleMessageError(f"message of generation {gen}, expected {generation}")
     if kind == ARROW:
