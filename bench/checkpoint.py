@@ -25,18 +25,16 @@ import tempfile
 import threading
 import time
 
+import cloudpickle
+import throughput  # the same pipeline pieces (bench/ is on the path)
+
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
 
-
-class RunningSum(lg.KeyedProcessFunction):
-    def open(self, ctx: lg.RuntimeContext) -> None:
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
-        t = self.total.value() + value["v"]
-        self.total.update(t)
-        yield {"k": ctx.current_key, "total": t}
+# Spark's Python workers cannot import bench modules: ship their classes by value
+cloudpickle.register_pickle_by_value(throughput)
+RunningSum = throughput.RunningSum
+executor_for = throughput.executor_for
 
 
 def to_row(x: int) -> dict:
@@ -50,15 +48,6 @@ def key_of(r: dict) -> int:
 def slow(batch):  # type: ignore[no-untyped-def]
     time.sleep(0.005)  # the slow consumer being measured
     return batch
-
-
-def executor_for(name: str) -> object:
-    if name == "local":
-        return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor
-
-    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-                         conf={"spark.ui.enabled": "false"})
 
 
 def overhead_run(executor: object, records: int, parallelism: int,

@@ -75,14 +75,14 @@ class StreamEnvironment:
         """Take a checkpoint every ``interval`` (``timedelta`` or ms) with ``mode``.
         Further settings are in :attr:`checkpoint_config`."""
         to_millis(interval, "checkpoint interval", allow_zero=False)
-        if not isinstance(mode, CheckpointingMode):
-            raise ConfigurationError(
-                f"checkpointing mode must be lg.CheckpointingMode.EXACTLY_ONCE or "
-                f"AT_LEAST_ONCE, got {mode!r}"
-            )
-        self._checkpoint_config.interval = interval
-        self._checkpoint_config.mode = mode
-        self._checkpoint_config.validate()
+        cfg = self._checkpoint_config
+        before = (cfg.interval, cfg.mode)
+        cfg.interval, cfg.mode = interval, mode
+        try:
+            cfg.validate()
+        except ConfigurationError:
+            cfg.interval, cfg.mode = before  # a rejected call changes nothing
+            raise
         return self
 
     @property

@@ -92,17 +92,7 @@ class CheckpointConfig:
         if not self.enabled:
             return
         for name in _DURATIONS:
-            value = getattr(self, name)
-            try:
-                ms = to_millis(value, f"checkpoint {name}")
-            except ConfigurationError:
-                raise
-            except Exception as e:  # noqa: BLE001 - reported as a configuration error
-                raise ConfigurationError(f"checkpoint {name} is invalid: {value!r}") from e
-            if ms < 0:
-                raise ConfigurationError(
-                    f"checkpoint {name} must not be negative, got {value!r}"
-                )
+            to_millis(getattr(self, name), f"checkpoint {name}")  # type and sign
         if self.interval_ms <= 0:
             raise ConfigurationError(
                 f"checkpoint interval must be positive, got {self.interval!r} "

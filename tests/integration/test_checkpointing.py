@@ -44,6 +44,18 @@ def completed(client: lg.JobClient) -> list[lg.CheckpointStats]:
     return [c for c in client.checkpoints() if c.status == "completed"]
 
 
+def cancel_after_checkpoints(client: lg.JobClient, count: int, what: str,
+                             timeout_s: float = 30) -> lg.JobExecutionResult:
+    """Wait (bounded) until ``count`` checkpoints completed, then cancel the job and return
+    its result (the job is cancelled even when the wait fails)."""
+    try:
+        wait_until(lambda: len(completed(client)) >= count or client.done(), what,
+                   timeout_s=timeout_s)
+    finally:
+        client.cancel()
+    return client.wait(60)
+
+
 def chk_folders(root: str) -> list[str]:
     return sorted(d for d in os.listdir(root) if d.startswith("chk-"))
 
@@ -66,12 +78,7 @@ def test_m_c7_m_c8_a_running_job_completes_checkpoints_continuously_and_keeps_re
     root = str(tmp_path / "ckpt")
     client = running_sums_job(executor, root, retained=3,
                               externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION)
-    try:
-        wait_until(lambda: len(completed(client)) >= 5 or client.done(),
-                   "five checkpoints completed", timeout_s=60)
-    finally:
-        client.cancel()
-    result = client.wait(60)
+    result = cancel_after_checkpoints(client, 5, "five checkpoints completed", timeout_s=60)
     assert result.status is lg.JobStatus.CANCELED
     done = completed(client)
     assert len(done) >= 5
@@ -84,8 +91,8 @@ def test_m_c7_m_c8_a_running_job_completes_checkpoints_continuously_and_keeps_re
         assert os.path.exists(os.path.join(root, folder, "_metadata"))
     storage = FileSystemCheckpointStorage(root)
     assert storage.read_latest() == ids[-1]
-    # metrics (M-B10) for every subtask: 2 source, 2 sums (map chained to the source? no:
-    # key_by splits it), recorded in _metadata too
+    # metrics (M-B10) for every subtask (2 sources with the map chained, 2 sums), also
+    # recorded in _metadata
     last = done[-1]
     assert last.duration_ms is not None and last.duration_ms >= 0 and last.state_size > 0
     assert len(last.subtasks) >= 4
@@ -95,7 +102,7 @@ def test_m_c7_m_c8_a_running_job_completes_checkpoints_continuously_and_keeps_re
     assert meta["checkpoint_id"] == ids[-1] and meta["stats"]["state_size"] == last.state_size
     # the state is really there: the sources' positions and the keyed sums
     positions = []
-    for subtask, h in meta["operators"]["numbers"].items():
+    for h in meta["operators"]["numbers"].values():
         state = storage.read_state(StateHandle(h["path"], h["size"], h["checksum"]))
         [split] = state["state"]["splits"]
         positions.append(split.next)
@@ -109,12 +116,7 @@ def test_checkpoints_go_to_s3_through_the_same_storage_layer(executor, moto_serv
     url = moto_server.url(path=f"jobs/{uuid.uuid4().hex}", with_credentials=True)
     client = running_sums_job(executor, url, retained=2,
                               externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION)
-    try:
-        wait_until(lambda: len(completed(client)) >= 3 or client.done(),
-                   "three checkpoints on S3", timeout_s=60)
-    finally:
-        client.cancel()
-    client.wait(60)
+    cancel_after_checkpoints(client, 3, "three checkpoints on S3", timeout_s=60)
     ids = [c.checkpoint_id for c in completed(client)]
     storage = open_storage(url)
     assert storage.completed_ids() == ids[-2:]
@@ -127,23 +129,14 @@ def test_checkpoints_go_to_s3_through_the_same_storage_layer(executor, moto_serv
 def test_m_s3_cancelling_deletes_the_checkpoints_unless_they_are_retained(tmp_path) -> None:
     root = str(tmp_path / "ckpt")
     client = running_sums_job(lg.LocalExecutor(), root, retained=2)
-    try:
-        wait_until(lambda: len(completed(client)) >= 2 or client.done(), "two checkpoints")
-    finally:
-        client.cancel()
-    assert client.wait(30).status is lg.JobStatus.CANCELED
+    assert cancel_after_checkpoints(client, 2, "two checkpoints").status is lg.JobStatus.CANCELED
     assert chk_folders(root) == []
 
 
 def test_m_b9_at_least_once_checkpoints_complete_too(executor, tmp_path) -> None:
     client = running_sums_job(executor, str(tmp_path / "ckpt"),
                               mode=lg.CheckpointingMode.AT_LEAST_ONCE)
-    try:
-        wait_until(lambda: len(completed(client)) >= 3 or client.done(), "three checkpoints",
-                   timeout_s=60)
-    finally:
-        client.cancel()
-    client.wait(60)
+    cancel_after_checkpoints(client, 3, "three checkpoints", timeout_s=60)
     assert len(completed(client)) >= 3
 
 
@@ -164,23 +157,18 @@ def test_m_b7_unaligned_checkpoints_complete_under_backpressure_and_persist_in_f
         .rebalance().map_batches(slow_map).uid("slow")
         .sink_to(DiscardingSink()).uid("sink"))
     client = env.execute_async("backpressured")
-    try:
-        wait_until(lambda: len(completed(client)) >= 3 or client.done(),
-                   "three unaligned checkpoints under backpressure", timeout_s=60)
-    finally:
-        client.cancel()
-    client.wait(60)
+    cancel_after_checkpoints(client, 3, "three unaligned checkpoints under backpressure", timeout_s=60)
     done = completed(client)
     assert len(done) >= 3
-    assert all(m.unaligned for c in done for k, m in c.subtasks.items())
+    assert all(m.unaligned for c in done for m in c.subtasks.values())
     assert sum(c.persisted_inflight_bytes for c in done) > 0
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(unaligned=True, mode=lg.CheckpointingMode.AT_LEAST_ONCE), "EXACTLY_ONCE"),
-    (dict(unaligned=True, max_concurrent=2), "max_concurrent"),
-    (dict(retained=0), "retained"),
-    (dict(aligned_timeout=100), "unaligned"),
+    ({"unaligned": True, "mode": lg.CheckpointingMode.AT_LEAST_ONCE}, "EXACTLY_ONCE"),
+    ({"unaligned": True, "max_concurrent": 2}, "max_concurrent"),
+    ({"retained": 0}, "retained"),
+    ({"aligned_timeout": 100}, "unaligned"),
 ])
 def test_invalid_checkpoint_settings_are_rejected_when_the_job_is_built(bad, message) -> None:
     env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())

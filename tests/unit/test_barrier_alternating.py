@@ -3,9 +3,8 @@ switch to unaligned after a timeout (M-B7, M-B8; M-B4/M-B5 rules it shares with 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from barrier_fakes import RecordingActions, TickingClock
 
 from lockgate.checkpoint.barriers.alternating import AlternatingBarrierHandler
 from lockgate.checkpoint.barriers.base import AlignmentInfo
@@ -19,42 +18,10 @@ from lockgate.runtime.elements import (
 )
 from lockgate.time.clock import ManualClock
 
-
-class RecordingActions:
-    """A fake BarrierActions that records every call in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.barriers: list[CheckpointBarrier] = []
-
-    def trigger_snapshot(self, barrier: CheckpointBarrier, info: AlignmentInfo) -> None:
-        self.calls.append(("trigger", barrier.checkpoint_id, info))
-        self.barriers.append(barrier)
-
-    def abort_checkpoint(self, checkpoint_id: int, reason: Reason) -> None:
-        self.calls.append(("abort", checkpoint_id, reason))
-
-    def record_inflight(self, checkpoint_id: int, channel: int, batch: Any) -> None:
-        self.calls.append(("inflight", checkpoint_id, channel, batch))
-
-    def channel_state_complete(self, checkpoint_id: int) -> None:
-        self.calls.append(("complete", checkpoint_id))
-
-    def kinds(self) -> list[tuple[str, int]]:
-        return [(c[0], c[1]) for c in self.calls]
-
-
 UNALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=True)
 ALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=False)
 SAVEPOINT = CheckpointOptions(CheckpointType.SAVEPOINT)
 
-
-class TickingClock(ManualClock):
-    """A clock that moves 1 ms at every read, like a real one moves between two reads."""
-
-    def monotonic_ms(self) -> float:
-        self.advance(1)
-        return super().monotonic_ms()
 
 
 def barrier(cid: int, options: CheckpointOptions = UNALIGNED, ts: int = 5_000) -> CheckpointBarrier:

@@ -208,10 +208,7 @@ class ZmqInputChannel:
             if isinstance(received, Prioritized):
                 self._held = received
                 self._announced = False
-                result = self._advance_held()
-                if self._held is None:
-                    return result  # the barrier (nothing was left in front of it)
-                return result
+                return self._advance_held()  # the barrier, or its announcement
         return None
 
     def _recv(self, socket: Any) -> Any:
