@@ -9,10 +9,15 @@ backpressure  sequence -> rebalance -> a slow consumer (a fixed delay per batch)
            -> sink, checkpoints every 500 ms, aligned and then unaligned; reports
            the median end-to-end checkpoint duration and the in-flight bytes the
            unaligned ones persisted (target: unaligned <= a tenth of aligned).
+recovery   sequence -> map -> key_by -> running sum, checkpoints every 500 ms,
+           a fixed_delay restart strategy without delay; the map fails in
+           ``--failures`` attempts in a row; reports the time from each failure
+           (the raise) to the first record processed by the restored attempt
+           (targets: median <= 2 s local, <= 6 s Spark).
 
 Usage:
     python bench/checkpoint.py [--executor local|spark] [--cases overhead,backpressure]
-                               [--records N] [--parallelism P] [--repeat K]
+                               [--records N] [--parallelism P] [--repeat K] [--failures F]
 """
 
 from __future__ import annotations
@@ -123,15 +128,88 @@ def backpressure(executor: object, parallelism: int, unaligned: bool, count: int
     }
 
 
+class RecoveryProbe(lg.MapFunction):
+    """Appends ``fail,<attempt>,<time>`` when it fails (subtask 0, record ``at`` of the
+    attempt, in the first ``failures`` attempts) and ``resume,<attempt>,<time>`` at the
+    first record of every attempt, to ``path`` (a file: slots are other processes)."""
+
+    def __init__(self, path: str, at: int, failures: int) -> None:
+        self.path, self.at, self.failures = path, at, failures
+
+    def open(self, ctx):  # type: ignore[no-untyped-def]
+        self.attempt = ctx.attempt_number
+        self.subtask = ctx.subtask_index
+        self.seen = 0
+
+    def _note(self, what: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{what},{self.attempt},{time.time()}\n")
+
+    def map(self, x):  # type: ignore[no-untyped-def]
+        if self.seen == 0:
+            self._note("resume")
+        self.seen += 1
+        if self.subtask == 0 and self.attempt < self.failures and self.seen == self.at:
+            self._note("fail")
+            raise RuntimeError(f"benchmark failure in attempt {self.attempt}")
+        return to_row(x)
+
+
+def recovery(executor: object, parallelism: int, failures: int) -> dict:
+    """Seconds from a failure to the first record the next attempt processes."""
+    path = tempfile.mktemp(prefix="lockgate-bench-recovery-")
+    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
+    env.enable_checkpointing(500)
+    env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=failures, delay=0))
+    (env.from_source(SequenceSource(0, 10**12, rows_per_second=20_000, batch_size=200),
+                     name="numbers").uid("numbers")
+        .map(RecoveryProbe(path, at=30_000, failures=failures), name="probe").uid("probe")
+        .key_by(key_of).process(RunningSum()).uid("sums")
+        .sink_to(DiscardingSink()))
+    client = env.execute_async("recovery")
+    deadline = time.monotonic() + 60 + 30 * failures
+    pause = threading.Event()
+
+    def notes() -> list[tuple[str, int, float]]:
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [(w, int(a), float(t)) for w, a, t in
+                    (line.strip().split(",") for line in f if line.strip())]
+
+    while time.monotonic() < deadline and not client.done():
+        if any(w == "resume" and a == failures for w, a, _ in notes()):
+            break
+        pause.wait(0.2)
+    client.cancel()
+    client.wait()
+    seen = notes()
+    gaps = []
+    for attempt in range(failures):
+        failed = [t for w, a, t in seen if w == "fail" and a == attempt]
+        resumed = [t for w, a, t in seen if w == "resume" and a == attempt + 1]
+        if failed and resumed:
+            gaps.append(min(resumed) - failed[0])
+    return {
+        "case": "recovery", "executor": type(executor).__name__, "parallelism": parallelism,
+        "failures": failures, "measured": len(gaps),
+        "median_failure_to_resumed_s": round(statistics.median(gaps), 3) if gaps else None,
+        "max_failure_to_resumed_s": round(max(gaps), 3) if gaps else None,
+        "cores": os.cpu_count(),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--executor", default="local", choices=["local", "spark"])
-    ap.add_argument("--cases", default="overhead,backpressure")
+    ap.add_argument("--cases", default="overhead,backpressure,recovery")
     ap.add_argument("--records", type=int, default=12_000_000)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--checkpoints", type=int, default=5)
+    ap.add_argument("--failures", type=int, default=5)
     args = ap.parse_args()
     executor = executor_for(args.executor)
     cases = args.cases.split(",")
@@ -146,6 +224,8 @@ def main() -> None:
             unaligned["ratio_to_aligned"] = round(
                 unaligned["median_duration_ms"] / aligned["median_duration_ms"], 4)
         print(json.dumps(unaligned), flush=True)
+    if "recovery" in cases:
+        print(json.dumps(recovery(executor, args.parallelism, args.failures)), flush=True)
 
 
 if __name__ == "__main__":

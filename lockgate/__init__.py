@@ -32,6 +32,8 @@ from .errors import (
 )
 from .executor.local import LocalExecutor
 from .executor.result import JobExecutionResult, JobStatus
+from .recovery.restart_strategy import RestartStrategy
+from .recovery.restore import RestoreError
 from .graph.key_groups import (
     key_group_for,
     key_group_range,
@@ -77,6 +79,8 @@ __all__ = [
     "MapFunction",
     "OutputTag",
     "ProcessFunction",
+    "RestartStrategy",
+    "RestoreError",
     "RuntimeContext",
     "StateDescriptor",
     "StreamEnvironment",

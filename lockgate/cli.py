@@ -1,12 +1,15 @@
 """The ``lockgate`` command line.
 
-``lockgate run JOB.py [--executor local|spark] [--master URL] [JOB ARGS...]``
+``lockgate run JOB.py [--executor local|spark] [--master URL] [--restore PATH]
+[--allow-non-restored-state] [JOB ARGS...]``
 runs a job file as ``__main__`` (as ``python JOB.py`` would), with
 ``sys.argv`` set to ``[JOB.py, *JOB ARGS]``. The lockgate options may come
 before or right after the job file; everything from the first other argument
 on (or after a ``--``) is passed to the job untouched. The options are handed
 to the job's ``StreamEnvironment`` through environment variables
-(``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``).
+(``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``, ``LOCKGATE_RESTORE_FROM``,
+``LOCKGATE_ALLOW_NON_RESTORED_STATE``): ``--restore PATH`` makes the job's
+``env.execute`` start from the checkpoint or savepoint at PATH (M-R3).
 
 Exit codes: 0 when the job file finishes (or the status it passes to
 ``sys.exit``), 1 when the job fails (``JobFailedError``: its message goes to
@@ -30,10 +33,13 @@ from .errors import JobFailedError
 
 EXECUTOR_ENV = "LOCKGATE_EXECUTOR"
 MASTER_ENV = "LOCKGATE_SPARK_MASTER"
+RESTORE_ENV = "LOCKGATE_RESTORE_FROM"
+ALLOW_NON_RESTORED_ENV = "LOCKGATE_ALLOW_NON_RESTORED_STATE"
 EXECUTORS = ("local", "spark")
 SPARK_EXECUTOR_MODULE = "lockgate.executor.spark"
 
-_RUN_OPTIONS = ("--executor", "--master")
+_RUN_OPTIONS = ("--executor", "--master", "--restore")
+_RUN_FLAGS = ("--allow-non-restored-state",)
 
 
 class _UsageError(Exception):
@@ -50,6 +56,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--master", metavar="URL", default=None,
         help=f"Spark master URL, e.g. local[2] or spark://host:7077 (sets {MASTER_ENV}; "
              "implies --executor spark)",
+    )
+    parser.add_argument(
+        "--restore", metavar="PATH", default=None,
+        help=f"start from the checkpoint or savepoint at PATH: a chk-<id> folder or a "
+             f"checkpoint storage (its newest intact checkpoint) (sets {RESTORE_ENV})",
+    )
+    parser.add_argument(
+        "--allow-non-restored-state", action="store_true", default=False,
+        help="with --restore: drop state of operators the job no longer has instead of "
+             f"failing (sets {ALLOW_NON_RESTORED_ENV})",
     )
 
 
@@ -83,6 +99,9 @@ def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
         arg = args[i]
         if arg == "--":
             return list(args[:i]), list(args[i + 1:])
+        if arg in _RUN_FLAGS:
+            i += 1
+            continue
         name, has_value, _ = arg.partition("=")
         if name not in _RUN_OPTIONS:
             break
@@ -101,6 +120,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             late = options.parse_args(leading)
             ns.executor = late.executor or ns.executor
             ns.master = late.master or ns.master
+            ns.restore = late.restore or ns.restore
+            ns.allow_non_restored_state = (late.allow_non_restored_state
+                                           or ns.allow_non_restored_state)
     return ns
 
 
@@ -109,6 +131,23 @@ def _spark_executor_available() -> bool:
         return importlib.util.find_spec(SPARK_EXECUTOR_MODULE) is not None
     except ImportError:
         return False
+
+
+def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[str, str]:
+    """The environment variables for ``--restore``; raises ``_UsageError``."""
+    env: dict[str, str] = {}
+    if allow_non_restored_state and restore is None:
+        raise _UsageError("--allow-non-restored-state applies to --restore PATH")
+    if restore is None:
+        return env
+    if "://" not in restore and not os.path.isdir(restore):
+        raise _UsageError(
+            f"--restore {restore}: no such folder; give a checkpoint folder (chk-<id>) or a "
+            "checkpoint storage folder")
+    env[RESTORE_ENV] = restore
+    if allow_non_restored_state:
+        env[ALLOW_NON_RESTORED_ENV] = "1"
+    return env
 
 
 def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
@@ -173,13 +212,15 @@ def _print_job_traceback(error: BaseException, path: str) -> None:
 
 
 def run_job(path: str, args: list[str], executor: str | None = None,
-            master: str | None = None) -> int:
+            master: str | None = None, restore: str | None = None,
+            allow_non_restored_state: bool = False) -> int:
     """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
     if not os.path.exists(path):
         raise _UsageError(f"job file not found: {path}")
     if not os.path.isfile(path):
         raise _UsageError(f"job file is not a file: {path}")
     env = _executor_env(executor, master)
+    env.update(_restore_env(restore, allow_non_restored_state))
     with _job_process_state(path, args, env):
         try:
             runpy.run_path(path, run_name="__main__")
@@ -207,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_help(sys.stderr)
         return 2
     try:
-        return run_job(ns.job, ns.job_args, ns.executor, ns.master)
+        return run_job(ns.job, ns.job_args, ns.executor, ns.master, ns.restore,
+                       ns.allow_non_restored_state)
     except _UsageError as e:
         print(f"lockgate: error: {e}", file=sys.stderr)
         return 2

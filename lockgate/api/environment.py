@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import uuid
 from typing import Any, Iterable
 
 from ..checkpoint.config import CheckpointConfig, CheckpointingMode
@@ -19,6 +20,7 @@ from ..graph.job_graph import JobGraph, build_job_graph
 from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..graph.transformations import Kind, Transformation, walk
 from ..graph.validation import validate
+from ..recovery.restart_strategy import RestartStrategy
 from ..runtime.config import ExecutionConfig
 from ..runtime.operators.base import OperatorFactory
 from ..runtime.operators.io import SourceOperator
@@ -53,6 +55,9 @@ class StreamEnvironment:
         self.config = config or ExecutionConfig()
         self.executor = executor
         self._checkpoint_config = CheckpointConfig()
+        self._restart_strategy: RestartStrategy | None = None
+        #: faults injected by ``lockgate.testing.inject_faults`` (tests only)
+        self._faults: Any = None
         self._transformations: list[Transformation] = []
 
     # -- configuration -----------------------------------------------------------
@@ -91,6 +96,22 @@ class StreamEnvironment:
         tolerable_failures, unaligned, aligned_timeout, retained, externalized);
         validated when the job is built."""
         return self._checkpoint_config
+
+    def set_restart_strategy(self, strategy: RestartStrategy) -> "StreamEnvironment":
+        """How the job restarts after a failure (M-R2), e.g.
+        ``lg.RestartStrategy.fixed_delay(attempts=3, delay=timedelta(seconds=1))``. Default:
+        exponential delay when checkpointing is enabled, no restarts otherwise."""
+        if not isinstance(strategy, RestartStrategy):
+            raise ConfigurationError(
+                f"set_restart_strategy needs an lg.RestartStrategy (e.g. "
+                f"lg.RestartStrategy.fixed_delay(attempts=3, delay=1000)), got {strategy!r}")
+        self._restart_strategy = strategy
+        return self
+
+    @property
+    def restart_strategy(self) -> RestartStrategy | None:
+        """The restart strategy set with :meth:`set_restart_strategy` (None: the default)."""
+        return self._restart_strategy
 
     def disable_operator_chaining(self) -> "StreamEnvironment":
         self.config.chaining = False
@@ -145,10 +166,28 @@ class StreamEnvironment:
         order = self._prepare()
         return build_job_graph(order, self.parallelism, self.max_parallelism, self.config.chaining)
 
-    def get_execution_plan(self, job_name: str = "lockgate job") -> ExecutionPlan:
+    def get_execution_plan(self, job_name: str = "lockgate job", *,
+                           restore_from: str | None = None,
+                           allow_non_restored_state: bool = False) -> ExecutionPlan:
+        """The plan ``execute`` would run (see :meth:`execute` for the arguments)."""
         self._checkpoint_config.validate()
+        if not isinstance(allow_non_restored_state, bool):
+            raise ConfigurationError(
+                f"allow_non_restored_state must be True or False, got "
+                f"{allow_non_restored_state!r}")
+        if restore_from is None and os.environ.get("LOCKGATE_RESTORE_FROM"):
+            # ``lockgate run --restore PATH`` (M-R3)
+            restore_from = os.environ["LOCKGATE_RESTORE_FROM"]
+            allow_non_restored_state = allow_non_restored_state or (
+                os.environ.get("LOCKGATE_ALLOW_NON_RESTORED_STATE") == "1")
         graph = self.get_job_graph()
-        return build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
+        plan = build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
+        plan.restart_strategy = self._restart_strategy
+        plan.run_id = uuid.uuid4().hex[:12]
+        plan.faults = self._faults
+        if restore_from is not None:
+            plan.restore = _restore_spec(plan, restore_from, allow_non_restored_state)
+        return plan
 
     def _plan_checkpoint_config(self) -> CheckpointConfig | None:
         """A copy of the checkpoint settings for one run, its storage resolved: without
@@ -166,28 +205,43 @@ class StreamEnvironment:
         return resolved
 
     # -- execution -----------------------------------------------------------------
-    def execute(self, job_name: str = "lockgate job", *, executor: Any = None) -> JobExecutionResult:
+    def execute(self, job_name: str = "lockgate job", *, executor: Any = None,
+                restore_from: str | None = None,
+                allow_non_restored_state: bool = False) -> JobExecutionResult:
         """Build the job, run it to the end and return its result.
 
-        Raises ``InvalidGraphError`` for a bad graph (before anything runs) and
-        ``JobFailedError`` when the job fails.
+        ``restore_from``: start from a retained checkpoint or savepoint (M-R3): the path
+        of its ``chk-<id>`` folder, or of a checkpoint storage (its newest intact
+        checkpoint). State is matched by operator uid; state of a uid the job no longer
+        has fails the restore unless ``allow_non_restored_state`` (M-S2). A damaged
+        checkpoint is never loaded: the newest intact retained one before it is used,
+        with a warning.
+
+        Failed attempts restart as the restart strategy says (M-R1, M-R2). Raises
+        ``InvalidGraphError`` for a bad graph (before anything runs),
+        ``RestoreError`` when nothing at ``restore_from`` can be restored, and
+        ``JobFailedError`` when the job fails for good.
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-        plan = self.get_execution_plan(job_name)
+        plan = self.get_execution_plan(job_name, restore_from=restore_from,
+                                       allow_non_restored_state=allow_non_restored_state)
         chosen = executor or self.executor or default_executor()
         return chosen.execute(plan)
 
     def execute_async(self, job_name: str = "lockgate job", *,
-                      executor: Any = None) -> JobClient:
+                      executor: Any = None, restore_from: str | None = None,
+                      allow_non_restored_state: bool = False) -> JobClient:
         """Build the job and start it in the background; the returned
-        :class:`JobClient` waits for it, cancels it and lists its checkpoints.
+        :class:`JobClient` waits for it, cancels it and lists its checkpoints. The
+        arguments are those of :meth:`execute`.
 
         Raises ``InvalidGraphError`` for a bad graph before anything runs.
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-        plan = self.get_execution_plan(job_name)
+        plan = self.get_execution_plan(job_name, restore_from=restore_from,
+                                       allow_non_restored_state=allow_non_restored_state)
         chosen = executor or self.executor or default_executor()
         return JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle))
 
@@ -217,6 +271,24 @@ def default_executor() -> Any:
             master=os.environ.get("LOCKGATE_SPARK_MASTER") or None
         )
     return _shared_spark_executor
+
+
+def _restore_spec(plan: ExecutionPlan, restore_from: str,
+                  allow_non_restored_state: bool) -> Any:
+    """The checkpoint at ``restore_from``, checked against the job's operators (M-S2)."""
+    from ..recovery.restore import RestoreError, resolve_restore_path
+
+    if not isinstance(restore_from, (str, os.PathLike)):
+        raise ConfigurationError(
+            f"restore_from must be the path of a checkpoint or savepoint, got {restore_from!r}")
+    spec = resolve_restore_path(os.fspath(restore_from))
+    unknown = sorted(spec.operator_uids() - set(plan.operator_names))
+    if unknown and not allow_non_restored_state:
+        raise RestoreError(
+            f"restore_from {restore_from!r}: the checkpoint holds state of operators this job "
+            f"does not have (uids {unknown}); give those operators the same .uid(...) as "
+            "before, or pass allow_non_restored_state=True to drop that state")
+    return spec
 
 
 def _assign_uids(order: list[Transformation]) -> None:

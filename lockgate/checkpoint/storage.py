@@ -141,15 +141,24 @@ class MemoryCheckpointStorage:
             return {p.split("/")[0] for p in self.files if "/" in p}
 
 
+_memory_storages: dict[str, MemoryCheckpointStorage] = {}
+_memory_lock = threading.Lock()
+
+
 def open_storage(url: str) -> CheckpointStorage:
-    """The storage behind a checkpoint URL: ``memory://...`` is a fresh
-    :class:`MemoryCheckpointStorage` (tests, one process), anything else (a local path,
+    """The storage behind a checkpoint URL: ``memory://...`` is the
+    :class:`MemoryCheckpointStorage` of that URL in this process (tests; every attempt of a
+    job sees the same one), anything else (a local path,
     ``file://``, ``s3://``, ...) a :class:`~lockgate.checkpoint.fs_storage.FileSystemCheckpointStorage`.
 
     Raises :class:`~lockgate.errors.ConfigurationError` for a URL no filesystem opens.
     """
     if isinstance(url, str) and url.startswith("memory://"):
-        return MemoryCheckpointStorage(url)
+        with _memory_lock:
+            storage = _memory_storages.get(url)
+            if storage is None:
+                storage = _memory_storages[url] = MemoryCheckpointStorage(url)
+            return storage
     from .fs_storage import FileSystemCheckpointStorage
 
     return FileSystemCheckpointStorage(url)

@@ -31,7 +31,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..runtime.batch import Batch, RowBatch, nbytes
 from ..runtime.elements import CancellationMarker, CheckpointBarrier, CheckpointOptions
@@ -75,8 +75,10 @@ class _InProgress:
     metrics: SubtaskCheckpointMetrics
     views: dict[str, Any]
     unaligned: bool
+    #: input channel -> the batches recorded on it, in order
     inputs: dict[int, list[Any]] = field(default_factory=dict)
-    outputs: list[Any] = field(default_factory=list)
+    #: (writer index, channel index, batch) of the overtaken output, in order
+    outputs: list[tuple[int, int, Any]] = field(default_factory=list)
     channels_done: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
     written: list[StateHandle] = field(default_factory=list)
@@ -89,6 +91,13 @@ def _frozen(batch: Batch) -> Any:
     if isinstance(batch, RowBatch):
         return pickle.dumps(batch.rows, protocol=5)
     return batch
+
+
+def thaw(frozen: Any) -> Batch:
+    """The batch :func:`_frozen` stored (channel state replay, M-R1)."""
+    if isinstance(frozen, bytes):
+        return RowBatch(pickle.loads(frozen))
+    return cast(Batch, frozen)
 
 
 def _size(frozen: Any) -> int:
@@ -113,6 +122,9 @@ class SubtaskCheckpointer:
         self.storage = storage
         self.responder = responder
         self.clock = clock
+        ctx = getattr(operators[0], "ctx", None) if operators else None
+        #: the vertex's parallelism, recorded with each state file (rescaling, M-R3)
+        self.parallelism: int = ctx.parallelism if ctx is not None else 1
         self._in_progress: dict[int, _InProgress] = {}
         self._lock = threading.Lock()
         self._declined: set[int] = set()
@@ -147,10 +159,10 @@ class SubtaskCheckpointer:
             forwarded = barrier
             if not barrier.options.unaligned:  # an alignment that timed out (M-B8)
                 forwarded = replace(barrier, options=CheckpointOptions(unaligned=True))
-            for w in self.writers:
-                for batch in w.broadcast_priority(forwarded):
-                    progress.outputs.append(_frozen(batch))
-            metrics.persisted_inflight_bytes = sum(_size(b) for b in progress.outputs)
+            for index, w in enumerate(self.writers):
+                for target, batch in w.broadcast_priority(forwarded):
+                    progress.outputs.append((index, target, _frozen(batch)))
+            metrics.persisted_inflight_bytes = sum(_size(b) for _, _, b in progress.outputs)
         else:
             for w in self.writers:
                 w.broadcast_event(barrier)
@@ -263,7 +275,8 @@ class SubtaskCheckpointer:
                 state = materialize() if callable(materialize) else view
                 handle = self.storage.write_state(
                     checkpoint_id, f"op-{uid}-{subtask}",
-                    {"operator": uid, "subtask": subtask, "state": state},
+                    {"operator": uid, "subtask": subtask, "state": state,
+                     "parallelism": self.parallelism},
                 )
                 progress.written.append(handle)
                 handles[uid] = handle

@@ -8,6 +8,7 @@ from .file_sink import FileSink
 from .file_source import FileSource
 from .print_sink import PrintSink
 from .sequence import SequenceSource
+from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 
 __all__ = [
     "CollectSink",
@@ -15,6 +16,7 @@ __all__ = [
     "DiscardingSink",
     "FileSink",
     "FileSource",
+    "FinalCommit",
     "InputStatus",
     "PrintSink",
     "ReaderOutput",
@@ -23,4 +25,5 @@ __all__ = [
     "SinkWriter",
     "Source",
     "SourceReader",
+    "TwoPhaseCommitSink",
 ]

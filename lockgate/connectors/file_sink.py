@@ -1,8 +1,22 @@
-"""FileSink: writes records to part files in a folder (at-least-once in this version).
+"""FileSink: writes records to part files in a folder, exactly-once by default.
 
-Each subtask writes its own part file ``part-<subtask>-<n>.<ext>`` (``n`` is
-the first number not used yet, so reruns never overwrite earlier output).
-Files are flushed and closed when the input ends.
+Each subtask writes part files ``part-<subtask>-<n>.<ext>``; ``n`` continues
+after the numbers already in the folder, so reruns never overwrite earlier
+output.
+
+* ``exactly_once=True`` (default) builds on :class:`TwoPhaseCommitSink`
+  (M-X2): a transaction is one part file per subtask and checkpoint interval,
+  written to the hidden ``.part-<subtask>-<n>.<ext>.inprogress`` in the same
+  folder (readers such as Spark and ``pyarrow.dataset`` skip names starting
+  with "."). On the checkpoint barrier it is flushed, closed and fsynced; when
+  the checkpoint completes it is renamed atomically into place. At the end of
+  a bounded job the driver publishes the last files once the whole job has
+  succeeded. A reader thus never sees a partial or uncommitted file, and after
+  failures and restarts every record is in exactly one published file (with a
+  replayable source, M-X1).
+* ``exactly_once=False``: at-least-once. Part files are written in place and
+  closed when the input ends; a failure leaves partial files and a restart
+  writes its records again.
 """
 
 from __future__ import annotations
@@ -11,6 +25,8 @@ import datetime
 import decimal
 import json
 import os
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -18,11 +34,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, to_arrow, to_rows
+from ..runtime.batch import Batch, num_rows, to_arrow, to_rows
 from ..runtime.context import RuntimeContext
-from .base import Sink, SinkWriter
+from .base import SinkWriter
+from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
+#: suffix of the hidden file a transaction writes before it is committed
+IN_PROGRESS_SUFFIX = ".inprogress"
 
 
 def _json_default(value: Any) -> Any:
@@ -47,59 +66,46 @@ def _merge_schemas(batches: list[pa.RecordBatch], where: str | None) -> pa.Schem
         ) from e
 
 
-class FileSink(Sink):
-    """Writes records as JSON lines, CSV or Parquet into the folder ``path``."""
+def _fsync_path(path: str) -> None:
+    """Make ``path`` (a file, or a folder's entries) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
-    default_name = "files"
 
-    def __init__(self, path: str | os.PathLike[str], format: str = "jsonl") -> None:
-        if format not in EXTENSIONS:
-            raise ConfigurationError(
-                f"FileSink format must be one of {', '.join(EXTENSIONS)}, got {format!r}"
-            )
-        self.path = os.fspath(path)
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
-            raise ConfigurationError(
-                f"FileSink path {self.path!r} is a file; give a folder (it is created if missing)"
-            )
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class _PartFile:
+    """Writes one file at ``path`` in ``format``; both sink modes use it.
+
+    CSV and Parquet files get one schema: columns that are None in every
+    record so far (Arrow type null) are held back until a batch types them
+    (or the file is closed); later batches are cast to that schema. ``label``
+    names the file in error messages.
+    """
+
+    def __init__(self, path: str, format: str, label: str | None = None) -> None:
+        self.path = path
         self.format = format
-
-    def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
-        os.makedirs(self.path, exist_ok=True)
-        return _FileWriter(self, ctx)
-
-
-class _FileWriter(SinkWriter):
-    def __init__(self, sink: FileSink, ctx: RuntimeContext) -> None:
-        self.sink = sink
-        self.ctx = ctx
+        self.label = label or path
         self.file: Any = None
         self.writer: Any = None
-        self.file_path: str | None = None
         self.schema: pa.Schema | None = None
         #: batches held while some column is still untyped (all None so far)
         self._untyped: list[pa.RecordBatch] = []
 
-    def _target(self) -> str:
-        ext = EXTENSIONS[self.sink.format]
-        n = 0
-        while True:
-            candidate = os.path.join(self.sink.path, f"part-{self.ctx.subtask_index}-{n}.{ext}")
-            try:
-                fd = os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                n += 1
-                continue
-            os.close(fd)
-            return candidate
-
     def write(self, batch: Batch) -> None:
-        if self.file_path is None:
-            self.file_path = self._target()
-        fmt = self.sink.format
+        fmt = self.format
         if fmt == "jsonl":
             if self.file is None:
-                self.file = open(self.file_path, "w", encoding="utf-8")
+                self.file = open(self.path, "w", encoding="utf-8")
             dumps = json.dumps
             self.file.write("".join(
                 dumps(r, default=_json_default, ensure_ascii=False) + "\n" for r in to_rows(batch)
@@ -110,24 +116,26 @@ class _FileWriter(SinkWriter):
             # Columns that were None in every record so far have Arrow type null; wait for
             # a batch that types them before fixing the file's schema.
             self._untyped.append(arrow)
-            schema = _merge_schemas(self._untyped, self.file_path)
+            schema = _merge_schemas(self._untyped, self.label)
             if any(pa.types.is_null(f.type) for f in schema):
                 return
-            writer = self._open_writer(schema)
-            held, self._untyped = self._untyped, []
-            for b in held:
-                writer.write_batch(self._conform(b))
+            self._write_held(schema)
             return
         self.writer.write_batch(self._conform(arrow))
 
+    def _write_held(self, schema: pa.Schema) -> None:
+        writer = self._open_writer(schema)
+        held, self._untyped = self._untyped, []
+        for b in held:
+            writer.write_batch(self._conform(b))
+
     def _open_writer(self, schema: pa.Schema) -> Any:
-        assert self.file_path is not None
         self.schema = schema
-        if self.sink.format == "csv":
-            self.file = open(self.file_path, "wb")
+        if self.format == "csv":
+            self.file = open(self.path, "wb")
             self.writer = pacsv.CSVWriter(self.file, schema)
         else:
-            self.writer = pq.ParquetWriter(self.file_path, schema)
+            self.writer = pq.ParquetWriter(self.path, schema)
         return self.writer
 
     def _conform(self, arrow: pa.RecordBatch) -> pa.RecordBatch:
@@ -139,22 +147,279 @@ class _FileWriter(SinkWriter):
             return arrow.select(schema.names).cast(schema)
         except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise TypeError(
-                f"FileSink({self.sink.format}) at {self.file_path}: records changed shape from "
-                f"{schema} to {arrow.schema}; a {self.sink.format} file needs one schema"
+                f"FileSink({self.format}) at {self.label}: records changed shape from "
+                f"{schema} to {arrow.schema}; a {self.format} file needs one schema"
             ) from e
 
-    def finish(self) -> None:
+    def close(self) -> None:
+        """Write what is held back (untyped columns stay null) and close the file."""
         if self.writer is None and self._untyped:
-            writer = self._open_writer(_merge_schemas(self._untyped, self.file_path))
-            held, self._untyped = self._untyped, []
-            for b in held:
-                writer.write_batch(self._conform(b))
-        self.close()
+            self._write_held(_merge_schemas(self._untyped, self.label))
+        self.release()
+
+    def release(self) -> None:
+        """Close the open handles without writing what is held back (after a failure)."""
+        self._untyped = []
+        if self.writer is not None:
+            writer, self.writer = self.writer, None
+            writer.close()
+        if self.file is not None:
+            file, self.file = self.file, None
+            file.close()
+
+
+# ------------------------------------------------------------------------- exactly-once
+
+
+@dataclass
+class FileTransaction:
+    """One part file of one subtask and checkpoint interval (picklable; absolute paths).
+
+    Records go to ``temp_path`` (hidden); committing renames it to
+    ``final_path``. ``seq`` is the ``n`` of ``part-<subtask>-<n>``: restored
+    transactions tell a restarted subtask where its numbering continues.
+    A transaction with no records publishes nothing.
+    """
+
+    temp_path: str
+    final_path: str
+    subtask: int
+    seq: int
+    records: int = 0
+
+
+class FileSink(TwoPhaseCommitSink[FileTransaction]):
+    """Writes records as JSON lines, CSV or Parquet into the folder ``path``.
+
+    ``exactly_once=True`` (default): each subtask publishes one part file per
+    checkpoint interval, atomically, when the checkpoint completes (and, at
+    the end of a bounded job, when the job has succeeded); nothing partial or
+    uncommitted is ever visible under a ``part-*`` name (M-X2). ``False``:
+    at-least-once, part files written in place (see the module docstring).
+    The folder is created if missing.
+    """
+
+    default_name = "files"
+
+    def __init__(self, path: str | os.PathLike[str], format: str = "jsonl",
+                 exactly_once: bool = True) -> None:
+        if format not in EXTENSIONS:
+            raise ConfigurationError(
+                f"FileSink format must be one of {', '.join(EXTENSIONS)}, got {format!r}"
+            )
+        if not isinstance(exactly_once, bool):
+            raise ConfigurationError(
+                f"FileSink exactly_once must be True or False, got {exactly_once!r}; pass "
+                "exactly_once=True for transactional part files or False for at-least-once"
+            )
+        self.path = os.fspath(path)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise ConfigurationError(
+                f"FileSink path {self.path!r} is a file; give a folder (it is created if missing)"
+            )
+        self.format = format
+        self.exactly_once = exactly_once
+        #: the folder, absolute: transactions name it so that the driver can commit them
+        self.folder = os.path.abspath(self.path)
+        self._reset()
+
+    def _reset(self) -> None:
+        # per-subtask state, set up by open(); never pickled
+        self._subtask: int | None = None
+        self._run = ""
+        self._restarted = False
+        self._next_seq: int | None = None
+        self._files: dict[str, _PartFile] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_subtask", "_run", "_restarted", "_next_seq", "_files"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
+        os.makedirs(self.folder, exist_ok=True)
+        if not self.exactly_once:
+            return _AtLeastOnceWriter(self, ctx)
+        return TwoPhaseCommitWriter(self, ctx)
+
+    # ------------------------------------------------------------ transactions
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self._subtask = ctx.subtask_index
+        self._run = ctx.run_id
+        self._restarted = ctx.attempt_number > 0
+
+    def _names(self, seq: int) -> tuple[str, str]:
+        name = f"part-{self._subtask}-{seq}.{EXTENSIONS[self.format]}"
+        run = f".{self._run}" if self._run else ""
+        return (os.path.join(self.folder, f".{name}{run}{IN_PROGRESS_SUFFIX}"),
+                os.path.join(self.folder, name))
+
+    def _used(self) -> tuple[set[int], dict[str, int]]:
+        """The numbers of this subtask's part files, and its temporary files with theirs."""
+        final = re.compile(rf"part-{self._subtask}-(\d+)\.")
+        temp = re.compile(rf"\.part-{self._subtask}-(\d+)\..*{re.escape(IN_PROGRESS_SUFFIX)}")
+        published: set[int] = set()
+        in_progress: dict[str, int] = {}
+        for name in os.listdir(self.folder):
+            if m := final.match(name):
+                published.add(int(m.group(1)))
+            elif m := temp.fullmatch(name):
+                in_progress[os.path.join(self.folder, name)] = int(m.group(1))
+        return published, in_progress
+
+    def begin_transaction(self) -> FileTransaction:
+        """A transaction for the next part number; its file is created on the first record.
+
+        On a fresh start numbering begins after every part file and temporary
+        file of this subtask already in the folder (earlier runs' output, and
+        pending files a retained checkpoint may still commit, M-S3).
+        """
+        if self._subtask is None:
+            raise RuntimeError("FileSink.begin_transaction before open(ctx)")
+        if self._next_seq is None:
+            self._drop_abandoned()
+            published, in_progress = self._used()
+            self._next_seq = max(published | set(in_progress.values()), default=-1) + 1
+        seq = self._next_seq
+        temp, final = self._names(seq)
+        while os.path.exists(temp) or os.path.exists(final):
+            seq += 1
+            temp, final = self._names(seq)
+        self._next_seq = seq
+        return FileTransaction(temp, final, self._subtask, seq)
+
+    def write(self, transaction: FileTransaction, batch: Batch) -> None:
+        n = num_rows(batch)
+        if n == 0:
+            return
+        part = self._files.get(transaction.temp_path)
+        if part is None:
+            if transaction.records:
+                raise RuntimeError(
+                    f"FileSink: write to {transaction.final_path} after it was pre-committed"
+                )
+            part = _PartFile(transaction.temp_path, self.format, label=transaction.final_path)
+            self._files[transaction.temp_path] = part
+            # the number is used now; an empty transaction leaves it to the next one
+            self._next_seq = max(self._next_seq or 0, transaction.seq + 1)
+        part.write(batch)
+        transaction.records += n
+
+    def pre_commit(self, transaction: FileTransaction) -> None:
+        """Close the temporary file and fsync it and the folder."""
+        part = self._files.pop(transaction.temp_path, None)
+        if part is None:
+            return
+        part.close()
+        _fsync_path(transaction.temp_path)
+        _fsync_path(self.folder)
+
+    def commit(self, transaction: FileTransaction) -> None:
+        """Rename the temporary file into place (atomic) and fsync the folder; idempotent."""
+        if transaction.records == 0:
+            # No file was ever created for it, and its number may already belong to the
+            # next transaction (numbers are used up by a first record): touch nothing.
+            return
+        try:
+            os.replace(transaction.temp_path, transaction.final_path)
+        except FileNotFoundError as e:
+            if os.path.exists(transaction.final_path):
+                return  # committed before
+            raise FileNotFoundError(
+                f"FileSink cannot commit {transaction.final_path}: its data file "
+                f"{transaction.temp_path} is gone, so {transaction.records} records are lost "
+                "(was the folder cleaned or moved while the job ran?)"
+            ) from e
+        _fsync_path(os.path.dirname(transaction.final_path))
+
+    def abort(self, transaction: FileTransaction) -> None:
+        """Delete the temporary file (missing is fine)."""
+        part = self._files.pop(transaction.temp_path, None)
+        if part is not None:
+            part.release()
+        _remove(transaction.temp_path)
+
+    def finish_recovery(self, recovered: list[FileTransaction]) -> None:
+        """Continue numbering after the restored transactions of this subtask and delete the
+        temporary files numbered from there on: transactions a failed attempt began after
+        the checkpoint. Older temporary files are kept (another run's retained checkpoint
+        may still commit them, M-S3)."""
+        mine = [t for t in recovered if isinstance(t, FileTransaction)
+                and t.subtask == self._subtask and os.path.dirname(t.final_path) == self.folder]
+        if not mine:
+            return
+        next_seq = max(t.seq + 1 if t.records else t.seq for t in mine)
+        self._drop_abandoned()
+        _, in_progress = self._used()
+        for temp, seq in in_progress.items():
+            if seq >= next_seq:
+                _remove(temp)
+        self._next_seq = next_seq
+
+    def _drop_abandoned(self) -> None:
+        """In a restarted attempt: delete this subtask's temporary files begun by earlier
+        attempts of the same run. The restored transactions were committed or aborted
+        before this is called, so no checkpoint this run can restore refers to them."""
+        if not (self._restarted and self._run):
+            return
+        marker = f".{self._run}{IN_PROGRESS_SUFFIX}"
+        _, in_progress = self._used()
+        for temp in in_progress:
+            if temp.endswith(marker):
+                _remove(temp)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        """Close open files; their temporary files stay for ``recover_and_abort``."""
+        parts, self._files = list(self._files.values()), {}
+        errors: list[BaseException] = []
+        for part in parts:
+            try:
+                part.release()
+            except (OSError, pa.ArrowException) as e:  # close the others, then report it
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+# ------------------------------------------------------------------------- at-least-once
+
+
+class _AtLeastOnceWriter(SinkWriter):
+    """``exactly_once=False``: one part file per subtask, written in place."""
+
+    def __init__(self, sink: FileSink, ctx: RuntimeContext) -> None:
+        self.sink = sink
+        self.ctx = ctx
+        self.part: _PartFile | None = None
+
+    def _target(self) -> str:
+        ext = EXTENSIONS[self.sink.format]
+        n = 0
+        while True:
+            candidate = os.path.join(self.sink.folder, f"part-{self.ctx.subtask_index}-{n}.{ext}")
+            try:
+                fd = os.open(candidate, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                n += 1
+                continue
+            os.close(fd)
+            return candidate
+
+    def write(self, batch: Batch) -> None:
+        if self.part is None:
+            self.part = _PartFile(self._target(), self.sink.format)
+        self.part.write(batch)
+
+    def finish(self) -> None:
+        if self.part is not None:
+            self.part.close()
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.part.release()

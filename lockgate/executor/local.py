@@ -2,8 +2,10 @@
 
 For tests, debugging and notebooks. Channels are in-memory and bounded, so
 backpressure behaves as on a cluster. The first failure of any subtask
-cancels all of them; ``execute`` then raises ``JobFailedError`` (its
-``__cause__`` is the user's exception) after every thread has stopped.
+cancels all of them (the attempt fails after every thread has stopped); the
+restart strategy then decides whether a new attempt restores the newest
+checkpoint, or ``execute`` raises ``JobFailedError`` (its ``__cause__`` is the
+user's exception).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from ..errors import FailureReason, JobFailedError, TaskCancelledError
+from ..errors import ConfigurationError, FailureReason, JobFailedError, TaskCancelledError
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ..runtime.metrics import OperatorCounters
@@ -53,8 +55,17 @@ class LocalExecutor:
 
     def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
                 handle: JobHandle | None = None) -> JobExecutionResult:
+        """Run ``plan`` to the end, restarting failed attempts as its restart strategy
+        says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
+        from ..recovery.failover import run_with_restarts
+
+        return run_with_restarts(plan, self.run_attempt, handle=handle or JobHandle(),
+                                 clock=self.clock, first_attempt=attempt_number)
+
+    def run_attempt(self, plan: ExecutionPlan, attempt_number: int,
+                    handle: JobHandle) -> JobExecutionResult:
+        """One attempt: every subtask, until all finish or one fails."""
         started = time.monotonic()
-        handle = handle or JobHandle()
         gateway = _LocalGateway()
         run = _checkpoint_run(plan, gateway, self.clock)
         channels: dict[tuple[int, int, int], LocalChannel] = {}
@@ -82,6 +93,8 @@ class LocalExecutor:
                         signal=threading.Event(), clock=self.clock, attempt_number=attempt_number,
                         storage=run.storage if run else None, responder=run,
                     ))
+                except ConfigurationError:
+                    raise  # the job cannot run as configured: restarting would not help
                 except Exception as e:
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
         gateway.tasks = {t.key: t for t in tasks}

@@ -9,6 +9,7 @@ a plan needs as many slots as its largest parallelism.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import cloudpickle
 
@@ -84,6 +85,14 @@ class ExecutionPlan:
     operator_names: dict[str, str]
     #: periodic checkpoints (None: disabled); ``storage`` is resolved to a URL
     checkpoint: CheckpointConfig | None = None
+    #: the checkpoint or savepoint this attempt restores (a ``RestoreSpec``), or None
+    restore: Any = None
+    #: the restart strategy of the job (a ``RestartStrategy``; None: the default)
+    restart_strategy: Any = None
+    #: injected faults (a ``lockgate.testing.FaultSchedule``), for tests only
+    faults: Any = None
+    #: unique per run of a job (``env.execute``), the same in all its attempts
+    run_id: str = ""
 
     @property
     def checkpointing(self) -> bool:

@@ -51,8 +51,12 @@ class OperatorChain:
         job_name: str = "",
         attempt_number: int = 0,
         clock: Clock,
+        restore: Any = None,
+        run_id: str = "",
     ) -> None:
         self.vertex = vertex
+        #: the checkpoint this attempt restores (a ``RestoreSpec``), or None
+        self.restore = restore
         self.subtask_index = subtask_index
         self.writers = writers
         self.operators: list[StreamOperator] = []
@@ -74,7 +78,7 @@ class OperatorChain:
                 task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
                 subtask_index=subtask_index, parallelism=op_plan.parallelism,
                 max_parallelism=op_plan.max_parallelism, attempt_number=attempt_number,
-                job_name=job_name, clock=clock,
+                job_name=job_name, clock=clock, run_id=run_id,
             )
             op.setup(op_plan.name, op_plan.uid, ctx, out)
             self.operators.append(op)
@@ -86,9 +90,14 @@ class OperatorChain:
         return self.head if isinstance(self.head, SourceOperator) else None
 
     def open(self) -> None:
-        """Open downstream operators first, so the head never emits into an unopened one."""
+        """Open downstream operators first, so the head never emits into an unopened one.
+        Each operator first gets the state it restores (``initialize_state``, M-R1)."""
+        restore = self.restore
         for op in reversed(self.operators):
             self._opened.append(op)  # close() runs even if open() fails
+            op.initialize_state(
+                restore.operator(op.uid, self.subtask_index, op.ctx.parallelism)
+                if restore is not None else None)
             op.open()
 
     def finish(self) -> None:

@@ -11,7 +11,8 @@ from ..time.clock import Clock, SystemClock
 
 
 class RuntimeContext:
-    """Where a function runs: its task, subtask, parallelism and attempt; and its state.
+    """Where a function runs: its task, subtask, parallelism and attempt (0 for the first,
+    +1 for each restart); and its state.
 
     ``get_state`` is available to functions of keyed operators
     (``key_by(...).process(...)``); the state it returns is scoped to the key
@@ -31,6 +32,7 @@ class RuntimeContext:
         job_name: str = "",
         clock: Clock | None = None,
         keyed_backend: HeapKeyedStateBackend | None = None,
+        run_id: str = "",
     ) -> None:
         self.task_name = task_name
         self.operator_name = operator_name
@@ -40,6 +42,8 @@ class RuntimeContext:
         self.max_parallelism = max_parallelism
         self.attempt_number = attempt_number
         self.job_name = job_name
+        #: unique per run of the job, the same in every attempt of the run
+        self.run_id = run_id
         self.clock: Clock = clock or SystemClock()
         self._keyed_backend = keyed_backend
 

@@ -102,16 +102,22 @@ class RecordWriter:
         for channel in self.channels:
             channel.put(element)
 
-    def broadcast_priority(self, element: StreamElement) -> list[Batch]:
+    def broadcast_priority(self, element: StreamElement) -> list[tuple[int, Batch]]:
         """Send ``element`` (an unaligned barrier) to every channel ahead of the data not
         yet consumed: the buffered batches and those queued in the channels stay behind
-        it. Returns every overtaken batch: they are the output in-flight state of the
-        checkpoint (M-B7). Never blocks on a full channel."""
-        overtaken: list[Batch] = []
+        it. Returns every overtaken batch with its channel index: they are the output
+        in-flight state of the checkpoint (M-B7). Never blocks on a full channel."""
+        overtaken: list[tuple[int, Batch]] = []
         for target, channel in enumerate(self.channels):
-            overtaken.extend(channel.put_priority(element))
-            overtaken.extend(self._pending[target])
+            overtaken.extend((target, b) for b in channel.put_priority(element))
+            overtaken.extend((target, b) for b in self._pending[target])
         return overtaken
+
+    def replay(self, target: int, batch: Batch) -> None:
+        """Send ``batch`` to channel ``target`` as it is: restored output in-flight data,
+        before any new output (M-R1)."""
+        self._flush(target)
+        self.channels[target].put(batch)
 
     def is_available(self) -> bool:
         return all(c.has_capacity() for c in self.channels)

@@ -127,6 +127,7 @@ class StreamTask:
         error: BaseException | None = None
         try:
             self.chain.open()
+            self._replay_channel_state()
             self.running = True
             source = self.chain.source
             if source is not None:
@@ -150,6 +151,28 @@ class StreamTask:
             close_error = self.chain.close()
             if error is None and close_error is not None:
                 raise close_error
+
+    def _replay_channel_state(self) -> None:
+        """Restoring an unaligned checkpoint: send the recorded output in-flight data to
+        the channels it was headed for, then process the recorded input in-flight data,
+        before any new input (M-R1, M-B7)."""
+        restore = self.chain.restore
+        if restore is None:
+            return
+        state = restore.channel_state(self.key[0], self.subtask_index)
+        if not state:
+            return
+        from ..checkpoint.subtask_checkpointer import thaw
+
+        for index, target, frozen in state["outputs"]:
+            self.writers[index].replay(target, thaw(frozen))
+        if state["inputs"]:
+            assert self.input_gate is not None
+            indexes = self.input_gate.input_indexes
+            head = self.chain.head
+            for channel, batches in sorted(state["inputs"].items()):
+                for frozen in batches:
+                    head.process_batch(thaw(frozen), indexes[channel])
 
     def _wait(self, deadline: float | None) -> None:
         now = self.clock.monotonic_ms()

@@ -35,10 +35,13 @@ def build_task(
     attempt_number: int = 0,
     storage: "CheckpointStorage | None" = None,
     responder: "CheckpointResponder | None" = None,
+    in_process: bool = True,
 ) -> StreamTask:
     """``output_channels[edge]`` lists the edge's channels in consumer-subtask order;
     ``input_channels`` pairs each input channel with its logical input index. With
-    checkpoints enabled in the plan, ``storage`` and ``responder`` are required."""
+    checkpoints enabled in the plan, ``storage`` and ``responder`` are required.
+    ``in_process``: the task runs in the driver's process (local executor): faults that
+    kill the process are refused there."""
     cfg = plan.config
     writers: dict[int, RecordWriter] = {}
     for edge_id in vertex.out_edges:
@@ -59,16 +62,21 @@ def build_task(
         gate = InputGate([c for c, _ in input_channels], [i for _, i in input_channels], signal)
     chain = OperatorChain(
         vertex, subtask_index, writers, job_name=plan.job_name,
-        attempt_number=attempt_number, clock=clock,
+        attempt_number=attempt_number, clock=clock, restore=plan.restore, run_id=plan.run_id,
     )
     task = StreamTask(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
     task.key = (vertex.id, subtask_index)
+    faults = plan.faults
     if plan.checkpointing:
         if storage is None or responder is None:
             raise ValueError("a checkpointed plan needs checkpoint storage and a responder")
+        if faults is not None:
+            responder = faults.wrap_responder(responder, task.key, attempt_number)
         _enable_checkpoints(plan, vertex, task, storage, responder, clock)
+    if faults is not None:
+        faults.install(task, attempt_number=attempt_number, in_process=in_process)
     return task
 
 

@@ -113,8 +113,18 @@ class SparkExecutor:
 
     def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
                 handle: JobHandle | None = None) -> JobExecutionResult:
+        """Run ``plan`` to the end, restarting failed attempts as its restart strategy
+        says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
+        from ...recovery.failover import run_with_restarts
+
+        return run_with_restarts(plan, self.run_attempt, handle=handle or JobHandle(),
+                                 clock=SystemClock(), first_attempt=attempt_number)
+
+    def run_attempt(self, plan: ExecutionPlan, attempt_number: int,
+                    handle: JobHandle) -> JobExecutionResult:
+        """One attempt: one barrier-mode Spark job (a new generation), until every slot
+        finishes or one fails."""
         started = time.monotonic()
-        handle = handle or JobHandle()
         spark = self.spark
         sc = spark.sparkContext
         check_session(sc)

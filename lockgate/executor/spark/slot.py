@@ -179,7 +179,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             signal: Any = SocketSignal(sockets) if sockets else threading.Event()
             task = build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
                               signal=signal, clock=clock, attempt_number=job.attempt_number,
-                              storage=storage, responder=responder)
+                              storage=storage, responder=responder, in_process=False)
             tasks.append(task)
         by_key.update((t.key, t) for t in tasks)
         _run_tasks(tasks, control, cancelled)

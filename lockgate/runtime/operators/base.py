@@ -51,6 +51,12 @@ class StreamOperator:
         self.ctx = ctx
         self.output = output
 
+    def initialize_state(self, restored: Any) -> None:
+        """Called once before ``open``: ``restored`` is the operator's recorded state to
+        take over (a :class:`~lockgate.recovery.restore.OperatorRestore`), or None on a
+        fresh start or when the restored checkpoint holds nothing for this operator
+        (M-R1). Stateless operators ignore it."""
+
     def open(self) -> None:
         """Called once before the first batch."""
 

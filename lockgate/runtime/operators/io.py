@@ -54,11 +54,25 @@ class SourceOperator(StreamOperator):
         self.source = source
         self.reader: SourceReader | None = None
 
+    def initialize_state(self, restored: Any) -> None:
+        """Take over the unfinished splits, with their read positions, recorded by the
+        old subtasks assigned to this one (M-R1: the source rewinds to them)."""
+        self._restored_splits: list[Any] | None = None
+        if restored is not None:
+            self._restored_splits = [
+                split for state in restored.assigned() if state for split in state["splits"]
+            ]
+
     def open(self) -> None:
         try:
             self.reader = self.source.create_reader(self.ctx)
-            splits = self.source.create_splits(self.ctx.parallelism)
-            self.reader.add_splits(assign_splits(splits, self.ctx.subtask_index, self.ctx.parallelism))
+            restored = getattr(self, "_restored_splits", None)
+            if restored is not None:
+                self.reader.add_splits(restored)
+            else:
+                splits = self.source.create_splits(self.ctx.parallelism)
+                self.reader.add_splits(
+                    assign_splits(splits, self.ctx.subtask_index, self.ctx.parallelism))
         except LockgateError:
             raise
         except Exception as e:
@@ -104,9 +118,48 @@ class SinkOperator(StreamOperator):
         self.sink = sink
         self.writer: SinkWriter | None = None
 
+    _restored: Any = None
+
+    def initialize_state(self, restored: Any) -> None:
+        self._restored = restored
+
     def open(self) -> None:
         try:
             self.writer = self.sink.create_writer(self.ctx)
+            initialize = getattr(self.writer, "initialize_state", None)
+            if callable(initialize):
+                restored, self._restored = self._restored, None
+                initialize(restored.assigned() if restored is not None else [])
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+
+    # checkpoints: a transactional writer pre-commits on the barrier and commits on the
+    # completion notice (M-X2); a failing commit fails the task (M-X3)
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        snapshot = getattr(self.writer, "snapshot_state", None)
+        if not callable(snapshot):
+            return None
+        try:
+            return snapshot(checkpoint_id)
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._notify("notify_checkpoint_complete", checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._notify("notify_checkpoint_aborted", checkpoint_id)
+
+    def _notify(self, method: str, checkpoint_id: int) -> None:
+        notify = getattr(self.writer, method, None)
+        if not callable(notify):
+            return
+        try:
+            notify(checkpoint_id)
         except LockgateError:
             raise
         except Exception as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
+from ...graph.key_groups import key_group_range
 from ...state.keyed import HeapKeyedStateBackend
 from ..batch import Batch, RowBatch, to_rows
 from ..partitioners import KeySelector
@@ -62,9 +63,22 @@ class KeyedProcessOperator(_FunctionOperator):
         super().__init__(fn)
         self.key_selector = key_selector
 
+    _restored: Any = None
+
+    def initialize_state(self, restored: Any) -> None:
+        self._restored = restored
+
     def open(self) -> None:
         self.backend = HeapKeyedStateBackend(self.name, self.ctx.max_parallelism)
         self.ctx._keyed_backend = self.backend
+        restored, self._restored = self._restored, None
+        if restored is not None:
+            # At the same parallelism a subtask's own file holds exactly its key groups;
+            # otherwise every old subtask's file is read and filtered (M-R1, M-R3).
+            snapshots = restored.assigned() if restored.same_parallelism else restored.all()
+            ctx = self.ctx
+            self.backend.restore(
+                snapshots, key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism))
         self.element_ctx = ElementContext(self, None)
         super().open()
 

@@ -1,0 +1,1 @@
+"""Job recovery: restart strategies and failover."""

@@ -1,0 +1,187 @@
+"""Global failover (M-R1, M-R2): run attempts until one finishes or the strategy gives up.
+
+Both executors run one *attempt* at a time (every subtask of the job; any
+subtask's failure stops all of them). :func:`run_with_restarts` drives the
+attempts:
+
+1. attempt 0 restores what the user asked for (``restore_from``, M-R3) or
+   starts empty;
+2. when an attempt fails, the failure goes to the restart strategy's backoff;
+   if it gives up, :class:`~lockgate.errors.JobFailedError` names the last
+   cause and the number of attempts;
+3. otherwise, after the backoff (cancellable), the next attempt restores the
+   newest intact checkpoint this run completed (falling back to older retained
+   ones, then to what attempt 0 restored): every operator gets its state,
+   every source rewinds, unaligned channel state is replayed first;
+4. when an attempt finishes, the transactions two-phase-commit sinks
+   pre-committed at the end of their input are committed (M-X2), retried with
+   the same backoff when a commit fails (M-X3).
+
+Checkpoints that were in storage before this run started (an earlier run of
+the job) are never restored automatically, only through ``restore_from``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import cloudpickle
+
+from ..checkpoint.storage import open_storage
+from ..errors import FailureReason, JobFailedError
+from ..executor.job_handle import JobHandle
+from ..executor.result import JobExecutionResult, JobStatus
+from ..graph.execution_plan import ExecutionPlan
+from ..time.clock import Clock
+from .restart_strategy import RestartBackoff, RestartStrategy
+from .restore import RestoreSpec, newest_restorable
+
+log = logging.getLogger(__name__)
+
+RunAttempt = Callable[[ExecutionPlan, int, JobHandle], JobExecutionResult]
+
+
+def default_restart_strategy(plan: ExecutionPlan) -> RestartStrategy:
+    """Flink's defaults: with checkpoints, exponential delay (unlimited attempts);
+    without, no restarts (a failure would lose the state anyway)."""
+    return RestartStrategy.exponential_delay() if plan.checkpointing else RestartStrategy.none()
+
+
+def run_with_restarts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
+                      clock: Clock, first_attempt: int = 0) -> JobExecutionResult:
+    """Run ``plan`` attempt after attempt (see the module docstring)."""
+    strategy = plan.restart_strategy or default_restart_strategy(plan)
+    backoff = strategy.create_backoff(clock)
+    initial: RestoreSpec | None = plan.restore
+    floor = _newest_id_at_start(plan)
+    restore = initial
+    attempt = first_attempt
+    started = time.monotonic()
+    while True:
+        attempt_plan = copy.copy(plan)
+        attempt_plan.restore = restore
+        if restore is not None:
+            log.info("job %r attempt %d restores %s", plan.job_name, attempt, restore.location)
+        try:
+            result = run_attempt(attempt_plan, attempt, handle)
+        except JobFailedError as failure:
+            if handle.cancel_requested.is_set():
+                raise
+            backoff.notify_failure()
+            if not backoff.can_restart():
+                raise _gave_up(plan, failure, attempt - first_attempt + 1, strategy,
+                               backoff) from failure.__cause__
+            delay = backoff.backoff_ms()
+            log.warning("job %r attempt %d failed (%s); restarting in %.0f ms (%s)",
+                        plan.job_name, attempt, _first_line(failure), delay, strategy)
+            if _cancelled_while_waiting(clock, handle, delay):
+                return _cancelled(plan, started, attempt - first_attempt + 1)
+            restore = _restore_point(plan, floor) or initial
+            attempt += 1
+            backoff.notify_restarted()
+            continue
+        if result.status is JobStatus.FINISHED:
+            _commit_final_transactions(plan, result, backoff, clock)
+        result.attempts = attempt - first_attempt + 1
+        return result
+
+
+def _newest_id_at_start(plan: ExecutionPlan) -> int:
+    if not plan.checkpointing:
+        return 0
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    storage = open_storage(plan.checkpoint.storage)
+    try:
+        ids = storage.completed_ids()
+    except Exception as e:  # noqa: BLE001 - an unreadable storage fails later, with context
+        log.warning("cannot list the checkpoints in %s: %s", storage.url, e)
+        return 0
+    return max(ids, default=0)
+
+
+def _restore_point(plan: ExecutionPlan, floor: int) -> RestoreSpec | None:
+    """The newest intact checkpoint completed by this run, or None."""
+    if not plan.checkpointing:
+        return None
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    return newest_restorable(open_storage(plan.checkpoint.storage), newer_than=floor)
+
+
+def _cancelled_while_waiting(clock: Clock, handle: JobHandle, delay_ms: float) -> bool:
+    if delay_ms <= 0:
+        return handle.cancel_requested.is_set()
+    return clock.wait(handle.cancel_requested, delay_ms)
+
+
+def _cancelled(plan: ExecutionPlan, started: float, attempts: int) -> JobExecutionResult:
+    return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
+                              duration_ms=(time.monotonic() - started) * 1000,
+                              attempts=attempts)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _gave_up(plan: ExecutionPlan, last: JobFailedError, attempts: int,
+             strategy: RestartStrategy, backoff: RestartBackoff) -> JobFailedError:
+    if attempts == 1 and strategy.kind == "none":
+        last.attempts = 1
+        return last  # no restarts configured: the failure as it is
+    text = str(last)
+    body = text.split(": ", 1)[1] if text.startswith(f"job '{plan.job_name}' failed: ") else text
+    error = JobFailedError(
+        f"job '{plan.job_name}' failed after {attempts} attempts ({backoff.give_up_reason()}); "
+        f"the last failure: {body}",
+        reason=last.reason, operator=last.operator, subtask=last.subtask,
+        remote_traceback=last.remote_traceback, attempts=attempts,
+    )
+    return error
+
+
+def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,
+                               backoff: RestartBackoff, clock: Clock) -> None:
+    """Commit what two-phase-commit sinks pre-committed at the end of their input; a
+    failing commit is retried after the strategy's backoff (commits are idempotent)."""
+    from ..connectors.two_phase_commit import FinalCommit, commit_final
+
+    for uid, values in result.sink_results.items():
+        finals = [(i, v) for i, v in enumerate(values) if isinstance(v, FinalCommit)]
+        if not finals:
+            continue
+        sink = _sink_of(plan, uid)
+        for index, final in finals:
+            while True:
+                try:
+                    commit_final(sink, final)
+                    break
+                except Exception as e:
+                    backoff.notify_failure()
+                    if not backoff.can_restart():
+                        raise JobFailedError(
+                            f"job '{plan.job_name}' failed: committing the last transactions "
+                            f"of sink '{plan.operator_names.get(uid, uid)}' (subtask {index}) "
+                            f"failed and the restart strategy gives up "
+                            f"({backoff.give_up_reason()}): {e}",
+                            reason=FailureReason.USER_CODE,
+                            operator=plan.operator_names.get(uid, uid), subtask=index,
+                        ) from e
+                    delay = backoff.backoff_ms()
+                    log.warning("committing the last transactions of sink %r failed (%s); "
+                                "retrying in %.0f ms", uid, e, delay)
+                    clock.wait(threading.Event(), delay)
+            values[index] = None
+
+
+def _sink_of(plan: ExecutionPlan, uid: str) -> Any:
+    for v in plan.vertices:
+        for op in v.operators:
+            if op.uid == uid:
+                factory = cloudpickle.loads(op.payload)
+                return factory.kwargs["sink"]
+    raise KeyError(f"no operator with uid {uid!r} in the plan")

@@ -1,0 +1,218 @@
+"""Choosing and loading the checkpoint an attempt restores (M-R1, M-R3, M-S3).
+
+The driver picks the checkpoint: the newest completed one in the job's
+storage after a failure, or the path the user gave (``restore_from``). It
+reads every state file the checkpoint references once, checking format and
+checksum, before any task starts: a checkpoint with a missing or damaged file
+is never loaded. The newest retained checkpoint that fails the check is
+skipped with a warning and the previous one is tried; when none is left a
+:class:`RestoreError` says so.
+
+What the tasks get is a :class:`RestoreSpec`: plain, picklable data naming
+the storage and, per operator uid, the state handle of every subtask. Each
+task reads only the files assigned to it (:class:`OperatorRestore`), in its
+own thread, when it starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
+from ..checkpoint.types import StateHandle
+from ..errors import LockgateError
+
+log = logging.getLogger(__name__)
+
+_CHK = re.compile(r"^chk-(0|[1-9][0-9]*)$")
+#: the key of a vertex's channel state among a checkpoint's operator states (M-B7)
+CHANNEL_STATE_PREFIX = "channels:"
+
+
+class RestoreError(LockgateError, RuntimeError):
+    """No usable checkpoint at the path given, or every retained one is damaged."""
+
+
+@dataclass(frozen=True)
+class RestoreSpec:
+    """The checkpoint an attempt restores: where it lives and every state handle."""
+
+    storage_url: str
+    checkpoint_id: int
+    #: operator uid (or ``channels:<vertex id>``) -> subtask -> handle
+    operators: dict[str, dict[int, StateHandle]] = field(default_factory=dict)
+    is_savepoint: bool = False
+
+    @property
+    def location(self) -> str:
+        return f"{self.storage_url.rstrip('/')}/chk-{self.checkpoint_id}"
+
+    def operator(self, uid: str, subtask: int, parallelism: int) -> OperatorRestore | None:
+        """What subtask ``subtask`` of operator ``uid`` restores, or None (no state)."""
+        handles = self.operators.get(uid)
+        if not handles:
+            return None
+        return OperatorRestore(self, uid, handles, subtask, parallelism)
+
+    def channel_state(self, vertex_id: int, subtask: int) -> Any:
+        """The in-flight data an unaligned checkpoint persisted for this subtask, or None."""
+        handle = self.operators.get(f"{CHANNEL_STATE_PREFIX}{vertex_id}", {}).get(subtask)
+        if handle is None:
+            return None
+        return _storage(self.storage_url).read_state(handle)
+
+    def operator_uids(self) -> set[str]:
+        return {uid for uid in self.operators if not uid.startswith(CHANNEL_STATE_PREFIX)}
+
+
+class OperatorRestore:
+    """The recorded state of one operator as one subtask of the new attempt sees it.
+
+    At the parallelism the checkpoint was taken with, subtask ``i`` restores exactly
+    the state subtask ``i`` wrote. At another parallelism, :meth:`assigned` gives the
+    states of the old subtasks ``j`` with ``j % parallelism == i`` (sources and sinks
+    redistribute splits and transactions this way) and :meth:`all` every one (keyed
+    state filters it by key group).
+    """
+
+    def __init__(self, spec: RestoreSpec, uid: str, handles: dict[int, StateHandle],
+                 subtask: int, parallelism: int) -> None:
+        self.spec = spec
+        self.uid = uid
+        self.handles = handles
+        self.subtask = subtask
+        self.parallelism = parallelism
+
+    @property
+    def same_parallelism(self) -> bool:
+        """Whether every old subtask wrote state and there were ``parallelism`` of them."""
+        return set(self.handles) == set(range(self.parallelism))
+
+    def _load(self, subtask: int) -> Any:
+        payload = _storage(self.spec.storage_url).read_state(self.handles[subtask])
+        return payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+
+    def assigned(self) -> list[Any]:
+        """The states of the old subtasks this subtask takes over, in subtask order."""
+        return [self._load(j) for j in sorted(self.handles) if j % self.parallelism == self.subtask]
+
+    def all(self) -> list[Any]:
+        """The states of every old subtask, in subtask order."""
+        return [self._load(j) for j in sorted(self.handles)]
+
+
+_opened: dict[str, CheckpointStorage] = {}
+
+
+def _storage(url: str) -> CheckpointStorage:
+    storage = _opened.get(url)
+    if storage is None:
+        storage = _opened[url] = open_storage(url)
+    return storage
+
+
+def _verify(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> None:
+    """Read every state file of ``checkpoint`` (format and checksum are checked)."""
+    for by_subtask in checkpoint.operator_states.values():
+        for handle in by_subtask.values():
+            storage.read_state(handle)
+
+
+def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> RestoreSpec:
+    return RestoreSpec(
+        storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
+        operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
+        is_savepoint=checkpoint.is_savepoint,
+    )
+
+
+def _load(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec:
+    """The verified checkpoint ``checkpoint_id`` of ``storage``; raises what is wrong."""
+    try:
+        checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(checkpoint_id))
+    except (CorruptCheckpointError, FileNotFoundError) as e:
+        raise CorruptCheckpointError(f"its _metadata cannot be read: {e}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"its _metadata is not valid: {e}") from e
+    _verify(storage, checkpoint)
+    return _spec(storage, checkpoint)
+
+
+def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0) -> RestoreSpec | None:
+    """The newest completed checkpoint of ``storage`` (id > ``newer_than``) whose files
+    are all intact; damaged ones are skipped with a warning. None when there is none."""
+    try:
+        ids = storage.completed_ids()
+    except Exception as e:
+        raise RestoreError(
+            f"cannot list the checkpoints in {storage.url}: {e}") from e
+    for checkpoint_id in sorted((i for i in ids if i > newer_than), reverse=True):
+        try:
+            return _load(storage, checkpoint_id)
+        except CorruptCheckpointError as e:
+            log.warning("checkpoint %d in %s is damaged and is skipped, falling back to the "
+                        "previous retained checkpoint: %s", checkpoint_id, storage.url, e)
+    return None
+
+
+def resolve_restore_path(path: str) -> RestoreSpec:
+    """The checkpoint or savepoint at ``path``: a ``chk-<id>`` folder (restored as is,
+    falling back to older retained checkpoints of the same storage when it is damaged),
+    or a checkpoint storage root (its newest intact checkpoint). Raises
+    :class:`RestoreError` naming the path when nothing there can be restored."""
+    if not isinstance(path, str) or not path.strip():
+        raise RestoreError(
+            f"restore_from must be the path of a checkpoint (a chk-<id> folder) or of a "
+            f"checkpoint storage folder, got {path!r}")
+    trimmed = path.rstrip("/")
+    head, name = posixpath.split(trimmed) if "://" in trimmed else _split_local(trimmed)
+    match = _CHK.match(name)
+    if match is None:
+        storage = _open(path, path)
+        spec = newest_restorable(storage)
+        if spec is None:
+            raise RestoreError(
+                f"restore_from {path!r}: no intact completed checkpoint found there; give a "
+                "chk-<id> folder or the checkpoint storage of a job that completed one")
+        return spec
+    storage = _open(head, path)
+    checkpoint_id = int(match.group(1))
+    try:
+        return _load(storage, checkpoint_id)
+    except CorruptCheckpointError as e:
+        log.warning("checkpoint %s cannot be restored (%s); falling back to the previous "
+                    "retained checkpoint in %s", path, e, storage.url)
+        fallback = _newest_older(storage, checkpoint_id)
+        if fallback is None:
+            raise RestoreError(
+                f"restore_from {path!r}: the checkpoint is damaged ({e}) and no older intact "
+                "checkpoint is retained next to it") from e
+        return fallback
+
+
+def _newest_older(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec | None:
+    for older in sorted((i for i in storage.completed_ids() if i < checkpoint_id), reverse=True):
+        try:
+            return _load(storage, older)
+        except CorruptCheckpointError as e:
+            log.warning("checkpoint %d in %s is damaged and is skipped: %s",
+                        older, storage.url, e)
+    return None
+
+
+def _split_local(path: str) -> tuple[str, str]:
+    import os
+
+    return os.path.split(os.path.abspath(path))
+
+
+def _open(url: str, given: str) -> CheckpointStorage:
+    try:
+        return open_storage(url)
+    except Exception as e:
+        raise RestoreError(f"restore_from {given!r}: cannot open {url!r}: {e}") from e

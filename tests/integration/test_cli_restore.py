@@ -1,0 +1,66 @@
+"""``lockgate run --restore PATH``: a job file restarts from a retained checkpoint (M-R3)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import lockgate as lg
+from lockgate import cli
+
+from test_checkpointing import cancel_after_checkpoints
+from test_recovery import SPLIT, by_value, expected_records, published, unbounded_sums
+
+JOB = textwrap.dedent('''
+    import sys
+    import lockgate as lg
+    from lockgate.connectors import FileSink, SequenceSource
+
+    CHUNK = 6_000
+
+    class RunningSum(lg.KeyedProcessFunction):
+        def open(self, ctx):
+            self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=(0, -1)))
+
+        def process_element(self, value, ctx):
+            total, _ = self.total.value()
+            total += value["v"]
+            self.total.update((total, value["v"]))
+            yield {"k": value["k"], "v": value["v"], "sum": total}
+
+    out, storage, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    env = lg.StreamEnvironment(parallelism=2)
+    env.enable_checkpointing(200)
+    env.checkpoint_config.storage = storage
+    (env.from_source(SequenceSource(0, n, batch_size=500)).uid("numbers")
+        .map(lambda x: {"k": x // CHUNK, "v": x}, name="to record")
+        .key_by(lambda r: r["k"]).process(RunningSum(), name="running sum").uid("sums")
+        .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
+    env.execute("cli restore")
+''')
+
+
+def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint(
+        tmp_path) -> None:
+    n = 2 * SPLIT
+    client = unbounded_sums(lg.LocalExecutor(), tmp_path, n).execute_async("to cancel")
+    cancel_after_checkpoints(client, 2, "two checkpoints completed")
+    assert len(published(str(tmp_path / "out"))) < n
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    storage = str(tmp_path / "checkpoints")
+    rc = cli.main(["run", "--executor", "local", "--restore", storage, str(job),
+                   str(tmp_path / "out"), storage, str(n)])
+    assert rc == 0
+    assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
+
+
+def test_lockgate_run_restore_rejects_a_missing_folder_and_a_lone_allow_flag(
+        tmp_path, capsys) -> None:
+    job = tmp_path / "job.py"
+    job.write_text("print('never runs')\n")
+    rc = cli.main(["run", "--restore", str(tmp_path / "nowhere"), str(job)])
+    assert rc == 2
+    assert "--restore" in capsys.readouterr().err
+    rc = cli.main(["run", "--allow-non-restored-state", str(job)])
+    assert rc == 2
+    assert "applies to --restore" in capsys.readouterr().err
