@@ -318,3 +318,45 @@ def test_m_s2_state_of_an_operator_the_job_no_longer_has_fails_the_restore_unles
         env.execute("new job", restore_from=storage)
     result = env.execute("new job", restore_from=storage, allow_non_restored_state=True)
     assert result.status is lg.JobStatus.FINISHED
+
+
+# ------------------------------------------------------ unaligned channel state replay (M-R1)
+
+
+@pytest.mark.hang_guard(120)
+def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_restore(
+        executor, tmp_path, caplog) -> None:
+    from lockgate.checkpoint.storage import open_storage
+    from lockgate.recovery.restore import resolve_restore_path
+
+    from test_checkpointing import slow_map
+
+    n = 400_000
+    # small channels: the source stays backpressured (and running) until near the end
+    config = lg.ExecutionConfig(channel_capacity_bytes=64 * 1024, buffer_max_bytes=32 * 1024)
+    env = lg.StreamEnvironment(parallelism=2, executor=executor, config=config)
+    env.enable_checkpointing(200)
+    cfg = env.checkpoint_config
+    cfg.storage = str(tmp_path / "checkpoints")
+    cfg.unaligned = True
+    cfg.retained = 100
+    env.set_buffer_timeout(0)
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
+    (env.from_source(SequenceSource(0, n, batch_size=500)).uid("numbers")
+        .rebalance().map_batches(slow_map, name="slow").uid("slow")
+        .sink_to(CollectSink(), name="collect").uid("collect"))
+    inject_faults(env, FailAtRecord("slow", record=120_000, attempt=0, subtask=0))
+    with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
+        result = env.execute("replay in-flight data")
+    assert result.attempts == 2
+    assert collected(result) == list(range(n)), "every record exactly once"
+    restored = [r.getMessage().rsplit(" restores ", 1)[1] for r in caplog.records
+                if " restores " in r.getMessage()]
+    assert restored, "the second attempt restored a checkpoint"
+    spec = resolve_restore_path(restored[0])
+    storage = open_storage(spec.storage_url)
+    channel_states = [storage.read_state(h) for uid, by in spec.operators.items()
+                      if uid.startswith("channels:") for h in by.values()]
+    in_flight = sum(len(s["outputs"]) + sum(len(b) for b in s["inputs"].values())
+                    for s in channel_states)
+    assert in_flight > 0, "the restored checkpoint held in-flight batches to replay"
