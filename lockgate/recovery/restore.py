@@ -17,6 +17,7 @@ own thread, when it starts.
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -151,7 +152,13 @@ def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0) -> Res
     except Exception as e:
         raise RestoreError(
             f"cannot list the checkpoints in {storage.url}: {e}") from e
-    for checkpoint_id in sorted((i for i in ids if i > newer_than), reverse=True):
+    return _newest_intact(storage, [i for i in ids if i > newer_than])
+
+
+def _newest_intact(storage: CheckpointStorage, ids: list[int]) -> RestoreSpec | None:
+    """The verified checkpoint with the highest of ``ids`` whose files are intact;
+    damaged ones are skipped with a warning."""
+    for checkpoint_id in sorted(ids, reverse=True):
         try:
             return _load(storage, checkpoint_id)
         except CorruptCheckpointError as e:
@@ -187,7 +194,8 @@ def resolve_restore_path(path: str) -> RestoreSpec:
     except CorruptCheckpointError as e:
         log.warning("checkpoint %s cannot be restored (%s); falling back to the previous "
                     "retained checkpoint in %s", path, e, storage.url)
-        fallback = _newest_older(storage, checkpoint_id)
+        fallback = _newest_intact(
+            storage, [i for i in storage.completed_ids() if i < checkpoint_id])
         if fallback is None:
             raise RestoreError(
                 f"restore_from {path!r}: the checkpoint is damaged ({e}) and no older intact "
@@ -195,19 +203,7 @@ def resolve_restore_path(path: str) -> RestoreSpec:
         return fallback
 
 
-def _newest_older(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec | None:
-    for older in sorted((i for i in storage.completed_ids() if i < checkpoint_id), reverse=True):
-        try:
-            return _load(storage, older)
-        except CorruptCheckpointError as e:
-            log.warning("checkpoint %d in %s is damaged and is skipped: %s",
-                        older, storage.url, e)
-    return None
-
-
 def _split_local(path: str) -> tuple[str, str]:
-    import os
-
     return os.path.split(os.path.abspath(path))
 
 

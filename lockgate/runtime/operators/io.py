@@ -138,28 +138,22 @@ class SinkOperator(StreamOperator):
     # checkpoints: a transactional writer pre-commits on the barrier and commits on the
     # completion notice (M-X2); a failing commit fails the task (M-X3)
     def snapshot_state(self, checkpoint_id: int) -> Any:
-        snapshot = getattr(self.writer, "snapshot_state", None)
-        if not callable(snapshot):
-            return None
-        try:
-            return snapshot(checkpoint_id)
-        except LockgateError:
-            raise
-        except Exception as e:
-            raise self.user_error(e) from e
+        return self._call_writer("snapshot_state", checkpoint_id)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._notify("notify_checkpoint_complete", checkpoint_id)
+        self._call_writer("notify_checkpoint_complete", checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        self._notify("notify_checkpoint_aborted", checkpoint_id)
+        self._call_writer("notify_checkpoint_aborted", checkpoint_id)
 
-    def _notify(self, method: str, checkpoint_id: int) -> None:
-        notify = getattr(self.writer, method, None)
-        if not callable(notify):
-            return
+    def _call_writer(self, method: str, checkpoint_id: int) -> Any:
+        """The writer's optional checkpoint hook ``method`` (None when it has none); its
+        errors are the user's, naming this sink."""
+        hook = getattr(self.writer, method, None)
+        if not callable(hook):
+            return None
         try:
-            notify(checkpoint_id)
+            return hook(checkpoint_id)
         except LockgateError:
             raise
         except Exception as e:
