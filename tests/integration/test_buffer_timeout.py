@@ -75,7 +75,9 @@ def test_a_rate_limited_source_on_the_real_clock_reaches_the_sink_before_it_ends
     """The first record reaches the sink while the source is still emitting: without the buffer
     timeout everything would wait in the output buffer until the source ended."""
     env = make_env(parallelism=1, buffer_timeout_ms=5)
-    n = 30
+    # the source emits for 1.5 s: longer than the gap between the start of the source's and
+    # the sink's Spark slots, so only the buffer timeout can explain an early arrival
+    n = 60
     probe = file_probe
 
     class FirstArrival(SinkWriter):
@@ -89,7 +91,7 @@ def test_a_rate_limited_source_on_the_real_clock_reaches_the_sink_before_it_ends
         def create_writer(self, ctx):
             return FirstArrival()
 
-    (env.from_source(SequenceSource(0, n, rows_per_second=200))
+    (env.from_source(SequenceSource(0, n, rows_per_second=40))
         .map(lambda x: (probe.bump("emitted"), x)[1])
         .sink_to(FirstArrivalSink()).disable_chaining())
     result = env.execute("real clock", executor=executor)
