@@ -11,25 +11,48 @@ to the job's ``StreamEnvironment`` through environment variables
 ``LOCKGATE_ALLOW_NON_RESTORED_STATE``): ``--restore PATH`` makes the job's
 ``env.execute`` start from the checkpoint or savepoint at PATH (M-R3).
 
+Running jobs of this machine register in ``$LOCKGATE_HOME/jobs`` (default
+``~/.lockgate``; see :mod:`lockgate.executor.job_registry`) and are
+controlled from another shell, by job id or (unique) job name:
+
+* ``lockgate list``: the running jobs (id, name, pid, start time).
+* ``lockgate savepoint JOB PATH [--timeout S]``: take a savepoint of the
+  running job into the folder PATH (M-S1) and print its folder.
+* ``lockgate stop JOB [--savepoint PATH [--drain]] [--timeout S]``: with
+  ``--savepoint``, take a savepoint, then stop the job (``--drain`` first
+  sends the maximum watermark through) and print the savepoint's folder;
+  without it, cancel the job.
+
+A local PATH is made absolute here, so it means the same folder to the job.
+``--timeout S`` fails the command when the job takes longer than S seconds;
+without it the command waits as long as the job runs.
+
 Exit codes: 0 when the job file finishes (or the status it passes to
-``sys.exit``), 1 when the job fails (``JobFailedError``: its message goes to
-standard error) or the job file raises, 2 for a usage error (a missing job
-file, an executor that is not available).
+``sys.exit``) or a command succeeds; 1 when the job fails (``JobFailedError``:
+its message goes to standard error), the job file raises, or a command fails
+(the job's error, a job that ended or did not answer in time: the message goes
+to standard error); 2 for a usage error (a missing job file, an executor that
+is not available, no running job or several with the given name).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import runpy
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
 
 from . import __version__
-from .errors import JobFailedError
+from .errors import ConfigurationError, JobFailedError
+from .executor import job_registry
+from .executor.job_registry import JobControlError, JobNotFoundError
 
 EXECUTOR_ENV = "LOCKGATE_EXECUTOR"
 MASTER_ENV = "LOCKGATE_SPARK_MASTER"
@@ -88,7 +111,49 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("job", metavar="JOB", help="path of the job file (a Python script)")
     run.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER,
                      help="arguments passed to the job")
+    _add_control_commands(commands)
     return parser
+
+
+def _seconds(text: str) -> float:
+    """``--timeout``: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from e
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+def _add_control_commands(commands: Any) -> None:
+    home = f"${job_registry.HOME_ENV}/{job_registry.JOBS_FOLDER}"
+    commands.add_parser(
+        "list", help="list the running jobs",
+        description=f"List the running jobs of this machine (registered in {home}): "
+                    "id, name, pid and start time.")
+    timeout_help = ("fail when the job takes longer than S seconds (default: wait as long "
+                    "as the job runs)")
+    savepoint = commands.add_parser(
+        "savepoint", help="take a savepoint of a running job",
+        description="Take a savepoint of a running job into the folder PATH and print the "
+                    "savepoint's folder. The job keeps running.")
+    savepoint.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
+    savepoint.add_argument("path", metavar="PATH", help="the folder of the savepoint")
+    savepoint.add_argument("--timeout", metavar="S", type=_seconds, default=None,
+                           help=timeout_help)
+    stop = commands.add_parser(
+        "stop", help="stop a running job, with a savepoint or not",
+        description="With --savepoint PATH: take a savepoint into PATH, then stop the job, "
+                    "and print the savepoint's folder. Without: cancel the job.")
+    stop.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
+    stop.add_argument("--savepoint", metavar="PATH", default=None,
+                      help="take a savepoint into the folder PATH before stopping")
+    stop.add_argument("--drain", action="store_true", default=False,
+                      help="with --savepoint: send the maximum watermark through first "
+                           "(fires every event-time timer and window)")
+    stop.add_argument("--timeout", metavar="S", type=_seconds, default=None,
+                      help=timeout_help)
 
 
 def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -238,6 +303,66 @@ def run_job(path: str, args: list[str], executor: str | None = None,
     return 0
 
 
+def _savepoint_target(path: str) -> str:
+    """A savepoint PATH as the job should see it: local paths absolute (the job's working
+    folder may differ from ours), URLs (``s3://...``) unchanged."""
+    if not path:
+        raise _UsageError("the savepoint PATH is empty; give a folder")
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
+
+
+def list_command() -> int:
+    """``lockgate list``: print the running jobs; return the exit code."""
+    jobs = job_registry.list_jobs()
+    if not jobs:
+        print(f"no lockgate job is running (registry: {job_registry.jobs_folder()})",
+              file=sys.stderr)
+        return 0
+    rows = [("ID", "NAME", "PID", "STARTED")] + [
+        (j.job_id, j.job_name, str(j.pid),
+         datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")) for j in jobs]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[3]]))
+    return 0
+
+
+def savepoint_command(job: str, path: str, timeout: float | None = None) -> int:
+    """``lockgate savepoint JOB PATH``: print the savepoint's folder; return the exit code."""
+    target = _savepoint_target(path)
+    info = job_registry.find_job(job)
+    print(job_registry.send_command(info, job_registry.SAVEPOINT, path=target, timeout=timeout))
+    return 0
+
+
+def stop_command(job: str, savepoint: str | None = None, drain: bool = False,
+                 timeout: float | None = None) -> int:
+    """``lockgate stop JOB``: stop with a savepoint (print its folder) or cancel; return
+    the exit code."""
+    if drain and savepoint is None:
+        raise _UsageError("--drain applies to --savepoint PATH")
+    target = None if savepoint is None else _savepoint_target(savepoint)
+    info = job_registry.find_job(job)
+    if target is None:
+        job_registry.send_command(info, job_registry.CANCEL, timeout=timeout)
+        print(f"cancelling job {info.job_id} ({info.job_name})")
+        return 0
+    print(job_registry.send_command(info, job_registry.STOP, path=target, drain=drain,
+                                    timeout=timeout))
+    return 0
+
+
+def _dispatch(ns: argparse.Namespace) -> int:
+    if ns.command == "list":
+        return list_command()
+    if ns.command == "savepoint":
+        return savepoint_command(ns.job, ns.path, ns.timeout)
+    if ns.command == "stop":
+        return stop_command(ns.job, ns.savepoint, ns.drain, ns.timeout)
+    return run_job(ns.job, ns.job_args, ns.executor, ns.master, ns.restore,
+                   ns.allow_non_restored_state)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lockgate`` command; returns the process exit code."""
     try:
@@ -248,11 +373,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_help(sys.stderr)
         return 2
     try:
-        return run_job(ns.job, ns.job_args, ns.executor, ns.master, ns.restore,
-                       ns.allow_non_restored_state)
-    except _UsageError as e:
+        return _dispatch(ns)
+    except (_UsageError, JobNotFoundError, ConfigurationError) as e:
         print(f"lockgate: error: {e}", file=sys.stderr)
         return 2
+    except JobControlError as e:
+        print(f"lockgate: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

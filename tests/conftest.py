@@ -26,6 +26,7 @@ import os
 import pickle
 import sys
 import threading
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -221,6 +222,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # Spark's Python workers must import the test modules (whose functions and classes jobs
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
+    # every job registers for command-line control (lockgate list/savepoint/stop): keep
+    # the test run's registrations out of the user's ~/.lockgate
+    if "LOCKGATE_HOME" not in os.environ:
+        os.environ["LOCKGATE_HOME"] = tempfile.mkdtemp(prefix="lockgate-test-home-")
 
 
 @pytest.fixture(autouse=True)

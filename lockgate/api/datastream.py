@@ -8,7 +8,7 @@ not callable or cannot be pickled, ...) are reported when the job is built.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, overload
 
 import pyarrow.compute as pc
 
@@ -32,8 +32,11 @@ from ..runtime.partitioners import (
     KeySelector,
     RebalancePartitioning,
 )
+from ..state.broadcast import check_broadcast_descriptors
+from ..state.descriptors import MapStateDescriptor
 
 if TYPE_CHECKING:
+    from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .environment import StreamEnvironment
 
 S = TypeVar("S", bound="_Configurable")
@@ -175,9 +178,47 @@ class DataStream(_Configurable):
         """Spread batches round-robin over the next operator's subtasks."""
         return DataStream(self._env, self._partition(RebalancePartitioning(), "rebalance"))
 
-    def broadcast(self) -> "DataStream":
-        """Send every record to every subtask of the next operator."""
-        return DataStream(self._env, self._partition(BroadcastPartitioning(), "broadcast"))
+    @overload
+    def broadcast(self) -> "DataStream": ...
+
+    @overload
+    def broadcast(self, descriptor: MapStateDescriptor[Any], /,
+                  *descriptors: MapStateDescriptor[Any]) -> "BroadcastStream": ...
+
+    def broadcast(self, *descriptors: MapStateDescriptor[Any]) -> "DataStream | BroadcastStream":
+        """Send every record to every subtask of the next operator.
+
+        With one or more ``lg.MapStateDescriptor``: a ``BroadcastStream`` declaring
+        those broadcast states, to pass to ``other.connect(...)`` (the broadcast state
+        pattern). Each descriptor needs its own name and no TTL."""
+        if not descriptors:
+            return DataStream(self._env, self._partition(BroadcastPartitioning(), "broadcast"))
+        from .broadcast import BroadcastStream
+
+        checked = check_broadcast_descriptors(descriptors, "broadcast(...)")
+        names = ", ".join(repr(d.name) for d in checked)
+        t = self._partition(BroadcastPartitioning(), f"broadcast({names})")
+        return BroadcastStream(self._env, t, checked)
+
+    def connect(self, broadcast_stream: "BroadcastStream") -> "BroadcastConnectedStream":
+        """Connect this stream to a broadcast stream (``rules.broadcast(descriptor)``);
+        call ``.process(fn)`` on the result with an ``lg.BroadcastProcessFunction``
+        (an ``lg.KeyedBroadcastProcessFunction`` after ``key_by``)."""
+        from .broadcast import BroadcastConnectedStream, BroadcastStream
+
+        if not isinstance(broadcast_stream, BroadcastStream):
+            what = (
+                "a DataStream" if isinstance(broadcast_stream, DataStream)
+                else repr(broadcast_stream))
+            raise ConfigurationError(
+                f"connect() takes a broadcast stream, got {what}: only broadcast streams can "
+                "be connected in this version of lockgate; make one with "
+                "other.broadcast(lg.MapStateDescriptor('name')), or combine streams of the "
+                "same type with union(...)")
+        if broadcast_stream._env is not self._env:
+            raise ConfigurationError(
+                "connect() needs a broadcast stream of the same StreamEnvironment")
+        return BroadcastConnectedStream(self._env, self, broadcast_stream)
 
     def forward(self) -> "DataStream":
         """Subtask i feeds subtask i of the next operator (same parallelism)."""
@@ -259,6 +300,13 @@ class KeyedStream(DataStream):
             ),
             keyed=True,
         )
+
+    def connect(self, broadcast_stream: "BroadcastStream") -> "BroadcastConnectedStream":
+        """Connect this keyed stream to a broadcast stream; call ``.process(fn)`` on the
+        result with an ``lg.KeyedBroadcastProcessFunction`` (keyed state and
+        ``ctx.current_key`` in ``process_element``, ``ctx.apply_to_keyed_state`` in
+        ``process_broadcast_element``)."""
+        return super().connect(broadcast_stream)
 
     def _key_functions(self) -> dict[str, Any]:
         sel = self.key_selector

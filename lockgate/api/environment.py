@@ -21,6 +21,7 @@ from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..graph.transformations import Kind, Transformation, walk
 from ..graph.validation import validate
 from ..recovery.restart_strategy import RestartStrategy
+from ..state.backends import HashMapStateBackend, StateBackend, check_state_backend
 from ..runtime.config import ExecutionConfig
 from ..runtime.operators.base import OperatorFactory
 from ..runtime.operators.io import SourceOperator
@@ -58,6 +59,7 @@ class StreamEnvironment:
         self._restart_strategy: RestartStrategy | None = None
         #: faults injected by ``lockgate.testing.inject_faults`` (tests only)
         self._faults: Any = None
+        self._state_backend: StateBackend = HashMapStateBackend()
         self._transformations: list[Transformation] = []
 
     # -- configuration -----------------------------------------------------------
@@ -112,6 +114,18 @@ class StreamEnvironment:
     def restart_strategy(self) -> RestartStrategy | None:
         """The restart strategy set with :meth:`set_restart_strategy` (None: the default)."""
         return self._restart_strategy
+
+    def set_state_backend(self, backend: StateBackend) -> "StreamEnvironment":
+        """Where keyed state lives: ``lg.HashMapStateBackend()`` (the default; on the
+        heap, copy-on-write snapshots) or ``lg.RocksDBStateBackend(incremental=True)``
+        (on local disk, incremental checkpoints). Savepoints of either restore into
+        either (M-S1)."""
+        self._state_backend = check_state_backend(backend)
+        return self
+
+    @property
+    def state_backend(self) -> StateBackend:
+        return self._state_backend
 
     def disable_operator_chaining(self) -> "StreamEnvironment":
         self.config.chaining = False
@@ -185,8 +199,11 @@ class StreamEnvironment:
         plan.restart_strategy = self._restart_strategy
         plan.run_id = uuid.uuid4().hex[:12]
         plan.faults = self._faults
+        plan.state_backend = self._state_backend
         if restore_from is not None:
             plan.restore = _restore_spec(plan, restore_from, allow_non_restored_state)
+        if self._checkpoint_config.enabled or restore_from is not None:
+            _warn_generated_uids(self._transformations)
         return plan
 
     def _plan_checkpoint_config(self) -> CheckpointConfig | None:
@@ -227,7 +244,9 @@ class StreamEnvironment:
         plan = self.get_execution_plan(job_name, restore_from=restore_from,
                                        allow_non_restored_state=allow_non_restored_state)
         chosen = executor or self.executor or default_executor()
-        return chosen.execute(plan)
+        client = JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle),
+                           background=False)
+        return client.run_here()
 
     def execute_async(self, job_name: str = "lockgate job", *,
                       executor: Any = None, restore_from: str | None = None,
@@ -289,6 +308,19 @@ def _restore_spec(plan: ExecutionPlan, restore_from: str,
             f"does not have (uids {unknown}); give those operators the same .uid(...) as "
             "before, or pass allow_non_restored_state=True to drop that state")
     return spec
+
+
+def _warn_generated_uids(transformations: list[Transformation]) -> None:
+    """Warn about operators whose state is matched by a generated uid (M-S2)."""
+    generated = [t for t in transformations
+                 if not t.kind.virtual and getattr(t, "_auto_uid", False)]
+    if generated:
+        names = ", ".join(f"'{t.name}' (generated uid {t.uid})" for t in generated)
+        log.warning(
+            "operators without an explicit uid: %s. Their state is matched by a generated "
+            "uid that changes when the graph upstream of them changes, so a changed job may "
+            "not restore it from a checkpoint or savepoint: set .uid('...') on every "
+            "stateful operator (M-S2)", names)
 
 
 def _assign_uids(order: list[Transformation]) -> None:

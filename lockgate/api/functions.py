@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..runtime.context import RuntimeContext
+from ..runtime.operators import broadcast as _broadcast
 from ..runtime.operators.keyed import ElementContext
 
 
@@ -66,3 +67,80 @@ class KeyedProcessFunction(Function):
     def on_timer(self, timestamp: int, ctx: ElementContext) -> Iterable[Any] | None:
         """Called when a timer registered for ``ctx.current_key`` fires."""
         return None
+
+
+class BroadcastProcessFunction(Function):
+    """Processes a non-keyed stream connected to a broadcast stream
+    (``stream.connect(rules.broadcast(descriptor)).process(fn)``).
+
+    ``process_element(value, ctx)`` runs for the connected stream's records;
+    ``ctx.get_broadcast_state(descriptor)`` is read-only there (writes raise).
+    ``process_broadcast_element(value, ctx)`` runs, in every subtask, for every
+    element of the broadcast stream; ``ctx.get_broadcast_state(descriptor)`` is
+    writable there. Change broadcast state only from the broadcast elements, so that
+    every subtask holds the same state (it is checkpointed, and restored into every
+    subtask, also at another parallelism). Both yield (or return an iterable of)
+    output records; ``ctx.output(tag, value)`` emits to a side output. The two inputs
+    are not ordered against each other.
+    """
+
+    ReadOnlyContext = _broadcast.ReadOnlyContext
+    Context = _broadcast.BroadcastContext
+
+    def process_element(self, value: Any,
+                        ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any,
+                                  ctx: _broadcast.BroadcastContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(Function):
+    """Processes a keyed stream connected to a broadcast stream
+    (``stream.key_by(...).connect(rules.broadcast(descriptor)).process(fn)``).
+
+    As :class:`BroadcastProcessFunction`, and: ``process_element`` runs with
+    ``ctx.current_key`` set to the record's key, with keyed state (from
+    ``ctx.get_state(...)`` in ``open``) scoped to it; ``process_broadcast_element`` has
+    no current key, but ``ctx.apply_to_keyed_state(descriptor, fn)`` calls
+    ``fn(key, state)`` for every key of the subtask that has a value of that keyed
+    state.
+    """
+
+    ReadOnlyContext = _broadcast.ReadOnlyContext
+    Context = _broadcast.KeyedBroadcastContext
+
+    def process_element(self, value: Any,
+                        ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: Any,
+                                  ctx: _broadcast.KeyedBroadcastContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class ReduceFunction(Function):
+    """Combines two values of the same type into one: ``reduce(a, b)``."""
+
+    def reduce(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+
+class AggregateFunction(Function):
+    """An incremental aggregation: an accumulator is created, values are added to it,
+    and the result is read from it. ``merge`` combines two accumulators (needed by
+    merging windows)."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        """Add ``value``; return the new accumulator (may be ``accumulator`` itself)."""
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
-from ..checkpoint.types import CheckpointStats
-from ..errors import ConfigurationError
+from ..checkpoint.savepoints import check_savepoint_target, publish_savepoint
+from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
+from ..errors import CheckpointFailedError, ConfigurationError
 from ..executor.job_handle import JobHandle
-from ..executor.result import JobExecutionResult
+from ..executor.job_registry import register_job
+from ..executor.result import JobExecutionResult, JobStatus
 
 
 class JobClient:
@@ -16,26 +19,54 @@ class JobClient:
 
     ``wait()`` returns the job's result (or raises its ``JobFailedError``);
     ``cancel()`` stops it (its result then has status ``CANCELED``);
-    ``checkpoints()`` lists its checkpoints with their metrics.
+    ``checkpoints()`` lists its checkpoints with their metrics;
+    ``trigger_savepoint(path)`` writes a savepoint into the folder ``path`` while the
+    job goes on; ``stop_with_savepoint(path)`` writes one and then stops the job
+    (its result then has status ``FINISHED`` and ``savepoint_path`` set).
     """
 
-    def __init__(self, job_name: str, run: Callable[[JobHandle], JobExecutionResult]) -> None:
+    def __init__(self, job_name: str, run: Callable[[JobHandle], JobExecutionResult], *,
+                 background: bool = True) -> None:
+        """Start ``run`` in a background thread (``background=False``: the caller runs it
+        with :meth:`run_here`). Either way the job is registered for command-line control
+        (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) while it runs."""
         self.job_name = job_name
         self._handle = JobHandle()
         self._done = threading.Event()
         self._result: JobExecutionResult | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(run,),
-                                        name=f"lockgate job client {job_name}", daemon=True)
-        self._thread.start()
+        self._stopped_with: str | None = None
+        self._savepoint_lock = threading.Lock()
+        self._run_fn = run
+        self._registration = register_job(job_name, self)
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, args=(run,),
+                                            name=f"lockgate job client {job_name}", daemon=True)
+            self._thread.start()
+
+    def run_here(self) -> JobExecutionResult:
+        """Run the job in the calling thread (a client made with ``background=False``)
+        and return its result, or raise its error."""
+        if self._thread is not None or self._done.is_set():
+            raise ConfigurationError("run_here() runs a job once, for a client made with "
+                                     "background=False")
+        self._run(self._run_fn)
+        return self.wait()
 
     def _run(self, run: Callable[[JobHandle], JobExecutionResult]) -> None:
         try:
-            self._result = run(self._handle)
+            result = run(self._handle)
+            if self._stopped_with is not None and result.status is JobStatus.CANCELED:
+                result.status = JobStatus.FINISHED
+                result.savepoint_path = self._stopped_with
+            self._result = result
         except BaseException as e:  # noqa: BLE001 - re-raised by wait()
             self._error = e
         finally:
             self._done.set()
+            # after _done: a stop command in progress waits for the end of the job
+            self._registration.close()
 
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "running"
@@ -52,11 +83,11 @@ class JobClient:
     def wait(self, timeout: float | None = None) -> JobExecutionResult:
         """Block until the job ends; return its result or raise its error.
         Raises ``TimeoutError`` when ``timeout`` seconds pass first."""
-        if timeout is not None and (isinstance(timeout, bool) or timeout < 0):
-            raise ConfigurationError(f"wait timeout must be seconds >= 0, got {timeout!r}")
+        _check_timeout(timeout, "wait")
         if not self._done.wait(timeout):
             raise TimeoutError(f"job '{self.job_name}' still running after {timeout}s")
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -74,3 +105,94 @@ class JobClient:
             return []
         stats: list[CheckpointStats] = coordinator.stats()
         return stats
+
+    # -- savepoints (M-S1) ----------------------------------------------------------------
+    def trigger_savepoint(self, path: str, timeout: float | None = None) -> str:
+        """Take a savepoint into the folder ``path`` (a local path or a URL; it must not
+        hold a savepoint yet) and return its location; the job goes on. The savepoint
+        is aligned and holds every operator's state in the canonical format, so either
+        state backend restores it, at any parallelism (``restore_from=path``).
+
+        Waits for the job to be running, then for the savepoint: at most ``timeout``
+        seconds in all (None: the checkpoint timeout for the savepoint). Raises
+        ``ConfigurationError`` for a bad folder or a job without checkpointing,
+        ``CheckpointFailedError`` when the savepoint fails, ``TimeoutError``.
+        """
+        _check_timeout(timeout, "trigger_savepoint")
+        check_savepoint_target(path)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._savepoint_lock:
+            coordinator = self._running_coordinator(_left(deadline))
+            return self._savepoint(coordinator, path, _left(deadline))
+
+    def stop_with_savepoint(self, path: str, drain: bool = False,
+                            timeout: float | None = None) -> str:
+        """Take a savepoint into ``path``, then stop the job; return the savepoint's
+        location. Periodic checkpoints stop first, so no checkpoint after the savepoint
+        commits output the savepoint does not cover. If the savepoint fails the job
+        keeps running (periodic checkpoints resume) and the error is raised.
+
+        ``drain=True`` sends the maximum watermark through the job before the savepoint,
+        so every event-time timer fires (use it when the job will not be resumed).
+        """
+        if not isinstance(drain, bool):
+            raise ConfigurationError(f"stop_with_savepoint(drain=...) must be True or False, "
+                                     f"got {drain!r}")
+        _check_timeout(timeout, "stop_with_savepoint")
+        check_savepoint_target(path)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._savepoint_lock:
+            coordinator = self._running_coordinator(_left(deadline))
+            coordinator.stop_periodic()
+            if drain:
+                drainer = getattr(self._handle, "drain", None)
+                if callable(drainer):
+                    drainer()
+            try:
+                location = self._savepoint(coordinator, path, _left(deadline))
+            except BaseException:
+                if not coordinator.is_shut_down:
+                    coordinator.start()
+                raise
+            self._stopped_with = location
+            self._handle.cancel()
+        self.wait(_left(deadline))
+        return location
+
+    def _running_coordinator(self, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._handle.running.is_set():
+            if self._done.is_set():
+                raise ConfigurationError(
+                    f"job '{self.job_name}' has ended; savepoints can only be taken of a "
+                    "running job")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"job '{self.job_name}' was not running within {timeout}s")
+            self._handle.running.wait(0.05 if left is None else min(left, 0.05))
+        coordinator = self._handle.coordinator
+        if coordinator is None:
+            raise ConfigurationError(
+                f"job '{self.job_name}' runs without checkpointing; savepoints need it: call "
+                "env.enable_checkpointing(interval) before execute_async")
+        return coordinator
+
+    def _savepoint(self, coordinator: Any, path: str, timeout: float | None) -> str:
+        result = coordinator.trigger_checkpoint(savepoint=True)
+        if isinstance(result, CheckpointFailureReason):
+            raise CheckpointFailedError(
+                f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}")
+        completed = coordinator.wait_for_savepoint(result, timeout)
+        location: str = publish_savepoint(coordinator.storage, completed, path)
+        return location
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (never negative), or None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _check_timeout(timeout: float | None, what: str) -> None:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout < 0):
+        raise ConfigurationError(f"{what} timeout must be seconds >= 0 or None, got {timeout!r}")

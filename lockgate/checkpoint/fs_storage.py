@@ -44,7 +44,14 @@ import cloudpickle
 import pyarrow.fs as pafs
 
 from ..errors import ConfigurationError
-from .storage import LATEST, METADATA, CorruptCheckpointError, checkpoint_folder
+from .storage import (
+    LATEST,
+    METADATA,
+    CorruptCheckpointError,
+    check_file_data,
+    check_rel,
+    checkpoint_folder,
+)
 from .types import StateHandle
 
 MAGIC = b"LGCK"
@@ -61,6 +68,8 @@ HEADER_SIZE = HEADER.size  # 19
 #: copy: atomic files are written directly there
 _OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 _CHK_FOLDER = re.compile(r"chk-(0|[1-9][0-9]*)")
+#: the temporary file of an atomic write in progress (see ``_write`` and ``_write_local``)
+_TMP_FILE = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -230,10 +239,7 @@ class FileSystemCheckpointStorage:
 
     @staticmethod
     def _check_rel(rel: str) -> None:
-        segments = rel.split("/")
-        if not rel or rel.startswith("/") or any(s in ("", ".", "..") for s in segments):
-            raise ValueError(f"invalid checkpoint file path {rel!r}: it must be relative to the "
-                             f"storage root, without empty, '.' or '..' segments")
+        check_rel(rel)
 
     # raw bytes ----------------------------------------------------------------------
     def _write(self, rel: str, data: bytes, *, atomic: bool) -> None:
@@ -273,6 +279,49 @@ class FileSystemCheckpointStorage:
     def _is_file(self, rel: str) -> bool:
         info = self._open().get_file_info(self._path(rel))
         return bool(info.type == pafs.FileType.File)
+
+    # raw files (CheckpointStorage) ----------------------------------------------------
+    def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+        """Write ``data`` as is (no header) to ``rel``, creating folders; ``atomic``: through
+        a temporary file renamed into place (one PUT on object stores), fsync'ed locally."""
+        check_rel(rel)
+        check_file_data(data)
+        self._write(rel, bytes(data), atomic=atomic)
+
+    def read_file(self, rel: str) -> bytes:
+        """The bytes of ``rel``; ``FileNotFoundError`` naming it when it does not exist."""
+        check_rel(rel)
+        try:
+            return self._read(rel)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{_redact(self.location(rel))} does not exist") from e
+
+    def delete_file(self, rel: str) -> None:
+        """Delete the file ``rel``; missing is fine."""
+        check_rel(rel)
+        self._delete_file(rel)
+
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` is an existing file."""
+        check_rel(rel)
+        return self._is_file(rel)
+
+    def list_files(self, rel_dir: str = "") -> list[str]:
+        """Every file under ``rel_dir`` (recursively, ``""``: the root) as sorted paths
+        relative to the storage root, without the temporary files of atomic writes."""
+        check_rel(rel_dir, what="folder path", allow_root=True)
+        fs = self._open()
+        base = self._root.rstrip("/")
+        selector = pafs.FileSelector(self._path(rel_dir) if rel_dir else self._root,
+                                     allow_not_found=True, recursive=True)
+        found = []
+        for info in fs.get_file_info(selector):
+            if info.type != pafs.FileType.File or _TMP_FILE.fullmatch(info.base_name):
+                continue
+            path = info.path
+            rel = path[len(base) + 1:] if path.startswith(base + "/") else path.lstrip("/")
+            found.append(rel)
+        return sorted(found)
 
     # CheckpointStorage ----------------------------------------------------------------
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:

@@ -22,7 +22,7 @@ import threading
 import zlib
 from typing import Any, Protocol
 
-from ..errors import LockgateError
+from ..errors import ConfigurationError, LockgateError
 from .types import StateHandle
 
 
@@ -36,6 +36,30 @@ LATEST = "_latest"
 
 def checkpoint_folder(checkpoint_id: int) -> str:
     return f"chk-{checkpoint_id}"
+
+
+def check_rel(rel: str, *, what: str = "checkpoint file path", allow_root: bool = False) -> None:
+    """Reject a storage path that is not a plain relative path (``a/b/c``).
+
+    ``allow_root``: the empty string (the storage root itself) is accepted too. Raises
+    :class:`~lockgate.errors.ConfigurationError` (a ``ValueError``) naming the path.
+    """
+    if not isinstance(rel, str):
+        raise ConfigurationError(f"invalid {what} {rel!r}: it must be a str relative to the "
+                                 f"storage root, such as 'chk-3/_metadata'")
+    if allow_root and rel == "":
+        return
+    segments = rel.split("/")
+    if not rel or rel.startswith("/") or any(s in ("", ".", "..") for s in segments):
+        raise ConfigurationError(f"invalid {what} {rel!r}: it must be relative to the "
+                                 f"storage root, '/'-separated, without empty, '.' or '..' "
+                                 f"segments")
+
+
+def check_file_data(data: Any) -> None:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ConfigurationError(f"file data must be bytes, got {type(data).__name__}; encode "
+                                 f"text first (e.g. text.encode('utf-8'))")
 
 
 class CheckpointStorage(Protocol):
@@ -68,6 +92,26 @@ class CheckpointStorage(Protocol):
         """Durably record ``checkpoint_id`` as the newest completed checkpoint."""
 
     def read_latest(self) -> int | None: ...
+
+    # raw files: bytes stored as given (no header added, nothing checked) ------------
+    def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+        """Write ``data`` as the file ``rel`` (relative to the storage root), replacing it.
+        ``atomic``: readers see the old file or the whole new one, never a part."""
+
+    def read_file(self, rel: str) -> bytes:
+        """The bytes of the file ``rel``; ``FileNotFoundError`` when it does not exist."""
+
+    def delete_file(self, rel: str) -> None:
+        """Delete the file ``rel``; missing is fine."""
+
+    def exists(self, rel: str) -> bool:
+        """Whether the file ``rel`` exists (folders are not files)."""
+
+    def list_files(self, rel_dir: str = "") -> list[str]:
+        """Every file under the folder ``rel_dir`` (recursively; ``""`` is the root), as
+        sorted paths relative to the storage root (ready for :meth:`read_file`); empty when
+        the folder does not exist. Temporary files of atomic writes in progress are left
+        out."""
 
 
 class MemoryCheckpointStorage:
@@ -134,6 +178,37 @@ class MemoryCheckpointStorage:
         with self._lock:
             data = self.files.get(LATEST)
         return None if data is None else int(data)
+
+    def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+        """See :meth:`CheckpointStorage.write_file` (a dict update is always atomic)."""
+        check_rel(rel)
+        check_file_data(data)
+        with self._lock:
+            self.files[rel] = bytes(data)
+
+    def read_file(self, rel: str) -> bytes:
+        check_rel(rel)
+        with self._lock:
+            data = self.files.get(rel)
+        if data is None:
+            raise FileNotFoundError(f"{self.url} has no file {rel!r}")
+        return data
+
+    def delete_file(self, rel: str) -> None:
+        check_rel(rel)
+        with self._lock:
+            self.files.pop(rel, None)
+
+    def exists(self, rel: str) -> bool:
+        check_rel(rel)
+        with self._lock:
+            return rel in self.files
+
+    def list_files(self, rel_dir: str = "") -> list[str]:
+        check_rel(rel_dir, what="folder path", allow_root=True)
+        prefix = rel_dir + "/" if rel_dir else ""
+        with self._lock:
+            return sorted(p for p in self.files if p.startswith(prefix))
 
     def folders(self) -> set[str]:
         """Checkpoint folders holding at least one file (tests)."""

@@ -17,6 +17,17 @@ is atomic with respect to record processing:
    (abort notice, task end): it then releases its views and deletes what it
    wrote.
 
+Incremental checkpoints (M-R4): a view with ``materialize_to(uploader)`` (the
+RocksDB backend's, or an operator's composite view forwarding to it) is given a
+:class:`~lockgate.checkpoint.shared_registry.SharedStateUploader` in a checkpoint
+(never in a savepoint: a savepoint is always the canonical ``materialize()``,
+self-contained, M-S1). The shared files it references ride on the operator's
+state handle (``StateHandle.shared``) to the driver; the uploader offers for reuse
+only files of the newest checkpoint this subtask knows to be complete
+(:class:`~lockgate.checkpoint.shared_registry.SharedFileTracker`).
+``metrics.state_size`` counts the bytes the checkpoint wrote: state files plus
+newly uploaded shared files.
+
 A task that is not running declines a trigger and sends a cancellation marker
 downstream instead of a barrier (M-T2). It also implements the
 :class:`~lockgate.checkpoint.barriers.base.BarrierActions` its barrier handler
@@ -34,11 +45,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from ..runtime.batch import Batch, RowBatch, nbytes
-from ..runtime.elements import CancellationMarker, CheckpointBarrier, CheckpointOptions
+from ..runtime.elements import (
+    CancellationMarker,
+    CheckpointBarrier,
+    CheckpointOptions,
+    CheckpointType,
+)
 from ..runtime.operators.base import StreamOperator
 from ..runtime.record_writer import RecordWriter
 from ..time.clock import Clock
 from .barriers.base import AlignmentInfo
+from .shared_registry import SharedFileTracker, SharedStateUploader
 from .storage import CheckpointStorage
 from .types import (
     CheckpointFailureReason,
@@ -83,6 +100,10 @@ class _InProgress:
     cancelled: threading.Event = field(default_factory=threading.Event)
     written: list[StateHandle] = field(default_factory=list)
     future: Future[None] | None = None
+    #: a savepoint: every view is materialized canonically (no shared files, M-S1)
+    savepoint: bool = False
+    #: the uploaders of the views that wrote incremental state (M-R4)
+    uploaders: list[SharedStateUploader] = field(default_factory=list)
 
 
 def _frozen(batch: Batch) -> Any:
@@ -130,6 +151,8 @@ class SubtaskCheckpointer:
         self._declined: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        #: which shared files the next incremental checkpoint may reuse (M-R4)
+        self.shared_files = SharedFileTracker()
 
     # -- triggers (task thread) ---------------------------------------------------------
     def trigger_source(self, barrier: CheckpointBarrier) -> None:
@@ -154,7 +177,8 @@ class SubtaskCheckpointer:
             alignment_ms=info.alignment_ms, start_delay_ms=info.start_delay_ms,
             unaligned=info.unaligned,
         )
-        progress = _InProgress(checkpoint_id, metrics, {}, info.unaligned)
+        progress = _InProgress(checkpoint_id, metrics, {}, info.unaligned,
+                               savepoint=barrier.options.type is CheckpointType.SAVEPOINT)
         if info.unaligned:
             forwarded = barrier
             if not barrier.options.unaligned:  # an alignment that timed out (M-B8)
@@ -210,11 +234,13 @@ class SubtaskCheckpointer:
 
     # -- notices (task thread) ------------------------------------------------------------
     def notify_complete(self, checkpoint_id: int) -> None:
+        self.shared_files.complete(checkpoint_id)
         for op in self.operators:
             op.notify_checkpoint_complete(checkpoint_id)
 
     def notify_aborted(self, checkpoint_id: int) -> None:
         self.cancel(checkpoint_id)
+        self.shared_files.abort(checkpoint_id)
         for op in self.operators:
             op.notify_checkpoint_aborted(checkpoint_id)
 
@@ -271,14 +297,24 @@ class SubtaskCheckpointer:
         try:
             for uid, view in list(progress.views.items()):
                 self._check(progress)
-                materialize = getattr(view, "materialize", None)
-                state = materialize() if callable(materialize) else view
+                incremental = None if progress.savepoint else getattr(view, "materialize_to", None)
+                uploader: SharedStateUploader | None = None
+                if callable(incremental):
+                    uploader = self.shared_files.uploader(
+                        self.storage, checkpoint_id, f"{uid}/{subtask}")
+                    progress.uploaders.append(uploader)
+                    state = incremental(uploader)
+                else:
+                    materialize = getattr(view, "materialize", None)
+                    state = materialize() if callable(materialize) else view
                 handle = self.storage.write_state(
                     checkpoint_id, f"op-{uid}-{subtask}",
                     {"operator": uid, "subtask": subtask, "state": state,
                      "parallelism": self.parallelism},
                 )
                 progress.written.append(handle)
+                if uploader is not None:
+                    handle = replace(handle, shared=uploader.referenced())
                 handles[uid] = handle
             if progress.unaligned:
                 while not progress.channels_done.wait(0.5):
@@ -308,7 +344,9 @@ class SubtaskCheckpointer:
                 self._in_progress.pop(checkpoint_id, None)
         metrics = progress.metrics
         metrics.async_ms = self.clock.monotonic_ms() - started
-        metrics.state_size = sum(h.size for h in handles.values())
+        metrics.state_size = (sum(h.size for h in handles.values())
+                              + sum(u.uploaded_bytes for u in progress.uploaders))
+        self.shared_files.snapshot_done(checkpoint_id, progress.uploaders)
         self.responder.acknowledge(TaskAcknowledgement(self.task, checkpoint_id, handles, metrics))
 
     def _release(self, progress: _InProgress) -> None:
@@ -321,6 +359,8 @@ class SubtaskCheckpointer:
                     log.exception("%s: releasing a snapshot view failed", self.name)
 
     def _discard(self, progress: _InProgress) -> None:
+        for uploader in progress.uploaders:
+            uploader.discard_uploads()
         for handle in progress.written:
             try:
                 self.storage.discard_handle(handle)

@@ -35,11 +35,18 @@ class CheckpointFailureReason(enum.Enum):
 @dataclass(frozen=True)
 class StateHandle:
     """A state file in checkpoint storage: its path relative to the storage root, its
-    size in bytes and its CRC32 checksum."""
+    size in bytes and its CRC32 checksum.
+
+    ``shared``: the shared files (incremental checkpoints, M-R4) the state in this file
+    references, each a handle of a raw file under ``shared/`` whose ``size`` and
+    ``checksum`` are the length and CRC32 of its bytes. They are not owned by one
+    checkpoint: the driver's shared-state registry counts the retained checkpoints that
+    reference each one and deletes it when none does."""
 
     path: str
     size: int
     checksum: int
+    shared: tuple[StateHandle, ...] = ()
 
 
 @dataclass

@@ -27,13 +27,15 @@ class SequenceSource(Source):
     The range is cut into one contiguous split per subtask. With
     ``rows_per_second`` the whole source emits at most that many values per
     second (shared evenly between subtasks). Bounded: the job finishes after
-    the last value.
+    the last value; with ``bounded=False`` the source stays running after its last
+    value, emitting nothing, until the job is cancelled or stopped (e.g. with
+    ``stop_with_savepoint``), so checkpoints and savepoints go on.
     """
 
     default_name = "sequence"
 
     def __init__(self, start: int, end: int, rows_per_second: float | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, bounded: bool = True) -> None:
         for name, v in (("start", start), ("end", end)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ConfigurationError(f"SequenceSource {name} must be an int, got {v!r}")
@@ -49,6 +51,9 @@ class SequenceSource(Source):
         self.end = end
         self.rows_per_second = rows_per_second
         self.batch_size = batch_size
+        if not isinstance(bounded, bool):
+            raise ConfigurationError(f"SequenceSource bounded must be True or False, got {bounded!r}")
+        self.bounded = bounded
 
     def create_splits(self, parallelism: int) -> list[SequenceSplit]:
         total = self.end - self.start
@@ -61,12 +66,17 @@ class SequenceSource(Source):
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
         rate = None if self.rows_per_second is None else self.rows_per_second / ctx.parallelism
-        return _SequenceReader(ctx, self.batch_size or 65536, rate)
+        return _SequenceReader(ctx, self.batch_size or 65536, rate, self.bounded)
 
 
 class _SequenceReader(SourceReader):
-    def __init__(self, ctx: RuntimeContext, batch_size: int, rate: float | None) -> None:
+    #: how long an unbounded reader without data waits before it is polled again
+    IDLE_WAIT_MS = 50.0
+
+    def __init__(self, ctx: RuntimeContext, batch_size: int, rate: float | None,
+                 bounded: bool = True) -> None:
         self.ctx = ctx
+        self.bounded = bounded
         self.batch_size = batch_size
         self.rate = rate
         self.splits: list[SequenceSplit] = []
@@ -79,7 +89,7 @@ class _SequenceReader(SourceReader):
 
     def poll(self, output: ReaderOutput) -> InputStatus:
         if not self.splits:
-            return InputStatus.END_OF_INPUT
+            return self._exhausted()
         split = self.splits[0]
         n = min(self.batch_size, split.end - split.next)
         if self.rate is not None:
@@ -96,7 +106,13 @@ class _SequenceReader(SourceReader):
         self.emitted += n
         if split.next >= split.end:
             self.splits.pop(0)
-        return InputStatus.MORE_AVAILABLE if self.splits else InputStatus.END_OF_INPUT
+        return InputStatus.MORE_AVAILABLE if self.splits else self._exhausted()
+
+    def _exhausted(self) -> InputStatus:
+        if self.bounded:
+            return InputStatus.END_OF_INPUT
+        self._wait_ms = self.IDLE_WAIT_MS
+        return InputStatus.NOTHING_AVAILABLE
 
     def wait_hint_ms(self) -> float | None:
         return self._wait_ms

@@ -33,6 +33,8 @@ class JobExecutionResult:
     operators: dict[str, OperatorMetrics] = field(default_factory=dict)
     sink_results: dict[str, list[Any]] = field(default_factory=dict)
     attempts: int = 1
+    #: the savepoint folder when the job was stopped with ``stop_with_savepoint``
+    savepoint_path: str | None = None
 
     @property
     def record_counts(self) -> dict[str, dict[str, int]]:

@@ -93,6 +93,8 @@ class ExecutionPlan:
     faults: Any = None
     #: unique per run of a job (``env.execute``), the same in all its attempts
     run_id: str = ""
+    #: where keyed state lives (a ``lockgate.state.backends.StateBackend``); None: the heap
+    state_backend: Any = None
 
     @property
     def checkpointing(self) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..checkpoint.savepoints import is_savepoint_folder, read_savepoint
 from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
 from ..checkpoint.types import StateHandle
 from ..errors import LockgateError
@@ -48,9 +49,13 @@ class RestoreSpec:
     #: operator uid (or ``channels:<vertex id>``) -> subtask -> handle
     operators: dict[str, dict[int, StateHandle]] = field(default_factory=dict)
     is_savepoint: bool = False
+    #: the state files and ``_metadata`` are in the storage root (a savepoint folder)
+    in_root: bool = False
 
     @property
     def location(self) -> str:
+        if self.in_root:
+            return self.storage_url
         return f"{self.storage_url.rstrip('/')}/chk-{self.checkpoint_id}"
 
     def operator(self, uid: str, subtask: int, parallelism: int) -> OperatorRestore | None:
@@ -88,6 +93,7 @@ class OperatorRestore:
         self.handles = handles
         self.subtask = subtask
         self.parallelism = parallelism
+        self._cache: dict[int, Any] = {}  # states are read once per restoring subtask
 
     @property
     def same_parallelism(self) -> bool:
@@ -95,8 +101,21 @@ class OperatorRestore:
         return set(self.handles) == set(range(self.parallelism))
 
     def _load(self, subtask: int) -> Any:
+        cached = self._cache.get(subtask, _UNREAD)
+        if cached is not _UNREAD:
+            return cached
         payload = _storage(self.spec.storage_url).read_state(self.handles[subtask])
-        return payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+        state = payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+        self._cache[subtask] = state
+        return state
+
+    def own(self) -> Any:
+        """The state the subtask with this subtask's index wrote, or None."""
+        return self._load(self.subtask) if self.subtask in self.handles else None
+
+    def by_subtask(self) -> dict[int, Any]:
+        """Old subtask index -> its state, for every old subtask that wrote one."""
+        return {j: self._load(j) for j in sorted(self.handles)}
 
     def assigned(self) -> list[Any]:
         """The states of the old subtasks this subtask takes over, in subtask order."""
@@ -107,6 +126,7 @@ class OperatorRestore:
         return [self._load(j) for j in sorted(self.handles)]
 
 
+_UNREAD: Any = object()
 _opened: dict[str, CheckpointStorage] = {}
 
 
@@ -118,10 +138,16 @@ def _storage(url: str) -> CheckpointStorage:
 
 
 def _verify(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> None:
-    """Read every state file of ``checkpoint`` (format and checksum are checked)."""
-    for by_subtask in checkpoint.operator_states.values():
-        for handle in by_subtask.values():
-            storage.read_state(handle)
+    """Read every state file of ``checkpoint`` (format and checksum are checked) and
+    every shared file they reference (size and CRC32 against the handle, M-R4)."""
+    from ..checkpoint.shared_registry import read_shared_file, shared_files
+
+    handles = [h for by_subtask in checkpoint.operator_states.values()
+               for h in by_subtask.values()]
+    for handle in handles:
+        storage.read_state(handle)
+    for shared in shared_files(handles):
+        read_shared_file(storage, shared)
 
 
 def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> RestoreSpec:
@@ -181,6 +207,8 @@ def resolve_restore_path(path: str) -> RestoreSpec:
     match = _CHK.match(name)
     if match is None:
         storage = _open(path, path)
+        if is_savepoint_folder(storage):
+            return _load_savepoint(storage, path)
         spec = newest_restorable(storage)
         if spec is None:
             raise RestoreError(
@@ -201,6 +229,19 @@ def resolve_restore_path(path: str) -> RestoreSpec:
                 f"restore_from {path!r}: the checkpoint is damaged ({e}) and no older intact "
                 "checkpoint is retained next to it") from e
         return fallback
+
+
+def _load_savepoint(storage: CheckpointStorage, given: str) -> RestoreSpec:
+    """The savepoint in the folder ``storage`` is opened at, verified (M-S1)."""
+    try:
+        checkpoint = read_savepoint(storage)
+        _verify(storage, checkpoint)
+    except (CorruptCheckpointError, FileNotFoundError) as e:
+        raise RestoreError(f"restore_from {given!r}: the savepoint is damaged: {e}") from e
+    return RestoreSpec(
+        storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
+        operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
+        is_savepoint=True, in_root=True)
 
 
 def _split_local(path: str) -> tuple[str, str]:

@@ -53,6 +53,7 @@ class OperatorChain:
         clock: Clock,
         restore: Any = None,
         run_id: str = "",
+        state_backend: Any = None,
     ) -> None:
         self.vertex = vertex
         #: the checkpoint this attempt restores (a ``RestoreSpec``), or None
@@ -78,7 +79,7 @@ class OperatorChain:
                 task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
                 subtask_index=subtask_index, parallelism=op_plan.parallelism,
                 max_parallelism=op_plan.max_parallelism, attempt_number=attempt_number,
-                job_name=job_name, clock=clock, run_id=run_id,
+                job_name=job_name, clock=clock, run_id=run_id, state_backend=state_backend,
             )
             op.setup(op_plan.name, op_plan.uid, ctx, out)
             self.operators.append(op)

@@ -63,6 +63,7 @@ def build_task(
     chain = OperatorChain(
         vertex, subtask_index, writers, job_name=plan.job_name,
         attempt_number=attempt_number, clock=clock, restore=plan.restore, run_id=plan.run_id,
+        state_backend=plan.state_backend,
     )
     task = StreamTask(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock

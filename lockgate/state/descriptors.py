@@ -1,11 +1,20 @@
-"""State descriptors: the name and kind of a piece of state a function asks for."""
+"""State descriptors: the name and kind of a piece of state a function asks for.
+
+The vocabulary is PyFlink's (``ValueStateDescriptor``, ``ListStateDescriptor``,
+``MapStateDescriptor``, ``ReducingStateDescriptor``, ``AggregatingStateDescriptor``);
+a descriptor is given to ``ctx.get_state(...)`` (keyed state), to
+``ctx.get_list_state(...)`` / ``ctx.get_union_list_state(...)`` (operator state) or
+to ``stream.broadcast(...)`` (broadcast state, a ``MapStateDescriptor``).
+"""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigurationError
+from .ttl import StateTtlConfig, check_ttl_config
 
 T = TypeVar("T")
 
@@ -23,6 +32,16 @@ class StateDescriptor(Generic[T]):
                 f"a state descriptor needs a non-empty string name, got {name!r}"
             )
         self.name = name
+        #: the time-to-live settings (``enable_time_to_live``), or None
+        self.ttl_config: Any = None
+
+    def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Give the state a time to live: values (list elements, map entries) expire
+        ``ttl_config.ttl`` after their last write (see :mod:`lockgate.state.ttl`).
+        Applies to keyed state; raises ConfigurationError for anything but an
+        ``lg.StateTtlConfig``."""
+        self.ttl_config = check_ttl_config(
+            ttl_config, f"{type(self).__name__}({self.name!r}).enable_time_to_live")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -41,3 +60,56 @@ class ValueStateDescriptor(StateDescriptor[T]):
 
     def default_value(self) -> Any:
         return self.default if self._immutable_default else copy.deepcopy(self.default)
+
+
+class ListStateDescriptor(StateDescriptor[T]):
+    """A list of values per key (keyed state) or per operator subtask (operator state)."""
+
+    kind = "list"
+
+
+class MapStateDescriptor(StateDescriptor[T]):
+    """A map ``user key -> value`` per key (keyed state), or the broadcast state."""
+
+    kind = "map"
+
+
+def _reduce_callable(fn: Any, what: str) -> Callable[[Any, Any], Any]:
+    """``fn.reduce`` for a ReduceFunction object, else ``fn`` itself when callable."""
+    reduce = None if isinstance(fn, type) else getattr(fn, "reduce", None)
+    if callable(reduce):
+        return reduce
+    if callable(fn):
+        return fn
+    raise ConfigurationError(
+        f"{what} needs a reduce function: a callable (a, b) -> value or an lg.ReduceFunction, "
+        f"got {fn!r}")
+
+
+class ReducingStateDescriptor(StateDescriptor[T]):
+    """One value per key, combined with ``reduce_function(old, new)`` on every ``add``."""
+
+    kind = "reducing"
+
+    def __init__(self, name: str, reduce_function: Any) -> None:
+        super().__init__(name)
+        self.reduce_function = reduce_function
+        self.reduce: Callable[[Any, Any], Any] = _reduce_callable(
+            reduce_function, f"ReducingStateDescriptor({name!r})")
+
+
+class AggregatingStateDescriptor(StateDescriptor[T]):
+    """An accumulator per key, driven by an :class:`~lockgate.AggregateFunction`
+    (``create_accumulator``, ``add(value, acc)``, ``get_result(acc)``)."""
+
+    kind = "aggregating"
+
+    def __init__(self, name: str, agg_function: Any) -> None:
+        super().__init__(name)
+        missing = [m for m in ("create_accumulator", "add", "get_result")
+                   if not callable(getattr(agg_function, m, None))]
+        if missing:
+            raise ConfigurationError(
+                f"AggregatingStateDescriptor({name!r}) needs an lg.AggregateFunction; "
+                f"{agg_function!r} has no {', '.join(missing)} method(s)")
+        self.agg_function = agg_function

@@ -1,9 +1,17 @@
-"""The in-memory (heap) keyed state backend, its ValueState and its snapshots.
+"""The in-memory (heap) keyed state backend and its snapshots.
 
-State is held per state name as ``key -> value``; the backend's
+State is held per state name as ``key -> stored`` (the stored forms of
+:mod:`lockgate.state.handles`: a value, a non-empty list, a non-empty dict, with
+:class:`~lockgate.state.ttl.TtlValue` wrappers for TTL state); the backend's
 ``current_key`` (set by the keyed operator before each record and timer)
-selects the entry a state handle reads and writes. Keys are owned by the
-subtask's key-group range; snapshots group them by key group (M-T4).
+selects the entry a state handle reads and writes. Every kind of keyed state
+(value, list, map, reducing, aggregating) uses the same tables, so everything
+below holds for all of them. Keys are owned by the subtask's key-group range;
+snapshots group them by key group (M-T4).
+
+Time for state TTL comes from the backend's ``clock`` (processing time),
+``current_watermark`` and ``current_timestamp`` (event time), which the keyed
+operator sets (see :mod:`lockgate.state.ttl`).
 
 Copy-on-write snapshots (M-T3)
 ------------------------------
@@ -15,7 +23,7 @@ task thread keeps processing. The design is a **stack of frozen layers**
 version numbers so that the hot path stays a plain ``dict`` lookup):
 
 * With no snapshot outstanding, each state's live table is a plain ``dict``
-  and ``ValueState`` reads and writes it directly: no copy-on-write cost at all.
+  and the handles read and write it directly: no copy-on-write cost at all.
 * ``snapshot()`` freezes every state's live table as a layer and gives the
   state a fresh, empty live *overlay* on top of the frozen layers; the state
   handles are re-pointed to it. This is O(number of state names x number of
@@ -27,8 +35,10 @@ version numbers so that the hot path stays a plain ``dict`` lookup):
   tombstone. A read checks the overlay first, then the frozen layers from the
   top; a value found only in a frozen layer is copied (``copy.deepcopy``,
   skipped for immutable values: int, float, complex, str, bytes, bool, None
-  and tuples/frozensets of them) into the overlay before it is returned, so
-  mutating a value in place after ``value()`` never changes a snapshot.
+  and tuples/frozensets/TtlValues of them) into the overlay before it is
+  returned, so mutating a value in place after ``value()`` never changes a
+  snapshot, and neither do the handles' in-place appends to a list or puts
+  into a map (they always mutate what ``get`` returned, then write it back).
   Frozen layers are never written while a snapshot needs them, so
   ``materialize`` can read them from another thread without locks.
 * Several snapshots may be outstanding (concurrent checkpoints): each one
@@ -50,6 +60,11 @@ version numbers so that the hot path stays a plain ``dict`` lookup):
   ``materialize`` sees the release and stops early with
   :class:`SnapshotReleasedError`.
 
+TTL cleanup on snapshot: ``snapshot()`` records, per state with
+``cleanup_on_snapshot``, the TTL "now" (clock time or watermark) at that moment;
+``materialize`` leaves out what is expired at that time (never changing the
+frozen layers), so the result does not depend on when the asynchronous part runs.
+
 Caveats: values obtained *before* a snapshot (e.g. a list kept in a field of
 the function without calling ``value()`` again) are shared with the snapshot;
 mutating them in place changes it, as in Flink. The dict ``materialize``
@@ -64,15 +79,39 @@ import copy
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigurationError, LockgateError
 from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism, key_groups_of_keys
-from .descriptors import StateDescriptor, ValueStateDescriptor
+from ..time.clock import Clock, SystemClock
+from .canonical import (
+    SNAPSHOT_FORMAT,
+    UnsupportedSnapshotFormatError,
+    canonical_states,
+    snapshot_kind,
+)
+from .descriptors import StateDescriptor
+from .handles import (
+    STATE_KINDS,
+    AggregatingState,
+    KeyedStateHandle,
+    ListState,
+    MapState,
+    ReducingState,
+    ValueState,
+    create_handle,
+)
+from .ttl import (
+    MIN_WATERMARK,
+    StateTtlConfig,
+    TtlValue,
+    current_time,
+    drop_expired,
+    has_ttl_wrapper,
+)
 
-T = TypeVar("T")
 _MISSING: Any = object()
 
 
@@ -86,13 +125,11 @@ class _Tombstone:
 _TOMBSTONE: Any = _Tombstone()
 
 #: The format number of the dicts :meth:`KeyedStateSnapshot.materialize` returns.
-SNAPSHOT_FORMAT = 1
 
 _ATOMIC = frozenset({int, float, complex, str, bytes, bool, type(None)})
 
 
-class UnsupportedSnapshotFormatError(ConfigurationError):
-    """A keyed state snapshot given to ``restore`` is not in a format this version reads."""
+#: the stored form of list and map state entries (checked on restore)
 
 
 class SnapshotReleasedError(LockgateError, RuntimeError):
@@ -103,7 +140,7 @@ def _is_immutable(value: Any) -> bool:
     t = type(value)
     if t in _ATOMIC:
         return True
-    if t is tuple or t is frozenset:
+    if t is tuple or t is frozenset or t is TtlValue:
         return all(_is_immutable(v) for v in value)
     return False
 
@@ -196,35 +233,6 @@ class _Overlay(dict[Any, Any]):
         return default if v is _TOMBSTONE else v
 
 
-class ValueState(Generic[T]):
-    """A single value per key, scoped to the current key."""
-
-    __slots__ = ("__weakref__", "_backend", "_descriptor", "_table")
-
-    def __init__(self, backend: HeapKeyedStateBackend, table: dict[Any, Any],
-                 descriptor: ValueStateDescriptor[T]) -> None:
-        self._backend = backend
-        self._table = table  # re-pointed by the backend when snapshots start and end
-        self._descriptor = descriptor
-
-    def value(self) -> T:
-        """The current key's value, or the descriptor's default."""
-        v = self._table.get(self._backend.current_key, _MISSING)
-        if v is _MISSING:
-            return self._descriptor.default_value()
-        return v
-
-    def update(self, value: T | None) -> None:
-        """Set the current key's value; ``None`` clears it."""
-        if value is None:
-            self._table.pop(self._backend.current_key, None)
-        else:
-            self._table[self._backend.current_key] = value
-
-    def clear(self) -> None:
-        self._table.pop(self._backend.current_key, None)
-
-
 class KeyedStateSnapshot:
     """The consistent view :meth:`HeapKeyedStateBackend.snapshot` took (M-T3).
 
@@ -234,11 +242,14 @@ class KeyedStateSnapshot:
     """
 
     def __init__(self, backend: HeapKeyedStateBackend, depth: int,
-                 views: dict[str, tuple[dict[Any, Any], ...]], kinds: dict[str, str]) -> None:
+                 views: dict[str, tuple[dict[Any, Any], ...]], kinds: dict[str, str],
+                 expiry: dict[str, tuple[StateTtlConfig, int]] | None = None) -> None:
         self._backend = backend
         self._depth = depth  # the snapshot sees the bottom ``depth`` frozen layers
         self._views = views
         self._kinds = kinds
+        # name -> (TTL config, "now" at snapshot time): states whose expired entries are left out
+        self._expiry = expiry or {}
         self.max_parallelism = backend.max_parallelism
         self._lock = threading.Lock()
         self._readers = 0
@@ -257,7 +268,8 @@ class KeyedStateSnapshot:
         """The number of entries (keys over all states) the snapshot holds. Computed
         from the frozen layers on first use (any thread; cached, also by
         ``materialize``); raises :class:`SnapshotReleasedError` if first asked after
-        ``release()``."""
+        ``release()``. Asked before ``materialize``, it counts keys whose TTL state
+        has expired too (an upper bound)."""
         if self._size is None:
             views = self._enter()
             try:
@@ -267,8 +279,12 @@ class KeyedStateSnapshot:
         return self._size
 
     def materialize(self) -> dict[str, Any]:
-        """The asynchronous part: ``{"format": 1, "max_parallelism": M, "states":
-        {name: {"kind": "value", "key_groups": {key_group: {key: value}}}}}``.
+        """The asynchronous part, the canonical keyed state snapshot: ``{"format": 1,
+        "max_parallelism": M, "states": {name: {"kind": kind, "key_groups":
+        {key_group: {key: stored}}}}}`` where ``kind`` is one of "value", "list",
+        "map", "reducing", "aggregating" and ``stored`` is what the state handles
+        keep (TTL wrappers included; TTL state with ``cleanup_on_snapshot`` leaves
+        out what was expired when ``snapshot()`` ran).
 
         Reads only the frozen layers, so the task thread keeps processing; key
         groups are computed vectorized. The dict shares value objects with the
@@ -281,7 +297,11 @@ class KeyedStateSnapshot:
             for name, layers in views.items():
                 self._check_released()
                 view = layers[0] if len(layers) == 1 else _flatten(layers)
-                states[name] = {"kind": self._kinds[name], "key_groups": self._group(view)}
+                kind = self._kinds[name]
+                expiry = self._expiry.get(name)
+                if expiry is not None:
+                    view = self._unexpired(kind, view, *expiry)
+                states[name] = {"kind": kind, "key_groups": self._group(view)}
             self._check_released()
             if self._size is None:
                 self._size = sum(
@@ -335,6 +355,18 @@ class KeyedStateSnapshot:
                 "released (cancelled) while it was being materialized"
             )
 
+    def _unexpired(self, kind: str, view: dict[Any, Any], config: StateTtlConfig,
+                   now: int) -> dict[Any, Any]:
+        """``view`` without what is expired at ``now`` (a new dict; the layers stay as they are)."""
+        out: dict[Any, Any] = {}
+        for i, (key, stored) in enumerate(view.items()):
+            if i % 4096 == 4095:
+                self._check_released()
+            kept = drop_expired(kind, stored, config, now)
+            if kept is not None:
+                out[key] = kept
+        return out
+
     def _group(self, view: dict[Any, Any]) -> dict[int, dict[Any, Any]]:
         """``view``'s entries grouped by key group (key groups computed vectorized)."""
         n = len(view)
@@ -371,19 +403,32 @@ def _count(layers: tuple[dict[Any, Any], ...]) -> int:
 class HeapKeyedStateBackend:
     """Keyed state in Python dicts (the HashMap state backend's keyed part).
 
-    Everything but :class:`KeyedStateSnapshot`'s ``materialize``/``release``/
-    ``size_hint`` belongs to the task thread.
+    ``get_state(descriptor)`` returns a :class:`ValueState`, :class:`ListState`,
+    :class:`MapState`, :class:`ReducingState` or :class:`AggregatingState` per the
+    descriptor's kind. Time for state TTL: ``clock`` (processing time; default the
+    system clock), ``current_watermark`` (starts at ``MIN_WATERMARK``) and
+    ``current_timestamp`` (the current record's event time or None), the last two
+    set by the keyed operator. Everything but :class:`KeyedStateSnapshot`'s
+    ``materialize``/``release``/``size_hint`` belongs to the task thread.
     """
 
     def __init__(self, operator_name: str,
-                 max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
+                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, *,
+                 clock: Clock | None = None) -> None:
         self.operator_name = operator_name
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.current_key: Any = None
+        #: processing time for TTL state
+        self.clock: Clock = SystemClock() if clock is None else clock
+        #: event time for TTL state: the operator's current watermark
+        self.current_watermark: int = MIN_WATERMARK
+        #: event time for TTL state: the timestamp of the record being processed, or None
+        self.current_timestamp: int | None = None
         # name -> live table: a plain dict, or an _Overlay while snapshots are outstanding
         self._tables: dict[str, dict[Any, Any]] = {}
-        self._kinds: dict[str, str] = {}
-        self._handles: dict[str, weakref.WeakSet[ValueState[Any]]] = {}
+        self._kinds: dict[str, str] = {}  # registered or restored
+        self._ttl: dict[str, StateTtlConfig | None] = {}  # registered with a descriptor
+        self._handles: dict[str, weakref.WeakSet[KeyedStateHandle]] = {}
         # frozen layers, one {name: table} per snapshot taken since none was outstanding
         self._frozen: list[dict[str, dict[Any, Any]]] = []
         self._lock = threading.Lock()
@@ -393,26 +438,64 @@ class HeapKeyedStateBackend:
 
     # -- state handles ----------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor[Any]) -> Any:
+        """The handle of ``descriptor``'s state (its kind's handle class). Asking again
+        with the same name and kind gives another handle on the same values; another
+        kind, or another TTL config, under the same name is a ConfigurationError."""
+        where = f"operator '{self.operator_name}'"
         if not isinstance(descriptor, StateDescriptor):
             raise ConfigurationError(
-                f"operator '{self.operator_name}': get_state needs a state descriptor such as "
+                f"{where}: get_state needs a state descriptor such as "
                 f"lg.ValueStateDescriptor('name'), got {descriptor!r}"
             )
-        known = self._kinds.get(descriptor.name)
+        name = descriptor.name
+        known = self._kinds.get(name)
         if known is not None and known != descriptor.kind:
+            how = "registered" if name in self._ttl else "restored from a snapshot"
             raise ConfigurationError(
-                f"operator '{self.operator_name}': state '{descriptor.name}' is already "
-                f"registered as {known} state; give the {descriptor.kind} state another name"
+                f"{where}: state '{name}' is already {how} as {known} state; give the "
+                f"{descriptor.kind} state another name"
             )
-        if isinstance(descriptor, ValueStateDescriptor):
-            self._kinds[descriptor.name] = descriptor.kind
-            table = self._tables.setdefault(descriptor.name, {})
-            state: ValueState[Any] = ValueState(self, table, descriptor)
-            self._handles.setdefault(descriptor.name, weakref.WeakSet()).add(state)
-            return state
-        raise ConfigurationError(
-            f"operator '{self.operator_name}': state kind {descriptor.kind!r} is not supported yet"
-        )
+        ttl = descriptor.ttl_config
+        if ttl is not None and not isinstance(ttl, StateTtlConfig):
+            raise ConfigurationError(
+                f"{where}: {descriptor!r} has ttl_config {ttl!r}; set it with "
+                "descriptor.enable_time_to_live(lg.StateTtlConfig(...))"
+            )
+        if name in self._ttl and self._ttl[name] != ttl:
+            raise ConfigurationError(
+                f"{where}: state '{name}' is already registered with TTL "
+                f"{self._ttl[name]!r}, now asked for with TTL {ttl!r}; use the same "
+                "descriptor settings for every handle of one state"
+            )
+        table = self._tables.get(name)
+        handle = create_handle(self, table if table is not None else {}, descriptor, where)
+        if name not in self._ttl:
+            self._kinds[name] = descriptor.kind
+            if table is not None:
+                self._check_ttl_form(name, ttl, where)
+            self._ttl[name] = ttl
+        if table is None:
+            table = self._tables[name] = handle._table  # type: ignore[assignment]
+        self._handles.setdefault(name, weakref.WeakSet()).add(handle)
+        return handle
+
+    def _check_ttl_form(self, name: str, ttl: StateTtlConfig | None, where: str) -> None:
+        """Refuse a descriptor whose TTL setting does not match how the state's existing
+        (restored) values are stored: judged from one stored entry."""
+        for stored in self._live_view(name).values():
+            wrapped = has_ttl_wrapper(self._kinds[name], stored)
+            if wrapped != (ttl is not None):
+                had, has = ("with", "disables") if wrapped else ("without", "enables")
+                raise ConfigurationError(
+                    f"{where}: state '{name}' holds values stored {had} TTL (restored from a "
+                    f"snapshot) but its descriptor {has} TTL; changing the TTL setting of "
+                    "existing state is not supported: keep the setting the state was written "
+                    "with, or give the state a new name"
+                )
+            return
+
+    def close(self) -> None:
+        """Release the backend's resources (nothing to do for the heap backend)."""
 
     def keys(self, state_name: str) -> list[Any]:
         """The keys that have a value of ``state_name`` (live view)."""
@@ -439,7 +522,8 @@ class HeapKeyedStateBackend:
     # -- snapshots (M-T3, M-T4) -----------------------------------------------------------
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous part: freeze the current tables as the snapshot's view
-        (O(state names)); processing continues on copy-on-write overlays."""
+        (O(state names)); processing continues on copy-on-write overlays. The TTL
+        "now" of each TTL state (clock time or watermark) is captured here."""
         self._task_thread = threading.get_ident()
         if self._fold_pending:
             self._fold()
@@ -450,8 +534,13 @@ class HeapKeyedStateBackend:
             views[name] = layers
             self._repoint(name, _Overlay(self, name, layers))
         self._frozen.append(frozen)
+        expiry: dict[str, tuple[StateTtlConfig, int]] = {}
+        for name in views:
+            ttl = self._ttl.get(name)
+            if ttl is not None and ttl.cleanup_on_snapshot:
+                expiry[name] = (ttl, current_time(ttl, self))
         snap = KeyedStateSnapshot(self, len(self._frozen), views,
-                                  {name: self._kinds[name] for name in views})
+                                  {name: self._kinds[name] for name in views}, expiry)
         with self._lock:
             self._outstanding.add(snap)
         return snap
@@ -505,8 +594,10 @@ class HeapKeyedStateBackend:
 
     # -- restore (M-T4) ---------------------------------------------------------------------
     def restore(self, snapshots: Iterable[Mapping[str, Any]], key_groups: range) -> None:
-        """Load the entries of ``key_groups`` from materialized snapshots (several when
-        rescaling); entries of other key groups are ignored."""
+        """Load the entries of ``key_groups`` from materialized (canonical) snapshots,
+        several when rescaling; entries of other key groups are ignored. Every state
+        kind is restored; a state's kind must match the one registered under its name.
+        TTL wrappers are kept, so restored entries expire on their original schedule."""
         if not isinstance(key_groups, range):
             raise ConfigurationError(
                 f"operator '{self.operator_name}': restore needs the subtask's key groups as a "
@@ -521,37 +612,12 @@ class HeapKeyedStateBackend:
             )
         for i, snap in enumerate(snapshots):
             where = f"operator '{self.operator_name}': keyed state snapshot #{i}"
-            if not isinstance(snap, Mapping):
+            if snapshot_kind(snap, where, self.max_parallelism) == "native":
                 raise UnsupportedSnapshotFormatError(
-                    f"{where} is a {type(snap).__name__}, not a materialized keyed state "
-                    f"snapshot (a dict of format {SNAPSHOT_FORMAT})"
-                )
-            found = snap.get("format", _MISSING)
-            if found != SNAPSHOT_FORMAT or type(found) is not int:
-                shown = "no 'format' entry" if found is _MISSING else f"format {found!r}"
-                raise UnsupportedSnapshotFormatError(
-                    f"{where} has {shown}; this version of lockgate reads keyed state "
-                    f"snapshot format {SNAPSHOT_FORMAT}"
-                )
-            mp = snap.get("max_parallelism")
-            if mp != self.max_parallelism:
-                raise ConfigurationError(
-                    f"{where} was taken with max_parallelism {mp!r}, but the operator runs with "
-                    f"max_parallelism {self.max_parallelism}; max_parallelism cannot change "
-                    "when restoring keyed state"
-                )
-            states = snap.get("states")
-            if not isinstance(states, Mapping):
-                raise UnsupportedSnapshotFormatError(
-                    f"{where} has no 'states' mapping (found {type(states).__name__})"
-                )
-            for name, state in states.items():
-                kind = state.get("kind") if isinstance(state, Mapping) else None
-                if kind != "value":
-                    raise UnsupportedSnapshotFormatError(
-                        f"{where}: state '{name}' has kind {kind!r}; this version restores "
-                        "only 'value' keyed state"
-                    )
+                    f"{where} is a RocksDB incremental checkpoint; restore it with "
+                    "env.set_state_backend(lg.RocksDBStateBackend(...)), or change state "
+                    "backends through a savepoint (savepoints restore into either backend)")
+            for name, kind, entries in canonical_states(snap, where, key_groups):
                 known = self._kinds.get(name)
                 if known is not None and known != kind:
                     raise ConfigurationError(
@@ -560,12 +626,21 @@ class HeapKeyedStateBackend:
                     )
                 self._kinds[name] = kind
                 table = self._tables.setdefault(name, {})
-                groups = state.get("key_groups", {})
-                if not isinstance(groups, Mapping):
-                    raise UnsupportedSnapshotFormatError(
-                        f"{where}: state '{name}' has no 'key_groups' mapping "
-                        f"(found {type(groups).__name__})"
-                    )
-                for kg, entries in groups.items():
-                    if kg in key_groups:
-                        table.update(entries)
+                for key, stored in entries:
+                    table[key] = stored
+                if name in self._ttl:
+                    self._check_ttl_form(name, self._ttl[name], where)
+
+
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "AggregatingState",
+    "HeapKeyedStateBackend",
+    "KeyedStateSnapshot",
+    "ListState",
+    "MapState",
+    "ReducingState",
+    "SnapshotReleasedError",
+    "UnsupportedSnapshotFormatError",
+    "ValueState",
+]

@@ -462,3 +462,76 @@ def test_open_storage_picks_the_implementation_by_url(tmp_path: Any) -> None:
     assert isinstance(open_storage(f"file://{tmp_path}/d"), FileSystemCheckpointStorage)
     with pytest.raises(ConfigurationError):
         open_storage("bogus://x")
+
+
+# --------------------------------------------------------------------------- raw files
+
+
+@pytest.fixture(params=["local", "mock", "memory"])
+def any_storage(request: Any, tmp_path: Any) -> Any:
+    if request.param == "local":
+        return FileSystemCheckpointStorage(str(tmp_path / "raw"))
+    if request.param == "mock":  # pyarrow's mock filesystem: the non-local code path
+        return FileSystemCheckpointStorage("mock:///raw")
+    return MemoryCheckpointStorage()
+
+
+def test_raw_files_round_trip_byte_for_byte_in_nested_folders(any_storage: Any) -> None:
+    data = bytes(range(256)) * 3
+    any_storage.write_file("shared/op/0/a.sst", data)
+    any_storage.write_file("copy/chk-1/_metadata", b"{}", atomic=True)
+    assert any_storage.read_file("shared/op/0/a.sst") == data
+    assert any_storage.read_file("copy/chk-1/_metadata") == b"{}"
+    any_storage.write_file("shared/op/0/a.sst", b"new")  # replaces
+    assert any_storage.read_file("shared/op/0/a.sst") == b"new"
+
+
+def test_raw_file_exists_delete_and_missing_files(any_storage: Any) -> None:
+    any_storage.write_file("x/y", b"1")
+    assert any_storage.exists("x/y") and not any_storage.exists("x")  # a folder is no file
+    assert not any_storage.exists("x/z")
+    any_storage.delete_file("x/y")
+    assert not any_storage.exists("x/y")
+    any_storage.delete_file("x/y")  # missing is fine
+    with pytest.raises(FileNotFoundError, match="x/y"):
+        any_storage.read_file("x/y")
+
+
+def test_list_files_is_recursive_sorted_and_relative_to_the_root(any_storage: Any) -> None:
+    for rel in ["b/2", "a/1", "a/sub/3", "ab/4"]:
+        any_storage.write_file(rel, b"-")
+    any_storage.write_file("a/atomic", b"-", atomic=True)
+    assert any_storage.list_files("a") == ["a/1", "a/atomic", "a/sub/3"]  # not "ab/4"
+    assert any_storage.list_files("a/sub") == ["a/sub/3"]
+    assert any_storage.list_files("missing") == []
+    assert any_storage.list_files() == ["a/1", "a/atomic", "a/sub/3", "ab/4", "b/2"]
+    for rel in any_storage.list_files(""):  # the listed paths read back
+        assert any_storage.read_file(rel) == b"-"
+
+
+def test_a_checkpoint_folder_copies_through_the_raw_api(any_storage: Any, tmp_path: Any) -> None:
+    handle = any_storage.write_state(3, "op-a-0", {"k": 1})
+    any_storage.write_metadata(3, {"checkpoint_id": 3})
+    target = FileSystemCheckpointStorage(str(tmp_path / "user-savepoints"))
+    for rel in any_storage.list_files("chk-3"):
+        target.write_file(rel, any_storage.read_file(rel), atomic=True)
+    assert target.completed_ids() == [3]
+    if isinstance(any_storage, FileSystemCheckpointStorage):  # same file format
+        assert target.read_state(handle) == {"k": 1}
+        assert target.read_metadata(3) == {"checkpoint_id": 3}
+
+
+@pytest.mark.parametrize("rel", ["", "/abs", "a//b", "a/../b", "./a", "a/", 3])
+def test_raw_file_paths_must_be_plain_relative_paths(any_storage: Any, rel: Any) -> None:
+    for call in (lambda: any_storage.write_file(rel, b""), lambda: any_storage.read_file(rel),
+                 lambda: any_storage.delete_file(rel), lambda: any_storage.exists(rel)):
+        with pytest.raises(ConfigurationError, match="relative to the storage root"):
+            call()
+    if rel != "":
+        with pytest.raises(ConfigurationError, match="folder path"):
+            any_storage.list_files(rel)
+
+
+def test_raw_file_data_must_be_bytes(any_storage: Any) -> None:
+    with pytest.raises(ConfigurationError, match="must be bytes"):
+        any_storage.write_file("a", "text")

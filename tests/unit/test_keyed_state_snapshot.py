@@ -469,9 +469,10 @@ def test_m_t4_restoring_an_unknown_snapshot_format_is_an_error_saying_what_was_f
 
 
 def test_m_t4_restoring_an_unknown_state_kind_is_an_error() -> None:
-    bad = {"format": 1, "max_parallelism": 128, "states": {"s": {"kind": "list", "key_groups": {}}}}
-    with pytest.raises(UnsupportedSnapshotFormatError, match="state 's' has kind 'list'"):
+    bad = {"format": 1, "max_parallelism": 128, "states": {"s": {"kind": "bag", "key_groups": {}}}}
+    with pytest.raises(UnsupportedSnapshotFormatError, match="state 's' has kind 'bag'") as err:
         backend().restore([bad], range(128))
+    assert "value, list, map, reducing, aggregating" in str(err.value)
 
 
 def test_m_t4_restoring_with_another_max_parallelism_is_a_configuration_error() -> None:

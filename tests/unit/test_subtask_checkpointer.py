@@ -277,3 +277,125 @@ def test_m_b4_abort_declines_once_and_sends_one_cancellation_marker_downstream()
         assert drain(channel) == [el.CancellationMarker(3)]
     finally:
         cp.close()
+
+
+# -- incremental checkpoints (M-R4) -------------------------------------------------------------
+
+
+class IncrementalView:
+    """A view with ``materialize_to``: uploads each of its files unless the uploader
+    offers it for reuse; ``block`` makes it wait after uploading."""
+
+    def __init__(self, files: dict[str, bytes], block: threading.Event | None = None) -> None:
+        self.files = files
+        self.block = block
+        self.calls: list[str] = []
+        self.uploading = threading.Event()
+        self.released = threading.Event()
+
+    def materialize(self) -> dict:
+        self.calls.append("materialize")
+        return {"canonical": sorted(self.files)}
+
+    def materialize_to(self, uploader) -> dict:
+        self.calls.append("materialize_to")
+        refs = {k: uploader.reuse(k) or uploader.upload(k, data) for k, data in self.files.items()}
+        self.uploading.set()
+        if self.block is not None:
+            assert self.block.wait(10), "the test never unblocked materialize_to"
+        return {"native": refs}
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def checkpoint_with(cp, op, responder, view, barrier):
+    op.view = view
+    responder.event.clear()
+    cp.trigger_snapshot(barrier, AlignmentInfo(0.0, 0.0, unaligned=False))
+    wait_for(responder.event, f"the acknowledgement of checkpoint {barrier.checkpoint_id}")
+    return responder.acks[-1]
+
+
+def test_m_r4_a_checkpoint_writes_through_the_uploader_and_the_handle_carries_its_files() -> None:
+    cp, op, writer, _, storage, responder, log = make()
+    try:
+        view = IncrementalView({"a": b"aaaa", "b": b"bb"})
+        ack = checkpoint_with(cp, op, responder, view, BARRIER)
+        handle = ack.handles["stateful"]
+        state = storage.read_state(handle)["state"]
+        assert view.calls == ["materialize_to"]
+        assert handle.shared == (state["native"]["a"], state["native"]["b"])
+        assert all(h.path.startswith("shared/stateful/0/1-") for h in handle.shared)
+        assert [storage.read_file(h.path) for h in handle.shared] == [b"aaaa", b"bb"]
+        assert ack.metrics.state_size == handle.size + 6  # state file + uploaded bytes
+    finally:
+        cp.close()
+
+
+def test_m_s1_a_savepoint_always_materializes_canonically_without_shared_files() -> None:
+    cp, op, writer, _, storage, responder, log = make()
+    try:
+        view = IncrementalView({"a": b"aaaa"})
+        savepoint = el.CheckpointBarrier(1, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT))
+        ack = checkpoint_with(cp, op, responder, view, savepoint)
+        assert view.calls == ["materialize"] and ack.handles["stateful"].shared == ()
+        assert storage.read_state(ack.handles["stateful"])["state"] == {"canonical": ["a"]}
+        assert storage.list_files("shared") == []
+    finally:
+        cp.close()
+
+
+def test_m_r4_only_files_of_a_checkpoint_known_complete_are_reused() -> None:
+    cp, op, writer, _, storage, responder, log = make()
+    try:
+        first = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
+                                el.CheckpointBarrier(1, 0))
+        second = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
+                                 el.CheckpointBarrier(2, 0))
+        assert second.handles["stateful"].shared != first.handles["stateful"].shared
+        cp.notify_complete(2)
+        third = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1", "b": b"2"}),
+                                el.CheckpointBarrier(3, 0))
+        assert third.handles["stateful"].shared[0] == second.handles["stateful"].shared[0]
+        assert third.metrics.state_size == third.handles["stateful"].size + 1  # only b
+        cp.notify_aborted(4)  # forget: the next checkpoint uploads everything
+        fifth = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
+                                el.CheckpointBarrier(5, 0))
+        assert fifth.handles["stateful"].shared[0] != second.handles["stateful"].shared[0]
+    finally:
+        cp.close()
+
+
+def test_m_t3_a_cancelled_incremental_checkpoint_deletes_the_shared_files_it_uploaded() -> None:
+    cp, op, writer, _, storage, responder, log = make()
+    try:
+        block = threading.Event()
+        view = IncrementalView({"a": b"aaaa"}, block)
+        op.view = view
+        cp.trigger_snapshot(BARRIER, AlignmentInfo(0.0, 0.0, unaligned=False))
+        wait_for(view.uploading, "the upload")
+        assert len(storage.list_files("shared")) == 1
+        cp.notify_aborted(1)
+        block.set()
+        wait_for(view.released, "the release of the view")
+        assert storage.list_files("shared") == [] and storage.folders() == set()
+        assert not responder.acks
+    finally:
+        cp.close()
+
+
+def test_m_r4_a_savepoint_in_between_keeps_the_files_offered_for_reuse() -> None:
+    cp, op, writer, _, storage, responder, log = make()
+    try:
+        first = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
+                                el.CheckpointBarrier(1, 0))
+        cp.notify_complete(1)
+        checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(
+            2, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT)))
+        cp.notify_complete(2)
+        third = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
+                                el.CheckpointBarrier(3, 0))
+        assert third.handles["stateful"].shared == first.handles["stateful"].shared
+    finally:
+        cp.close()

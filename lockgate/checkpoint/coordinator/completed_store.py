@@ -20,7 +20,13 @@ JSON-compatible document written as ``_metadata`` and
   (the caller aborts the checkpoint, ``FINALIZE_FAILED``);
 * :meth:`recover` adopts the checkpoints a previous run left in storage (not
   savepoints: those are never deleted by the job, M-S1), so retention keeps
-  working across coordinator restarts.
+  working across coordinator restarts;
+* shared state files of incremental checkpoints (M-R4, ``StateHandle.shared``) are
+  reference-counted by the store's :class:`~lockgate.checkpoint.shared_registry.SharedStateRegistry`
+  (:attr:`CompletedCheckpointStore.shared`): registered on :meth:`add` and
+  :meth:`recover`, unregistered when a checkpoint is discarded; a shared file is
+  deleted only when no retained checkpoint references it. :meth:`add` refuses a
+  checkpoint referencing a shared file that is gone (the store is unchanged).
 
 Savepoints are never added to the store. Not locked: the coordinator calls it
 under its own lock.
@@ -32,6 +38,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..shared_registry import SharedStateRegistry
 from ..storage import CheckpointStorage
 from ..types import CheckpointStats, StateHandle
 
@@ -41,11 +48,17 @@ METADATA_FORMAT_VERSION = 1
 
 
 def _handle_json(handle: StateHandle) -> dict[str, Any]:
-    return {"path": handle.path, "size": handle.size, "checksum": handle.checksum}
+    """A handle as JSON; ``shared`` only when the handle references shared files."""
+    data: dict[str, Any] = {"path": handle.path, "size": handle.size,
+                            "checksum": handle.checksum}
+    if handle.shared:
+        data["shared"] = [_handle_json(s) for s in handle.shared]
+    return data
 
 
 def _handle_from_json(data: dict[str, Any]) -> StateHandle:
-    return StateHandle(str(data["path"]), int(data["size"]), int(data["checksum"]))
+    shared = tuple(_handle_from_json(s) for s in data.get("shared", ()))
+    return StateHandle(str(data["path"]), int(data["size"]), int(data["checksum"]), shared)
 
 
 @dataclass
@@ -121,12 +134,18 @@ class CompletedCheckpointStore:
         self.storage = storage
         self.retained = retained
         self._checkpoints: list[CompletedCheckpoint] = []
+        #: reference counts of the shared state files of the retained checkpoints (M-R4)
+        self.shared = SharedStateRegistry(storage)
 
     def recover(self) -> list[CompletedCheckpoint]:
         """Adopt the completed checkpoints (not savepoints) already in storage, ascending
-        by id; a checkpoint whose metadata cannot be read is skipped with a warning.
-        Nothing is discarded here: the next :meth:`add` trims to ``retained``."""
+        by id, and register their shared state files; a checkpoint whose metadata cannot
+        be read is skipped with a warning. Nothing is discarded here: the next
+        :meth:`add` trims to ``retained``. When every checkpoint's metadata was read,
+        shared files no retained checkpoint references (uploads of checkpoints that
+        never completed) are deleted: call it before the run's first trigger."""
         adopted: list[CompletedCheckpoint] = []
+        unreadable = False
         for checkpoint_id in self.storage.completed_ids():
             if any(c.checkpoint_id == checkpoint_id for c in self._checkpoints):
                 continue
@@ -136,24 +155,34 @@ class CompletedCheckpointStore:
             except Exception as e:  # noqa: BLE001 - one bad checkpoint must not stop the rest
                 log.warning("checkpoint %d in %s cannot be read and is not adopted: %s",
                             checkpoint_id, self.storage.url, e)
+                unreadable = True
                 continue
             if not checkpoint.is_savepoint:
                 adopted.append(checkpoint)
         self._checkpoints = sorted(self._checkpoints + adopted, key=lambda c: c.checkpoint_id)
+        for checkpoint in adopted:
+            self.shared.register(checkpoint.checkpoint_id, checkpoint.handles())
+        if not unreadable:  # an unreadable checkpoint may reference shared files: keep them
+            self.shared.delete_orphans()
         return adopted
 
     def add(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
-        """Add the newest completed checkpoint: write the durable pointer, then remove and
-        discard the oldest beyond ``retained``; return the removed ones. A failure to
-        discard is logged (the new checkpoint stands)."""
+        """Add the newest completed checkpoint: write the durable pointer, register its
+        shared files, then remove and discard the oldest beyond ``retained``; return the
+        removed ones. A failure to discard is logged (the new checkpoint stands). Raises
+        (store unchanged) when writing the pointer fails or when the checkpoint
+        references a shared file that no longer exists."""
         if checkpoint.is_savepoint:
             raise ValueError("savepoints are never added to the completed-checkpoint store")
         if self._checkpoints and checkpoint.checkpoint_id <= self._checkpoints[-1].checkpoint_id:
             raise ValueError(
                 f"checkpoint {checkpoint.checkpoint_id} is not newer than the newest completed "
                 f"one ({self._checkpoints[-1].checkpoint_id})")
+        self.shared.check_available(checkpoint.checkpoint_id, checkpoint.handles())
         self.storage.write_latest(checkpoint.checkpoint_id)
         self._checkpoints.append(checkpoint)
+        # registered before older checkpoints are discarded: files it shares with them stay
+        self.shared.register(checkpoint.checkpoint_id, checkpoint.handles())
         removed: list[CompletedCheckpoint] = []
         while len(self._checkpoints) > self.retained:
             oldest = self._checkpoints.pop(0)
@@ -162,10 +191,12 @@ class CompletedCheckpointStore:
         return removed
 
     def _discard(self, checkpoint: CompletedCheckpoint) -> None:
+        """Delete the checkpoint's folder, then the shared files only it referenced."""
         try:
             self.storage.discard(checkpoint.checkpoint_id)
         except Exception as e:  # noqa: BLE001 - leftover files only cost space
             log.warning("discarding checkpoint %d failed: %s", checkpoint.checkpoint_id, e)
+        self.shared.unregister(checkpoint.checkpoint_id)
 
     def latest(self) -> CompletedCheckpoint | None:
         return self._checkpoints[-1] if self._checkpoints else None
@@ -179,9 +210,14 @@ class CompletedCheckpointStore:
 
     def shutdown(self, retain: bool) -> None:
         """The job ended: keep the checkpoints in storage (``retain``), or discard all
-        of them (e.g. cancellation with ``ExternalizedRetention.DELETE_ON_CANCELLATION``).
-        The durable pointer is left as is (it keeps later ids increasing)."""
+        of them (e.g. cancellation with ``ExternalizedRetention.DELETE_ON_CANCELLATION``)
+        with every shared state file they reference (and unreferenced leftovers).
+        When they are kept, so are their shared-file registrations: a late
+        acknowledgement deleting its unreferenced shared files never deletes one a kept
+        checkpoint uses. The durable pointer is left as is (it keeps later ids
+        increasing)."""
         if not retain:
             for checkpoint in self._checkpoints:
                 self._discard(checkpoint)
+            self.shared.delete_orphans()
         self._checkpoints = []

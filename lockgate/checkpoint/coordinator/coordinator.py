@@ -154,6 +154,9 @@ class CheckpointCoordinator:
         self._timeouts: dict[int, ScheduledTask] = {}
         self._recently_aborted: OrderedDict[int, None] = OrderedDict()
         self._savepoints: dict[int, str] = {}
+        # savepoint id -> its CompletedCheckpoint, or the reason it failed (M-S1)
+        self._savepoint_outcomes: dict[int, CompletedCheckpoint | CheckpointFailureReason] = {}
+        self._outcome = threading.Condition(self._lock)
         self._last_completion_ms: float | None = None
         self._shut_down = False
         # periodic triggering (M-C1, M-C7)
@@ -416,6 +419,9 @@ class CheckpointCoordinator:
             stats.external_path = path
             if pending.is_savepoint:
                 self._savepoints[checkpoint_id] = path  # never deleted by the job (M-S1)
+                with self._outcome:
+                    self._savepoint_outcomes[checkpoint_id] = completed
+                    self._outcome.notify_all()
             else:
                 self._store.add(completed)  # durable pointer, retention (M-C8)
         except Exception as e:  # the checkpoint fails, the job goes on
@@ -454,8 +460,15 @@ class CheckpointCoordinator:
             self._storage.discard(checkpoint_id)
         except Exception as e:  # noqa: BLE001 - leftover files only cost space
             log.warning("discarding aborted checkpoint %d failed: %s", checkpoint_id, e)
+        # the shared files it uploaded (incremental checkpoints, M-R4) that no retained
+        # checkpoint references; it logs its own failures
+        self._store.shared.discard_unreferenced(pending.handles())
         self._stats.report_failed(checkpoint_id, reason)
         log.debug("checkpoint %d aborted: %s", checkpoint_id, reason.value)
+        if pending.is_savepoint:
+            with self._outcome:
+                self._savepoint_outcomes[checkpoint_id] = reason
+                self._outcome.notify_all()
         try:
             self._gateway.notify_checkpoint_aborted(checkpoint_id, reason)
         except Exception as e:  # noqa: BLE001 - tasks also learn it from later barriers
@@ -478,11 +491,15 @@ class CheckpointCoordinator:
             log.error("failing job %r failed: %s", self.job_name, e)
 
     def _discard_handles(self, handles: Iterable[StateHandle]) -> None:
+        """Delete the state files ``handles`` name and the shared files they reference
+        that no retained checkpoint references (M-C5, M-R4)."""
+        handles = list(handles)
         for handle in handles:
             try:
                 self._storage.discard_handle(handle)
             except Exception as e:  # noqa: BLE001 - leftover files only cost space
                 log.warning("deleting state file %s failed: %s", handle.path, e)
+        self._store.shared.discard_unreferenced(handles)
 
     def _cancel_timeout(self, checkpoint_id: int) -> None:
         task = self._timeouts.pop(checkpoint_id, None)
@@ -565,6 +582,29 @@ class CheckpointCoordinator:
     def latest_completed(self) -> CompletedCheckpoint | None:
         with self._lock:
             return self._store.latest()
+
+    @property
+    def storage(self) -> CheckpointStorage:
+        """The job's checkpoint storage."""
+        return self._storage
+
+    def wait_for_savepoint(self, checkpoint_id: int,
+                           timeout_s: float | None = None) -> CompletedCheckpoint:
+        """Block until savepoint ``checkpoint_id`` completes and return it; raise
+        ``CheckpointFailedError`` when it is aborted, ``TimeoutError`` after
+        ``timeout_s`` seconds (None: the checkpoint timeout)."""
+        limit = self._timeout_ms / 1000.0 if timeout_s is None else timeout_s
+        with self._outcome:
+            if not self._outcome.wait_for(
+                    lambda: checkpoint_id in self._savepoint_outcomes, timeout=limit):
+                raise TimeoutError(
+                    f"savepoint {checkpoint_id} of job {self.job_name!r} did not complete "
+                    f"within {limit:g}s")
+            outcome = self._savepoint_outcomes.pop(checkpoint_id)
+        if isinstance(outcome, CheckpointFailureReason):
+            raise CheckpointFailedError(
+                f"savepoint {checkpoint_id} of job {self.job_name!r} failed: {outcome.value}")
+        return outcome
 
     def savepoint_path(self, checkpoint_id: int) -> str | None:
         """Where completed savepoint ``checkpoint_id`` was written, or None."""

@@ -16,6 +16,8 @@ from ..batch import (
     to_arrow,
     to_rows,
 )
+from ...state.operator_state import UNION, OperatorStateStore
+from ...state.snapshot import OperatorStateSnapshot, payload_part
 from .base import StreamOperator, bind_function, close_function, open_function
 
 
@@ -31,24 +33,67 @@ def single_record_error(method: str, result: object) -> TypeError:
 
 
 class _FunctionOperator(StreamOperator):
+    """An operator running a user function, with the function's operator state (and, in
+    keyed subclasses, keyed state) restored before ``open`` and snapshotted as one
+    payload (M-T4, :mod:`lockgate.state.snapshot`)."""
+
     method = "__call__"
+    _restored: Any = None
 
     def __init__(self, fn: Any) -> None:
         super().__init__()
         self.function = fn
         self.call = bind_function(fn, self.method)
 
+    def initialize_state(self, restored: Any) -> None:
+        self._restored = restored
+
     def open(self) -> None:
+        self.operator_state = OperatorStateStore(self.name)
+        self.ctx._operator_state = self.operator_state
+        restored, self._restored = self._restored, None
+        if restored is not None:
+            self.restore_state(restored)
         try:
             open_function(self.function, self.ctx)
         except Exception as e:
             raise self.user_error(e) from e
+
+    def restore_state(self, restored: Any) -> None:
+        """Take over the restored payloads (an ``OperatorRestore``); keyed operators
+        extend this. At the same parallelism only the subtask's own payload is read,
+        unless it holds union list state (which needs every old subtask's)."""
+        ctx = self.ctx
+        own = restored.own() if restored.same_parallelism else None
+        states = {ctx.subtask_index: own}
+        if own is None or _has_union(payload_part(own, "operator")):
+            states = restored.by_subtask()
+        self.operator_state.restore(
+            {j: payload_part(s, "operator") for j, s in states.items()},
+            ctx.subtask_index, ctx.parallelism, restored.same_parallelism)
+
+    def keyed_snapshot(self) -> Any:
+        """The keyed backend's snapshot view, or None (no keyed state)."""
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """Keyed state (a copy-on-write view) and copies of the operator state (M-T3)."""
+        operator = None if self.operator_state.is_empty() else self.operator_state.snapshot()
+        keyed = self.keyed_snapshot()
+        if keyed is None and operator is None:
+            return None
+        return OperatorStateSnapshot(keyed, operator)
 
     def close(self) -> None:
         try:
             close_function(self.function)
         except Exception as e:
             raise self.user_error(e) from e
+
+
+def _has_union(operator_states: Any) -> bool:
+    return isinstance(operator_states, dict) and any(
+        isinstance(e, dict) and e.get("mode") == UNION for e in operator_states.values())
 
 
 class MapOperator(_FunctionOperator):

@@ -6,7 +6,7 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...graph.key_groups import key_group_range
-from ...state.keyed import HeapKeyedStateBackend
+from ...state.snapshot import keyed_parts
 from ..batch import Batch, RowBatch, to_rows
 from ..partitioners import KeySelector
 from .base import StreamOperator
@@ -63,28 +63,36 @@ class KeyedProcessOperator(_FunctionOperator):
         super().__init__(fn)
         self.key_selector = key_selector
 
-    _restored: Any = None
-
-    def initialize_state(self, restored: Any) -> None:
-        self._restored = restored
-
     def open(self) -> None:
-        self.backend = HeapKeyedStateBackend(self.name, self.ctx.max_parallelism)
-        self.ctx._keyed_backend = self.backend
-        restored, self._restored = self._restored, None
-        if restored is not None:
-            # At the same parallelism a subtask's own file holds exactly its key groups;
-            # otherwise every old subtask's file is read and filtered (M-R1, M-R3).
-            snapshots = restored.assigned() if restored.same_parallelism else restored.all()
-            ctx = self.ctx
-            self.backend.restore(
-                snapshots, key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism))
+        ctx = self.ctx
+        self.backend = ctx.state_backend.create_keyed_backend(
+            self.name, ctx.max_parallelism, clock=ctx.clock, subtask_index=ctx.subtask_index)
+        ctx._keyed_backend = self.backend
         self.element_ctx = ElementContext(self, None)
         super().open()
 
-    def snapshot_state(self, checkpoint_id: int) -> Any:
+    def restore_state(self, restored: Any) -> None:
+        """Operator state as every function operator, then keyed state: at the same
+        parallelism a subtask's own payload holds exactly its key groups; otherwise every
+        old subtask's payload is read and filtered by key group (M-R1, M-R3, rescaling)."""
+        super().restore_state(restored)
+        payloads = [restored.own()] if restored.same_parallelism else restored.all()
+        ctx = self.ctx
+        self.backend.restore(
+            keyed_parts(payloads),
+            key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism))
+
+    def keyed_snapshot(self) -> Any:
         """A copy-on-write view of the keyed state, grouped by key group (M-T3, M-T4)."""
         return self.backend.snapshot()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            backend = getattr(self, "backend", None)
+            if backend is not None:
+                backend.close()
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         rows = to_rows(batch)

@@ -1,0 +1,32 @@
+"""Reading savepoints and checkpoints offline (M-S1, M-S3, M-T4).
+
+``lockgate.savepoint.read(path)`` gives a :class:`Savepoint`: the operators it holds
+(:meth:`Savepoint.operators`: per uid, the parallelism and the states with their
+kinds) and each state as a :class:`StateFrame` (:meth:`Savepoint.state`), with columns
+``key``, ``namespace``, ``value``, as a ``pyarrow.Table`` (:meth:`StateFrame.to_arrow`),
+a pandas DataFrame of the exact Python values (:meth:`StateFrame.to_pandas`, needs
+pandas) or a Spark DataFrame (:meth:`StateFrame.to_spark`)::
+
+    sp = lockgate.savepoint.read("/savepoints/sp-1")
+    sp.operators()                       # {"counter": OperatorInfo(uid=..., ...)}
+    sp.state("counter", "count").to_pandas()
+"""
+
+from .errors import MissingDependencyError, SavepointFormatError, StateConversionError
+from .frame import StateFrame
+from .model import FUNCTION_STATE, RAW_STATE, OperatorInfo, StateInfo, StateKind
+from .reader import Savepoint, read
+
+__all__ = [
+    "FUNCTION_STATE",
+    "RAW_STATE",
+    "MissingDependencyError",
+    "OperatorInfo",
+    "Savepoint",
+    "SavepointFormatError",
+    "StateConversionError",
+    "StateFrame",
+    "StateInfo",
+    "StateKind",
+    "read",
+]

@@ -1,0 +1,490 @@
+"""The RocksDB keyed state backend: keyed state in an embedded RocksDB on local disk
+(through ``rocksdict``), so it can be larger than memory (DESIGN.md §3).
+
+Interface and semantics are those of
+:class:`~lockgate.state.keyed.HeapKeyedStateBackend`: ``current_key``,
+``get_state(descriptor)`` (the shared handles of :mod:`lockgate.state.handles`, over
+one :class:`RocksDBStateTable` per state), ``snapshot()``, ``restore(snapshots,
+key_groups)``, ``keys(name)``, ``entries()`` and ``close()``; TTL time comes from
+``clock``, ``current_watermark`` and ``current_timestamp``. The same job gives the
+same results on either backend, with two documented differences: a value read from
+state is a deserialized copy (change state with ``update``/``put``, as the handles
+do), and keys of different types never match (``1`` and ``1.0`` are two keys).
+
+Layout (:mod:`lockgate.state.rocksdb_codec`): one row per (state, key), keyed by
+key group, state id and the encoded key, so a key-group range is one contiguous
+range of rows. Values are pickled stored forms.
+
+Checkpoints (M-T3, M-R4)
+------------------------
+* ``snapshot()`` (synchronous part, task thread): flush + RocksDB checkpoint (hard
+  links) into ``<working folder>/snapshots/<n>``; O(memtable), never O(state).
+* the view's ``materialize()``: the canonical snapshot (savepoints; checkpoints with
+  ``incremental=False``, which then hold the full canonical state);
+  ``materialize_to(uploader)`` (``incremental=True``): uploads only the SST files not
+  uploaded for a completed checkpoint and references the others (see
+  :mod:`lockgate.state.rocksdb_snapshot`).
+* ``restore``: one native payload (same parallelism, or any single payload): the
+  base and the increments it references are downloaded and opened as the working
+  database, rows outside ``key_groups`` deleted; several payloads (rescaling) or
+  canonical snapshots: the rows of ``key_groups`` are copied into the database.
+  The database gets a new identity, so the first checkpoint after a restore uploads
+  every file (it never shares files with the restored checkpoint, which may live in
+  another job's storage).
+
+Working folders live under ``local_dir`` (default: the system temporary folder);
+``close()`` deletes them. Everything but the views' ``materialize``/``release``
+belongs to the task thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rocksdict import Rdict, WriteBatch
+
+from ..checkpoint.storage import CheckpointStorage
+from ..errors import ConfigurationError
+from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..time.clock import Clock, SystemClock
+from .descriptors import StateDescriptor
+from .handles import KeyedStateHandle, create_handle
+from .rocksdb_codec import (
+    MAX_STATE_ID,
+    ROW_PREFIX,
+    U16,
+    decode_key,
+    dumps,
+    encode_key,
+    key_group_bound,
+    key_group_of,
+    loads,
+    split_row,
+)
+from .rocksdb_files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
+from .rocksdb_restore import (
+    canonical_states,
+    download,
+    native_states,
+    overlaps,
+    payload_storage,
+    snapshot_kind,
+)
+from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
+from .ttl import MIN_WATERMARK, StateTtlConfig, current_time, has_ttl_wrapper
+
+log = logging.getLogger(__name__)
+
+_MISSING: Any = object()
+_BATCH = 10_000
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class RocksDBStateTable:
+    """``key -> stored`` of one state, over the backend's database (what the handles
+    use: ``get``, ``[key] = stored``, ``pop``). Values are deserialized copies."""
+
+    __slots__ = ("_backend", "_sid", "name")
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, name: str, state_id: int) -> None:
+        self._backend = backend
+        self._sid = U16.pack(state_id)
+        self.name = name
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        backend = self._backend
+        raw = backend._db.get(backend._row(key, self._sid))
+        return default if raw is None else loads(raw)
+
+    def __setitem__(self, key: Any, stored: Any) -> None:
+        backend = self._backend
+        backend._db.put(backend._row(key, self._sid), dumps(stored))
+
+    def pop(self, key: Any, default: Any = None) -> Any:
+        backend = self._backend
+        row = backend._row(key, self._sid)
+        db = backend._db
+        raw = db.get(row)
+        if raw is None:
+            return default
+        db.delete(row)
+        return loads(raw)
+
+    def __contains__(self, key: Any) -> bool:
+        backend = self._backend
+        return backend._db.get(backend._row(key, self._sid)) is not None
+
+
+class RocksDBKeyedStateBackend:
+    """Keyed state in an embedded RocksDB (see the module docstring).
+
+    ``incremental``: checkpoints upload only new files (the views have
+    ``materialize_to``); else they hold the canonical full state. ``local_dir``: the
+    folder for the working database and snapshots (created if missing; default: the
+    system temporary folder). ``clock``: processing time for TTL (default: the system
+    clock). ``subtask_index`` names the working folder.
+    """
+
+    def __init__(self, operator_name: str, max_parallelism: int = DEFAULT_MAX_PARALLELISM, *,
+                 clock: Clock | None = None, incremental: bool = True,
+                 local_dir: str | None = None, subtask_index: int = 0) -> None:
+        if not isinstance(operator_name, str):
+            raise ConfigurationError(
+                f"RocksDBKeyedStateBackend needs the operator's name (a str), got "
+                f"{operator_name!r}")
+        if not isinstance(incremental, bool):
+            raise ConfigurationError(
+                f"RocksDBKeyedStateBackend(incremental=...) must be True or False, got "
+                f"{incremental!r}")
+        if isinstance(subtask_index, bool) or not isinstance(subtask_index, int) \
+                or subtask_index < 0:
+            raise ConfigurationError(
+                f"RocksDBKeyedStateBackend(subtask_index=...) must be an int >= 0, got "
+                f"{subtask_index!r}")
+        if local_dir is not None and (not isinstance(local_dir, str) or not local_dir):
+            raise ConfigurationError(
+                f"RocksDBKeyedStateBackend(local_dir=...) must be a folder path or None, got "
+                f"{local_dir!r}")
+        self.operator_name = operator_name
+        self.max_parallelism = check_max_parallelism(max_parallelism)
+        self.incremental = incremental
+        self.subtask_index = subtask_index
+        self.current_key: Any = None
+        #: processing time for TTL state
+        self.clock: Clock = SystemClock() if clock is None else clock
+        #: event time for TTL state: the operator's current watermark
+        self.current_watermark: int = MIN_WATERMARK
+        #: event time for TTL state: the timestamp of the record being processed, or None
+        self.current_timestamp: int | None = None
+        base = os.path.abspath(os.path.expanduser(local_dir or tempfile.gettempdir()))
+        name = _UNSAFE.sub("_", operator_name)[:40] or "operator"
+        try:
+            os.makedirs(base, exist_ok=True)
+            self.working_dir = tempfile.mkdtemp(
+                prefix=f"lockgate-rocksdb-{name}-{subtask_index}-", dir=base)
+        except OSError as e:
+            raise ConfigurationError(
+                f"operator '{operator_name}': cannot create the RocksDB working folder in "
+                f"{base!r} ({e}); give RocksDBStateBackend(local_dir=...) a writable folder"
+            ) from e
+        self._db_path = os.path.join(self.working_dir, "db")
+        os.makedirs(os.path.join(self.working_dir, "snapshots"))
+        self._db: Rdict = open_db(self._db_path)
+        #: the identity of the database's files (a new one after every restore)
+        self.db_id = uuid.uuid4().hex
+        self._states: dict[str, StateInfo] = {}  # registered or restored
+        self._ttl: dict[str, StateTtlConfig | None] = {}  # registered with a descriptor
+        self._tables: dict[str, RocksDBStateTable] = {}
+        self._next_id = 1
+        self._last_key: Any = _MISSING
+        self._last_prefix = b""  # key group bytes of the last key
+        self._last_encoded = b""
+        self._lock = threading.Lock()
+        self._outstanding: set[RocksDBSnapshot] = set()
+        self._snapshots = 0
+        self._closed = False
+
+    # -- rows -------------------------------------------------------------------------------
+    def _row(self, key: Any, sid: bytes) -> bytes:
+        if key is not self._last_key:
+            self._last_prefix = U16.pack(key_group_of(key, self.max_parallelism))
+            self._last_encoded = encode_key(key)
+            self._last_key = key
+        return self._last_prefix + sid + self._last_encoded
+
+    # -- state handles ----------------------------------------------------------------------
+    def get_state(self, descriptor: StateDescriptor[Any]) -> Any:
+        """The handle of ``descriptor``'s state (its kind's handle class). Asking again
+        with the same name and kind gives another handle on the same values; another
+        kind, or another TTL config, under the same name is a ConfigurationError."""
+        self._check_open()
+        where = f"operator '{self.operator_name}'"
+        if not isinstance(descriptor, StateDescriptor):
+            raise ConfigurationError(
+                f"{where}: get_state needs a state descriptor such as "
+                f"lg.ValueStateDescriptor('name'), got {descriptor!r}")
+        name = descriptor.name
+        known = self._states.get(name)
+        if known is not None and known.kind != descriptor.kind:
+            how = "registered" if name in self._ttl else "restored from a snapshot"
+            raise ConfigurationError(
+                f"{where}: state '{name}' is already {how} as {known.kind} state; give the "
+                f"{descriptor.kind} state another name")
+        ttl = descriptor.ttl_config
+        if ttl is not None and not isinstance(ttl, StateTtlConfig):
+            raise ConfigurationError(
+                f"{where}: {descriptor!r} has ttl_config {ttl!r}; set it with "
+                "descriptor.enable_time_to_live(lg.StateTtlConfig(...))")
+        if name in self._ttl and self._ttl[name] != ttl:
+            raise ConfigurationError(
+                f"{where}: state '{name}' is already registered with TTL {self._ttl[name]!r}, "
+                f"now asked for with TTL {ttl!r}; use the same descriptor settings for every "
+                "handle of one state")
+        restored = known is not None and name not in self._ttl
+        info = known if known is not None else self._register(name, descriptor.kind, where)
+        table = self._table(name, info)
+        handle: KeyedStateHandle = create_handle(self, table, descriptor, where)
+        if name not in self._ttl:
+            if restored:
+                self._check_ttl_form(name, ttl, where)
+            self._ttl[name] = ttl
+        return handle
+
+    def _register(self, name: str, kind: str, where: str) -> StateInfo:
+        if self._next_id > MAX_STATE_ID:
+            raise ConfigurationError(
+                f"{where}: more than {MAX_STATE_ID} keyed states; use fewer state names")
+        info = StateInfo(kind, self._next_id)
+        self._next_id += 1
+        self._states[name] = info
+        return info
+
+    def _table(self, name: str, info: StateInfo) -> RocksDBStateTable:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = RocksDBStateTable(self, name, info.state_id)
+        return table
+
+    def _check_ttl_form(self, name: str, ttl: StateTtlConfig | None, where: str) -> None:
+        """Refuse a descriptor whose TTL setting does not match how the state's restored
+        values are stored (judged from one stored entry)."""
+        info = self._states[name]
+        for _key, stored in self._scan(info.state_id, limit=1):
+            wrapped = has_ttl_wrapper(info.kind, stored)
+            if wrapped != (ttl is not None):
+                had, has = ("with", "disables") if wrapped else ("without", "enables")
+                raise ConfigurationError(
+                    f"{where}: state '{name}' holds values stored {had} TTL (restored from a "
+                    f"snapshot) but its descriptor {has} TTL; changing the TTL setting of "
+                    "existing state is not supported: keep the setting the state was written "
+                    "with, or give the state a new name")
+
+    # -- reading the live state ---------------------------------------------------------------
+    def _scan(self, state_id: int, limit: int | None = None) -> Iterable[tuple[Any, Any]]:
+        """``(key, stored)`` of the rows of ``state_id`` (a scan of the database)."""
+        found = 0
+        for row, raw in rows(self._db):
+            if split_row(row)[1] == state_id:
+                yield decode_key(row[ROW_PREFIX:]), loads(raw)
+                found += 1
+                if limit is not None and found >= limit:
+                    return
+
+    def keys(self, state_name: str) -> list[Any]:
+        """The keys that have a value of ``state_name`` (live view; a scan)."""
+        self._check_open()
+        info = self._states.get(state_name)
+        if info is None:
+            return []
+        return [key for key, _ in self._scan(info.state_id)]
+
+    def entries(self) -> dict[str, dict[Any, Any]]:
+        """The live ``key -> stored`` tables by state name (copies; a scan)."""
+        self._check_open()
+        by_id = {info.state_id: name for name, info in self._states.items()}
+        out: dict[str, dict[Any, Any]] = {name: {} for name in self._states}
+        for row, raw in rows(self._db):
+            name = by_id.get(split_row(row)[1])
+            if name is not None:
+                out[name][decode_key(row[ROW_PREFIX:])] = loads(raw)
+        return out
+
+    # -- snapshots (M-T3, M-T4, M-R4) ---------------------------------------------------------
+    def snapshot(self) -> RocksDBSnapshot:
+        """The synchronous part: flush and make a RocksDB checkpoint (hard links) of the
+        database; processing continues at once. The TTL "now" of each TTL state with
+        ``cleanup_on_snapshot`` is captured here."""
+        self._check_open()
+        self._snapshots += 1
+        path = os.path.join(self.working_dir, "snapshots", str(self._snapshots))
+        create_checkpoint(self._db, path)
+        expiry: dict[str, tuple[StateTtlConfig, int]] = {}
+        for name in self._states:
+            ttl = self._ttl.get(name)
+            if ttl is not None and ttl.cleanup_on_snapshot:
+                expiry[name] = (ttl, current_time(ttl, self))
+        cls = IncrementalRocksDBSnapshot if self.incremental else RocksDBSnapshot
+        view = cls(operator_name=self.operator_name, max_parallelism=self.max_parallelism,
+                   path=path, db_id=self.db_id, states=self._states, expiry=expiry,
+                   on_release=self._snapshot_released)
+        with self._lock:
+            self._outstanding.add(view)
+        return view
+
+    def outstanding_snapshots(self) -> int:
+        with self._lock:
+            return len(self._outstanding)
+
+    def _snapshot_released(self, view: RocksDBSnapshot) -> None:
+        with self._lock:
+            self._outstanding.discard(view)
+
+    # -- restore (M-R1, M-R3, M-R4, M-T4) -----------------------------------------------------
+    def restore(self, snapshots: Iterable[Mapping[str, Any]], key_groups: range, *,
+                storage: CheckpointStorage | None = None) -> None:
+        """Load the entries of ``key_groups`` from canonical snapshots (either backend's)
+        and this backend's checkpoint payloads; entries of other key groups are ignored.
+        ``storage``: where the payloads' shared files are (default: the storage each
+        payload names). Call before processing starts."""
+        self._check_open()
+        where = f"operator '{self.operator_name}'"
+        if not isinstance(key_groups, range):
+            raise ConfigurationError(
+                f"{where}: restore needs the subtask's key groups as a range, got "
+                f"{key_groups!r}")
+        if self.outstanding_snapshots():
+            raise ConfigurationError(
+                f"{where}: cannot restore keyed state while a snapshot is outstanding; "
+                "restore before processing starts")
+        snaps = list(snapshots)
+        kinds = [snapshot_kind(s, f"{where}: keyed state snapshot #{i}", self.max_parallelism)
+                 for i, s in enumerate(snaps)]
+        # the database gets a new identity: the first checkpoint after it uploads everything
+        self.db_id = uuid.uuid4().hex
+        if kinds == ["native"] and not self._states and first_and_last_row(self._db) is None:
+            self._adopt(snaps[0], key_groups, storage, f"{where}: keyed state snapshot #0")
+        else:
+            for i, (snap, kind) in enumerate(zip(snaps, kinds)):
+                label = f"{where}: keyed state snapshot #{i}"
+                if kind == "canonical":
+                    self._load_canonical(snap, key_groups, label)
+                elif overlaps(snap, key_groups):
+                    self._copy_native(snap, key_groups, storage, label)
+                else:
+                    self._merge_catalogue(native_states(snap, label), label)
+        for name, ttl in self._ttl.items():
+            self._check_ttl_form(name, ttl, where)
+
+    def _adopt(self, payload: Mapping[str, Any], key_groups: range,
+               storage: CheckpointStorage | None, where: str) -> None:
+        """Download the payload's database and make it the working one, clipped to
+        ``key_groups``."""
+        states = native_states(payload, where)
+        folder = self._download(payload, storage, where)
+        self._db.close()
+        shutil.rmtree(self._db_path)
+        os.rename(folder, self._db_path)
+        self._db = open_db(self._db_path)
+        self._last_key = _MISSING
+        start, stop = key_groups.start, key_groups.stop
+        if start > 0:
+            self._db.delete_range(b"", key_group_bound(start))
+        self._db.delete_range(key_group_bound(stop), b"\xff\xff\xff")
+        for name, (kind, state_id) in states.items():
+            self._states[name] = StateInfo(kind, state_id)
+        self._next_id = max((i for _, i in states.values()), default=0) + 1
+
+    def _download(self, payload: Mapping[str, Any], storage: CheckpointStorage | None,
+                  where: str) -> str:
+        folder = os.path.join(self.working_dir, f"restore-{uuid.uuid4().hex}")
+        try:
+            download(payload, payload_storage(payload, storage, where), folder, where)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return folder
+
+    def _merge_catalogue(self, states: Mapping[str, tuple[str, int]],
+                         where: str) -> dict[int, bytes]:
+        """Register the states of a snapshot (checking kinds); their old id -> our id bytes."""
+        mapping: dict[int, bytes] = {}
+        for name, (kind, old_id) in states.items():
+            mapping[old_id] = U16.pack(self._state_for_restore(name, kind, where).state_id)
+        return mapping
+
+    def _state_for_restore(self, name: str, kind: str, where: str) -> StateInfo:
+        known = self._states.get(name)
+        if known is None:
+            return self._register(name, kind, where)
+        if known.kind != kind:
+            raise ConfigurationError(
+                f"{where}: state '{name}' is {kind} state in the snapshot but is registered "
+                f"as {known.kind} state")
+        return known
+
+    def _copy_native(self, payload: Mapping[str, Any], key_groups: range,
+                     storage: CheckpointStorage | None, where: str) -> None:
+        """Copy the rows of ``key_groups`` from a payload's database into ours."""
+        ids = self._merge_catalogue(native_states(payload, where), where)
+        folder = self._download(payload, storage, where)
+        try:
+            source = open_read_only(folder)
+            try:
+                end = key_group_bound(key_groups.stop)
+                batch = _Batch(self._db)
+                for row, raw in rows(source, key_group_bound(key_groups.start)):
+                    if row >= end:
+                        break
+                    sid = ids.get(split_row(row)[1])
+                    if sid is not None:
+                        batch.put(row[:2] + sid + row[ROW_PREFIX:], raw)
+                batch.flush()
+            finally:
+                source.close()
+                del source
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _load_canonical(self, snap: Mapping[str, Any], key_groups: range, where: str) -> None:
+        batch = _Batch(self._db)
+        mp = self.max_parallelism
+        for name, kind, entries in canonical_states(snap, where, key_groups):
+            sid = U16.pack(self._state_for_restore(name, kind, where).state_id)
+            for key, stored in entries:
+                row = U16.pack(key_group_of(key, mp)) + sid + encode_key(key)
+                batch.put(row, dumps(stored))
+        batch.flush()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release every outstanding snapshot, close the database and delete the working
+        folder (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            outstanding = list(self._outstanding)
+        for view in outstanding:
+            view.release()
+        try:
+            self._db.close()
+        finally:
+            shutil.rmtree(self.working_dir, ignore_errors=True)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigurationError(
+                f"operator '{self.operator_name}': the RocksDB keyed state backend is closed")
+
+
+class _Batch:
+    """Writes rows to a database in write batches of ``_BATCH`` rows."""
+
+    def __init__(self, db: Rdict) -> None:
+        self._db = db
+        self._batch = WriteBatch(raw_mode=True)
+        self._count = 0
+
+    def put(self, row: bytes, raw: bytes) -> None:
+        self._batch.put(row, raw)
+        self._count += 1
+        if self._count >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._count:
+            self._db.write(self._batch)
+            self._batch = WriteBatch(raw_mode=True)
+            self._count = 0
