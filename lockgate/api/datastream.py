@@ -153,6 +153,22 @@ class DataStream(_Configurable):
             OperatorFactory(ProcessOperator, {"fn": fn}, {"function:process_element": fn}),
         )
 
+    def assign_timestamps_and_watermarks(self, strategy: Any,
+                                         name: str | None = None) -> "DataStream":
+        """Give the records event timestamps from ``strategy``'s assigner and generate
+        watermarks (and idleness) from them here (M-W1, M-W2); upstream watermarks are
+        dropped except the final one. Prefer ``env.from_source(..., watermark_strategy=)``
+        when the source's records already carry the time."""
+        from ..runtime.operators.timestamps import TimestampsAndWatermarksOperator
+        from ..time.watermark_strategy import check_watermark_strategy
+
+        strategy = check_watermark_strategy(strategy)
+        return self._one_input(
+            name or "Timestamps/Watermarks",
+            OperatorFactory(TimestampsAndWatermarksOperator, {"strategy": strategy},
+                            {"strategy:object": strategy}),
+        )
+
     # -- partitioning ----------------------------------------------------------
     def _partition(self, partitioning: Any, name: str) -> Transformation:
         t = Transformation(Kind.PARTITION, name, [self._t], partitioning=partitioning)

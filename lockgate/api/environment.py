@@ -22,6 +22,7 @@ from ..graph.transformations import Kind, Transformation, walk
 from ..graph.validation import validate
 from ..recovery.restart_strategy import RestartStrategy
 from ..state.backends import HashMapStateBackend, StateBackend, check_state_backend
+from ..time.watermark_strategy import check_watermark_strategy
 from ..runtime.config import ExecutionConfig
 from ..runtime.operators.base import OperatorFactory
 from ..runtime.operators.io import SourceOperator
@@ -132,16 +133,25 @@ class StreamEnvironment:
         return self
 
     # -- sources -------------------------------------------------------------------
-    def from_source(self, source: Source, name: str | None = None) -> DataStream:
-        """A stream reading ``source`` (e.g. ``lg.connectors.SequenceSource(0, 100)``)."""
+    def from_source(self, source: Source, name: str | None = None,
+                    watermark_strategy: Any = None) -> DataStream:
+        """A stream reading ``source`` (e.g. ``lg.connectors.SequenceSource(0, 100)``).
+
+        ``watermark_strategy`` (an ``lg.WatermarkStrategy``): the records get event
+        timestamps from its assigner and each source subtask generates watermarks (and
+        idleness) from them (M-W1, M-W2); the end of the source sends the maximum
+        watermark."""
         if not isinstance(source, Source):
             raise ConfigurationError(
                 f"from_source needs a lockgate source (e.g. lg.connectors.SequenceSource(0, 10)), "
                 f"got {source!r}"
             )
+        kwargs: dict[str, Any] = {"source": source}
+        if watermark_strategy is not None:
+            kwargs["watermark_strategy"] = check_watermark_strategy(watermark_strategy)
         t = Transformation(
             Kind.SOURCE, name or f"Source: {source.default_name}",
-            factory=OperatorFactory(SourceOperator, {"source": source}, {"source:object": source}),
+            factory=OperatorFactory(SourceOperator, kwargs, {"source:object": source}),
         )
         t.required_side_outputs = tuple(getattr(source, "side_outputs", ()))
         limit = source.max_parallelism()
@@ -150,10 +160,12 @@ class StreamEnvironment:
         self._register(t)
         return DataStream(self, t)
 
-    def from_collection(self, items: Iterable[Any], name: str | None = None) -> DataStream:
+    def from_collection(self, items: Iterable[Any], name: str | None = None,
+                        watermark_strategy: Any = None) -> DataStream:
         from ..connectors.collection import CollectionSource
 
-        return self.from_source(CollectionSource(items), name=name)
+        return self.from_source(CollectionSource(items), name=name,
+                                watermark_strategy=watermark_strategy)
 
     def from_sequence(self, start: int, end: int, name: str | None = None) -> DataStream:
         from ..connectors.sequence import SequenceSource

@@ -110,14 +110,15 @@ def _frozen(batch: Batch) -> Any:
     """A copy of ``batch`` later processing cannot change: Arrow batches are immutable;
     row batches hold Python objects operators may mutate, so they are pickled now."""
     if isinstance(batch, RowBatch):
-        return pickle.dumps(batch.rows, protocol=5)
+        return pickle.dumps((batch.rows, batch.timestamps), protocol=5)
     return batch
 
 
 def thaw(frozen: Any) -> Batch:
     """The batch :func:`_frozen` stored (channel state replay, M-R1)."""
     if isinstance(frozen, bytes):
-        return RowBatch(pickle.loads(frozen))
+        rows, timestamps = pickle.loads(frozen)
+        return RowBatch(rows, timestamps)
     return cast(Batch, frozen)
 
 

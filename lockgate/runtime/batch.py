@@ -13,6 +13,17 @@ Records travel in batches of one of two representations:
 
 Row functions see a record of an Arrow batch as a dict (or as the bare value
 for scalar batches).
+
+Event time
+----------
+A record's event timestamp (int64 ms, assigned by a ``WatermarkStrategy``) travels
+with it invisibly: a ``RowBatch`` holds a ``timestamps`` array next to its rows, an
+Arrow batch a reserved column :data:`TS_COLUMN`. Users never see either:
+:func:`to_rows`, :func:`user_view` (what ``map_batches`` functions and sinks get) and
+the scalar check leave the column out. Operators carry timestamps from input to
+output (``map`` keeps them, ``filter`` selects them, ``flat_map``/``process`` repeat
+a record's timestamp for each of its outputs). :data:`NO_TIMESTAMP` marks a record
+without one.
 """
 
 from __future__ import annotations
@@ -26,15 +37,21 @@ import pyarrow as pa
 SCALAR_METADATA_KEY = b"lockgate.scalar"
 SCALAR_COLUMN = "value"
 _SCALAR_METADATA = {SCALAR_METADATA_KEY: b"1"}
+#: the reserved column holding the event timestamps of an Arrow batch's records
+TS_COLUMN = "__lockgate_event_time"
+#: the timestamp of a record that has none
+NO_TIMESTAMP = -(2**63)
 
 
 class RowBatch:
-    """A batch of Python records (dicts, values or arbitrary picklable objects)."""
+    """A batch of Python records (dicts, values or arbitrary picklable objects), with
+    their event timestamps when they have some (an int64 array, one per row)."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "timestamps")
 
-    def __init__(self, rows: list[Any]) -> None:
+    def __init__(self, rows: list[Any], timestamps: np.ndarray | None = None) -> None:
         self.rows = rows
+        self.timestamps = timestamps
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -59,7 +76,42 @@ def num_rows(batch: Batch) -> int:
 
 def is_scalar_schema(schema: pa.Schema) -> bool:
     md = schema.metadata
-    return bool(md) and md.get(SCALAR_METADATA_KEY) == b"1" and len(schema) == 1
+    if not md or md.get(SCALAR_METADATA_KEY) != b"1":
+        return False
+    return len(schema) == 1 or (len(schema) == 2 and schema.names[1] == TS_COLUMN)
+
+
+def timestamps_of(batch: Batch) -> np.ndarray | None:
+    """The event timestamps of ``batch``'s records (int64 ms), or None if it has none."""
+    if isinstance(batch, RowBatch):
+        return batch.timestamps
+    i = batch.schema.get_field_index(TS_COLUMN)
+    if i < 0:
+        return None
+    return batch.column(i).to_numpy(zero_copy_only=False)
+
+
+def with_timestamps(batch: Batch, timestamps: np.ndarray | None) -> Batch:
+    """``batch`` with its records' event timestamps set to ``timestamps`` (None: none)."""
+    if isinstance(batch, RowBatch):
+        return RowBatch(batch.rows, timestamps)
+    i = batch.schema.get_field_index(TS_COLUMN)
+    if i >= 0:
+        batch = batch.remove_column(i)
+    if timestamps is None:
+        return batch
+    column = pa.array(np.asarray(timestamps, dtype=np.int64), type=pa.int64())
+    return batch.append_column(pa.field(TS_COLUMN, pa.int64()), column)
+
+
+def user_view(batch: Batch) -> Batch:
+    """``batch`` as users see it: without event timestamps (no reserved column)."""
+    if isinstance(batch, pa.RecordBatch):
+        i = batch.schema.get_field_index(TS_COLUMN)
+        if i >= 0:
+            return batch.remove_column(i)
+        return batch
+    return batch if batch.timestamps is None else RowBatch(batch.rows)
 
 
 def scalar_batch(values: pa.Array | np.ndarray | list[Any]) -> pa.RecordBatch:
@@ -75,7 +127,8 @@ def to_rows(batch: Batch) -> list[Any]:
         return batch.rows
     if is_scalar_schema(batch.schema):
         return batch.column(0).to_pylist()
-    return batch.to_pylist()
+    return batch.remove_column(batch.schema.get_field_index(TS_COLUMN)).to_pylist() \
+        if batch.schema.get_field_index(TS_COLUMN) >= 0 else batch.to_pylist()
 
 
 def to_arrow(batch: Batch, *, operator: str = "an operator") -> pa.RecordBatch:
@@ -91,8 +144,10 @@ def to_arrow(batch: Batch, *, operator: str = "an operator") -> pa.RecordBatch:
         return pa.RecordBatch.from_pylist([])
     try:
         if isinstance(rows[0], dict):
-            return pa.RecordBatch.from_pylist(rows)
-        return scalar_batch(pa.array(rows))
+            arrow = pa.RecordBatch.from_pylist(rows)
+        else:
+            arrow = scalar_batch(pa.array(rows))
+        return arrow if batch.timestamps is None else with_timestamps(arrow, batch.timestamps)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
         sample = rows[0]
         raise TypeError(
@@ -108,17 +163,20 @@ def from_rows(rows: list[Any]) -> RowBatch:
 
 
 def take(batch: Batch, indices: np.ndarray) -> Batch:
-    """The records at ``indices`` (in that order)."""
+    """The records at ``indices`` (in that order), with their timestamps."""
     if isinstance(batch, pa.RecordBatch):
         return batch.take(pa.array(indices, type=pa.int64()))
     rows = batch.rows
-    return RowBatch([rows[i] for i in indices.tolist()])
+    ts = batch.timestamps
+    return RowBatch([rows[i] for i in indices.tolist()], None if ts is None else ts[indices])
 
 
 def slice_batch(batch: Batch, start: int, length: int) -> Batch:
     if isinstance(batch, pa.RecordBatch):
         return batch.slice(start, length)
-    return RowBatch(batch.rows[start : start + length])
+    ts = batch.timestamps
+    return RowBatch(batch.rows[start : start + length],
+                    None if ts is None else ts[start : start + length])
 
 
 def concat(batches: list[Batch]) -> Batch:
@@ -131,9 +189,14 @@ def concat(batches: list[Batch]) -> Batch:
         if all(b.schema.equals(first, check_metadata=True) for b in arrow):
             return pa.concat_batches(arrow)
     rows: list[Any] = []
+    stamps = [timestamps_of(b) for b in batches]
     for b in batches:
         rows.extend(to_rows(b))
-    return RowBatch(rows)
+    if all(t is None for t in stamps):
+        return RowBatch(rows)
+    return RowBatch(rows, np.concatenate([
+        np.full(num_rows(b), NO_TIMESTAMP, dtype=np.int64) if t is None else t
+        for b, t in zip(batches, stamps)]))
 
 
 def _row_size(obj: Any) -> int:

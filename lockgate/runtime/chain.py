@@ -10,9 +10,10 @@ from ..graph.execution_plan import VertexPlan
 from ..time.clock import Clock
 from .batch import Batch
 from .context import RuntimeContext
-from .elements import StreamElement
+from .elements import StreamElement, StreamStatus, Watermark
 from .operators.base import OperatorFactory, Output, StreamOperator
 from .operators.io import SinkOperator, SourceOperator
+from .processing_time import ProcessingTimeService
 from .record_writer import RecordWriter
 
 Target = Callable[[Batch], None]
@@ -39,6 +40,18 @@ class _FanOut(Output):
             target(element)
 
 
+def _element_target(op: StreamOperator) -> Callable[[StreamElement], None]:
+    """Delivers watermarks and stream statuses to a chained operator (its input 0)."""
+
+    def deliver(element: StreamElement) -> None:
+        if isinstance(element, Watermark):
+            op.process_watermark(element, 0)
+        elif isinstance(element, StreamStatus):
+            op.process_status(element, 0)
+
+    return deliver
+
+
 class OperatorChain:
     """Instantiates a vertex's operators for one subtask and runs their lifecycle."""
 
@@ -61,6 +74,8 @@ class OperatorChain:
         self.subtask_index = subtask_index
         self.writers = writers
         self.operators: list[StreamOperator] = []
+        #: processing-time callbacks of this subtask's operators (run by the task)
+        self.processing_time = ProcessingTimeService(clock)
         by_id: dict[int, StreamOperator] = {}
         for op_plan in vertex.operators:
             factory: OperatorFactory = cloudpickle.loads(op_plan.payload)
@@ -68,18 +83,26 @@ class OperatorChain:
         for op_plan in vertex.operators:
             op = by_id[op_plan.id]
             out = _FanOut()
+            seen: set[int] = set()
             for target_id, tag in op_plan.chained_outputs:
                 target_op = by_id[target_id]
                 fn: Target = target_op.process_batch
                 (out.side.setdefault(tag, []) if tag else out.main).append(fn)
+                if id(target_op) not in seen:  # watermarks and statuses reach every output
+                    seen.add(id(target_op))
+                    out.element_targets.append(_element_target(target_op))
             for edge_id, tag in op_plan.edge_outputs:
                 writer = writers[edge_id]
                 (out.side.setdefault(tag, []) if tag else out.main).append(writer.write)
+                if id(writer) not in seen:
+                    seen.add(id(writer))
+                    out.element_targets.append(writer.broadcast_event)
             ctx = RuntimeContext(
                 task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
                 subtask_index=subtask_index, parallelism=op_plan.parallelism,
                 max_parallelism=op_plan.max_parallelism, attempt_number=attempt_number,
                 job_name=job_name, clock=clock, run_id=run_id, state_backend=state_backend,
+                processing_time_service=self.processing_time,
             )
             op.setup(op_plan.name, op_plan.uid, ctx, out)
             self.operators.append(op)

@@ -44,6 +44,7 @@ class RuntimeContext:
         keyed_backend: Any = None,
         run_id: str = "",
         state_backend: StateBackend | None = None,
+        processing_time_service: Any = None,
     ) -> None:
         self.task_name = task_name
         self.operator_name = operator_name
@@ -59,6 +60,8 @@ class RuntimeContext:
         #: the job's state backend (``env.set_state_backend``)
         self.state_backend: StateBackend = state_backend or HashMapStateBackend()
         self._keyed_backend = keyed_backend
+        #: processing-time callbacks run by the subtask's thread (a ProcessingTimeService)
+        self.processing_time_service = processing_time_service
         self._operator_state: OperatorStateStore | None = None
 
     # -- keyed state --------------------------------------------------------------------

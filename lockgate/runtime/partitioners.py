@@ -183,11 +183,14 @@ def split_by_target(batch: Batch, targets: np.ndarray, n: int) -> list[tuple[int
                 start += c
         return out
     rows = batch.rows
+    ts = batch.timestamps
     ordered = order.tolist()
     for t in range(n):
         c = int(counts[t])
         if c:
-            out.append((t, RowBatch([rows[i] for i in ordered[start : start + c]])))
+            part = ordered[start : start + c]
+            out.append((t, RowBatch([rows[i] for i in part],
+                                    None if ts is None else ts[order[start : start + c]])))
             start += c
     return out
 

@@ -28,7 +28,8 @@ from ..errors import TaskCancelledError
 from ..time.clock import Clock
 from .batch import is_batch
 from .chain import OperatorChain
-from .elements import END_OF_PARTITION, StreamElement
+from ..time.valve import StatusWatermarkValve
+from .elements import END_OF_PARTITION, StreamElement, StreamStatus, Watermark
 from .input_gate import InputGate
 from .mailbox import Mailbox
 from .record_writer import RecordWriter
@@ -67,6 +68,16 @@ class StreamTask:
         self.checkpointer: SubtaskCheckpointer | None = None
         self.barrier_handler: BarrierHandler | None = None
         self._input: Any = input_gate  # the gate, or a CheckpointedInputGate around it
+        # one status/watermark valve per logical input, over that input's channels (M-W3)
+        self._valves: list[StatusWatermarkValve] = []
+        self._valve_of: list[tuple[int, int]] = []  # channel -> (input index, local channel)
+        if input_gate is not None:
+            counts: dict[int, int] = {}
+            for index in input_gate.input_indexes:
+                self._valve_of.append((index, counts.get(index, 0)))
+                counts[index] = counts.get(index, 0) + 1
+            self._valves = [StatusWatermarkValve(counts.get(i, 1))
+                            for i in range(max(counts, default=0) + 1)]
 
     def enable_checkpoints(self, checkpointer: "SubtaskCheckpointer",
                            handler: "BarrierHandler | None", checked_input: Any) -> None:
@@ -176,6 +187,9 @@ class StreamTask:
 
     def _wait(self, deadline: float | None) -> None:
         now = self.clock.monotonic_ms()
+        due = self.chain.processing_time.wait_ms()
+        if due is not None:
+            deadline = now + due if deadline is None else min(deadline, now + due)
         timeout = None if deadline is None else max(0.0, deadline - now)
         self.clock.wait(self.signal, timeout)
 
@@ -216,6 +230,7 @@ class StreamTask:
         self.signal.clear()
         self._check_cancelled()
         self.mailbox.run_pending()
+        self.chain.processing_time.fire_due()
         if self._outputs_available():
             return True
         self._wait(self._backpressure_deadline())
@@ -272,10 +287,23 @@ class StreamTask:
             self._flush_due()
 
     def _process_event(self, channel: int, element: StreamElement) -> None:
-        """Control elements; only end of partition is produced in this version."""
-        if element is END_OF_PARTITION:
+        """Watermarks, stream statuses and ends of partition go through the input's
+        status/watermark valve (M-W3, M-W4); what it emits goes to the head operator."""
+        index, local = self._valve_of[channel]
+        valve = self._valves[index]
+        if isinstance(element, Watermark):
+            outputs = valve.input_watermark(element.timestamp, local)
+        elif isinstance(element, StreamStatus):
+            outputs = valve.input_status(element, local)
+        elif element is END_OF_PARTITION:
+            outputs = valve.channel_finished(local)
+        else:  # barriers and markers are the checkpoint layer's; none reach here
+            for w in self.writers:
+                w.broadcast_event(element)
             return
-        # Watermarks, stream status, barriers and cancellation markers are handled by the
-        # event-time and checkpoint layers; until then they are forwarded unchanged.
-        for w in self.writers:
-            w.broadcast_event(element)
+        head = self.chain.head
+        for out in outputs:
+            if isinstance(out, Watermark):
+                head.process_watermark(out, index)
+            else:
+                head.process_status(out, index)

@@ -6,10 +6,11 @@ An operator with user-function state snapshots, in one payload:
   RocksDB backend's incremental payload in checkpoints);
 * ``operator``: its operator list / union list state;
 * ``broadcast``: its broadcast state (``{name: {key: value}}``);
+* ``timers``: its event-time and processing-time timers, by key group (M-W6);
 * ``function``: anything else the operator keeps.
 
 The payload is a dict ``{"lockgate_state": 1, "keyed": ..., "operator": ...,
-"broadcast": ..., "function": ...}`` (absent parts are None). Savepoint readers
+"broadcast": ..., "timers": ..., "function": ...}`` (absent parts are None). Savepoint readers
 (:mod:`lockgate.savepoint`) rely on this layout.
 """
 
@@ -29,15 +30,18 @@ class OperatorStateSnapshot:
     ``release()`` gives the keyed view back."""
 
     def __init__(self, keyed: Any = None, operator: dict[str, Any] | None = None,
-                 broadcast: dict[str, Any] | None = None, function: Any = None) -> None:
+                 broadcast: dict[str, Any] | None = None, function: Any = None,
+                 timers: Any = None) -> None:
         self.keyed = keyed
         self.operator = operator
         self.broadcast = broadcast
         self.function = function
+        self.timers = timers
 
     def _payload(self, keyed: Any) -> dict[str, Any]:
+        timers = self.timers.materialize() if self.timers is not None else None
         return {PAYLOAD_MARK: PAYLOAD_VERSION, "keyed": keyed, "operator": self.operator,
-                "broadcast": self.broadcast, "function": self.function}
+                "broadcast": self.broadcast, "timers": timers, "function": self.function}
 
     def materialize(self) -> dict[str, Any]:
         keyed = self.keyed.materialize() if self.keyed is not None else None
@@ -53,6 +57,8 @@ class OperatorStateSnapshot:
     def release(self) -> None:
         if self.keyed is not None:
             self.keyed.release()
+        if self.timers is not None:
+            self.timers.release()
 
 
 def is_operator_payload(state: Any) -> bool:
@@ -60,7 +66,8 @@ def is_operator_payload(state: Any) -> bool:
 
 
 def payload_part(state: Any, part: str) -> Any:
-    """``part`` ("keyed", "operator", "broadcast" or "function") of a restored payload.
+    """``part`` ("keyed", "operator", "broadcast", "timers" or "function") of a restored
+    payload.
     A bare keyed snapshot (what keyed operators wrote before operator payloads
     existed) counts as the keyed part."""
     if is_operator_payload(state):

@@ -212,18 +212,18 @@ def test_an_unhashable_key_fails_the_job_at_every_parallelism(make_env, parallel
     assert "cannot hash stably" in str(err.value)
 
 
-def test_timers_are_reported_as_not_available_yet(make_env, executor) -> None:
-    class WantsTimer(lg.KeyedProcessFunction):
+def test_timers_outside_a_keyed_stream_are_refused_with_how_to_key_it(make_env, executor) -> None:
+    class WantsTimer(lg.ProcessFunction):
         def process_element(self, value, ctx):
             ctx.timer_service()
             yield value
 
     env = make_env(parallelism=1)
-    env.from_collection([1]).key_by(lambda x: x).process(WantsTimer(), name="timed").sink_to(
+    env.from_collection([1]).process(WantsTimer(), name="timed").sink_to(
         lg.connectors.DiscardingSink())
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("timers", executor=executor)
-    assert "timed" in str(err.value) and "timers are not available" in str(err.value)
+    assert "timed" in str(err.value) and "key_by" in str(err.value)
 
 
 @pytest.mark.parametrize(("executor", "parallelism", "keyed_parallelism"), [

@@ -37,7 +37,8 @@ def encode(element: Any, generation: int, mark: int = 0) -> tuple[bytes, Any]:
             writer.write_batch(element)
         return _HEADER.pack(ARROW, generation, mark), sink.getvalue()
     if isinstance(element, RowBatch):
-        return _HEADER.pack(ROWS, generation, mark), pickle.dumps(element.rows, protocol=5)
+        return _HEADER.pack(ROWS, generation, mark), pickle.dumps(
+            (element.rows, element.timestamps), protocol=5)
     return _HEADER.pack(ELEMENT, generation, mark), pickle.dumps(element, protocol=5)
 
 
@@ -61,7 +62,8 @@ def decode(header: memoryview, body: memoryview, generation: int) -> StreamEleme
         reader = pa.ipc.open_stream(pa.py_buffer(body))
         return reader.read_next_batch()
     if kind == ROWS:
-        return RowBatch(pickle.loads(body))
+        rows, timestamps = pickle.loads(body)
+        return RowBatch(rows, timestamps)
     if kind == ELEMENT:
         return pickle.loads(body)
     raise ValueError(f"unknown data message kind {kind}")

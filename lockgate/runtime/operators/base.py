@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ...errors import UserFunctionError
 from ..batch import Batch, num_rows
 from ..context import RuntimeContext
-from ..elements import StreamElement
+from ..elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
 from ..metrics import OperatorCounters
 
 
@@ -37,6 +37,12 @@ class Output:
 
 class StreamOperator:
     """Base of every operator. Subclasses implement ``process_batch``; the rest defaults."""
+
+    #: the operator has two logical inputs (``process_batch(batch, 0 | 1)``)
+    two_input = False
+    #: the operator's event time: the last watermark it processed (M-W1)
+    current_watermark: int = MIN_WATERMARK
+    _combined: Any = None
 
     def __init__(self) -> None:
         self.name = "operator"
@@ -65,6 +71,46 @@ class StreamOperator:
 
     def finish(self) -> None:
         """End of input: emit whatever is still held. Not called on failure."""
+
+    # event time (M-W1, M-W5, M-W6) -------------------------------------------------
+    def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
+        """A watermark reached input ``input_index``. An operator with two inputs goes on
+        with the minimum of its inputs' watermarks, only when it advances (M-W5)."""
+        if self.two_input:
+            combined = self._input_watermarks().input_watermark(watermark.timestamp, input_index)
+            if combined is None:
+                return
+            watermark = Watermark(combined)
+        if watermark.timestamp <= self.current_watermark:
+            return
+        self.current_watermark = watermark.timestamp
+        self.advance_watermark(watermark)
+
+    def advance_watermark(self, watermark: Watermark) -> None:
+        """Event time reached ``watermark``: fire what became due (event-time timers,
+        windows) in timestamp order, then forward the watermark (M-W6). The default
+        forwards it."""
+        self.output.emit_element(watermark)
+
+    def process_status(self, status: StreamStatus, input_index: int = 0) -> None:
+        """An input went IDLE or ACTIVE (M-W2); forwarded (combined over two inputs)."""
+        if not self.two_input:
+            self.output.emit_element(status)
+            return
+        for element in self._input_watermarks().input_status(status, input_index):
+            if isinstance(element, Watermark):
+                if element.timestamp > self.current_watermark:
+                    self.current_watermark = element.timestamp
+                    self.advance_watermark(element)
+            else:
+                self.output.emit_element(element)
+
+    def _input_watermarks(self) -> Any:
+        if self._combined is None:
+            from ...time.valve import MultiInputWatermark
+
+            self._combined = MultiInputWatermark(2)
+        return self._combined
 
     # checkpoints (M-T1, M-T3, M-T4) ------------------------------------------------
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..batch import (
+    NO_TIMESTAMP,
     Batch,
     RowBatch,
     SCALAR_COLUMN,
     is_scalar_schema,
     scalar_batch,
+    timestamps_of,
     to_arrow,
     to_rows,
+    user_view,
+    with_timestamps,
 )
 from ...state.operator_state import UNION, OperatorStateStore
 from ...state.snapshot import OperatorStateSnapshot, payload_part
@@ -76,13 +81,18 @@ class _FunctionOperator(StreamOperator):
         """The keyed backend's snapshot view, or None (no keyed state)."""
         return None
 
+    def timers_snapshot(self) -> Any:
+        """The timer service's snapshot view, or None (no timers)."""
+        return None
+
     def snapshot_state(self, checkpoint_id: int) -> Any:
         """Keyed state (a copy-on-write view) and copies of the operator state (M-T3)."""
         operator = None if self.operator_state.is_empty() else self.operator_state.snapshot()
         keyed = self.keyed_snapshot()
-        if keyed is None and operator is None:
+        timers = self.timers_snapshot()
+        if keyed is None and operator is None and timers is None:
             return None
-        return OperatorStateSnapshot(keyed, operator)
+        return OperatorStateSnapshot(keyed, operator, timers=timers)
 
     def close(self) -> None:
         try:
@@ -109,7 +119,7 @@ class MapOperator(_FunctionOperator):
             out = [fn(r) for r in rows]
         except Exception as e:
             raise self.user_error(e) from e
-        self.emit(RowBatch(out))
+        self.emit(RowBatch(out, timestamps_of(batch)))
 
 
 class FlatMapOperator(_FunctionOperator):
@@ -123,16 +133,21 @@ class FlatMapOperator(_FunctionOperator):
         fn = self.call
         out: list[Any] = []
         extend = out.extend
+        timestamps = timestamps_of(batch)
+        counts = None if timestamps is None else np.zeros(len(rows), dtype=np.int64)
         try:
-            for r in rows:
+            for i, r in enumerate(rows):
                 result = fn(r)
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
                         raise single_record_error("flat_map", result)
+                    before = len(out)
                     extend(result)
+                    if counts is not None:
+                        counts[i] = len(out) - before
         except Exception as e:
             raise self.user_error(e) from e
-        self.emit(RowBatch(out))
+        self.emit(RowBatch(out, repeat_timestamps(timestamps, counts)))
 
 
 class FilterOperator(_FunctionOperator):
@@ -180,7 +195,9 @@ class FilterOperator(_FunctionOperator):
         if isinstance(batch, pa.RecordBatch):
             self.emit(batch.filter(pa.array(mask, type=pa.bool_())))
         else:
-            self.emit(RowBatch([r for r, keep in zip(rows, mask) if keep]))
+            timestamps = timestamps_of(batch)
+            self.emit(RowBatch([r for r, keep in zip(rows, mask) if keep],
+                               None if timestamps is None else timestamps[np.asarray(mask, bool)]))
 
 
 class MapBatchesOperator(_FunctionOperator):
@@ -199,17 +216,23 @@ class MapBatchesOperator(_FunctionOperator):
         except TypeError as e:
             raise self.user_error(e) from e
         self.counters.records_in += arrow.num_rows
+        timestamps = timestamps_of(arrow)
         try:
-            result = self.call(arrow)
+            result = self.call(user_view(arrow))
         except Exception as e:
             raise self.user_error(e) from e
         if result is None:
             return
         if isinstance(result, pa.Table):
+            result = result.combine_chunks().to_batches()
+            result = result[0] if len(result) == 1 else pa.Table.from_batches(result)
+        if isinstance(result, pa.Table):
             for b in result.to_batches():
-                self._emit_result(arrow, b)
+                self._emit_result(arrow, b, None)
         elif isinstance(result, pa.RecordBatch):
-            self._emit_result(arrow, result)
+            # a result with one row per input row keeps the input's event timestamps
+            same = timestamps is not None and result.num_rows == len(timestamps)
+            self._emit_result(arrow, result, timestamps if same else None)
         else:
             raise self.user_error(
                 TypeError(
@@ -218,7 +241,8 @@ class MapBatchesOperator(_FunctionOperator):
                 )
             )
 
-    def _emit_result(self, source: pa.RecordBatch, result: pa.RecordBatch) -> None:
+    def _emit_result(self, source: pa.RecordBatch, result: pa.RecordBatch,
+                     timestamps: np.ndarray | None) -> None:
         if (
             result.num_columns == 1
             and result.schema.names[0] == SCALAR_COLUMN
@@ -226,6 +250,8 @@ class MapBatchesOperator(_FunctionOperator):
             and is_scalar_schema(source.schema)
         ):
             result = scalar_batch(result.column(0))
+        if timestamps is not None:
+            result = with_timestamps(result, timestamps)
         self.emit(result)
 
 
@@ -247,6 +273,10 @@ class ProcessOperator(_FunctionOperator):
         ectx = self.element_ctx
         out: list[Any] = []
         extend = out.extend
+        timestamps = timestamps_of(batch)
+        if timestamps is not None:
+            self.emit(process_timestamped(self, rows, timestamps, fn, ectx))
+            return
         try:
             for r in rows:
                 result = fn(r, ectx)
@@ -258,3 +288,43 @@ class ProcessOperator(_FunctionOperator):
             raise self.user_error(e) from e
         ectx.flush_side_outputs()
         self.emit(RowBatch(out))
+
+def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndarray, fn: Any,
+                        ectx: Any, keys: list[Any] | None = None,
+                        backend: Any = None) -> RowBatch:
+    """The records of a batch with event timestamps: ``ctx.timestamp`` is each
+    record's, and each output record gets the timestamp of the record it came from.
+    With ``keys``, the current key is set per record (keyed process functions)."""
+    out: list[Any] = []
+    counts = np.zeros(len(rows), dtype=np.int64)
+    try:
+        for i, r in enumerate(rows):
+            ts = int(timestamps[i])
+            ectx.timestamp = None if ts == NO_TIMESTAMP else ts
+            if keys is not None:
+                k = keys[i]
+                backend.current_key = k
+                backend.current_timestamp = ectx.timestamp
+                ectx.current_key = k
+            result = fn(r, ectx)
+            if result is not None:
+                if isinstance(result, _SINGLE_RECORDS):
+                    raise single_record_error("process_element", result)
+                before = len(out)
+                out.extend(result)
+                counts[i] = len(out) - before
+    except Exception as e:
+        raise op.user_error(e) from e
+    finally:
+        ectx.timestamp = None
+        if backend is not None:
+            backend.current_timestamp = None
+    ectx.flush_side_outputs()
+    return RowBatch(out, np.repeat(timestamps, counts))
+
+
+def repeat_timestamps(timestamps: np.ndarray | None, counts: np.ndarray | None) -> np.ndarray | None:
+    """Each record's timestamp repeated for each output it produced (flat_map, process)."""
+    if timestamps is None or counts is None:
+        return None
+    return np.repeat(timestamps, counts)

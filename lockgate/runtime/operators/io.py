@@ -16,7 +16,8 @@ from ...connectors.base import (
     assign_splits,
 )
 from ...errors import LockgateError, MalformedRecordError
-from ..batch import Batch, RowBatch, num_rows
+from ..batch import Batch, RowBatch, num_rows, user_view, with_timestamps
+from ..elements import MAX_WATERMARK, StreamStatus, Watermark
 from .base import StreamOperator
 
 
@@ -31,6 +32,16 @@ class _OperatorReaderOutput(ReaderOutput):
         if counters.first_emit_s is None:
             counters.first_emit_s = now
         counters.last_emit_s = now
+        watermarks = self.operator.watermarks
+        if watermarks is not None:
+            # the generator sees the batch first: ACTIVE goes out ahead of it (M-W2)
+            try:
+                timestamps = watermarks.on_batch(SUBTASK_SPLIT, batch)
+            except MalformedRecordError as e:
+                e.operator = self.operator.name  # type: ignore[attr-defined]
+                raise
+            if timestamps is not None:
+                batch = with_timestamps(batch, timestamps)
         self.operator.emit(batch)
 
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
@@ -46,13 +57,39 @@ class _OperatorReaderOutput(ReaderOutput):
             op.output.emit_side(DEAD_LETTER_TAG, RowBatch(dead))
 
 
+#: watermarks are generated per source subtask (one generator; readers do not report
+#: their splits yet)
+SUBTASK_SPLIT = "subtask"
+
+
+class _ElementWatermarkOutput:
+    """Turns a source's generated watermarks and idleness into stream elements (M-W1,
+    M-W2)."""
+
+    def __init__(self, operator: StreamOperator) -> None:
+        self.operator = operator
+
+    def emit_watermark(self, timestamp: int) -> None:
+        self.operator.current_watermark = timestamp
+        self.operator.output.emit_element(Watermark(timestamp))
+
+    def mark_idle(self) -> None:
+        self.operator.output.emit_element(StreamStatus.IDLE)
+
+    def mark_active(self) -> None:
+        self.operator.output.emit_element(StreamStatus.ACTIVE)
+
+
 class SourceOperator(StreamOperator):
     """Drives a :class:`SourceReader`; the task calls ``emit_next`` as its default action."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, watermark_strategy: Any = None) -> None:
         super().__init__()
         self.source = source
         self.reader: SourceReader | None = None
+        self.watermark_strategy = watermark_strategy
+        #: the subtask's watermark generation (``PerSplitWatermarks``), with a strategy
+        self.watermarks: Any = None
 
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
@@ -78,6 +115,12 @@ class SourceOperator(StreamOperator):
         except Exception as e:
             raise self.user_error(e) from e
         self.reader_output = _OperatorReaderOutput(self)
+        if self.watermark_strategy is not None:
+            from ...time.watermark_output import PerSplitWatermarks
+
+            self.watermarks = PerSplitWatermarks(
+                self.watermark_strategy, _ElementWatermarkOutput(self), self.ctx.clock)
+            self.watermarks.add_split(SUBTASK_SPLIT)
 
     def emit_next(self) -> InputStatus:
         assert self.reader is not None
@@ -91,10 +134,16 @@ class SourceOperator(StreamOperator):
         except Exception as e:
             raise self.user_error(e) from e
         self.reader_output.flush_dead_letters()
+        if self.watermarks is not None:
+            self.watermarks.emit_periodic_if_due()
         return status
 
     def wait_hint_ms(self) -> float | None:
-        return self.reader.wait_hint_ms() if self.reader is not None else None
+        hint = self.reader.wait_hint_ms() if self.reader is not None else None
+        if self.watermarks is not None:
+            periodic = self.watermarks.ms_until_periodic_emit()
+            hint = periodic if hint is None else min(hint, periodic)
+        return hint
 
     def snapshot_state(self, checkpoint_id: int) -> Any:
         """The reader's unfinished splits with their read positions (copies) (M-T4)."""
@@ -104,6 +153,14 @@ class SourceOperator(StreamOperator):
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         raise RuntimeError("a source operator has no input")
+
+    def finish(self) -> None:
+        """End of input: event time ends too; the source sends the maximum watermark,
+        not IDLE (M-W2)."""
+        if self.watermarks is not None:
+            self.watermarks.finish()
+        else:
+            self.output.emit_element(Watermark(MAX_WATERMARK))
 
     def close(self) -> None:
         if self.reader is not None:
@@ -163,7 +220,7 @@ class SinkOperator(StreamOperator):
         self.counters.records_in += num_rows(batch)
         assert self.writer is not None
         try:
-            self.writer.write(batch)
+            self.writer.write(user_view(batch))  # sinks never see the event-time column
         except LockgateError:
             raise
         except Exception as e:

@@ -6,11 +6,20 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...graph.key_groups import key_group_range
-from ...state.snapshot import keyed_parts
-from ..batch import Batch, RowBatch, to_rows
+from ...state.snapshot import keyed_parts, payload_part
+from ...time.timers import InternalTimerService
+from ..elements import Watermark
+import numpy as np
+
+from ..batch import Batch, RowBatch, timestamps_of, to_rows
 from ..partitioners import KeySelector
 from .base import StreamOperator
-from .basic import _SINGLE_RECORDS, _FunctionOperator, single_record_error
+from .basic import (
+    _SINGLE_RECORDS,
+    _FunctionOperator,
+    process_timestamped,
+    single_record_error,
+)
 
 
 def tag_name(tag: Any) -> str:
@@ -26,23 +35,27 @@ class ElementContext:
     """The ``ctx`` of ``process_element(value, ctx)``: the current key, the record's
     timestamp and side outputs. Reused across records: do not keep it."""
 
-    __slots__ = ("_operator", "current_key", "timestamp", "_side")
+    __slots__ = ("_operator", "current_key", "timestamp", "_side", "_timers")
 
-    def __init__(self, operator: StreamOperator, key: Any) -> None:
+    def __init__(self, operator: StreamOperator, key: Any, timers: Any = None) -> None:
         self._operator = operator
         self.current_key = key
         self.timestamp: int | None = None
         self._side: dict[str, list[Any]] = {}
+        self._timers = timers
 
     def output(self, tag: Any, value: Any) -> None:
         """Emit ``value`` to the side output ``tag`` (an ``lg.OutputTag``)."""
         self._side.setdefault(tag_name(tag), []).append(value)
 
     def timer_service(self) -> Any:
-        raise NotImplementedError(
-            f"operator '{self._operator.name}': timers are not available yet in this version "
-            "of lockgate (they come with event-time support)"
-        )
+        """The current key's timers (keyed process functions): register event-time and
+        processing-time timers; ``on_timer(timestamp, ctx)`` is called when they fire."""
+        if self._timers is None:
+            raise ConfigurationError(
+                f"operator '{self._operator.name}': timers are for keyed process functions; "
+                "apply the function after key_by(...), e.g. stream.key_by('k').process(fn)")
+        return self._timers
 
     def flush_side_outputs(self) -> None:
         if not self._side:
@@ -68,8 +81,66 @@ class KeyedProcessOperator(_FunctionOperator):
         self.backend = ctx.state_backend.create_keyed_backend(
             self.name, ctx.max_parallelism, clock=ctx.clock, subtask_index=ctx.subtask_index)
         ctx._keyed_backend = self.backend
-        self.element_ctx = ElementContext(self, None)
+        self.timers = InternalTimerService(
+            self.name, ctx.max_parallelism, clock=ctx.clock,
+            on_earlier_processing_time=self._schedule_processing_time)
+        backend = self.backend
+        self.element_ctx = ElementContext(
+            self, None, self.timers.facade(lambda: backend.current_key))
+        self._on_timer = getattr(self.function, "on_timer", None)
+        self._timer_output: list[Any] = []
+        self._timer_stamps: list[int] = []
         super().open()
+
+    # -- timers (M-W6) ------------------------------------------------------------------
+    def advance_watermark(self, watermark: Watermark) -> None:
+        """Fire every event-time timer due at ``watermark``, in timestamp order with its
+        key set, emit what they produced, then forward the watermark (M-W6)."""
+        self.backend.current_watermark = watermark.timestamp  # event-time TTL
+        self.timers.advance_watermark(watermark.timestamp, self._fire)
+        self._emit_timer_output()
+        self.output.emit_element(watermark)
+
+    def _schedule_processing_time(self, time_ms: int) -> None:
+        service = self.ctx.processing_time_service
+        if service is not None:
+            service.schedule(time_ms, self._on_processing_time)
+
+    def _on_processing_time(self, _: int) -> None:
+        self.timers.on_processing_time(self.ctx.clock.time_ms(), self._fire)
+        self._emit_timer_output()
+
+    def _fire(self, timer: Any) -> None:
+        on_timer = self._on_timer
+        if not callable(on_timer):
+            raise self.user_error(TypeError(
+                "a timer fired but the function has no on_timer(timestamp, ctx) method; "
+                "subclass lg.KeyedProcessFunction and implement on_timer"))
+        key = timer.key
+        self.backend.current_key = key
+        ectx = self.element_ctx
+        ectx.current_key = key
+        ectx.timestamp = timer.timestamp
+        try:
+            result = on_timer(timer.timestamp, ectx)
+            if result is not None:
+                if isinstance(result, _SINGLE_RECORDS):
+                    raise single_record_error("on_timer", result)
+                before = len(self._timer_output)
+                self._timer_output.extend(result)
+                self._timer_stamps.extend(
+                    [timer.timestamp] * (len(self._timer_output) - before))
+        except Exception as e:
+            raise self.user_error(e) from e
+        finally:
+            ectx.timestamp = None
+
+    def _emit_timer_output(self) -> None:
+        self.element_ctx.flush_side_outputs()
+        if self._timer_output:
+            out, stamps = self._timer_output, self._timer_stamps
+            self._timer_output, self._timer_stamps = [], []
+            self.emit(RowBatch(out, np.asarray(stamps, dtype=np.int64)))
 
     def restore_state(self, restored: Any) -> None:
         """Operator state as every function operator, then keyed state: at the same
@@ -78,13 +149,21 @@ class KeyedProcessOperator(_FunctionOperator):
         super().restore_state(restored)
         payloads = [restored.own()] if restored.same_parallelism else restored.all()
         ctx = self.ctx
-        self.backend.restore(
-            keyed_parts(payloads),
-            key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism))
+        key_groups = key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
+        self.backend.restore(keyed_parts(payloads), key_groups)
+        timers = [t for t in (payload_part(p, "timers") for p in payloads) if t is not None]
+        if timers:
+            self.timers.restore(timers, key_groups)
 
     def keyed_snapshot(self) -> Any:
         """A copy-on-write view of the keyed state, grouped by key group (M-T3, M-T4)."""
         return self.backend.snapshot()
+
+    def timers_snapshot(self) -> Any:
+        """The timers, grouped by key group (M-T4), when there are any."""
+        if self.timers.next_event_time() is None and self.timers.next_processing_time() is None:
+            return None
+        return self.timers.snapshot_view()
 
     def close(self) -> None:
         try:
@@ -104,6 +183,10 @@ class KeyedProcessOperator(_FunctionOperator):
         backend = self.backend
         ectx = self.element_ctx
         fn = self.call
+        timestamps = timestamps_of(batch)
+        if timestamps is not None:
+            self.emit(process_timestamped(self, rows, timestamps, fn, ectx, keys, backend))
+            return
         out: list[Any] = []
         extend = out.extend
         try:
