@@ -5,13 +5,17 @@ Public names only; everything else is internal and may change.
 
 from . import connectors, savepoint
 from .api.job_client import JobClient
+from .api.windowed_stream import WindowedStream
 from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
 from .checkpoint.types import CheckpointStats, SubtaskCheckpointMetrics
 from .api.datastream import DataStream, DataStreamSink, KeyedStream
 from .api.environment import StreamEnvironment
+from .api.async_stream import AsyncDataStream
 from .api.broadcast import BroadcastConnectedStream, BroadcastStream
 from .api.functions import (
+    ProcessWindowFunction,
     AggregateFunction,
+    AsyncFunction,
     BroadcastProcessFunction,
     FilterFunction,
     FlatMapFunction,
@@ -60,7 +64,29 @@ from .state.descriptors import (
 from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from .state.operator_state import OperatorListState
 from .state.ttl import StateTtlConfig
+from .runtime.async_runner import AsyncTimeoutError
+from .runtime.operators.async_io import AsyncRequestError
+from .runtime.watermark_report import OperatorWatermark
 from .time.clock import Clock, ManualClock, SystemClock
+from .time.watermark_generators import (
+    AscendingTimestampsWatermarks,
+    BoundedOutOfOrdernessWatermarks,
+    PunctuatedWatermarks,
+    WatermarkGenerator,
+    WatermarkOutput,
+    WatermarksWithIdleness,
+)
+from .time.watermark_strategy import InvalidTimestampError, WatermarkStrategy
+from .time.window_aggregates import WindowAggregate, agg
+from .time.windows import (
+    EventTimeSessionWindows,
+    ProcessingTimeSessionWindows,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+)
 
 __version__ = "0.1.0"
 
@@ -68,6 +94,12 @@ __all__ = [
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "AscendingTimestampsWatermarks",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncRequestError",
+    "AsyncTimeoutError",
+    "BoundedOutOfOrdernessWatermarks",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastState",
@@ -82,6 +114,7 @@ __all__ = [
     "DEAD_LETTER",
     "DataStream",
     "DataStreamSink",
+    "EventTimeSessionWindows",
     "ExecutionConfig",
     "ExternalizedRetention",
     "FailureReason",
@@ -90,6 +123,7 @@ __all__ = [
     "Function",
     "HashMapStateBackend",
     "InvalidGraphError",
+    "InvalidTimestampError",
     "JobClient",
     "JobExecutionResult",
     "JobFailedError",
@@ -107,8 +141,12 @@ __all__ = [
     "MapState",
     "MapStateDescriptor",
     "OperatorListState",
+    "OperatorWatermark",
     "OutputTag",
     "ProcessFunction",
+    "ProcessWindowFunction",
+    "ProcessingTimeSessionWindows",
+    "PunctuatedWatermarks",
     "ReadOnlyBroadcastState",
     "ReduceFunction",
     "ReducingState",
@@ -117,16 +155,28 @@ __all__ = [
     "RestoreError",
     "RocksDBStateBackend",
     "RuntimeContext",
+    "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows",
     "StateBackend",
     "StateDescriptor",
     "StateTtlConfig",
     "StreamEnvironment",
     "SubtaskCheckpointMetrics",
     "SystemClock",
+    "TimeWindow",
+    "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows",
     "UnsupportedKeyError",
     "UserFunctionError",
     "ValueState",
     "ValueStateDescriptor",
+    "WatermarkGenerator",
+    "WatermarkOutput",
+    "WatermarkStrategy",
+    "WatermarksWithIdleness",
+    "WindowAggregate",
+    "WindowedStream",
+    "agg",
     "connectors",
     "key_group_for",
     "key_group_range",

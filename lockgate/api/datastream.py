@@ -36,8 +36,10 @@ from ..state.broadcast import check_broadcast_descriptors
 from ..state.descriptors import MapStateDescriptor
 
 if TYPE_CHECKING:
+    from ..time.windows import WindowAssigner
     from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .environment import StreamEnvironment
+    from .windowed_stream import WindowedStream
 
 S = TypeVar("S", bound="_Configurable")
 
@@ -316,6 +318,14 @@ class KeyedStream(DataStream):
             ),
             keyed=True,
         )
+
+    def window(self, assigner: "WindowAssigner") -> "WindowedStream":
+        """Cut each key's records into windows (``lg.TumblingEventTimeWindows.of(...)``,
+        sliding and session windows, in event or processing time); finish with
+        ``.aggregate(...)``, ``.reduce(...)`` or ``.process(...)``."""
+        from .windowed_stream import WindowedStream
+
+        return WindowedStream(self, assigner)
 
     def connect(self, broadcast_stream: "BroadcastStream") -> "BroadcastConnectedStream":
         """Connect this keyed stream to a broadcast stream; call ``.process(fn)`` on the

@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..runtime.context import RuntimeContext
+from ..runtime.async_runner import AsyncFunction as AsyncFunction  # async I/O (M-W7)
 from ..runtime.operators import broadcast as _broadcast
 from ..runtime.operators.keyed import ElementContext
+from ..runtime.operators.window_contents import WindowContext
 
 
 class Function:
@@ -143,4 +145,25 @@ class AggregateFunction(Function):
         raise NotImplementedError
 
     def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+
+class ProcessWindowFunction(Function):
+    """Processes the records of a fired window all at once
+    (``stream.key_by(...).window(assigner).process(fn)``).
+
+    ``process(key, context, elements)`` is called once per (key, window) each time the
+    window fires, with the key, every record of the window so far (a new list; with
+    allowed lateness a window may fire again with more records) and a context:
+    ``context.window`` is the :class:`~lockgate.TimeWindow` (``start``, ``end``, both
+    epoch ms; as in PyFlink, ``context.window()`` works too),
+    ``context.current_watermark()``, ``context.current_processing_time()`` and
+    ``context.output(tag, value)`` (a side output). It yields (or returns an iterable
+    of) output records, each emitted with the event timestamp ``window.end - 1``.
+    """
+
+    Context = WindowContext
+
+    def process(self, key: Any, context: WindowContext,
+                elements: list[Any]) -> Iterable[Any] | None:
         raise NotImplementedError

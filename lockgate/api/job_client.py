@@ -106,6 +106,14 @@ class JobClient:
         stats: list[CheckpointStats] = coordinator.stats()
         return stats
 
+    def watermarks(self) -> list[Any]:
+        """The watermark diagnostic of the running attempt: per operator subtask, its
+        current watermark and what holds it back (an input channel, or the source's
+        generator); a moment old on Spark (sent with the slots' heartbeats). Empty
+        before the job runs."""
+        provider = self._handle.watermarks
+        return list(provider()) if provider is not None else []
+
     # -- savepoints (M-S1) ----------------------------------------------------------------
     def trigger_savepoint(self, path: str, timeout: float | None = None) -> str:
         """Take a savepoint into the folder ``path`` (a local path or a URL; it must not

@@ -19,6 +19,9 @@ class JobHandle:
         self._lock = threading.Lock()
         self._canceller: Callable[[], None] | None = None
         self._coordinator: Any = None
+        #: the running attempt's watermark diagnostic (a callable returning
+        #: ``OperatorWatermark`` entries), set by the executor
+        self.watermarks: Callable[[], list[Any]] | None = None
 
     @property
     def coordinator(self) -> Any:

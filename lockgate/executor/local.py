@@ -22,6 +22,7 @@ from ..runtime.metrics import OperatorCounters
 from ..runtime.task import StreamTask
 from ..runtime.task_builder import build_task
 from ..runtime.task_threads import run_task_threads
+from ..runtime.watermark_report import task_watermarks
 from ..time.clock import Clock, SystemClock
 from .base import (
     cancelled_result,
@@ -98,6 +99,7 @@ class LocalExecutor:
                 except Exception as e:
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
         gateway.tasks = {t.key: t for t in tasks}
+        handle.watermarks = lambda: [w for t in tasks for w in task_watermarks(t)]
 
         def started_all() -> None:
             handle.running.set()

@@ -272,6 +272,8 @@ class AsyncRunner:
         loop.call_soon_threadsafe(self._begin, record, on_complete)
 
     def _begin(self, record: Any, on_complete: Callable[[Completion], None]) -> None:
+        if self._closing:  # submitted as the runner closed: never started, never completed
+            return
         task = asyncio.get_running_loop().create_task(self._request(record, on_complete))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
@@ -298,6 +300,8 @@ class AsyncRunner:
                 f"{name} returned a {type(call).__name__}, not an awaitable; async I/O "
                 f"runs async def functions")
         request = asyncio.ensure_future(_resolve_results(call, name))
+        # a request cancelled before it started never awaits the user's coroutine: close it
+        request.add_done_callback(lambda _: _close_unstarted(call))
         try:
             done, _ = await asyncio.wait({request}, timeout=self._timeout_s())
         except asyncio.CancelledError:
@@ -326,3 +330,9 @@ class AsyncRunner:
                 on_complete(completion)
 
         self._post(action)
+
+
+def _close_unstarted(call: Any) -> None:
+    """Close the user's coroutine if it never ran (no "never awaited" warning)."""
+    if inspect.iscoroutine(call) and inspect.getcoroutinestate(call) == inspect.CORO_CREATED:
+        call.close()

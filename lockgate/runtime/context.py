@@ -62,6 +62,11 @@ class RuntimeContext:
         self._keyed_backend = keyed_backend
         #: processing-time callbacks run by the subtask's thread (a ProcessingTimeService)
         self.processing_time_service = processing_time_service
+        #: the subtask's mailbox (``put(action)`` runs ``action`` in the task thread) and
+        #: ``run_mail_until(done)`` (task thread: run mails until ``done()``); set by the
+        #: task for operators that wait for asynchronous work
+        self.mailbox: Any = None
+        self.run_mail_until: Any = None
         self._operator_state: OperatorStateStore | None = None
 
     # -- keyed state --------------------------------------------------------------------

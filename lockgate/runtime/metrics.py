@@ -15,6 +15,8 @@ class OperatorCounters:
     #: wall-clock seconds of the first and last batch a source emitted (throughput)
     first_emit_s: float | None = None
     last_emit_s: float | None = None
+    #: the last watermark the operator processed (None: none), M-W1
+    watermark: int | None = None
 
 
 @dataclass
@@ -30,6 +32,9 @@ class OperatorMetrics:
 
     first_emit_s: float | None = None
     last_emit_s: float | None = None
+    #: the operator's event time: the lowest last watermark of its subtasks (None: none)
+    watermark: int | None = None
+    _subtasks_seen: int = field(default=0, repr=False, compare=False)
 
     @property
     def emit_rate(self) -> float | None:
@@ -41,6 +46,13 @@ class OperatorMetrics:
         return self.records_out / span if span > 0 else None
 
     def add(self, c: OperatorCounters) -> None:
+        if self._subtasks_seen == 0:
+            self.watermark = c.watermark
+        elif self.watermark is not None and c.watermark is not None:
+            self.watermark = min(self.watermark, c.watermark)
+        else:  # a subtask without event time holds the operator back
+            self.watermark = None
+        self._subtasks_seen += 1
         self.records_in += c.records_in
         self.records_out += c.records_out
         if c.first_emit_s is not None:

@@ -20,7 +20,7 @@ interleaves with emitting a batch (M-T1).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
@@ -127,6 +127,20 @@ class StreamTask:
         for w in self.writers:
             for c in w.channels:
                 c.cancel()
+
+    def run_mail_until(self, done: Callable[[], bool]) -> None:
+        """Task thread only: run mails and processing-time callbacks, flushing output
+        buffers and waiting in between, until ``done()``. For an operator waiting for
+        asynchronous work (async I/O: a full queue, or the end of input). Raises
+        ``TaskCancelledError`` when the task is cancelled meanwhile."""
+        while not done():
+            self.signal.clear()
+            self._check_cancelled()
+            self.mailbox.run_pending()
+            self.chain.processing_time.fire_due()
+            if done():
+                return
+            self._wait(self._flush_due())
 
     def _check_cancelled(self) -> None:
         if self._cancelled:

@@ -69,6 +69,9 @@ def build_task(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
     task.key = (vertex.id, subtask_index)
+    for op in chain.operators:  # operators waiting for asynchronous work (async I/O)
+        op.ctx.mailbox = task.mailbox
+        op.ctx.run_mail_until = task.run_mail_until
     faults = plan.faults
     if plan.checkpointing:
         if storage is None or responder is None:

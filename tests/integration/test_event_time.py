@@ -158,3 +158,72 @@ def test_processing_time_timers_follow_the_injectable_clock_M_W6(tmp_path: Path)
     finally:
         client.cancel()
         client.wait(30)
+
+
+class Pass(lg.KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        return None
+
+
+def _lagging_pair(env: lg.StreamEnvironment, idleness_ms: int | None = None) -> None:
+    """Two unbounded sources into one keyed operator: event time 0..9,900 on one input,
+    0..9 on the other (which holds the operator back, unless it goes idle)."""
+    ahead = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts") \
+        .with_periodic_emit_interval(10)
+    behind = ahead if idleness_ms is None else ahead.with_idleness(idleness_ms)
+    fast = (env.from_source(lg.connectors.SequenceSource(0, 100, bounded=False), name="fast")
+            .uid("fast").map(lambda i: {"k": 0, "ts": i * 100}, name="fast-records")
+            .uid("fast-records").assign_timestamps_and_watermarks(ahead).uid("fast-ts"))
+    slow = (env.from_source(lg.connectors.SequenceSource(0, 10, bounded=False), name="slow")
+            .uid("slow").map(lambda i: {"k": 1, "ts": i}, name="slow-records")
+            .uid("slow-records").assign_timestamps_and_watermarks(behind).uid("slow-ts"))
+    (fast.union(slow).key_by("k").process(Pass(), name="joined").uid("joined")
+        .sink_to(lg.connectors.DiscardingSink()).uid("sink"))
+
+
+@pytest.mark.hang_guard(120)
+def test_the_watermark_diagnostic_shows_each_operators_watermark_and_what_holds_it_back(
+        executor: Any) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    _lagging_pair(env)
+    client = env.execute_async("diagnostic", executor=executor)
+    try:
+        def joined() -> Any:
+            return next((w for w in client.watermarks() if w.operator == "joined"), None)
+
+        # monotonous timestamps: the watermark is the highest timestamp seen minus 1
+        wait_until(lambda: (joined() is not None and joined().watermark == 8),
+                   "the joined operator's watermark is the slow input's (8)", timeout_s=60)
+        entry = joined()
+        assert "channel" in entry.held_back_by
+        fast = next(w for w in client.watermarks() if w.uid == "fast-ts")
+        assert fast.watermark == 9899
+    finally:
+        client.cancel()
+        client.wait(60)
+
+
+def test_the_job_metrics_report_each_operators_final_watermark_M_W1(executor: Any) -> None:
+    env = lg.StreamEnvironment(parallelism=2)
+    timers_job(env, 100).sink_to(lg.connectors.DiscardingSink()).uid("sink")
+    result = env.execute("metrics", executor=executor)
+    from lockgate.runtime.elements import MAX_WATERMARK
+
+    assert result.operators["timers"].watermark == MAX_WATERMARK
+
+
+@pytest.mark.hang_guard(120)
+def test_an_idle_input_stops_holding_the_watermark_back_M_W2_M_W4(executor: Any) -> None:
+    """The slow source has no more data: with idleness (only it has idleness) it marks
+    itself IDLE and the valve leaves its channel out, so the operator's watermark follows
+    the other, active input; without idleness it stays held back (the diagnostic test)."""
+    env = lg.StreamEnvironment(parallelism=1)
+    _lagging_pair(env, idleness_ms=100)
+    client = env.execute_async("idleness", executor=executor)
+    try:
+        wait_until(lambda: any(w.operator == "joined" and w.watermark == 9899
+                               for w in client.watermarks()),
+                   "the joined operator's watermark follows the active input", timeout_s=60)
+    finally:
+        client.cancel()
+        client.wait(60)

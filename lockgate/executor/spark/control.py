@@ -100,6 +100,8 @@ class ControlServer:
         self.rejected: Counter[str] = Counter()
         self.registrations: dict[int, Any] = {}
         self.last_heartbeat: dict[int, float] = {}
+        #: the latest diagnostic payload each slot sent with its heartbeat
+        self.heartbeat_payloads: dict[int, Any] = {}
         #: slots whose subtasks all finished (they stop sending heartbeats)
         self.finished: set[int] = set()
         self._identities: dict[int, bytes] = {}
@@ -201,6 +203,8 @@ class ControlServer:
                 self._outgoing.put((None, START, addresses))
         if type_ == FINISHED:
             self.finished.add(slot)
+        if type_ == HEARTBEAT and payload is not None:
+            self.heartbeat_payloads[slot] = payload
         if type_ != HEARTBEAT:
             event = ControlEvent(type_, slot, payload, now)
             dispatch = self.dispatch
@@ -225,6 +229,8 @@ class ControlClient:
         self.slot = slot
         self.on_message = on_message
         self.heartbeat_s = heartbeat_s
+        #: what each heartbeat carries (diagnostics; None: nothing), read in this thread
+        self.heartbeat_payload: Callable[[], Any] | None = None
         self._outgoing: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._waker = PipeWaker()
         self._stop = threading.Event()
@@ -250,8 +256,8 @@ class ControlClient:
             while True:
                 now = time.monotonic()
                 if now >= next_beat:
-                    self._socket.send_multipart(
-                        _frames(self.auth, HEARTBEAT, self.generation, self.slot, None))
+                    self._socket.send_multipart(_frames(
+                        self.auth, HEARTBEAT, self.generation, self.slot, self._beat_payload()))
                     next_beat = now + self.heartbeat_s
                 self._send_pending()
                 if self._stop.is_set():
@@ -273,6 +279,16 @@ class ControlClient:
         finally:
             self._send_pending()
             self._socket.close()
+
+    def _beat_payload(self) -> Any:
+        provider = self.heartbeat_payload
+        if provider is None:
+            return None
+        try:
+            return provider()
+        except Exception:  # noqa: BLE001 - a diagnostic must never stop the heartbeat
+            log.debug("slot %s: heartbeat diagnostics failed", self.slot, exc_info=True)
+            return None
 
     def _send_pending(self) -> None:
         while True:

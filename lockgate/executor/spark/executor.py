@@ -145,6 +145,8 @@ class SparkExecutor:
         if run is not None:
             server.dispatch = _checkpoint_dispatch(run)
         handle.attach(run.coordinator if run else None, lambda: None)
+        handle.watermarks = lambda: [w for p in list(server.heartbeat_payloads.values())
+                                     for w in p.get("watermarks", [])]
         job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen,
                       attempt_number=attempt_number)
         group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"

@@ -27,6 +27,7 @@ from ...checkpoint.storage import open_storage
 from ...checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from ...errors import TaskCancelledError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
+from ...runtime.watermark_report import task_watermarks
 from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ...runtime.task import StreamTask
 from ...runtime.task_builder import build_task
@@ -182,6 +183,8 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
                               storage=storage, responder=responder, in_process=False)
             tasks.append(task)
         by_key.update((t.key, t) for t in tasks)
+        control.heartbeat_payload = lambda: {
+            "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]}
         _run_tasks(tasks, control, cancelled)
         delivered = True
         control.send(FINISHED, None)

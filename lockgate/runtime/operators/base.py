@@ -83,8 +83,13 @@ class StreamOperator:
             watermark = Watermark(combined)
         if watermark.timestamp <= self.current_watermark:
             return
-        self.current_watermark = watermark.timestamp
+        self.note_watermark(watermark.timestamp)
         self.advance_watermark(watermark)
+
+    def note_watermark(self, timestamp: int) -> None:
+        """Record the operator's new event time (metrics and diagnostics, M-W1)."""
+        self.current_watermark = timestamp
+        self.counters.watermark = timestamp
 
     def advance_watermark(self, watermark: Watermark) -> None:
         """Event time reached ``watermark``: fire what became due (event-time timers,
@@ -100,7 +105,7 @@ class StreamOperator:
         for element in self._input_watermarks().input_status(status, input_index):
             if isinstance(element, Watermark):
                 if element.timestamp > self.current_watermark:
-                    self.current_watermark = element.timestamp
+                    self.note_watermark(element.timestamp)
                     self.advance_watermark(element)
             else:
                 self.output.emit_element(element)

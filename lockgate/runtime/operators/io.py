@@ -33,16 +33,23 @@ class _OperatorReaderOutput(ReaderOutput):
             counters.first_emit_s = now
         counters.last_emit_s = now
         watermarks = self.operator.watermarks
-        if watermarks is not None:
-            # the generator sees the batch first: ACTIVE goes out ahead of it (M-W2)
-            try:
-                timestamps = watermarks.on_batch(SUBTASK_SPLIT, batch)
-            except MalformedRecordError as e:
-                e.operator = self.operator.name  # type: ignore[attr-defined]
-                raise
-            if timestamps is not None:
-                batch = with_timestamps(batch, timestamps)
+        if watermarks is None:
+            self.operator.emit(batch)
+            return
+        # the generator sees the batch first, so ACTIVE goes out ahead of it (M-W2); a
+        # watermark it emits meanwhile follows the batch
+        out = self.operator.watermark_output
+        out.holding = True
+        try:
+            timestamps = watermarks.on_batch(SUBTASK_SPLIT, batch)
+        except MalformedRecordError as e:
+            out.holding, out.held = False, None
+            e.operator = self.operator.name  # type: ignore[attr-defined]
+            raise
+        if timestamps is not None:
+            batch = with_timestamps(batch, timestamps)
         self.operator.emit(batch)
+        out.release()
 
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
         self._dead.append(record)
@@ -68,10 +75,24 @@ class _ElementWatermarkOutput:
 
     def __init__(self, operator: StreamOperator) -> None:
         self.operator = operator
+        #: while a batch is shown to the generator: a watermark it emits waits for the
+        #: batch (a punctuated watermark must not overtake the records it came from)
+        self.holding = False
+        self.held: int | None = None
 
     def emit_watermark(self, timestamp: int) -> None:
-        self.operator.current_watermark = timestamp
+        if self.holding:
+            self.held = timestamp if self.held is None else max(self.held, timestamp)
+            return
+        self.operator.note_watermark(timestamp)
         self.operator.output.emit_element(Watermark(timestamp))
+
+    def release(self) -> None:
+        """After the batch: emit the watermark held back during it, if any."""
+        self.holding = False
+        held, self.held = self.held, None
+        if held is not None:
+            self.emit_watermark(held)
 
     def mark_idle(self) -> None:
         self.operator.output.emit_element(StreamStatus.IDLE)
@@ -90,6 +111,7 @@ class SourceOperator(StreamOperator):
         self.watermark_strategy = watermark_strategy
         #: the subtask's watermark generation (``PerSplitWatermarks``), with a strategy
         self.watermarks: Any = None
+        self.watermark_output: Any = None
 
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
@@ -118,8 +140,9 @@ class SourceOperator(StreamOperator):
         if self.watermark_strategy is not None:
             from ...time.watermark_output import PerSplitWatermarks
 
+            self.watermark_output = _ElementWatermarkOutput(self)
             self.watermarks = PerSplitWatermarks(
-                self.watermark_strategy, _ElementWatermarkOutput(self), self.ctx.clock)
+                self.watermark_strategy, self.watermark_output, self.ctx.clock)
             self.watermarks.add_split(SUBTASK_SPLIT)
 
     def emit_next(self) -> InputStatus:

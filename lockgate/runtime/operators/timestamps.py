@@ -42,9 +42,15 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self._schedule()
 
     # WatermarkOutput --------------------------------------------------------------
+    _holding = False
+    _held: int | None = None
+
     def emit_watermark(self, timestamp: int) -> None:
+        if self._holding:  # a punctuated watermark waits for the batch it came from
+            self._held = timestamp if self._held is None else max(self._held, timestamp)
+            return
         if timestamp > self.current_watermark:
-            self.current_watermark = timestamp
+            self.note_watermark(timestamp)
             self.output.emit_element(Watermark(timestamp))
 
     def mark_idle(self) -> None:
@@ -56,12 +62,18 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     # stream --------------------------------------------------------------------------
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         self.counters.records_in += num_rows(batch)
+        self._holding = True
         try:
             timestamps = self.watermarks.on_batch("input", batch)
         except MalformedRecordError as e:
             e.operator = self.name  # type: ignore[attr-defined]
             raise
+        finally:
+            self._holding = False
         self.emit(batch if timestamps is None else with_timestamps(batch, timestamps))
+        held, self._held = self._held, None
+        if held is not None:
+            self.emit_watermark(held)
 
     def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
         if watermark.timestamp == MAX_WATERMARK:
