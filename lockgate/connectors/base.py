@@ -33,6 +33,16 @@ class ReaderOutput(ABC):
     @abstractmethod
     def emit(self, batch: Batch) -> None: ...
 
+    def emit_from_split(self, split_id: Any, batch: Batch) -> None:
+        """Emit ``batch``, read from split ``split_id``: with a watermark strategy, each
+        split gets its own watermark generator and the source's watermark is the
+        minimum over its active splits (M-W1, M-W2), so one lagging split holds back
+        only what it must. Readers that know their splits should call this."""
+        self.emit(batch)
+
+    def split_finished(self, split_id: Any) -> None:
+        """Split ``split_id`` is exhausted: it no longer holds the watermark back."""
+
     @abstractmethod
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
         """Send an unparseable input record to the dead-letter side output."""

@@ -67,10 +67,11 @@ class _CollectionReader(SourceReader):
             return InputStatus.END_OF_INPUT
         s = self.splits[0]
         stop = min(s.end, s.next + self.batch_size)
-        output.emit(RowBatch(self.items[s.next:stop]))
+        output.emit_from_split(s.split_id, RowBatch(self.items[s.next:stop]))
         s.next = stop
         if s.next >= s.end:
             self.splits.pop(0)
+            output.split_finished(s.split_id)
         return InputStatus.MORE_AVAILABLE if self.splits else InputStatus.END_OF_INPUT
 
     def snapshot_positions(self) -> list[CollectionSplit]:

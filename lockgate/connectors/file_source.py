@@ -115,11 +115,13 @@ class _FileReader(SourceReader):
             self._open = _open_reader(self.source, split)
         records, done = self._open.read(self.source.batch_size, output)
         if records:
-            output.emit(RowBatch(records) if not isinstance(records, pa.RecordBatch) else records)
+            output.emit_from_split(split.split_id, RowBatch(records)
+                                   if not isinstance(records, pa.RecordBatch) else records)
         if done:
             self._open.close()
             self._open = None
             self.splits.pop(0)
+            output.split_finished(split.split_id)
         return InputStatus.MORE_AVAILABLE if self.splits else InputStatus.END_OF_INPUT
 
     def snapshot_positions(self) -> list[FileSplit]:

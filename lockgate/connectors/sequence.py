@@ -101,11 +101,13 @@ class _SequenceReader(SourceReader):
                 self._wait_ms = 1000.0 / self.rate
                 return InputStatus.NOTHING_AVAILABLE
             n = min(n, allowed)
-        output.emit(scalar_batch(np.arange(split.next, split.next + n, dtype=np.int64)))
+        output.emit_from_split(
+            split.split_id, scalar_batch(np.arange(split.next, split.next + n, dtype=np.int64)))
         split.next += n
         self.emitted += n
         if split.next >= split.end:
             self.splits.pop(0)
+            output.split_finished(split.split_id)
         return InputStatus.MORE_AVAILABLE if self.splits else self._exhausted()
 
     def _exhausted(self) -> InputStatus:

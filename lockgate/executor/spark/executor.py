@@ -69,7 +69,7 @@ class SparkExecutor:
         conf: dict[str, str] | None = None,
         *,
         slot_wait_timeout_s: float = 60.0,
-        heartbeat_timeout_s: float = 20.0,
+        heartbeat_timeout_s: float = 60.0,
         ship_package: bool = True,
     ) -> None:
         self.master = master

@@ -25,8 +25,27 @@ class _OperatorReaderOutput(ReaderOutput):
     def __init__(self, operator: "SourceOperator") -> None:
         self.operator = operator
         self._dead: list[dict[str, Any]] = []
+        self._splits: set[Any] = set()  # splits with a watermark generator
+        self._finished_last: Any = None  # a finished split kept as the only one
 
     def emit(self, batch: Batch) -> None:
+        self.emit_from_split(SUBTASK_SPLIT, batch)
+
+    def split_finished(self, split_id: Any) -> None:
+        """A finished split stops holding the watermark back; the last one stays until
+        another split starts, so a source between splits (or at its end) never looks
+        idle: IDLE would let downstream valves pass the watermark of data still to
+        come from other subtasks (M-W4)."""
+        watermarks = self.operator.watermarks
+        if watermarks is None or split_id not in self._splits:
+            return
+        if len(self._splits) > 1:
+            self._splits.discard(split_id)
+            watermarks.finish_split(split_id)
+        else:
+            self._finished_last = split_id
+
+    def emit_from_split(self, split_id: Any, batch: Batch) -> None:
         counters = self.operator.counters
         now = time.time()
         if counters.first_emit_s is None:
@@ -38,10 +57,17 @@ class _OperatorReaderOutput(ReaderOutput):
             return
         # the generator sees the batch first, so ACTIVE goes out ahead of it (M-W2); a
         # watermark it emits meanwhile follows the batch
+        if split_id not in self._splits:  # a split's first batch: its own generator
+            self._splits.add(split_id)
+            watermarks.add_split(split_id)
+            last, self._finished_last = self._finished_last, None
+            if last is not None:
+                self._splits.discard(last)
+                watermarks.finish_split(last)
         out = self.operator.watermark_output
         out.holding = True
         try:
-            timestamps = watermarks.on_batch(SUBTASK_SPLIT, batch)
+            timestamps = watermarks.on_batch(split_id, batch)
         except MalformedRecordError as e:
             out.holding, out.held = False, None
             e.operator = self.operator.name  # type: ignore[attr-defined]
@@ -64,8 +90,8 @@ class _OperatorReaderOutput(ReaderOutput):
             op.output.emit_side(DEAD_LETTER_TAG, RowBatch(dead))
 
 
-#: watermarks are generated per source subtask (one generator; readers do not report
-#: their splits yet)
+#: the split of batches a reader emits without naming their split (one generator for
+#: all of them)
 SUBTASK_SPLIT = "subtask"
 
 
@@ -143,7 +169,6 @@ class SourceOperator(StreamOperator):
             self.watermark_output = _ElementWatermarkOutput(self)
             self.watermarks = PerSplitWatermarks(
                 self.watermark_strategy, self.watermark_output, self.ctx.clock)
-            self.watermarks.add_split(SUBTASK_SPLIT)
 
     def emit_next(self) -> InputStatus:
         assert self.reader is not None
