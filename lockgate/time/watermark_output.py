@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, num_rows
+from ..runtime.batch import Batch, num_rows, timestamps_of
 from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK
 from .clock import Clock, SystemClock
 from .watermark_generators import WatermarkGenerator, WatermarkOutput
@@ -240,11 +240,6 @@ class PerSplitWatermarks:
 
     def __init__(self, strategy: WatermarkStrategy, output: WatermarkOutput,
                  clock: Clock | None = None) -> None:
-        if strategy.generates_watermarks and strategy.timestamp_assigner is None:
-            raise ConfigurationError(
-                f"{strategy!r} generates watermarks but has no timestamp assigner; call "
-                ".with_timestamp_assigner(column_name or fn(record) -> int ms) on it"
-            )
         self.strategy = strategy
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.multiplexer = WatermarkOutputMultiplexer(output)
@@ -258,8 +253,20 @@ class PerSplitWatermarks:
 
     def on_batch(self, split_id: Hashable, batch: Batch) -> np.ndarray | None:
         """Shows ``batch`` of split ``split_id`` to its generator; returns its event times
-        (None for a strategy without watermarks and without an assigner)."""
+        (None for a strategy without watermarks and without an assigner). Without an
+        assigner, a strategy that generates watermarks uses the timestamps the records
+        already carry (assigned upstream, as Flink does); records without any are an
+        error saying how to assign them."""
         if self.strategy.timestamp_assigner is None:
+            existing = timestamps_of(batch)
+            if existing is not None and self.strategy.generates_watermarks:
+                self.on_timestamps(split_id, existing)
+                return existing
+            if self.strategy.generates_watermarks and num_rows(batch):
+                raise ConfigurationError(
+                    f"{self.strategy!r} generates watermarks, but it has no timestamp "
+                    "assigner and the records carry no event timestamps: call "
+                    ".with_timestamp_assigner(column_name or fn(record) -> int ms) on it")
             # no watermarks and no event times: only activity matters (idleness)
             self.on_timestamps(split_id, np.zeros(min(num_rows(batch), 1), dtype=np.int64))
             return None

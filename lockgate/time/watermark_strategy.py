@@ -342,15 +342,12 @@ def _invalid(position: int, problem: str, raw: object) -> InvalidTimestampError:
 
 
 def check_watermark_strategy(strategy: Any) -> WatermarkStrategy:
-    """``strategy`` if it is a usable ``WatermarkStrategy``; else a ``ConfigurationError``
-    saying how to make one."""
+    """``strategy`` if it is a ``WatermarkStrategy``; else a ``ConfigurationError`` saying
+    how to make one. (A strategy without a timestamp assigner uses the timestamps the
+    records already carry; records without any fail with how to assign them.)"""
     if not isinstance(strategy, WatermarkStrategy):
         raise ConfigurationError(
             "a watermark strategy must be an lg.WatermarkStrategy, e.g. "
             "lg.WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1))"
             f".with_timestamp_assigner('ts'), got {strategy!r}")
-    if strategy.generates_watermarks and strategy.timestamp_assigner is None:
-        raise ConfigurationError(
-            f"{strategy!r} generates watermarks but has no timestamp assigner: call "
-            ".with_timestamp_assigner(column_name or fn(record) -> int ms) on it")
     return strategy

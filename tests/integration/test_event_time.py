@@ -227,3 +227,31 @@ def test_an_idle_input_stops_holding_the_watermark_back_M_W2_M_W4(executor: Any)
     finally:
         client.cancel()
         client.wait(60)
+
+
+def test_a_strategy_without_an_assigner_uses_the_timestamps_records_carry_M_W1(
+        executor: Any) -> None:
+    """DESIGN §4's form: assign_timestamps_and_watermarks(for_bounded_out_of_orderness(d)
+    .with_idleness(...)) after a source that assigned the timestamps."""
+    from datetime import timedelta
+
+    env = lg.StreamEnvironment(parallelism=2)
+    stream = (env.from_collection([record(i) for i in range(1000)], name="records",
+                                  watermark_strategy=strategy()).uid("records")
+              .map(lambda r: r, name="same").uid("same")
+              .assign_timestamps_and_watermarks(
+                  WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=20))
+                  .with_idleness(timedelta(seconds=5))).uid("again"))
+    out = (stream.key_by("k").process(TimerPerRecord(), name="timers").uid("timers")
+           .execute_and_collect("reused timestamps", executor=executor))
+    check_timers(out, 1000)
+
+
+def test_a_strategy_without_an_assigner_on_records_without_time_says_how_to_fix_it(
+        ) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    (env.from_collection([1, 2, 3]).uid("n")
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps())
+        .uid("wm").sink_to(lg.connectors.DiscardingSink()).uid("sink"))
+    with pytest.raises(lg.JobFailedError, match="with_timestamp_assigner"):
+        env.execute("no time", executor=lg.LocalExecutor())

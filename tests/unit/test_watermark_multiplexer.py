@@ -490,9 +490,22 @@ def test_a_source_without_watermarks_still_reports_idleness_and_ends_with_max() 
     assert out.log == ["idle", "active", ("wm", MAX_WATERMARK)]
 
 
-def test_a_source_strategy_that_generates_watermarks_needs_a_timestamp_assigner() -> None:
+def test_without_an_assigner_the_records_own_timestamps_drive_the_watermarks_M_W1() -> None:
+    clock, out = ManualClock(), Recorder()
+    source = PerSplitWatermarks(WatermarkStrategy.for_monotonous_timestamps(), out, clock)
+    source.add_split("x")
+    stamped = RowBatch(["a", "b"], np.array([10, 30], dtype=np.int64))
+    assert source.on_batch("x", stamped).tolist() == [10, 30]
+    source.on_periodic_emit()
+    assert out.log[-1] == ("wm", 29)
+
+
+def test_without_an_assigner_records_without_timestamps_fail_saying_how_to_assign_them(
+) -> None:
+    source = PerSplitWatermarks(WatermarkStrategy.for_monotonous_timestamps(), Recorder())
+    source.add_split("x")
     with pytest.raises(ConfigurationError, match="with_timestamp_assigner"):
-        PerSplitWatermarks(WatermarkStrategy.for_monotonous_timestamps(), Recorder())
+        source.on_batch("x", RowBatch(["no time"]))
 
 
 def test_a_batch_of_an_unknown_split_is_a_configuration_error() -> None:
