@@ -20,7 +20,15 @@ status=0
 say "mypy lockgate"
 "$VENV/bin/python" -m mypy lockgate || status=1
 say "pytest -q $*"
+# a test the hang guard kills takes the run down with it: its traceback goes here
+export LOCKGATE_HANG_DUMP="${TMPDIR:-/tmp}/lockgate-hang-$$.txt"
+rm -f "$LOCKGATE_HANG_DUMP"
 "$VENV/bin/python" -m pytest -q "$@" || status=1
+if [ -s "$LOCKGATE_HANG_DUMP" ] && grep -q "Thread 0x\|Current thread" "$LOCKGATE_HANG_DUMP"; then
+    warn "the hang guard stopped the run:"
+    cat "$LOCKGATE_HANG_DUMP" >&2
+fi
+rm -f "$LOCKGATE_HANG_DUMP"
 
 if [ "$status" -ne 0 ]; then
     say "FAILED (see above)"

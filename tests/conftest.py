@@ -228,11 +228,31 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["LOCKGATE_HOME"] = tempfile.mkdtemp(prefix="lockgate-test-home-")
 
 
+_hang_dump: Any = None
+
+
+def _hang_dump_file() -> Any:
+    """``$LOCKGATE_HANG_DUMP`` (set by scripts/test.sh) opened for the hang guard's
+    traceback, or None."""
+    global _hang_dump
+    path = os.environ.get("LOCKGATE_HANG_DUMP")
+    if path and _hang_dump is None:
+        _hang_dump = open(path, "w")  # noqa: SIM115 - kept open for faulthandler
+    return _hang_dump
+
+
 @pytest.fixture(autouse=True)
 def _hang_guard(request: pytest.FixtureRequest) -> Any:
     marker = request.node.get_closest_marker("hang_guard")
     limit = float(marker.args[0]) if marker else HANG_GUARD_S
-    faulthandler.dump_traceback_later(limit, exit=True, file=sys.stderr)
+    dump = _hang_dump_file()
+    if dump is not None:  # outlives the captured stderr of a run the guard kills
+        dump.seek(0)
+        dump.truncate()
+        dump.write(f"the hang guard ({limit:g}s) killed the test run in "
+                   f"{request.node.nodeid}; its threads:\n")
+        dump.flush()
+    faulthandler.dump_traceback_later(limit, exit=True, file=dump or sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
 
@@ -316,7 +336,9 @@ def spark_executor() -> Any:
     """The one SparkExecutor (``local[2]``, no UI) every Spark test of the run shares."""
     from lockgate.executor.spark import SparkExecutor
 
-    executor = SparkExecutor(master="local[2]", conf={"spark.ui.enabled": "false"})
+    # a stalled job fails with "no heartbeat" (visible) before the hang guard kills the run
+    executor = SparkExecutor(master="local[2]", conf={"spark.ui.enabled": "false"},
+                             heartbeat_timeout_s=30.0)
     spark = executor.spark
     spark.sparkContext.setLogLevel("ERROR")
     yield executor
