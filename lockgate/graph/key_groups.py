@@ -30,6 +30,17 @@ def check_max_parallelism(max_parallelism: int, what: str = "max_parallelism") -
     return max_parallelism
 
 
+def check_restored_max_parallelism(found: Any, max_parallelism: int, where: str,
+                                   what: str) -> None:
+    """Key groups only mean the same with the same ``max_parallelism``: a snapshot
+    (``where``) taken with another one cannot be restored (``what``: e.g. "keyed state")."""
+    if found != max_parallelism:
+        raise ConfigurationError(
+            f"{where} was taken with max_parallelism {found!r}, but the operator runs with "
+            f"max_parallelism {max_parallelism}; max_parallelism cannot change when "
+            f"restoring {what}")
+
+
 def key_groups_of_hashes(hashes: np.ndarray, max_parallelism: int) -> np.ndarray:
     return (hashes % np.uint64(max_parallelism)).astype(np.int64)
 

@@ -29,7 +29,7 @@ without one.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -127,8 +127,7 @@ def to_rows(batch: Batch) -> list[Any]:
         return batch.rows
     if is_scalar_schema(batch.schema):
         return batch.column(0).to_pylist()
-    return batch.remove_column(batch.schema.get_field_index(TS_COLUMN)).to_pylist() \
-        if batch.schema.get_field_index(TS_COLUMN) >= 0 else batch.to_pylist()
+    return cast(pa.RecordBatch, user_view(batch)).to_pylist()
 
 
 def to_arrow(batch: Batch, *, operator: str = "an operator") -> pa.RecordBatch:

@@ -58,6 +58,6 @@ def _head_holder(task: Any, op: Any) -> str | None:
             where = f" ({name})" if name else ""
             return f"input {index}, channel {local}{where}"
         return None
-    if getattr(op, "watermarks", None) is not None:
+    if getattr(op, "watermarks", None) is not None:  # a source or timestamps operator
         return "the source's own watermark generator (its slowest split)"
     return None

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..graph.key_groups import check_restored_max_parallelism
 from .handles import STATE_KINDS
 
 #: the format number of canonical keyed state snapshots
@@ -54,12 +55,8 @@ def snapshot_kind(snap: Any, where: str, max_parallelism: int) -> str:
         raise UnsupportedSnapshotFormatError(
             f"{where} has {shown}; this version of lockgate reads keyed state snapshot "
             f"format {SNAPSHOT_FORMAT} and RocksDB checkpoint payloads ({NATIVE_FORMAT!r})")
-    mp = snap.get("max_parallelism")
-    if mp != max_parallelism:
-        raise ConfigurationError(
-            f"{where} was taken with max_parallelism {mp!r}, but the operator runs with "
-            f"max_parallelism {max_parallelism}; max_parallelism cannot change when "
-            "restoring keyed state")
+    check_restored_max_parallelism(snap.get("max_parallelism"), max_parallelism, where,
+                                   "keyed state")
     return kind
 
 

@@ -94,7 +94,6 @@ from .canonical import (
 )
 from .descriptors import StateDescriptor
 from .handles import (
-    STATE_KINDS,
     AggregatingState,
     KeyedStateHandle,
     ListState,
@@ -107,9 +106,9 @@ from .ttl import (
     MIN_WATERMARK,
     StateTtlConfig,
     TtlValue,
-    current_time,
     drop_expired,
     has_ttl_wrapper,
+    snapshot_expiry,
 )
 
 _MISSING: Any = object()
@@ -534,11 +533,7 @@ class HeapKeyedStateBackend:
             views[name] = layers
             self._repoint(name, _Overlay(self, name, layers))
         self._frozen.append(frozen)
-        expiry: dict[str, tuple[StateTtlConfig, int]] = {}
-        for name in views:
-            ttl = self._ttl.get(name)
-            if ttl is not None and ttl.cleanup_on_snapshot:
-                expiry[name] = (ttl, current_time(ttl, self))
+        expiry = snapshot_expiry(views, self._ttl, self)
         snap = KeyedStateSnapshot(self, len(self._frozen), views,
                                   {name: self._kinds[name] for name in views}, expiry)
         with self._lock:

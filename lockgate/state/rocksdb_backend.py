@@ -79,7 +79,7 @@ from .rocksdb_restore import (
     snapshot_kind,
 )
 from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
-from .ttl import MIN_WATERMARK, StateTtlConfig, current_time, has_ttl_wrapper
+from .ttl import MIN_WATERMARK, StateTtlConfig, has_ttl_wrapper, snapshot_expiry
 
 log = logging.getLogger(__name__)
 
@@ -306,11 +306,7 @@ class RocksDBKeyedStateBackend:
         self._snapshots += 1
         path = os.path.join(self.working_dir, "snapshots", str(self._snapshots))
         create_checkpoint(self._db, path)
-        expiry: dict[str, tuple[StateTtlConfig, int]] = {}
-        for name in self._states:
-            ttl = self._ttl.get(name)
-            if ttl is not None and ttl.cleanup_on_snapshot:
-                expiry[name] = (ttl, current_time(ttl, self))
+        expiry = snapshot_expiry(self._states, self._ttl, self)
         cls = IncrementalRocksDBSnapshot if self.incremental else RocksDBSnapshot
         view = cls(operator_name=self.operator_name, max_parallelism=self.max_parallelism,
                    path=path, db_id=self.db_id, states=self._states, expiry=expiry,

@@ -42,7 +42,7 @@ state (:func:`current_time`) in its synchronous part and passes it to
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -247,6 +247,18 @@ def current_time(config: StateTtlConfig, source: TtlTimeSource) -> int:
     if config.time_characteristic == EVENT_TIME:
         return source.current_watermark
     return source.clock.time_ms()
+
+
+def snapshot_expiry(names: Iterable[str], configs: Mapping[str, StateTtlConfig | None],
+                    source: TtlTimeSource) -> dict[str, tuple[StateTtlConfig, int]]:
+    """For the states among ``names`` cleaned up while snapshotting: their TTL config
+    and the ``now`` their expiry is measured at, taken in the synchronous part."""
+    expiry: dict[str, tuple[StateTtlConfig, int]] = {}
+    for name in names:
+        ttl = configs.get(name)
+        if ttl is not None and ttl.cleanup_on_snapshot:
+            expiry[name] = (ttl, current_time(ttl, source))
+    return expiry
 
 
 def stamp_time(config: StateTtlConfig, source: TtlTimeSource) -> int:

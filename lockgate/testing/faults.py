@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ConfigurationError, LockgateError
 
@@ -78,8 +78,20 @@ def _check_delay(fault: object, value: object) -> None:
 
 
 # -- the faults --------------------------------------------------------------------------
+class _Fault:
+    """Checks every fault's arguments when it is made: the common ones (operator,
+    attempt, subtask), then each counter in ``_counted`` (name, lowest value)."""
+
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = ()
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        for name, low in self._counted:
+            _check_int(self, name, getattr(self, name), low)
+
+
 @dataclass(frozen=True)
-class FailAtRecord:
+class FailAtRecord(_Fault):
     """The operator raises :class:`InjectedFault` while processing the batch that holds
     its ``record``-th record (0-based) of this attempt, before processing that batch.
     Records are counted in the batches given to ``process_batch``; for a source, in the
@@ -90,13 +102,11 @@ class FailAtRecord:
     attempt: int = 0
     subtask: int | None = 0
 
-    def __post_init__(self) -> None:
-        _check_common(self)
-        _check_int(self, "record", self.record, 0)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0),)
 
 
 @dataclass(frozen=True)
-class KillWorker:
+class KillWorker(_Fault):
     """Like :class:`FailAtRecord`, but the process is killed (SIGKILL): on Spark, the
     Python worker of the slot running the subtask dies (a lost task). Refused by the
     local executor, whose tasks run in the test's own process."""
@@ -106,13 +116,11 @@ class KillWorker:
     attempt: int = 0
     subtask: int | None = 0
 
-    def __post_init__(self) -> None:
-        _check_common(self)
-        _check_int(self, "record", self.record, 0)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0),)
 
 
 @dataclass(frozen=True)
-class FailSnapshot:
+class FailSnapshot(_Fault):
     """The ``checkpoint``-th snapshot (1-based, counted in this attempt; not the
     checkpoint id) the operator takes fails: ``phase="sync"`` raises from
     ``snapshot_state`` in the task thread (the task fails); ``phase="async"`` returns a
@@ -125,15 +133,16 @@ class FailSnapshot:
     attempt: int = 0
     subtask: int | None = 0
 
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("checkpoint", 1),)
+
     def __post_init__(self) -> None:
-        _check_common(self)
-        _check_int(self, "checkpoint", self.checkpoint, 1)
+        super().__post_init__()
         if self.phase not in ("sync", "async"):
             raise _fail(self, "phase", "'sync' or 'async'", self.phase)
 
 
 @dataclass(frozen=True)
-class DropAcknowledgement:
+class DropAcknowledgement(_Fault):
     """The subtask's ``checkpoint``-th acknowledgement (1-based, counted in this
     attempt) never reaches the coordinator: that checkpoint expires (M-C4).
     ``operator`` may also be the task's name."""
@@ -143,13 +152,11 @@ class DropAcknowledgement:
     attempt: int = 0
     subtask: int | None = 0
 
-    def __post_init__(self) -> None:
-        _check_common(self)
-        _check_int(self, "checkpoint", self.checkpoint, 1)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("checkpoint", 1),)
 
 
 @dataclass(frozen=True)
-class DelayAcknowledgement:
+class DelayAcknowledgement(_Fault):
     """The subtask's ``checkpoint``-th acknowledgement (1-based, counted in this
     attempt) reaches the coordinator ``delay_ms`` late (delivered by a timer thread;
     later acknowledgements are not held back). ``operator`` may also be the task's
@@ -161,14 +168,15 @@ class DelayAcknowledgement:
     attempt: int = 0
     subtask: int | None = 0
 
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("checkpoint", 1),)
+
     def __post_init__(self) -> None:
-        _check_common(self)
+        super().__post_init__()
         _check_delay(self, self.delay_ms)
-        _check_int(self, "checkpoint", self.checkpoint, 1)
 
 
 @dataclass(frozen=True)
-class DelayBarriers:
+class DelayBarriers(_Fault):
     """Before forwarding its ``checkpoint``-th barrier (1-based, counted in this
     attempt), the subtask blocks ``delay_ms`` in the operator's
     ``prepare_snapshot_pre_barrier``: the barrier (and everything behind it) leaves
@@ -181,14 +189,15 @@ class DelayBarriers:
     attempt: int = 0
     subtask: int | None = 0
 
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("checkpoint", 1),)
+
     def __post_init__(self) -> None:
-        _check_common(self)
+        super().__post_init__()
         _check_delay(self, self.delay_ms)
-        _check_int(self, "checkpoint", self.checkpoint, 1)
 
 
 @dataclass(frozen=True)
-class FailDuringAlignment:
+class FailDuringAlignment(_Fault):
     """The operator, which must be the head of its task and have inputs, raises
     :class:`InjectedFault` inside the first alignment of the attempt: right after a
     barrier leaves the task's barrier handler with a checkpoint in progress (some, not
@@ -199,12 +208,10 @@ class FailDuringAlignment:
     attempt: int = 0
     subtask: int | None = 0
 
-    def __post_init__(self) -> None:
-        _check_common(self)
 
 
 @dataclass(frozen=True)
-class FailCommit:
+class FailCommit(_Fault):
     """The operator (a two-phase-commit sink) raises :class:`InjectedFault` on the
     ``checkpoint``-th completion notice (1-based, counted in this attempt) before
     handling it: the transaction was pre-committed but is not committed (M-X2); the
@@ -215,9 +222,7 @@ class FailCommit:
     attempt: int = 0
     subtask: int | None = 0
 
-    def __post_init__(self) -> None:
-        _check_common(self)
-        _check_int(self, "checkpoint", self.checkpoint, 1)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("checkpoint", 1),)
 
 
 #: any fault

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..graph.key_groups import key_groups_of_keys
+from ..graph.key_groups import check_restored_max_parallelism, key_groups_of_keys
 from .timer_queue import FrozenView
 
 #: the ``format`` mark and ``version`` of timer snapshot payloads
@@ -126,12 +126,8 @@ def _check_payload(snap: Any, where: str, max_parallelism: int) -> Mapping[Any, 
         raise ConfigurationError(
             f"{where} has version {version!r}; this version of lockgate reads timer "
             f"snapshots of version {TIMER_SNAPSHOT_VERSION}")
-    mp = snap.get("max_parallelism")
-    if mp != max_parallelism:
-        raise ConfigurationError(
-            f"{where} was taken with max_parallelism {mp!r}, but the operator runs with "
-            f"max_parallelism {max_parallelism}; max_parallelism cannot change when "
-            "restoring timers")
+    check_restored_max_parallelism(snap.get("max_parallelism"), max_parallelism, where,
+                                   "timers")
     groups = snap.get("key_groups")
     if not isinstance(groups, Mapping):
         raise ConfigurationError(

@@ -134,7 +134,7 @@ class FlatMapOperator(_FunctionOperator):
         out: list[Any] = []
         extend = out.extend
         timestamps = timestamps_of(batch)
-        counts = None if timestamps is None else np.zeros(len(rows), dtype=np.int64)
+        counts = None if timestamps is None else [0] * len(rows)
         try:
             for i, r in enumerate(rows):
                 result = fn(r)
@@ -296,10 +296,9 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
     record's, and each output record gets the timestamp of the record it came from.
     With ``keys``, the current key is set per record (keyed process functions)."""
     out: list[Any] = []
-    counts = np.zeros(len(rows), dtype=np.int64)
+    counts = [0] * len(rows)
     try:
-        for i, r in enumerate(rows):
-            ts = int(timestamps[i])
+        for i, (r, ts) in enumerate(zip(rows, timestamps.tolist())):  # Python ints, once
             ectx.timestamp = None if ts == NO_TIMESTAMP else ts
             if keys is not None:
                 k = keys[i]
@@ -320,10 +319,11 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
         if backend is not None:
             backend.current_timestamp = None
     ectx.flush_side_outputs()
-    return RowBatch(out, np.repeat(timestamps, counts))
+    return RowBatch(out, repeat_timestamps(timestamps, counts))
 
 
-def repeat_timestamps(timestamps: np.ndarray | None, counts: np.ndarray | None) -> np.ndarray | None:
+def repeat_timestamps(timestamps: np.ndarray | None,
+                      counts: list[int] | None) -> np.ndarray | None:
     """Each record's timestamp repeated for each output it produced (flat_map, process)."""
     if timestamps is None or counts is None:
         return None

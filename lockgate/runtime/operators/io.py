@@ -16,34 +16,23 @@ from ...connectors.base import (
     assign_splits,
 )
 from ...errors import LockgateError, MalformedRecordError
-from ..batch import Batch, RowBatch, num_rows, user_view, with_timestamps
-from ..elements import MAX_WATERMARK, StreamStatus, Watermark
+from ..batch import Batch, RowBatch, num_rows, user_view
+from ..elements import MAX_WATERMARK, Watermark
 from .base import StreamOperator
+from .event_time import OperatorWatermarks
 
 
 class _OperatorReaderOutput(ReaderOutput):
     def __init__(self, operator: "SourceOperator") -> None:
         self.operator = operator
         self._dead: list[dict[str, Any]] = []
-        self._splits: set[Any] = set()  # splits with a watermark generator
-        self._finished_last: Any = None  # a finished split kept as the only one
 
     def emit(self, batch: Batch) -> None:
         self.emit_from_split(SUBTASK_SPLIT, batch)
 
     def split_finished(self, split_id: Any) -> None:
-        """A finished split stops holding the watermark back; the last one stays until
-        another split starts, so a source between splits (or at its end) never looks
-        idle: IDLE would let downstream valves pass the watermark of data still to
-        come from other subtasks (M-W4)."""
-        watermarks = self.operator.watermarks
-        if watermarks is None or split_id not in self._splits:
-            return
-        if len(self._splits) > 1:
-            self._splits.discard(split_id)
-            watermarks.finish_split(split_id)
-        else:
-            self._finished_last = split_id
+        if self.operator.watermarks is not None:
+            self.operator.watermarks.split_finished(split_id)
 
     def emit_from_split(self, split_id: Any, batch: Batch) -> None:
         counters = self.operator.counters
@@ -54,28 +43,8 @@ class _OperatorReaderOutput(ReaderOutput):
         watermarks = self.operator.watermarks
         if watermarks is None:
             self.operator.emit(batch)
-            return
-        # the generator sees the batch first, so ACTIVE goes out ahead of it (M-W2); a
-        # watermark it emits meanwhile follows the batch
-        if split_id not in self._splits:  # a split's first batch: its own generator
-            self._splits.add(split_id)
-            watermarks.add_split(split_id)
-            last, self._finished_last = self._finished_last, None
-            if last is not None:
-                self._splits.discard(last)
-                watermarks.finish_split(last)
-        out = self.operator.watermark_output
-        out.holding = True
-        try:
-            timestamps = watermarks.on_batch(split_id, batch)
-        except MalformedRecordError as e:
-            out.holding, out.held = False, None
-            e.operator = self.operator.name  # type: ignore[attr-defined]
-            raise
-        if timestamps is not None:
-            batch = with_timestamps(batch, timestamps)
-        self.operator.emit(batch)
-        out.release()
+        else:
+            watermarks.emit(split_id, batch)
 
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
         self._dead.append(record)
@@ -95,38 +64,6 @@ class _OperatorReaderOutput(ReaderOutput):
 SUBTASK_SPLIT = "subtask"
 
 
-class _ElementWatermarkOutput:
-    """Turns a source's generated watermarks and idleness into stream elements (M-W1,
-    M-W2)."""
-
-    def __init__(self, operator: StreamOperator) -> None:
-        self.operator = operator
-        #: while a batch is shown to the generator: a watermark it emits waits for the
-        #: batch (a punctuated watermark must not overtake the records it came from)
-        self.holding = False
-        self.held: int | None = None
-
-    def emit_watermark(self, timestamp: int) -> None:
-        if self.holding:
-            self.held = timestamp if self.held is None else max(self.held, timestamp)
-            return
-        self.operator.note_watermark(timestamp)
-        self.operator.output.emit_element(Watermark(timestamp))
-
-    def release(self) -> None:
-        """After the batch: emit the watermark held back during it, if any."""
-        self.holding = False
-        held, self.held = self.held, None
-        if held is not None:
-            self.emit_watermark(held)
-
-    def mark_idle(self) -> None:
-        self.operator.output.emit_element(StreamStatus.IDLE)
-
-    def mark_active(self) -> None:
-        self.operator.output.emit_element(StreamStatus.ACTIVE)
-
-
 class SourceOperator(StreamOperator):
     """Drives a :class:`SourceReader`; the task calls ``emit_next`` as its default action."""
 
@@ -135,9 +72,8 @@ class SourceOperator(StreamOperator):
         self.source = source
         self.reader: SourceReader | None = None
         self.watermark_strategy = watermark_strategy
-        #: the subtask's watermark generation (``PerSplitWatermarks``), with a strategy
-        self.watermarks: Any = None
-        self.watermark_output: Any = None
+        #: the subtask's watermark generation, with a strategy
+        self.watermarks: OperatorWatermarks | None = None
 
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
@@ -164,11 +100,7 @@ class SourceOperator(StreamOperator):
             raise self.user_error(e) from e
         self.reader_output = _OperatorReaderOutput(self)
         if self.watermark_strategy is not None:
-            from ...time.watermark_output import PerSplitWatermarks
-
-            self.watermark_output = _ElementWatermarkOutput(self)
-            self.watermarks = PerSplitWatermarks(
-                self.watermark_strategy, self.watermark_output, self.ctx.clock)
+            self.watermarks = OperatorWatermarks(self, self.watermark_strategy)
 
     def emit_next(self) -> InputStatus:
         assert self.reader is not None

@@ -1,21 +1,25 @@
 """``stream.assign_timestamps_and_watermarks(strategy)``: event time assigned mid-stream.
 
 Each batch's records get their event timestamps from the strategy's assigner
-(vectorized for a column); the strategy's generator sees them first and its
-watermarks and idleness leave as stream elements (M-W1, M-W2). Periodic emission
-runs on the subtask's processing-time service (the injectable clock). Watermarks
-from upstream are dropped, except the final maximum watermark (end of input), as
-in Flink: the strategy now owns event time.
+(vectorized for a column; without an assigner, the timestamps they already carry);
+the strategy's generator sees them first and its watermarks and idleness leave as
+stream elements (M-W1, M-W2; :class:`~.event_time.OperatorWatermarks`). Periodic
+emission runs on the subtask's processing-time service (the injectable clock).
+Watermarks and statuses from upstream are dropped, except the final maximum
+watermark (end of input), as in Flink: the strategy now owns event time.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import MalformedRecordError
-from ..batch import Batch, num_rows, with_timestamps
+from ..batch import Batch, num_rows
 from ..elements import MAX_WATERMARK, StreamStatus, Watermark
 from .base import StreamOperator
+from .event_time import OperatorWatermarks
+
+#: the one split of this operator's input
+INPUT = "input"
 
 
 class TimestampsAndWatermarksOperator(StreamOperator):
@@ -24,10 +28,10 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self.strategy = strategy
 
     def open(self) -> None:
-        from ...time.watermark_output import PerSplitWatermarks
-
-        self.watermarks = PerSplitWatermarks(self.strategy, self, self.ctx.clock)
-        self.watermarks.add_split("input")
+        self.watermarks = OperatorWatermarks(self, self.strategy)
+        # the input holds event time back from the start, data or not (idle only with
+        # the strategy's idleness)
+        self.watermarks.add_split(INPUT)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -41,39 +45,9 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         self.watermarks.emit_periodic_if_due()
         self._schedule()
 
-    # WatermarkOutput --------------------------------------------------------------
-    _holding = False
-    _held: int | None = None
-
-    def emit_watermark(self, timestamp: int) -> None:
-        if self._holding:  # a punctuated watermark waits for the batch it came from
-            self._held = timestamp if self._held is None else max(self._held, timestamp)
-            return
-        if timestamp > self.current_watermark:
-            self.note_watermark(timestamp)
-            self.output.emit_element(Watermark(timestamp))
-
-    def mark_idle(self) -> None:
-        self.output.emit_element(StreamStatus.IDLE)
-
-    def mark_active(self) -> None:
-        self.output.emit_element(StreamStatus.ACTIVE)
-
-    # stream --------------------------------------------------------------------------
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         self.counters.records_in += num_rows(batch)
-        self._holding = True
-        try:
-            timestamps = self.watermarks.on_batch("input", batch)
-        except MalformedRecordError as e:
-            e.operator = self.name  # type: ignore[attr-defined]
-            raise
-        finally:
-            self._holding = False
-        self.emit(batch if timestamps is None else with_timestamps(batch, timestamps))
-        held, self._held = self._held, None
-        if held is not None:
-            self.emit_watermark(held)
+        self.watermarks.emit(INPUT, batch)
 
     def process_watermark(self, watermark: Watermark, input_index: int = 0) -> None:
         if watermark.timestamp == MAX_WATERMARK:
