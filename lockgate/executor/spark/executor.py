@@ -191,6 +191,7 @@ class SparkExecutor:
     def _watch(self, plan: ExecutionPlan, server: ControlServer,
                outcome: "queue.Queue[tuple[str, Any]]", gen: int, handle: JobHandle,
                run: Any, gateway: "_SparkGateway") -> list[dict[str, Any]]:
+        submitted = time.monotonic()
         while True:
             if handle.cancel_requested.is_set():
                 raise _CancelRequested()
@@ -217,6 +218,17 @@ class SparkExecutor:
                 if event.type == FAILED:
                     raise _reported_failure(plan, event.payload)
             now = time.monotonic()
+            started = len(server.registrations)
+            if started < plan.num_slots and now - submitted > self.heartbeat_timeout_s:
+                # a slot that never starts never heartbeats: without this, a barrier stage
+                # Spark cannot schedule (its task slots held by something else) waits forever
+                raise JobFailedError(
+                    f"job '{plan.job_name}' failed: only {started} of {plan.num_slots} slots "
+                    f"started within {self.heartbeat_timeout_s:.0f}s (heartbeat_timeout_s); "
+                    "Spark did not run every task of the barrier stage (are its executors "
+                    "busy with another job?)",
+                    reason=FailureReason.TASK_LOST,
+                )
             for slot, seen in list(server.last_heartbeat.items()):
                 if slot not in server.finished and now - seen > self.heartbeat_timeout_s:
                     raise JobFailedError(
