@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Make sure the services the connector tests use are running on 127.0.0.1:
 # PostgreSQL (5432), Redis (6379) and NATS with JetStream (4222). A service that already
-# answers is left alone; one that does not is started. A service whose programs are not
+# answers is left alone; one that does not is started. PostgreSQL must allow prepared
+# transactions (PostgresSink's exactly-once mode): when max_prepared_transactions is 0,
+# it is set to 64 (ALTER SYSTEM) and the server restarted. A service whose programs are not
 # installed gets a warning and is skipped (no test needs it yet).
 # Exit status: 0 when every installed service answers, 1 when one failed to start.
 set -uo pipefail
@@ -41,6 +43,19 @@ else
     say "starting PostgreSQL"
     pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start || true
     wait_until "PostgreSQL" postgres_up && say "PostgreSQL is running"
+fi
+pg_setting() {
+    psql -h 127.0.0.1 -U postgres -d postgres -Atc "SHOW $1" 2>/dev/null
+}
+if command -v psql >/dev/null && postgres_up && [ "$(pg_setting max_prepared_transactions)" = 0 ]; then
+    say "PostgreSQL: max_prepared_transactions = 64 (was 0), restarting"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "ALTER SYSTEM SET max_prepared_transactions = 64" \
+        && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart || true
+    wait_until "PostgreSQL" postgres_up
+    if [ "$(pg_setting max_prepared_transactions)" = 0 ]; then
+        warn "PostgreSQL still has max_prepared_transactions = 0"
+        failed=1
+    fi
 fi
 
 # Redis

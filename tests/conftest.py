@@ -35,6 +35,9 @@ import pytest
 
 import lockgate as lg
 
+#: PostgreSQL fixtures of the connector tests (pg_table, pg_without_prepared_transactions)
+pytest_plugins = ["pg_fixtures"]
+
 HANG_GUARD_S = 60.0
 
 #: task slots of the shared Spark session (``local[2]``): the largest parallelism it can run

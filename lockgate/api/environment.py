@@ -14,6 +14,7 @@ from ..checkpoint.config import CheckpointConfig, CheckpointingMode
 from ..checkpoint.storage import open_storage
 from ..connectors.base import Source
 from ..errors import ConfigurationError
+from ..executor.preflight import check_connectors
 from ..executor.result import JobExecutionResult
 from ..graph.execution_plan import ExecutionPlan, build_execution_plan
 from ..graph.job_graph import JobGraph, build_job_graph
@@ -249,12 +250,15 @@ class StreamEnvironment:
         Failed attempts restart as the restart strategy says (M-R1, M-R2). Raises
         ``InvalidGraphError`` for a bad graph (before anything runs),
         ``RestoreError`` when nothing at ``restore_from`` can be restored, and
-        ``JobFailedError`` when the job fails for good.
+        ``JobFailedError`` when the job fails for good. Sources and sinks check their
+        settings first (``check_before_run``, e.g. a database that cannot take the
+        sink's transactions) and raise ``ConfigurationError`` before anything runs.
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
         plan = self.get_execution_plan(job_name, restore_from=restore_from,
                                        allow_non_restored_state=allow_non_restored_state)
+        check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         client = JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle),
                            background=False)
@@ -273,6 +277,7 @@ class StreamEnvironment:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
         plan = self.get_execution_plan(job_name, restore_from=restore_from,
                                        allow_non_restored_state=allow_non_restored_state)
+        check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         return JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle))
 

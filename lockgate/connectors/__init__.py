@@ -6,7 +6,11 @@ from .collection import CollectionSource
 from .discarding_sink import DiscardingSink
 from .file_sink import FileSink
 from .file_source import FileSource
+from .nats_jetstream import NatsJetStreamSource
+from .postgres_sink import PostgresSink
 from .print_sink import PrintSink
+from .rate_limit import RateLimitedSource
+from .redis_stream import RedisStreamSource
 from .sequence import SequenceSource
 from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 
@@ -18,7 +22,11 @@ __all__ = [
     "FileSource",
     "FinalCommit",
     "InputStatus",
+    "NatsJetStreamSource",
+    "PostgresSink",
     "PrintSink",
+    "RateLimitedSource",
+    "RedisStreamSource",
     "ReaderOutput",
     "SequenceSource",
     "Sink",

@@ -15,10 +15,13 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any
 
+from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.batch import Batch
 from ..runtime.context import RuntimeContext
 
 DEAD_LETTER_TAG = "dead-letter"
+#: what a source does with a record it cannot parse
+ON_ERROR = ("fail", "dead_letter")
 
 
 class InputStatus(enum.Enum):
@@ -51,6 +54,12 @@ class ReaderOutput(ABC):
 class SourceReader(ABC):
     """Reads the splits of one subtask."""
 
+    #: On restore, readers get the unfinished splits of the old subtasks assigned to
+    #: them (old subtask ``j`` goes to new subtask ``j % parallelism``). A reader that
+    #: assigns work by a rule of its own (e.g. a hash of a file name) sets this to True:
+    #: it then gets the splits of *every* old subtask and keeps its own share.
+    restores_every_split: bool = False
+
     @abstractmethod
     def add_splits(self, splits: list[Any]) -> None: ...
 
@@ -75,6 +84,15 @@ class Source(ABC):
     bounded: bool = True
     #: a short name shown in plans when the user gives none
     default_name: str = "source"
+    #: ``"dead_letter"``: records the source cannot parse go to the side output
+    #: ``lg.DEAD_LETTER`` (see :func:`report_malformed`); ``"fail"``: they fail the job
+    on_error: str = "fail"
+
+    @property
+    def side_outputs(self) -> tuple[str, ...]:
+        """The side outputs the source emits: the dead letters with ``on_error="dead_letter"``
+        (something must read them, or the job is refused: they would be lost)."""
+        return (DEAD_LETTER_TAG,) if self.on_error == "dead_letter" else ()
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[Any]:
@@ -86,6 +104,10 @@ class Source(ABC):
     def max_parallelism(self) -> int | None:
         """The largest parallelism this source can use (None: any)."""
         return None
+
+    def check_before_run(self) -> None:
+        """Called on the driver before a job with this source starts: raise
+        ``ConfigurationError`` for a setting the job cannot run with. Default: nothing."""
 
 
 class SinkWriter(ABC):
@@ -108,6 +130,11 @@ class SinkWriter(ABC):
 class Sink(ABC):
     default_name: str = "sink"
 
+    def check_before_run(self) -> None:
+        """Called on the driver before a job with this sink starts: raise
+        ``ConfigurationError`` for a setting the job cannot run with (e.g. a database
+        that cannot take the sink's transactions). Default: nothing."""
+
     @abstractmethod
     def create_writer(self, ctx: RuntimeContext) -> SinkWriter: ...
 
@@ -115,3 +142,38 @@ class Sink(ABC):
 def assign_splits(splits: list[Any], subtask_index: int, parallelism: int) -> list[Any]:
     """The splits of subtask ``subtask_index``: every ``parallelism``-th, from its index."""
     return splits[subtask_index::parallelism]
+
+
+def check_on_error(source: str, on_error: object) -> str:
+    """``on_error`` of source ``source`` checked: ``"fail"`` or ``"dead_letter"``."""
+    if on_error not in ON_ERROR:
+        raise ConfigurationError(
+            f"{source} on_error must be 'fail' (a malformed record fails the job with its "
+            f"position) or 'dead_letter' (it goes to the side output lg.DEAD_LETTER), "
+            f"got {on_error!r}"
+        )
+    return str(on_error)
+
+
+def report_malformed(on_error: str, output: ReaderOutput, *, what: str, location: str,
+                     raw: Any, error: str, **fields: Any) -> None:
+    """A record a source cannot parse: never dropped (the "Bad input" rule).
+
+    With ``on_error="dead_letter"`` it goes to the dead-letter side output as a dict
+    ``{"location", "raw", "error", **fields}`` (``fields`` name the position, e.g.
+    ``file`` and ``line``, or ``stream`` and ``id``); otherwise this raises
+    :class:`~lockgate.errors.MalformedRecordError` with ``location``. ``what`` names
+    the kind of record, e.g. ``"jsonl record"``.
+    """
+    if on_error == "dead_letter":
+        output.emit_dead_letter(
+            {"location": location, **fields, "raw": raw, "error": error}
+        )
+        return
+    raise MalformedRecordError(
+        f"malformed {what} at {location}: {error} (raw: {raw!r:.200}); fix the input, or "
+        "pass on_error='dead_letter' to route such records to the side output "
+        "lg.DEAD_LETTER",
+        location=location,
+        raw=raw,
+    )

@@ -5,16 +5,26 @@ unless ``on_error="dead_letter"``: then it goes to the side output
 ``lg.DEAD_LETTER`` (``stream.get_side_output(lg.DEAD_LETTER)``) as a dict with
 ``location``, ``file``, ``line``, ``raw`` and ``error``. Nothing is dropped.
 Each split keeps its read position (the lines or rows already emitted).
+
+With ``monitor_interval`` the source watches a folder and never ends (see
+:class:`FileSource`): every subtask claims the new files whose name hashes to it and
+checkpoints the positions of its unfinished files plus the names of its finished ones
+(:class:`DoneFiles`), so a restore, also at another parallelism, reads every file
+exactly once (M-X1, M-R1).
 """
 
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
+import math
 import os
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,20 +32,65 @@ import pyarrow.parquet as pq
 from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.batch import RowBatch
 from ..runtime.context import RuntimeContext
-from .base import InputStatus, ReaderOutput, Source, SourceReader
+from .base import (
+    InputStatus,
+    ReaderOutput,
+    Source,
+    SourceReader,
+    check_on_error,
+    report_malformed,
+)
 
 FORMATS = ("jsonl", "csv", "parquet")
-ON_ERROR = ("fail", "dead_letter")
 
 
 @dataclass
 class FileSplit:
-    """One file; ``position`` counts the records (lines for jsonl/csv, rows for parquet)
-    already consumed, ``line`` the physical lines read."""
+    """One file; ``position`` counts what is already consumed (physical lines for jsonl,
+    rows after the header for csv, rows for parquet): a restore resumes after it."""
 
     split_id: str
     path: str
     position: int = 0
+
+
+@dataclass(frozen=True)
+class DoneFiles:
+    """Checkpoint marker of a folder-watching :class:`FileSource` subtask: the names
+    (not paths) of the files it has read to the end. Stored beside its unfinished
+    :class:`FileSplit` s; on restore the union over every old subtask is never read
+    again."""
+
+    names: frozenset[str]
+
+
+def _visible(name: str) -> bool:
+    """Whether a folder entry is input: names starting with "." or "_" (in-progress
+    files, markers such as ``_SUCCESS``) are not."""
+    return not name.startswith((".", "_"))
+
+
+def file_owner(name: str, parallelism: int) -> int:
+    """The subtask (of ``parallelism``) that reads the watched file called ``name``: a
+    CRC-32 of its UTF-8 name, so every process and every run agrees (unlike ``hash``)."""
+    return zlib.crc32(name.encode("utf-8", "surrogateescape")) % parallelism
+
+
+def _interval_s(value: object) -> float:
+    """``monitor_interval`` in seconds, checked: a positive finite number or timedelta."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigurationError(
+            f"FileSource monitor_interval must be a positive number of seconds or a "
+            f"datetime.timedelta (or None for a bounded source that reads what is there), "
+            f"got {value!r}"
+        )
+    return seconds
 
 
 class FileSource(Source):
@@ -44,7 +99,33 @@ class FileSource(Source):
     ``format``: ``"jsonl"`` (one JSON value per line; blank lines are skipped),
     ``"csv"`` (a header line, then one record per row; values become int, float
     or str, empty fields None, unless ``csv_types`` maps a column to a
-    converter such as ``int`` or ``str``) or ``"parquet"``.
+    converter such as ``int`` or ``str``) or ``"parquet"``. Visible files are
+    those whose name starts with neither "." nor "_".
+
+    Without ``monitor_interval`` the source is bounded: it reads the files there
+    when the job starts (one split each, spread over the subtasks) and ends.
+
+    ``monitor_interval`` (seconds, or a ``datetime.timedelta``) watches the folder
+    ``path`` instead; the source is then unbounded (the job runs until it is cancelled
+    or stopped):
+
+    * each subtask lists the folder at most once per interval (on the job's clock)
+      and claims the visible files whose name hashes to it
+      (:func:`file_owner`: CRC-32 of the name modulo the parallelism), reading them
+      one after another in name order; it lists only between files, so a file in
+      progress is read to its end first;
+    * files are identified by their name: a file is read once, and a name once read
+      is never read again, even if the file is rewritten or replaced;
+    * writers must create files atomically: write under a hidden name (e.g.
+      ``.name.tmp``) and rename it into place when complete. A visible file is
+      taken to be complete; appending to it, or deleting it before it was read,
+      is not supported (the latter fails the job naming the file);
+    * checkpoints hold each subtask's unfinished files with their read positions
+      and the names of its finished ones (:class:`DoneFiles`). On restore, also at
+      another parallelism, the subtasks re-divide those files by the same hash and
+      resume each at its position (M-R1), so with an exactly-once sink every record
+      arrives exactly once (M-X1). The set of finished names grows with the number
+      of files ever read (names only, a few bytes each).
     """
 
     default_name = "files"
@@ -54,6 +135,7 @@ class FileSource(Source):
         path: str | os.PathLike[str],
         format: str = "jsonl",
         *,
+        monitor_interval: float | datetime.timedelta | None = None,
         on_error: str = "fail",
         batch_size: int = 8192,
         csv_types: dict[str, Callable[[str], Any]] | None = None,
@@ -62,10 +144,7 @@ class FileSource(Source):
             raise ConfigurationError(
                 f"FileSource format must be one of {', '.join(FORMATS)}, got {format!r}"
             )
-        if on_error not in ON_ERROR:
-            raise ConfigurationError(
-                f"FileSource on_error must be 'fail' or 'dead_letter', got {on_error!r}"
-            )
+        check_on_error("FileSource", on_error)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"FileSource batch_size must be >= 1, got {batch_size!r}")
         self.path = os.fspath(path)
@@ -73,32 +152,51 @@ class FileSource(Source):
             raise ConfigurationError(
                 f"FileSource path {self.path!r} does not exist: give an existing file or folder"
             )
+        #: seconds between listings of the watched folder; None: bounded
+        self.monitor_interval: float | None = None
+        if monitor_interval is not None:
+            self.monitor_interval = _interval_s(monitor_interval)
+            if not os.path.isdir(self.path):
+                raise ConfigurationError(
+                    f"FileSource with monitor_interval watches a folder, but {self.path!r} "
+                    "is not one: give a folder (new files appear in it by an atomic rename)"
+                )
+            self.bounded = False
         self.format = format
         self.on_error = on_error
         self.batch_size = batch_size
         self.csv_types = dict(csv_types or {})
 
     @property
-    def side_outputs(self) -> tuple[str, ...]:
-        return ("dead-letter",) if self.on_error == "dead_letter" else ()
+    def monitoring(self) -> bool:
+        """Whether the source watches its folder (``monitor_interval`` was given)."""
+        return self.monitor_interval is not None
 
     def files(self) -> list[str]:
         if os.path.isdir(self.path):
             names = sorted(
                 n for n in os.listdir(self.path)
-                if not n.startswith((".", "_")) and os.path.isfile(os.path.join(self.path, n))
+                if _visible(n) and os.path.isfile(os.path.join(self.path, n))
             )
             return [os.path.join(self.path, n) for n in names]
         return [self.path]
 
     def create_splits(self, parallelism: int) -> list[FileSplit]:
+        """Bounded: one split per file. Watching: none (each subtask finds its files
+        when it lists the folder)."""
+        if self.monitoring:
+            return []
         return [FileSplit(f"file-{i}", p) for i, p in enumerate(self.files())]
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
+        if self.monitoring:
+            return _MonitoringFileReader(self, ctx)
         return _FileReader(self)
 
 
 class _FileReader(SourceReader):
+    """Reads its splits one after another; ends when they are exhausted."""
+
     def __init__(self, source: FileSource) -> None:
         self.source = source
         self.splits: list[FileSplit] = []
@@ -110,6 +208,12 @@ class _FileReader(SourceReader):
     def poll(self, output: ReaderOutput) -> InputStatus:
         if not self.splits:
             return InputStatus.END_OF_INPUT
+        self._read_first(output)
+        return InputStatus.MORE_AVAILABLE if self.splits else InputStatus.END_OF_INPUT
+
+    def _read_first(self, output: ReaderOutput) -> None:
+        """Emit the next batch of the first split; when it is exhausted, close it, drop
+        it and report it finished."""
         split = self.splits[0]
         if self._open is None:
             self._open = _open_reader(self.source, split)
@@ -121,16 +225,125 @@ class _FileReader(SourceReader):
             self._open.close()
             self._open = None
             self.splits.pop(0)
+            self._finished(split)
             output.split_finished(split.split_id)
-        return InputStatus.MORE_AVAILABLE if self.splits else InputStatus.END_OF_INPUT
 
-    def snapshot_positions(self) -> list[FileSplit]:
+    def _finished(self, split: FileSplit) -> None:
+        """Hook: ``split`` was read to its end."""
+
+    def snapshot_positions(self) -> list[Any]:
         return [FileSplit(s.split_id, s.path, s.position) for s in self.splits]
 
     def close(self) -> None:
         if self._open is not None:
             self._open.close()
             self._open = None
+
+
+class _MonitoringFileReader(_FileReader):
+    """Watches ``source.path``: claims the files :func:`file_owner` gives to this
+    subtask, reads them in name order, never ends.
+
+    Restores take the splits of every old subtask (``restores_every_split``): the
+    :class:`DoneFiles` of all of them and the unfinished :class:`FileSplit` s this
+    subtask owns at the new parallelism.
+    """
+
+    restores_every_split = True
+
+    def __init__(self, source: FileSource, ctx: RuntimeContext) -> None:
+        super().__init__(source)
+        assert source.monitor_interval is not None
+        self.clock = ctx.clock
+        self.subtask_index = ctx.subtask_index
+        self.parallelism = ctx.parallelism
+        self.interval_ms = source.monitor_interval * 1000.0
+        #: names of the files this subtask has read to the end (its own share)
+        self.done: set[str] = set()
+        #: when the folder may be listed next (None: at the next poll)
+        self._next_scan_ms: float | None = None
+
+    @staticmethod
+    def split_id(name: str) -> str:
+        """The split id of the watched file ``name``: the same in every run and subtask."""
+        return f"file:{name}"
+
+    def _owns(self, name: str) -> bool:
+        return file_owner(name, self.parallelism) == self.subtask_index
+
+    def add_splits(self, splits: list[Any]) -> None:
+        """Take restored state (everything of every old subtask): union the finished
+        names, keep the unfinished files this subtask owns, at their positions."""
+        restored: dict[str, FileSplit] = {}
+        for item in splits:
+            if isinstance(item, DoneFiles):
+                self.done.update(n for n in item.names if self._owns(n))
+            elif isinstance(item, FileSplit):
+                name = os.path.basename(item.path)
+                if self._owns(name) and name not in restored:
+                    restored[name] = FileSplit(self.split_id(name), item.path, item.position)
+            else:
+                raise ConfigurationError(
+                    f"FileSource watching {self.source.path!r} cannot restore {item!r}: the "
+                    "checkpoint holds another source's state under this source's uid"
+                )
+        have = {os.path.basename(s.path) for s in self.splits}
+        self.splits.extend(s for name, s in restored.items()
+                           if name not in self.done and name not in have)
+        self._sort()
+
+    def _sort(self) -> None:
+        """Name order; the file being read (if any) stays first."""
+        keep = 1 if self._open is not None else 0
+        self.splits[keep:] = sorted(self.splits[keep:], key=lambda s: os.path.basename(s.path))
+
+    def _scan(self) -> None:
+        """Claim the visible files of the folder that this subtask owns and has neither
+        finished nor claimed yet."""
+        folder = self.source.path
+        try:
+            names = os.listdir(folder)
+        except OSError as e:
+            raise OSError(f"FileSource cannot list the watched folder {folder!r}: {e}") from e
+        claimed = {os.path.basename(s.path) for s in self.splits}
+        for name in names:
+            if (not _visible(name) or name in self.done or name in claimed
+                    or not self._owns(name)):
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                self.splits.append(FileSplit(self.split_id(name), path))
+        self._sort()
+
+    def poll(self, output: ReaderOutput) -> InputStatus:
+        """Read the next batch of the claimed files; between files, list the folder when
+        the interval has passed. Never END_OF_INPUT."""
+        if self._open is None and self._scan_due():
+            self._scan()
+            self._next_scan_ms = self.clock.monotonic_ms() + self.interval_ms
+        if not self.splits:
+            return InputStatus.NOTHING_AVAILABLE
+        self._read_first(output)
+        if self.splits or self._scan_due():
+            return InputStatus.MORE_AVAILABLE
+        return InputStatus.NOTHING_AVAILABLE
+
+    def _scan_due(self) -> bool:
+        return self._next_scan_ms is None or self.clock.monotonic_ms() >= self._next_scan_ms
+
+    def wait_hint_ms(self) -> float | None:
+        """Milliseconds until the next listing of the folder."""
+        if self._next_scan_ms is None:
+            return 0.0
+        return max(0.0, self._next_scan_ms - self.clock.monotonic_ms())
+
+    def _finished(self, split: FileSplit) -> None:
+        self.done.add(os.path.basename(split.path))
+
+    def snapshot_positions(self) -> list[Any]:
+        """Copies of the unfinished files with their positions, then one
+        :class:`DoneFiles` with the names of the finished ones."""
+        return [*super().snapshot_positions(), DoneFiles(frozenset(self.done))]
 
 
 def _open_reader(source: FileSource, split: FileSplit) -> Any:
@@ -144,24 +357,15 @@ def _open_reader(source: FileSource, split: FileSplit) -> Any:
 def _bad(source: FileSource, output: ReaderOutput, path: str, line: int | None, raw: Any,
          error: str) -> None:
     location = f"{path}:{line}" if line is not None else path
-    if source.on_error == "dead_letter":
-        output.emit_dead_letter(
-            {"location": location, "file": path, "line": line, "raw": raw, "error": error}
-        )
-        return
-    raise MalformedRecordError(
-        f"malformed {source.format} record at {location}: {error} (raw: {raw!r:.200}); fix the "
-        "input, or pass on_error='dead_letter' to route such records to a side output",
-        location=location,
-        raw=raw,
-    )
+    report_malformed(source.on_error, output, what=f"{source.format} record", location=location,
+                     raw=raw, error=error, file=path, line=line)
 
 
 class _JsonLines:
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
-        self.file = open(split.path, "rb")
+        self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
         self.line = 0
         for _ in range(split.position):  # resume: skip consumed lines
             if not self.file.readline():
@@ -214,7 +418,7 @@ class _DecodedLines:
         self.error: str | None = None
         self.raw: bytes = b""
 
-    def __iter__(self) -> "_DecodedLines":
+    def __iter__(self) -> _DecodedLines:
         return self
 
     def __next__(self) -> str:
@@ -233,7 +437,7 @@ class _Csv:
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
-        self.file = open(split.path, "rb")
+        self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
         self.lines = _DecodedLines(self.file)
         self.reader = csv.reader(self.lines)
         try:

@@ -12,7 +12,14 @@ value of the user's choosing, ``TXN``: e.g. the path of a temporary file):
   ``commit``ted: published atomically;
 * on restore, the pending transactions of the checkpoint are committed again
   (``recover_and_commit``; ``commit`` must be idempotent) and the transaction
-  that was open at the checkpoint is discarded (``recover_and_abort``).
+  that was open at the checkpoint is discarded (``recover_and_abort``); then
+  ``abort_lingering`` discards whatever else earlier attempts left behind (a
+  transaction pre-committed for a checkpoint that never completed);
+* when the job ends (finished, cancelled or failed for good), the driver
+  commits the pending transactions of the run's newest completed checkpoint
+  (they belong to it; committing is idempotent) and calls ``abort_lingering``
+  once more, so a sink that keeps transactions in an external system (such as
+  PostgreSQL's prepared transactions) leaves none behind.
 
 A commit that raises fails the task; the transaction stays pending, so the
 restarted job (or the next completion notice) commits it again (M-X3).
@@ -106,6 +113,27 @@ class TwoPhaseCommitSink(Sink, Generic[TXN]):
         start); it comes before the first new transaction is begun.
         """
 
+    def pre_commit_at(self, transaction: TXN, checkpoint_id: int | None) -> None:
+        """:meth:`pre_commit` for the checkpoint ``checkpoint_id`` whose barrier ends
+        ``transaction`` (None: the end of a bounded input). Override it when the id
+        matters, e.g. to name the transaction; the default calls :meth:`pre_commit`."""
+        self.pre_commit(transaction)
+
+    def abort_lingering(self, keep: list[TXN], ctx: RuntimeContext, *,
+                        job_ended: bool = False) -> None:
+        """Abort the transactions this sink left pre-committed in an external system
+        that no checkpoint will commit, except those in ``keep``.
+
+        Called by every subtask after recovery (``keep`` holds the pending transactions
+        of *every* old subtask in the restored checkpoint, which their new owners
+        commit; transactions of the attempt now running, ``ctx.attempt_number`` of
+        ``ctx.run_id``, must be left alone), and once on the driver when the job has
+        ended (``job_ended=True``; ``ctx`` names the job, run and sink, with subtask 0
+        of 1; ``keep`` was just committed, and nothing runs any more). Sinks whose
+        uncommitted transactions are private (temporary files) need not override it;
+        the default does nothing.
+        """
+
     def close(self) -> None:
         """Release this subtask's resources; pending transactions must be left intact."""
 
@@ -167,6 +195,9 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
     nothing pending is lost or committed twice out of order.
     """
 
+    #: the sink operator passes the states of every old subtask too (``every_state``)
+    wants_every_state = True
+
     def __init__(self, sink: TwoPhaseCommitSink[TXN], ctx: RuntimeContext) -> None:
         self.sink = sink
         self.ctx = ctx
@@ -179,12 +210,15 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def initialize_state(self, states: list[Any]) -> None:
+    def initialize_state(self, states: list[Any], *,
+                         every_state: list[Any] | None = None) -> None:
         """Recover the snapshots ``states`` (empty on a fresh start), then begin a transaction.
 
         For each snapshot: recover-and-commit its pending transactions in
         checkpoint order, then recover-and-abort the transaction that was open
-        (begun after that checkpoint, M-X2).
+        (begun after that checkpoint, M-X2). Then ``abort_lingering`` gets the
+        pending transactions of ``every_state`` (the snapshots of every old subtask,
+        ``states`` when not given) to keep.
         """
         if self._initialized or self._current or self._pending:
             raise RuntimeError(
@@ -203,6 +237,9 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
                 self.sink.recover_and_abort(transaction)
                 recovered.append(transaction)
         self.sink.finish_recovery(recovered)
+        keep = [txn for state in (states if every_state is None else every_state)
+                if state is not None for _, txn in self._parse(state)[0]]
+        self.sink.abort_lingering(keep, self.ctx)
         self._begin()
 
     def write(self, batch: Batch) -> None:
@@ -281,7 +318,7 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
     def _pre_commit_current(self, checkpoint_id: int | None) -> None:
         if self._current:
             transaction = self._current[0]
-            self.sink.pre_commit(transaction)
+            self.sink.pre_commit_at(transaction, checkpoint_id)
             # pending only once pre_commit succeeded; a failure leaves it open (aborted on restore)
             self._pending.append(_Pending(checkpoint_id, transaction))
             self._current = []
@@ -301,3 +338,10 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
             ) from e
         pending.sort(key=lambda p: p[0])
         return pending, current
+
+
+def pending_transactions(state: Any) -> list[Any]:
+    """The pending transactions of a :meth:`TwoPhaseCommitWriter.snapshot_state` value."""
+    if not isinstance(state, dict):
+        return []
+    return [txn for _, txn in state.get("pending", [])]

@@ -15,7 +15,10 @@ attempts:
    every source rewinds, unaligned channel state is replayed first;
 4. when an attempt finishes, the transactions two-phase-commit sinks
    pre-committed at the end of their input are committed (M-X2), retried with
-   the same backoff when a commit fails (M-X3).
+   the same backoff when a commit fails (M-X3);
+5. however the run ends, two-phase-commit sinks are settled
+   (:func:`~lockgate.recovery.settle.settle_two_phase_sinks`): nothing is left
+   pre-committed.
 
 Checkpoints that were in storage before this run started (an earlier run of
 the job) are never restored automatically, only through ``restore_from``.
@@ -39,6 +42,7 @@ from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
 from .restore import RestoreSpec, newest_restorable
+from .settle import settle_two_phase_sinks
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +58,19 @@ def default_restart_strategy(plan: ExecutionPlan) -> RestartStrategy:
 def run_with_restarts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
                       clock: Clock, first_attempt: int = 0) -> JobExecutionResult:
     """Run ``plan`` attempt after attempt (see the module docstring)."""
+    floor = _newest_id_at_start(plan)
+    try:
+        return _run_attempts(plan, run_attempt, handle=handle, clock=clock,
+                             first_attempt=first_attempt, floor=floor)
+    finally:
+        settle_two_phase_sinks(plan, floor)
+
+
+def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
+                  clock: Clock, first_attempt: int, floor: int) -> JobExecutionResult:
     strategy = plan.restart_strategy or default_restart_strategy(plan)
     backoff = strategy.create_backoff(clock)
     initial: RestoreSpec | None = plan.restore
-    floor = _newest_id_at_start(plan)
     restore = initial
     attempt = first_attempt
     started = time.monotonic()

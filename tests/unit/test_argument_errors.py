@@ -69,7 +69,8 @@ def test_file_source_rejects_an_unknown_format_and_on_error(tmp_path) -> None:
     f.write_text("{}\n")
     with pytest.raises(lg.ConfigurationError, match="jsonl, csv, parquet"):
         FileSource(f, format="xml")
-    with pytest.raises(lg.ConfigurationError, match="'fail' or 'dead_letter'"):
+    with pytest.raises(lg.ConfigurationError,
+                       match=r"on_error must be 'fail' \(.*\) or 'dead_letter'.*'ignore'"):
         FileSource(f, on_error="ignore")
 
 

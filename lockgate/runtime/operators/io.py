@@ -79,9 +79,13 @@ class SourceOperator(StreamOperator):
         """Take over the unfinished splits, with their read positions, recorded by the
         old subtasks assigned to this one (M-R1: the source rewinds to them)."""
         self._restored_splits: list[Any] | None = None
+        self._restored_every_split: list[Any] | None = None
         if restored is not None:
             self._restored_splits = [
                 split for state in restored.assigned() if state for split in state["splits"]
+            ]
+            self._restored_every_split = [
+                split for state in restored.all() if state for split in state["splits"]
             ]
 
     def open(self) -> None:
@@ -89,6 +93,8 @@ class SourceOperator(StreamOperator):
             self.reader = self.source.create_reader(self.ctx)
             restored = getattr(self, "_restored_splits", None)
             if restored is not None:
+                if self.reader.restores_every_split:
+                    restored = getattr(self, "_restored_every_split", None) or []
                 self.reader.add_splits(restored)
             else:
                 splits = self.source.create_splits(self.ctx.parallelism)
@@ -166,7 +172,13 @@ class SinkOperator(StreamOperator):
             initialize = getattr(self.writer, "initialize_state", None)
             if callable(initialize):
                 restored, self._restored = self._restored, None
-                initialize(restored.assigned() if restored is not None else [])
+                if restored is None:
+                    initialize([])
+                elif getattr(self.writer, "wants_every_state", False):
+                    # transactional writers also see what the other subtasks restore
+                    initialize(restored.assigned(), every_state=restored.all())
+                else:
+                    initialize(restored.assigned())
         except LockgateError:
             raise
         except Exception as e:

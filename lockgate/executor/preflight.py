@@ -1,0 +1,37 @@
+"""Checks that run on the driver before a job starts: each source's and sink's
+``check_before_run`` (e.g. PostgresSink refuses a server without prepared
+transactions), so a setting the job cannot run with fails at once, naming itself,
+instead of in every restart of every subtask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+
+from ..graph.execution_plan import ExecutionPlan
+from ..graph.transformations import Kind
+
+
+def connectors_of(plan: ExecutionPlan, kind: Kind) -> dict[str, Any]:
+    """Operator uid -> the plan's own copy of each source (``Kind.SOURCE``) or sink
+    (``Kind.SINK``) object; copies are never opened."""
+    arg = "source" if kind is Kind.SOURCE else "sink"
+    found: dict[str, Any] = {}
+    for vertex in plan.vertices:
+        for op in vertex.operators:
+            if op.kind is kind:
+                connector = cloudpickle.loads(op.payload).kwargs.get(arg)
+                if connector is not None:
+                    found[op.uid] = connector
+    return found
+
+
+def check_connectors(plan: ExecutionPlan) -> None:
+    """Call ``check_before_run()`` of every source and sink of ``plan`` that has one;
+    their errors propagate as they are."""
+    for kind in (Kind.SOURCE, Kind.SINK):
+        for connector in connectors_of(plan, kind).values():
+            check = getattr(connector, "check_before_run", None)
+            if callable(check):
+                check()

@@ -1,0 +1,90 @@
+"""Settling two-phase-commit sinks when a job ends (M-X2, M-X3).
+
+When a run ends, finished, cancelled or failed for good, some of its transactions
+may still be pre-committed but not committed: those of the newest completed
+checkpoint whose completion notice never reached the sink (a cancellation right
+after the checkpoint), and those pre-committed for checkpoints that never
+completed. :func:`settle_two_phase_sinks` commits the first (they belong to a
+completed checkpoint; a later restore from it would commit them anyway, and
+committing is idempotent) and asks each sink to abort the rest
+(``TwoPhaseCommitSink.abort_lingering``), so that a sink keeping transactions in an
+external system (PostgreSQL's prepared transactions) leaves none behind.
+
+It runs on the driver, after every subtask of the last attempt has stopped. Errors
+are logged, not raised: the job's outcome is already decided, and what could not be
+settled stays pre-committed for a restore from the checkpoint to commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..checkpoint.storage import open_storage
+from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..executor.preflight import connectors_of
+from ..graph.execution_plan import ExecutionPlan
+from ..graph.transformations import Kind
+
+log = logging.getLogger(__name__)
+
+
+def two_phase_sinks(plan: ExecutionPlan) -> dict[str, Any]:
+    """Sink uid -> the plan's copy of each two-phase-commit sink (never opened)."""
+    from ..connectors.two_phase_commit import TwoPhaseCommitSink
+
+    return {uid: sink for uid, sink in connectors_of(plan, Kind.SINK).items()
+            if isinstance(sink, TwoPhaseCommitSink)}
+
+
+def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int) -> list[Any]:
+    """The pending transactions of sink ``uid`` (every subtask) in the newest checkpoint
+    this run completed (id > ``newer_than``); empty without one."""
+    from ..connectors.two_phase_commit import pending_transactions
+
+    if not plan.checkpointing:
+        return []
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    storage = open_storage(plan.checkpoint.storage)
+    ids = [i for i in storage.completed_ids() if i > newer_than]
+    if not ids:
+        return []
+    checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(max(ids)))
+    pending: list[Any] = []
+    for _, handle in sorted(checkpoint.operator_states.get(uid, {}).items()):
+        payload = storage.read_state(handle)
+        state = payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+        pending.extend(pending_transactions(state))
+    return pending
+
+
+def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int) -> None:
+    """Commit the pending transactions of the run's newest completed checkpoint and abort
+    every other transaction the sinks left behind (see the module docstring)."""
+    for uid, sink in two_phase_sinks(plan).items():
+        name = plan.operator_names.get(uid, uid)
+        try:
+            keep = newest_pending(plan, uid, newer_than)
+        except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
+            log.warning("job %r: cannot read the newest checkpoint's transactions of sink %r "
+                        "(%s); they stay pre-committed for a restore to commit",
+                        plan.job_name, name, e)
+            continue
+        try:
+            for transaction in keep:
+                sink.recover_and_commit(transaction)
+            sink.abort_lingering(keep, _driver_context(plan, uid, name), job_ended=True)
+        except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
+            log.warning("job %r: settling the transactions of sink %r failed (%s: %s); what "
+                        "was not committed stays pre-committed for a restore from the newest "
+                        "checkpoint to commit", plan.job_name, name, type(e).__name__, e)
+        finally:
+            sink.close()
+
+
+def _driver_context(plan: ExecutionPlan, uid: str, name: str) -> Any:
+    from ..runtime.context import RuntimeContext
+
+    return RuntimeContext(task_name="driver", operator_name=name, operator_uid=uid,
+                          subtask_index=0, parallelism=1, max_parallelism=1,
+                          job_name=plan.job_name, run_id=plan.run_id)

@@ -1,0 +1,93 @@
+"""PostgreSQL helpers of the connector tests: the test database on 127.0.0.1 (started by
+``scripts/services.sh`` with ``max_prepared_transactions`` > 0), fresh tables, and a
+second, throwaway server without prepared transactions."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+DSN = os.environ.get("LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def query(sql: str, params: Any = None, dsn: str = DSN) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def prepared(prefix: str = "lockgate-") -> list[str]:
+    """Ids of the prepared transactions of the test database starting with ``prefix``."""
+    return [r[0] for r in query(
+        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+        "AND starts_with(gid, %s) ORDER BY gid", (prefix,))]
+
+
+@pytest.fixture
+def pg_table(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """``make(columns_sql)`` creates a table with a unique name and returns the name;
+    every table made is dropped at the end (with any transaction left prepared on it)."""
+    made: list[str] = []
+
+    def make(columns: str) -> str:
+        name = f"lg_{request.node.name[:30].lower().replace('[', '_').replace(']', '')}"
+        name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+        name = f"{name}_{uuid.uuid4().hex[:6]}"
+        query(f"CREATE TABLE {name} ({columns})")
+        made.append(name)
+        return name
+
+    yield make
+    for gid in prepared(""):
+        # leftovers would hold locks on the tables; a passing test leaves none
+        if gid.startswith(("lockgate-", "lgtest-")):
+            query(f"ROLLBACK PREPARED '{gid}'")
+    for name in made:
+        query(f"DROP TABLE IF EXISTS {name}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def pg_without_prepared_transactions() -> Iterator[str]:
+    """The dsn of a throwaway PostgreSQL server with ``max_prepared_transactions = 0``
+    (the default of a fresh installation), stopped and removed after the session."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.fail("PostgreSQL's server programs (/usr/lib/postgresql/*/bin) are missing: "
+                    "install postgresql (scripts/services.sh expects it)")
+    bin_dir = bins[-1]
+    root = tempfile.mkdtemp(prefix="lockgate-pg0-")
+    data = os.path.join(root, "data")
+    port = _free_port()
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    shutil.chown(root, "postgres") if os.geteuid() == 0 else None
+
+    def run(*args: str) -> None:
+        subprocess.run([*as_postgres, *args], check=True, capture_output=True, timeout=60)
+
+    run(f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres")
+    run(f"{bin_dir}/pg_ctl", "-D", data, "-l", os.path.join(root, "log"), "-w", "-o",
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_prepared_transactions=0",
+        "start")
+    try:
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        query("CREATE TABLE t (k bigint, v bigint)", dsn=dsn)
+        yield dsn
+    finally:
+        run(f"{bin_dir}/pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
