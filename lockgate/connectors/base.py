@@ -144,6 +144,30 @@ def assign_splits(splits: list[Any], subtask_index: int, parallelism: int) -> li
     return splits[subtask_index::parallelism]
 
 
+def check_bool(owner: str, arg: str, value: object) -> bool:
+    """``value`` of argument ``arg`` of ``owner`` checked to be True or False."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{owner} {arg} must be True or False, got {value!r}")
+    return value
+
+
+def check_int(owner: str, arg: str, value: object, low: int, meaning: str) -> int:
+    """``value`` checked to be an int (not a bool) >= ``low``; ``meaning`` says what it
+    is, for the message."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigurationError(
+            f"{owner} {arg} must be an int >= {low} ({meaning}), got {value!r}")
+    return value
+
+
+def check_positive(owner: str, arg: str, value: object, meaning: str) -> float:
+    """``value`` checked to be a number > 0; returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"{owner} {arg} must be a positive number ({meaning}), got {value!r}")
+    return float(value)
+
+
 def check_on_error(source: str, on_error: object) -> str:
     """``on_error`` of source ``source`` checked: ``"fail"`` or ``"dead_letter"``."""
     if on_error not in ON_ERROR:

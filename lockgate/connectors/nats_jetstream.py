@@ -40,7 +40,10 @@ from .base import (
     ReaderOutput,
     Source,
     SourceReader,
+    check_bool,
+    check_int,
     check_on_error,
+    check_positive,
     report_malformed,
 )
 
@@ -136,31 +139,16 @@ class NatsJetStreamSource(Source):
                 f"data), got {format!r}"
             )
         self.format = format
-        if (isinstance(start_sequence, bool) or not isinstance(start_sequence, int)
-                or start_sequence < 1):
-            raise ConfigurationError(
-                f"NatsJetStreamSource start_sequence must be an int >= 1 (the first stream "
-                f"sequence to read; 1 reads the whole stream), got {start_sequence!r}"
-            )
-        self.start_sequence = start_sequence
-        if not isinstance(bounded, bool):
-            raise ConfigurationError(
-                f"NatsJetStreamSource bounded must be True or False, got {bounded!r}")
-        self.bounded = bounded
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError(
-                f"NatsJetStreamSource batch_size must be an int >= 1 (messages per pull "
-                f"request), got {batch_size!r}"
-            )
-        self.batch_size = batch_size
+        self.start_sequence = check_int(
+            "NatsJetStreamSource", "start_sequence", start_sequence, 1,
+            "the first stream sequence to read; 1 reads the whole stream")
+        self.bounded = check_bool("NatsJetStreamSource", "bounded", bounded)
+        self.batch_size = check_int("NatsJetStreamSource", "batch_size", batch_size, 1,
+                                    "messages per pull request")
         self.on_error = check_on_error("NatsJetStreamSource", on_error)
-        if (isinstance(poll_timeout_ms, bool) or not isinstance(poll_timeout_ms, (int, float))
-                or not poll_timeout_ms > 0):
-            raise ConfigurationError(
-                f"NatsJetStreamSource poll_timeout_ms must be a positive number (how long a "
-                f"poll may wait for the server), got {poll_timeout_ms!r}"
-            )
-        self.poll_timeout_ms = float(poll_timeout_ms)
+        self.poll_timeout_ms = check_positive("NatsJetStreamSource", "poll_timeout_ms",
+                                              poll_timeout_ms,
+                                              "how long a poll may wait for the server")
 
     def max_parallelism(self) -> int | None:
         """None: subtasks beyond the number of splits get none and idle."""

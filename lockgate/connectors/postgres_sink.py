@@ -29,8 +29,10 @@ the table has no column for fails the job naming it. The table must exist.
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import ConfigurationError
 from ..runtime.batch import Batch
@@ -49,6 +51,8 @@ from .postgres_table import (
 from .two_phase_commit import TwoPhaseCommitSink
 
 MODES = ("exactly_once", "upsert", "append")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -178,8 +182,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
             if conn is not None:
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001 - closing after a failure
-                    pass
+                except Exception as e:  # noqa: BLE001 - closing after a failure
+                    log.debug("closing a PostgresSink connection failed: %s", e)
         self._reset()
 
     # -- transactions (exactly_once) ---------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..runtime.batch import Batch, num_rows
 from ..runtime.context import RuntimeContext
-from .base import InputStatus, ReaderOutput, Source, SourceReader
+from .base import InputStatus, ReaderOutput, Source, SourceReader, check_positive
 
 
 class RateLimitedSource(Source):
@@ -25,11 +25,8 @@ class RateLimitedSource(Source):
         if not isinstance(source, Source):
             raise ConfigurationError(
                 f"RateLimitedSource wraps a lockgate source, got {source!r}")
-        if isinstance(rows_per_second, bool) or not isinstance(rows_per_second, (int, float)) \
-                or not rows_per_second > 0:
-            raise ConfigurationError(
-                f"RateLimitedSource rows_per_second must be a number > 0, got "
-                f"{rows_per_second!r}")
+        check_positive("RateLimitedSource", "rows_per_second", rows_per_second,
+                       "records per second, shared by the subtasks")
         self.source = source
         self.rows_per_second = float(rows_per_second)
         self.bounded = source.bounded

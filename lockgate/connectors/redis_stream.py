@@ -31,7 +31,10 @@ from .base import (
     ReaderOutput,
     Source,
     SourceReader,
+    check_bool,
+    check_int,
     check_on_error,
+    check_positive,
     report_malformed,
 )
 
@@ -125,16 +128,9 @@ class RedisStreamSource(Source):
         self.format = format
         self.field = field
         self.start_id = _check_start_id(start_id)
-        if not isinstance(bounded, bool):
-            raise ConfigurationError(
-                f"RedisStreamSource bounded must be True or False, got {bounded!r}")
-        self.bounded = bounded
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError(
-                f"RedisStreamSource batch_size must be an int >= 1 (entries per XRANGE), "
-                f"got {batch_size!r}"
-            )
-        self.batch_size = batch_size
+        self.bounded = check_bool("RedisStreamSource", "bounded", bounded)
+        self.batch_size = check_int("RedisStreamSource", "batch_size", batch_size, 1,
+                                    "entries per XRANGE")
         self.on_error = check_on_error("RedisStreamSource", on_error)
         if id_field is not None and (not isinstance(id_field, str) or not id_field):
             raise ConfigurationError(
@@ -142,14 +138,9 @@ class RedisStreamSource(Source):
                 f"that receives the entry id), got {id_field!r}"
             )
         self.id_field = id_field
-        if (isinstance(poll_interval_ms, bool) or not isinstance(poll_interval_ms, (int, float))
-                or not poll_interval_ms > 0):
-            raise ConfigurationError(
-                f"RedisStreamSource poll_interval_ms must be a positive number (how long to wait "
-                f"before asking Redis again when a stream has nothing new), "
-                f"got {poll_interval_ms!r}"
-            )
-        self.poll_interval_ms = float(poll_interval_ms)
+        self.poll_interval_ms = check_positive(
+            "RedisStreamSource", "poll_interval_ms", poll_interval_ms,
+            "how long to wait before asking Redis again when a stream has nothing new")
 
     def max_parallelism(self) -> int | None:
         """None: subtasks beyond the number of streams get no split and idle."""

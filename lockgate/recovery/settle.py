@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..checkpoint.storage import open_storage
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..checkpoint.storage import open_storage
 from ..executor.preflight import connectors_of
 from ..graph.execution_plan import ExecutionPlan
 from ..graph.transformations import Kind

@@ -85,8 +85,8 @@ def test_a_job_through_the_wrapper_gets_every_record(executor) -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     ((object(), 10), "wraps a lockgate source"),
-    ((SequenceSource(0, 1), 0), "rows_per_second must be a number > 0"),
-    ((SequenceSource(0, 1), True), "rows_per_second must be a number > 0"),
+    ((SequenceSource(0, 1), 0), "rows_per_second must be a positive number"),
+    ((SequenceSource(0, 1), True), "rows_per_second must be a positive number"),
 ])
 def test_bad_arguments_are_refused(args, needle) -> None:
     with pytest.raises(lg.ConfigurationError, match=needle):
