@@ -163,6 +163,7 @@ class JobClient:
                     coordinator.start()
                 raise
             self._stopped_with = location
+            self._handle.final_savepoint = location
             self._handle.cancel()
         self.wait(_left(deadline))
         return location

@@ -22,6 +22,9 @@ class JobHandle:
         #: the running attempt's watermark diagnostic (a callable returning
         #: ``OperatorWatermark`` entries), set by the executor
         self.watermarks: Callable[[], list[Any]] | None = None
+        #: the savepoint the job is being stopped with (``stop_with_savepoint``): the
+        #: newest snapshot when it ends, whose transactions the driver commits
+        self.final_savepoint: str | None = None
 
     @property
     def coordinator(self) -> Any:

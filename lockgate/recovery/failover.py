@@ -63,7 +63,7 @@ def run_with_restarts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: J
         return _run_attempts(plan, run_attempt, handle=handle, clock=clock,
                              first_attempt=first_attempt, floor=floor)
     finally:
-        settle_two_phase_sinks(plan, floor)
+        settle_two_phase_sinks(plan, floor, getattr(handle, "final_savepoint", None))
 
 
 def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,

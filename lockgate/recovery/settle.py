@@ -3,7 +3,8 @@
 When a run ends, finished, cancelled or failed for good, some of its transactions
 may still be pre-committed but not committed: those of the newest completed
 checkpoint whose completion notice never reached the sink (a cancellation right
-after the checkpoint), and those pre-committed for checkpoints that never
+after the checkpoint, or ``stop_with_savepoint``: the savepoint is then the newest
+snapshot), and those pre-committed for checkpoints that never
 completed. :func:`settle_two_phase_sinks` commits the first (they belong to a
 completed checkpoint; a later restore from it would commit them anyway, and
 committing is idempotent) and asks each sink to abort the rest
@@ -21,6 +22,7 @@ import logging
 from typing import Any
 
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..checkpoint.savepoints import read_savepoint
 from ..checkpoint.storage import open_storage
 from ..executor.preflight import connectors_of
 from ..graph.execution_plan import ExecutionPlan
@@ -37,19 +39,25 @@ def two_phase_sinks(plan: ExecutionPlan) -> dict[str, Any]:
             if isinstance(sink, TwoPhaseCommitSink)}
 
 
-def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int) -> list[Any]:
-    """The pending transactions of sink ``uid`` (every subtask) in the newest checkpoint
-    this run completed (id > ``newer_than``); empty without one."""
+def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int,
+                   savepoint: str | None = None) -> list[Any]:
+    """The pending transactions of sink ``uid`` (every subtask) in the newest snapshot of
+    the run: the ``savepoint`` the job was stopped with, else the newest checkpoint this
+    run completed (id > ``newer_than``); empty without one."""
     from ..connectors.two_phase_commit import pending_transactions
 
-    if not plan.checkpointing:
-        return []
-    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
-    storage = open_storage(plan.checkpoint.storage)
-    ids = [i for i in storage.completed_ids() if i > newer_than]
-    if not ids:
-        return []
-    checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(max(ids)))
+    if savepoint is not None:
+        storage = open_storage(savepoint)
+        checkpoint = read_savepoint(storage)
+    else:
+        if not plan.checkpointing:
+            return []
+        assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+        storage = open_storage(plan.checkpoint.storage)
+        ids = [i for i in storage.completed_ids() if i > newer_than]
+        if not ids:
+            return []
+        checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(max(ids)))
     pending: list[Any] = []
     for _, handle in sorted(checkpoint.operator_states.get(uid, {}).items()):
         payload = storage.read_state(handle)
@@ -58,13 +66,15 @@ def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int) -> list[Any]:
     return pending
 
 
-def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int) -> None:
-    """Commit the pending transactions of the run's newest completed checkpoint and abort
-    every other transaction the sinks left behind (see the module docstring)."""
+def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,
+                           savepoint: str | None = None) -> None:
+    """Commit the pending transactions of the run's newest completed checkpoint (or of
+    ``savepoint``, the one the job was stopped with) and abort every other transaction
+    the sinks left behind (see the module docstring)."""
     for uid, sink in two_phase_sinks(plan).items():
         name = plan.operator_names.get(uid, uid)
         try:
-            keep = newest_pending(plan, uid, newer_than)
+            keep = newest_pending(plan, uid, newer_than, savepoint)
         except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
             log.warning("job %r: cannot read the newest checkpoint's transactions of sink %r "
                         "(%s); they stay pre-committed for a restore to commit",

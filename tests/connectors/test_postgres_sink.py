@@ -261,3 +261,32 @@ def test_a_record_with_a_field_the_table_lacks_fails_the_job_naming_it(pg_table)
     with pytest.raises(lg.JobFailedError, match=r"fields \['wrong'\].*no columns for"):
         env.execute("bad record")
     assert table_values(table) == [] and prepared() == []
+
+
+def test_m_s1_stop_with_savepoint_then_restore_writes_every_record_once(
+        executor, pg_table, tmp_path) -> None:
+    """The savepoint is the newest snapshot of a stopped job: its pre-committed
+    transactions are committed (not rolled back), and the job restored from it goes on
+    from there, so the table holds every record once."""
+    table = pg_table("k bigint, v bigint")
+
+    def job(bounded: bool) -> lg.StreamEnvironment:
+        env = lg.StreamEnvironment(parallelism=2, executor=executor)
+        env.enable_checkpointing(100)
+        env.checkpoint_config.storage = str(tmp_path / "checkpoints")
+        (env.from_source(SequenceSource(0, 20_000, rows_per_second=20_000, batch_size=200,
+                                        bounded=bounded)).uid("numbers")
+            .map(lambda x: {"k": x % 100, "v": x}, name="to row").uid("to row")
+            .sink_to(PostgresSink(DSN, table), name="pg").uid("pg"))
+        return env
+
+    client = job(bounded=False).execute_async("pg savepoint")
+    wait_until(lambda: len(completed(client)) >= 2 and table_values(table),
+               "two checkpoints completed and rows committed", timeout_s=60)
+    savepoint = client.stop_with_savepoint(str(tmp_path / "savepoint"), timeout=60)
+    assert prepared() == [], "the stopped job must leave no prepared transaction"
+    before = table_values(table)
+    assert 0 < len(before) < 20_000 and before == sorted(set(before))
+    job(bounded=True).execute("pg restored", restore_from=savepoint)
+    assert table_values(table) == list(range(20_000))
+    assert prepared() == []
