@@ -11,6 +11,7 @@ CANCEL from the driver stops every subtask.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import socket
@@ -50,6 +51,8 @@ from .control import (
 )
 from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
 from .signals import SocketSignal
+
+log = logging.getLogger(__name__)
 
 ChannelKey = tuple[int, int, int]  # (edge id, producer subtask, consumer subtask)
 
@@ -208,6 +211,34 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             if not sock.closed:
                 sock.close(linger=0)
         control.close()
+        _flush(context, slot)
+
+
+#: how long a slot waits, at its end, for its last messages to leave
+FLUSH_TIMEOUT_S = 15.0
+
+
+def _flush(context: Any, slot: int) -> None:
+    """Wait (bounded) until the messages queued on the slot's closed sockets have left.
+
+    ``close(linger=...)`` only marks them: zmq's I/O thread sends them later, and the
+    Python worker ends with ``os._exit`` as soon as the task returns, which would drop
+    them. A lost end-of-partition leaves a downstream slot waiting for ever, and a lost
+    FINISHED makes the driver see a slot without heartbeats. Terminating the context
+    blocks until every socket's lingering messages are sent (or its linger expires).
+    """
+    done = threading.Event()
+
+    def term() -> None:
+        try:
+            context.term()
+        finally:
+            done.set()
+
+    threading.Thread(target=term, name=f"lockgate flush slot {slot}", daemon=True).start()
+    if not done.wait(FLUSH_TIMEOUT_S):
+        log.warning("slot %s: queued messages did not leave within %.0fs", slot,
+                    FLUSH_TIMEOUT_S)
 
 
 def _priority_key(key: ChannelKey) -> Any:
