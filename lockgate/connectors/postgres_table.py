@@ -7,10 +7,12 @@ here commits.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import pyarrow as pa
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, to_rows
+from ..runtime.batch import Batch, is_scalar_schema, to_rows, user_view
 
 
 def psycopg_module() -> Any:
@@ -122,6 +124,14 @@ class RowWriter:
         self.where = where
 
     def rows(self, batch: Batch) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The columns the records fill (in table order) and one tuple per record."""
+        if isinstance(batch, pa.RecordBatch) and not is_scalar_schema(batch.schema):
+            # columns come from the schema, once per batch
+            arrow = cast(pa.RecordBatch, user_view(batch))
+            self._check_fields(list(arrow.schema.names))
+            columns = [c for c in self.shape.columns if c in arrow.schema.names]
+            values = [arrow.column(c).to_pylist() for c in columns]
+            return columns, list(zip(*values))
         records = to_rows(batch)
         fields: dict[str, None] = {}
         for i, record in enumerate(records):
@@ -132,13 +142,16 @@ class RowWriter:
                     f"with fields among {list(self.shape.columns)}")
             for name in record:
                 fields.setdefault(name)
+        self._check_fields(list(fields))
+        columns = [c for c in self.shape.columns if c in fields]
+        return columns, [tuple(r.get(c) for c in columns) for r in records]
+
+    def _check_fields(self, fields: list[str]) -> None:
         unknown = [f for f in fields if f not in self.shape.types]
         if unknown:
             raise TypeError(
                 f"{self.where}: records have fields {unknown} that table {self.shape.name!r} "
                 f"has no columns for; its columns are {list(self.shape.columns)}")
-        columns = [c for c in self.shape.columns if c in fields]
-        return columns, [tuple(r.get(c) for c in columns) for r in records]
 
     def append(self, conn: Any, batch: Batch) -> int:
         """COPY the records of ``batch`` into the table; returns the row count."""

@@ -104,8 +104,7 @@ class OperatorRestore:
         cached = self._cache.get(subtask, _UNREAD)
         if cached is not _UNREAD:
             return cached
-        payload = _storage(self.spec.storage_url).read_state(self.handles[subtask])
-        state = payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+        state = _unwrap(_storage(self.spec.storage_url).read_state(self.handles[subtask]))
         self._cache[subtask] = state
         return state
 
@@ -124,6 +123,19 @@ class OperatorRestore:
     def all(self) -> list[Any]:
         """The states of every old subtask, in subtask order."""
         return [self._load(j) for j in sorted(self.handles)]
+
+
+def _unwrap(payload: Any) -> Any:
+    """The operator state in a state file's payload."""
+    return payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+
+
+def operator_states(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
+                    uid: str) -> list[Any]:
+    """The states every subtask of operator ``uid`` wrote into ``checkpoint`` (in subtask
+    order; empty when the operator has none), read from ``storage`` unverified."""
+    by_subtask = checkpoint.operator_states.get(uid, {})
+    return [_unwrap(storage.read_state(by_subtask[j])) for j in sorted(by_subtask)]
 
 
 _UNREAD: Any = object()

@@ -27,6 +27,7 @@ from ..checkpoint.storage import open_storage
 from ..executor.preflight import connectors_of
 from ..graph.execution_plan import ExecutionPlan
 from ..graph.transformations import Kind
+from .restore import operator_states
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,8 @@ def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int,
         if not ids:
             return []
         checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(max(ids)))
-    pending: list[Any] = []
-    for _, handle in sorted(checkpoint.operator_states.get(uid, {}).items()):
-        payload = storage.read_state(handle)
-        state = payload["state"] if isinstance(payload, dict) and "state" in payload else payload
-        pending.extend(pending_transactions(state))
-    return pending
+    return [txn for state in operator_states(storage, checkpoint, uid)
+            for txn in pending_transactions(state)]
 
 
 def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,

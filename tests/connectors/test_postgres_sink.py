@@ -290,3 +290,31 @@ def test_m_s1_stop_with_savepoint_then_restore_writes_every_record_once(
     job(bounded=True).execute("pg restored", restore_from=savepoint)
     assert table_values(table) == list(range(20_000))
     assert prepared() == []
+
+
+def test_m_x1_arrow_batches_go_in_by_column_and_an_unknown_column_fails(pg_table) -> None:
+    import pyarrow as pa
+
+    table = pg_table("k bigint, v bigint, note text")
+
+    def columns(extra: bool):
+        def make(batch: pa.RecordBatch) -> pa.RecordBatch:
+            v = batch.column(0)
+            arrays, names = [v, v], ["v", "k"]
+            if extra:
+                arrays, names = [*arrays, v], [*names, "wrong"]
+            return pa.RecordBatch.from_arrays(arrays, names=names)
+        return make
+
+    for extra in (False, True):
+        env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+        (env.from_source(SequenceSource(0, 1_000)).map_batches(columns(extra))
+            .sink_to(PostgresSink(DSN, table), name="pg"))
+        if extra:
+            with pytest.raises(lg.JobFailedError, match=r"fields \['wrong'\]"):
+                env.execute("arrow with an unknown column")
+        else:
+            env.execute("arrow columns")
+    assert query(f"SELECT k, v, note FROM {table} ORDER BY v") == [
+        (i, i, None) for i in range(1_000)]
+    assert prepared() == []

@@ -78,24 +78,18 @@ class SourceOperator(StreamOperator):
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
         old subtasks assigned to this one (M-R1: the source rewinds to them)."""
-        self._restored_splits: list[Any] | None = None
-        self._restored_every_split: list[Any] | None = None
-        if restored is not None:
-            self._restored_splits = [
-                split for state in restored.assigned() if state for split in state["splits"]
-            ]
-            self._restored_every_split = [
-                split for state in restored.all() if state for split in state["splits"]
-            ]
+        self._restored = restored
 
     def open(self) -> None:
         try:
             self.reader = self.source.create_reader(self.ctx)
-            restored = getattr(self, "_restored_splits", None)
+            restored, self._restored = getattr(self, "_restored", None), None
             if restored is not None:
-                if self.reader.restores_every_split:
-                    restored = getattr(self, "_restored_every_split", None) or []
-                self.reader.add_splits(restored)
+                # only readers that pick their own share read every old subtask's state
+                states = restored.all() if self.reader.restores_every_split \
+                    else restored.assigned()
+                self.reader.add_splits(
+                    [split for state in states if state for split in state["splits"]])
             else:
                 splits = self.source.create_splits(self.ctx.parallelism)
                 self.reader.add_splits(
