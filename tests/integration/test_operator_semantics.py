@@ -9,7 +9,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import on_executors
+from conftest import FileProbe, on_executors, wait_until
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
@@ -88,6 +88,34 @@ def test_an_expression_filter_on_bare_values_uses_the_value_column(make_env, exe
     env = make_env(parallelism=1)
     out = env.from_source(SequenceSource(0, 20)).filter(pc.field("value") > 5).execute_and_collect(executor=executor)
     assert out == list(range(6, 20))
+
+
+def test_an_expression_filter_is_stateless_in_snapshots_M_T4(make_env, executor, tmp_path) -> None:
+    # an expression filter has no function and no operator state: a checkpoint or
+    # savepoint must still snapshot it (it once failed with an AttributeError)
+    probe = FileProbe(tmp_path / "probe")
+
+    def seen(batch: pa.RecordBatch) -> pa.RecordBatch:
+        probe.add(batch.num_rows)
+        return batch
+
+    env = make_env(parallelism=2)
+    env.enable_checkpointing(600_000)
+    env.checkpoint_config.storage = str(tmp_path / "chk")
+    (env.from_source(SequenceSource(0, 100, bounded=False), name="n").uid("n")
+        .filter(pc.field("value") > 5, name="gt5").uid("gt5")
+        .map_batches(seen, name="seen").uid("seen")
+        .sink_to(DiscardingSink()).uid("sink"))
+    client = env.execute_async("expression-filter-snapshot", executor=executor)
+    try:
+        wait_until(lambda: sum(probe.items) == 94, "every value above 5 passed the filter",
+                   timeout_s=60)
+        location = client.trigger_savepoint(str(tmp_path / "sp"), timeout=60)
+        assert client.running
+    finally:
+        client.cancel()
+    assert client.wait(60).status is lg.JobStatus.CANCELED
+    assert "gt5" not in lg.savepoint.read(location).operators()
 
 
 def test_flat_map_emits_zero_or_more_records_per_record_in_order(make_env, executor) -> None:

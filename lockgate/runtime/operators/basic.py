@@ -173,6 +173,12 @@ class FilterOperator(_FunctionOperator):
         if self.expression is None:
             super().close()
 
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """An expression filter holds no state: it snapshots nothing."""
+        if self.expression is not None:
+            return None
+        return super().snapshot_state(checkpoint_id)
+
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         if self.expression is not None:
             try:
