@@ -27,6 +27,8 @@ DEFAULT_CONF = {
 LOOPBACK_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # executors run this interpreter: their worker daemon can pre-import lockgate
+    "spark.python.daemon.module": "lockgate.executor.spark.daemon",
 }
 
 
