@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from ..batch import (
@@ -150,6 +151,23 @@ class FlatMapOperator(_FunctionOperator):
         self.emit(RowBatch(out, repeat_timestamps(timestamps, counts)))
 
 
+def filter_by_expression(batch: pa.RecordBatch, expression: pc.Expression) -> pa.RecordBatch:
+    """The rows of ``batch`` for which ``expression`` is true, in order.
+
+    Same result as ``batch.filter(expression)``, which runs an Acero plan on Arrow's
+    CPU thread pool; here the plan runs in the calling (task) thread, which costs a
+    third as much per batch (a window operator's output can be many small batches)."""
+    plan = acero.Declaration.from_sequence([
+        acero.Declaration("table_source",
+                          acero.TableSourceNodeOptions(pa.Table.from_batches([batch]))),
+        acero.Declaration("filter", acero.FilterNodeOptions(expression)),
+    ])
+    table = plan.to_table(use_threads=False)
+    if table.num_rows == 0:
+        return batch.slice(0, 0)
+    return table.combine_chunks().to_batches()[0]
+
+
 class FilterOperator(_FunctionOperator):
     """Keeps records whose predicate is true. A ``pyarrow.compute.Expression``
     predicate is evaluated on whole batches."""
@@ -187,7 +205,7 @@ class FilterOperator(_FunctionOperator):
                 raise self.user_error(e) from e
             self.counters.records_in += arrow.num_rows
             try:
-                self.emit(arrow.filter(self.expression))
+                self.emit(filter_by_expression(arrow, self.expression))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                 raise self.user_error(e) from e
             return
