@@ -43,7 +43,10 @@ files, Spark's ``_spark_metadata``, ...).
 
 from __future__ import annotations
 
+import argparse
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -78,3 +81,27 @@ SLIDE_MS = 2_000
 OUT_OF_ORDERNESS_MS = 1_000
 Q1_RATE = 0.908
 Q2_MODULUS = 123
+
+
+# --- the runner contract (stdlib only: every system's runner imports this) -----------
+
+
+def runner_parser(description: str | None) -> argparse.ArgumentParser:
+    """The command line every ``run_<system>.py`` takes (see ``run.py``): ``--query
+    --data --out --work [--parallelism 2] [--checkpoint-ms 1000]``; a runner adds its
+    own options to it."""
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--query", required=True, choices=list(QUERIES))
+    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--checkpoint-ms", type=int, default=1000)
+    return ap
+
+
+def events_read(data: Path, query: str) -> int:
+    """The rows of the tables ``query`` reads, from the data set's manifest."""
+    rows = json.loads((data / "manifest.json").read_text())["rows"]
+    return sum(int(rows[t]) for t in QUERIES[query].reads)

@@ -142,6 +142,13 @@ def _fmt_int(v: Any) -> str:
     return f"{v:,}" if isinstance(v, (int, float)) else "-"
 
 
+def _short(text: str, limit: int = 70) -> str:
+    """The first ``limit`` characters of a runner's description (the whole is in
+    results.jsonl and in the notes below the table)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
 def _rate_text(r: dict[str, Any]) -> str:
     if r.get("events_per_s_below"):
         return f"< {r['events_per_s_below']:,}"
@@ -215,14 +222,14 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, manifest: di
     ]
     for r in records:
         x = " / ".join(_ratio_text(r, n) for n in LOCKGATE)
-        ck = r.get("checkpointing", "-")
+        ck = _short(r.get("checkpointing", "-"))
         if r.get("checkpoints") is not None:
             ck += f" ({r['checkpoints']})"
         lines.append(
             f"| {r['query']} | {r.get('engine', r['system'])} {r.get('version', '')} | "
             f"{_rate_text(r)} | {r.get('job_seconds', '-')} | {x} | "
             f"{r.get('cpu_s_per_m_events', '-')} | {r.get('peak_mb', '-')} | {ck} | "
-            f"{r.get('input', '-')} | {_result_text(r)} |")
+            f"{r.get('input', '-')} | {_short(_result_text(r), 120)} |")
     lines += ["", "## Targets", "",
               "lockgate at least 5 x Flink SQL's events/s and 20 x Bytewax's on q0, q1, q2, "
               "q5 and q7:", "",
@@ -237,8 +244,11 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, manifest: di
                          f"{_ratio_text(r, LOCKGATE[0])} | {_ratio_text(r, LOCKGATE[1])} | "
                          f"{met} |")
     notes = [f"- {r['query']} {r['system']}: {r['note']}" for r in records if r.get("note")]
-    notes += [f"- {r['query']} {r['system']} settings: {r['settings']}"
-              for r in records if r.get("settings") and r["query"] == records[0]["query"]]
+    first: dict[str, dict[str, Any]] = {}
+    for r in records:
+        first.setdefault(r["system"], r)
+    notes += [f"- {name} checkpointing: {r['checkpointing']}; settings: {r.get('settings', '-')}"
+              for name, r in first.items() if r.get("checkpointing")]
     if notes:
         lines += ["", "## Notes from the runners", "", *notes]
     return "\n".join(lines) + "\n"

@@ -48,14 +48,15 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-SYSTEM = "bytewax"
-QUERY_NAMES = ("q0", "q1", "q2", "q5", "q7", "q8", "q12")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-WINDOW_MS = 10_000
-SLIDE_MS = 2_000
-OUT_OF_ORDERNESS = timedelta(seconds=1)
-Q1_RATE = 0.908
-Q2_MODULUS = 123
+from queries import (  # noqa: E402
+    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, SLIDE_MS, WINDOW_MS, events_read,
+    runner_parser,
+)
+
+SYSTEM = "bytewax"
+OUT_OF_ORDERNESS = timedelta(milliseconds=OUT_OF_ORDERNESS_MS)
 #: bid rows per input batch (one pyarrow record batch per ``next_batch``); the
 #: other tables get batches covering the same span of event time (~0.45 s of
 #: events per part file), so inputs read in lockstep stay within the 1 s bound
@@ -373,8 +374,7 @@ def wait_for_reports(children: list) -> list[dict]:
 def parent_main(args: argparse.Namespace) -> None:
     from importlib.metadata import version
 
-    manifest = json.loads((args.data / "manifest.json").read_text())
-    events = sum(int(manifest["rows"][t]) for t in READS[args.query])
+    events = events_read(args.data, args.query)
     processes = args.processes or args.parallelism
     if args.parallelism % processes:
         raise SystemExit("--parallelism must be a multiple of --processes")
@@ -475,14 +475,7 @@ def parent_main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--query", required=True, choices=QUERY_NAMES)
-    ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--work", type=Path, required=True)
-    ap.add_argument("--parallelism", type=int, default=2)
-    ap.add_argument("--checkpoint-ms", type=int, default=1000)
+    ap = runner_parser(__doc__)
     ap.add_argument("--processes", type=int, default=None,
                     help="worker processes (default: --parallelism, one worker each)")
     ap.add_argument("--resume", action="store_true",

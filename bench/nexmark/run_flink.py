@@ -14,7 +14,6 @@ The last line of stdout is a JSON object describing the run (see the contract).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import glob
 import json
@@ -24,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from queries import QUERIES, events_read, runner_parser  # noqa: E402
+
 SYSTEM = "flink-sql"
-QUERIES = ("q0", "q1", "q2", "q5", "q7", "q8", "q12")
-READS = {"q0": ("bid",), "q1": ("bid",), "q2": ("bid",), "q5": ("bid",), "q7": ("bid",),
-         "q8": ("person", "auction"), "q12": ("bid",)}
 
 # Columns of the CSV copy, in file order (generate.py's SCHEMAS).
 COLUMNS = {
@@ -198,20 +198,12 @@ def stop_jvm(gateway, pid: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--query", required=True, choices=QUERIES)
-    ap.add_argument("--data", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--parallelism", type=int, default=2)
-    ap.add_argument("--checkpoint-ms", type=int, default=1000)
+    ap = runner_parser(__doc__)
     ap.add_argument("--explain", action="store_true",
                     help="print the query plan to stderr and exit without running")
     args = ap.parse_args()
 
-    manifest = json.loads((args.data / "manifest.json").read_text())
-    events = sum(int(manifest["rows"][t]) for t in READS[args.query])
+    events = events_read(args.data, args.query)
 
     if args.out.exists() and any(args.out.iterdir()):
         sys.exit(f"output folder {args.out} is not empty")
@@ -271,7 +263,7 @@ def main() -> None:
                     .with_configuration(config).build())
     t_env = TableEnvironment.create(env_settings)
 
-    for table in READS[args.query]:
+    for table in QUERIES[args.query].reads:
         t_env.execute_sql(source_ddl(table, args.data, args.query))
     t_env.execute_sql(sink_ddl(args.query, args.out))
     table = t_env.sql_query(QUERY_SQL[args.query])

@@ -18,7 +18,6 @@ session and its Python workers already up (``SparkExecutor.warm_up``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -36,14 +35,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lockgate as lg  # noqa: E402
 from lockgate.connectors import FileSink, FileSource  # noqa: E402
 from queries import (  # noqa: E402
-    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS,
+    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS, events_read,
+    runner_parser,
 )
 
 BATCH_ROWS = 65_536
 
 
-def _events(env: lg.StreamEnvironment, data: Path, table: str) -> lg.DataStream:
-    source = FileSource(data / "parquet" / table, "parquet", batch_size=BATCH_ROWS)
+#: the columns each query reads, per table (projection pushdown into the Parquet
+#: reader, as Flink's and Spark's planners do; None: every column)
+COLUMNS: dict[str, dict[str, list[str] | None]] = {
+    "q0": {"bid": None},
+    "q1": {"bid": ["auction", "bidder", "price", "date_time", "extra"]},
+    "q2": {"bid": ["auction", "price"]},
+    "q5": {"bid": ["auction", "date_time"]},
+    "q7": {"bid": ["price", "date_time"]},
+    "q8": {"person": ["id", "name", "date_time"], "auction": ["seller", "date_time"]},
+    "q12": {"bid": ["bidder"]},
+}
+
+
+def _events(env: lg.StreamEnvironment, data: Path, table: str,
+            query: str) -> lg.DataStream:
+    source = FileSource(data / "parquet" / table, "parquet", batch_size=BATCH_ROWS,
+                        columns=COLUMNS[query][table])
     return env.from_source(source, name=f"{table}s").uid(f"{table}s")
 
 
@@ -112,9 +127,9 @@ def q8_sellers(batch: pa.RecordBatch) -> pa.RecordBatch:
 def build(env: lg.StreamEnvironment, query: str, data: Path, out: Path) -> None:
     sink = FileSink(out, format="parquet", exactly_once=True)
     if query == "q8":
-        persons = _event_time(_events(env, data, "person"), "person").map_batches(
+        persons = _event_time(_events(env, data, "person", query), "person").map_batches(
             q8_persons, name="persons-as-rows").uid("persons-as-rows")
-        sellers = _event_time(_events(env, data, "auction"), "auction").map_batches(
+        sellers = _event_time(_events(env, data, "auction", query), "auction").map_batches(
             q8_sellers, name="sellers-as-rows").uid("sellers-as-rows")
         (persons.union(sellers)
             .key_by("id")
@@ -128,19 +143,19 @@ def build(env: lg.StreamEnvironment, query: str, data: Path, out: Path) -> None:
             .map_batches(_select("id", "name", "window_start"), name="q8").uid("q8")
             .sink_to(sink).uid("sink"))
         return
-    bids = _events(env, data, "bid")
+    if query not in COLUMNS:
+        raise SystemExit(f"unknown query {query!r}: one of {', '.join(QUERIES)}")
+    bids = _events(env, data, "bid", query)
     if query == "q0":
         result = bids
     elif query == "q1":
         result = bids.map_batches(q1_convert, name="q1").uid("q1")
     elif query == "q2":
         auction = pc.field("auction")
-        result = (bids.filter(auction - auction / Q2_MODULUS * Q2_MODULUS == 0,
-                              name="auction-mod-123").uid("auction-mod-123")
-                  .map_batches(_select("auction", "price"), name="q2").uid("q2"))
+        result = bids.filter(auction - auction / Q2_MODULUS * Q2_MODULUS == 0,
+                             name="auction-mod-123").uid("auction-mod-123")
     elif query == "q5":
-        result = (_event_time(bids.map_batches(_select("auction", "date_time"),
-                                               name="auctions").uid("auctions"), "bid")
+        result = (_event_time(bids, "bid")
                   .key_by("auction")
                   .window(lg.SlidingEventTimeWindows.of(WINDOW_MS, SLIDE_MS))
                   .aggregate(lg.agg.count(name="num"), name="bids-per-auction")
@@ -160,8 +175,7 @@ def build(env: lg.StreamEnvironment, query: str, data: Path, out: Path) -> None:
                   .map_batches(_select("window_start", "window_end", "price"), name="q7")
                   .uid("q7"))
     elif query == "q12":
-        result = (bids.map_batches(_select("bidder"), name="bidders").uid("bidders")
-                  .key_by("bidder")
+        result = (bids.key_by("bidder")
                   .window(lg.TumblingProcessingTimeWindows.of(WINDOW_MS))
                   .aggregate(lg.agg.count(name="num"), name="bids-per-bidder")
                   .uid("bids-per-bidder")
@@ -186,18 +200,9 @@ def executor_for(name: str, parallelism: int) -> Any:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--query", required=True, choices=sorted(QUERIES))
-    ap.add_argument("--data", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--work", required=True, type=Path)
+    ap = runner_parser(__doc__)
     ap.add_argument("--executor", default="spark", choices=["spark", "local"])
-    ap.add_argument("--parallelism", type=int, default=2)
-    ap.add_argument("--checkpoint-ms", type=int, default=1000)
     args = ap.parse_args()
-    query = QUERIES[args.query]
-    rows = json.loads((args.data / "manifest.json").read_text())["rows"]
     executor = executor_for(args.executor, args.parallelism)
 
     env = lg.StreamEnvironment(parallelism=args.parallelism)
@@ -214,7 +219,7 @@ def main() -> None:
         "system": f"lockgate ({args.executor})",
         "version": getattr(lg, "__version__", "?"),
         "query": args.query,
-        "events": sum(rows[t] for t in query.reads),
+        "events": events_read(args.data, args.query),
         "job_seconds": round(seconds, 3),
         "input": "parquet",
         "checkpointing": f"exactly-once, every {args.checkpoint_ms} ms",

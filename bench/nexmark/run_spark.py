@@ -28,7 +28,6 @@ suite; logs go to stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -36,17 +35,20 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from queries import (  # noqa: E402
+    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS, events_read,
+    runner_parser,
+)
+
 SYSTEM = "spark-structured-streaming"
-WINDOW = "10 seconds"
-SLIDE = "2 seconds"
-DELAY = "1 second"
-Q1_RATE = 0.908
-Q2_MODULUS = 123
+WINDOW = f"{WINDOW_MS // 1000} seconds"
+SLIDE = f"{SLIDE_MS // 1000} seconds"
+DELAY = f"{OUT_OF_ORDERNESS_MS} milliseconds"
 #: end-of-input marker: 2100-01-01T00:00:00Z, far beyond every event of the data
 EOI_MS = 4_102_444_800_000
 EVENT_TIME = ("q5", "q7", "q8")
-READS = {"q0": ("bid",), "q1": ("bid",), "q2": ("bid",), "q5": ("bid",), "q7": ("bid",),
-         "q8": ("person", "auction"), "q12": ("bid",)}
 
 
 def schemas():  # type: ignore[no-untyped-def]
@@ -104,18 +106,11 @@ SETTINGS = {
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--query", required=True, choices=sorted(READS))
-    ap.add_argument("--data", required=True, type=Path)
-    ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--parallelism", type=int, default=2)
-    ap.add_argument("--checkpoint-ms", type=int, default=1000)
+    ap = runner_parser(__doc__.splitlines()[0])
     args = ap.parse_args()
     q = args.query
     data, out, work = args.data.resolve(), args.out.resolve(), args.work.resolve()
-    manifest = json.loads((data / "manifest.json").read_text())
-    events = sum(int(manifest["rows"][t]) for t in READS[q])
+    events = events_read(data, q)
 
     if q == "q12":
         print(json.dumps({"system": SYSTEM, "query": q, "not_supported": Q12_REASON}))
@@ -223,7 +218,7 @@ def main() -> int:
                   for p in progress for op in p.get("stateOperators", []))
     rows_in = sum(int(p.get("numInputRows", 0) or 0) for p in progress)
     if q in EVENT_TIME:
-        check_marker(progress, work / f"spark-eoi-{q}", len(READS[q]))
+        check_marker(progress, work / f"spark-eoi-{q}", len(QUERIES[q].reads))
     notes = []
     if q in EVENT_TIME:
         notes.append("Spark has no end-of-input watermark: the input is unioned with one "
@@ -231,7 +226,7 @@ def main() -> int:
                      "watermark) so the last windows close")
     if dropped:
         notes.append(f"{dropped} rows dropped by the watermark")
-    markers = len(READS[q]) if q in EVENT_TIME else 0
+    markers = len(QUERIES[q].reads) if q in EVENT_TIME else 0
     notes.append(f"trigger availableNow: {rows_in - markers} input rows"
                  + (f" (+{markers} marker)" if markers else "")
                  + f" in {batches} micro-batches "

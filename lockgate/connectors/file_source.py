@@ -22,7 +22,7 @@ import json
 import math
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,10 @@ class FileSource(Source):
     converter such as ``int`` or ``str``) or ``"parquet"``. Visible files are
     those whose name starts with neither "." nor "_".
 
+    ``columns`` (Parquet only) reads just those columns, in that order (projection
+    pushdown: the others are never decoded); a file without one of them fails the job
+    naming the file.
+
     Without ``monitor_interval`` the source is bounded: it reads the files there
     when the job starts (one split each, spread over the subtasks) and ends.
 
@@ -139,6 +143,7 @@ class FileSource(Source):
         on_error: str = "fail",
         batch_size: int = 8192,
         csv_types: dict[str, Callable[[str], Any]] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(
@@ -166,6 +171,8 @@ class FileSource(Source):
         self.on_error = on_error
         self.batch_size = batch_size
         self.csv_types = dict(csv_types or {})
+        #: Parquet only: the columns read (projection pushdown); None: every column
+        self.columns: list[str] | None = _check_columns(columns, format)
 
     @property
     def monitoring(self) -> bool:
@@ -192,6 +199,22 @@ class FileSource(Source):
         if self.monitoring:
             return _MonitoringFileReader(self, ctx)
         return _FileReader(self)
+
+
+def _check_columns(columns: Sequence[str] | None, format: str) -> list[str] | None:
+    if columns is None:
+        return None
+    if format != "parquet":
+        raise ConfigurationError(
+            f"FileSource columns= selects Parquet columns, but the format is {format!r}: "
+            "drop columns=, or select fields in a map after the source")
+    if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or any(
+            not isinstance(c, str) or not c for c in columns):
+        raise ConfigurationError(
+            f"FileSource columns must be a non-empty list of column names, got {columns!r}")
+    if len(set(columns)) != len(columns):
+        raise ConfigurationError(f"FileSource columns name a column twice: {list(columns)!r}")
+    return list(columns)
 
 
 class _FileReader(SourceReader):
@@ -508,11 +531,19 @@ class _Parquet:
         self.split = split
         try:
             self.file = pq.ParquetFile(split.path)
-            self.batches = self.file.iter_batches(batch_size=source.batch_size)
         except (pa.ArrowInvalid, OSError) as e:
             raise MalformedRecordError(
                 f"{split.path} is not a readable Parquet file: {e}", location=split.path
             ) from e
+        columns = source.columns
+        if columns is not None:
+            missing = [c for c in columns if c not in self.file.schema_arrow.names]
+            if missing:
+                self.file.close()
+                raise MalformedRecordError(
+                    f"{split.path} has no column(s) {missing} of FileSource columns="
+                    f"{columns}; it has {self.file.schema_arrow.names}", location=split.path)
+        self.batches = self.file.iter_batches(batch_size=source.batch_size, columns=columns)
         self.skip = split.position
 
     def read(self, n: int, output: ReaderOutput) -> tuple[Any, bool]:

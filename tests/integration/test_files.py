@@ -82,6 +82,50 @@ def test_file_source_reads_parquet_as_arrow_batches(tmp_path, executor) -> None:
     assert out == RECORDS
 
 
+def test_parquet_columns_are_read_alone_and_in_the_order_given(tmp_path, executor) -> None:
+    f = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(RECORDS), f)
+    names = list(RECORDS[0])
+    wanted = [names[-1], names[0]]
+    env = lg.StreamEnvironment(parallelism=1)
+    seen = []
+
+    def columns_of(batch):
+        seen.append(batch.schema.names)
+        return batch
+
+    out = env.from_source(FileSource(f, format="parquet", batch_size=7, columns=wanted)) \
+        .map_batches(columns_of).execute_and_collect(executor=executor)
+    assert out == [{c: r[c] for c in wanted} for r in RECORDS]
+    assert [list(r) for r in out] == [wanted] * len(RECORDS)
+
+
+def test_parquet_columns_missing_from_a_file_fail_the_job_naming_file_and_column(
+        tmp_path, executor) -> None:
+    f = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(RECORDS), f)
+    error = _failing_job(FileSource(f, format="parquet", columns=["nope"]), executor)
+    assert str(f) in str(error) and "['nope']" in str(error)
+    assert isinstance(error.__cause__, lg.MalformedRecordError)
+
+
+@pytest.mark.parametrize(("columns", "match"), [
+    ("a", "non-empty list of column names"), ([], "non-empty list"), (["a", ""], "non-empty"),
+    (["a", 1], "non-empty"), (["a", "a"], "name a column twice")])
+def test_file_source_columns_must_be_a_list_of_distinct_names(tmp_path, columns, match) -> None:
+    f = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist(RECORDS), f)
+    with pytest.raises(lg.ConfigurationError, match=match):
+        FileSource(f, format="parquet", columns=columns)
+
+
+def test_file_source_columns_are_refused_for_row_formats(tmp_path) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_text('{"a": 1}\n')
+    with pytest.raises(lg.ConfigurationError, match="selects Parquet columns"):
+        FileSource(f, format="jsonl", columns=["a"])
+
+
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(1, 2, 3), indirect=["executor"])
 def test_a_folder_is_read_file_by_file_spread_over_subtasks(tmp_path, executor, parallelism) -> None:
     for n in range(4):
