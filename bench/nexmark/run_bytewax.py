@@ -51,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from queries import (  # noqa: E402
-    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, SLIDE_MS, WINDOW_MS, events_read,
+    COLUMNS_READ, OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, SLIDE_MS, WINDOW_MS, events_read,
     runner_parser,
 )
 
@@ -86,18 +86,8 @@ def no_wakeup(close_time: datetime) -> None:
     return None
 
 
-BID_COLUMNS = ["auction", "bidder", "price", "channel", "url", "date_time", "extra"]
-
 #: per query: the tables it reads, and the columns read from each (projection)
-READS: dict[str, dict[str, list[str]]] = {
-    "q0": {"bid": BID_COLUMNS},
-    "q1": {"bid": ["auction", "bidder", "price", "date_time", "extra"]},
-    "q2": {"bid": ["auction", "price"]},
-    "q5": {"bid": ["auction", "date_time"]},
-    "q7": {"bid": ["price", "date_time"]},
-    "q8": {"person": ["id", "name", "date_time"], "auction": ["seller", "date_time"]},
-    "q12": {"bid": ["bidder"]},
-}
+READS = COLUMNS_READ
 
 
 # --------------------------------------------------------------------------- #

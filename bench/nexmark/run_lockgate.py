@@ -35,30 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lockgate as lg  # noqa: E402
 from lockgate.connectors import FileSink, FileSource  # noqa: E402
 from queries import (  # noqa: E402
-    OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS, events_read,
-    runner_parser,
+    COLUMNS_READ, OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS,
+    events_read, runner_parser,
 )
 
 BATCH_ROWS = 65_536
 
 
-#: the columns each query reads, per table (projection pushdown into the Parquet
-#: reader, as Flink's and Spark's planners do; None: every column)
-COLUMNS: dict[str, dict[str, list[str] | None]] = {
-    "q0": {"bid": None},
-    "q1": {"bid": ["auction", "bidder", "price", "date_time", "extra"]},
-    "q2": {"bid": ["auction", "price"]},
-    "q5": {"bid": ["auction", "date_time"]},
-    "q7": {"bid": ["price", "date_time"]},
-    "q8": {"person": ["id", "name", "date_time"], "auction": ["seller", "date_time"]},
-    "q12": {"bid": ["bidder"]},
-}
-
-
 def _events(env: lg.StreamEnvironment, data: Path, table: str,
             query: str) -> lg.DataStream:
     source = FileSource(data / "parquet" / table, "parquet", batch_size=BATCH_ROWS,
-                        columns=COLUMNS[query][table])
+                        columns=COLUMNS_READ[query][table])
     return env.from_source(source, name=f"{table}s").uid(f"{table}s")
 
 
@@ -143,7 +130,7 @@ def build(env: lg.StreamEnvironment, query: str, data: Path, out: Path) -> None:
             .map_batches(_select("id", "name", "window_start"), name="q8").uid("q8")
             .sink_to(sink).uid("sink"))
         return
-    if query not in COLUMNS:
+    if query not in COLUMNS_READ:
         raise SystemExit(f"unknown query {query!r}: one of {', '.join(QUERIES)}")
     bids = _events(env, data, "bid", query)
     if query == "q0":
