@@ -86,8 +86,6 @@ def no_wakeup(close_time: datetime) -> None:
     return None
 
 
-#: per query: the tables it reads, and the columns read from each (projection)
-READS = COLUMNS_READ
 
 
 # --------------------------------------------------------------------------- #
@@ -194,7 +192,7 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,
 
     flow = Dataflow(f"nexmark_{query}")
     inputs = {table: op.input(f"{table}_in", flow, ParquetSource(table, columns))
-              for table, columns in READS[query].items()}
+              for table, columns in COLUMNS_READ[query].items()}
     sink = CsvSink()
 
     if query == "q0":

@@ -403,9 +403,9 @@ def _reported_failure(plan: ExecutionPlan, info: dict[str, Any]) -> JobFailedErr
 
 
 def _warm_worker(iterator: Any) -> Any:
-    """Import what a slot needs, in a Spark Python worker (see ``warm_up``)."""
-    import lockgate.executor.spark.slot  # noqa: F401
-    import lockgate.runtime.task_builder  # noqa: F401
+    """Import what a slot needs, in a Spark Python worker (see ``warm_up``): the same
+    imports the worker daemon makes before it forks."""
+    import lockgate.executor.spark.daemon  # noqa: F401
 
     yield os.getpid()
 
