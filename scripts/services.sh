@@ -1,87 +1,169 @@
 #!/usr/bin/env bash
-# Make sure the services the connector tests use are running on 127.0.0.1:
-# PostgreSQL (5432), Redis (6379) and NATS with JetStream (4222). A service that already
-# answers is left alone; one that does not is started. PostgreSQL must allow prepared
-# transactions (PostgresSink's exactly-once mode): when max_prepared_transactions is 0,
-# it is set to 64 (ALTER SYSTEM) and the server restarted. A service whose programs are not
-# installed gets a warning and is skipped (no test needs it yet).
-# Exit status: 0 when every installed service answers, 1 when one failed to start.
+# Install (when missing) and start the services the connector tests use, on 127.0.0.1:
+# PostgreSQL (5432, with max_prepared_transactions > 0 for PostgresSink's exactly-once
+# mode), Redis (6379) and NATS with JetStream (4222).
+#
+# Missing programs are installed with apt-get (Debian's packages: postgresql,
+# redis-server, nats-server); that needs root, or sudo without a password. A service that
+# already answers is left alone; one that does not is started and waited for (bounded
+# polling, 30 s at most). Idempotent: when everything runs it only checks, in well under
+# a second.
+#
+# Environment: LOCKGATE_NO_INSTALL=1 never installs (a missing service is then an error).
+# Exit status: 0 when every service answers, 1 otherwise (the message says which and why).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/_common.sh
 
 failed=0
+fail() { warn "$*"; failed=1; }
 
-# wait_until DESCRIPTION COMMAND...: retry COMMAND for up to 15 s.
+# wait_until DESCRIPTION COMMAND...: poll COMMAND every 0.25 s for up to 30 s.
 wait_until() {
     local what="$1"; shift
-    for _ in $(seq 1 30); do
+    for _ in $(seq 1 120); do
         if "$@" >/dev/null 2>&1; then return 0; fi
-        sleep 0.5
+        sleep 0.25
     done
-    warn "$what did not come up within 15 s"
-    failed=1
+    fail "$what did not answer within 30 s"
     return 1
 }
 
-postgres_up() { pg_isready -h 127.0.0.1 -q; }
-redis_up() { [ "$(redis-cli -h 127.0.0.1 ping 2>/dev/null)" = PONG ]; }
-nats_up() { timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222' 2>/dev/null; }
-nats_has_jetstream() {
-    local info
-    info="$(timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222; IFS= read -r line <&3; printf %s "$line"' 2>/dev/null)"
-    [[ "$info" == *'"jetstream":true'* ]]
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo -n "$@"
+    else return 1
+    fi
 }
 
-# PostgreSQL
-if ! command -v pg_isready >/dev/null || ! command -v pg_ctlcluster >/dev/null \
-        || [ ! -d /etc/postgresql ]; then
-    warn "PostgreSQL is not installed (pg_isready/pg_ctlcluster/etc/postgresql missing); skipped"
-elif postgres_up; then
-    say "PostgreSQL is running"
-else
-    say "starting PostgreSQL"
-    pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start || true
-    wait_until "PostgreSQL" postgres_up && say "PostgreSQL is running"
-fi
-pg_setting() {
-    psql -h 127.0.0.1 -U postgres -d postgres -Atc "SHOW $1" 2>/dev/null
+# apt_install PACKAGE...: install Debian packages (the package lists are refreshed once).
+apt_updated=0
+apt_install() {
+    if [ "${LOCKGATE_NO_INSTALL:-0}" = 1 ]; then
+        fail "not installing $* (LOCKGATE_NO_INSTALL=1); install them yourself"
+        return 1
+    fi
+    if ! command -v apt-get >/dev/null; then
+        fail "cannot install $*: apt-get not found (install them with your package manager)"
+        return 1
+    fi
+    if ! as_root true; then
+        fail "cannot install $*: needs root or password-less sudo (or install them yourself)"
+        return 1
+    fi
+    say "installing $* (apt-get)"
+    local log="${TMPDIR:-/tmp}/lockgate-apt-$$.log"
+    if [ "$apt_updated" = 0 ]; then
+        as_root apt-get update -qq >"$log" 2>&1 || { cat "$log" >&2; fail "apt-get update failed"; return 1; }
+        apt_updated=1
+    fi
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        fail "apt-get install $* failed"
+        rm -f "$log"
+        return 1
+    fi
+    rm -f "$log"
 }
-if command -v psql >/dev/null && postgres_up && [ "$(pg_setting max_prepared_transactions)" = 0 ]; then
-    say "PostgreSQL: max_prepared_transactions = 64 (was 0), restarting"
-    psql -h 127.0.0.1 -U postgres -d postgres -qc "ALTER SYSTEM SET max_prepared_transactions = 64" \
-        && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart || true
-    wait_until "PostgreSQL" postgres_up
-    if [ "$(pg_setting max_prepared_transactions)" = 0 ]; then
-        warn "PostgreSQL still has max_prepared_transactions = 0"
-        failed=1
+
+postgres_up() { pg_isready -h 127.0.0.1 -p 5432 -q; }
+redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]; }
+nats_info() {
+    timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222; IFS= read -r line <&3; printf %s "$line"' 2>/dev/null
+}
+nats_up() { [[ "$(nats_info)" == INFO* ]]; }
+nats_has_jetstream() { [[ "$(nats_info)" == *'"jetstream":true'* ]]; }
+
+# --- PostgreSQL ------------------------------------------------------------------------
+pg_version() { ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -1; }
+if ! command -v pg_ctlcluster >/dev/null || [ -z "$(pg_version)" ] \
+        || [ ! -x "/usr/lib/postgresql/$(pg_version)/bin/postgres" ]; then
+    apt_install postgresql postgresql-client
+fi
+pg_setting() { psql -h 127.0.0.1 -U postgres -d postgres -Atc "SHOW $1" 2>/dev/null; }
+if [ -n "$(pg_version)" ] && command -v pg_ctlcluster >/dev/null; then
+    ver="$(pg_version)"
+    if [ ! -d "/etc/postgresql/$ver/main" ]; then
+        say "creating the PostgreSQL $ver cluster 'main'"
+        as_root pg_createcluster "$ver" main >/dev/null || fail "pg_createcluster $ver main failed"
+    fi
+    conf="/etc/postgresql/$ver/main"
+    if [ -d "$conf" ]; then
+        # tests connect as postgres over TCP on loopback without a password (trust on
+        # 127.0.0.1 only), and the sink's exactly-once mode needs prepared transactions
+        hba="$conf/pg_hba.conf"
+        if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba" 2>/dev/null; then
+            say "PostgreSQL: trusting loopback connections (127.0.0.1, ::1)"
+            as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+            restart_pg=1
+        fi
+        if ! grep -q "^max_prepared_transactions = 64" "$conf/postgresql.conf" 2>/dev/null; then
+            say "PostgreSQL: max_prepared_transactions = 64"
+            printf '\n# lockgate tests (scripts/services.sh)\nmax_prepared_transactions = 64\nlisten_addresses = '"'"'127.0.0.1'"'"'\n' \
+                | as_root tee -a "$conf/postgresql.conf" >/dev/null
+            restart_pg=1
+        fi
+        if postgres_up && [ "${restart_pg:-0}" = 1 ]; then
+            as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main restart || fail "restarting PostgreSQL failed"
+        elif ! postgres_up; then
+            say "starting PostgreSQL $ver"
+            as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start \
+                || fail "pg_ctlcluster $ver main start failed (log: /var/log/postgresql/)"
+        fi
+        if wait_until "PostgreSQL" postgres_up; then
+            mpt="$(pg_setting max_prepared_transactions)"
+            if [ -z "$mpt" ] || [ "$mpt" = 0 ]; then
+                fail "PostgreSQL answers but max_prepared_transactions is '${mpt:-unknown}' (want > 0) or user postgres cannot log in over 127.0.0.1"
+            else
+                say "PostgreSQL is running (max_prepared_transactions = $mpt)"
+            fi
+            # the connector tests' database (LOCKGATE_TEST_PG_DSN defaults to .../test)
+            if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -Atc \
+                    "SELECT 1 FROM pg_database WHERE datname = 'test'" 2>/dev/null)" != 1 ]; then
+                say "PostgreSQL: creating database 'test'"
+                psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test" \
+                    || fail "cannot create the database 'test'"
+            fi
+        fi
     fi
 fi
 
-# Redis
+# --- Redis -----------------------------------------------------------------------------
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    warn "Redis is not installed (redis-server/redis-cli missing); skipped"
-elif redis_up; then
-    say "Redis is running"
-else
-    say "starting Redis"
-    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
-    wait_until "Redis" redis_up && say "Redis is running"
+    apt_install redis-server redis-tools
+fi
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    if redis_up; then
+        say "Redis is running"
+    else
+        say "starting Redis"
+        mkdir -p /tmp/lockgate-redis
+        redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --protected-mode yes \
+            --save "" --appendonly no --dir /tmp/lockgate-redis \
+            --logfile /tmp/lockgate-redis/redis.log || fail "redis-server failed to start (log: /tmp/lockgate-redis/redis.log)"
+        wait_until "Redis" redis_up && say "Redis is running"
+    fi
 fi
 
-# NATS JetStream
-if [ ! -x /usr/sbin/nats-server ] || ! command -v start-stop-daemon >/dev/null; then
-    warn "NATS is not installed (/usr/sbin/nats-server or start-stop-daemon missing); skipped"
-else
+# --- NATS with JetStream ---------------------------------------------------------------
+nats_bin="$(command -v nats-server || echo /usr/sbin/nats-server)"
+if [ ! -x "$nats_bin" ]; then
+    apt_install nats-server
+    nats_bin="$(command -v nats-server || echo /usr/sbin/nats-server)"
+fi
+if [ -x "$nats_bin" ]; then
     if nats_up; then
         say "NATS is running"
     else
         say "starting NATS (JetStream)"
-        start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
+        mkdir -p /tmp/lockgate-nats
+        # setsid + nohup: the server outlives this script and the test run's process group
+        setsid nohup "$nats_bin" -a 127.0.0.1 -p 4222 -js -sd /tmp/lockgate-nats/store \
+            -l /tmp/lockgate-nats/nats.log </dev/null >/dev/null 2>&1 &
         wait_until "NATS" nats_up && say "NATS is running"
     fi
     if nats_up && ! nats_has_jetstream; then
-        warn "the NATS server on 127.0.0.1:4222 does not report JetStream enabled"
+        fail "the NATS server on 127.0.0.1:4222 does not have JetStream enabled (restart it with -js)"
     fi
 fi
 
