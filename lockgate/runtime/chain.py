@@ -40,6 +40,36 @@ class _FanOut(Output):
             target(element)
 
 
+class _AnnouncedStatus:
+    """What a task announces downstream through one record writer (M-W2).
+
+    A task whose announced status is IDLE does not forward watermarks generated inside it
+    (a periodic generator of ``assign_timestamps_and_watermarks`` or a timer-driven
+    operator): downstream valves would otherwise advance on an input they consider
+    idle. The status itself goes out only when it changes, so a chain that sees IDLE or
+    ACTIVE from several operators announces each change once. Batches are not affected:
+    an operator that emits data while idle announces ACTIVE first (M-W2), which this
+    output then forwards.
+    """
+
+    __slots__ = ("_deliver", "idle")
+
+    def __init__(self, deliver: Callable[[StreamElement], None]) -> None:
+        self._deliver = deliver
+        self.idle = False
+
+    def __call__(self, element: StreamElement) -> None:
+        if isinstance(element, Watermark):
+            if self.idle:
+                return
+        elif isinstance(element, StreamStatus):
+            idle = element is StreamStatus.IDLE
+            if idle == self.idle:
+                return
+            self.idle = idle
+        self._deliver(element)
+
+
 def _element_target(op: StreamOperator) -> Callable[[StreamElement], None]:
     """Delivers watermarks and stream statuses to a chained operator (its input 0)."""
 
@@ -96,7 +126,7 @@ class OperatorChain:
                 (out.side.setdefault(tag, []) if tag else out.main).append(writer.write)
                 if id(writer) not in seen:
                     seen.add(id(writer))
-                    out.element_targets.append(writer.broadcast_event)
+                    out.element_targets.append(_AnnouncedStatus(writer.broadcast_event))
             ctx = RuntimeContext(
                 task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
                 subtask_index=subtask_index, parallelism=op_plan.parallelism,
