@@ -51,6 +51,7 @@ from .storage import (
     check_file_data,
     check_rel,
     checkpoint_folder,
+    state_file_path,
 )
 from .types import StateHandle
 
@@ -325,10 +326,10 @@ class FileSystemCheckpointStorage:
 
     # CheckpointStorage ----------------------------------------------------------------
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
-        rel = f"{checkpoint_folder(checkpoint_id)}/{name}"
-        self._check_rel(rel)
-        if name == METADATA:
-            raise ValueError(f"a state file cannot be named {METADATA!r}")
+        """Write ``state`` (cloudpickled, with the header) to a new file
+        ``chk-<id>/<name>.<random token>`` (unique to this call, so a late writer of a
+        failed attempt never overwrites another's file); return its handle."""
+        rel = state_file_path(checkpoint_id, name)
         payload = cloudpickle.dumps(state, protocol=5)  # classes of a driver script travel by value
         data = encode_file(payload, KIND_PICKLE)
         self._write(rel, data, atomic=False)

@@ -2,10 +2,19 @@
 
 Layout under the storage root (the job's checkpoint directory)::
 
-    chk-<id>/<name>        one file per (operator, subtask) state handle
+    chk-<id>/<name>.<token> one file per (operator, subtask) state handle; ``token`` is
+                           random, new for every write
     chk-<id>/_metadata     written last and atomically: a folder without it is not a
                            checkpoint
+    shared/...             shared files of incremental checkpoints (see shared_registry)
     _latest                durable pointer: the id of the newest completed checkpoint
+    _checkpoint_ids        the checkpoint ids reserved so far (see coordinator.id_counter)
+
+State file names are unique to the write that made them (M-T3): a late asynchronous
+snapshot part of a failed attempt, which may still write or delete its files after the
+next attempt started, can never overwrite or delete a file another writer made, even
+in the same ``chk-<id>/`` folder. Readers never build these names: the handle returned
+by ``write_state`` carries the full path.
 
 Every file carries a format version and a CRC32 checksum; a corrupt or
 truncated file raises ``CorruptCheckpointError``, never loads silently.
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import secrets
 import threading
 import zlib
 from typing import Any, Protocol
@@ -36,6 +46,20 @@ LATEST = "_latest"
 
 def checkpoint_folder(checkpoint_id: int) -> str:
     return f"chk-{checkpoint_id}"
+
+
+def state_file_path(checkpoint_id: int, name: str) -> str:
+    """A new, unique path for the state file ``name`` of ``checkpoint_id``:
+    ``chk-<id>/<name>.<16 random hex digits>`` (checked with :func:`check_rel`; raises
+    ``ValueError`` for a name that is not one plain path segment or is ``_metadata``)."""
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ConfigurationError(f"invalid state file name {name!r}: it must be one non-empty "
+                                 f"path segment such as 'op-<uid>-<subtask>'")
+    if name == METADATA:
+        raise ConfigurationError(f"a state file cannot be named {METADATA!r}")
+    rel = f"{checkpoint_folder(checkpoint_id)}/{name}.{secrets.token_hex(8)}"
+    check_rel(rel)
+    return rel
 
 
 def check_rel(rel: str, *, what: str = "checkpoint file path", allow_root: bool = False) -> None:
@@ -68,7 +92,9 @@ class CheckpointStorage(Protocol):
     url: str
 
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
-        """Serialize ``state`` into ``chk-<id>/<name>``; return its handle."""
+        """Serialize ``state`` into a new file ``chk-<id>/<name>.<random token>`` (see
+        :func:`state_file_path`: never a file another call wrote); return its handle,
+        which names the file."""
 
     def read_state(self, handle: StateHandle) -> Any:
         """Load the state behind ``handle`` (verifies version and checksum)."""
@@ -123,8 +149,8 @@ class MemoryCheckpointStorage:
         self._lock = threading.Lock()
 
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
+        path = state_file_path(checkpoint_id, name)
         data = pickle.dumps(state, protocol=5)
-        path = f"{checkpoint_folder(checkpoint_id)}/{name}"
         with self._lock:
             self.files[path] = data
         return StateHandle(path, len(data), zlib.crc32(data))

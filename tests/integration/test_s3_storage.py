@@ -51,12 +51,12 @@ def test_state_and_metadata_round_trip_on_s3(moto_server: MotoServer, s3_url: st
     location = storage.write_metadata(3, {"checkpoint_id": 3, "handles": sorted(handles)})
     assert location.startswith(f"s3://{moto_server.bucket}/") and "/chk-3?" in location
     for name, handle in handles.items():
-        assert handle.path == f"chk-3/{name}"
+        assert handle.path.startswith(f"chk-3/{name}.")  # plus a random token (M-T3)
         assert storage.read_state(handle) == states[name]
     assert storage.read_metadata(3) == {"checkpoint_id": 3, "handles": sorted(handles)}
     assert storage.completed_ids() == [3]
-    assert s3_files(moto_server, s3_url) == [
-        "chk-3/_metadata", "chk-3/op-abc-0", "chk-3/op-abc-1", "chk-3/op-def-0"]
+    assert s3_files(moto_server, s3_url) == sorted(
+        ["chk-3/_metadata"] + [h.path for h in handles.values()])
 
 
 def test_m_c7_completed_ids_on_s3_list_only_folders_with_metadata(s3_url: str) -> None:
@@ -78,8 +78,9 @@ def test_m_c7_metadata_on_s3_is_one_put_without_temporary_objects(
 
 def test_discard_and_discard_handle_on_s3(moto_server: MotoServer, s3_url: str) -> None:
     storage = FileSystemCheckpointStorage(s3_url)
+    kept = {}
     for cid in (1, 2):
-        storage.write_state(cid, "op-0", cid)
+        kept[cid] = storage.write_state(cid, "op-0", cid)
         storage.write_metadata(cid, {})
     late = storage.write_state(2, "op-late", "late")
     storage.discard_handle(late)
@@ -88,7 +89,7 @@ def test_discard_and_discard_handle_on_s3(moto_server: MotoServer, s3_url: str) 
     storage.discard(1)
     storage.discard(99)
     assert storage.completed_ids() == [2]
-    assert s3_files(moto_server, s3_url) == ["chk-2/_metadata", "chk-2/op-0"]
+    assert s3_files(moto_server, s3_url) == ["chk-2/_metadata", kept[2].path]
 
 
 def test_m_c8_latest_pointer_on_s3_survives_a_new_storage_object(s3_url: str) -> None:
@@ -115,7 +116,7 @@ def test_a_corrupt_s3_object_raises_corrupt_checkpoint_error(
         moto_server: MotoServer, s3_url: str) -> None:
     storage = FileSystemCheckpointStorage(s3_url)
     handle = storage.write_state(1, "op-0", "x" * 100)
-    path = s3_root(s3_url) + "/chk-1/op-0"
+    path = s3_root(s3_url) + "/" + handle.path
     fs = moto_server.filesystem()
     with fs.open_input_stream(path) as f:
         data = bytearray(f.read())

@@ -70,6 +70,27 @@ def test_m_c7_completion_subsumes_every_older_pending_checkpoint_but_not_newer_o
     assert h.gateway.failures == []
 
 
+def test_m_c7_a_pending_savepoint_is_never_subsumed_by_a_newer_checkpoint() -> None:
+    """M-C7: completing a checkpoint aborts the older pending checkpoints, but not an
+    older pending savepoint: it still completes when its acknowledgements arrive."""
+    h = make_harness(max_concurrent=4)
+    older = h.trigger()
+    savepoint = h.trigger(savepoint=True)
+    newer = h.trigger()
+    h.ack_all(newer)
+    assert h.gateway.abort_reason(older) is R.SUBSUMED
+    assert savepoint not in h.gateway.aborted_ids()
+    assert h.coordinator.pending_ids() == [savepoint]
+    assert h.ack_all(savepoint) == [AckResult.SUCCESS] * len(TASKS)
+    completed = h.coordinator.wait_for_savepoint(savepoint, timeout_s=0)
+    assert completed.checkpoint_id == savepoint and completed.is_savepoint
+    assert h.storage.read_metadata(savepoint)["is_savepoint"] is True
+    assert h.gateway.completed == [newer, savepoint]
+    assert [c.checkpoint_id for c in h.coordinator.completed()] == [newer]
+    assert h.storage.read_latest() == newer, "the savepoint does not move the pointer back"
+    assert h.gateway.failures == []
+
+
 def test_m_c7_tasks_are_notified_once_the_checkpoint_is_durable() -> None:
     seen_pointer: list[int | None] = []
     h = make_harness()
@@ -237,7 +258,8 @@ def test_m_c9_master_hook_state_is_stored_and_listed_in_the_metadata() -> None:
     h = make_harness(hooks=[hook, empty])
     checkpoint_id = h.trigger()
     assert hook.triggered == [(checkpoint_id, START_MS)]
-    assert f"chk-{checkpoint_id}/master-offsets" in h.storage.files
+    assert [p for p in h.storage.files
+            if p.startswith(f"chk-{checkpoint_id}/master-offsets.")], "written at trigger time"
     h.ack_all(checkpoint_id)
     metadata = h.storage.read_metadata(checkpoint_id)
     assert set(metadata["master_states"]) == {"offsets"}

@@ -19,7 +19,12 @@ from lockgate.checkpoint.coordinator import (
     TriggerFacts,
     decide_trigger,
 )
-from lockgate.checkpoint.storage import MemoryCheckpointStorage
+from lockgate.checkpoint.coordinator.id_counter import (
+    RESERVATION,
+    read_reservation,
+    write_reservation,
+)
+from lockgate.checkpoint.storage import CorruptCheckpointError, MemoryCheckpointStorage
 from lockgate.checkpoint.types import (
     CheckpointFailureReason,
     StateHandle,
@@ -83,10 +88,78 @@ def test_m_e2_id_counter_starts_at_1_on_empty_storage_and_increases_strictly() -
 def test_m_e2_id_counter_continues_after_the_durable_pointer_or_the_newest_metadata() -> None:
     storage = MemoryCheckpointStorage()
     storage.write_latest(7)
-    assert CheckpointIdCounter(storage).next_id() == 8
+    counter = CheckpointIdCounter(storage)
+    assert counter.next_id() == 8
+    counter.release()
     storage.write_metadata(11, {"format_version": 1})
-    assert CheckpointIdCounter(storage).next_id() == 12
+    counter = CheckpointIdCounter(storage)
+    assert counter.next_id() == 12
+    counter.release()
     assert CheckpointIdCounter(storage, start=40).next_id() == 40
+
+
+def test_m_e2_ids_of_checkpoints_that_never_completed_are_never_handed_out_again() -> None:
+    """M-E2, M-T3: a driver that died (no release) after triggering checkpoints that never
+    completed: the next counter on the storage skips every id it may have used."""
+    storage = MemoryCheckpointStorage()
+    dead = CheckpointIdCounter(storage, reserve=4)
+    used = [dead.next_id() for _ in range(6)]
+    assert used == [1, 2, 3, 4, 5, 6] and storage.completed_ids() == []
+    assert CheckpointIdCounter(storage).next_id() == 9, "after the reserved block 5..8"
+
+
+def test_m_e2_a_released_counter_lets_the_next_one_continue_right_after_its_last_id() -> None:
+    storage = MemoryCheckpointStorage()
+    first = CheckpointIdCounter(storage)
+    assert [first.next_id() for _ in range(3)] == [1, 2, 3]
+    first.release()
+    second = CheckpointIdCounter(storage, reserve=5)
+    assert second.next_id() == 4
+    assert first.next_id() == 9, "a released counter stays usable and skips what others got"
+    assert second.next_id() == 5, "ids 5..8 are the second counter's"
+
+
+def test_m_e2_ids_are_reserved_durably_one_write_per_block_before_they_are_handed_out() -> None:
+    class Counting(MemoryCheckpointStorage):
+        writes: list[int] = []
+
+        def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+            assert atomic, "the reservation must be written atomically"
+            super().write_file(rel, data, atomic=atomic)
+            self.writes.append(read_reservation(self))
+
+    storage = Counting()
+    counter = CheckpointIdCounter(storage, reserve=10)
+    ids = [counter.next_id() for _ in range(25)]
+    assert ids == list(range(1, 26))
+    assert storage.writes == [10, 20, 30], "one durable write per 10 ids"
+    assert all(i <= read_reservation(storage) for i in ids)
+
+
+def test_m_c1_an_id_is_not_handed_out_when_its_reservation_cannot_be_written() -> None:
+    class ReadOnly(MemoryCheckpointStorage):
+        broken = True
+
+        def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+            if self.broken:
+                raise PermissionError("read-only storage")
+            super().write_file(rel, data, atomic=atomic)
+
+    storage = ReadOnly()
+    counter = CheckpointIdCounter(storage)
+    with pytest.raises(PermissionError):
+        counter.next_id()
+    storage.broken = False
+    assert counter.next_id() == 1, "the id whose reservation failed was not used"
+
+
+def test_a_damaged_id_reservation_says_what_is_wrong_and_how_to_fix_it() -> None:
+    storage = MemoryCheckpointStorage()
+    storage.write_file(RESERVATION, b"garbage", atomic=True)
+    with pytest.raises(CorruptCheckpointError, match="Delete the file"):
+        CheckpointIdCounter(storage).next_id()
+    write_reservation(storage, 3)
+    assert CheckpointIdCounter(storage).next_id() == 4
 
 
 def test_m_c1_id_counter_passes_a_storage_failure_on_and_retries_later() -> None:
@@ -262,7 +335,7 @@ def test_m_c8_recover_adopts_checkpoints_left_in_storage_but_not_savepoints() ->
     store = CompletedCheckpointStore(storage, retained=2)
     adopted = store.recover()
     assert [c.checkpoint_id for c in adopted] == [1, 2]
-    assert store.all()[0].operator_states["op"][0].path == "chk-1/op-0"
+    assert store.all()[0].operator_states["op"][0].path.startswith("chk-1/op-0.")
     store.add(_completed(storage, 5))
     assert [c.checkpoint_id for c in store.all()] == [2, 5]
     assert "chk-1" not in storage.folders() and "chk-3" in storage.folders()

@@ -357,6 +357,27 @@ def test_start_needs_checkpointing_enabled() -> None:
         h.coordinator.start()
 
 
+def test_m_e2_a_new_coordinator_on_the_same_storage_never_reuses_an_uncompleted_id() -> None:
+    """M-E2, M-T3: the next attempt's (or run's) coordinator, with a counter of its own,
+    continues after the ids the previous one triggered, although none completed; a
+    clean shutdown gives the unused reserved ids back, so ids stay dense."""
+    storage = MemoryCheckpointStorage()
+    h1 = make_harness(storage=storage, max_concurrent=3)
+    triggered = [h1.trigger() for _ in range(3)]
+    h1.coordinator.shutdown()
+    assert storage.completed_ids() == [] and storage.read_latest() is None
+    h2 = make_harness(storage=storage)
+    assert h2.trigger() == max(triggered) + 1
+
+
+def test_m_e2_ids_stay_unique_when_the_previous_coordinator_died_without_shutting_down() -> None:
+    storage = MemoryCheckpointStorage()
+    h1 = make_harness(storage=storage, max_concurrent=3)
+    triggered = [h1.trigger() for _ in range(3)]  # then the driver dies: no shutdown
+    h2 = make_harness(storage=storage)
+    assert h2.trigger() > max(triggered)
+
+
 def test_a_new_coordinator_with_the_previous_id_counter_never_reuses_an_id() -> None:
     storage = MemoryCheckpointStorage()
     counter = CheckpointIdCounter(storage)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import struct
 import threading
 import zlib
@@ -50,6 +51,15 @@ def files_under(root: str) -> list[str]:
     return sorted(found)
 
 
+#: a state file name: the name given to ``write_state`` plus a random token (M-T3)
+TOKEN = re.compile(r"\.[0-9a-f]{16}$")
+
+
+def without_tokens(paths: list[str]) -> list[str]:
+    """``paths`` with the random token of state file names removed."""
+    return [TOKEN.sub("", p) for p in paths]
+
+
 def flip_byte(path: str, offset: int) -> None:
     with open(path, "r+b") as f:
         f.seek(offset)
@@ -67,10 +77,10 @@ def test_state_round_trips_through_a_file_per_handle(storage: FileSystemCheckpoi
               "op-def-0": None}
     handles = {name: storage.write_state(3, name, state) for name, state in states.items()}
     for name, handle in handles.items():
-        assert handle.path == f"chk-3/{name}"
+        assert re.fullmatch(rf"chk-3/{name}\.[0-9a-f]{{16}}", handle.path), handle.path
         assert storage.read_state(handle) == states[name]
-        assert handle.size == os.path.getsize(os.path.join(root, "chk-3", name))
-        with open(os.path.join(root, "chk-3", name), "rb") as f:
+        assert handle.size == os.path.getsize(os.path.join(root, handle.path))
+        with open(os.path.join(root, handle.path), "rb") as f:
             assert handle.checksum == zlib.crc32(f.read()[HEADER_SIZE:])
 
 
@@ -81,9 +91,9 @@ def test_a_state_handle_read_by_another_storage_object_for_the_same_url(root: st
 
 def test_files_start_with_the_documented_header(storage: FileSystemCheckpointStorage,
                                                 root: str) -> None:
-    storage.write_state(1, "op-0", "state")
+    handle = storage.write_state(1, "op-0", "state")
     storage.write_metadata(1, {"a": 1})
-    with open(os.path.join(root, "chk-1", "op-0"), "rb") as f:
+    with open(os.path.join(root, handle.path), "rb") as f:
         data = f.read()
     magic, version, kind, crc, length = struct.unpack_from("<4sHBIQ", data)
     assert (magic, version, kind, length) == (b"LGCK", 1, 1, len(data) - 19)
@@ -102,8 +112,8 @@ def test_layout_is_one_folder_per_checkpoint_with_metadata_and_a_pointer_at_the_
     storage.write_metadata(1, {"id": 1})
     storage.write_state(2, "op-a-0", 3)
     storage.write_latest(1)
-    assert files_under(root) == ["_latest", "chk-1/_metadata", "chk-1/op-a-0", "chk-1/op-a-1",
-                                 "chk-2/op-a-0"]
+    assert without_tokens(files_under(root)) == [
+        "_latest", "chk-1/_metadata", "chk-1/op-a-0", "chk-1/op-a-1", "chk-2/op-a-0"]
 
 
 def test_metadata_round_trips_as_json(storage: FileSystemCheckpointStorage) -> None:
@@ -175,7 +185,7 @@ def test_m_c7_metadata_is_moved_into_place_and_leaves_no_temporary_file(
     [(src, dst)] = renames
     assert dst == os.path.join(root, "chk-5", METADATA)
     assert os.path.dirname(src) == os.path.dirname(dst)
-    assert files_under(root) == ["chk-5/_metadata", "chk-5/op-0"]
+    assert without_tokens(files_under(root)) == ["chk-5/_metadata", "chk-5/op-0"]
 
 
 def test_m_c7_a_metadata_write_that_fails_leaves_neither_metadata_nor_a_temporary_file(
@@ -187,7 +197,7 @@ def test_m_c7_a_metadata_write_that_fails_leaves_neither_metadata_nor_a_temporar
     monkeypatch.setattr(fs_storage.os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
         storage.write_metadata(5, {"id": 5})
-    assert files_under(root) == ["chk-5/op-0"]
+    assert without_tokens(files_under(root)) == ["chk-5/op-0"]
     assert storage.completed_ids() == []
 
 
@@ -214,7 +224,7 @@ def test_completed_ids_of_an_empty_storage_is_empty(storage: FileSystemCheckpoin
 def test_a_flipped_payload_byte_raises_corrupt_checkpoint_error_naming_the_file(
         storage: FileSystemCheckpointStorage, root: str) -> None:
     handle = storage.write_state(1, "op-0", {"k": "v" * 100})
-    flip_byte(os.path.join(root, "chk-1", "op-0"), HEADER_SIZE + 20)
+    flip_byte(os.path.join(root, handle.path), HEADER_SIZE + 20)
     with pytest.raises(CorruptCheckpointError, match=r"chk-1/op-0.*CRC32"):
         storage.read_state(handle)
 
@@ -222,7 +232,7 @@ def test_a_flipped_payload_byte_raises_corrupt_checkpoint_error_naming_the_file(
 def test_a_flipped_magic_byte_raises_corrupt_checkpoint_error(
         storage: FileSystemCheckpointStorage, root: str) -> None:
     handle = storage.write_state(1, "op-0", 1)
-    flip_byte(os.path.join(root, "chk-1", "op-0"), 0)
+    flip_byte(os.path.join(root, handle.path), 0)
     with pytest.raises(CorruptCheckpointError, match="not a lockgate checkpoint file"):
         storage.read_state(handle)
 
@@ -240,7 +250,7 @@ def test_corrupt_metadata_raises_corrupt_checkpoint_error(
 def test_a_truncated_file_raises_corrupt_checkpoint_error(
         storage: FileSystemCheckpointStorage, root: str, keep: int) -> None:
     handle = storage.write_state(1, "op-0", list(range(100)))
-    path = os.path.join(root, "chk-1", "op-0")
+    path = os.path.join(root, handle.path)
     with open(path, "r+b") as f:
         f.truncate(keep)
     with pytest.raises(CorruptCheckpointError, match="chk-1/op-0.*truncated"):
@@ -259,7 +269,7 @@ def test_bytes_after_the_payload_raise_corrupt_checkpoint_error(
 def test_an_unknown_newer_format_version_is_named_in_the_error(
         storage: FileSystemCheckpointStorage, root: str) -> None:
     handle = storage.write_state(1, "op-0", 1)
-    path = os.path.join(root, "chk-1", "op-0")
+    path = os.path.join(root, handle.path)
     with open(path, "r+b") as f:
         f.seek(4)
         f.write(struct.pack("<H", 2))
@@ -274,11 +284,30 @@ def test_a_file_of_the_wrong_kind_is_rejected() -> None:
 
 
 def test_a_state_file_that_does_not_match_its_handle_is_rejected(
-        storage: FileSystemCheckpointStorage) -> None:
+        storage: FileSystemCheckpointStorage, root: str) -> None:
     handle = storage.write_state(1, "op-0", "first")
-    storage.write_state(1, "op-0", "second")  # valid file, but not the one the handle names
+    other = storage.write_state(1, "op-0", "second")
+    with open(os.path.join(root, other.path), "rb") as f:
+        data = f.read()
+    with open(os.path.join(root, handle.path), "wb") as f:  # a valid file, but another one
+        f.write(data)
     with pytest.raises(CorruptCheckpointError, match="does not match its handle"):
         storage.read_state(handle)
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_m_t3_writing_the_same_state_name_twice_makes_two_files_and_never_overwrites(
+        kind: str, root: str) -> None:
+    """M-T3, M-E2: a late asynchronous part of a failed attempt writing (and then
+    deleting) ``op-<uid>-<subtask>`` of the same checkpoint id never touches the file
+    another writer made under that name."""
+    storage: Any = FileSystemCheckpointStorage(root) if kind == "file" \
+        else MemoryCheckpointStorage()
+    mine = storage.write_state(1, "op-sums-0", "attempt 1")
+    late = storage.write_state(1, "op-sums-0", "attempt 0, late")
+    assert mine.path != late.path
+    storage.discard_handle(late)
+    assert storage.read_state(mine) == "attempt 1"
 
 
 def test_a_missing_state_file_raises_corrupt_checkpoint_error(
@@ -302,7 +331,7 @@ def test_discard_deletes_the_checkpoint_folder(storage: FileSystemCheckpointStor
     storage.write_latest(2)
     storage.discard(1)
     assert storage.completed_ids() == [2]
-    assert files_under(root) == ["_latest", "chk-2/_metadata", "chk-2/op-0"]
+    assert without_tokens(files_under(root)) == ["_latest", "chk-2/_metadata", "chk-2/op-0"]
     assert not os.path.exists(os.path.join(root, "chk-1"))
 
 
@@ -320,7 +349,7 @@ def test_discard_handle_deletes_one_state_file(storage: FileSystemCheckpointStor
     late = storage.write_state(1, "op-1", "late")
     storage.discard_handle(late)
     storage.discard_handle(late)  # missing is fine
-    assert files_under(root) == ["chk-1/op-0"]
+    assert files_under(root) == [kept.path]
     assert storage.read_state(kept) == "kept"
 
 
@@ -406,7 +435,7 @@ def test_a_relative_path_is_made_absolute_when_the_storage_is_created(
 def test_a_file_url_opens_the_local_filesystem(tmp_path: Any) -> None:
     storage = FileSystemCheckpointStorage(f"file://{tmp_path}/ckpt")
     handle = storage.write_state(1, "op-0", "x")
-    assert os.path.isfile(tmp_path / "ckpt" / "chk-1" / "op-0")
+    assert os.path.isfile(tmp_path / "ckpt" / handle.path)
     assert storage.read_state(handle) == "x"
 
 
@@ -420,7 +449,7 @@ def test_m_c7_other_pyarrow_filesystems_write_metadata_through_a_temporary_file(
 
     infos = storage.filesystem.get_file_info(pafs.FileSelector("ckpt", recursive=True))
     assert sorted(i.path for i in infos if i.type == pafs.FileType.File) == [
-        "ckpt/_latest", "ckpt/chk-1/_metadata", "ckpt/chk-1/op-0"]
+        "ckpt/_latest", "ckpt/chk-1/_metadata", f"ckpt/{handle.path}"]
     assert storage.read_state(handle) == [1, 2]
     assert storage.completed_ids() == [1] and storage.read_latest() == 1
     storage.discard(1)

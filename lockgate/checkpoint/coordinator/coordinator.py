@@ -14,7 +14,9 @@ clock; delayed work (periodic triggers, timeouts) goes through the injected
 
 Guarantees:
 
-* Checkpoint ids are strictly increasing; each barrier carries the id, the
+* Checkpoint ids are strictly increasing and never reused on the storage, across
+  attempts and runs (the id counter reserves them durably; :meth:`shutdown` gives
+  back the unused ones); each barrier carries the id, the
   trigger timestamp (``clock.time_ms()``) and options: savepoints are aligned;
   checkpoints are unaligned when ``config.unaligned`` and ``aligned_timeout`` is
   0 (with a positive aligned timeout, barriers start aligned) (M-E2). Several
@@ -35,8 +37,9 @@ Guarantees:
 * Completion writes ``_metadata`` (the checkpoint exists from then on), adds it
   to the store (which writes the durable pointer and discards beyond
   ``retained``; savepoints are not added, M-S1), aborts older pending checkpoints
-  (``SUBSUMED``), reschedules the periodic trigger, and notifies the tasks and
-  the master hooks (M-C7, M-C8, M-C9). Tasks are told only after the checkpoint
+  (``SUBSUMED``; never a pending savepoint: it completes or fails on its own),
+  reschedules the periodic trigger, and notifies the tasks and the master hooks
+  (M-C7, M-C8, M-C9). Tasks are told only after the checkpoint
   is durable. A failure while finalizing aborts it (``FINALIZE_FAILED``).
 
 Threads: every public method may be called from any thread. One re-entrant
@@ -226,6 +229,7 @@ class CheckpointCoordinator:
                 if pending is not None:
                     self._abort(pending, R.COORDINATOR_SHUTDOWN)
             self._store.shutdown(retain=retain_completed)
+            self._id_counter.release()  # the next attempt or run continues right after
         self._scheduler.shutdown()
 
     @property
@@ -435,7 +439,7 @@ class CheckpointCoordinator:
         self._failures.handle_success(checkpoint_id)
         for older in sorted(i for i in self._pending if i < checkpoint_id):
             older_pending = self._pending.get(older)
-            if older_pending is not None:
+            if older_pending is not None and older_pending.can_be_subsumed:  # not savepoints
                 self._abort(older_pending, R.SUBSUMED)
         self._reschedule_after_completion()
         log.info("checkpoint %d of job %r complete (%s)", checkpoint_id, self.job_name, path)

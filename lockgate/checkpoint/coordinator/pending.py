@@ -62,6 +62,13 @@ class PendingCheckpoint:
         return self.options.type is CheckpointType.SAVEPOINT
 
     @property
+    def can_be_subsumed(self) -> bool:
+        """Whether a newer completed checkpoint aborts this one (M-C7): checkpoints yes,
+        savepoints never (a savepoint is a user's one-off request; it completes or fails
+        on its own)."""
+        return not self.is_savepoint
+
+    @property
     def is_fully_acknowledged(self) -> bool:
         return not self.tasks_to_acknowledge and not self.discarded
 
