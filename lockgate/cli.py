@@ -23,6 +23,15 @@ controlled from another shell, by job id or (unique) job name:
   sends the maximum watermark through) and print the savepoint's folder;
   without it, cancel the job.
 
+Offline, on checkpoint storage (no running job needed):
+
+* ``lockgate checkpoint export CHK DEST``: copy the completed checkpoint CHK (a
+  ``chk-<id>`` folder, a checkpoint storage: its newest completed checkpoint, or a
+  savepoint or exported folder) into the new folder DEST with every state and shared
+  file it references, verified, so that DEST restores on its own
+  (``restore_from=DEST``, ``lockgate run --restore DEST``) even after the job's storage
+  is gone (see :mod:`lockgate.checkpoint.export`); print DEST and what was copied.
+
 A local PATH is made absolute here, so it means the same folder to the job.
 ``--timeout S`` fails the command when the job takes longer than S seconds;
 without it the command waits as long as the job runs.
@@ -30,9 +39,10 @@ without it the command waits as long as the job runs.
 Exit codes: 0 when the job file finishes (or the status it passes to
 ``sys.exit``) or a command succeeds; 1 when the job fails (``JobFailedError``:
 its message goes to standard error), the job file raises, or a command fails
-(the job's error, a job that ended or did not answer in time: the message goes
-to standard error); 2 for a usage error (a missing job file, an executor that
-is not available, no running job or several with the given name).
+(the job's error, a job that ended or did not answer in time, a checkpoint that is
+damaged or cannot be exported: the message goes to standard error); 2 for a usage
+error (a missing job file, an executor that is not available, no running job or
+several with the given name, a missing CHK folder, a DEST that is not empty).
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ from datetime import datetime
 from typing import Any
 
 from . import __version__
-from .errors import ConfigurationError, JobFailedError
+from .checkpoint.storage import CorruptCheckpointError
+from .errors import ConfigurationError, JobFailedError, LockgateError
 from .executor import job_registry
 from .executor.job_registry import JobControlError, JobNotFoundError
 
@@ -154,6 +165,23 @@ def _add_control_commands(commands: Any) -> None:
                            "(fires every event-time timer and window)")
     stop.add_argument("--timeout", metavar="S", type=_seconds, default=None,
                       help=timeout_help)
+    checkpoint = commands.add_parser(
+        "checkpoint", help="work with completed checkpoints on storage",
+        description="Offline commands on checkpoint storage (no running job needed).")
+    actions = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
+                                        required=True)
+    export = actions.add_parser(
+        "export", help="copy a checkpoint into a self-contained folder",
+        description="Copy the completed checkpoint CHK into the new folder DEST with every "
+                    "state file and every shared file (incremental RocksDB checkpoints) it "
+                    "references, checking each file's checksum, so that DEST restores on its "
+                    "own (restore_from=DEST, lockgate run --restore DEST), also after the "
+                    "job's checkpoint storage is gone.")
+    export.add_argument("chk", metavar="CHK",
+                        help="a chk-<id> folder, a checkpoint storage (its newest completed "
+                             "checkpoint) or a savepoint or exported folder; a path or URL")
+    export.add_argument("dest", metavar="DEST",
+                        help="a new (or empty) folder: a path or URL (s3://...)")
 
 
 def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -352,7 +380,23 @@ def stop_command(job: str, savepoint: str | None = None, drain: bool = False,
     return 0
 
 
+def checkpoint_export_command(chk: str, dest: str) -> int:
+    """``lockgate checkpoint export CHK DEST``: print what was exported; return the exit
+    code. Raises ``ConfigurationError`` (usage) or ``ExportError`` /
+    ``CorruptCheckpointError`` (the checkpoint cannot be exported)."""
+    from .checkpoint.export import export_checkpoint
+
+    done = export_checkpoint(chk, dest)
+    print(f"exported checkpoint {done.checkpoint_id} from {done.source} to {done.location} "
+          f"({done.state_files} state files, {done.shared_files} shared files, "
+          f"{done.bytes_written} bytes); restore it with restore_from={done.location!r} or "
+          f"lockgate run --restore {done.location}")
+    return 0
+
+
 def _dispatch(ns: argparse.Namespace) -> int:
+    if ns.command == "checkpoint":
+        return checkpoint_export_command(ns.chk, ns.dest)
     if ns.command == "list":
         return list_command()
     if ns.command == "savepoint":
@@ -379,6 +423,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except JobControlError as e:
         print(f"lockgate: {e}", file=sys.stderr)
+        return 1
+    except CorruptCheckpointError as e:
+        print(f"lockgate: error: the checkpoint is damaged: {e}", file=sys.stderr)
+        return 1
+    except LockgateError as e:  # ExportError and the like: the command could not do it
+        print(f"lockgate: error: {e}", file=sys.stderr)
         return 1
 
 

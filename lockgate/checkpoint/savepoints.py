@@ -12,7 +12,11 @@ job's storage. The folder can be moved or copied anywhere and restored with
 Layout of a savepoint folder::
 
     <folder>/_metadata          the checkpoint metadata (JSON, checksummed; see fs_storage)
-    <folder>/op-<uid>-<subtask> one state file per operator subtask
+    <folder>/op-<uid>-<subtask>.<token>  one state file per operator subtask (the name it
+                                had in ``chk-<id>/``)
+
+:mod:`lockgate.checkpoint.export` writes checkpoints into folders of the same layout
+(plus ``shared/`` for incremental ones), and restores read both alike.
 """
 
 from __future__ import annotations
