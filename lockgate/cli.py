@@ -93,8 +93,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--restore", metavar="PATH", default=None,
-        help=f"start from the checkpoint or savepoint at PATH: a chk-<id> folder or a "
-             f"checkpoint storage (its newest intact checkpoint) (sets {RESTORE_ENV})",
+        help=f"start from the checkpoint or savepoint at PATH: a chk-<id> folder, a "
+             f"checkpoint storage (its newest intact checkpoint), a savepoint folder or a "
+             f"folder made by 'lockgate checkpoint export' (sets {RESTORE_ENV})",
     )
     parser.add_argument(
         "--allow-non-restored-state", action="store_true", default=False,
@@ -235,8 +236,8 @@ def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[st
         return env
     if "://" not in restore and not os.path.isdir(restore):
         raise _UsageError(
-            f"--restore {restore}: no such folder; give a checkpoint folder (chk-<id>) or a "
-            "checkpoint storage folder")
+            f"--restore {restore}: no such folder; give a checkpoint folder (chk-<id>), a "
+            "checkpoint storage folder, a savepoint folder or an exported checkpoint")
     env[RESTORE_ENV] = restore
     if allow_non_restored_state:
         env[ALLOW_NON_RESTORED_ENV] = "1"
