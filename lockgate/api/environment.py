@@ -324,6 +324,9 @@ def _restore_spec(plan: ExecutionPlan, restore_from: str,
             f"restore_from {restore_from!r}: the checkpoint holds state of operators this job "
             f"does not have (uids {unknown}); give those operators the same .uid(...) as "
             "before, or pass allow_non_restored_state=True to drop that state")
+    from ..recovery.channel_state import check_restorable
+
+    check_restorable(plan, spec, allow_non_restored_state=allow_non_restored_state)  # M-B7
     return spec
 
 

@@ -9,7 +9,11 @@ is atomic with respect to record processing:
    unaligned, ahead of the output not yet consumed (that data is the output
    in-flight state);
 3. the synchronous part: each operator returns a consistent view of its state
-   (copy-on-write; processing goes on right after);
+   (copy-on-write; processing goes on right after). When an operator fails there,
+   the subtask declines the checkpoint (``SYNC_FAILED``, M-C6: the coordinator
+   aborts it and counts it towards ``tolerable_failures``), releases the views
+   already taken and keeps running; the barrier already left, so a cancellation
+   marker follows it downstream;
 4. the asynchronous part, on a background thread: materialize the views, write
    one file per stateful operator (and one for the channel state of an
    unaligned checkpoint, once every input delivered its barrier), then
@@ -28,6 +32,10 @@ only files of the newest checkpoint this subtask knows to be complete
 ``metrics.state_size`` counts the bytes the checkpoint wrote: state files plus
 newly uploaded shared files.
 
+Channel state (M-B7) is written with every channel named by the uids at its edge's
+two ends and its subtask indexes (:mod:`lockgate.checkpoint.channel_state`), under the
+key ``channels:<uid of the head operator>``, so a job built again restores it.
+
 A task that is not running declines a trigger and sends a cancellation marker
 downstream instead of a barrier (M-T2). It also implements the
 :class:`~lockgate.checkpoint.barriers.base.BarrierActions` its barrier handler
@@ -37,14 +45,14 @@ calls.
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from ..runtime.batch import Batch, RowBatch, nbytes
+from ..graph.channel_identity import SubtaskChannels
+from ..runtime.batch import Batch
 from ..runtime.elements import (
     CancellationMarker,
     CheckpointBarrier,
@@ -55,6 +63,7 @@ from ..runtime.operators.base import StreamOperator
 from ..runtime.record_writer import RecordWriter
 from ..time.clock import Clock
 from .barriers.base import AlignmentInfo
+from .channel_state import encode, freeze, frozen_size, state_key
 from .shared_registry import SharedFileTracker, SharedStateUploader
 from .storage import CheckpointStorage
 from .types import (
@@ -66,9 +75,6 @@ from .types import (
 )
 
 log = logging.getLogger(__name__)
-
-#: the key, in an acknowledgement's handles, of a subtask's channel state (M-B7)
-CHANNEL_STATE = "channels:{vertex}"
 
 
 class CheckpointResponder(Protocol):
@@ -106,26 +112,6 @@ class _InProgress:
     uploaders: list[SharedStateUploader] = field(default_factory=list)
 
 
-def _frozen(batch: Batch) -> Any:
-    """A copy of ``batch`` later processing cannot change: Arrow batches are immutable;
-    row batches hold Python objects operators may mutate, so they are pickled now."""
-    if isinstance(batch, RowBatch):
-        return pickle.dumps((batch.rows, batch.timestamps), protocol=5)
-    return batch
-
-
-def thaw(frozen: Any) -> Batch:
-    """The batch :func:`_frozen` stored (channel state replay, M-R1)."""
-    if isinstance(frozen, bytes):
-        rows, timestamps = pickle.loads(frozen)
-        return RowBatch(rows, timestamps)
-    return cast(Batch, frozen)
-
-
-def _size(frozen: Any) -> int:
-    return len(frozen) if isinstance(frozen, bytes) else nbytes(frozen)
-
-
 class SubtaskCheckpointer:
     def __init__(
         self,
@@ -136,7 +122,10 @@ class SubtaskCheckpointer:
         storage: CheckpointStorage,
         responder: CheckpointResponder,
         clock: Clock,
+        channels: SubtaskChannels | None = None,
     ) -> None:
+        """``channels`` names the subtask's channels in its channel state (M-B7); without
+        it (tests driving a checkpointer alone) the state cannot be restored."""
         self.task = task
         self.name = name
         self.operators = operators
@@ -144,6 +133,10 @@ class SubtaskCheckpointer:
         self.storage = storage
         self.responder = responder
         self.clock = clock
+        self.channels = channels
+        self._channel_owner = channels.owner if channels is not None else f"vertex-{task[0]}"
+        #: the key of this subtask's channel state in a checkpoint's states (M-B7)
+        self.channel_state_key = state_key(self._channel_owner)
         ctx = getattr(operators[0], "ctx", None) if operators else None
         #: the vertex's parallelism, recorded with each state file (rescaling, M-R3)
         self.parallelism: int = ctx.parallelism if ctx is not None else 1
@@ -186,21 +179,28 @@ class SubtaskCheckpointer:
                 forwarded = replace(barrier, options=CheckpointOptions(unaligned=True))
             for index, w in enumerate(self.writers):
                 for target, batch in w.broadcast_priority(forwarded):
-                    progress.outputs.append((index, target, _frozen(batch)))
-            metrics.persisted_inflight_bytes = sum(_size(b) for _, _, b in progress.outputs)
+                    progress.outputs.append((index, target, freeze(batch)))
+            metrics.persisted_inflight_bytes = sum(frozen_size(b) for _, _, b in progress.outputs)
         else:
             for w in self.writers:
                 w.broadcast_event(barrier)
             progress.channels_done.set()
         started = self.clock.monotonic_ms()
+        op_name = ""
         try:
             for op in self.operators:
+                op_name = op.name or op.uid
                 view = op.snapshot_state(checkpoint_id)
                 if view is not None:
                     progress.views[op.uid] = view
         except Exception:
+            # M-C6: a failed snapshot fails the checkpoint, not the task
+            log.exception("%s (%d): the synchronous snapshot part of checkpoint %d failed in "
+                          "operator '%s'; declining the checkpoint", self.name, self.task[1],
+                          checkpoint_id, op_name)
             self._release(progress)
-            raise
+            self.abort_checkpoint(checkpoint_id, CheckpointFailureReason.SYNC_FAILED)
+            return
         metrics.sync_ms = self.clock.monotonic_ms() - started
         with self._lock:
             self._in_progress[checkpoint_id] = progress
@@ -224,9 +224,9 @@ class SubtaskCheckpointer:
         progress = self._in_progress.get(checkpoint_id)
         if progress is None:
             return
-        frozen = _frozen(batch)
+        frozen = freeze(batch)
         progress.inputs.setdefault(channel, []).append(frozen)
-        progress.metrics.persisted_inflight_bytes += _size(frozen)
+        progress.metrics.persisted_inflight_bytes += frozen_size(frozen)
 
     def channel_state_complete(self, checkpoint_id: int) -> None:
         progress = self._in_progress.get(checkpoint_id)
@@ -294,7 +294,7 @@ class SubtaskCheckpointer:
         checkpoint_id = progress.checkpoint_id
         started = self.clock.monotonic_ms()
         handles: dict[str, StateHandle] = {}
-        vertex, subtask = self.task
+        subtask = self.task[1]
         try:
             for uid, view in list(progress.views.items()):
                 self._check(progress)
@@ -322,12 +322,11 @@ class SubtaskCheckpointer:
                     self._check(progress)
                 self._check(progress)
                 handle = self.storage.write_state(
-                    checkpoint_id, f"channels-{vertex}-{subtask}",
-                    {"vertex": vertex, "subtask": subtask, "inputs": progress.inputs,
-                     "outputs": progress.outputs},
+                    checkpoint_id, f"channels-{self._channel_owner}-{subtask}",
+                    encode(subtask, self.channels, progress.inputs, progress.outputs),
                 )
                 progress.written.append(handle)
-                handles[CHANNEL_STATE.format(vertex=vertex)] = handle
+                handles[self.channel_state_key] = handle
             self._check(progress)
         except _Cancelled:
             self._discard(progress)

@@ -30,6 +30,7 @@ class CheckpointFailureReason(enum.Enum):
     MIN_PAUSE = "the minimum pause since the last checkpoint has not elapsed"
     ID_UNAVAILABLE = "no new checkpoint id could be obtained"
     ASYNC_FAILED = "the asynchronous snapshot part failed"
+    SYNC_FAILED = "the synchronous snapshot part failed"
 
 
 @dataclass(frozen=True)

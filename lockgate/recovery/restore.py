@@ -12,6 +12,15 @@ What the tasks get is a :class:`RestoreSpec`: plain, picklable data naming
 the storage and, per operator uid, the state handle of every subtask. Each
 task reads only the files assigned to it (:class:`OperatorRestore`), in its
 own thread, when it starts.
+
+An unaligned checkpoint also holds channel state (M-B7): the records in flight on
+every channel, in one file per subtask, keyed ``channels:<head operator uid>``.
+Those files are read here too (they are verified like every other file); the spec
+keeps a summary of each recorded channel (:attr:`RestoreSpec.channels`), named by
+the uids at its edge's two ends and its subtask indexes, from which
+:mod:`lockgate.recovery.channel_state` checks, before anything runs, that the
+new job can take every recorded record, and tells each new subtask which records
+to replay.
 """
 
 from __future__ import annotations
@@ -23,6 +32,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checkpoint.channel_state import (
+    CHANNEL_STATE_PREFIX,
+    RecordedChannel,
+    RecordedSummary,
+    decode,
+    summarize,
+)
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.savepoints import is_savepoint_folder, read_savepoint
 from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
@@ -32,8 +48,9 @@ from ..errors import LockgateError
 log = logging.getLogger(__name__)
 
 _CHK = re.compile(r"^chk-(0|[1-9][0-9]*)$")
-#: the key of a vertex's channel state among a checkpoint's operator states (M-B7)
-CHANNEL_STATE_PREFIX = "channels:"
+
+__all__ = ["CHANNEL_STATE_PREFIX", "OperatorRestore", "RestoreError", "RestoreSpec",
+           "newest_restorable", "operator_states", "resolve_restore_path"]
 
 
 class RestoreError(LockgateError, RuntimeError):
@@ -46,11 +63,13 @@ class RestoreSpec:
 
     storage_url: str
     checkpoint_id: int
-    #: operator uid (or ``channels:<vertex id>``) -> subtask -> handle
+    #: operator uid (or ``channels:<head operator uid>``) -> subtask -> handle
     operators: dict[str, dict[int, StateHandle]] = field(default_factory=dict)
     is_savepoint: bool = False
     #: the state files and ``_metadata`` are in the storage root (a savepoint folder)
     in_root: bool = False
+    #: every channel the checkpoint recorded in-flight records of (M-B7), in file order
+    channels: tuple[RecordedSummary, ...] = ()
 
     @property
     def location(self) -> str:
@@ -65,12 +84,11 @@ class RestoreSpec:
             return None
         return OperatorRestore(self, uid, handles, subtask, parallelism)
 
-    def channel_state(self, vertex_id: int, subtask: int) -> Any:
-        """The in-flight data an unaligned checkpoint persisted for this subtask, or None."""
-        handle = self.operators.get(f"{CHANNEL_STATE_PREFIX}{vertex_id}", {}).get(subtask)
-        if handle is None:
-            return None
-        return _storage(self.storage_url).read_state(handle)
+    def read_channel_state(self, state_key: str, subtask: int) -> list[RecordedChannel]:
+        """The recorded channels of one channel-state file (``channels:<uid>``, the
+        subtask that wrote it), in the order of :attr:`channels`."""
+        handle = self.operators[state_key][subtask]
+        return decode(_storage(self.storage_url).read_state(handle))
 
     def operator_uids(self) -> set[str]:
         return {uid for uid in self.operators if not uid.startswith(CHANNEL_STATE_PREFIX)}
@@ -149,24 +167,36 @@ def _storage(url: str) -> CheckpointStorage:
     return storage
 
 
-def _verify(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> None:
+def _verify(storage: CheckpointStorage,
+            checkpoint: CompletedCheckpoint) -> tuple[RecordedSummary, ...]:
     """Read every state file of ``checkpoint`` (format and checksum are checked) and
-    every shared file they reference (size and CRC32 against the handle, M-R4)."""
+    every shared file they reference (size and CRC32 against the handle, M-R4); return
+    the summaries of the channels its channel-state files recorded (M-B7)."""
     from ..checkpoint.shared_registry import read_shared_file, shared_files
 
-    handles = [h for by_subtask in checkpoint.operator_states.values()
-               for h in by_subtask.values()]
-    for handle in handles:
-        storage.read_state(handle)
+    handles = []
+    channels: list[RecordedSummary] = []
+    for key, by_subtask in sorted(checkpoint.operator_states.items()):
+        for subtask, handle in sorted(by_subtask.items()):
+            handles.append(handle)
+            payload = storage.read_state(handle)
+            if key.startswith(CHANNEL_STATE_PREFIX):
+                try:
+                    channels.extend(summarize(key, subtask, payload))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise CorruptCheckpointError(
+                        f"its channel state {handle.path} cannot be decoded: {e}") from e
     for shared in shared_files(handles):
         read_shared_file(storage, shared)
+    return tuple(channels)
 
 
-def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> RestoreSpec:
+def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
+          channels: tuple[RecordedSummary, ...]) -> RestoreSpec:
     return RestoreSpec(
         storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
-        is_savepoint=checkpoint.is_savepoint,
+        is_savepoint=checkpoint.is_savepoint, channels=channels,
     )
 
 
@@ -178,8 +208,7 @@ def _load(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec:
         raise CorruptCheckpointError(f"its _metadata cannot be read: {e}") from e
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptCheckpointError(f"its _metadata is not valid: {e}") from e
-    _verify(storage, checkpoint)
-    return _spec(storage, checkpoint)
+    return _spec(storage, checkpoint, _verify(storage, checkpoint))
 
 
 def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0) -> RestoreSpec | None:
@@ -247,13 +276,13 @@ def _load_savepoint(storage: CheckpointStorage, given: str) -> RestoreSpec:
     """The savepoint in the folder ``storage`` is opened at, verified (M-S1)."""
     try:
         checkpoint = read_savepoint(storage)
-        _verify(storage, checkpoint)
+        channels = _verify(storage, checkpoint)
     except (CorruptCheckpointError, FileNotFoundError) as e:
         raise RestoreError(f"restore_from {given!r}: the savepoint is damaged: {e}") from e
     return RestoreSpec(
         storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
-        is_savepoint=True, in_root=True)
+        is_savepoint=True, in_root=True, channels=channels)
 
 
 def _split_local(path: str) -> tuple[str, str]:

@@ -113,11 +113,5 @@ class RecordWriter:
             overtaken.extend((target, b) for b in self._pending[target])
         return overtaken
 
-    def replay(self, target: int, batch: Batch) -> None:
-        """Send ``batch`` to channel ``target`` as it is: restored output in-flight data,
-        before any new output (M-R1)."""
-        self._flush(target)
-        self.channels[target].put(batch)
-
     def is_available(self) -> bool:
         return all(c.has_capacity() for c in self.channels)

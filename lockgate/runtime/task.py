@@ -36,6 +36,7 @@ from .record_writer import RecordWriter
 
 if TYPE_CHECKING:
     from ..checkpoint.barriers.base import BarrierHandler
+    from ..graph.channel_identity import SubtaskChannels
     from ..checkpoint.subtask_checkpointer import SubtaskCheckpointer
     from ..runtime.elements import CheckpointBarrier
 
@@ -65,6 +66,8 @@ class StreamTask:
         self.running = False
         #: (vertex id, subtask index), set by the builder
         self.key: tuple[int, int] = (-1, subtask_index)
+        #: this subtask's channels by stable names (M-B7), set by the builder
+        self.channels: SubtaskChannels | None = None
         self.checkpointer: SubtaskCheckpointer | None = None
         self.barrier_handler: BarrierHandler | None = None
         self._input: Any = input_gate  # the gate, or a CheckpointedInputGate around it
@@ -178,26 +181,19 @@ class StreamTask:
                 raise close_error
 
     def _replay_channel_state(self) -> None:
-        """Restoring an unaligned checkpoint: send the recorded output in-flight data to
-        the channels it was headed for, then process the recorded input in-flight data,
-        before any new input (M-R1, M-B7)."""
+        """Restoring an unaligned checkpoint: hand every in-flight record it recorded for
+        this subtask's operators (input and output side, redistributed by
+        :func:`~lockgate.recovery.channel_state.batches_to_replay`) to the operator at the
+        consumer end of its edge, before any new input (M-R1, M-B7)."""
         restore = self.chain.restore
-        if restore is None:
+        layout = self.channels
+        if restore is None or layout is None or not getattr(restore, "channels", None):
             return
-        state = restore.channel_state(self.key[0], self.subtask_index)
-        if not state:
-            return
-        from ..checkpoint.subtask_checkpointer import thaw
+        from ..recovery.channel_state import batches_to_replay
 
-        for index, target, frozen in state["outputs"]:
-            self.writers[index].replay(target, thaw(frozen))
-        if state["inputs"]:
-            assert self.input_gate is not None
-            indexes = self.input_gate.input_indexes
-            head = self.chain.head
-            for channel, batches in sorted(state["inputs"].items()):
-                for frozen in batches:
-                    head.process_batch(thaw(frozen), indexes[channel])
+        by_uid = {op.uid: op for op in self.chain.operators}
+        for edge, batch in batches_to_replay(restore, layout):
+            by_uid[edge.consumer].process_batch(batch, edge.input_index)
 
     def _wait(self, deadline: float | None) -> None:
         now = self.clock.monotonic_ms()

@@ -6,10 +6,11 @@ with in-memory channels inside a slot and network channels between slots.
 
 from __future__ import annotations
 
+import logging
 import threading
-
 from typing import TYPE_CHECKING
 
+from ..graph.channel_identity import SubtaskChannels, subtask_channels
 from ..graph.execution_plan import ExecutionPlan, VertexPlan
 from ..time.clock import Clock
 from .chain import OperatorChain
@@ -21,6 +22,8 @@ from .task import StreamTask
 if TYPE_CHECKING:
     from ..checkpoint.storage import CheckpointStorage
     from ..checkpoint.subtask_checkpointer import CheckpointResponder
+
+log = logging.getLogger(__name__)
 
 
 def build_task(
@@ -37,8 +40,10 @@ def build_task(
     responder: "CheckpointResponder | None" = None,
     in_process: bool = True,
 ) -> StreamTask:
-    """``output_channels[edge]`` lists the edge's channels in consumer-subtask order;
-    ``input_channels`` pairs each input channel with its logical input index. With
+    """``output_channels[edge]`` lists the edge's channels in consumer-subtask order
+    (``vertex.out_edges`` order); ``input_channels`` pairs each input channel with its
+    logical input index, in-edges in ``vertex.in_edges`` order, one channel per producer
+    subtask in ``producers_of`` order (channel state names channels by it, M-B7). With
     checkpoints enabled in the plan, ``storage`` and ``responder`` are required.
     ``in_process``: the task runs in the driver's process (local executor): faults that
     kill the process are refused there."""
@@ -69,6 +74,7 @@ def build_task(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
     task.key = (vertex.id, subtask_index)
+    task.channels = _channels(plan, vertex, subtask_index, writers, input_channels)
     for op in chain.operators:  # operators waiting for asynchronous work (async I/O)
         op.ctx.mailbox = task.mailbox
         op.ctx.run_mail_until = task.run_mail_until
@@ -84,6 +90,24 @@ def build_task(
     return task
 
 
+def _channels(plan: ExecutionPlan, vertex: VertexPlan, subtask_index: int,
+              writers: dict[int, RecordWriter],
+              input_channels: list[tuple[InputChannel, int]]) -> SubtaskChannels | None:
+    """The stable names of the subtask's channels (M-B7), or None when the executor
+    wired channels otherwise than :func:`build_task` documents (a test wiring a task by
+    hand): its channel state is then unnamed, and a restore refuses it loudly."""
+    layout = subtask_channels(plan, vertex, subtask_index)
+    wired = [len(w.channels) for w in writers.values()]
+    if len(layout.inputs) != len(input_channels) or [len(o) for o in layout.outputs] != wired:
+        log.warning(
+            "%s (%d): %d input channels and outputs %s are wired, the plan has %d and %s: "
+            "the channel state of unaligned checkpoints cannot name its channels",
+            vertex.name, subtask_index, len(input_channels), wired, len(layout.inputs),
+            [len(o) for o in layout.outputs])
+        return None
+    return layout
+
+
 def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTask,
                         storage: "CheckpointStorage", responder: "CheckpointResponder",
                         clock: Clock) -> None:
@@ -95,7 +119,7 @@ def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTas
     assert cfg is not None
     checkpointer = SubtaskCheckpointer(
         (vertex.id, task.subtask_index), vertex.name, task.chain.operators, task.writers,
-        storage, responder, clock,
+        storage, responder, clock, channels=task.channels,
     )
     handler = None
     checked = None

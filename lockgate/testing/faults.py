@@ -123,9 +123,10 @@ class KillWorker(_Fault):
 class FailSnapshot(_Fault):
     """The ``checkpoint``-th snapshot (1-based, counted in this attempt; not the
     checkpoint id) the operator takes fails: ``phase="sync"`` raises from
-    ``snapshot_state`` in the task thread (the task fails); ``phase="async"`` returns a
-    view whose ``materialize()`` raises in the background (the subtask declines the
-    checkpoint, M-T3, M-C6), releasing the real view."""
+    ``snapshot_state`` in the task thread (the subtask declines the checkpoint and keeps
+    running, M-C6); ``phase="async"`` returns a view whose ``materialize()`` raises in
+    the background (the subtask declines the checkpoint, M-T3, M-C6), releasing the real
+    view. Either way the checkpoint fails and counts towards ``tolerable_failures``."""
 
     operator: str
     checkpoint: int = 1

@@ -326,6 +326,7 @@ def test_m_s2_state_of_an_operator_the_job_no_longer_has_fails_the_restore_unles
 @pytest.mark.hang_guard(120)
 def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_restore(
         executor, tmp_path, caplog) -> None:
+    from lockgate.checkpoint.channel_state import decode
     from lockgate.checkpoint.storage import open_storage
     from lockgate.recovery.restore import resolve_restore_path
 
@@ -355,8 +356,7 @@ def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_rest
     assert restored, "the second attempt restored a checkpoint"
     spec = resolve_restore_path(restored[0])
     storage = open_storage(spec.storage_url)
-    channel_states = [storage.read_state(h) for uid, by in spec.operators.items()
-                      if uid.startswith("channels:") for h in by.values()]
-    in_flight = sum(len(s["outputs"]) + sum(len(b) for b in s["inputs"].values())
-                    for s in channel_states)
+    in_flight = sum(len(recorded.batches) for uid, by in spec.operators.items()
+                    if uid.startswith("channels:") for h in by.values()
+                    for recorded in decode(storage.read_state(h)))
     assert in_flight > 0, "the restored checkpoint held in-flight batches to replay"

@@ -404,10 +404,13 @@ def test_m_t3_an_async_snapshot_fault_makes_the_subtask_decline_the_checkpoint()
         checkpointer.close()
 
 
-def test_m_t1_a_sync_snapshot_fault_fails_the_running_job() -> None:
+def test_m_c6_a_sync_snapshot_fault_declines_the_checkpoint_and_fails_the_job_without_tolerance(
+        ) -> None:
+    # the task declines (it does not fail); with tolerable_failures = 0 the coordinator
+    # fails the job on that one failed checkpoint
     error = run_failing(checkpointed_job([FailSnapshot("plus one", checkpoint=2)]))
-    assert "FailSnapshot(operator='plus one', checkpoint=2, phase='sync'" in str(error)
-    assert "sync part" in str(error)
+    assert error.reason is lg.FailureReason.CHECKPOINT
+    assert "synchronous snapshot part failed" in str(error)
 
 
 def test_m_c6_an_async_snapshot_fault_fails_the_checkpoint_and_the_job_without_tolerance(

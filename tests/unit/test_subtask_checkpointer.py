@@ -12,7 +12,8 @@ import pytest
 import lockgate as lg
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
-from lockgate.checkpoint.subtask_checkpointer import CHANNEL_STATE, SubtaskCheckpointer
+from lockgate.checkpoint.channel_state import INPUT, OUTPUT, decode
+from lockgate.checkpoint.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.connectors import CollectionSource, FileSource, SequenceSource
 from lockgate.connectors.base import ReaderOutput
@@ -232,8 +233,9 @@ def test_m_b7_an_unaligned_barrier_overtakes_queued_and_buffered_output_which_is
         wait_for(responder.event, "the acknowledgement")
         [ack] = responder.acks
         assert ack.metrics.unaligned and ack.metrics.persisted_inflight_bytes > 0
-        state = storage.read_state(ack.handles[CHANNEL_STATE.format(vertex=7)])
-        assert len(state["outputs"]) == 2
+        state = decode(storage.read_state(ack.handles[cp.channel_state_key]))
+        [output] = state
+        assert output.side == OUTPUT and len(output.batches) == 2
         writer.flush_all()
         rest = drain(channel)
         assert to_rows(rest[0]) == [0, 1, 2] and to_rows(rest[1]) == ["buffered"]
@@ -262,8 +264,9 @@ def test_m_b7_in_flight_input_records_are_persisted_until_channel_state_is_compl
         cp.channel_state_complete(1)
         wait_for(responder.event, "the acknowledgement")
         [ack] = responder.acks
-        state = storage.read_state(ack.handles[CHANNEL_STATE.format(vertex=7)])
-        assert list(state["inputs"]) == [2]
+        state = decode(storage.read_state(ack.handles[cp.channel_state_key]))
+        [recorded] = state
+        assert recorded.side == INPUT and len(recorded.batches) == 1
     finally:
         cp.close()
 

@@ -1,8 +1,8 @@
 """Counts consecutive checkpoint failures and says when the job must fail (M-C6).
 
 Failures that count (they mean checkpoints are not being taken):
-``DECLINED``, ``TIMEOUT``, ``ASYNC_FAILED``, ``FINALIZE_FAILED``, ``TRIGGER_FAILED``
-and ``ID_UNAVAILABLE`` (the storage cannot be read: a lasting storage outage
+``DECLINED``, ``TIMEOUT``, ``SYNC_FAILED``, ``ASYNC_FAILED``, ``FINALIZE_FAILED``,
+``TRIGGER_FAILED`` and ``ID_UNAVAILABLE`` (the storage cannot be read: a lasting storage outage
 must end the job rather than silently stop checkpoints).
 
 Failures that never count: ``SUBSUMED`` (a newer checkpoint completed),
@@ -27,8 +27,8 @@ from ..types import CheckpointFailureReason
 R = CheckpointFailureReason
 
 COUNTED_REASONS: frozenset[CheckpointFailureReason] = frozenset({
-    R.DECLINED, R.TIMEOUT, R.ASYNC_FAILED, R.FINALIZE_FAILED, R.TRIGGER_FAILED,
-    R.ID_UNAVAILABLE,
+    R.DECLINED, R.TIMEOUT, R.SYNC_FAILED, R.ASYNC_FAILED, R.FINALIZE_FAILED,
+    R.TRIGGER_FAILED, R.ID_UNAVAILABLE,
 })
 
 
