@@ -8,7 +8,10 @@ failing any check is dropped, counted in ``rejected`` and logged; the job
 carries on.
 
 Each end runs one thread that owns its socket; other threads talk to it
-through a queue and a wake-up pipe.
+through a queue and a wake-up pipe. (zmq sockets are not thread-safe: a socket is
+used by the one thread that owns it.) A slot's watchdog sends its STACKS reports on
+a socket of its own (:class:`ControlReporter`), because it reports precisely when
+the control thread is stuck.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import json
 import logging
 import pickle
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -44,6 +49,8 @@ CHECKPOINT_ABORTED = "checkpoint-aborted"
 ACK = "ack"
 DECLINE = "decline"
 TASK_FINISHED = "task-finished"
+# diagnostics: slot -> driver, from the slot's watchdog when its heartbeat is silent
+STACKS = "stacks"
 
 
 @dataclass
@@ -104,6 +111,12 @@ class ControlServer:
         self.heartbeat_payloads: dict[int, Any] = {}
         #: slots whose subtasks all finished (they stop sending heartbeats)
         self.finished: set[int] = set()
+        #: the latest STACKS report of each slot's watchdog (its threads' stacks, sent
+        #: when its heartbeat thread fell silent)
+        self.stack_reports: dict[int, ControlEvent] = {}
+        #: monotonic time of the server thread's latest loop turn (a stuck server thread
+        #: would make every slot look silent)
+        self.last_loop = time.monotonic()
         self._identities: dict[int, bytes] = {}
         self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
         self._waker = PipeWaker()
@@ -128,6 +141,7 @@ class ControlServer:
         poller.register(self._waker.fd, zmq.POLLIN)
         try:
             while not self._stop.is_set():
+                self.last_loop = time.monotonic()
                 ready = dict(poller.poll(200))
                 if self._socket in ready:
                     for frames in _drain(self._socket):
@@ -192,9 +206,19 @@ class ControlServer:
             return
         now = time.monotonic()
         type_ = header["type"]
+        if type_ == STACKS:
+            # from the slot's watchdog socket: not a sign of life of its control thread,
+            # and not the identity to answer to
+            self.stack_reports[slot] = ControlEvent(type_, slot, payload, now)
+            log.warning("slot %s: no heartbeat for %ss (%s); its threads:\n%s", slot,
+                        _field(payload, "silent_s"), _field(payload, "kind"),
+                        _field(payload, "stacks"))
+            return
         self.last_heartbeat[slot] = now
+        # answer on the connection the slot last spoke on (a reconnected DEALER gets a
+        # new routing id from the ROUTER)
+        self._identities[slot] = identity
         if type_ == REGISTER:
-            self._identities[slot] = identity
             self.registrations[slot] = payload
             if len(self.registrations) == self.num_slots:
                 addresses: dict[Any, str] = {}
@@ -212,11 +236,23 @@ class ControlServer:
                 return
             self.events.put(event)
 
+    def thread_stack(self) -> str:
+        """The server thread's current stack (diagnostics), or '' when it is not running."""
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        return "".join(traceback.format_stack(frame)) if frame is not None else ""
+
     def close(self) -> None:
         self._stop.set()
         self._waker.wake()
         self._thread.join(5)
+        if self._thread.is_alive():
+            log.warning("control: the server thread did not stop within 5s")
+            return  # it still polls the waker: leave its pipe open
         self._waker.close()
+
+
+def _field(payload: Any, key: str) -> Any:
+    return payload.get(key) if isinstance(payload, dict) else None
 
 
 class ControlClient:
@@ -231,6 +267,10 @@ class ControlClient:
         self.heartbeat_s = heartbeat_s
         #: what each heartbeat carries (diagnostics; None: nothing), read in this thread
         self.heartbeat_payload: Callable[[], Any] | None = None
+        #: monotonic time of the latest heartbeat sent (the slot's watchdog reads it)
+        self.last_beat = time.monotonic()
+        #: messages that could not be sent (logged; the thread goes on heartbeating)
+        self.send_errors = 0
         self._outgoing: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._waker = PipeWaker()
         self._stop = threading.Event()
@@ -256,8 +296,8 @@ class ControlClient:
             while True:
                 now = time.monotonic()
                 if now >= next_beat:
-                    self._socket.send_multipart(_frames(
-                        self.auth, HEARTBEAT, self.generation, self.slot, self._beat_payload()))
+                    self._send_one(HEARTBEAT, self._beat_payload())
+                    self.last_beat = now
                     next_beat = now + self.heartbeat_s
                 self._send_pending()
                 if self._stop.is_set():
@@ -296,12 +336,52 @@ class ControlClient:
                 type_, payload = self._outgoing.get_nowait()
             except queue.Empty:
                 return
-            self._socket.send_multipart(
-                _frames(self.auth, type_, self.generation, self.slot, payload))
+            self._send_one(type_, payload)
+
+    def _send_one(self, type_: str, payload: Any) -> None:
+        """Send one message; a payload that cannot be pickled (or a zmq error) is logged
+        and dropped, never allowed to end the thread: that would stop the heartbeats."""
+        try:
+            frames = _frames(self.auth, type_, self.generation, self.slot, payload)
+            self._socket.send_multipart(frames)
+        except Exception:  # noqa: BLE001 - the heartbeat must go on
+            self.send_errors += 1
+            log.exception("slot %s: could not send a %s message to the driver", self.slot,
+                          type_)
 
     def close(self) -> None:
-        """Send what is queued, then stop."""
+        """Send what is queued, then stop (bounded: 5 s)."""
         self._stop.set()
         self._waker.wake()
         self._thread.join(5)
+        if self._thread.is_alive():
+            log.warning("slot %s: the control thread did not stop within 5s", self.slot)
+            return  # it still polls the waker: leave its pipe open
         self._waker.close()
+
+
+class ControlReporter:
+    """A one-way channel to the driver for a thread other than the control thread (the
+    slot's watchdog): its own DEALER socket, created, used and closed by the thread that
+    calls :meth:`send` and :meth:`close`. Sends never block (a message that cannot
+    leave at once is dropped)."""
+
+    def __init__(self, endpoint: str, auth: MessageAuth, generation: int, slot: int) -> None:
+        self.endpoint = endpoint
+        self.auth = auth
+        self.generation = generation
+        self.slot = slot
+        self._socket: Any = None
+
+    def send(self, type_: str, payload: Any) -> None:
+        if self._socket is None:
+            self._socket = zmq.Context.instance().socket(zmq.DEALER)
+            self._socket.setsockopt(zmq.LINGER, 1000)
+            self._socket.connect(self.endpoint)
+        self._socket.send_multipart(
+            _frames(self.auth, type_, self.generation, self.slot, payload), zmq.NOBLOCK)
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None

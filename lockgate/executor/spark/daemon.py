@@ -4,8 +4,18 @@ Spark starts ``python -m <spark.python.daemon.module>`` once per executor; the d
 forks one Python worker per task. With lockgate's runtime (pyarrow, numpy, pyzmq and
 lockgate itself) imported in the daemon, every forked worker starts with those imports
 done (shared copy-on-write), so a slot starts in milliseconds instead of the seconds
-the imports take on a small machine, for every job, not only the first. Nothing here
-creates threads, sockets or zmq contexts: importing only, so forking stays safe.
+the imports take on a small machine, for every job, not only the first.
+
+Forking safety. Nothing here creates Python threads, sockets, zmq contexts or log
+handlers, and nothing runs lockgate code: importing only. The imports do start two
+native threads in the daemon (measured with pyarrow 26 and numpy 2: jemalloc's
+background purging thread, linked into libarrow, and OpenBLAS's worker pool), which
+PySpark's own daemon avoids by importing after the fork. Both libraries register
+``pthread_atfork`` handlers that quiesce those threads around ``fork``, so a forked
+worker never inherits one of their locks held; a slot creates its zmq context, sockets
+and threads only after the fork (``zmq.Context.instance()`` is per process). A slot's
+watchdog (:mod:`.watchdog`) would show a worker that froze nonetheless (its stacks
+reach the driver through faulthandler, which needs no lock).
 
 The SparkExecutor sets ``spark.python.daemon.module`` to this module on loopback
 clusters (``local[N]``, a standalone cluster on 127.0.0.1), where the executors run

@@ -8,6 +8,12 @@ killed Python worker, a lost executor, a slot silent for longer than the
 heartbeat timeout) cancels the job group and raises ``JobFailedError``; the
 executor returns only when Spark reports the job ended and, on a loopback
 cluster, when the slots' Python workers are gone.
+
+A slot that falls silent is diagnosable: its watchdog sends every thread's stack
+half-way to the heartbeat timeout (logged here at once), or, when its whole
+interpreter froze, faulthandler writes them into a file this driver reads on a
+loopback cluster; the ``JobFailedError`` of a silent slot carries those stacks
+(:func:`silent_slot_error`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import logging
 import os
 import queue
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -104,11 +111,13 @@ class SparkExecutor:
         """Start the Spark session and ``slots`` Python workers (default: every task slot
         the application offers) with lockgate's runtime imported, and return their pids.
 
-        A job's slots run in Spark's Python workers, which Spark keeps for the next task
-        (``spark.python.worker.reuse``, on by default). Without a warm-up the first job
-        waits for them to start and import pyarrow, numpy, pyzmq and lockgate (seconds on
-        a small machine); after it, its slots start as fast as later jobs' do. This is the
-        Spark counterpart of starting a Flink session cluster before submitting jobs.
+        A job's slots run in Spark's Python workers, forked for each task by Spark's
+        worker daemon (the executor turns ``spark.python.worker.reuse`` off: a slot's
+        process ends with its task, threads and sockets included). Without a warm-up the
+        first job waits for that daemon to start and import pyarrow, numpy, pyzmq and
+        lockgate (seconds on a small machine); after it, its slots start as fast as later
+        jobs' do. This is the Spark counterpart of starting a Flink session cluster before
+        submitting jobs.
         """
         spark = self.spark
         sc = spark.sparkContext
@@ -172,7 +181,8 @@ class SparkExecutor:
         handle.watermarks = lambda: [w for p in list(server.heartbeat_payloads.values())
                                      for w in p.get("watermarks", [])]
         job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen,
-                      attempt_number=attempt_number)
+                      attempt_number=attempt_number,
+                      stall_after_s=stall_after(self.heartbeat_timeout_s))
         group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"
         outcome: queue.Queue[tuple[str, Any]] = queue.Queue()
 
@@ -255,11 +265,9 @@ class SparkExecutor:
                 )
             for slot, seen in list(server.last_heartbeat.items()):
                 if slot not in server.finished and now - seen > self.heartbeat_timeout_s:
-                    raise JobFailedError(
-                        f"job '{plan.job_name}' failed: slot {slot} sent no heartbeat for "
-                        f"{now - seen:.1f}s (executor lost or hung)",
-                        reason=FailureReason.TASK_LOST, subtask=slot,
-                    )
+                    error = silent_slot_error(plan.job_name, server, slot, now - seen)
+                    log.error("%s", error)
+                    raise error
 
     def _spark_failure(self, plan: ExecutionPlan, server: ControlServer,
                        error: BaseException) -> JobFailedError:
@@ -293,6 +301,60 @@ class SparkExecutor:
                 time.sleep(0.05)  # bounded wait for Spark to kill the workers
         if pids:
             log.warning("slot python workers still alive after cancel: %s", pids)
+
+
+def stall_after(heartbeat_timeout_s: float) -> float:
+    """When a slot's watchdog reports its thread stacks: half-way to the driver's
+    heartbeat timeout, so they are there when it fires."""
+    return heartbeat_timeout_s / 2
+
+
+def silent_slot_error(job_name: str, server: ControlServer, slot: int,
+                      silent_s: float, *, now: float | None = None) -> JobFailedError:
+    """The ``JobFailedError`` (TASK_LOST) of a slot silent for ``silent_s``, with what is
+    known of its threads: its watchdog's latest STACKS report; else, on this host, the
+    faulthandler dump of a frozen interpreter; else why there is none (its Python worker
+    is gone, or the dump is on another host). When the driver's own control thread has
+    not run for a while (it receives the heartbeats), its stack is added too."""
+    now = time.monotonic() if now is None else now
+    reg = server.registrations.get(slot) or {}
+    pid, host = reg.get("pid"), reg.get("host")
+    where = f"pid {pid} on {host}" if pid is not None else "never registered"
+    lines = [f"job '{job_name}' failed: slot {slot} sent no heartbeat for {silent_s:.1f}s "
+             f"(executor lost or hung; its Python worker: {where})"]
+    stacks: str | None = None
+    report = server.stack_reports.get(slot)
+    if report is not None and isinstance(report.payload, dict):
+        p = report.payload
+        lines.append(
+            f"slot {slot}'s threads, sent by its watchdog {now - report.received_at:.1f}s ago "
+            f"({p.get('kind')}: no heartbeat for {p.get('silent_s')}s then):")
+        stacks = str(p.get("stacks"))
+    dump = reg.get("stack_dump")
+    if stacks is None and dump and host == socket.gethostname():
+        from .watchdog import read_freeze_dump
+
+        text = read_freeze_dump(dump)
+        if text is not None:
+            lines.append(f"slot {slot}'s whole interpreter froze; faulthandler's dump of its "
+                         f"threads ({dump}):")
+            stacks = text
+    if stacks is None:
+        if pid is not None and host == socket.gethostname() and not _alive(pid):
+            lines.append(f"no thread dump from slot {slot}: its Python worker (pid {pid}) "
+                         "is gone")
+        elif dump and host != socket.gethostname():
+            lines.append(f"no thread dump reached the driver from slot {slot}; if its "
+                         f"interpreter froze, faulthandler wrote one to {dump} on {host}")
+        else:
+            lines.append(f"no thread dump from slot {slot} (its watchdog did not report)")
+    server_silent = now - server.last_loop
+    if server_silent > 5.0:
+        lines.append(f"the driver's control thread (which receives heartbeats) has not run "
+                     f"for {server_silent:.1f}s; its stack:\n{server.thread_stack()}")
+    message = "\n".join(lines) + (f"\n{stacks}" if stacks else "")
+    return JobFailedError(message, reason=FailureReason.TASK_LOST, subtask=slot,
+                          remote_traceback=stacks)
 
 
 class _CancelRequested(Exception):

@@ -7,6 +7,14 @@ subtasks as threads exactly like the local executor. A subtask failure is
 reported to the driver with the operator, subtask and traceback, the other
 subtasks are cancelled and the Spark task raises (failing the attempt). A
 CANCEL from the driver stops every subtask.
+
+Threads of a slot: the Spark task's main thread (wiring, then waiting for the
+subtasks), one thread per subtask, the control thread (heartbeats, control
+messages; it owns the control socket), the watchdog (thread stacks to the driver
+when the heartbeat falls silent, see :mod:`.watchdog`), a snapshot thread per
+checkpointing subtask, and zmq's own I/O threads. Each zmq socket is used by one
+thread at a time: data sockets are created here and handed to the subtask thread
+that owns the channel end, and closed here after that thread ended.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import logging
 import os
 import queue
 import socket
+import tempfile
 import threading
 import time
 import traceback
@@ -44,13 +53,16 @@ from .control import (
     FAILED,
     FINISHED,
     REGISTER,
+    STACKS,
     START,
     TASK_FINISHED,
     TRIGGER,
     ControlClient,
+    ControlReporter,
 )
 from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
 from .signals import SocketSignal
+from .watchdog import SlotWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +80,9 @@ class SlotJob:
     attempt_number: int = 0
     start_timeout_s: float = 120.0
     heartbeat_s: float = 1.0
+    #: the slot's watchdog reports its thread stacks after this long without a heartbeat
+    #: (the driver's heartbeat timeout is longer: the stacks are there when it fires)
+    stall_after_s: float = 30.0
 
 
 class SlotFailed(RuntimeError):
@@ -80,12 +95,6 @@ def _host() -> str:
 
 def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     """Run slot ``slot`` of the job to its end; return its counters and sink results."""
-    if os.environ.get("LOCKGATE_DEBUG_DUMP_S"):
-        import faulthandler
-        import sys
-
-        faulthandler.dump_traceback_later(float(os.environ["LOCKGATE_DEBUG_DUMP_S"]),
-                                          repeat=False, file=sys.stderr)
     plan: ExecutionPlan = cloudpickle.loads(job.plan_bytes)
     auth = MessageAuth(job.secret)
     gen = job.generation
@@ -122,6 +131,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         inbox.put((type_, payload))
 
     control = ControlClient(job.control_endpoint, auth, gen, slot, on_message, job.heartbeat_s)
+    watchdog = _start_watchdog(slot, job, auth, control)
     responder = _ControlResponder(control)
     storage = (open_storage(plan.checkpoint.storage)
                if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage else None)
@@ -138,7 +148,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
                         pulls[key] = sock
                         endpoints[key] = endpoint
         control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
-                                "endpoints": endpoints})
+                                "endpoints": endpoints, "stack_dump": watchdog.dump_path})
         addresses = _await_start(inbox, job.start_timeout_s)
 
         clock = SystemClock()
@@ -188,7 +198,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         by_key.update((t.key, t) for t in tasks)
         control.heartbeat_payload = lambda: {
             "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]}
-        _run_tasks(tasks, control, cancelled)
+        _run_tasks(tasks, control, cancelled, on_started=watchdog.note_threads)
         delivered = True
         control.send(FINISHED, None)
         return {
@@ -202,6 +212,12 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         control.send(FAILED, _failure_info(e, f"slot {slot}", slot))
         raise
     finally:
+        # The control thread first: it sends what is queued (FINISHED or FAILED) and stops
+        # calling into the tasks (a CANCEL sets their signals), so nothing touches a
+        # signal or channel below once it is closed. The watchdog before it: a stopped
+        # control thread sends no heartbeats, which is no stall.
+        watchdog.stop()
+        control.close()
         for t in tasks:
             if isinstance(t.signal, SocketSignal):
                 t.signal.close()
@@ -210,8 +226,23 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         for sock in pulls.values():
             if not sock.closed:
                 sock.close(linger=0)
-        control.close()
         _flush(context, slot)
+
+
+def _start_watchdog(slot: int, job: SlotJob, auth: MessageAuth,
+                    control: ControlClient) -> SlotWatchdog:
+    """The slot's watchdog (see :mod:`.watchdog`): reports on a socket of its own, which
+    its thread creates, uses and closes; its faulthandler dump goes to a file in the
+    temporary folder whose path the slot registers with the driver."""
+    reporter = ControlReporter(job.control_endpoint, auth, job.generation, slot)
+    dump_path = os.path.join(tempfile.gettempdir(),
+                             f"lockgate-slot-{slot}-gen{job.generation}-pid{os.getpid()}.stacks")
+    watchdog = SlotWatchdog(
+        lambda: control.last_beat, lambda payload: reporter.send(STACKS, payload),
+        stall_after_s=job.stall_after_s, check_s=min(job.heartbeat_s, job.stall_after_s / 4),
+        dump_path=dump_path, label=f"slot {slot}", on_stop=reporter.close)
+    watchdog.start()
+    return watchdog
 
 
 #: how long a slot waits, at its end, for its last messages to leave
@@ -304,7 +335,7 @@ def _failure_info(error: BaseException, task_name: str, subtask: int,
 
 
 def _run_tasks(tasks: list[StreamTask], control: ControlClient,
-               cancelled: threading.Event) -> None:
+               cancelled: threading.Event, on_started: Any = None) -> None:
     def report(task: StreamTask, error: BaseException, tb: str) -> None:
         if not isinstance(error, TaskCancelledError):
             control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
@@ -313,7 +344,7 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient,
         control.send(TASK_FINISHED, task.key)
 
     failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report,
-                               on_finished=finished)
+                               on_finished=finished, on_started=on_started)
     if failure is None:
         return
     task, error, _ = failure
