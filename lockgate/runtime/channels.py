@@ -71,6 +71,7 @@ class LocalChannel:
         self._cancelled = False
         self.peak_bytes = 0
         self.blocked_puts = 0
+        self.refused_puts = 0
 
     # producer side -------------------------------------------------------
     def put(self, element: StreamElement) -> None:
@@ -115,6 +116,20 @@ class LocalChannel:
 
     def has_capacity(self) -> bool:
         return self._bytes < self.capacity_bytes
+
+    def can_accept(self, size: int) -> bool:
+        """Whether a data batch of ``size`` bytes put now would be admitted at once.
+        A refusal counts in :attr:`refused_puts` (the producer then holds the batch)."""
+        if self._bytes == 0 or self._bytes + size <= self.capacity_bytes:
+            return True
+        self.refused_puts += 1
+        return False
+
+    @property
+    def backpressured(self) -> int:
+        """How often a producer had to wait for space: puts that blocked plus batches the
+        producer held back because the channel could not take them at once."""
+        return self.blocked_puts + self.refused_puts
 
     def set_producer_signal(self, signal: threading.Event) -> None:
         self._producer_signal = signal

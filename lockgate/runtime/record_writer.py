@@ -6,9 +6,20 @@ has waited ``timeout_ms`` (Flink's buffer timeout), so a slow source still
 delivers with bounded latency. Large batches are cut into pieces of at most
 ``max_bytes`` so no single element exceeds the channel bound. Control
 elements flush the buffers first: nothing overtakes data written before it.
+
+Writing data never blocks the task thread. A buffer that is due (full or timed out)
+becomes a *ready* batch, sent as soon as its channel can take it without waiting;
+until then it waits here, in order, and :meth:`is_available` is False, so the task
+takes no new input but keeps running its mailbox: a checkpoint trigger or an
+unaligned barrier is never stuck behind a blocked send (M-B7, M-T1). What a subtask
+holds beyond its channels is therefore bounded by one buffer per channel plus what one
+unit of work (one input batch, one source poll) produced. Control elements
+(:meth:`broadcast_event`) send everything before them and may wait for space.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from .batch import Batch, concat, nbytes, num_rows, slice_batch
 from .channels import OutputChannel
@@ -36,6 +47,8 @@ class RecordWriter:
         self.max_bytes = max_bytes
         n = len(channels)
         self._pending: list[list[Batch]] = [[] for _ in range(n)]
+        #: batches cut and due, waiting (in order) for their channel to take them
+        self._ready: list[deque[Batch]] = [deque() for _ in range(n)]
         self._pending_rows = [0] * n
         self._pending_bytes = [0] * n
         self._since: list[float | None] = [None] * n
@@ -50,14 +63,16 @@ class RecordWriter:
             return
         size = nbytes(part)
         if size > self.max_bytes and rows > 1:
-            self._flush(target)
+            self._cut(target)
             per_piece = max(1, rows * self.max_bytes // size)
-            channel = self.channels[target]
+            ready = self._ready[target]
             for start in range(0, rows, per_piece):
-                channel.put(slice_batch(part, start, per_piece))
+                ready.append(slice_batch(part, start, per_piece))
+            self._send_ready(target)
             return
         if not self._pending[target] and (rows >= self.max_rows or self.timeout_ms == 0):
-            self.channels[target].put(part)
+            self._ready[target].append(part)
+            self._send_ready(target)
             return
         if self._pending_bytes[target] + size > self.max_bytes:
             self._flush(target)
@@ -69,7 +84,8 @@ class RecordWriter:
         if self._pending_rows[target] >= self.max_rows or self.timeout_ms == 0:
             self._flush(target)
 
-    def _flush(self, target: int) -> None:
+    def _cut(self, target: int) -> None:
+        """Turn the buffer of ``target`` into one ready batch (after the ready ones)."""
         parts = self._pending[target]
         if not parts:
             return
@@ -77,16 +93,46 @@ class RecordWriter:
         self._pending_rows[target] = 0
         self._pending_bytes[target] = 0
         self._since[target] = None
-        self.channels[target].put(concat(parts))
+        self._ready[target].append(concat(parts))
+
+    def _send_ready(self, target: int) -> None:
+        """Send the ready batches of ``target`` while its channel takes them at once."""
+        ready = self._ready[target]
+        channel = self.channels[target]
+        can_accept = getattr(channel, "can_accept", None)
+        while ready:
+            batch = ready[0]
+            if not (can_accept(nbytes(batch)) if can_accept is not None
+                    else channel.has_capacity()):
+                return
+            channel.put(ready.popleft())
+
+    def _flush(self, target: int) -> None:
+        """The buffer of ``target`` is due: cut it and send what its channel takes."""
+        self._cut(target)
+        self._send_ready(target)
+
+    def _flush_blocking(self, target: int) -> None:
+        """Send every ready and buffered batch of ``target``, waiting for space."""
+        self._cut(target)
+        ready = self._ready[target]
+        channel = self.channels[target]
+        while ready:
+            channel.put(ready.popleft())
 
     def flush_all(self) -> None:
+        """Send everything buffered or ready, waiting for space (before a control
+        element, and at the end)."""
         for target in range(len(self.channels)):
-            self._flush(target)
+            self._flush_blocking(target)
 
     def flush_due(self, now_ms: float) -> float | None:
-        """Flush buffers older than the timeout; return the next deadline (or None)."""
+        """Cut buffers older than the timeout, send what the channels take at once, and
+        return the next deadline (or None)."""
         deadline: float | None = None
         for target, since in enumerate(self._since):
+            if self._ready[target]:
+                self._send_ready(target)
             if since is None:
                 continue
             due = since + self.timeout_ms
@@ -110,8 +156,16 @@ class RecordWriter:
         overtaken: list[tuple[int, Batch]] = []
         for target, channel in enumerate(self.channels):
             overtaken.extend((target, b) for b in channel.put_priority(element))
+            overtaken.extend((target, b) for b in self._ready[target])
             overtaken.extend((target, b) for b in self._pending[target])
         return overtaken
 
     def is_available(self) -> bool:
+        """Whether the task may take more input: no batch is waiting for its channel
+        (those that fit now are sent) and every channel has room."""
+        for target, ready in enumerate(self._ready):
+            if ready:
+                self._send_ready(target)
+                if ready:
+                    return False
         return all(c.has_capacity() for c in self.channels)

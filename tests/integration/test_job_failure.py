@@ -132,7 +132,7 @@ def test_a_failure_downstream_of_a_blocked_producer_still_stops_every_thread(mak
     def fail_once_the_producer_blocks(batch):
         channels = probe.executor.last_channels.values()
         deadline = time.monotonic() + 2.0
-        while not any(c.blocked_puts for c in channels):
+        while not any(c.backpressured for c in channels):
             if time.monotonic() > deadline:
                 raise AssertionError("the producer never blocked on a full channel")
             time.sleep(0.001)
