@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -242,3 +243,6 @@ def test_a_spark_slot_frozen_with_the_gil_held_fails_the_job_with_its_thread_sta
     assert "faulthandler" in text and "in freeze_the_whole_interpreter" in text, text
     assert 'is "lockgate control slot 1"' in text, "thread names come with the dump"
     assert "in freeze_the_whole_interpreter" in caplog.text, "the driver log has the stacks"
+    dump = re.search(r"faulthandler's dump of its threads \((\S+\.stacks)\)", text)
+    assert dump is not None, text
+    assert not os.path.exists(dump.group(1)), "the driver deletes a killed slot's dump file"

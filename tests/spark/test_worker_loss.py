@@ -4,8 +4,10 @@ the job running, and the shared session runs the next job."""
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
+import tempfile
 import time
 
 import pytest
@@ -55,6 +57,9 @@ def test_killing_one_slots_python_worker_fails_the_job_within_10s_leaving_no_wor
     assert error.reason is lg.FailureReason.TASK_LOST, error.reason
     survivors = [p for p in pids.values() if process_alive(p)]
     assert not survivors, f"Python workers of the failed job still running: {survivors}"
+    left = [f for p in pids.values()
+            for f in glob.glob(os.path.join(tempfile.gettempdir(), f"lockgate-slot-*-pid{p}.stacks"))]
+    assert not left, f"the killed slots' watchdog dump files were left behind: {left}"
     assert spark_executor.control is None and not spark_executor.running.is_set()
 
     again = make_env(parallelism=2)

@@ -216,6 +216,7 @@ class SparkExecutor:
                 run.stop(cancelled=cancelled)
             handle.detach()
             server.close()
+            _discard_stack_dumps(server)
             self.control = None
             self.running.clear()
         counters = [c for r in results for c in r["counters"]]
@@ -355,6 +356,23 @@ def silent_slot_error(job_name: str, server: ControlServer, slot: int,
     message = "\n".join(lines) + (f"\n{stacks}" if stacks else "")
     return JobFailedError(message, reason=FailureReason.TASK_LOST, subtask=slot,
                           remote_traceback=stacks)
+
+
+def _discard_stack_dumps(server: ControlServer) -> None:
+    """Delete the faulthandler dump files of the attempt's slots on this host (any freeze
+    they held is in the attempt's error by now). A slot deletes its own when it ends; a
+    slot Spark killed (a failed or cancelled attempt) cannot. A slot still running keeps
+    writing into its open file, unlinked: nothing is left behind."""
+    here = socket.gethostname()
+    for reg in list(server.registrations.values()):
+        path = reg.get("stack_dump") if isinstance(reg, dict) else None
+        if path and reg.get("host") == here:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.debug("could not delete the slot stack dump %s: %s", path, e)
 
 
 class _CancelRequested(Exception):
