@@ -210,3 +210,48 @@ def test_manual_clock_advances_only_when_told_and_rejects_going_back() -> None:
     assert clock.monotonic_ms() == 1005
     with pytest.raises(ValueError):
         clock.advance(-1)
+
+
+# -- a full channel never blocks the writer (the task keeps running its mailbox) -------------
+def test_m_t1_writing_into_a_full_channel_returns_at_once_and_the_data_waits_in_order() -> None:
+    """A due buffer that its channel cannot take now waits in the writer: ``write`` and
+    ``flush_due`` return at once (a blocked task thread could not run the checkpoint
+    trigger in its mailbox, M-T1, M-B7), ``is_available`` is False until the channel
+    took it, and nothing is lost, reordered or sent twice."""
+    clock = lg.ManualClock()
+    ch = LocalChannel(nbytes(ints(0, 100)) * 2, name="small")
+    w = RecordWriter([ch], ForwardPartitioning().create(1, 0), clock, timeout_ms=0,
+                     max_rows=100, max_bytes=1 << 20)
+    for i in range(5):  # five batches into a channel that holds two: no call blocks
+        w.write(ints(i * 100, 100))
+    assert len(ch) == 2
+    assert not w.is_available(), "the task must not take more input"
+    assert ch.backpressured > 0
+    got: list[int] = []
+    while len(got) < 500:
+        element = ch.poll()
+        assert element is not None, f"only {len(got)} records arrived"
+        got.extend(to_rows(element))
+        w.flush_due(clock.monotonic_ms())  # the task's next turn sends what now fits
+    assert got == list(range(500))
+    assert w.is_available()
+    assert ch.blocked_puts == 0, "the task thread never waited inside a put"
+
+
+def test_an_unaligned_barrier_overtakes_the_batches_waiting_in_the_writer_M_B7() -> None:
+    clock = lg.ManualClock()
+    ch = LocalChannel(nbytes(ints(0, 100)), name="small")
+    w = RecordWriter([ch], ForwardPartitioning().create(1, 0), clock, timeout_ms=0,
+                     max_rows=100, max_bytes=1 << 20)
+    for i in range(3):
+        w.write(ints(i * 100, 100))
+    barrier = el.CheckpointBarrier(7, 0, el.CheckpointOptions(unaligned=True))
+    overtaken = w.broadcast_priority(barrier)
+    assert [to_rows(b) for _, b in overtaken] == [list(range(100)), list(range(100, 200)),
+                                                 list(range(200, 300))]
+    assert ch.poll() == barrier
+    got: list[int] = []  # the overtaken data still follows the barrier, once, in order
+    while (element := ch.poll()) is not None:
+        got.extend(to_rows(element))
+        w.flush_due(clock.monotonic_ms())
+    assert got == list(range(300))
