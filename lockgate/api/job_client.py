@@ -37,6 +37,9 @@ class JobClient:
         self._error: BaseException | None = None
         self._stopped_with: str | None = None
         self._savepoint_lock = threading.Lock()
+        # orders setting the result and the savepoint a stop published (a drained job may
+        # end before the savepoint is published, or after)
+        self._result_lock = threading.Lock()
         self._run_fn = run
         self._registration = register_job(job_name, self)
         self._thread: threading.Thread | None = None
@@ -57,10 +60,10 @@ class JobClient:
     def _run(self, run: Callable[[JobHandle], JobExecutionResult]) -> None:
         try:
             result = run(self._handle)
-            if self._stopped_with is not None and result.status is JobStatus.CANCELED:
-                result.status = JobStatus.FINISHED
-                result.savepoint_path = self._stopped_with
-            self._result = result
+            with self._result_lock:
+                if self._stopped_with is not None:
+                    _stopped(result, self._stopped_with)
+                self._result = result
         except BaseException as e:  # noqa: BLE001 - re-raised by wait()
             self._error = e
         finally:
@@ -140,8 +143,19 @@ class JobClient:
         commits output the savepoint does not cover. If the savepoint fails the job
         keeps running (periodic checkpoints resume) and the error is raised.
 
-        ``drain=True`` sends the maximum watermark through the job before the savepoint,
-        so every event-time timer fires (use it when the job will not be resumed).
+        ``drain=False``: the job is cancelled once the savepoint completed; the driver
+        commits the savepoint's pending transactions (a restore from it goes on where
+        the job stopped).
+
+        ``drain=True`` (Flink's ``stop --drain``; use it when the job will not be
+        resumed): the savepoint's barrier makes every source end its input first, so the
+        maximum watermark goes through the job and every event-time window and timer
+        fires, and every task finishes its operators before its snapshot; the savepoint
+        is every task's final checkpoint (FLIP-147): its completion notice commits the
+        sinks' last transactions in the tasks, and the job ends by itself (status
+        ``FINISHED``). The savepoint holds no pending window or timer. If it fails, the
+        sources have stopped already: periodic checkpoints resume and the next one ends
+        the job the same way.
         """
         if not isinstance(drain, bool):
             raise ConfigurationError(f"stop_with_savepoint(drain=...) must be True or False, "
@@ -152,19 +166,20 @@ class JobClient:
         with self._savepoint_lock:
             coordinator = self._running_coordinator(_left(deadline))
             coordinator.stop_periodic()
-            if drain:
-                drainer = getattr(self._handle, "drain", None)
-                if callable(drainer):
-                    drainer()
             try:
-                location = self._savepoint(coordinator, path, _left(deadline))
+                location = self._savepoint(coordinator, path, _left(deadline), drain=drain)
             except BaseException:
                 if not coordinator.is_shut_down:
                     coordinator.start()
                 raise
-            self._stopped_with = location
+            with self._result_lock:
+                self._stopped_with = location
+                if self._result is not None:  # a drained job may have ended already
+                    _stopped(self._result, location)
             self._handle.final_savepoint = location
-            self._handle.cancel()
+            if not drain:
+                self._handle.cancel()
+            # drained: every task ends once it handled the savepoint's completion notice
         self.wait(_left(deadline))
         return location
 
@@ -186,14 +201,22 @@ class JobClient:
                 "env.enable_checkpointing(interval) before execute_async")
         return coordinator
 
-    def _savepoint(self, coordinator: Any, path: str, timeout: float | None) -> str:
-        result = coordinator.trigger_checkpoint(savepoint=True)
+    def _savepoint(self, coordinator: Any, path: str, timeout: float | None, *,
+                   drain: bool = False) -> str:
+        result = coordinator.trigger_checkpoint(savepoint=True, drain=drain)
         if isinstance(result, CheckpointFailureReason):
             raise CheckpointFailedError(
                 f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}")
         completed = coordinator.wait_for_savepoint(result, timeout)
         location: str = publish_savepoint(coordinator.storage, completed, path)
         return location
+
+
+def _stopped(result: JobExecutionResult, savepoint: str) -> None:
+    """A job stopped with ``savepoint`` (cancelled after it, or drained) finished."""
+    if result.status in (JobStatus.CANCELED, JobStatus.FINISHED):
+        result.status = JobStatus.FINISHED
+        result.savepoint_path = savepoint
 
 
 def _left(deadline: float | None) -> float | None:

@@ -84,6 +84,7 @@ def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint
         is_savepoint=True,
         job_name=completed.job_name,
         stats=completed.stats,
+        finished_operators=dict(completed.finished_operators),
     )
     payload = json.dumps(result.to_metadata(), allow_nan=False).encode("utf-8")
     out.write_file(METADATA, encode_file(payload, KIND_JSON), atomic=True)

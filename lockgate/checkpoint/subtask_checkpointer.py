@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -147,6 +147,9 @@ class SubtaskCheckpointer:
         self._closed = False
         #: which shared files the next incremental checkpoint may reuse (M-R4)
         self.shared_files = SharedFileTracker()
+        #: the newest checkpoint id this subtask snapshotted (0: none); the task's final
+        #: checkpoint is one newer than it was at the end of data (FLIP-147)
+        self.last_snapshot_id = 0
 
     # -- triggers (task thread) ---------------------------------------------------------
     def trigger_source(self, barrier: CheckpointBarrier) -> None:
@@ -165,6 +168,7 @@ class SubtaskCheckpointer:
 
     def trigger_snapshot(self, barrier: CheckpointBarrier, info: AlignmentInfo) -> None:
         checkpoint_id = barrier.checkpoint_id
+        self.last_snapshot_id = max(self.last_snapshot_id, checkpoint_id)
         for op in self.operators:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
         metrics = SubtaskCheckpointMetrics(
@@ -257,6 +261,18 @@ class SubtaskCheckpointer:
     def in_progress(self) -> list[int]:
         with self._lock:
             return sorted(self._in_progress)
+
+    def wait_for_pending(self, timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until the asynchronous parts in progress have
+        finished (acknowledged, declined or failed), without cancelling them: a task that
+        ends after its final checkpoint acknowledges what it snapshotted (FLIP-147).
+        Returns whether they all finished."""
+        with self._lock:
+            futures = [p.future for p in self._in_progress.values() if p.future is not None]
+        if not futures:
+            return True
+        _, not_done = wait(futures, timeout=max(0.0, timeout_s))
+        return not not_done
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Cancel every checkpoint in progress and stop the background thread."""

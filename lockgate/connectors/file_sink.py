@@ -10,10 +10,11 @@ output.
   folder (readers such as Spark and ``pyarrow.dataset`` skip names starting
   with "."). On the checkpoint barrier it is flushed, closed and fsynced; when
   the checkpoint completes it is renamed atomically into place. At the end of
-  a bounded job the driver publishes the last files once the whole job has
-  succeeded. A reader thus never sees a partial or uncommitted file, and after
-  failures and restarts every record is in exactly one published file (with a
-  replayable source, M-X1).
+  a bounded input the last file is pre-committed and the task's final checkpoint
+  publishes it (FLIP-147); without checkpoints the driver publishes the last files
+  once the whole job has succeeded. A reader thus never sees a partial or
+  uncommitted file, and after failures and restarts every record is in exactly one
+  published file (with a replayable source, M-X1).
 * ``exactly_once=False``: at-least-once. Part files are written in place and
   closed when the input ends; a failure leaves partial files and a restart
   writes its records again.
@@ -192,8 +193,9 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
     """Writes records as JSON lines, CSV or Parquet into the folder ``path``.
 
     ``exactly_once=True`` (default): each subtask publishes one part file per
-    checkpoint interval, atomically, when the checkpoint completes (and, at
-    the end of a bounded job, when the job has succeeded); nothing partial or
+    checkpoint interval, atomically, when the checkpoint completes (at the end
+    of a bounded input, when its final checkpoint completes; without
+    checkpoints, when the job has succeeded); nothing partial or
     uncommitted is ever visible under a ``part-*`` name (M-X2). ``False``:
     at-least-once, part files written in place (see the module docstring).
     The folder is created if missing.

@@ -10,9 +10,11 @@ Modes:
   row (a keyed aggregation's updates form a changelog). Transaction ids are
   ``<prefix>-<run>-<attempt>-<subtask>-<checkpoint>``: a restarted job commits
   those in the checkpoint it restores (committing is idempotent) and rolls back
-  every other one it left (begun or prepared after that checkpoint); when the job
-  ends, finished, cancelled or failed for good, the driver commits those of the
-  newest completed checkpoint and rolls back the rest, so none stay in
+  every other one it left (begun or prepared after that checkpoint). At the end of
+  a bounded input the last transaction is prepared and the task's final checkpoint
+  commits it, in the task (FLIP-147). When the job is cancelled or fails for good,
+  the driver commits the prepared transactions of the newest completed checkpoint;
+  however it ends, the driver rolls back the rest, so none stay in
   ``pg_prepared_xacts``. The server must allow prepared transactions
   (``max_prepared_transactions`` > 0): the job is refused at start otherwise.
 * ``"upsert"``: each batch is inserted or updated by ``key`` (a primary key or

@@ -15,9 +15,9 @@ value of the user's choosing, ``TXN``: e.g. the path of a temporary file):
   that was open at the checkpoint is discarded (``recover_and_abort``); then
   ``abort_lingering`` discards whatever else earlier attempts left behind (a
   transaction pre-committed for a checkpoint that never completed);
-* when the job ends (finished, cancelled or failed for good), the driver
-  commits the pending transactions of the run's newest completed checkpoint
-  (they belong to it; committing is idempotent) and calls ``abort_lingering``
+* when the job is cancelled or fails for good, the driver commits the pending
+  transactions of the run's newest completed checkpoint (they belong to it;
+  committing is idempotent); however the job ends it calls ``abort_lingering``
   once more, so a sink that keeps transactions in an external system (such as
   PostgreSQL's prepared transactions) leaves none behind.
 
@@ -25,11 +25,15 @@ A commit that raises fails the task; the transaction stays pending, so the
 restarted job (or the next completion notice) commits it again (M-X3).
 
 At the end of a bounded input the writer pre-commits its last transaction
-but does not commit it: another subtask may still fail, and the job would
-then replay. Its ``result()`` is a :class:`FinalCommit` that the driver
-commits with :func:`commit_final` once the whole job has finished. Without
-checkpoints a bounded job thus writes each subtask's records in one
-transaction, published when the job succeeds and never otherwise.
+but does not commit it yet. With checkpoints, the task then waits for its
+final checkpoint (Flink's FLIP-147): the next checkpoint records that
+transaction as pending (:meth:`TwoPhaseCommitWriter.snapshot_state`), and its
+completion notice commits it, in the task, before the task ends; a failure
+before that restores the checkpoint and commits it there (M-X2). Without
+checkpoints the writer's ``result()`` is a :class:`FinalCommit` that the
+driver commits with :func:`commit_final` once the whole job has finished: a
+bounded job then writes each subtask's records in one transaction, published
+when the job succeeds and never otherwise.
 
 Together with a replayable source this gives exactly-once end-to-end output:
 every record is published once, and nothing a reader sees is ever retracted.
@@ -187,8 +191,10 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
     any write), :meth:`write` for the records, :meth:`snapshot_state` on
     each checkpoint barrier, :meth:`notify_checkpoint_complete` /
     :meth:`notify_checkpoint_aborted` as checkpoints end, :meth:`finish` at
-    the end of a bounded input, then :meth:`result` (a :class:`FinalCommit`
-    for the driver) and :meth:`close` (also after a failure).
+    the end of a bounded input (then, with checkpoints, :meth:`snapshot_state`
+    and :meth:`notify_checkpoint_complete` of the final checkpoint, FLIP-147),
+    then :meth:`result` (a :class:`FinalCommit` for the driver) and
+    :meth:`close` (also after a failure).
 
     Exceptions of the sink's methods propagate unchanged (the task fails and
     the job restarts, M-X3); the writer's bookkeeping stays consistent, so
@@ -290,8 +296,10 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
     def finish(self) -> None:
         """End of a bounded input: pre-commit the current transaction, but do not commit it.
 
-        Another subtask may still fail and the job replay; the driver commits
-        it (see :meth:`result`) once the whole job has finished.
+        Another subtask may still fail and the job replay. With checkpoints the
+        task's final checkpoint records it and its completion notice commits it
+        (FLIP-147); without, the driver commits it (see :meth:`result`) once the
+        whole job has finished.
         """
         if self._finished:
             return
@@ -299,7 +307,8 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
         self._finished = True
 
     def result(self) -> FinalCommit[TXN]:
-        """Every transaction pre-committed and not committed yet, in order, for the driver."""
+        """Every transaction pre-committed and not committed yet, in order, for the driver
+        (empty after a final checkpoint committed them, FLIP-147)."""
         return FinalCommit(copy.deepcopy([p.transaction for p in self._pending]))
 
     def close(self) -> None:

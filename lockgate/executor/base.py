@@ -118,12 +118,14 @@ def checkpoint_failure(job_name: str, error: BaseException) -> JobFailedError:
     return JobFailedError(f"job '{job_name}' failed: {error}", reason=FailureReason.CHECKPOINT)
 
 
-def checkpoint_run(plan: ExecutionPlan, gateway: Any, clock: Any) -> Any:
+def checkpoint_run(plan: ExecutionPlan, gateway: Any, clock: Any,
+                   finished_results: dict[Any, Any] | None = None) -> Any:
     """The attempt's :class:`~lockgate.executor.checkpointing.CheckpointRun`, or None when
     the plan has no checkpoints (imported lazily: jobs without checkpoints never load
-    the coordinator)."""
+    the coordinator). ``finished_results``: where it keeps the results finished tasks
+    report (``JobHandle.finished_results``)."""
     if not plan.checkpointing:
         return None
     from .checkpointing import CheckpointRun
 
-    return CheckpointRun(plan, gateway, clock)
+    return CheckpointRun(plan, gateway, clock, finished_results=finished_results)

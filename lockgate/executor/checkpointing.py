@@ -5,6 +5,11 @@ coordinator: the executor reports task states to it, routes acknowledgements
 and declines to it, and calls ``stop`` with the attempt's outcome. On
 cancellation, completed checkpoints are deleted unless the externalized
 retention keeps them (M-S3); after a failure or a normal end they stay.
+
+It gives the coordinator the job's :class:`~lockgate.checkpoint.coordinator.plan.JobTopology`
+(which tasks feed which, which operators each vertex runs), so checkpoints go on
+after tasks finished (FLIP-147): finished tasks are recorded as finished, and a task
+whose upstream tasks all finished is triggered itself.
 """
 
 from __future__ import annotations
@@ -13,14 +18,36 @@ from typing import Any
 
 from ..checkpoint.config import ExternalizedRetention
 from ..checkpoint.coordinator import CheckpointCoordinator, ThreadScheduler
+from ..checkpoint.coordinator.plan import JobTopology
 from ..checkpoint.storage import CheckpointStorage, open_storage
 from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
 from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 
 
+def job_topology(plan: ExecutionPlan) -> JobTopology:
+    """Per task, the tasks whose channels feed it; per vertex, its operators' uids and
+    its parallelism."""
+    upstream: dict[TaskKey, frozenset[TaskKey]] = {}
+    for v in plan.vertices:
+        for i in range(v.parallelism):
+            feeding: set[TaskKey] = set()
+            for edge_id in v.in_edges:
+                edge = plan.edges[edge_id]
+                feeding.update((edge.source_vertex, p) for p in edge.producers_of(i))
+            upstream[(v.id, i)] = frozenset(feeding)
+    return JobTopology(
+        upstream=upstream,
+        operators={v.id: tuple(op.uid for op in v.operators) for v in plan.vertices},
+        parallelism={v.id: v.parallelism for v in plan.vertices},
+    )
+
+
 class CheckpointRun:
-    def __init__(self, plan: ExecutionPlan, gateway: Any, clock: Clock) -> None:
+    def __init__(self, plan: ExecutionPlan, gateway: Any, clock: Clock, *,
+                 finished_results: dict[TaskKey, Any] | None = None) -> None:
+        """``finished_results``: where the sink results finished tasks report are kept
+        (across attempts: a task restored as finished returns its earlier result)."""
         cfg = plan.checkpoint
         assert cfg is not None and cfg.storage is not None
         self.config = cfg
@@ -29,9 +56,11 @@ class CheckpointRun:
         self.coordinator = CheckpointCoordinator(
             cfg, job_name=plan.job_name, source_tasks=plan.source_tasks(),
             tasks=plan.subtasks(), gateway=gateway, storage=self.storage, clock=clock,
-            scheduler=self.scheduler,
+            scheduler=self.scheduler, topology=job_topology(plan),
         )
         self._stopped = False
+        self.finished_results: dict[TaskKey, Any] = (
+            finished_results if finished_results is not None else {})
 
     # responder side (any thread) --------------------------------------------------------
     def acknowledge(self, ack: TaskAcknowledgement) -> None:
@@ -41,13 +70,22 @@ class CheckpointRun:
                 reason: CheckpointFailureReason) -> None:
         self.coordinator.receive_decline(task, checkpoint_id, reason)
 
+    def end_of_data(self, task: TaskKey, last_snapshot_id: int) -> None:
+        """``task`` finished its operators and waits for its final checkpoint, one newer
+        than ``last_snapshot_id`` (FLIP-147)."""
+        self.coordinator.task_reached_end_of_data(task, last_snapshot_id)
+
     # lifecycle --------------------------------------------------------------------------
     def start(self, running: list[TaskKey]) -> None:
         for task in running:
             self.coordinator.task_running(task)
         self.coordinator.start()
 
-    def task_finished(self, task: TaskKey) -> None:
+    def task_finished(self, task: TaskKey, results: dict[str, Any] | None = None) -> None:
+        """``task`` ended after its final checkpoint (FLIP-147); ``results``: its sink
+        results (None when it was restored as finished and ran nothing)."""
+        if results is not None:
+            self.finished_results[task] = results
         self.coordinator.task_finished(task)
 
     def stop(self, *, cancelled: bool) -> None:

@@ -25,6 +25,10 @@ class JobHandle:
         #: the savepoint the job is being stopped with (``stop_with_savepoint``): the
         #: newest snapshot when it ends, whose transactions the driver commits
         self.final_savepoint: str | None = None
+        #: (vertex id, subtask) -> the sink results of that task, reported when it
+        #: finished (checkpointed jobs): a later attempt that restores it as finished
+        #: does not run it again, and returns these (FLIP-147)
+        self.finished_results: dict[tuple[int, int], dict[str, Any]] = {}
 
     @property
     def coordinator(self) -> Any:

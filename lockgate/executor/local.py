@@ -19,6 +19,7 @@ from ..errors import ConfigurationError, FailureReason, JobFailedError, TaskCanc
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ..runtime.metrics import OperatorCounters
+from ..runtime.final_checkpoint import finished_task_results
 from ..runtime.task import StreamTask
 from ..runtime.task_builder import build_task
 from ..runtime.task_threads import run_task_threads
@@ -68,7 +69,7 @@ class LocalExecutor:
         """One attempt: every subtask, until all finish or one fails."""
         started = time.monotonic()
         gateway = _LocalGateway()
-        run = _checkpoint_run(plan, gateway, self.clock)
+        run = _checkpoint_run(plan, gateway, self.clock, handle.finished_results)
         channels: dict[tuple[int, int, int], LocalChannel] = {}
         for edge in plan.edges.values():
             for p, c in edge.channel_pairs():
@@ -107,8 +108,8 @@ class LocalExecutor:
                 run.start([t.key for t in tasks])
 
         def finished(task: StreamTask) -> None:
-            if run is not None:
-                run.task_finished(task.key)
+            if run is not None:  # FLIP-147: its results, for a restore deploying it finished
+                run.task_finished(task.key, finished_task_results(task))
 
         handle.attach(run.coordinator if run else None, gateway.cancel_all)
         try:

@@ -13,12 +13,20 @@ attempts:
    newest intact checkpoint this run completed (falling back to older retained
    ones, then to what attempt 0 restored): every operator gets its state,
    every source rewinds, unaligned channel state is replayed first;
-4. when an attempt finishes, the transactions two-phase-commit sinks
-   pre-committed at the end of their input are committed (M-X2), retried with
-   the same backoff when a commit fails (M-X3);
+4. with checkpoints, every task of a finishing attempt waited for its final
+   checkpoint, whose completion notice committed the last transactions of the
+   two-phase-commit sinks in the tasks (FLIP-147, M-X2); without checkpoints,
+   the transactions those sinks pre-committed at the end of their input are
+   committed here once the attempt finished, retried with the same backoff when
+   a commit fails (M-X3);
 5. however the run ends, two-phase-commit sinks are settled
    (:func:`~lockgate.recovery.settle.settle_two_phase_sinks`): nothing is left
-   pre-committed.
+   pre-committed. After a run that finished with checkpoints this commits
+   nothing (the tasks did); it aborts what failed attempts left behind.
+
+A checkpoint restored is checked first (:func:`~.finished.check_finished_chains`):
+tasks whose operators all finished in it are deployed as finished (FLIP-147), and
+a task mixing finished and unfinished operators (a job changed since) is refused.
 
 Checkpoints that were in storage before this run started (an earlier run of
 the job) are never restored automatically, only through ``restore_from``.
@@ -41,6 +49,7 @@ from ..executor.result import JobExecutionResult, JobStatus
 from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
+from .finished import check_finished_chains, finished_vertices
 from .restore import RestoreSpec, newest_restorable
 from .settle import settle_two_phase_sinks
 
@@ -59,11 +68,17 @@ def run_with_restarts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: J
                       clock: Clock, first_attempt: int = 0) -> JobExecutionResult:
     """Run ``plan`` attempt after attempt (see the module docstring)."""
     floor = _newest_id_at_start(plan)
+    committed_in_tasks = False
     try:
-        return _run_attempts(plan, run_attempt, handle=handle, clock=clock,
-                             first_attempt=first_attempt, floor=floor)
+        result = _run_attempts(plan, run_attempt, handle=handle, clock=clock,
+                               first_attempt=first_attempt, floor=floor)
+        # FLIP-147: every task of a finished checkpointed attempt ended after its final
+        # checkpoint's completion notice, which committed its sinks' transactions
+        committed_in_tasks = plan.checkpointing and result.status is JobStatus.FINISHED
+        return result
     finally:
-        settle_two_phase_sinks(plan, floor, getattr(handle, "final_savepoint", None))
+        settle_two_phase_sinks(plan, floor, getattr(handle, "final_savepoint", None),
+                               committed_in_tasks=committed_in_tasks)
 
 
 def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
@@ -79,6 +94,7 @@ def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHa
         attempt_plan.restore = restore
         if restore is not None:
             log.info("job %r attempt %d restores %s", plan.job_name, attempt, restore.location)
+            check_finished_chains(attempt_plan, restore)
         try:
             result = run_attempt(attempt_plan, attempt, handle)
         except JobFailedError as failure:
@@ -98,6 +114,8 @@ def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHa
             backoff.notify_restarted()
             continue
         if result.status is JobStatus.FINISHED:
+            if restore is not None:
+                _results_of_finished_tasks(attempt_plan, restore, result, handle)
             _commit_final_transactions(plan, result, backoff, clock)
         result.attempts = attempt - first_attempt + 1
         return result
@@ -155,6 +173,24 @@ def _gave_up(plan: ExecutionPlan, last: JobFailedError, attempts: int,
         remote_traceback=last.remote_traceback, attempts=attempts,
     )
     return error
+
+
+def _results_of_finished_tasks(plan: ExecutionPlan, restore: RestoreSpec,
+                               result: JobExecutionResult, handle: JobHandle) -> None:
+    """The sink results of the tasks the last attempt restored as finished (FLIP-147):
+    they ran nothing in it; what they reported when they finished in an earlier attempt
+    of this run stands in (a ``CollectSink``'s records). Tasks that finished in an
+    earlier run (``restore_from``) returned theirs to that run."""
+    for vertex_id in finished_vertices(plan, restore):
+        vertex = plan.vertex(vertex_id)
+        for op in vertex.operators:
+            values = result.sink_results.get(op.uid)
+            if values is None:
+                continue
+            for subtask in range(min(vertex.parallelism, len(values))):
+                reported = handle.finished_results.get((vertex_id, subtask))
+                if values[subtask] is None and reported is not None:
+                    values[subtask] = reported.get(op.uid)
 
 
 def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,

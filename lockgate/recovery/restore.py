@@ -40,6 +40,7 @@ from ..checkpoint.channel_state import (
     summarize,
 )
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
+from ..checkpoint.coordinator.plan import is_fully_finished
 from ..checkpoint.savepoints import is_savepoint_folder, read_savepoint
 from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
 from ..checkpoint.types import StateHandle
@@ -70,6 +71,8 @@ class RestoreSpec:
     in_root: bool = False
     #: every channel the checkpoint recorded in-flight records of (M-B7), in file order
     channels: tuple[RecordedSummary, ...] = ()
+    #: operator uid -> (parallelism, subtasks that had finished) (FLIP-147)
+    finished_operators: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def location(self) -> str:
@@ -92,6 +95,12 @@ class RestoreSpec:
 
     def operator_uids(self) -> set[str]:
         return {uid for uid in self.operators if not uid.startswith(CHANNEL_STATE_PREFIX)}
+
+    def fully_finished(self, uid: str) -> bool:
+        """Whether every subtask of operator ``uid`` had finished when the checkpoint was
+        taken: its tasks are deployed as finished, whatever the new parallelism
+        (FLIP-147)."""
+        return is_fully_finished(self.finished_operators.get(uid))
 
 
 class OperatorRestore:
@@ -197,6 +206,7 @@ def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
         storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
         is_savepoint=checkpoint.is_savepoint, channels=channels,
+        finished_operators=dict(checkpoint.finished_operators),
     )
 
 
@@ -282,7 +292,8 @@ def _load_savepoint(storage: CheckpointStorage, given: str) -> RestoreSpec:
     return RestoreSpec(
         storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
-        is_savepoint=True, in_root=True, channels=channels)
+        is_savepoint=True, in_root=True, channels=channels,
+        finished_operators=dict(checkpoint.finished_operators))
 
 
 def _split_local(path: str) -> tuple[str, str]:

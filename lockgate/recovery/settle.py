@@ -1,15 +1,21 @@
 """Settling two-phase-commit sinks when a job ends (M-X2, M-X3).
 
-When a run ends, finished, cancelled or failed for good, some of its transactions
-may still be pre-committed but not committed: those of the newest completed
-checkpoint whose completion notice never reached the sink (a cancellation right
-after the checkpoint, or ``stop_with_savepoint``: the savepoint is then the newest
-snapshot), and those pre-committed for checkpoints that never
-completed. :func:`settle_two_phase_sinks` commits the first (they belong to a
-completed checkpoint; a later restore from it would commit them anyway, and
-committing is idempotent) and asks each sink to abort the rest
-(``TwoPhaseCommitSink.abort_lingering``), so that a sink keeping transactions in an
-external system (PostgreSQL's prepared transactions) leaves none behind.
+A job that *finished* with checkpoints committed its sinks' transactions in the
+tasks: every task waited for its final checkpoint, whose completion notice
+committed the last ones (FLIP-147). Nothing is committed here then, so the sink's
+storage need not be reachable from the driver; only ``abort_lingering`` runs.
+
+When a run ends otherwise (cancelled, stopped with a savepoint without draining,
+failed for good), some of its transactions may still be pre-committed but not
+committed: those of the newest completed checkpoint whose completion notice never
+reached the sink (a cancellation right after the checkpoint, or
+``stop_with_savepoint``: the savepoint is then the newest snapshot), and those
+pre-committed for checkpoints that never completed. :func:`settle_two_phase_sinks`
+commits the first (they belong to a completed checkpoint; a later restore from it
+would commit them anyway, and committing is idempotent) and asks each sink to abort
+the rest (``TwoPhaseCommitSink.abort_lingering``), so that a sink keeping
+transactions in an external system (PostgreSQL's prepared transactions) leaves none
+behind.
 
 It runs on the driver, after every subtask of the last attempt has stopped. Errors
 are logged, not raised: the job's outcome is already decided, and what could not be
@@ -64,14 +70,18 @@ def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int,
 
 
 def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,
-                           savepoint: str | None = None) -> None:
+                           savepoint: str | None = None, *,
+                           committed_in_tasks: bool = False) -> None:
     """Commit the pending transactions of the run's newest completed checkpoint (or of
     ``savepoint``, the one the job was stopped with) and abort every other transaction
-    the sinks left behind (see the module docstring)."""
+    the sinks left behind (see the module docstring). ``committed_in_tasks``: the run
+    finished with checkpoints, its tasks committed every transaction of a completed
+    checkpoint (FLIP-147): nothing is committed, the rest is aborted."""
     for uid, sink in two_phase_sinks(plan).items():
         name = plan.operator_names.get(uid, uid)
         try:
-            keep = newest_pending(plan, uid, newer_than, savepoint)
+            keep = ([] if committed_in_tasks
+                    else newest_pending(plan, uid, newer_than, savepoint))
         except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
             log.warning("job %r: cannot read the newest checkpoint's transactions of sink %r "
                         "(%s); they stay pre-committed for a restore to commit",

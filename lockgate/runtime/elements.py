@@ -2,9 +2,10 @@
 
 A channel is an ordered queue of: record batches (``pyarrow.RecordBatch`` or
 :class:`~lockgate.runtime.batch.RowBatch`), :class:`Watermark`,
-:class:`StreamStatus`, :class:`CheckpointBarrier`, :class:`CancellationMarker`
-and one :data:`END_OF_PARTITION`. Nothing overtakes anything else in a channel
-(unaligned checkpoints, a later issue, are the one sanctioned exception).
+:class:`StreamStatus`, :class:`CheckpointBarrier`, :class:`CancellationMarker`,
+at most one :data:`END_OF_DATA` and one :data:`END_OF_PARTITION`. Nothing
+overtakes anything else in a channel (unaligned checkpoints, a later issue, are the
+one sanctioned exception).
 All elements except batches are small, immutable and picklable.
 """
 
@@ -48,14 +49,21 @@ class CheckpointType(enum.Enum):
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """What a barrier asks for (M-E2). Savepoints are always aligned."""
+    """What a barrier asks for (M-E2). Savepoints are always aligned.
+
+    ``drain`` (savepoints only, ``stop_with_savepoint(drain=True)``): a task triggered
+    with it ends its input first (its sources stop reading), so the maximum watermark
+    and the end of data reach every task before this barrier does."""
 
     type: CheckpointType = CheckpointType.CHECKPOINT
     unaligned: bool = False
+    drain: bool = False
 
     def __post_init__(self) -> None:
         if self.type is CheckpointType.SAVEPOINT and self.unaligned:
             raise ValueError("a savepoint barrier is always aligned (M-E2)")
+        if self.drain and self.type is not CheckpointType.SAVEPOINT:
+            raise ValueError("only a savepoint barrier can drain the job")
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,30 @@ class CancellationMarker:
     checkpoint_id: int
 
 
+class _EndOfData:
+    """The producer of a channel finished its operators: no record, watermark or status
+    follows on the channel, only checkpoint barriers, cancellation markers and its end of
+    partition. The producer sends its end of partition once its final checkpoint
+    completed (FLIP-147); until then barriers still flow through the channel."""
+
+    _instance: "_EndOfData | None" = None
+
+    def __new__(cls) -> "_EndOfData":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "END_OF_DATA"
+
+    def __reduce__(self) -> str:
+        return "END_OF_DATA"
+
+
+END_OF_DATA = _EndOfData()
+EndOfData = _EndOfData
+
+
 class _EndOfPartition:
     """The last element of a channel: its producer has finished."""
 
@@ -108,5 +140,5 @@ END_OF_PARTITION = _EndOfPartition()
 EndOfPartition = _EndOfPartition
 
 ControlElement = Union[Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
-                       PriorityBarrier, _EndOfPartition]
+                       PriorityBarrier, _EndOfData, _EndOfPartition]
 StreamElement = Union[Batch, ControlElement]

@@ -7,32 +7,55 @@ chain; flush output buffers whose timeout passed. When nothing is available
 it waits on the task's signal, which channels, the mailbox and cancellation
 set, with a timeout no later than the next buffer flush.
 
-End of input (every input channel ended, or the source reported the end):
-the chain finishes, buffers are flushed and end of partition is sent on every
-output channel. A cancelled task raises ``TaskCancelledError`` from its loop.
+End of input (every input channel delivered its end of data or ended, or the
+source reported the end, or a draining savepoint stopped it): the chain finishes,
+buffers are flushed and ``END_OF_DATA`` is sent on every output channel. With
+checkpoints the task then waits for its final checkpoint (Flink's FLIP-147,
+:mod:`.final_checkpoint`): it keeps answering mails and taking barriers until a
+checkpoint it took after its end of data completed and that completion notice was
+handled (two-phase-commit sinks commit their last transaction there), and until
+every input channel ended; the wait is bounded. Then end of partition is sent on
+every output channel and the task ends. A task whose operators had all finished in
+the restored checkpoint does not run them again: it sends the maximum watermark,
+its end of data and end of partition, and ends. A cancelled task raises
+``TaskCancelledError`` from its loop.
 
 With checkpoints, the input goes through a barrier handler (aligned,
 unaligned or at-least-once, M-B1) that may block channels and trigger the
 snapshot; a source is triggered through its mailbox, so its snapshot never
-interleaves with emitting a batch (M-T1).
+interleaves with emitting a batch (M-T1). Once every task feeding a task has
+finished, the coordinator triggers that task directly; it takes the snapshot once
+every input channel ended, after the end of its data (no record of its finished
+upstream tasks is left unprocessed then).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
-from ..errors import TaskCancelledError
+from ..errors import CorruptStreamError, TaskCancelledError
 from ..time.clock import Clock
-from .batch import is_batch
+from .batch import is_batch, num_rows
 from .chain import OperatorChain
 from ..time.valve import StatusWatermarkValve
-from .elements import END_OF_PARTITION, StreamElement, StreamStatus, Watermark
+from .elements import (
+    END_OF_DATA,
+    END_OF_PARTITION,
+    MAX_WATERMARK,
+    StreamElement,
+    StreamStatus,
+    Watermark,
+)
+from .final_checkpoint import FinalCheckpoint
 from .input_gate import InputGate
 from .mailbox import Mailbox
 from .record_writer import RecordWriter
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..checkpoint.barriers.base import BarrierHandler
@@ -62,8 +85,21 @@ class StreamTask:
         self.mailbox = Mailbox(signal)
         self._cancelled = False
         self.finished = False
-        #: the task processes records (after open, before finish)
+        #: the task runs: after open, until its final checkpoint completed (FLIP-147)
         self.running = False
+        #: the operators finished and END_OF_DATA went out (FLIP-147)
+        self.end_of_data = False
+        #: every operator had finished in the restored checkpoint: nothing runs again
+        self.restored_finished = False
+        #: the final checkpoint the task waits for after its end of data (checkpoints on)
+        self.final_checkpoint: FinalCheckpoint | None = None
+        # a draining savepoint that stopped the source: snapshotted after the end of data
+        self._drain: CheckpointBarrier | None = None
+        # a trigger of a task with inputs (all its upstream tasks finished), taken once
+        # every input channel ended
+        self._deferred: CheckpointBarrier | None = None
+        # the task is ending after its final checkpoint: new triggers are ignored
+        self._closing = False
         #: (vertex id, subtask index), set by the builder
         self.key: tuple[int, int] = (-1, subtask_index)
         #: this subtask's channels by stable names (M-B7), set by the builder
@@ -81,38 +117,86 @@ class StreamTask:
                 counts[index] = counts.get(index, 0) + 1
             self._valves = [StatusWatermarkValve(counts.get(i, 1))
                             for i in range(max(counts, default=0) + 1)]
+        #: per input channel: it delivered its end of data (or ended)
+        self._data_ended = [False] * (input_gate.num_channels if input_gate else 0)
+        self._channels_with_data = len(self._data_ended)
 
     def enable_checkpoints(self, checkpointer: "SubtaskCheckpointer",
-                           handler: "BarrierHandler | None", checked_input: Any) -> None:
+                           handler: "BarrierHandler | None", checked_input: Any,
+                           final_wait_ms: float | None = None) -> None:
         """Route barriers of the input through ``handler`` (``checked_input`` wraps the
-        gate) and snapshots through ``checkpointer``."""
+        gate) and snapshots through ``checkpointer``. ``final_wait_ms``: how long the task
+        waits for its final checkpoint after its end of data (FLIP-147; None: no wait)."""
         self.checkpointer = checkpointer
         self.barrier_handler = handler
         if checked_input is not None:
             self._input = checked_input
+        if final_wait_ms is not None:
+            self.final_checkpoint = FinalCheckpoint(
+                self.clock, final_wait_ms, f"{self.name} ({self.subtask_index})")
 
     # checkpoint entry points (any thread) -------------------------------------------
     def trigger_checkpoint(self, barrier: "CheckpointBarrier") -> None:
-        """A source's trigger: runs in the task thread between two batches (M-T1); a task
-        that is not running declines (M-T2)."""
+        """The coordinator's trigger: runs in the task thread between two batches (M-T1);
+        a task that is not running declines (M-T2). A source snapshots at once (a
+        draining savepoint first ends its input); a task with inputs, triggered because
+        every task feeding it finished, snapshots once every input channel ended and its
+        operators finished. A finished task ignores triggers: the coordinator records it
+        as finished (FLIP-147)."""
         cp = self.checkpointer
-        if cp is None:
+        if cp is None or self.finished or self.restored_finished or self._closing:
             return
 
         def run() -> None:
-            if self.running:
-                cp.trigger_source(barrier)
-            else:
+            if not self.running:
                 cp.decline_not_running(barrier)
+            elif self.input_gate is not None:
+                self._defer_trigger(cp, barrier)
+            elif barrier.options.drain and not self.end_of_data:
+                self._drain = barrier  # the source loop ends the input, then snapshots
+            else:
+                cp.trigger_source(barrier)
 
         if not self.mailbox.put(run, f"trigger checkpoint {barrier.checkpoint_id}"):
-            cp.responder.decline(cp.task, barrier.checkpoint_id,
-                                 CheckpointFailureReason.TASK_NOT_RUNNING)
+            if not self.finished:
+                cp.responder.decline(cp.task, barrier.checkpoint_id,
+                                     CheckpointFailureReason.TASK_NOT_RUNNING)
+
+    def _defer_trigger(self, cp: "SubtaskCheckpointer", barrier: "CheckpointBarrier") -> None:
+        """Task thread: keep ``barrier`` (the newest direct trigger; an older one waiting
+        is declined as subsumed) until every input channel ended and the operators
+        finished, then snapshot (:meth:`_fire_deferred`)."""
+        older = self._deferred
+        if older is not None:
+            if older.checkpoint_id > barrier.checkpoint_id:
+                cp.abort_checkpoint(barrier.checkpoint_id, CheckpointFailureReason.SUBSUMED)
+                return
+            cp.abort_checkpoint(older.checkpoint_id, CheckpointFailureReason.SUBSUMED)
+        self._deferred = barrier
+        self._fire_deferred()
+
+    def _fire_deferred(self) -> None:
+        barrier = self._deferred
+        cp = self.checkpointer
+        if (barrier is None or cp is None or not self.end_of_data
+                or (self.input_gate is not None and not self.input_gate.finished)):
+            return
+        self._deferred = None
+        if cp.last_snapshot_id >= barrier.checkpoint_id:
+            return  # its barrier reached this task through an input after all
+        cp.trigger_source(barrier)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         cp = self.checkpointer
         if cp is not None:
-            self.mailbox.put(lambda: cp.notify_complete(checkpoint_id), "checkpoint complete")
+            final = self.final_checkpoint
+
+            def run() -> None:
+                cp.notify_complete(checkpoint_id)
+                if final is not None:  # after the sinks committed (FLIP-147)
+                    final.completed(checkpoint_id)
+
+            self.mailbox.put(run, "checkpoint complete")
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         cp = self.checkpointer
@@ -151,20 +235,25 @@ class StreamTask:
 
     # loop ------------------------------------------------------------------
     def run(self) -> None:
-        """Run to the end of input. Operators are closed whatever happens."""
+        """Run to the end of input, then wait for the final checkpoint (FLIP-147, see the
+        module docstring). Operators are closed whatever happens."""
         error: BaseException | None = None
         try:
-            self.chain.open()
-            self._replay_channel_state()
-            self.running = True
-            source = self.chain.source
-            if source is not None:
-                self._run_source(source)
+            if self._restored_as_finished():
+                self._run_restored_finished()
             else:
-                self._run_inputs()
-            self._check_cancelled()
-            self.running = False
-            self.chain.finish()
+                self.chain.open()
+                self._replay_channel_state()
+                self.running = True
+                source = self.chain.source
+                if source is not None:
+                    self._run_source(source)
+                else:
+                    self._run_inputs()
+                self._check_cancelled()
+                self._finish_data()
+                self._await_final_checkpoint()
+                self.running = False
             for w in self.writers:
                 w.broadcast_event(END_OF_PARTITION)
             self.finished = True
@@ -179,6 +268,126 @@ class StreamTask:
             close_error = self.chain.close()
             if error is None and close_error is not None:
                 raise close_error
+
+    def _restored_as_finished(self) -> bool:
+        """Every operator of this task had finished in the restored checkpoint (FLIP-147;
+        the driver refused a chain of finished and unfinished operators before)."""
+        restore = self.chain.restore
+        if restore is None or not getattr(restore, "finished_operators", None):
+            return False
+        self.restored_finished = all(restore.fully_finished(op.uid)
+                                     for op in self.chain.operators)
+        return self.restored_finished
+
+    def _run_restored_finished(self) -> None:
+        """A task restored as finished: its operators are neither opened nor run again.
+        Whatever still reaches its input (only when the job changed since the checkpoint)
+        is consumed and dropped until every channel ended; then the task sends the
+        maximum watermark (M-W1) and its end of data, as a task ending its input does."""
+        gate = self.input_gate
+        dropped = 0
+        while gate is not None and not gate.finished:
+            self.signal.clear()
+            self._check_cancelled()
+            item = gate.poll()
+            if item is None:
+                self.clock.wait(self.signal, None)
+            elif is_batch(item[1]):
+                dropped += num_rows(item[1])
+        if dropped:
+            log.warning("%s (%d) was restored as finished, but %d records reached it; they "
+                        "were dropped", self.name, self.subtask_index, dropped)
+        for w in self.writers:
+            w.broadcast_event(Watermark(MAX_WATERMARK))
+            w.broadcast_event(END_OF_DATA)
+
+    def _finish_data(self) -> None:
+        """The end of data: finish the operators (head first), flush and send
+        ``END_OF_DATA``; with checkpoints, start waiting for the final checkpoint and
+        tell the coordinator (which triggers one soon), then take a draining savepoint
+        that stopped the input, or a deferred trigger (FLIP-147)."""
+        self.chain.finish()
+        for w in self.writers:
+            w.broadcast_event(END_OF_DATA)
+        self.end_of_data = True
+        cp = self.checkpointer
+        final = self.final_checkpoint
+        if cp is None or final is None:
+            return
+        final.start(cp.last_snapshot_id)
+        report = getattr(cp.responder, "end_of_data", None)
+        if callable(report):
+            report(self.key, cp.last_snapshot_id)
+        drain, self._drain = self._drain, None
+        if drain is not None:
+            cp.trigger_source(drain)
+        self._fire_deferred()
+
+    def _await_final_checkpoint(self) -> None:
+        """After the end of data: answer mails and take barriers (nothing else may arrive)
+        until every input channel ended and, with checkpoints, the final checkpoint
+        completed (:class:`~.final_checkpoint.FinalCheckpoint`; bounded: raises
+        ``CheckpointFailedError`` past its limit)."""
+        gate = self.input_gate
+        source = self._input
+        handler = self.barrier_handler
+        final = self.final_checkpoint if self.checkpointer is not None else None
+        while True:
+            self.signal.clear()
+            self._check_cancelled()
+            self.mailbox.run_pending()
+            deadline: float | None = None
+            if gate is not None:
+                if handler is not None:
+                    due = handler.next_deadline_ms()
+                    if due is not None and due <= self.clock.monotonic_ms():
+                        handler.on_time()  # the alignment timed out (M-B8)
+                        continue
+                    deadline = due
+                while (item := source.poll()) is not None:
+                    self._after_end_of_data(*item)
+                self._fire_deferred()
+            if (gate is None or gate.finished) and (final is None or final.done):
+                self._drain_mails_before_the_end()
+                return
+            if final is not None:
+                final.check_deadline()
+                if not final.done and final.deadline_ms is not None:
+                    deadline = (final.deadline_ms if deadline is None
+                                else min(deadline, final.deadline_ms))
+            now = self.clock.monotonic_ms()
+            self.clock.wait(self.signal, None if deadline is None else max(0.0, deadline - now))
+
+    def _drain_mails_before_the_end(self) -> None:
+        """The task is about to end (FLIP-147): triggers already queued run now, so their
+        barriers still go downstream ahead of the end of partition (a task downstream
+        may otherwise never see that checkpoint); later triggers are ignored (the
+        coordinator records the task as finished). Then the asynchronous parts in
+        progress finish, so the checkpoints this task snapshotted get its
+        acknowledgement rather than its end (bounded by the final checkpoint deadline)."""
+        self._closing = True
+        self.mailbox.run_pending()
+        cp = self.checkpointer
+        final = self.final_checkpoint
+        if cp is None:
+            return
+        left_ms = 10_000.0
+        if final is not None and final.deadline_ms is not None:
+            left_ms = max(0.0, final.deadline_ms - self.clock.monotonic_ms())
+        if not cp.wait_for_pending(left_ms / 1000.0):
+            log.warning("%s (%d): snapshots %s still being written at its end; the "
+                        "coordinator counts it as finished for them", self.name,
+                        self.subtask_index, cp.in_progress)
+
+    def _after_end_of_data(self, channel: int, element: StreamElement) -> None:
+        """An element an input channel delivered after every channel's end of data: only
+        its end of partition may come (barriers and markers went to the handler)."""
+        if element is END_OF_PARTITION:
+            return
+        what = "a record batch" if is_batch(element) else repr(element)
+        raise CorruptStreamError(
+            f"{self.name} ({self.subtask_index}): input channel {channel} delivered {what} "
+            "after its end of data")
 
     def _replay_channel_state(self) -> None:
         """Restoring an unaligned checkpoint: hand every in-flight record it recorded for
@@ -253,6 +462,8 @@ class StreamTask:
         while True:
             if not self._start_turn():
                 continue
+            if self._drain is not None:  # a draining savepoint stops the source (FLIP-147)
+                return
             status = source.emit_next()
             deadline = self._flush_due()
             if status is InputStatus.END_OF_INPUT:
@@ -280,10 +491,10 @@ class StreamTask:
                 if due is not None and due <= self.clock.monotonic_ms():
                     handler.on_time()  # the alignment timed out (M-B8)
                     continue
+            if self._channels_with_data == 0:
+                return  # every channel delivered its end of data (or ended)
             item = source.poll()
             if item is None:
-                if gate.finished:
-                    return
                 deadline = self._flush_due()
                 if due is not None:
                     deadline = due if deadline is None else min(deadline, due)
@@ -305,8 +516,16 @@ class StreamTask:
             outputs = valve.input_watermark(element.timestamp, local)
         elif isinstance(element, StreamStatus):
             outputs = valve.input_status(element, local)
-        elif element is END_OF_PARTITION:
-            outputs = valve.channel_finished(local)
+        elif element is END_OF_DATA or element is END_OF_PARTITION:
+            if self._data_ended[channel]:
+                if element is END_OF_DATA:
+                    raise CorruptStreamError(
+                        f"{self.name} ({self.subtask_index}): input channel {channel} "
+                        "delivered a second end of data")
+                return
+            self._data_ended[channel] = True
+            self._channels_with_data -= 1
+            outputs = valve.channel_finished(local)  # counts as MAX from now on (M-W1)
         else:  # barriers and markers are the checkpoint layer's; none reach here
             for w in self.writers:
                 w.broadcast_event(element)

@@ -129,4 +129,6 @@ def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTas
             num_channels=task.input_gate.num_channels, actions=checkpointer, clock=clock,
         )
         checked = CheckpointedInputGate(task.input_gate, handler, checkpointer)
-    task.enable_checkpoints(checkpointer, handler, checked)
+    from .final_checkpoint import wait_limit_ms
+
+    task.enable_checkpoints(checkpointer, handler, checked, final_wait_ms=wait_limit_ms(cfg))

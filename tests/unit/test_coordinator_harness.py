@@ -23,6 +23,7 @@ from lockgate.checkpoint.coordinator import (
     ManualScheduler,
     MasterHook,
 )
+from lockgate.checkpoint.coordinator.plan import JobTopology
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.types import (
     CheckpointFailureReason,
@@ -38,6 +39,12 @@ SOURCES: list[TaskKey] = [(0, 0), (0, 1)]
 SINKS: list[TaskKey] = [(1, 0), (1, 1)]
 TASKS: list[TaskKey] = SOURCES + SINKS
 UIDS = {0: "src", 1: "sum"}
+#: the job's shape (FLIP-147): every source subtask feeds every sink subtask
+TOPOLOGY = JobTopology(
+    upstream={**{s: frozenset() for s in SOURCES}, **{t: frozenset(SOURCES) for t in SINKS}},
+    operators={vertex: (uid,) for vertex, uid in UIDS.items()},
+    parallelism={0: 2, 1: 2},
+)
 START_MS = 1_700_000_000_000
 
 
@@ -163,11 +170,13 @@ def make_harness(
     id_counter: CheckpointIdCounter | None = None,
     running: bool = True,
     clock: ManualClock | None = None,
+    topology: JobTopology | None = None,
     **config: Any,
 ) -> Harness:
     """A coordinator of the 2 → 2 job; ``config`` overrides the CheckpointConfig fields
     (defaults: interval 100 ms, timeout 1000 ms). ``running``: report every task
-    running."""
+    running. ``topology``: the job's shape for checkpoints after tasks finished
+    (:data:`TOPOLOGY`, every source feeding every sink), or none."""
     settings: dict[str, Any] = {"interval": 100, "timeout": 1000}
     settings.update(config)
     cfg = CheckpointConfig(**settings)
@@ -178,7 +187,8 @@ def make_harness(
     hooks = list(hooks)
     coordinator = CheckpointCoordinator(
         cfg, job_name="test job", source_tasks=SOURCES, tasks=TASKS, gateway=gateway,
-        storage=storage, clock=clock, scheduler=scheduler, hooks=hooks, id_counter=id_counter)
+        storage=storage, clock=clock, scheduler=scheduler, hooks=hooks, id_counter=id_counter,
+        topology=topology)
     if running:
         for task in TASKS:
             coordinator.task_running(task)

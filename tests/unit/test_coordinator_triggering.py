@@ -136,21 +136,29 @@ def test_m_c1_a_task_not_yet_running_cancels_the_trigger(missing: tuple[int, int
     assert isinstance(h.coordinator.trigger_checkpoint(), int)
 
 
-def test_m_c1_a_finished_task_cancels_later_triggers() -> None:
+def test_m_c1_flip147_a_finished_task_is_neither_triggered_nor_waited_for() -> None:
     h = make_harness()
-    h.coordinator.task_finished(SINKS[1])
-    assert h.coordinator.trigger_checkpoint() is R.TASK_NOT_RUNNING
-    assert h.gateway.triggers == []
+    h.coordinator.task_finished(SOURCES[1])
+    checkpoint = h.trigger()
+    assert h.gateway.triggered_tasks(checkpoint) == [SOURCES[0]]
+    pending = h.coordinator.pending_checkpoint(checkpoint)
+    assert pending is not None and SOURCES[1] not in pending.tasks_to_acknowledge
+    assert pending.finished_tasks == {SOURCES[1]}
 
 
-def test_m_c1_a_task_finishing_aborts_the_pending_checkpoints_still_waiting_for_it() -> None:
+def test_m_c1_flip147_a_task_finishing_counts_as_finished_for_pending_checkpoints() -> None:
     h = make_harness(max_concurrent=2)
     first = h.trigger()
     second = h.trigger()
     h.ack(first, SINKS[1])
     h.coordinator.task_finished(SINKS[1])
-    assert h.coordinator.pending_ids() == [first]
-    assert h.gateway.abort_reason(second) is R.TASK_NOT_RUNNING
+    assert h.coordinator.pending_ids() == [first, second], "nothing is aborted"
+    assert h.gateway.aborted == []
+    second_pending = h.coordinator.pending_checkpoint(second)
+    assert second_pending is not None and second_pending.finished_tasks == {SINKS[1]}
+    first_pending = h.coordinator.pending_checkpoint(first)
+    assert first_pending is not None and first_pending.finished_tasks == set(), (
+        "it acknowledged the first before finishing: its state is recorded there")
 
 
 def test_m_c1_a_new_id_that_cannot_be_obtained_cancels_the_trigger() -> None:
@@ -163,11 +171,27 @@ def test_m_c1_a_new_id_that_cannot_be_obtained_cancels_the_trigger() -> None:
     assert h.coordinator.pending_ids() == [] and h.gateway.triggers == []
 
 
-def test_m_c1_a_task_finishing_while_the_master_hooks_run_cancels_the_trigger() -> None:
+def test_m_c1_flip147_a_source_finishing_while_the_master_hooks_run_is_not_triggered() -> None:
     hook = RecordingHook()
     h = make_harness(hooks=[hook])
     # the source finishes while the master hook runs, after the first check passed
     hook.during_trigger = lambda: h.coordinator.task_finished(SOURCES[0])
+    checkpoint = h.trigger()
+    assert h.gateway.triggered_tasks(checkpoint) == [SOURCES[1]]
+    pending = h.coordinator.pending_checkpoint(checkpoint)
+    assert pending is not None and pending.finished_tasks == {SOURCES[0]}
+
+
+def test_m_c1_every_task_finishing_while_the_master_hooks_run_cancels_the_trigger() -> None:
+    hook = RecordingHook()
+    h = make_harness(hooks=[hook])
+
+    def all_finish() -> None:
+        for task in TASKS:
+            h.coordinator.task_finished(task)
+
+    # every task finishes while the master hook runs, after the first check passed
+    hook.during_trigger = all_finish
     assert h.coordinator.trigger_checkpoint() is R.TASK_NOT_RUNNING
     assert h.gateway.triggers == [], "no trigger sent after the re-check failed"
     assert hook.triggered, "the first check passed: the hook ran"

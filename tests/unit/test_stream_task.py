@@ -57,9 +57,11 @@ def test_a_source_task_ends_its_output_with_exactly_one_end_of_partition_after_i
     elements = drain(out)
     assert elements[-1] is el.END_OF_PARTITION
     assert sum(e is el.END_OF_PARTITION for e in elements) == 1
+    # its end of data comes right before it (FLIP-147)
+    assert elements[-2] is el.END_OF_DATA
     # a source that ends sends the maximum watermark, not IDLE (M-W2)
-    assert elements[-2] == el.Watermark(el.MAX_WATERMARK)
-    assert [r for e in elements[:-2] for r in to_rows(e)] == list(range(10))
+    assert elements[-3] == el.Watermark(el.MAX_WATERMARK)
+    assert [r for e in elements[:-3] for r in to_rows(e)] == list(range(10))
     assert task.finished
 
 
@@ -76,7 +78,7 @@ def test_a_task_forwards_control_elements_in_order_behind_the_records_before_the
     # idle makes the task idle; its end makes it active again with the maximum watermark
     assert got == [[0, 10, 20], el.Watermark(5), el.CheckpointBarrier(1, 0), [30, 40],
                    el.StreamStatus.IDLE, el.StreamStatus.ACTIVE, el.Watermark(el.MAX_WATERMARK),
-                   el.END_OF_PARTITION]
+                   el.END_OF_DATA, el.END_OF_PARTITION]
 
 
 def test_a_task_waits_for_the_end_of_partition_of_every_input_channel() -> None:

@@ -74,6 +74,10 @@ class CompletedCheckpoint:
     external_path: str | None = None
     job_name: str = ""
     stats: CheckpointStats | None = None
+    #: operator uid -> (its parallelism, the subtasks that had finished when the
+    #: checkpoint was taken); an operator with every subtask listed is fully finished
+    #: and a restore deploys its tasks as finished (FLIP-147)
+    finished_operators: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def handles(self) -> list[StateHandle]:
         result = [h for by_subtask in self.operator_states.values() for h in by_subtask.values()]
@@ -82,7 +86,7 @@ class CompletedCheckpoint:
 
     def to_metadata(self) -> dict[str, Any]:
         """The ``_metadata`` document (JSON-compatible, format version 1)."""
-        return {
+        metadata: dict[str, Any] = {
             "format_version": METADATA_FORMAT_VERSION,
             "checkpoint_id": self.checkpoint_id,
             "job_name": self.job_name,
@@ -98,6 +102,12 @@ class CompletedCheckpoint:
             },
             "stats": self.stats.to_json() if self.stats is not None else None,
         }
+        if self.finished_operators:  # absent when no task had finished (older readers)
+            metadata["finished_operators"] = {
+                uid: {"parallelism": parallelism, "subtasks": list(subtasks)}
+                for uid, (parallelism, subtasks) in sorted(self.finished_operators.items())
+            }
+        return metadata
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any],
@@ -122,6 +132,10 @@ class CompletedCheckpoint:
             is_savepoint=bool(metadata.get("is_savepoint", False)),
             external_path=external_path,
             job_name=str(metadata.get("job_name", "")),
+            finished_operators={
+                uid: (int(entry["parallelism"]), tuple(int(i) for i in entry["subtasks"]))
+                for uid, entry in metadata.get("finished_operators", {}).items()
+            },
         )
 
 

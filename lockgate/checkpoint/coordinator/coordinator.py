@@ -26,6 +26,22 @@ Guarantees:
   Forced triggers (savepoints) skip the concurrency and pause checks.
 * Only source tasks are triggered; every task acknowledges; every task is
   told when a checkpoint completes or is aborted (M-C3).
+* Checkpoints after tasks finished (Flink's FLIP-147, :mod:`.plan`): a finished
+  task is neither triggered nor waited for, and the checkpoint records it as
+  finished (``CompletedCheckpoint.finished_operators``); checkpoints go on while
+  any task runs. Once every task feeding a running task has finished, that task
+  is triggered itself. A task that finishes while a checkpoint waits for its
+  acknowledgement counts as finished for it (it finished after its final
+  checkpoint completed: it has no state left), unless that checkpoint was
+  triggered on it: then no barrier of it left the task and tasks downstream may
+  never see it, so it is aborted (``TASK_NOT_RUNNING``, not a counted failure)
+  and the next one, triggered promptly, reaches them directly. A task reported
+  RUNNING after it finished stays finished.
+* A task that reached the end of its data waits for its final checkpoint
+  (:meth:`task_reached_end_of_data`): unless a pending checkpoint is newer than
+  the task's last snapshot before that point, the next periodic trigger is moved
+  to as soon as the minimum pause allows, so a bounded job does not wait a whole
+  interval to end.
 * A checkpoint not complete ``timeout`` after its trigger is aborted
   (``TIMEOUT``); an error while triggering (a master hook, the gateway) aborts it
   (``TRIGGER_FAILED``) (M-C4).
@@ -74,6 +90,7 @@ from .failure_manager import CheckpointFailureManager
 from .hooks import MasterHook, master_state_name
 from .id_counter import CheckpointIdCounter
 from .pending import AckResult, PendingCheckpoint
+from .plan import CheckpointPlan, JobTopology, finished_operators, plan_checkpoint
 from .request_decider import TriggerFacts, decide_trigger, pause_remaining_ms
 from .scheduler import ScheduledTask, Scheduler
 from .stats import CheckpointStatsTracker
@@ -123,9 +140,14 @@ class CheckpointCoordinator:
         hooks: Iterable[MasterHook] = (),
         id_counter: CheckpointIdCounter | None = None,
         stats_history: int = 100,
+        topology: JobTopology | None = None,
     ) -> None:
         """``tasks``: every task of the job (all acknowledge, M-C3); ``source_tasks``:
         those that are triggered (they acknowledge too, listed in ``tasks`` or not).
+        ``topology``: the job's upstream tasks and operators (:class:`~.plan.JobTopology`):
+        with it, tasks whose upstream tasks all finished are triggered, and completed
+        checkpoints name their finished operators; without it only ``source_tasks`` are
+        ever triggered and finished tasks are recorded under no operator.
         ``id_counter``: default, one continuing after the newest id in ``storage``;
         pass the previous coordinator's counter to a new one to never reuse an id.
         Reads the completed checkpoints already in ``storage`` (M-C8)."""
@@ -136,6 +158,9 @@ class CheckpointCoordinator:
         self.job_name = job_name
         self._sources: list[TaskKey] = list(dict.fromkeys(source_tasks))
         self._ack_tasks: frozenset[TaskKey] = frozenset(tasks) | frozenset(self._sources)
+        #: every task, sources first: the order triggers are sent in
+        self._all_tasks: list[TaskKey] = list(dict.fromkeys([*self._sources, *tasks]))
+        self._topology = topology if topology is not None else JobTopology()
         self._gateway = gateway
         self._storage = storage
         self._clock = clock
@@ -169,25 +194,71 @@ class CheckpointCoordinator:
         self._periodic_due_ms: float | None = None
         self._periodic_token = 0
         self._periodic_missed = False
+        # FLIP-147: task -> the newest checkpoint it snapshotted before the end of its
+        # data (as it reported it); any newer checkpoint is its final one
+        self._awaiting_final: dict[TaskKey, int] = {}
+        self._last_triggered_id = 0
+        # ids whose master hooks run (triggers not sent yet): not completed meanwhile
+        self._triggering: set[int] = set()
+        # pending checkpoint id -> the tasks it was sent to
+        self._triggered: dict[int, frozenset[TaskKey]] = {}
 
     # ------------------------------------------------------------------ task states
 
     def task_running(self, task: TaskKey) -> None:
-        """The executor reports ``task`` RUNNING (tasks start not running)."""
+        """The executor reports ``task`` RUNNING (tasks start not running). A task that
+        already finished in this attempt stays finished (its finish may be reported
+        before the executor reports every task running)."""
         with self._lock:
-            self._finished.discard(task)
-            self._running.add(task)
+            if task not in self._finished:
+                self._running.add(task)
 
     def task_finished(self, task: TaskKey) -> None:
-        """The executor reports ``task`` finished (after it sent its acknowledgements).
-        Later triggers are cancelled (``TASK_NOT_RUNNING``, M-C1), and so are pending
-        checkpoints still waiting for this task's acknowledgement: it will never come."""
+        """The executor reports ``task`` finished: it ended after its final checkpoint
+        completed (FLIP-147). Later checkpoints neither trigger nor wait for it and
+        record it as finished; pending checkpoints still waiting for its
+        acknowledgement record it as finished too, and complete if it was the last."""
+        completed: list[CompletedCheckpoint] = []
         with self._lock:
             self._running.discard(task)
             self._finished.add(task)
-            waiting = [p for p in self._pending.values() if task in p.tasks_to_acknowledge]
-            for pending in sorted(waiting, key=lambda p: p.checkpoint_id):
-                self._abort(pending, R.TASK_NOT_RUNNING)
+            self._awaiting_final.pop(task, None)
+            for checkpoint_id in sorted(self._pending):
+                pending = self._pending.get(checkpoint_id)
+                if pending is None:
+                    continue
+                if (task in self._triggered.get(checkpoint_id, ())
+                        and task in pending.tasks_to_acknowledge):
+                    # triggered, it ended without taking the checkpoint: no barrier left
+                    # it, so tasks downstream of it may never see this checkpoint; the
+                    # next one triggers them directly
+                    log.info("checkpoint %d aborted: task %s ended before it took it",
+                             checkpoint_id, task)
+                    self._abort(pending, R.TASK_NOT_RUNNING)
+                    continue
+                if not pending.acknowledge_finished(task):
+                    continue
+                if pending.is_fully_acknowledged and checkpoint_id not in self._triggering:
+                    done = self._complete(pending)
+                    if done is not None:
+                        completed.append(done)
+            self._expedite()
+            hooks = list(self._hooks)
+        self._notify_hooks(hooks, completed)
+
+    def task_reached_end_of_data(self, task: TaskKey,
+                                  last_snapshot_id: int | None = None) -> None:
+        """``task`` finished its operators and waits for a checkpoint to complete that it
+        takes from now on, its final checkpoint (FLIP-147): any checkpoint newer than
+        ``last_snapshot_id``, the newest it had snapshotted (None: unknown, then any
+        checkpoint triggered after this report). Unless such a checkpoint is pending, the
+        next periodic trigger comes as soon as the minimum pause allows."""
+        with self._lock:
+            if task in self._finished or self._shut_down:
+                return
+            mark = self._last_triggered_id if last_snapshot_id is None else last_snapshot_id
+            self._awaiting_final.setdefault(task, mark)
+            self._expedite()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -203,6 +274,7 @@ class CheckpointCoordinator:
             self._periodic_active = True
             self._periodic_missed = False
             self._schedule_periodic(interval)
+            self._expedite()  # tasks may have reached their end of data already
 
     def stop_periodic(self) -> None:
         """Stop periodic triggers: pending checkpoints go on; non-forced triggers are
@@ -238,10 +310,16 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ triggering
 
-    def trigger_checkpoint(self, *, forced: bool = False,
-                           savepoint: bool = False) -> int | CheckpointFailureReason:
+    def trigger_checkpoint(self, *, forced: bool = False, savepoint: bool = False,
+                           drain: bool = False) -> int | CheckpointFailureReason:
         """Trigger a checkpoint (a savepoint is always forced). Returns its id, or the
-        reason it was cancelled or aborted during triggering (M-C1, M-C4)."""
+        reason it was cancelled or aborted during triggering (M-C1, M-C4).
+
+        ``drain`` (savepoints only, ``stop_with_savepoint(drain=True)``): the barrier
+        asks every triggered task to end its input first, so the maximum watermark
+        fires every event-time timer and window before the task's snapshot."""
+        if drain and not savepoint:
+            raise ConfigurationError("drain applies to savepoints only")
         forced = forced or savepoint
         with self._lock:
             reason = decide_trigger(self._facts(forced))
@@ -253,15 +331,18 @@ class CheckpointCoordinator:
                 return self._cancelled_before_trigger(R.ID_UNAVAILABLE, e)
             timestamp = self._clock.time_ms()
             if savepoint:
-                options = CheckpointOptions(CheckpointType.SAVEPOINT)
+                options = CheckpointOptions(CheckpointType.SAVEPOINT, drain=drain)
             else:
                 options = CheckpointOptions(
                     CheckpointType.CHECKPOINT,
                     unaligned=self._config.unaligned and self._config.aligned_timeout_ms == 0)
+            plan = self._plan()
             pending = PendingCheckpoint(
                 checkpoint_id, timestamp, self._clock.monotonic_ms(), options,
-                set(self._ack_tasks))
+                set(plan.to_acknowledge), finished_tasks=set(plan.finished))
             self._pending[checkpoint_id] = pending  # M-C2
+            self._last_triggered_id = max(self._last_triggered_id, checkpoint_id)
+            self._triggering.add(checkpoint_id)
             self._stats.report_pending(checkpoint_id, timestamp, is_savepoint=savepoint)
             self._timeouts[checkpoint_id] = self._scheduler.schedule(
                 self._timeout_ms, lambda: self._on_timeout(pending))  # M-C4
@@ -283,7 +364,8 @@ class CheckpointCoordinator:
                 break
 
         with self._lock:
-            if pending.discarded:  # aborted meanwhile (timeout, shutdown, finished task)
+            self._triggering.discard(checkpoint_id)
+            if pending.discarded:  # aborted meanwhile (timeout, shutdown)
                 self._discard_handles(h for _, h in written)
                 assert pending.failure_reason is not None
                 return pending.failure_reason
@@ -299,7 +381,11 @@ class CheckpointCoordinator:
                 self._abort(pending, reason)
                 return reason
             barrier = CheckpointBarrier(checkpoint_id, timestamp, options)
-            for task in self._sources:  # M-C3: only sources are triggered
+            # M-C3, FLIP-147: the sources, and the running tasks whose upstream tasks all
+            # finished (recomputed: tasks may have finished while the hooks ran)
+            to_trigger = self._plan().to_trigger
+            self._triggered[checkpoint_id] = frozenset(to_trigger)
+            for task in to_trigger:
                 if pending.discarded:
                     break
                 try:
@@ -312,12 +398,20 @@ class CheckpointCoordinator:
             if pending.discarded:
                 assert pending.failure_reason is not None
                 return pending.failure_reason
+            # not complete yet: the re-check found a running task, which it waits for
             return checkpoint_id
+
+    def _plan(self) -> CheckpointPlan:
+        """Which tasks a checkpoint triggered now involves (FLIP-147, :mod:`.plan`)."""
+        return plan_checkpoint(self._all_tasks, self._sources, self._topology.upstream,
+                               self._running, self._finished)
 
     def _facts(self, forced: bool, excluding: PendingCheckpoint | None = None) -> TriggerFacts:
         pending = len(self._pending) - (1 if excluding is not None
                                         and excluding.checkpoint_id in self._pending else 0)
-        needed = self._ack_tasks
+        plan = self._plan()
+        # a job whose tasks all finished has nothing left to checkpoint
+        not_running = plan.not_running if plan.to_acknowledge else max(1, plan.not_running)
         return TriggerFacts(
             shut_down=self._shut_down,
             periodic_stopped=self._periodic_stopped,
@@ -327,8 +421,7 @@ class CheckpointCoordinator:
             last_completion_ms=self._last_completion_ms,
             min_pause_ms=self._min_pause_ms,
             now_ms=self._clock.monotonic_ms(),
-            tasks_not_running=sum(
-                1 for t in needed if t not in self._running or t in self._finished),
+            tasks_not_running=not_running,
         )
 
     def _cancelled_before_trigger(self, reason: CheckpointFailureReason,
@@ -372,14 +465,20 @@ class CheckpointCoordinator:
                 if pending.is_fully_acknowledged:
                     completed = self._complete(pending)
             hooks = list(self._hooks)
-        if completed is not None:
-            for hook in hooks:  # M-C9, outside the lock (user code)
+        self._notify_hooks(hooks, [completed] if completed is not None else [])
+        return result
+
+    def _notify_hooks(self, hooks: list[MasterHook],
+                      completed: list[CompletedCheckpoint]) -> None:
+        """Tell the master hooks about ``completed`` checkpoints (M-C9); called outside
+        the lock (user code). A failing hook is logged: the checkpoint stays complete."""
+        for checkpoint in completed:
+            for hook in hooks:
                 try:
-                    hook.notify_checkpoint_complete(completed.checkpoint_id)
+                    hook.notify_checkpoint_complete(checkpoint.checkpoint_id)
                 except Exception as e:  # the checkpoint stays complete
                     log.warning("master hook %r failed on completion of checkpoint %d: %s",
-                                hook.identifier, completed.checkpoint_id, e, exc_info=True)
-        return result
+                                hook.identifier, checkpoint.checkpoint_id, e, exc_info=True)
 
     def _unreferenced(self, ack: TaskAcknowledgement) -> list[StateHandle]:
         """The handles of ``ack`` that no completed checkpoint references (a stray
@@ -417,6 +516,8 @@ class CheckpointCoordinator:
                 is_savepoint=pending.is_savepoint,
                 job_name=self.job_name,
                 stats=stats,
+                finished_operators=finished_operators(pending.finished_tasks,
+                                                      self._topology),
             )
             path = self._storage.write_metadata(checkpoint_id, completed.to_metadata())
             completed.external_path = path
@@ -433,6 +534,7 @@ class CheckpointCoordinator:
             self._abort(pending, R.FINALIZE_FAILED)
             return None
         del self._pending[checkpoint_id]
+        self._triggered.pop(checkpoint_id, None)
         self._cancel_timeout(checkpoint_id)
         self._last_completion_ms = self._clock.monotonic_ms()
         self._stats.report_completed(stats)
@@ -441,7 +543,13 @@ class CheckpointCoordinator:
             older_pending = self._pending.get(older)
             if older_pending is not None and older_pending.can_be_subsumed:  # not savepoints
                 self._abort(older_pending, R.SUBSUMED)
+        # FLIP-147: tasks whose newest snapshot before their end of data is older took
+        # this one after it: it is their final checkpoint
+        for task, mark in list(self._awaiting_final.items()):
+            if mark < checkpoint_id:
+                del self._awaiting_final[task]
         self._reschedule_after_completion()
+        self._expedite()
         log.info("checkpoint %d of job %r complete (%s)", checkpoint_id, self.job_name, path)
         try:
             self._gateway.notify_checkpoint_complete(checkpoint_id)
@@ -456,6 +564,7 @@ class CheckpointCoordinator:
         if not pending.discard(reason):
             return
         self._pending.pop(checkpoint_id, None)
+        self._triggered.pop(checkpoint_id, None)
         self._cancel_timeout(checkpoint_id)
         self._recently_aborted[checkpoint_id] = None
         while len(self._recently_aborted) > RECENTLY_ABORTED:
@@ -546,6 +655,27 @@ class CheckpointCoordinator:
             delay = float(self._config.interval_ms)
             if result is R.MIN_PAUSE:  # try again as soon as the pause allows
                 delay = pause_remaining_ms(self._facts(False))
+            self._schedule_periodic(delay)
+            if isinstance(result, int):
+                # a checkpoint completed within the trigger (every task it waited for
+                # had finished) does not serve tasks that reported after it
+                self._expedite()
+
+    def _expedite(self) -> None:
+        """FLIP-147: a task waits for its final checkpoint (it reported its end of data)
+        and no pending checkpoint can be that one: move the next periodic
+        trigger to as soon as the minimum pause allows. Aborted checkpoints do not call
+        this: after a failure the next trigger comes at the interval (no busy retries)."""
+        if not self._awaiting_final or not self._periodic_active or self._shut_down:
+            return
+        newest_pending = max(self._pending, default=0)
+        if all(mark < newest_pending for mark in self._awaiting_final.values()):
+            return  # a pending checkpoint will be the final one of every waiting task
+        if self._periodic_task is None:
+            return  # a periodic tick runs right now; it calls this again when done
+        delay = pause_remaining_ms(self._facts(False))
+        due = self._clock.monotonic_ms() + delay
+        if self._periodic_due_ms is None or due < self._periodic_due_ms:
             self._schedule_periodic(delay)
 
     def _reschedule_after_completion(self) -> None:

@@ -56,6 +56,8 @@ class PendingCheckpoint:
     task_metrics: dict[TaskKey, SubtaskCheckpointMetrics] = field(default_factory=dict)
     discarded: bool = False
     failure_reason: CheckpointFailureReason | None = None
+    #: tasks finished before the trigger or before acknowledging (FLIP-147)
+    finished_tasks: set[TaskKey] = field(default_factory=set)
 
     @property
     def is_savepoint(self) -> bool:
@@ -92,6 +94,17 @@ class PendingCheckpoint:
             self.operator_states.setdefault(uid, {})[subtask] = handle
         self.task_metrics[ack.task] = ack.metrics
         return AckResult.SUCCESS
+
+    def acknowledge_finished(self, task: TaskKey) -> bool:
+        """``task`` finished without acknowledging (FLIP-147): a task finishes only after
+        its final checkpoint completed, so it has no state left; the checkpoint records
+        it as finished instead of waiting for it. False (nothing changes) when this
+        checkpoint does not wait for ``task`` or was discarded."""
+        if self.discarded or task not in self.tasks_to_acknowledge:
+            return False
+        self.tasks_to_acknowledge.discard(task)
+        self.finished_tasks.add(task)
+        return True
 
     def add_master_state(self, identifier: str, handle: StateHandle) -> None:
         """Master hook ``identifier``'s state for this checkpoint (M-C9)."""

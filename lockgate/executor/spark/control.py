@@ -49,6 +49,8 @@ CHECKPOINT_ABORTED = "checkpoint-aborted"
 ACK = "ack"
 DECLINE = "decline"
 TASK_FINISHED = "task-finished"
+#: a task finished its operators and waits for its final checkpoint (FLIP-147)
+TASK_END_OF_DATA = "task-end-of-data"
 # diagnostics: slot -> driver, from the slot's watchdog when its heartbeat is silent
 STACKS = "stacks"
 

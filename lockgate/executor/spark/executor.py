@@ -54,6 +54,7 @@ from .control import (
     DECLINE,
     FAILED,
     REGISTER,
+    TASK_END_OF_DATA,
     TASK_FINISHED,
     TRIGGER,
     ControlEvent,
@@ -174,7 +175,7 @@ class SparkExecutor:
         self.control = server
         self.running.clear()
         gateway = _SparkGateway(server)
-        run = _checkpoint_run(plan, gateway, SystemClock())
+        run = _checkpoint_run(plan, gateway, SystemClock(), handle.finished_results)
         if run is not None:
             server.dispatch = _checkpoint_dispatch(run)
         handle.attach(run.coordinator if run else None, lambda: None)
@@ -413,7 +414,12 @@ def _checkpoint_dispatch(run: Any) -> Any:
             run.decline(tuple(task), checkpoint_id, reason)
             return True
         if event.type == TASK_FINISHED:
-            run.task_finished(tuple(event.payload))
+            task, results = event.payload
+            run.task_finished(tuple(task), results)
+            return True
+        if event.type == TASK_END_OF_DATA:
+            task, last_snapshot_id = event.payload
+            run.end_of_data(tuple(task), last_snapshot_id)
             return True
         return False
 

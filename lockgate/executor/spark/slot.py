@@ -41,6 +41,7 @@ from ...runtime.watermark_report import task_watermarks
 from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ...runtime.task import StreamTask
 from ...runtime.task_builder import build_task
+from ...runtime.final_checkpoint import finished_task_results
 from ...runtime.task_threads import run_task_threads
 from ...time.clock import SystemClock
 from .auth import MessageAuth
@@ -55,6 +56,7 @@ from .control import (
     REGISTER,
     STACKS,
     START,
+    TASK_END_OF_DATA,
     TASK_FINISHED,
     TRIGGER,
     ControlClient,
@@ -291,6 +293,9 @@ class _ControlResponder:
                 reason: CheckpointFailureReason) -> None:
         self.control.send(DECLINE, (task, checkpoint_id, reason))
 
+    def end_of_data(self, task: tuple[int, int], last_snapshot_id: int) -> None:
+        self.control.send(TASK_END_OF_DATA, (task, last_snapshot_id))
+
 
 def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dict[Any, str]:
     deadline = time.monotonic() + timeout_s
@@ -341,7 +346,8 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient,
             control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
 
     def finished(task: StreamTask) -> None:
-        control.send(TASK_FINISHED, task.key)
+        # its sink results too: a later attempt restoring it as finished returns them
+        control.send(TASK_FINISHED, (task.key, finished_task_results(task, pickled=True)))
 
     failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report,
                                on_finished=finished, on_started=on_started)
