@@ -35,6 +35,7 @@ from lockgate.checkpoint.coordinator.plan import is_fully_finished
 from lockgate.checkpoint.storage import open_storage
 from lockgate.connectors import CollectSink, FileSink, SequenceSource
 from lockgate.recovery.restore import resolve_restore_path
+from lockgate.runtime.elements import MAX_WATERMARK
 from lockgate.testing import InjectedFault
 
 SHORT = 300
@@ -313,4 +314,10 @@ def test_flip147_m_w1_stop_with_savepoint_drain_fires_every_window_and_timer_and
     assert windows == read, f"windows counted {windows} of the {read} records read"
     assert timers == read, f"timers emitted {timers} of the {read} records read"
     # the savepoint was taken after every window and timer fired: nothing is pending
-    assert len(lg.savepoint.read(location).state("pending", "pending")) == 0
+    savepoint = lg.savepoint.read(location)
+    assert len(savepoint.state("pending", "pending")) == 0
+    windows_state = [row[-1] for row in savepoint.state("windows", "_function").rows]
+    assert len(windows_state) == 2, "one window state per subtask"
+    for state in windows_state:
+        assert state["watermark"] == MAX_WATERMARK, "event time ended before the snapshot"
+        assert state["blocks"] == [], f"windows still pending in the savepoint: {state}"
