@@ -61,6 +61,8 @@ class CheckpointRun:
         self._stopped = False
         self.finished_results: dict[TaskKey, Any] = (
             finished_results if finished_results is not None else {})
+        self._restore = plan.restore
+        self._operators = {v.id: [op.uid for op in v.operators] for v in plan.vertices}
 
     # responder side (any thread) --------------------------------------------------------
     def acknowledge(self, ack: TaskAcknowledgement) -> None:
@@ -83,10 +85,30 @@ class CheckpointRun:
 
     def task_finished(self, task: TaskKey, results: dict[str, Any] | None = None) -> None:
         """``task`` ended after its final checkpoint (FLIP-147); ``results``: its sink
-        results (None when it was restored as finished and ran nothing)."""
+        results (None when it was restored as finished and ran nothing). A task the
+        restored checkpoint recorded as finished ran from empty state: what it reported
+        when it finished before comes first (list results are concatenated)."""
         if results is not None:
-            self.finished_results[task] = results
+            self.finished_results[task] = self._with_earlier(task, results)
         self.coordinator.task_finished(task)
+
+    def _with_earlier(self, task: TaskKey, results: dict[str, Any]) -> dict[str, Any]:
+        earlier = self.finished_results.get(task)
+        restore = self._restore
+        if earlier is None or restore is None:
+            return results
+        vertex, subtask = task
+        combined = dict(results)
+        for uid in self._operators.get(vertex, ()):
+            entry = restore.finished_operators.get(uid)
+            if entry is None or subtask not in entry[1] or uid not in earlier:
+                continue
+            before, now = earlier[uid], results.get(uid)
+            if now is None or now == []:
+                combined[uid] = before
+            elif isinstance(before, list) and isinstance(now, list):
+                combined[uid] = before + now
+        return combined
 
     def stop(self, *, cancelled: bool) -> None:
         if self._stopped:

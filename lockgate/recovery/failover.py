@@ -49,7 +49,7 @@ from ..executor.result import JobExecutionResult, JobStatus
 from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
-from .finished import check_finished_chains, finished_vertices
+from .finished import check_finished_chains
 from .restore import RestoreSpec, newest_restorable
 from .settle import settle_two_phase_sinks
 
@@ -177,20 +177,24 @@ def _gave_up(plan: ExecutionPlan, last: JobFailedError, attempts: int,
 
 def _results_of_finished_tasks(plan: ExecutionPlan, restore: RestoreSpec,
                                result: JobExecutionResult, handle: JobHandle) -> None:
-    """The sink results of the tasks the last attempt restored as finished (FLIP-147):
-    they ran nothing in it; what they reported when they finished in an earlier attempt
-    of this run stands in (a ``CollectSink``'s records). Tasks that finished in an
+    """The sink results of the subtasks the restored checkpoint recorded as finished
+    (FLIP-147): they left no state, so the last attempt either did not run them
+    (restored as finished: no result) or ran them from empty state, with no input left
+    (their upstream tasks finished before them). What they reported when they finished,
+    in an earlier attempt of this run, stands in; the executor's checkpoint run already
+    put what such a subtask collected again after it (``CheckpointRun.task_finished``).
+    Only at the parallelism the checkpoint recorded; subtasks that finished in an
     earlier run (``restore_from``) returned theirs to that run."""
-    for vertex_id in finished_vertices(plan, restore):
-        vertex = plan.vertex(vertex_id)
+    for vertex in plan.vertices:
         for op in vertex.operators:
             values = result.sink_results.get(op.uid)
-            if values is None:
+            entry = restore.finished_operators.get(op.uid)
+            if values is None or entry is None or entry[0] != vertex.parallelism:
                 continue
-            for subtask in range(min(vertex.parallelism, len(values))):
-                reported = handle.finished_results.get((vertex_id, subtask))
-                if values[subtask] is None and reported is not None:
-                    values[subtask] = reported.get(op.uid)
+            for subtask in entry[1]:
+                reported = handle.finished_results.get((vertex.id, subtask))
+                if reported is not None and op.uid in reported and subtask < len(values):
+                    values[subtask] = reported[op.uid]
 
 
 def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,

@@ -33,7 +33,13 @@ import lockgate as lg
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.coordinator.plan import is_fully_finished
 from lockgate.checkpoint.storage import open_storage
-from lockgate.connectors import CollectSink, FileSink, SequenceSource
+from lockgate.connectors import (
+    CollectSink,
+    FileSink,
+    FileSource,
+    RateLimitedSource,
+    SequenceSource,
+)
 from lockgate.recovery.restore import resolve_restore_path
 from lockgate.runtime.elements import MAX_WATERMARK
 from lockgate.testing import InjectedFault
@@ -56,9 +62,10 @@ def leftovers(folder: str) -> list[str]:
     return glob.glob(os.path.join(folder, ".*"))
 
 
-def checkpoints_with_finished(root: str, uid: str) -> list[int]:
+def checkpoints_with_finished(root: str, uid: str,
+                              subtasks: tuple[int, ...] | None = None) -> list[int]:
     """Ids of the completed checkpoints in ``root`` that record every subtask of operator
-    ``uid`` as finished."""
+    ``uid`` as finished (or, with ``subtasks``, those subtasks)."""
     storage = open_storage(root)
     found = []
     for checkpoint_id in storage.completed_ids():
@@ -66,7 +73,10 @@ def checkpoints_with_finished(root: str, uid: str) -> list[int]:
             meta = CompletedCheckpoint.from_metadata(storage.read_metadata(checkpoint_id))
         except (OSError, ValueError):  # discarded meanwhile
             continue
-        if is_fully_finished(meta.finished_operators.get(uid)):
+        entry = meta.finished_operators.get(uid)
+        if subtasks is None and is_fully_finished(entry):
+            found.append(checkpoint_id)
+        elif subtasks is not None and entry is not None and set(subtasks) <= set(entry[1]):
             found.append(checkpoint_id)
     return found
 
@@ -83,22 +93,27 @@ class CountShort(lg.MapFunction):
 
 
 class FailAfterShortFinished(lg.MapFunction):
-    """In attempt 0, raises at the first record it sees once two completed checkpoints
-    recorded the short source as finished: a failure *after* the short source ended and
+    """In attempt 0, raises at the first record of the long input it sees once two
+    completed checkpoints recorded operator ``uid`` (the short source; with ``subtasks``,
+    those of its subtasks) as finished: a failure *after* the short input ended and
     checkpoints went on without it (an observed event, not a time)."""
 
-    def __init__(self, storage: str) -> None:
+    def __init__(self, storage: str, uid: str = "short",
+                 subtasks: tuple[int, ...] | None = None) -> None:
         self.storage = storage
+        self.uid = uid
+        self.subtasks = subtasks
 
     def open(self, ctx: lg.RuntimeContext) -> None:
         self.attempt = ctx.attempt_number
         self.seen = 0
 
-    def map(self, value: int) -> int:
+    def map(self, value: Any) -> Any:
         self.seen += 1
-        if self.attempt == 0 and self.seen % 200 == 0 and value >= LONG_START:
-            if len(checkpoints_with_finished(self.storage, "short")) >= 2:
-                raise InjectedFault("injected: the short source finished two checkpoints ago")
+        v = value["v"] if isinstance(value, dict) else value
+        if self.attempt == 0 and self.seen % 200 == 0 and v >= LONG_START:
+            if len(checkpoints_with_finished(self.storage, self.uid, self.subtasks)) >= 2:
+                raise InjectedFault("injected: the short input finished two checkpoints ago")
         return value
 
 
@@ -241,6 +256,35 @@ def test_flip147_a_collect_sink_restored_as_finished_still_returns_its_records(
     assert result.attempts == 2
     assert collected_values(result, "short-out") == list(range(SHORT))
     assert collected_values(result, "long-out") == list(range(LONG_START, LONG_START + LONG))
+
+
+@pytest.mark.hang_guard(180)
+def test_flip147_a_collect_sink_subtask_that_finished_before_a_failure_keeps_its_records(
+        executor: Any, tmp_path: Any) -> None:
+    """Source, map and CollectSink chained, at parallelism 2: subtask 0 reads a short file
+    and finishes, subtask 1 a long one and fails later. The restored checkpoint records
+    subtask 0 as finished (partly finished operators: it left no state); the records it
+    reported when it finished stand in for it."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    long = 30_000
+    (folder / "a.jsonl").write_text("".join(f'{{"v": {i}}}\n' for i in range(SHORT)))
+    (folder / "b.jsonl").write_text(
+        "".join(f'{{"v": {LONG_START + i}}}\n' for i in range(long)))
+    root = str(tmp_path / "checkpoints")
+    env = lg.StreamEnvironment(parallelism=2, executor=executor)
+    env.enable_checkpointing(100)
+    env.checkpoint_config.storage = root
+    env.checkpoint_config.retained = 100
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
+    (env.from_source(RateLimitedSource(FileSource(str(folder), batch_size=100), 20_000),
+                     name="files in").uid("files-in")
+        .map(FailAfterShortFinished(root, "files-in", (0,)), name="gate").uid("gate")
+        .sink_to(CollectSink(), name="out").uid("out"))
+    result = env.execute("partly finished")
+    assert result.attempts == 2
+    values = sorted(r["v"] for part in result.sink_results["out"] for r in part)
+    assert values == list(range(SHORT)) + list(range(LONG_START, LONG_START + long))
 
 
 # ------------------------------------------------------------------------- drain (M-W1)
