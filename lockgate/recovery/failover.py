@@ -204,7 +204,13 @@ def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,
     from ..connectors.two_phase_commit import FinalCommit, commit_final
 
     for uid, values in result.sink_results.items():
-        finals = [(i, v) for i, v in enumerate(values) if isinstance(v, FinalCommit)]
+        finals = []
+        for i, value in enumerate(values):
+            if isinstance(value, FinalCommit):
+                if value.transactions:
+                    finals.append((i, value))
+                else:  # the final checkpoint committed them in the task (FLIP-147)
+                    values[i] = None
         if not finals:
             continue
         sink = _sink_of(plan, uid)
