@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import FileProbe, wait_until
+from running_sums import expected_running_sums
 
 import lockgate as lg
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
@@ -28,13 +29,7 @@ CHUNK = 2_000
 
 
 def expected_sums(n: int) -> list[dict[str, int]]:
-    sums: dict[int, int] = {}
-    out = []
-    for v in range(n):
-        k = v // CHUNK
-        sums[k] = sums.get(k, 0) + v
-        out.append({"k": k, "v": v, "sum": sums[k]})
-    return out
+    return expected_running_sums(n, CHUNK)
 
 
 def by_value(records: list[Any]) -> list[Any]:

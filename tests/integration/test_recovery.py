@@ -20,12 +20,12 @@ import os
 import shutil
 
 import pytest
+from running_sums import expected_running_sums
+from test_checkpointing import cancel_after_checkpoints, chk_folders
 
 import lockgate as lg
 from lockgate.connectors import CollectSink, FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, KillWorker, inject_faults, seeded_faults
-
-from test_checkpointing import cancel_after_checkpoints, chk_folders
 
 #: values per source split; keys are value // CHUNK, so each key lives in one split
 SPLIT = 60_000
@@ -63,13 +63,7 @@ def key_of(r):
 
 
 def expected_records(n: int) -> list[dict]:
-    sums: dict[int, int] = {}
-    out = []
-    for v in range(n):
-        k = v // CHUNK
-        sums[k] = sums.get(k, 0) + v
-        out.append({"k": k, "v": v, "sum": sums[k]})
-    return out
+    return expected_running_sums(n, CHUNK)
 
 
 def published(folder: str) -> list[dict]:
@@ -326,11 +320,11 @@ def test_m_s2_state_of_an_operator_the_job_no_longer_has_fails_the_restore_unles
 @pytest.mark.hang_guard(120)
 def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_restore(
         executor, tmp_path, caplog) -> None:
+    from test_checkpointing import slow_map
+
     from lockgate.checkpoint.channel_state import decode
     from lockgate.checkpoint.storage import open_storage
     from lockgate.recovery.restore import resolve_restore_path
-
-    from test_checkpointing import slow_map
 
     n = 400_000
     # small channels: the source stays backpressured (and running) until near the end

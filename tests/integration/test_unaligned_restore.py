@@ -27,12 +27,12 @@ import time
 
 import pytest
 from conftest import SPARK_SLOTS, is_spark, wait_until
+from running_sums import expected_running_sums
+from test_recovery import RunningSum, by_value, key_of, published
 
 import lockgate as lg
 from lockgate.connectors import FileSink, SequenceSource
 from lockgate.recovery.restore import resolve_restore_path
-
-from test_recovery import RunningSum, by_value, key_of, published
 
 #: values per source split (at the checkpoint's parallelism); keys are value // CHUNK
 SPLIT = 30_000
@@ -49,13 +49,7 @@ def to_record(x):
 
 def expected_records(n: int) -> list[dict]:
     """The failure-free output, ordered by value."""
-    sums: dict[int, int] = {}
-    out = []
-    for v in range(n):
-        k = v // CHUNK
-        sums[k] = sums.get(k, 0) + v
-        out.append({"k": k, "v": v, "sum": sums[k]})
-    return out
+    return expected_running_sums(n, CHUNK)
 
 
 def identity(x):
