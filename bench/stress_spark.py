@@ -41,6 +41,9 @@ import threading
 import time
 from typing import Any
 
+import cloudpickle
+import throughput  # bench/ is on the path when this file runs
+
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.connectors.collect_sink import CollectSink
@@ -59,14 +62,10 @@ def key_of(r: dict) -> int:
     return r["k"]
 
 
-class RunningSum(lg.KeyedProcessFunction):
-    def open(self, ctx: lg.RuntimeContext) -> None:
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):  # type: ignore[no-untyped-def]
-        t = self.total.value() + value["v"]
-        self.total.update(t)
-        yield {"k": ctx.current_key, "total": t}
+# the keyed running sum of bench/throughput.py; Spark's Python workers cannot import bench
+# modules, so its classes travel by value
+cloudpickle.register_pickle_by_value(throughput)
+RunningSum = throughput.RunningSum
 
 
 def plain_job(executor: SparkExecutor, records: int) -> tuple[lg.JobClient, Any]:

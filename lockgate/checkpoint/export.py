@@ -53,8 +53,14 @@ import cloudpickle
 
 from ..errors import ConfigurationError, LockgateError
 from ..state.canonical import NATIVE_FORMAT
-from .coordinator.completed_store import CompletedCheckpoint
-from .fs_storage import KIND_JSON, KIND_PICKLE, FileSystemCheckpointStorage, decode_file, encode_file
+from .coordinator.completed_store import CompletedCheckpoint, handle_json
+from .fs_storage import (
+    KIND_JSON,
+    KIND_PICKLE,
+    FileSystemCheckpointStorage,
+    decode_file,
+    encode_file,
+)
 from .shared_registry import read_shared_file
 from .storage import METADATA, CheckpointStorage, CorruptCheckpointError, open_storage
 from .types import StateHandle
@@ -223,14 +229,6 @@ def _open_dest(dest: str) -> FileSystemCheckpointStorage:
 # --------------------------------------------------------------------------- copying
 
 
-def _handle_json(handle: StateHandle) -> dict[str, Any]:
-    data: dict[str, Any] = {"path": handle.path, "size": handle.size,
-                            "checksum": handle.checksum}
-    if handle.shared:
-        data["shared"] = [_handle_json(s) for s in handle.shared]
-    return data
-
-
 class _Copier:
     """Copies state and shared files from ``src`` to ``out``, each file once, verified."""
 
@@ -258,7 +256,7 @@ class _Copier:
             data, crc = encode_file(payload, KIND_PICKLE), zlib.crc32(payload)
         name = self._target(handle.path.rsplit("/", 1)[-1], handle.path)
         self.write(name, data)
-        exported = _handle_json(StateHandle(name, len(data), crc))
+        exported = handle_json(StateHandle(name, len(data), crc))
         if handle.shared:
             exported["shared"] = [self.shared_file(s) for s in handle.shared]
         self._states[handle.path] = exported
@@ -273,7 +271,7 @@ class _Copier:
             return done
         data = read_shared_file(self.src, handle)  # checks size and CRC32
         self.write(self._target(handle.path, handle.path), data)
-        exported = _handle_json(handle)
+        exported = handle_json(handle)
         self._shared[handle.path] = exported
         self.shared_files += 1
         return exported

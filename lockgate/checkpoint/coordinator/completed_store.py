@@ -47,12 +47,12 @@ log = logging.getLogger(__name__)
 METADATA_FORMAT_VERSION = 1
 
 
-def _handle_json(handle: StateHandle) -> dict[str, Any]:
+def handle_json(handle: StateHandle) -> dict[str, Any]:
     """A handle as JSON; ``shared`` only when the handle references shared files."""
     data: dict[str, Any] = {"path": handle.path, "size": handle.size,
                             "checksum": handle.checksum}
     if handle.shared:
-        data["shared"] = [_handle_json(s) for s in handle.shared]
+        data["shared"] = [handle_json(s) for s in handle.shared]
     return data
 
 
@@ -94,11 +94,11 @@ class CompletedCheckpoint:
             "completion_timestamp": self.completion_timestamp,
             "is_savepoint": self.is_savepoint,
             "operators": {
-                uid: {str(subtask): _handle_json(h) for subtask, h in sorted(by_subtask.items())}
+                uid: {str(subtask): handle_json(h) for subtask, h in sorted(by_subtask.items())}
                 for uid, by_subtask in sorted(self.operator_states.items())
             },
             "master_states": {
-                ident: _handle_json(h) for ident, h in sorted(self.master_states.items())
+                ident: handle_json(h) for ident, h in sorted(self.master_states.items())
             },
             "stats": self.stats.to_json() if self.stats is not None else None,
         }
