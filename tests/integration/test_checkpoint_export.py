@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import textwrap
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SHARED_FOLDER
 
 from test_checkpointing import cancel_after_checkpoints
+from test_cli_restore import job_file
 from test_recovery import SPLIT, by_value, expected_records, published, sum_job
 
 N = 2 * SPLIT
@@ -69,34 +69,8 @@ def test_m_s3_m_r4_an_exported_incremental_checkpoint_restores_after_its_storage
     assert not os.path.exists(tmp_path / "checkpoints"), "the source storage stays gone"
 
 
-JOB = textwrap.dedent('''
-    import sys
-    import lockgate as lg
-    from lockgate.connectors import FileSink, SequenceSource
-
-    CHUNK = 6_000
-
-    class RunningSum(lg.KeyedProcessFunction):
-        def open(self, ctx):
-            self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=(0, -1)))
-
-        def process_element(self, value, ctx):
-            total, _ = self.total.value()
-            total += value["v"]
-            self.total.update((total, value["v"]))
-            yield {"k": value["k"], "v": value["v"], "sum": total}
-
-    out, storage, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    env = lg.StreamEnvironment(parallelism=2)
-    env.enable_checkpointing(200)
-    env.checkpoint_config.storage = storage
-    env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
-    (env.from_source(SequenceSource(0, n, batch_size=500)).uid("numbers")
-        .map(lambda x: {"k": x // CHUNK, "v": x}, name="to record")
-        .key_by(lambda r: r["k"]).process(RunningSum(), name="running sum").uid("sums")
-        .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
-    env.execute("restore an export")
-''')
+JOB = job_file("env.set_state_backend(lg.RocksDBStateBackend(incremental=True))",
+               "restore an export")
 
 
 @pytest.mark.hang_guard(180)

@@ -10,7 +10,11 @@ from lockgate import cli
 from test_checkpointing import cancel_after_checkpoints
 from test_recovery import SPLIT, by_value, expected_records, published, unbounded_sums
 
-JOB = textwrap.dedent('''
+
+def job_file(state_backend: str = "", job_name: str = "cli restore") -> str:
+    """The text of a job file: a keyed running sum into an exactly-once FileSink, with
+    checkpoints every 200 ms in ``argv[2]``, ``state_backend`` (a statement, or nothing)."""
+    return textwrap.dedent('''
     import sys
     import lockgate as lg
     from lockgate.connectors import FileSink, SequenceSource
@@ -31,12 +35,16 @@ JOB = textwrap.dedent('''
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(200)
     env.checkpoint_config.storage = storage
+    {state_backend}
     (env.from_source(SequenceSource(0, n, batch_size=500)).uid("numbers")
         .map(lambda x: {"k": x // CHUNK, "v": x}, name="to record")
         .key_by(lambda r: r["k"]).process(RunningSum(), name="running sum").uid("sums")
         .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
-    env.execute("cli restore")
-''')
+    env.execute({job_name!r})
+''').replace("{state_backend}", state_backend).replace("{job_name!r}", repr(job_name))
+
+
+JOB = job_file()
 
 
 def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint(
