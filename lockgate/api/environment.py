@@ -8,6 +8,8 @@ import logging
 import os
 import tempfile
 import uuid
+import warnings
+from datetime import timedelta
 from typing import Any, Iterable
 
 from ..checkpoint.config import CheckpointConfig, CheckpointingMode
@@ -82,8 +84,16 @@ class StreamEnvironment:
         self, interval: Duration, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
     ) -> "StreamEnvironment":
         """Take a checkpoint every ``interval`` (``timedelta`` or ms) with ``mode``.
-        Further settings are in :attr:`checkpoint_config`."""
-        to_millis(interval, "checkpoint interval", allow_zero=False)
+        Further settings are in :attr:`checkpoint_config`. A bare int under 100 is
+        taken as milliseconds, as always, but warns (``UserWarning``): it most likely
+        meant seconds; pass ``timedelta(seconds=...)`` to say so."""
+        ms = to_millis(interval, "checkpoint interval", allow_zero=False)
+        if not isinstance(interval, timedelta) and ms < 100:
+            warnings.warn(
+                f"enable_checkpointing({interval!r}) takes a checkpoint every {ms} ms (a bare "
+                f"int is milliseconds); for seconds pass timedelta(seconds={interval}), or "
+                f"timedelta(milliseconds={interval}) to keep {ms} ms without this warning",
+                UserWarning, stacklevel=2)
         cfg = self._checkpoint_config
         before = (cfg.interval, cfg.mode)
         cfg.interval, cfg.mode = interval, mode
@@ -182,7 +192,8 @@ class StreamEnvironment:
 
     def _prepare(self) -> list[Transformation]:
         self.config.validate()
-        validate(self._transformations, self.parallelism, self.max_parallelism)
+        validate(self._transformations, self.parallelism, self.max_parallelism,
+                 checkpointing=self._checkpoint_config.enabled)
         sinks = [t for t in self._transformations if t.kind is Kind.SINK]
         order = walk(sinks)
         _assign_uids(order)

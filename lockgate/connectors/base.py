@@ -130,6 +130,15 @@ class SinkWriter(ABC):
 class Sink(ABC):
     default_name: str = "sink"
 
+    @property
+    def commits_on_checkpoint(self) -> bool:
+        """Whether the sink publishes its records only when a checkpoint completes (or,
+        without checkpoints, when a bounded job has ended): exactly-once two-phase
+        commit (M-X2). An unbounded job without checkpointing would then never publish
+        anything, so such a job is refused when it is built. Default: False (records
+        are written as they come)."""
+        return False
+
     def check_before_run(self) -> None:
         """Called on the driver before a job with this sink starts: raise
         ``ConfigurationError`` for a setting the job cannot run with (e.g. a database

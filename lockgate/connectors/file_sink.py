@@ -225,6 +225,11 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self.folder = os.path.abspath(self.path)
         self._reset()
 
+    @property
+    def commits_on_checkpoint(self) -> bool:
+        """``exactly_once``: part files are published when checkpoints complete."""
+        return self.exactly_once
+
     def _reset(self) -> None:
         # per-subtask state, set up by open(); never pickled
         self._subtask: int | None = None

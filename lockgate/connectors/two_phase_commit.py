@@ -71,6 +71,15 @@ class TwoPhaseCommitSink(Sink, Generic[TXN]):
     to the driver.
     """
 
+    @property
+    def commits_on_checkpoint(self) -> bool:
+        """True: transactions are published when checkpoints complete. A subclass with
+        a mode that writes outside transactions overrides this (``FileSink`` does, for
+        ``exactly_once=False``); the default also honours the convention of a ``mode``
+        attribute: any value but ``"exactly_once"`` (``PostgresSink``'s ``"upsert"``
+        and ``"append"``) writes outside transactions."""
+        return getattr(self, "mode", "exactly_once") == "exactly_once"
+
     def open(self, ctx: RuntimeContext) -> None:
         """Called once per subtask, before any transaction is begun or recovered."""
 

@@ -13,9 +13,13 @@ from .transformations import Kind, Transformation
 
 
 def validate(
-    transformations: list[Transformation], default_parallelism: int, default_max_parallelism: int
+    transformations: list[Transformation], default_parallelism: int, default_max_parallelism: int,
+    *, checkpointing: bool,
 ) -> None:
-    """Raise :class:`InvalidGraphError` listing every problem found, each with its fix."""
+    """Raise :class:`InvalidGraphError` listing every problem found, each with its fix.
+
+    ``checkpointing``: whether the job takes checkpoints (an exactly-once sink in an
+    unbounded job needs them, or it would never publish anything)."""
     problems: list[str] = []
     real = [t for t in transformations if not t.kind.virtual]
     sinks = [t for t in real if t.kind is Kind.SINK]
@@ -70,6 +74,9 @@ def validate(
                     ".sink_to(...)"
                 )
 
+    if not checkpointing:
+        problems.extend(_uncommitted_sinks(real))
+
     for t in real:
         for label, fn in t.user_functions().items():
             problem = _function_problem(fn, label)
@@ -80,6 +87,30 @@ def validate(
         raise InvalidGraphError(
             "the job graph is invalid:\n  - " + "\n  - ".join(problems)
         )
+
+
+def _uncommitted_sinks(real: list[Transformation]) -> list[str]:
+    """Without checkpointing: the exactly-once sinks of an unbounded job, which would
+    never publish anything (their transactions commit only when a checkpoint completes,
+    or when a bounded job has ended)."""
+    unbounded = [t for t in real if t.kind is Kind.SOURCE
+                 and not getattr(t.user_functions().get("source:object"), "bounded", True)]
+    if not unbounded:
+        return []
+    sources = ", ".join(t.describe() for t in unbounded)
+    problems = []
+    for t in real:
+        sink = t.user_functions().get("sink:object") if t.kind is Kind.SINK else None
+        if sink is not None and getattr(sink, "commits_on_checkpoint", False):
+            problems.append(
+                f"{t.describe()} is an exactly-once sink: it publishes records only when a "
+                f"checkpoint completes, but checkpointing is off and the job never ends "
+                f"(unbounded source {sources}), so it would never publish anything: call "
+                "env.enable_checkpointing(timedelta(seconds=...)), or choose an at-least-once "
+                "mode (e.g. FileSink(..., exactly_once=False), PostgresSink(..., "
+                "mode='append' or 'upsert'))"
+            )
+    return problems
 
 
 def _upstream_of(sinks: list[Transformation]) -> set[int]:

@@ -41,7 +41,8 @@ def job(tmp_path: Path, probe: FileProbe, *, checkpointing: bool = True,
         .uid("numbers")
         .key_by(lambda v: v % 4)
         .process(Summing(probe, end // 4), name="sums").uid("sums")
-        .sink_to(lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")).uid("sink"))
+        .sink_to(lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl",
+                                        exactly_once=checkpointing)).uid("sink"))
     return env
 
 
