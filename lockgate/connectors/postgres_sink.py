@@ -8,7 +8,8 @@ Modes:
   surviving a crash of the writer); when the checkpoint completes it is finished
   with ``COMMIT PREPARED``. Rows go in with ``COPY``; every record becomes one
   row (a keyed aggregation's updates form a changelog). Transaction ids are
-  ``<prefix>-<run>-<attempt>-<subtask>-<checkpoint>``: a restarted job commits
+  ``<prefix>:<run>:<attempt>:<subtask>:<checkpoint>`` (see
+  :mod:`~lockgate.connectors.postgres_transactions`): a restarted job commits
   those in the checkpoint it restores (committing is idempotent) and rolls back
   every other one it left (begun or prepared after that checkpoint). At the end of
   a bounded input the last transaction is prepared and the task's final checkpoint
@@ -17,6 +18,31 @@ Modes:
   however it ends, the driver rolls back the rest, so none stay in
   ``pg_prepared_xacts``. The server must allow prepared transactions
   (``max_prepared_transactions`` > 0): the job is refused at start otherwise.
+
+  **Whose transactions a job touches.** Only ids that are exactly of the grammar
+  above with the sink's own prefix (a prefix cannot contain ``:``, so ``sales``
+  never matches ``sales-eu:...``), and of those only: the ids of its own run (the
+  run id is new for every ``execute``), the ids named in the checkpoint it
+  restores, and the ids left by the run that wrote that checkpoint once none of
+  that run's writers is connected any more (each holds an advisory lock while it
+  is). Another job's, or another run's of the same job, are never rolled back.
+  Restoring an *older* checkpoint of a run rolls back what that run prepared for
+  later ones (as in Flink).
+
+  **Two runs with one prefix.** Two jobs with the same name (hence the same default
+  prefix), or given the same ``transaction_prefix``, may run at the same time: the
+  run id keeps their transactions apart. The second one's subtask 0 logs a warning
+  saying so (give each job its own name or prefix to keep ids readable).
+
+  **Commit markers.** Each prepared transaction also inserts a row (its id) into
+  ``lockgate_commits`` beside the table (same schema; created when missing, so the
+  sink's user needs CREATE there, or create it yourself). ``COMMIT PREPARED`` of an
+  id that is no longer prepared is then "already committed" only when that row is
+  there; otherwise the transaction was rolled back by something else and the
+  commit raises :class:`~lockgate.connectors.postgres_transactions.TransactionLostError`
+  (the job fails instead of reporting success without those rows). The table keeps
+  one small row per committed transaction; rows older than the oldest checkpoint you
+  may restore can be deleted.
 * ``"upsert"``: each batch is inserted or updated by ``key`` (a primary key or
   unique index on exactly those columns) in its own transaction. Replays after a
   failure write the same values again, so the table ends as with exactly-once
@@ -40,6 +66,18 @@ from ..errors import ConfigurationError
 from ..runtime.batch import Batch
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
+from .postgres_transactions import (
+    TransactionLostError,
+    check_prefix,
+    ensure_marker_table,
+    hold_run_lock,
+    insert_marker,
+    marker_exists,
+    other_live_runs,
+    parse_transaction_id,
+    run_is_alive,
+    transaction_id,
+)
 from .postgres_table import (
     RowWriter,
     TableShape,
@@ -60,10 +98,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class PgTransaction:
     """One subtask's rows of one checkpoint interval. ``gid`` is set when it is prepared
-    (None: nothing was written, so there is nothing to prepare or commit)."""
+    (None: nothing was written, so there is nothing to prepare or commit). ``run``: the
+    run id of the job that began it (a restored job rolls back what that run left once
+    it is gone)."""
 
     gid: str | None = None
     rows: int = 0
+    run: str | None = None
 
 
 class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
@@ -72,9 +113,11 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     ``key``: column name(s) to upsert on (``"upsert"`` only). Batches are upserted in
     key order, so concurrent subtasks never deadlock on each other's rows.
-    ``transaction_prefix``: the start of the prepared transactions' ids; by default
-    derived from the job's name and the sink's uid. Two jobs running at the same
-    time must not share it (each rolls back what it does not know of the other).
+    ``transaction_prefix``: the start of the prepared transactions' ids (at most
+    :data:`~lockgate.connectors.postgres_transactions.MAX_PREFIX_BYTES` bytes, no ``:``);
+    by default ``lockgate-<hash of the job's name and the sink's uid>``. Jobs sharing
+    a prefix never touch each other's transactions (see the module docstring); a run
+    that finds another live run with its prefix logs a warning.
     """
 
     default_name = "postgres"
@@ -105,12 +148,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                 "record as a row. (exactly_once cannot upsert: a prepared transaction keeps "
                 "its rows locked until its checkpoint completes, so updating the same key "
                 "in the next interval would wait for it.)")
-        if transaction_prefix is not None and (
-                not isinstance(transaction_prefix, str) or not transaction_prefix
-                or len(transaction_prefix) > 100 or "'" in transaction_prefix):
-            raise ConfigurationError(
-                f"PostgresSink transaction_prefix must be a non-empty string of at most 100 "
-                f"characters without quotes, got {transaction_prefix!r}")
+        if transaction_prefix is not None:
+            check_prefix(transaction_prefix)
         if not isinstance(connect_timeout_s, (int, float)) or connect_timeout_s <= 0:
             raise ConfigurationError(
                 f"PostgresSink connect_timeout_s must be > 0, got {connect_timeout_s!r}")
@@ -163,7 +202,25 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                  f"{ctx.parallelism})")
         self._conn = connect(self.dsn, autocommit=self.mode != "exactly_once",
                              timeout_s=self.connect_timeout_s, what=where)
+        if self.mode == "exactly_once":
+            self._open_transactional(ctx)
         self._rows = RowWriter(self._check(self._conn), self.key, where)
+
+    def _open_transactional(self, ctx: RuntimeContext) -> None:
+        """Hold this run's lock on the writer's session, make sure the commit-marker
+        table exists, and (subtask 0) warn when another run shares the prefix."""
+        prefix = self._prefix(ctx)
+        hold_run_lock(self._conn, prefix, ctx.run_id)
+        ensure_marker_table(self._conn, self.table)
+        if ctx.subtask_index == 0 and other_live_runs(self._conn, prefix, ctx.run_id):
+            log.warning(
+                "PostgresSink '%s' of job %r: another run is writing with the same "
+                "transaction prefix %r right now (a second job with this name, or one given "
+                "this transaction_prefix). This run keeps to its own transactions (their ids "
+                "carry its run id %r), so neither disturbs the other; give each job its own "
+                "name or transaction_prefix to tell their transactions apart at a glance",
+                ctx.operator_name, ctx.job_name, prefix, ctx.run_id)
+        self._conn.commit()
 
     def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
         if self.mode == "exactly_once":
@@ -191,7 +248,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
     # -- transactions (exactly_once) ---------------------------------------------------
     def begin_transaction(self) -> PgTransaction:
         # psycopg begins the database transaction with the first statement
-        return PgTransaction()
+        return PgTransaction(run=self._ctx.run_id if self._ctx is not None else None)
 
     def write(self, transaction: PgTransaction, batch: Batch) -> None:
         transaction.rows += self.write_batch(batch)
@@ -201,22 +258,36 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     def pre_commit_at(self, transaction: PgTransaction, checkpoint_id: int | None) -> None:
         """``PREPARE TRANSACTION`` under an id naming the job run, attempt, subtask and
-        checkpoint (``end`` at the end of a bounded input)."""
+        checkpoint (``end`` at the end of a bounded input), with its commit marker."""
         if transaction.rows == 0:
             self._conn.rollback()  # nothing written; end whatever psycopg began
             return
         ctx = self._ctx
         assert ctx is not None
-        gid = (f"{self._prefix(ctx)}-{ctx.run_id}-{ctx.attempt_number}-{ctx.subtask_index}-"
-               f"{'end' if checkpoint_id is None else checkpoint_id}")
+        gid = transaction_id(self._prefix(ctx), ctx.run_id, ctx.attempt_number,
+                             ctx.subtask_index, checkpoint_id)
+        insert_marker(self._conn, self.table, gid, transaction.rows)
         sql = psycopg_module().sql
         self._conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
         transaction.gid = gid
 
     def commit(self, transaction: PgTransaction) -> None:
-        """``COMMIT PREPARED``; a transaction no longer prepared was committed before."""
-        if transaction.gid is not None:
-            self._finish_prepared("COMMIT", transaction.gid)
+        """``COMMIT PREPARED``. A transaction no longer prepared was committed before when
+        its commit marker is there; otherwise something else rolled it back and this
+        raises :class:`TransactionLostError` (its rows are lost)."""
+        if transaction.gid is None:
+            return
+        if self._finish_prepared("COMMIT", transaction.gid):
+            return
+        if not marker_exists(self._control_connection(), self.table, transaction.gid):
+            raise TransactionLostError(
+                f"PostgresSink: prepared transaction {transaction.gid!r} ({transaction.rows} "
+                f"rows for {self.table!r}) is gone and was never committed (no row for it "
+                f"in lockgate_commits): something other than this job rolled it back (a "
+                f"ROLLBACK PREPARED by hand, or a program that matched its id), so its rows "
+                f"are lost and this job's output is incomplete. Find what rolls back "
+                f"prepared transactions of prefix {transaction.gid.split(':', 1)[0]!r} and "
+                f"rerun the job from a checkpoint before the loss or from the start")
 
     def recover_and_commit(self, transaction: PgTransaction) -> None:
         self.commit(transaction)
@@ -235,24 +306,54 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     def abort_lingering(self, keep: list[PgTransaction], ctx: RuntimeContext, *,
                         job_ended: bool = False) -> None:
-        """Roll back this sink's prepared transactions that are not in ``keep`` and not
-        of the attempt now running: done by subtask 0 after recovery, and by the driver
-        when the job has ended (then nothing is running any more)."""
+        """Roll back the prepared transactions this run may prove its own that are not in
+        ``keep``: done by subtask 0 after recovery, and by the driver when the job has
+        ended (then nothing of this run is running any more).
+
+        Its own: ids exactly of the sink's grammar and prefix, and of this run (except,
+        after recovery, those of the attempt now running), or, after recovery, of a run
+        that began a transaction of the restored checkpoint (``keep``) once no writer of
+        that run is connected any more. Ids of other jobs and other runs are never
+        touched."""
         if self.mode != "exactly_once" or (not job_ended and ctx.subtask_index != 0):
             return
         prefix = self._prefix(ctx)
-        spare = None if job_ended else f"{prefix}-{ctx.run_id}-{ctx.attempt_number}-"
-        kept = {t.gid for t in keep}
+        kept = {t.gid for t in keep if t.gid is not None}
+        restored_runs: set[str] = set()
+        if not job_ended:
+            for t in keep:
+                parsed = parse_transaction_id(prefix, t.gid) if t.gid else None
+                run = parsed.run if parsed is not None else getattr(t, "run", None)
+                if run and run != ctx.run_id:
+                    restored_runs.add(run)
+        alive: dict[str, bool] = {}
         for gid in self.prepared_ids(prefix):
-            if gid in kept or (spare is not None and gid.startswith(spare)):
+            parsed = parse_transaction_id(prefix, gid)
+            if parsed is None or gid in kept:
                 continue
+            if parsed.run == ctx.run_id:
+                if not job_ended and parsed.attempt == ctx.attempt_number:
+                    continue  # the attempt now running
+            elif parsed.run in restored_runs:
+                if parsed.run not in alive:
+                    alive[parsed.run] = run_is_alive(
+                        self._control_connection(), prefix, parsed.run)
+                    if alive[parsed.run]:
+                        log.warning(
+                            "PostgresSink of job %r: run %r, whose checkpoint this run "
+                            "restored, still has writers connected; its prepared "
+                            "transactions are left alone", ctx.job_name, parsed.run)
+                if alive[parsed.run]:
+                    continue
+            else:
+                continue  # another job's or another run's: never touched
             self._finish_prepared("ROLLBACK", gid)
 
     def prepared_ids(self, prefix: str) -> list[str]:
         """The ids of the prepared transactions in this database starting with
         ``prefix``."""
         conn = self._control_connection()
-        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
         rows = conn.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
             "AND gid LIKE %s ORDER BY prepared", (pattern,)).fetchall()
@@ -271,16 +372,17 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                                     timeout_s=self.connect_timeout_s, what="PostgresSink")
         return self._control
 
-    def _finish_prepared(self, verb: str, gid: str) -> None:
-        """``COMMIT PREPARED`` / ``ROLLBACK PREPARED``; an id that is no longer prepared
-        was finished before (idempotent)."""
+    def _finish_prepared(self, verb: str, gid: str) -> bool:
+        """``COMMIT PREPARED`` / ``ROLLBACK PREPARED``; False when ``gid`` is no longer
+        prepared (finished before, by whatever)."""
         psycopg = psycopg_module()
         sql = psycopg.sql
         try:
             self._control_connection().execute(
                 sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
         except psycopg.errors.UndefinedObject:
-            pass
+            return False
+        return True
 
 
 class _BatchWriter(SinkWriter):

@@ -8,6 +8,8 @@ pg_prepared_xacts. upsert is idempotent on its key; append is at-least-once.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from conftest import wait_until
 from pg_fixtures import DSN, prepared, query
@@ -25,7 +27,19 @@ def completed(client: lg.JobClient) -> list[lg.CheckpointStats]:
     return [c for c in client.checkpoints() if c.status == "completed"]
 
 
-def ctx(attempt: int = 0, subtask: int = 0, parallelism: int = 1, run: str = "run1"):
+#: the run id of the test now running: transaction ids (and their commit markers in
+#: lockgate_commits) never repeat, as with real runs
+RUN = "run"
+
+
+@pytest.fixture(autouse=True)
+def fresh_run() -> None:
+    global RUN
+    RUN = f"run{uuid.uuid4().hex[:8]}"
+
+
+def ctx(attempt: int = 0, subtask: int = 0, parallelism: int = 1, run: str | None = None):
+    run = RUN if run is None else run
     return RuntimeContext(task_name="t", operator_name="pg", operator_uid="pg-uid",
                           subtask_index=subtask, parallelism=parallelism, max_parallelism=128,
                           attempt_number=attempt, job_name="pg unit", run_id=run)
@@ -57,7 +71,7 @@ def test_m_x2_prepared_rows_are_invisible_until_the_checkpoint_completes(pg_tabl
         w.snapshot_state(1)
         assert table_values(table) == [], "pre-committed rows must not be visible"
         gids = prepared()
-        assert len(gids) == 1 and gids[0].endswith("-run1-0-0-1"), gids
+        assert len(gids) == 1 and gids[0].endswith(f":{RUN}:0:0:1"), gids
         w.write(rows(100, 150))  # the next interval's transaction
         w.notify_checkpoint_complete(1)
         assert table_values(table) == list(range(100))
@@ -117,7 +131,7 @@ def test_m_r1_m_x2_a_restart_commits_the_restored_checkpoint_and_rolls_back_the_
         w1.initialize_state([at_1], every_state=[at_1, None])
         try:
             assert table_values(table) == list(range(10))
-            assert [g.split("-")[-3:] for g in prepared()] == [["1", "1", "3"]], (
+            assert [g.split(":")[-3:] for g in prepared()] == [["1", "1", "3"]], (
                 "only attempt 1's own prepared transaction may remain")
         finally:
             w1.close()
