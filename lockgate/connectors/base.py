@@ -22,6 +22,19 @@ from ..runtime.context import RuntimeContext
 DEAD_LETTER_TAG = "dead-letter"
 #: what a source does with a record it cannot parse
 ON_ERROR = ("fail", "dead_letter")
+#: the default largest record (in bytes, as read) a source decodes: larger ones are
+#: malformed (``max_record_bytes``)
+DEFAULT_MAX_RECORD_BYTES = 32 * 1024 * 1024
+#: how much of an oversized record its dead letter keeps (the ``raw`` prefix), in bytes
+OVERSIZED_PREFIX_BYTES = 1024
+#: what decoding one record may raise because of the record's content: malformed JSON
+#: (``json.JSONDecodeError``), bad UTF-8 (``UnicodeDecodeError``), an integer of more
+#: than 4,300 digits (``ValueError``), nesting deeper than the interpreter's recursion
+#: limit (``RecursionError``), numbers out of range (``OverflowError``). Sources catch
+#: these around their own decoding only, never around user code. ``MemoryError`` is
+#: not among them: records are bounded by ``max_record_bytes``, so running out of
+#: memory is the machine's problem, not the record's.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (ValueError, RecursionError, OverflowError)
 
 
 class InputStatus(enum.Enum):
@@ -186,6 +199,33 @@ def check_on_error(source: str, on_error: object) -> str:
             f"got {on_error!r}"
         )
     return str(on_error)
+
+
+def check_max_record_bytes(owner: str, value: object) -> int:
+    """``max_record_bytes`` of source ``owner`` checked: an int >= 1 (bytes)."""
+    return check_int(owner, "max_record_bytes", value, 1,
+                     "the largest record, in bytes, decoded; larger ones are malformed and "
+                     f"go to the dead-letter output; default {DEFAULT_MAX_RECORD_BYTES}")
+
+
+def decode_error(what: str, error: BaseException) -> str:
+    """The ``error`` text of a dead letter whose decoding as ``what`` (e.g. ``"JSON"``)
+    raised ``error``: its type is named unless it is a plain parse error."""
+    import json
+
+    if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+        return f"invalid {what}: {error}"
+    return f"invalid {what} ({type(error).__name__}): {error}"
+
+
+def oversized(size: int | str, limit: int, prefix: bytes) -> tuple[str, str]:
+    """``(raw, error)`` of a dead letter for a record of ``size`` bytes (an int, or a
+    text such as ``"more than 40000000"``) over ``limit``: ``raw`` is the text of its
+    first :data:`OVERSIZED_PREFIX_BYTES` bytes (``prefix``, cut to that length)."""
+    raw = prefix[:OVERSIZED_PREFIX_BYTES].decode("utf-8", "replace")
+    return raw, (f"record of {size} bytes is over max_record_bytes={limit}; not decoded, raw "
+                 f"holds its first {min(len(prefix), OVERSIZED_PREFIX_BYTES)} bytes (raise "
+                 "max_record_bytes if such records are valid)")
 
 
 def report_malformed(on_error: str, output: ReaderOutput, *, what: str, location: str,

@@ -38,6 +38,7 @@ from ..errors import ConfigurationError
 from ..runtime.batch import Batch, num_rows, to_arrow, to_rows
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
+from .local_paths import local_path
 from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
@@ -190,7 +191,8 @@ class FileTransaction:
 
 
 class FileSink(TwoPhaseCommitSink[FileTransaction]):
-    """Writes records as JSON lines, CSV or Parquet into the folder ``path``.
+    """Writes records as JSON lines, CSV or Parquet into the folder ``path``: a local path
+    or a ``file://`` URL (``file:///data/out``); other URL schemes are refused.
 
     ``exactly_once=True`` (default): each subtask publishes one part file per
     checkpoint interval, atomically, when the checkpoint completes (at the end
@@ -214,7 +216,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
                 f"FileSink exactly_once must be True or False, got {exactly_once!r}; pass "
                 "exactly_once=True for transactional part files or False for at-least-once"
             )
-        self.path = os.fspath(path)
+        self.path = local_path("FileSink", path)
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise ConfigurationError(
                 f"FileSink path {self.path!r} is a file; give a folder (it is created if missing)"

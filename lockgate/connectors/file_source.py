@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import re
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,13 +34,20 @@ from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import (
+    DECODE_ERRORS,
+    DEFAULT_MAX_RECORD_BYTES,
+    OVERSIZED_PREFIX_BYTES,
     InputStatus,
     ReaderOutput,
     Source,
     SourceReader,
+    check_max_record_bytes,
     check_on_error,
+    decode_error,
+    oversized,
     report_malformed,
 )
+from .local_paths import local_path
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -94,13 +102,23 @@ def _interval_s(value: object) -> float:
 
 
 class FileSource(Source):
-    """Reads ``path`` (a file, or every visible file of a folder, in name order).
+    """Reads ``path`` (a file, or every visible file of a folder, in name order): a local
+    path or a ``file://`` URL (other URL schemes are refused).
 
     ``format``: ``"jsonl"`` (one JSON value per line; blank lines are skipped),
     ``"csv"`` (a header line, then one record per row; values become int, float
     or str, empty fields None, unless ``csv_types`` maps a column to a
     converter such as ``int`` or ``str``) or ``"parquet"``. Visible files are
     those whose name starts with neither "." nor "_".
+
+    Decoding never fails the job with ``on_error="dead_letter"``: every record that
+    cannot be decoded, whatever the cause (bad JSON or UTF-8, an integer of more than
+    4,300 digits, nesting deeper than Python's recursion limit, a corrupt Parquet
+    file), goes to the dead-letter output with its file and line (Parquet: the row it
+    was read up to). ``max_record_bytes`` (default 32 MiB) bounds a JSON-lines or CSV
+    line: a longer one is not decoded (nor held in memory whole: it is read in bounded
+    pieces) and its dead letter keeps its first 1 KiB as ``raw``; with
+    ``on_error="fail"`` it fails the job naming its file and line.
 
     ``columns`` (Parquet only) reads just those columns, in that order (projection
     pushdown: the others are never decoded); a file without one of them fails the job
@@ -144,6 +162,7 @@ class FileSource(Source):
         batch_size: int = 8192,
         csv_types: dict[str, Callable[[str], Any]] | None = None,
         columns: Sequence[str] | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(
@@ -152,7 +171,8 @@ class FileSource(Source):
         check_on_error("FileSource", on_error)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"FileSource batch_size must be >= 1, got {batch_size!r}")
-        self.path = os.fspath(path)
+        self.path = local_path("FileSource", path)
+        self.max_record_bytes = check_max_record_bytes("FileSource", max_record_bytes)
         if not os.path.exists(self.path):
             raise ConfigurationError(
                 f"FileSource path {self.path!r} does not exist: give an existing file or folder"
@@ -384,39 +404,79 @@ def _bad(source: FileSource, output: ReaderOutput, path: str, line: int | None, 
                      raw=raw, error=error, file=path, line=line)
 
 
+#: bytes read at a time while skipping the rest of an oversized line
+_SKIP_CHUNK = 1 << 20
+
+
+def _line_end(piece: bytes) -> int:
+    """The length of the line end ``piece`` ends with (0: none)."""
+    return 2 if piece.endswith(b"\r\n") else 1 if piece.endswith(b"\n") else 0
+
+
+def _read_line(file: Any, limit: int) -> tuple[bytes, int | None]:
+    """The next line of the binary ``file`` with its line end (``b""`` at the end of
+    the file), and None; or, for a line of more than ``limit`` bytes (its line end not
+    counted), its first :data:`OVERSIZED_PREFIX_BYTES` bytes and its size. At most
+    ``limit + 2`` bytes of a line are held in memory: the rest of an oversized line is
+    read in pieces and dropped."""
+    line = file.readline(limit + 2)
+    if len(line) < limit + 2 or line.endswith(b"\n"):
+        size = len(line) - _line_end(line)
+        return (line, None) if size <= limit else (line[:OVERSIZED_PREFIX_BYTES], size)
+    prefix, size, piece = line[:OVERSIZED_PREFIX_BYTES], len(line), line
+    del line
+    while piece and not piece.endswith(b"\n"):
+        piece = file.readline(_SKIP_CHUNK)
+        size += len(piece)
+    return prefix, size - _line_end(piece)
+
+
 class _JsonLines:
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
         self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
         self.line = 0
+        limit = source.max_record_bytes
         for _ in range(split.position):  # resume: skip consumed lines
-            if not self.file.readline():
+            if not _read_line(self.file, limit)[0]:
                 break
             self.line += 1
 
     def read(self, n: int, output: ReaderOutput) -> tuple[list[Any], bool]:
         records: list[Any] = []
         loads = json.loads
-        readline = self.file.readline
+        file = self.file
+        limit = self.source.max_record_bytes
         path = self.split.path
         while len(records) < n:
-            raw = readline()
+            raw, size = _read_line(file, limit)
             if not raw:
                 return records, True
             self.line += 1
             self.split.position = self.line
+            if size is not None:
+                _bad(self.source, output, path, self.line, *oversized(size, limit, raw))
+                continue
             if not raw.strip():
                 continue
             try:
-                records.append(loads(raw))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                _bad(self.source, output, path, self.line, text, f"invalid JSON: {e}")
+                record = loads(raw)
+            except DECODE_ERRORS as e:
+                error = decode_error("JSON", e)
+            else:
+                records.append(record)
+                continue
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            _bad(self.source, output, path, self.line, text, error)
         return records, False
 
     def close(self) -> None:
         self.file.close()
+
+
+#: what ``int`` parses: an int that it refuses has too many digits (not a float)
+_INTEGER = re.compile(r"\s*[+-]?\d+(_\d+)*\s*")
 
 
 def _auto_convert(value: str) -> Any:
@@ -425,7 +485,8 @@ def _auto_convert(value: str) -> Any:
     try:
         return int(value)
     except ValueError:
-        pass
+        if _INTEGER.fullmatch(value):
+            raise  # more digits than Python converts (4,300): malformed, not a float
     try:
         return float(value)
     except ValueError:
@@ -433,11 +494,13 @@ def _auto_convert(value: str) -> Any:
 
 
 class _DecodedLines:
-    """UTF-8 lines of a binary file; an undecodable line becomes an empty line and its
-    error is kept for the reader to report with the line number."""
+    """UTF-8 lines of a binary file; an undecodable line, or one longer than ``limit``
+    bytes, becomes an empty line and its error is kept for the reader to report with
+    the line number."""
 
-    def __init__(self, file: Any) -> None:
+    def __init__(self, file: Any, limit: int) -> None:
         self.file = file
+        self.limit = limit
         self.error: str | None = None
         self.raw: bytes = b""
 
@@ -445,9 +508,13 @@ class _DecodedLines:
         return self
 
     def __next__(self) -> str:
-        raw = self.file.readline()
+        raw, size = _read_line(self.file, self.limit)
         if not raw:
             raise StopIteration
+        if size is not None:
+            self.error = oversized(size, self.limit, raw)[1]
+            self.raw = raw
+            return "\n"
         try:
             return str(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
@@ -461,16 +528,20 @@ class _Csv:
         self.source = source
         self.split = split
         self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
-        self.lines = _DecodedLines(self.file)
+        self.lines = _DecodedLines(self.file, source.max_record_bytes)
         self.reader = csv.reader(self.lines)
+        #: the header cannot be read: ``read`` reports it (the file is not read further)
+        self.broken: tuple[Any, str] | None = None
         try:
             self.header = next(self.reader)
         except StopIteration:
             self.header = []
         except csv.Error as e:
-            raise MalformedRecordError(
-                f"malformed csv header at {split.path}:1: {e}", location=f"{split.path}:1"
-            ) from e
+            self.header, self.broken = [], (None, f"malformed csv header: {e}")
+        if self.lines.error is not None:
+            self.header = []
+            self.broken = (self.lines.raw.decode("utf-8", "replace").rstrip("\r\n"),
+                           f"malformed csv header: {self.lines.error}")
         unknown = set(source.csv_types) - set(self.header)
         if unknown and self.header:
             raise ConfigurationError(
@@ -485,6 +556,9 @@ class _Csv:
             self.rows_read += 1
 
     def read(self, n: int, output: ReaderOutput) -> tuple[list[Any], bool]:
+        if self.broken is not None:
+            _bad(self.source, output, self.split.path, 1, *self.broken)
+            return [], True
         records: list[Any] = []
         width = len(self.header)
         path = self.split.path
@@ -512,7 +586,7 @@ class _Csv:
                 continue
             try:
                 records.append({h: conv(v) for h, conv, v in zip(self.header, self.converters, row)})
-            except (ValueError, TypeError) as e:
+            except (ValueError, TypeError, OverflowError) as e:
                 _bad(self.source, output, path, start_line, ",".join(row),
                      f"cannot convert a field: {e}")
         return records, False
@@ -526,15 +600,21 @@ class _Csv:
 
 
 class _Parquet:
+    """A Parquet file. One that cannot be opened, or is corrupt after some row, is a
+    malformed record at that row (``line`` None; the location names the row): with
+    ``on_error="dead_letter"`` the rest of the file is skipped."""
+
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
+        self.file: Any = None
+        #: why the file cannot be read (reported by ``read``)
+        self.broken: str | None = None
         try:
             self.file = pq.ParquetFile(split.path)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise MalformedRecordError(
-                f"{split.path} is not a readable Parquet file: {e}", location=split.path
-            ) from e
+        except (pa.ArrowException, OSError, *DECODE_ERRORS) as e:
+            self.broken = f"not a readable Parquet file: {e}"
+            return
         columns = source.columns
         if columns is not None:
             missing = [c for c in columns if c not in self.file.schema_arrow.names]
@@ -547,13 +627,14 @@ class _Parquet:
         self.skip = split.position
 
     def read(self, n: int, output: ReaderOutput) -> tuple[Any, bool]:
+        if self.broken is not None:
+            self._report(output, self.broken)
+            return None, True
         try:
             batch = next(self.batches, None)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise MalformedRecordError(
-                f"{self.split.path} is corrupt after row {self.split.position}: {e}",
-                location=f"{self.split.path}@row{self.split.position}",
-            ) from e
+        except (pa.ArrowException, OSError, *DECODE_ERRORS) as e:
+            self._report(output, f"corrupt after row {self.split.position}: {e}")
+            return None, True
         if batch is None:
             return None, True
         if self.skip:
@@ -563,8 +644,15 @@ class _Parquet:
         self.split.position += batch.num_rows
         return (batch if batch.num_rows else None), False
 
+    def _report(self, output: ReaderOutput, error: str) -> None:
+        path, row = self.split.path, self.split.position
+        report_malformed(self.source.on_error, output, what="parquet file",
+                         location=f"{path}@row{row}", raw=None, error=error, file=path,
+                         line=None)
+
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
 
 
 _ = io  # keep io imported for type checkers of file handles

@@ -36,14 +36,19 @@ from ..errors import ConfigurationError
 from ..runtime.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import (
+    DECODE_ERRORS,
+    DEFAULT_MAX_RECORD_BYTES,
     InputStatus,
     ReaderOutput,
     Source,
     SourceReader,
     check_bool,
     check_int,
+    check_max_record_bytes,
     check_on_error,
     check_positive,
+    decode_error,
+    oversized,
     report_malformed,
 )
 
@@ -112,6 +117,13 @@ class NatsJetStreamSource(Source):
     filters that overlap read the shared messages once per split. A lost connection
     fails the job (which restarts from its last checkpoint) rather than reconnect:
     with ack policy none, messages in flight during a reconnect could be lost.
+
+    Decoding never fails the job with ``on_error="dead_letter"``: every message that
+    cannot be decoded (bad UTF-8 or JSON, an integer of more than 4,300 digits,
+    nesting deeper than Python's recursion limit) goes to the dead-letter output with
+    its stream, sequence and subject. A message whose data is larger than
+    ``max_record_bytes`` (default 32 MiB; any format) is not decoded; its dead letter
+    keeps the first 1 KiB as ``raw``.
     """
 
     default_name = "nats jetstream"
@@ -128,6 +140,7 @@ class NatsJetStreamSource(Source):
         batch_size: int = 1000,
         on_error: str = "fail",
         poll_timeout_ms: float = 50,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         self.url = _check_url(url)
         self.stream = _check_stream(stream)
@@ -146,6 +159,7 @@ class NatsJetStreamSource(Source):
         self.batch_size = check_int("NatsJetStreamSource", "batch_size", batch_size, 1,
                                     "messages per pull request")
         self.on_error = check_on_error("NatsJetStreamSource", on_error)
+        self.max_record_bytes = check_max_record_bytes("NatsJetStreamSource", max_record_bytes)
         self.poll_timeout_ms = check_positive("NatsJetStreamSource", "poll_timeout_ms",
                                               poll_timeout_ms,
                                               "how long a poll may wait for the server")
@@ -584,6 +598,11 @@ class _NatsReader(SourceReader):
     def _record(self, m: _Message, output: ReaderOutput) -> Any:
         """The record of one message, or ``_MALFORMED`` after reporting it."""
         fmt = self.source.format
+        limit = self.source.max_record_bytes
+        if len(m.data) > limit:
+            raw, error = oversized(len(m.data), limit, m.data)
+            self._malformed(m, raw, error, output)
+            return _MALFORMED
         if fmt == "bytes":
             return {"subject": m.subject, "sequence": m.sequence, "data": m.data}
         try:
@@ -596,9 +615,10 @@ class _NatsReader(SourceReader):
             return {"subject": m.subject, "sequence": m.sequence, "data": text}
         try:
             return json.loads(text)
-        except json.JSONDecodeError as e:
-            self._malformed(m, text, f"invalid JSON: {e}", output)
-            return _MALFORMED
+        except DECODE_ERRORS as e:
+            error = decode_error("JSON", e)
+        self._malformed(m, text, error, output)
+        return _MALFORMED
 
     def _malformed(self, m: _Message, raw: str, error: str, output: ReaderOutput) -> None:
         stream = self.source.stream

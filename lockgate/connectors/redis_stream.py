@@ -27,14 +27,20 @@ from ..errors import ConfigurationError
 from ..runtime.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import (
+    DECODE_ERRORS,
+    DEFAULT_MAX_RECORD_BYTES,
+    OVERSIZED_PREFIX_BYTES,
     InputStatus,
     ReaderOutput,
     Source,
     SourceReader,
     check_bool,
     check_int,
+    check_max_record_bytes,
     check_on_error,
     check_positive,
+    decode_error,
+    oversized,
     report_malformed,
 )
 
@@ -95,6 +101,13 @@ class RedisStreamSource(Source):
     checkpoints record the last id emitted per stream and a restore rewinds to it
     (M-X1, M-R1). Entries of different streams interleave in no defined order.
     One subtask reads each stream; with more subtasks than streams the others idle.
+
+    Decoding never fails the job with ``on_error="dead_letter"``: every entry that
+    cannot be decoded (bad UTF-8 or JSON, an integer of more than 4,300 digits, nesting
+    deeper than Python's recursion limit, a missing ``field``) goes to the dead-letter
+    output with its stream and id. An entry larger than ``max_record_bytes`` (default
+    32 MiB; ``"fields"``: its names and values together, ``"json"``: the ``field``
+    value) is not decoded; its dead letter keeps the first 1 KiB as ``raw``.
     """
 
     default_name = "redis streams"
@@ -112,6 +125,7 @@ class RedisStreamSource(Source):
         on_error: str = "fail",
         id_field: str | None = None,
         poll_interval_ms: float = 50,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         self.url = _check_url(url)
         self.streams = _check_streams(stream)
@@ -138,6 +152,7 @@ class RedisStreamSource(Source):
                 f"that receives the entry id), got {id_field!r}"
             )
         self.id_field = id_field
+        self.max_record_bytes = check_max_record_bytes("RedisStreamSource", max_record_bytes)
         self.poll_interval_ms = check_positive(
             "RedisStreamSource", "poll_interval_ms", poll_interval_ms,
             "how long to wait before asking Redis again when a stream has nothing new")
@@ -284,6 +299,12 @@ class _RedisStreamReader(SourceReader):
                 output: ReaderOutput) -> Any:
         """The record of one entry, or ``_MALFORMED`` after reporting it."""
         source = self.source
+        limit = source.max_record_bytes
+        size, prefix = _entry_size(fields, source.format, source.field)
+        if size > limit:
+            raw, error = oversized(size, limit, prefix)
+            self._malformed(stream, entry_id, raw, error, output)
+            return _MALFORMED
         try:
             if source.format == "fields":
                 record: Any = {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
@@ -347,8 +368,24 @@ def _json_field(fields: dict[bytes, bytes], field: str) -> Any:
                          value.decode("utf-8", "replace")) from e
     try:
         return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _Malformed(f"field {field!r} is not valid JSON: {e}", text) from e
+    except DECODE_ERRORS as e:
+        raise _Malformed(f"field {field!r} is not valid "
+                         f"{decode_error('JSON', e).removeprefix('invalid ')}", text) from e
+
+
+def _entry_size(fields: dict[bytes, bytes], format: str, field: str) -> tuple[int, bytes]:
+    """The size in bytes of what an entry's record is decoded from (``"json"``: the
+    ``field`` value; ``"fields"``: every name and value), and its first bytes."""
+    if format == "json":
+        value = fields.get(field.encode("utf-8"), b"")
+        return len(value), value[:OVERSIZED_PREFIX_BYTES]
+    size = 0
+    prefix = bytearray()
+    for k, v in fields.items():
+        size += len(k) + len(v)
+        if len(prefix) < OVERSIZED_PREFIX_BYTES:
+            prefix += k[:OVERSIZED_PREFIX_BYTES] + b"=" + v[:OVERSIZED_PREFIX_BYTES] + b" "
+    return size, bytes(prefix[:OVERSIZED_PREFIX_BYTES])
 
 
 def _check_url(url: object) -> str:
