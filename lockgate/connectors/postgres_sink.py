@@ -319,35 +319,49 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
             return
         prefix = self._prefix(ctx)
         kept = {t.gid for t in keep if t.gid is not None}
-        restored_runs: set[str] = set()
-        if not job_ended:
-            for t in keep:
-                parsed = parse_transaction_id(prefix, t.gid) if t.gid else None
-                run = parsed.run if parsed is not None else getattr(t, "run", None)
-                if run and run != ctx.run_id:
-                    restored_runs.add(run)
-        alive: dict[str, bool] = {}
+        others: dict[str, list[str]] = {}  # run -> its ids, of runs other than this one
         for gid in self.prepared_ids(prefix):
             parsed = parse_transaction_id(prefix, gid)
             if parsed is None or gid in kept:
-                continue
-            if parsed.run == ctx.run_id:
-                if not job_ended and parsed.attempt == ctx.attempt_number:
-                    continue  # the attempt now running
-            elif parsed.run in restored_runs:
-                if parsed.run not in alive:
-                    alive[parsed.run] = run_is_alive(
-                        self._control_connection(), prefix, parsed.run)
-                    if alive[parsed.run]:
-                        log.warning(
-                            "PostgresSink of job %r: run %r, whose checkpoint this run "
-                            "restored, still has writers connected; its prepared "
-                            "transactions are left alone", ctx.job_name, parsed.run)
-                if alive[parsed.run]:
-                    continue
+                continue  # not of this sink's grammar and prefix, or committed by a restore
+            if parsed.run != ctx.run_id:
+                others.setdefault(parsed.run, []).append(gid)
+            elif job_ended or parsed.attempt != ctx.attempt_number:
+                self._finish_prepared("ROLLBACK", gid)
+        if job_ended or not others:
+            return
+        restored = self._runs_of(keep, prefix)
+        control = self._control_connection()
+        for run, gids in others.items():
+            if run_is_alive(control, prefix, run):
+                if run in restored:
+                    log.warning(
+                        "PostgresSink '%s' of job %r: run %r, whose checkpoint this run "
+                        "restored, is still running; its %d prepared transactions are left "
+                        "to it", ctx.operator_name, ctx.job_name, run, len(gids))
+            elif run in restored:
+                for gid in gids:
+                    self._finish_prepared("ROLLBACK", gid)
             else:
-                continue  # another job's or another run's: never touched
-            self._finish_prepared("ROLLBACK", gid)
+                log.warning(
+                    "PostgresSink '%s' of job %r: %d prepared transactions of run %r with "
+                    "this sink's prefix (%s) are held by no running job: that run ended "
+                    "without settling them (its driver died?). They are not this run's and "
+                    "stay prepared (holding locks on the table): restore that run's newest "
+                    "checkpoint to commit them, or roll them back by hand (ROLLBACK PREPARED "
+                    "'<id>') if their rows are not wanted", ctx.operator_name, ctx.job_name,
+                    len(gids), run, ", ".join(gids[:3]) + (", ..." if len(gids) > 3 else ""))
+
+    @staticmethod
+    def _runs_of(transactions: list[PgTransaction], prefix: str) -> set[str]:
+        """The runs that began ``transactions`` (those of a restored checkpoint)."""
+        runs: set[str] = set()
+        for t in transactions:
+            parsed = parse_transaction_id(prefix, t.gid) if t.gid else None
+            run = parsed.run if parsed is not None else getattr(t, "run", None)
+            if run:
+                runs.add(run)
+        return runs
 
     def prepared_ids(self, prefix: str) -> list[str]:
         """The ids of the prepared transactions in this database starting with

@@ -165,6 +165,28 @@ def test_issue18_1_m_x2_a_restored_run_commits_and_cleans_up_after_the_run_it_re
     assert [g for g in all_prepared() if g.startswith(prefix + ":")] == []
 
 
+def test_issue18_1_m_x2_a_fresh_run_leaves_what_a_dead_run_of_its_prefix_prepared(
+        pg_table, caplog: pytest.LogCaptureFixture) -> None:
+    """A run that died without settling left a transaction prepared for a checkpoint that
+    completed (a restore from it would commit it). A fresh run with the same prefix does
+    not restore that checkpoint: it must not roll the transaction back, and says so."""
+    table = pg_table("v bigint")
+    prefix = "lgtest-dead"
+    dead, at_1 = prepare_one(PostgresSink(DSN, table, transaction_prefix=prefix),
+                             ctx("job", run_id()), 0)
+    dead.close()
+    gid = at_1["pending"][0][1].gid
+    with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres_sink"):
+        writer(PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id())).close()
+    assert gid in all_prepared(), "a fresh run rolled back another run's transaction"
+    assert any(gid in r.getMessage() and "held by no running job" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    restored = writer(PostgresSink(DSN, table, transaction_prefix=prefix),
+                      ctx("job", run_id()), [at_1])  # restoring its checkpoint commits it
+    restored.close()
+    assert values(table) == list(range(10))
+
+
 def test_issue18_1_m_x2_a_restore_leaves_the_transactions_of_a_restored_run_still_running(
         pg_table) -> None:
     """Restoring a checkpoint of a run that is still running (a fork) commits what the
