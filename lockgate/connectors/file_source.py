@@ -550,9 +550,13 @@ class _Csv:
             )
         self.converters = [source.csv_types.get(h, _auto_convert) for h in self.header]
         self.rows_read = 0
-        while self.rows_read < split.position:
-            if next(self.reader, None) is None:
-                break
+        while self.rows_read < split.position:  # resume: skip consumed rows, bad ones too
+            try:
+                if next(self.reader, None) is None:
+                    break
+            except csv.Error:
+                pass  # reported when it was read; ``read`` counts it as a row as well
+            self.lines.error = None
             self.rows_read += 1
 
     def read(self, n: int, output: ReaderOutput) -> tuple[list[Any], bool]:

@@ -321,3 +321,31 @@ def test_poison_nats_messages_reach_the_dead_letters_with_stream_and_sequence(
     assert len(letters[seqs[3]]["raw"]) == OVERSIZED_PREFIX_BYTES
     assert f"record of {len(big)} bytes is over max_record_bytes={limit}" in \
         letters[seqs[3]]["error"]
+
+
+@pytest.mark.parametrize("bad", [b"2," + b"z" * 200_000 + b"\n", b"\xff\xfe,q\n",
+                                 b"9" * 20 + b"," + b"z" * (LIMIT + 1) + b"\n"])
+def test_m_r1_a_csv_reader_restored_after_a_poison_row_reads_on_without_reporting_it_again(
+        tmp_path: Path, bad: bytes) -> None:
+    """The poison row (a field over the csv module's field limit, bad UTF-8, a line over
+    max_record_bytes) was reported before the checkpoint; the restored reader skips it
+    and neither fails on it nor reports the next good row in its place."""
+    f = tmp_path / "restore.csv"
+    f.write_bytes(b"v,w\n1,a\n" + bad + b"3,c\n4,d\n")
+    source = FileSource(f, format="csv", on_error="dead_letter", max_record_bytes=LIMIT)
+    first = RecordingOutput()
+    read_all(source, first)
+    assert [r["v"] for r in first.records] == [1, 3, 4] and len(first.dead) == 1
+
+    restored = RecordingOutput()
+    reader = source.create_reader(context())
+    try:
+        (split,) = source.create_splits(1)
+        split.position = 2  # rows 1 and the poison one were consumed
+        reader.add_splits([split])
+        while reader.poll(restored) is not InputStatus.END_OF_INPUT:
+            pass
+    finally:
+        reader.close()
+    assert [r["v"] for r in restored.records] == [3, 4]
+    assert restored.dead == []
