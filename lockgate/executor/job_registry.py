@@ -14,7 +14,17 @@ command (:func:`send_command`): ``savepoint``, ``stop`` (with a savepoint) or
 ``cancel``. Requests and replies are JSON sealed with an HMAC under the job's
 secret (:mod:`lockgate.executor.spark.auth`): a request that fails
 authentication never reaches the job; its sender gets an unauthenticated
-"rejected" answer. Nothing received is ever unpickled.
+"rejected" answer. Nothing received is ever unpickled. Each request carries a
+random id and its send time under the MAC; the job runs a request only once
+(it remembers the ids of the last ``REQUEST_WINDOW_S`` seconds) and only while it
+is fresh, so a captured request cannot be replayed. The server disconnects a peer
+sending a frame over ``REGISTRY_REQUEST_LIMIT`` bytes.
+
+The registry folder must be private: ``<home>/jobs`` owned by the user and
+writable by nobody else, ``<home>`` owned by the user (or root) and not writable by
+others unless sticky. A job does not register in an unsafe folder (it logs a
+warning saying how to fix it) and :func:`list_jobs` refuses to read one: anyone who
+can write there could plant a registration that points the command line at them.
 
 Registering never stops a job: when it fails (an unwritable home, no free
 port) a warning is logged and the job runs without command-line control.
@@ -29,6 +39,7 @@ import math
 import os
 import queue
 import secrets
+import stat
 import threading
 import time
 from collections import Counter
@@ -39,6 +50,12 @@ import zmq
 
 from ..errors import ConfigurationError, LockgateError
 from .spark.auth import AuthenticationError, MalformedMessageError, MessageAuth, new_secret
+from .spark.limits import (
+    REGISTRY_REPLY_LIMIT,
+    REGISTRY_REQUEST_LIMIT,
+    DisconnectLog,
+    bound,
+)
 from .spark.signals import PipeWaker
 
 log = logging.getLogger(__name__)
@@ -59,6 +76,9 @@ _POLL_MS = 200
 _PROTOCOL = 1
 _REJECTED = b"lockgate-rejected"
 _FILE_MODE = 0o600
+#: a request older than this (or this far in the future) is refused; the job remembers
+#: the ids of the requests it ran this long, so none runs twice
+REQUEST_WINDOW_S = 60.0
 
 
 class JobControlError(LockgateError, RuntimeError):
@@ -158,6 +178,40 @@ def jobs_folder(home: str | os.PathLike[str] | None = None) -> str:
     return os.path.join(lockgate_home(home), JOBS_FOLDER)
 
 
+class UnsafeRegistryError(JobControlError):
+    """The registry folder can be written by other users."""
+
+
+def check_private_folder(home: str | os.PathLike[str] | None = None) -> None:
+    """Raise :class:`UnsafeRegistryError` unless the registry folder is private:
+    ``<home>/jobs`` (when it exists) owned by this user and not writable by group or
+    others, ``<home>`` owned by this user or root and not writable by others unless
+    sticky (like ``/tmp``). Anyone who can write there could plant or swap a
+    registration file and receive the commands meant for a job."""
+    if not hasattr(os, "getuid"):
+        return  # no POSIX ownership to check
+    uid = os.getuid()
+    home_path, folder = lockgate_home(home), jobs_folder(home)
+    for path, own_only in ((home_path, False), (folder, True)):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        owners = (uid,) if own_only else (uid, 0)
+        if st.st_uid not in owners:
+            raise UnsafeRegistryError(
+                f"the job registry folder {path} belongs to user {st.st_uid}, not to you "
+                f"({uid}); anyone who owns it can redirect commands: remove it or point "
+                f"{HOME_ENV} at a folder of your own")
+        writable = st.st_mode & (0o022 if own_only else 0o002)
+        if writable and not (not own_only and st.st_mode & 0o1000):
+            raise UnsafeRegistryError(
+                f"the job registry folder {path} is writable by "
+                f"{'other users' if st.st_mode & 0o002 else 'its group'} (mode "
+                f"{stat.filemode(st.st_mode)}); anyone who can write there can redirect "
+                f"commands: run 'chmod go-w {path}' or point {HOME_ENV} at a private folder")
+
+
 def _write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600, atomically (a reader sees all or nothing)."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -228,6 +282,7 @@ def list_jobs(home: str | os.PathLike[str] | None = None) -> list[JobInfo]:
     """The running registered jobs of this machine's ``home``, oldest first. Entries of
     processes that are gone are removed (a job that crashed leaves one behind)."""
     folder = jobs_folder(home)
+    check_private_folder(home)
     try:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
@@ -330,6 +385,8 @@ class _ControlServer:
         self._control = control
         self._auth = auth
         self._replies: queue.Queue[list[bytes]] = queue.Queue()
+        #: id -> expiry (monotonic) of the requests run lately: none runs twice
+        self._seen: dict[str, float] = {}
         self._inflight: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -341,6 +398,9 @@ class _ControlServer:
         try:
             self._socket: Any = self._context.socket(zmq.ROUTER)
             self._socket.setsockopt(zmq.LINGER, 0)
+            bound(self._socket, REGISTRY_REQUEST_LIMIT)
+            self._disconnects = DisconnectLog(self._socket, f"job control {job_id}",
+                                              REGISTRY_REQUEST_LIMIT)
             port = self._socket.bind_to_random_port("tcp://127.0.0.1")
         except BaseException:
             self._context.destroy(linger=0)
@@ -355,9 +415,12 @@ class _ControlServer:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         poller.register(self._waker.fd, zmq.POLLIN)
+        poller.register(self._disconnects.monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(_POLL_MS))
+                if self._disconnects.monitor in ready:
+                    self._disconnects.drain()
                 if self._socket in ready:
                     while True:
                         try:
@@ -374,6 +437,7 @@ class _ControlServer:
                 self._flush()
         finally:
             self._flush()
+            self._disconnects.close()
             # the replies just sent leave before term() returns (or are dropped after 1s)
             self._socket.close(linger=1000)
             self._context.term()
@@ -411,6 +475,8 @@ class _ControlServer:
         if not isinstance(request_id, str):
             self.rejected["malformed"] += 1
             return
+        if not self._fresh(identity, request_id, request.get("sent_at")):
+            return
         command, args = request.get("command"), request.get("args")
         if request.get("job") != self.job_id:
             self._fail(identity, request_id, JobControlError(
@@ -420,6 +486,31 @@ class _ControlServer:
         elif not self._start(identity, request_id, command, args):
             self._fail(identity, request_id, JobControlError(
                 f"job {self.job_id} is ending and takes no more commands"))
+
+    def _fresh(self, identity: bytes, request_id: str, sent_at: Any) -> bool:
+        """Whether an authenticated request is new: sent within ``REQUEST_WINDOW_S`` and
+        not run before. A replay is dropped; a stale request gets an error reply."""
+        now = time.monotonic()
+        for seen, expiry in list(self._seen.items()):
+            if expiry < now:
+                del self._seen[seen]
+        if request_id in self._seen:
+            self.rejected["replayed"] += 1
+            log.warning("job control: dropped a replayed request")
+            return False
+        if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
+                or not math.isfinite(sent_at) or abs(time.time() - sent_at) > REQUEST_WINDOW_S):
+            self.rejected["stale"] += 1
+            log.warning("job control: refused a request sent at %r, not within %.0fs of now",
+                        sent_at, REQUEST_WINDOW_S)
+            self._fail(identity, request_id, JobControlError(
+                f"the request was not sent within {REQUEST_WINDOW_S:.0f}s of the job's clock "
+                "(a replay, or a client of an older lockgate): send it again with this "
+                "version's lockgate"))
+            return False
+        # remembered past the window in both directions, so no replay can be fresh again
+        self._seen[request_id] = now + 2 * REQUEST_WINDOW_S
+        return True
 
     def _fail(self, identity: bytes, request_id: str, error: BaseException) -> None:
         self._reply(identity, {"id": request_id, "ok": False,
@@ -547,7 +638,9 @@ def register_job(job_name: str, control: JobControl,
     server: _ControlServer | None = None
     try:
         folder = jobs_folder(home)
+        os.makedirs(lockgate_home(home), mode=0o700, exist_ok=True)
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        check_private_folder(home)
         secret = new_secret()
         server = _ControlServer(job_id, control, MessageAuth(secret))
         job = JobInfo(job_id=job_id, job_name=job_name, pid=os.getpid(),
@@ -555,7 +648,7 @@ def register_job(job_name: str, control: JobControl,
                       started_at=time.time(), path=os.path.join(folder, f"{job_id}.json"),
                       secret=secret)
         _write_private(job.path, job.to_json())
-    except (OSError, zmq.ZMQError) as e:
+    except (OSError, zmq.ZMQError, UnsafeRegistryError) as e:
         log.warning("could not register job %r for command-line control (%s: %s); it runs, "
                     "but 'lockgate list/savepoint/stop' cannot reach it; check %s (now %s)",
                     job_name, type(e).__name__, e, HOME_ENV, lockgate_home(home))
@@ -615,11 +708,12 @@ def send_command(job: JobInfo, command: str, *, timeout: float | None = None,
     auth = MessageAuth(job.secret)
     request_id = secrets.token_hex(8)
     request = json.dumps({"id": request_id, "job": job.job_id, "command": command,
-                          "args": args}).encode()
+                          "args": args, "sent_at": time.time()}).encode()
     deadline = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
     socket: Any = zmq.Context.instance().socket(zmq.DEALER)
     try:
         socket.setsockopt(zmq.LINGER, 0)
+        bound(socket, REGISTRY_REPLY_LIMIT)
         socket.connect(job.endpoint)
         socket.send_multipart(auth.seal(request))
         gone_since: float | None = None

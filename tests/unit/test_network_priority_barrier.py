@@ -29,9 +29,9 @@ def pair():
     auth = MessageAuth(new_secret())
     data, data_ep = bind_pull(context, "127.0.0.1")
     prio, prio_ep = bind_pull(context, "127.0.0.1")
-    out = ZmqOutputChannel(connect_push(context, data_ep), auth, 1, "out",
+    out = ZmqOutputChannel(connect_push(context, data_ep), auth, 1, "edge 1 0->1",
                            priority_socket=connect_push(context, prio_ep))
-    inp = ZmqInputChannel(data, auth, 1, "in", priority_socket=prio)
+    inp = ZmqInputChannel(data, auth, 1, "edge 1 0->1", priority_socket=prio)
     yield out, inp
     out.close(False)
     inp.close(False)

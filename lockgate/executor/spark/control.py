@@ -1,11 +1,19 @@
 """The control plane: a ROUTER on the driver, a DEALER in every slot.
 
 Messages are ``[header, payload, mac]``: the header is JSON
-(``{"type", "gen", "slot"}``), the payload a pickle, the MAC an HMAC of both
-under the job's secret. The receiver checks the MAC first, then the header's
-shape, then the generation; only then is the payload unpickled. A message
-failing any check is dropped, counted in ``rejected`` and logged; the job
-carries on.
+(``{"type", "gen", "slot", "chan", "seq"}``), the payload a pickle, the MAC an HMAC
+of both under the job's secret. ``chan`` names the sender (``slot``: a slot's control
+thread, ``watchdog``: its watchdog, ``driver``: the driver) and ``seq`` numbers its
+messages from 1. The receiver checks the MAC first, then the header's shape, then
+the generation, then that ``seq`` is above the last one of that sender (else the
+message is a replay); only then is the payload unpickled. A message failing any
+check is dropped, counted in ``rejected`` and logged; the job carries on.
+
+A slot's control socket has a random routing id, and the driver binds the slot to
+the connection of its first REGISTER of the generation: replies and triggers go
+there, and messages of that slot from any other connection are dropped
+(``impersonation``). Both ends disconnect a peer sending a frame over
+``limits.CONTROL_MESSAGE_LIMIT``; a slot logs and drops a message over it.
 
 Each end runs one thread that owns its socket; other threads talk to it
 through a queue and a wake-up pipe. (zmq sockets are not thread-safe: a socket is
@@ -20,17 +28,32 @@ import json
 import logging
 import pickle
 import queue
+import secrets
 import sys
 import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import zmq
 
-from .auth import AuthenticationError, MalformedMessageError, MessageAuth
+from .auth import (
+    AuthenticationError,
+    MalformedMessageError,
+    MessageAuth,
+    ReplayedMessageError,
+    SequenceGuard,
+)
+from .limits import (
+    CONTROL_MESSAGE_LIMIT,
+    DisconnectLog,
+    MessageTooLargeError,
+    bound,
+    check_size,
+)
 from .signals import PipeWaker
 
 log = logging.getLogger(__name__)
@@ -51,8 +74,14 @@ DECLINE = "decline"
 TASK_FINISHED = "task-finished"
 #: a task finished its operators and waits for its final checkpoint (FLIP-147)
 TASK_END_OF_DATA = "task-end-of-data"
+#: a task initialized (opened, restored, replayed): checkpoints may include it
+TASK_RUNNING = "task-running"
 # diagnostics: slot -> driver, from the slot's watchdog when its heartbeat is silent
 STACKS = "stacks"
+# senders (the header's "chan")
+SLOT_CHANNEL = "slot"
+WATCHDOG_CHANNEL = "watchdog"
+DRIVER_CHANNEL = "driver"
 
 
 @dataclass
@@ -74,6 +103,10 @@ def _parse(auth: MessageAuth, frames: list[bytes], generation: int) -> tuple[dic
         raise MalformedMessageError(f"header lacks type/gen/slot: {header!r}")
     if header["gen"] != generation:
         raise _Stale(f"generation {header['gen']}, current {generation}")
+    seq, chan = header.get("seq"), header.get("chan")
+    if (not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0
+            or chan not in (SLOT_CHANNEL, WATCHDOG_CHANNEL, DRIVER_CHANNEL)):
+        raise MalformedMessageError(f"header lacks a sender and sequence number: {header!r}")
     return header, bytes(payload_b)
 
 
@@ -81,9 +114,14 @@ class _Stale(Exception):
     pass
 
 
-def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: Any) -> list[Any]:
-    header = json.dumps({"type": type_, "gen": generation, "slot": slot}).encode()
-    return auth.seal(header, pickle.dumps(payload, protocol=5))
+def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: Any,
+            seq: int, chan: str) -> list[Any]:
+    header = json.dumps({"type": type_, "gen": generation, "slot": slot, "chan": chan,
+                         "seq": seq}).encode()
+    body = pickle.dumps(payload, protocol=5)
+    check_size(f"a {type_} control message", len(body), CONTROL_MESSAGE_LIMIT,
+               "set LOCKGATE_CONTROL_MAX_MESSAGE_BYTES higher on the driver and the workers")
+    return auth.seal(header, body)
 
 
 def _drain(socket: Any) -> Iterator[list[bytes]]:
@@ -119,13 +157,21 @@ class ControlServer:
         #: monotonic time of the server thread's latest loop turn (a stuck server thread
         #: would make every slot look silent)
         self.last_loop = time.monotonic()
+        #: each slot's connection, bound by its first REGISTER of the generation
         self._identities: dict[int, bytes] = {}
+        self._sequences = SequenceGuard()
+        #: the sequence number of the last message sent to each slot
+        self._sent: Counter[int] = Counter()
         self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
         self._waker = PipeWaker()
         self._stop = threading.Event()
         self._context: Any = zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # a slot reconnecting under its routing id takes its connection over
+        self._socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        bound(self._socket, CONTROL_MESSAGE_LIMIT)
+        self._disconnects = DisconnectLog(self._socket, "control server", CONTROL_MESSAGE_LIMIT)
         port = self._socket.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
         self._thread = threading.Thread(target=self._run, name="lockgate control server",
@@ -141,6 +187,7 @@ class ControlServer:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         poller.register(self._waker.fd, zmq.POLLIN)
+        poller.register(self._disconnects.monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 self.last_loop = time.monotonic()
@@ -149,13 +196,16 @@ class ControlServer:
                     for frames in _drain(self._socket):
                         try:
                             self._handle(frames)
-                        except Exception:  # noqa: BLE001 - one bad message never stops the server
+                        except Exception:
                             self.rejected["malformed"] += 1
                             log.exception("control: failed to handle a message")
                 if self._waker.fd in ready:
                     self._waker.drain()
+                if self._disconnects.monitor in ready:
+                    self._disconnects.drain()
                 self._flush_outgoing()
         finally:
+            self._disconnects.close()
             self._socket.close(linger=0)
 
     def _flush_outgoing(self) -> None:
@@ -169,10 +219,12 @@ class ControlServer:
                 ident = self._identities.get(s)
                 if ident is None:
                     continue
-                frames = _frames(self.auth, type_, self.generation, s, payload)
                 try:
+                    frames = _frames(self.auth, type_, self.generation, s, payload,
+                                     self._sent[s] + 1, DRIVER_CHANNEL)
                     self._socket.send_multipart([ident, *frames], zmq.NOBLOCK)
-                except zmq.ZMQError as e:
+                    self._sent[s] += 1
+                except (zmq.ZMQError, MessageTooLargeError) as e:
                     log.warning("control: could not send %s to slot %s: %s", type_, s, e)
 
     def _handle(self, frames: list[bytes]) -> None:
@@ -195,10 +247,23 @@ class ControlServer:
             self.rejected["stale"] += 1
             log.info("control: dropped a stale message: %s", e)
             return
-        slot = header["slot"]
-        if not 0 <= slot < self.num_slots:
+        slot, chan, type_ = header["slot"], header["chan"], header["type"]
+        if not 0 <= slot < self.num_slots or chan == DRIVER_CHANNEL:
             self.rejected["malformed"] += 1
-            log.warning("control: dropped a message from unknown slot %s", slot)
+            log.warning("control: dropped a message from unknown sender %s of slot %s",
+                        chan, slot)
+            return
+        bound_to = self._identities.get(slot)
+        if chan == SLOT_CHANNEL and bound_to is not None and identity != bound_to:
+            self.rejected["impersonation"] += 1
+            log.warning("control: dropped a %s message of slot %s from a connection other "
+                        "than the one it registered on", type_, slot)
+            return
+        try:
+            self._sequences.check((slot, chan), header["seq"])
+        except ReplayedMessageError as e:
+            self.rejected["replayed"] += 1
+            log.warning("control: dropped a replayed %s message of slot %s: %s", type_, slot, e)
             return
         try:
             payload = pickle.loads(payload_b)
@@ -207,7 +272,6 @@ class ControlServer:
             log.warning("control: dropped an undecodable payload from slot %s: %s", slot, e)
             return
         now = time.monotonic()
-        type_ = header["type"]
         if type_ == STACKS:
             # from the slot's watchdog socket: not a sign of life of its control thread,
             # and not the identity to answer to
@@ -216,10 +280,15 @@ class ControlServer:
                         _field(payload, "silent_s"), _field(payload, "kind"),
                         _field(payload, "stacks"))
             return
+        if chan == WATCHDOG_CHANNEL:  # a watchdog sends STACKS only
+            self.rejected["malformed"] += 1
+            log.warning("control: dropped a %s message from slot %s's watchdog", type_, slot)
+            return
         self.last_heartbeat[slot] = now
-        # answer on the connection the slot last spoke on (a reconnected DEALER gets a
-        # new routing id from the ROUTER)
-        self._identities[slot] = identity
+        if type_ == REGISTER and bound_to is None:
+            # the slot's connection for the rest of the generation (its DEALER keeps its
+            # routing id when it reconnects)
+            self._identities[slot] = identity
         if type_ == REGISTER:
             self.registrations[slot] = payload
             if len(self.registrations) == self.num_slots:
@@ -277,9 +346,16 @@ class ControlClient:
         self._waker = PipeWaker()
         self._stop = threading.Event()
         self._flushed = threading.Event()
+        #: the sequence number of the last message sent
+        self._seq = 0
+        self._sequences = SequenceGuard()
         self._context: Any = zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 2000)
+        # a routing id of its own, kept across reconnections: the driver binds the slot
+        # to it at REGISTER (a leading zero byte is reserved by ZeroMQ)
+        self._socket.setsockopt(zmq.ROUTING_ID, b"lg" + secrets.token_bytes(14))
+        bound(self._socket, CONTROL_MESSAGE_LIMIT)
         self._socket.connect(endpoint)
         self._thread = threading.Thread(target=self._run, name=f"lockgate control slot {slot}",
                                          daemon=True)
@@ -310,17 +386,26 @@ class ControlClient:
                 if self._socket in ready:
                     for frames in _drain(self._socket):
                         try:
-                            header, payload_b = _parse(self.auth, frames, self.generation)
-                        except (AuthenticationError, MalformedMessageError, _Stale) as e:
+                            header, payload_b = self._check(frames)
+                        except (AuthenticationError, MalformedMessageError, _Stale,
+                                ReplayedMessageError) as e:
                             log.warning("slot %s: dropped a control message: %s", self.slot, e)
                             continue
                         try:
                             self.on_message(header["type"], pickle.loads(payload_b))
-                        except Exception:  # noqa: BLE001 - keep heartbeating whatever happens
+                        except Exception:
                             log.exception("slot %s: failed to handle a control message", self.slot)
         finally:
             self._send_pending()
             self._socket.close()
+
+    def _check(self, frames: list[bytes]) -> tuple[dict[str, Any], bytes]:
+        header, payload_b = _parse(self.auth, frames, self.generation)
+        if header["chan"] != DRIVER_CHANNEL or header["slot"] != self.slot:
+            raise MalformedMessageError(
+                f"a message from {header['chan']} for slot {header['slot']}")
+        self._sequences.check(DRIVER_CHANNEL, header["seq"])
+        return header, payload_b
 
     def _beat_payload(self) -> Any:
         provider = self.heartbeat_payload
@@ -328,7 +413,7 @@ class ControlClient:
             return None
         try:
             return provider()
-        except Exception:  # noqa: BLE001 - a diagnostic must never stop the heartbeat
+        except Exception:
             log.debug("slot %s: heartbeat diagnostics failed", self.slot, exc_info=True)
             return None
 
@@ -344,9 +429,11 @@ class ControlClient:
         """Send one message; a payload that cannot be pickled (or a zmq error) is logged
         and dropped, never allowed to end the thread: that would stop the heartbeats."""
         try:
-            frames = _frames(self.auth, type_, self.generation, self.slot, payload)
+            frames = _frames(self.auth, type_, self.generation, self.slot, payload,
+                             self._seq + 1, SLOT_CHANNEL)
             self._socket.send_multipart(frames)
-        except Exception:  # noqa: BLE001 - the heartbeat must go on
+            self._seq += 1
+        except Exception:
             self.send_errors += 1
             log.exception("slot %s: could not send a %s message to the driver", self.slot,
                           type_)
@@ -374,14 +461,19 @@ class ControlReporter:
         self.generation = generation
         self.slot = slot
         self._socket: Any = None
+        #: the sequence number of the last message sent
+        self._seq = 0
 
     def send(self, type_: str, payload: Any) -> None:
         if self._socket is None:
             self._socket = zmq.Context.instance().socket(zmq.DEALER)
             self._socket.setsockopt(zmq.LINGER, 1000)
+            bound(self._socket, CONTROL_MESSAGE_LIMIT)
             self._socket.connect(self.endpoint)
         self._socket.send_multipart(
-            _frames(self.auth, type_, self.generation, self.slot, payload), zmq.NOBLOCK)
+            _frames(self.auth, type_, self.generation, self.slot, payload, self._seq + 1,
+                    WATCHDOG_CHANNEL), zmq.NOBLOCK)
+        self._seq += 1
 
     def close(self) -> None:
         if self._socket is not None:

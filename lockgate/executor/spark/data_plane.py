@@ -4,8 +4,12 @@ The consumer binds a PULL socket, the producer connects a PUSH socket. Both
 ends have a small high-water mark (``HWM`` messages, each at most the output
 buffer size), so a slow consumer blocks its producer after a few MiB instead
 of queueing gigabytes (SPARK_NOTES.md). Elements keep their order (one
-socket per channel). Every message is authenticated and carries the
-attempt's generation; messages failing either check are dropped and logged.
+socket per channel). Every message is authenticated (under the channel's
+name too: a message of one channel does not verify on another), carries the
+attempt's generation and a per-socket sequence number; messages failing a check,
+and replays (a number not above the last one received), are dropped and logged.
+PULL sockets disconnect a peer sending a frame over ``limits.data_message_limit``
+(from the channel capacity); a producer fails its task rather than send one.
 Sockets are used by one thread at a time: created in the slot's main thread,
 then handed to the task thread that owns the channel end.
 """
@@ -23,8 +27,15 @@ import zmq
 
 from ...errors import TaskCancelledError
 from ...runtime.elements import PriorityBarrier, StreamElement
-from .auth import AuthenticationError, MalformedMessageError, MessageAuth
-from .wire import StaleMessageError, decode_marked, encode
+from .auth import (
+    AuthenticationError,
+    MalformedMessageError,
+    MessageAuth,
+    ReplayedMessageError,
+    SequenceGuard,
+)
+from .limits import bound, check_size, data_message_limit
+from .wire import StaleMessageError, decode_marked, encode, sequence_number
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +55,20 @@ class ZmqOutputChannel:
     wake_interval_ms = 2.0
 
     def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str,
-                 priority_socket: Any = None) -> None:
+                 priority_socket: Any = None, max_message_bytes: int | None = None) -> None:
         self.socket = socket
         self.priority_socket = priority_socket
         self.auth = auth
         self.generation = generation
         self.name = name
+        #: the consumer's bound on one frame (its PULL sockets disconnect larger ones)
+        self.max_message_bytes = (data_message_limit() if max_message_bytes is None
+                                  else max_message_bytes)
+        self._context = channel_context(name, priority=False)
+        self._priority_context = channel_context(name, priority=True)
+        #: the sequence number of the last message sent on each socket
+        self._seq = 0
+        self._priority_seq = 0
         self._cancelled = False
         self.blocked_puts = 0
         #: messages handed to the data socket so far
@@ -58,9 +77,11 @@ class ZmqOutputChannel:
         self._mark = 0
 
     def put(self, element: StreamElement) -> None:
-        header, body = encode(element, self.generation, self._mark)
-        frames = self.auth.seal(header, body)
+        header, body = encode(element, self.generation, self._mark, self._seq + 1)
+        self._check(body)
+        frames = self.auth.seal(header, body, context=self._context)
         self._send(self.socket, frames)
+        self._seq += 1
         self._mark = 0
         self.sent += 1
 
@@ -84,12 +105,22 @@ class ZmqOutputChannel:
         if self.priority_socket is None:
             self.put(element)
             return []
-        header, body = encode(Prioritized(element, self.sent), self.generation, 0)
-        self._send(self.priority_socket, self.auth.seal(header, body))
+        header, body = encode(Prioritized(element, self.sent), self.generation, 0,
+                              self._priority_seq + 1)
+        self._check(body)
+        self._send(self.priority_socket,
+                   self.auth.seal(header, body, context=self._priority_context))
+        self._priority_seq += 1
         # sockets do not order against each other: the next data message says that it
         # comes after this barrier, so the consumer never processes it before the barrier
         self._mark = getattr(element, "checkpoint_id", 0)
         return []
+
+    def _check(self, body: Any) -> None:
+        check_size(f"a data message of channel {self.name}", memoryview(body).nbytes,
+                   self.max_message_bytes,
+                   "raise ExecutionConfig.channel_capacity_bytes (the bound is "
+                   "limits.DATA_HEADROOM times it) or emit smaller records")
 
     def has_capacity(self) -> bool:
         return bool(self.socket.poll(0, zmq.POLLOUT))
@@ -137,6 +168,12 @@ class ZmqInputChannel:
         self.generation = generation
         self.name = name
         self.dropped = 0
+        #: replayed messages dropped (also counted in ``dropped``)
+        self.replayed = 0
+        self._contexts = {id(socket): channel_context(name, priority=False)}
+        if priority_socket is not None:
+            self._contexts[id(priority_socket)] = channel_context(name, priority=True)
+        self._sequences = SequenceGuard()
         self._signal: Any = None
         #: data messages read from the socket so far (delivered or read ahead)
         self.read = 0
@@ -221,9 +258,15 @@ class ZmqInputChannel:
                 frames = socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return None
+            context = self._contexts[id(socket)]
             try:
-                header, body = self.auth.open([f.buffer for f in frames], 2)
+                header, body = self.auth.open([f.buffer for f in frames], 2, context=context)
+                self._sequences.check(context, sequence_number(header))
                 return decode_marked(header, body, self.generation)
+            except ReplayedMessageError as e:
+                self.dropped += 1
+                self.replayed += 1
+                log.warning("%s: dropped a replayed data message: %s", self.name, e)
             except (AuthenticationError, MalformedMessageError, StaleMessageError, ValueError) as e:
                 self.dropped += 1
                 log.warning("%s: dropped a data message: %s", self.name, e)
@@ -255,8 +298,17 @@ class ZmqInputChannel:
             self.priority_socket.close(linger=0)
 
 
-def bind_pull(context: Any, host: str) -> tuple[Any, str]:
+def channel_context(name: str, priority: bool) -> bytes:
+    """What a channel's MACs cover besides the message: its name and socket."""
+    return f"data|{name}|{'priority' if priority else 'data'}".encode()
+
+
+def bind_pull(context: Any, host: str, max_message_bytes: int | None = None) -> tuple[Any, str]:
+    """A PULL socket bound to a random port of ``host`` and its endpoint; a peer sending
+    a frame over ``max_message_bytes`` (default: ``data_message_limit()``) is
+    disconnected before the frame is stored."""
     sock = context.socket(zmq.PULL)
+    bound(sock, data_message_limit() if max_message_bytes is None else max_message_bytes)
     sock.setsockopt(zmq.RCVHWM, HWM)
     sock.setsockopt(zmq.RCVBUF, SOCKET_BUFFER)
     sock.setsockopt(zmq.LINGER, 0)

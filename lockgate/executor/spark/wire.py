@@ -1,7 +1,9 @@
 """How stream elements travel between slots.
 
-A data message is three frames: a 17-byte header (kind, generation, mark),
-the body and a MAC. ``mark`` is nonzero on the first data message sent after an
+A data message is three frames: a 25-byte header (kind, generation, mark,
+sequence number), the body and a MAC (over the channel's name too, see
+:mod:`.auth`). The sequence number counts the messages of one socket from 1: the
+receiver drops a message whose number it has passed (a replay). ``mark`` is nonzero on the first data message sent after an
 unaligned barrier went ahead on the channel's priority socket: the id of that
 checkpoint (the receiver must see that barrier before this message). Arrow record batches travel as Arrow IPC streams (zero-copy on
 receive); row batches (Python objects) and control elements are pickled,
@@ -22,24 +24,32 @@ from ...runtime.elements import StreamElement
 ARROW = 1
 ROWS = 2
 ELEMENT = 3
-_HEADER = struct.Struct("<Bqq")
+_HEADER = struct.Struct("<Bqqq")
 
 
 class StaleMessageError(Exception):
     """A message from another attempt (generation)."""
 
 
-def encode(element: Any, generation: int, mark: int = 0) -> tuple[bytes, Any]:
+def encode(element: Any, generation: int, mark: int = 0, seq: int = 0) -> tuple[bytes, Any]:
     """(header, body) for ``element``; the body supports the buffer protocol."""
     if isinstance(element, pa.RecordBatch):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, element.schema) as writer:
             writer.write_batch(element)
-        return _HEADER.pack(ARROW, generation, mark), sink.getvalue()
+        return _HEADER.pack(ARROW, generation, mark, seq), sink.getvalue()
     if isinstance(element, RowBatch):
-        return _HEADER.pack(ROWS, generation, mark), pickle.dumps(
+        return _HEADER.pack(ROWS, generation, mark, seq), pickle.dumps(
             (element.rows, element.timestamps), protocol=5)
-    return _HEADER.pack(ELEMENT, generation, mark), pickle.dumps(element, protocol=5)
+    return _HEADER.pack(ELEMENT, generation, mark, seq), pickle.dumps(element, protocol=5)
+
+
+def sequence_number(header: memoryview) -> int:
+    """The sequence number of an authenticated message's header."""
+    if header.nbytes != _HEADER.size:
+        raise ValueError(f"bad data header of {header.nbytes} bytes")
+    seq: int = _HEADER.unpack(header)[3]
+    return seq
 
 
 def decode_marked(header: memoryview, body: memoryview, generation: int) -> tuple[Any, int]:
@@ -55,7 +65,7 @@ def decode(header: memoryview, body: memoryview, generation: int) -> StreamEleme
     generation's message."""
     if header.nbytes != _HEADER.size:
         raise ValueError(f"bad data header of {header.nbytes} bytes")
-    kind, gen, _ = _HEADER.unpack(header)
+    kind, gen, _, _ = _HEADER.unpack(header)
     if gen != generation:
         raise StaleMessageError(f"message of generation {gen}, expected {generation}")
     if kind == ARROW:

@@ -1,0 +1,239 @@
+"""Issue 18 item 5: an authenticated message captured on the network cannot be
+replayed. Every sender numbers its messages under the MAC and receivers drop numbers
+they passed; a data message is bound to its channel; a slot's control connection is
+the one of its first REGISTER; a registry request runs once.
+
+The captures are real: :class:`zmq_tap.RouterTap` (or a PULL in the middle) forwards
+the traffic of a well-behaved sender and keeps a copy, which an attacker's socket then
+sends again."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from typing import Any
+
+import zmq
+from conftest import wait_until
+from test_job_registry import FakeControl
+from zmq_tap import RouterTap
+
+from lockgate.executor import job_registry
+from lockgate.executor.job_registry import find_job, register_job, send_command
+from lockgate.executor.spark.auth import MessageAuth, new_secret
+from lockgate.executor.spark.control import (
+    HEARTBEAT,
+    REGISTER,
+    TRIGGER,
+    ControlClient,
+    ControlServer,
+)
+from lockgate.executor.spark.data_plane import (
+    ZmqInputChannel,
+    ZmqOutputChannel,
+    bind_pull,
+    connect_push,
+)
+from lockgate.runtime.batch import RowBatch
+
+
+def socket_to(endpoint: str, kind: int) -> Any:
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    return sock
+
+
+def capture_data(auth: MessageAuth, name: str, batch: RowBatch) -> list[Any]:
+    """The frames a producer of channel ``name`` sends for ``batch``, captured on the way."""
+    context: Any = zmq.Context.instance()
+    tap, tap_endpoint = bind_pull(context, "127.0.0.1")
+    producer = ZmqOutputChannel(connect_push(context, tap_endpoint), auth, 1, name)
+    try:
+        producer.put(batch)
+        assert tap.poll(10_000), "the producer's message did not reach the tap"
+        frames: list[Any] = tap.recv_multipart()
+        return frames
+    finally:
+        producer.close(False)
+        tap.close(linger=0)
+
+
+def drain(consumer: ZmqInputChannel, expected_drops: int) -> list[Any]:
+    """Everything the consumer delivers until it dropped ``expected_drops`` messages and
+    has nothing more (replays are processed in order after the original)."""
+    got: list[Any] = []
+
+    def done() -> bool:
+        element = consumer.poll()
+        if element is not None:
+            got.append(element)
+        return element is None and consumer.dropped >= expected_drops
+
+    wait_until(done, f"the consumer drops {expected_drops} replayed messages "
+                     f"(dropped {consumer.dropped}, delivered {len(got)})")
+    return got
+
+
+def test_item5_a_replayed_data_message_is_delivered_once() -> None:
+    auth = MessageAuth(new_secret())
+    frames = capture_data(auth, "edge 1 0->1", RowBatch([1, 2, 3]))
+    pull, endpoint = bind_pull(zmq.Context.instance(), "127.0.0.1")
+    consumer = ZmqInputChannel(pull, auth, 1, "edge 1 0->1")
+    sender = socket_to(endpoint, zmq.PUSH)
+    try:
+        for _ in range(3):  # the original, then two replays
+            sender.send_multipart(frames)
+        got = drain(consumer, expected_drops=2)
+        assert [g.rows for g in got] == [[1, 2, 3]]
+        assert consumer.replayed == 2
+    finally:
+        sender.close(linger=0)
+        consumer.close(False)
+
+
+def test_item5_a_data_message_of_one_channel_is_refused_on_another() -> None:
+    auth = MessageAuth(new_secret())
+    frames = capture_data(auth, "edge 1 0->1", RowBatch(["for channel a"]))
+    pull, endpoint = bind_pull(zmq.Context.instance(), "127.0.0.1")
+    consumer = ZmqInputChannel(pull, auth, 1, "edge 1 2->1")
+    sender = socket_to(endpoint, zmq.PUSH)
+    try:
+        sender.send_multipart(frames)
+        assert drain(consumer, expected_drops=1) == []
+    finally:
+        sender.close(linger=0)
+        consumer.close(False)
+
+
+class Slot:
+    """A slot's control client behind a tap, recording what it receives."""
+
+    def __init__(self, server: ControlServer, secret: bytes) -> None:
+        self.tap = RouterTap(server.endpoint)
+        self.received: list[tuple[str, Any]] = []
+        self.client = ControlClient(self.tap.endpoint, MessageAuth(secret), server.generation, 0,
+                                    on_message=lambda t, p: self.received.append((t, p)),
+                                    heartbeat_s=3600)
+
+    def close(self) -> None:
+        self.client.close()
+        self.tap.close()
+
+
+def registered(server: ControlServer, secret: bytes) -> Slot:
+    slot = Slot(server, secret)
+    slot.client.send(REGISTER, {"endpoints": {}})
+    wait_until(lambda: 0 in server.registrations, "the slot registers", timeout_s=10)
+    return slot
+
+
+def captured(slot: Slot, type_: str) -> list[bytes]:
+    return next(b for b in slot.tap.to_server if json.loads(b[0])["type"] == type_)
+
+
+def test_item5_a_replayed_register_is_dropped_and_triggers_still_reach_the_slot() -> None:
+    secret = new_secret()
+    server = ControlServer("127.0.0.1", MessageAuth(secret), 1, num_slots=1)
+    slot = registered(server, secret)
+    attacker = socket_to(server.endpoint, zmq.DEALER)
+    try:
+        attacker.send_multipart(captured(slot, REGISTER))
+        # dropped as a replay, or (checked first) as coming from another connection
+        wait_until(lambda: server.rejected["replayed"] + server.rejected["impersonation"] == 1,
+                   f"the replayed REGISTER is dropped (rejected: {dict(server.rejected)})")
+        assert server.registrations[0] == {"endpoints": {}}
+        server.send(0, TRIGGER, "checkpoint 1")
+        wait_until(lambda: (TRIGGER, "checkpoint 1") in slot.received,
+                   "the TRIGGER reaches the slot that registered", timeout_s=10)
+        assert not attacker.poll(0), "the attacker received the slot's TRIGGER"
+    finally:
+        attacker.close(linger=0)
+        slot.close()
+        server.close()
+
+
+def test_item5_a_slot_stays_bound_to_the_connection_of_its_first_register() -> None:
+    """Even a message that is not a replay (the test holds the secret) does not move a
+    registered slot to another connection."""
+    secret = new_secret()
+    auth = MessageAuth(secret)
+    server = ControlServer("127.0.0.1", auth, 1, num_slots=1)
+    slot = registered(server, secret)
+    other = socket_to(server.endpoint, zmq.DEALER)
+    try:
+        header = {"type": HEARTBEAT, "gen": 1, "slot": 0, "chan": "slot", "seq": 1_000_000}
+        other.send_multipart(auth.seal(json.dumps(header).encode(), pickle.dumps(None)))
+        wait_until(lambda: server.rejected["impersonation"] == 1,
+                   f"the message from another connection is dropped "
+                   f"(rejected: {dict(server.rejected)})")
+        server.send(0, TRIGGER, "checkpoint 2")
+        wait_until(lambda: (TRIGGER, "checkpoint 2") in slot.received,
+                   "the TRIGGER reaches the registered connection", timeout_s=10)
+        assert not other.poll(0), "the other connection received the slot's TRIGGER"
+    finally:
+        other.close(linger=0)
+        slot.close()
+        server.close()
+
+
+def test_item5_a_replayed_driver_message_reaches_the_slot_once() -> None:
+    secret = new_secret()
+    server = ControlServer("127.0.0.1", MessageAuth(secret), 1, num_slots=1)
+    slot = registered(server, secret)
+    try:
+        server.send(0, TRIGGER, "checkpoint 3")
+        wait_until(lambda: (TRIGGER, "checkpoint 3") in slot.received, "the TRIGGER arrives")
+        trigger = next(b for b in slot.tap.to_client if json.loads(b[0])["type"] == TRIGGER)
+        slot.tap.replay_to_client(trigger)
+        slot.tap.replay_to_client(trigger)
+        server.send(0, TRIGGER, "checkpoint 4")  # after the replays on the same connection
+        wait_until(lambda: (TRIGGER, "checkpoint 4") in slot.received, "the next TRIGGER arrives")
+        assert [p for t, p in slot.received if t == TRIGGER] == ["checkpoint 3", "checkpoint 4"]
+    finally:
+        slot.close()
+        server.close()
+
+
+def test_item5_a_replayed_registry_command_runs_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(job_registry.HOME_ENV, str(tmp_path / "home"))
+    control = FakeControl()
+    with register_job("job", control) as registration:
+        job = find_job("job")
+        tap = RouterTap(job.endpoint)
+        attacker = socket_to(job.endpoint, zmq.DEALER)
+        try:
+            via_tap = job_registry.JobInfo(**{**job.__dict__, "endpoint": tap.endpoint})
+            assert send_command(via_tap, "savepoint", path=str(tmp_path)) == os.path.join(
+                str(tmp_path), "savepoint-1")
+            for _ in range(2):
+                attacker.send_multipart(tap.to_server[0])
+            wait_until(lambda: registration.rejected["replayed"] == 2,
+                       f"both replays are dropped (rejected: {registration.rejected}, "
+                       f"calls: {control.calls})")
+            assert len(control.calls) == 1
+        finally:
+            attacker.close(linger=0)
+            tap.close()
+
+
+def test_item5_a_registry_request_older_than_the_window_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(job_registry.HOME_ENV, str(tmp_path / "home"))
+    control = FakeControl()
+    with register_job("job", control) as registration:
+        job = find_job("job")
+        auth = MessageAuth(job.secret)
+        request = {"id": "old-request", "job": job.job_id, "command": "cancel", "args": {},
+                   "sent_at": time.time() - 2 * job_registry.REQUEST_WINDOW_S}
+        client = socket_to(job.endpoint, zmq.DEALER)
+        try:
+            client.send_multipart(auth.seal(json.dumps(request).encode()))
+            assert client.poll(10_000), "no reply to the stale request"
+            (payload,) = auth.open(client.recv_multipart(), 1)
+            reply = json.loads(bytes(payload))
+            assert reply["ok"] is False and "not sent within 60s" in reply["error"]
+            assert control.calls == [] and registration.rejected["stale"] == 1
+        finally:
+            client.close(linger=0)
