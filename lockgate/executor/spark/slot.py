@@ -63,6 +63,7 @@ from .control import (
     ControlReporter,
 )
 from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
+from .limits import data_message_limit
 from .signals import SocketSignal
 from .watchdog import SlotWatchdog
 
@@ -146,7 +147,8 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             for p, c in edge.channel_pairs():
                 if c == slot and p != slot:
                     for key in ((edge.id, p, c), _priority_key((edge.id, p, c))):
-                        sock, endpoint = bind_pull(context, host)
+                        sock, endpoint = bind_pull(context, host,
+                                                   data_message_limit(plan.config))
                         pulls[key] = sock
                         endpoints[key] = endpoint
         control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
@@ -168,6 +170,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             z = ZmqOutputChannel(
                 connect_push(context, addresses[key]), auth, gen, str(key),
                 priority_socket=connect_push(context, addresses[_priority_key(key)]),
+                max_message_bytes=data_message_limit(plan.config),
             )
             network_channels.append(z)
             return z
