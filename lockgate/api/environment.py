@@ -6,13 +6,14 @@ import copy
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import uuid
 import warnings
 from datetime import timedelta
 from typing import Any, Iterable
 
-from ..checkpoint.config import CheckpointConfig, CheckpointingMode
+from ..checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
 from ..checkpoint.storage import open_storage
 from ..connectors.base import Source
 from ..errors import ConfigurationError
@@ -225,24 +226,33 @@ class StreamEnvironment:
         plan.faults = self._faults
         plan.state_backend = self._state_backend
         if restore_from is not None:
-            plan.restore = _restore_spec(plan, restore_from, allow_non_restored_state)
+            plan.restore = _restore_spec(plan, restore_from, allow_non_restored_state,
+                                         self._checkpoint_config)
+        elif plan.checkpoint is not None and plan.checkpoint.storage not in _temporary_storages:
+            _warn_fresh_start(plan)
         if self._checkpoint_config.enabled or restore_from is not None:
             _warn_generated_uids(self._transformations)
         return plan
 
     def _plan_checkpoint_config(self) -> CheckpointConfig | None:
         """A copy of the checkpoint settings for one run, its storage resolved: without
-        one, checkpoints go to a fresh temporary directory on this machine."""
+        one, checkpoints go to a fresh temporary directory on this machine, which the
+        run deletes when it ends unless ``externalized`` is ``RETAIN_ON_CANCELLATION``
+        (see :func:`_remove_temporary_storage`)."""
         cfg = self._checkpoint_config
         if not cfg.enabled:
             return None
         resolved = copy.copy(cfg)
-        if resolved.storage is None:
-            resolved.storage = tempfile.mkdtemp(prefix="lockgate-checkpoints-")
-            log.info("checkpoint_config.storage is not set: checkpoints go to %s",
-                     resolved.storage)
-        # absolute, and checked once here: slots open it by this URL
-        resolved.storage = open_storage(resolved.storage).url
+        storage = resolved.storage
+        temporary = storage is None
+        if storage is None:
+            storage = tempfile.mkdtemp(prefix="lockgate-checkpoints-")
+            log.info("checkpoint_config.storage is not set: checkpoints go to %s", storage)
+        # absolute, and checked once here: slots open it by this URL (with the signing
+        # key and permissions, registered for it in this process)
+        resolved.storage = open_storage(storage, resolved.storage_options()).url
+        if temporary:
+            _temporary_storages.add(resolved.storage)
         return resolved
 
     # -- execution -----------------------------------------------------------------
@@ -271,8 +281,7 @@ class StreamEnvironment:
                                        allow_non_restored_state=allow_non_restored_state)
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
-        client = JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle),
-                           background=False)
+        client = JobClient(job_name, _then_clean_up(plan, chosen), background=False)
         return client.run_here()
 
     def execute_async(self, job_name: str = "lockgate job", *,
@@ -290,7 +299,7 @@ class StreamEnvironment:
                                        allow_non_restored_state=allow_non_restored_state)
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
-        return JobClient(job_name, lambda handle: chosen.execute(plan, handle=handle))
+        return JobClient(job_name, _then_clean_up(plan, chosen))
 
 
 _shared_spark_executor: Any = None
@@ -320,15 +329,90 @@ def default_executor() -> Any:
     return _shared_spark_executor
 
 
-def _restore_spec(plan: ExecutionPlan, restore_from: str,
-                  allow_non_restored_state: bool) -> Any:
-    """The checkpoint at ``restore_from``, checked against the job's operators (M-S2)."""
+#: the temporary checkpoint storages this process made for runs without a storage
+_temporary_storages: set[str] = set()
+
+
+def _then_clean_up(plan: ExecutionPlan, executor: Any) -> Any:
+    """``executor.execute(plan)`` as a JobClient run, which removes the run's temporary
+    checkpoint storage when it ends."""
+    def run(handle: Any) -> JobExecutionResult:
+        try:
+            result: JobExecutionResult = executor.execute(plan, handle=handle)
+            return result
+        finally:
+            _remove_temporary_storage(plan)
+    return run
+
+
+def _remove_temporary_storage(plan: ExecutionPlan) -> None:
+    """Delete the temporary checkpoint storage the run made (no storage was set), which
+    nothing can restore from once the run is over; with
+    ``externalized = RETAIN_ON_CANCELLATION`` it is kept, and its path logged."""
+    cfg = plan.checkpoint
+    if cfg is None or cfg.storage not in _temporary_storages:
+        return
+    assert cfg.storage is not None
+    if cfg.externalized is ExternalizedRetention.RETAIN_ON_CANCELLATION:
+        log.warning("job %r: its checkpoints are retained (RETAIN_ON_CANCELLATION) in the "
+                    "temporary folder %s, which is not deleted; set "
+                    "checkpoint_config.storage to choose where they go", plan.job_name,
+                    cfg.storage)
+        return
+    _temporary_storages.discard(cfg.storage)
+    shutil.rmtree(cfg.storage, ignore_errors=True)
+
+
+def _warn_fresh_start(plan: ExecutionPlan) -> None:
+    """Warn when a job starts from empty state on a storage that holds completed
+    checkpoints of a job of the same name: it will not resume from them, so its sources
+    start over and its sinks write their output again (issue 18 item 3)."""
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    storage = open_storage(plan.checkpoint.storage)
+    try:
+        ids = storage.completed_ids()
+    except Exception:  # noqa: BLE001 - an unreadable storage fails later, with context
+        return
+    for checkpoint_id in sorted(ids, reverse=True)[:3]:
+        try:
+            name = storage.read_metadata(checkpoint_id).get("job_name")
+        except Exception:  # noqa: BLE001 - a damaged one: look at the previous one
+            continue
+        if name != plan.job_name:
+            return
+        where = getattr(storage, "location", lambda rel: storage.url)(
+            f"chk-{checkpoint_id}")
+        text = (f"job {plan.job_name!r} starts from empty state, but its checkpoint storage "
+                f"{storage.url} holds completed checkpoints of a job of that name (newest: "
+                f"{where}): it does not resume from them, so its sources start over and its "
+                f"sinks write their output again (duplicates in external systems). To resume, "
+                f"pass restore_from={storage.url!r} (lockgate run --restore); to start over "
+                f"on purpose, use a new checkpoint_config.storage or delete the old "
+                f"checkpoints")
+        log.warning("%s", text)
+        warnings.warn(text, UserWarning, stacklevel=4)
+        return
+
+
+def _restore_spec(plan: ExecutionPlan, restore_from: str, allow_non_restored_state: bool,
+                  cfg: CheckpointConfig) -> Any:
+    """The checkpoint at ``restore_from``, checked against the job's operators (M-S2),
+    read with the signing key of ``cfg``; a fallback past a damaged checkpoint that
+    may have committed sink output is refused unless
+    ``cfg.allow_replaying_committed_output``."""
+    from ..recovery.failover import committed_output_guard
     from ..recovery.restore import RestoreError, resolve_restore_path
 
     if not isinstance(restore_from, (str, os.PathLike)):
         raise ConfigurationError(
             f"restore_from must be the path of a checkpoint or savepoint, got {restore_from!r}")
-    spec = resolve_restore_path(os.fspath(restore_from))
+    if not isinstance(cfg.allow_replaying_committed_output, bool):
+        raise ConfigurationError(
+            f"checkpoint allow_replaying_committed_output must be True or False, got "
+            f"{cfg.allow_replaying_committed_output!r}")
+    spec = resolve_restore_path(
+        os.fspath(restore_from), options=cfg.storage_options(),
+        guard=committed_output_guard(plan, cfg.allow_replaying_committed_output))
     unknown = sorted(spec.operator_uids() - set(plan.operator_names))
     if unknown and not allow_non_restored_state:
         raise RestoreError(

@@ -7,11 +7,12 @@ invalid combinations with an error saying which setting to change.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..time.durations import to_millis
+from .storage_options import StorageOptions, register, signing_key_bytes
 
 
 class CheckpointingMode(enum.Enum):
@@ -50,6 +51,23 @@ class CheckpointConfig:
       alignment takes longer than this (0: always unaligned).
     * ``retained`` - completed checkpoints kept in storage (M-C8).
     * ``externalized`` - keep or delete the retained checkpoints on cancellation (M-S3).
+      Without ``storage``, checkpoints go to a new temporary folder that is deleted when
+      the job ends, unless ``externalized`` is ``RETAIN_ON_CANCELLATION`` (then it is
+      kept and its path logged as a warning).
+    * ``allow_replaying_committed_output`` - a restore that must fall back past a
+      damaged checkpoint which completed (so its two-phase-commit sinks may already
+      have committed its output) fails with a ``RestoreError`` naming the checkpoint
+      and the sinks; ``True`` restores the older checkpoint anyway (logged as a
+      warning) and that output is written again.
+    * ``signing_key`` - ``bytes`` (or ``str``, UTF-8 encoded), at least 16 bytes, or
+      ``None``. A checkpoint is code: state files are pickles, and restoring one runs
+      it. With a key, every checkpoint and savepoint file (state files, ``_metadata``,
+      the ``_latest`` pointer, shared files of incremental checkpoints) carries an
+      HMAC-SHA256 made with it, and a restore refuses unsigned or wrongly signed files
+      before unpickling anything. Without a key, restore only from storage that only
+      trusted parties can write. See ``docs/security-checkpoints.md``.
+    * ``file_mode`` / ``dir_mode`` - permissions of the files and folders the storage
+      creates on a local filesystem (default ``0o600`` / ``0o700``: owner only).
     """
 
     interval: Any = None
@@ -63,6 +81,26 @@ class CheckpointConfig:
     aligned_timeout: Any = 0
     retained: int = 1
     externalized: ExternalizedRetention = ExternalizedRetention.DELETE_ON_CANCELLATION
+    allow_replaying_committed_output: bool = False
+    signing_key: bytes | str | None = field(default=None, repr=False)
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # unpickled in a worker process (a plan shipped to a slot): register the storage
+        # options there, so that every storage the worker opens at this URL signs and
+        # checks files with the job's key (see lockgate.checkpoint.storage_options)
+        self.__dict__.update(state)
+        if isinstance(self.storage, str) and self.storage:
+            try:
+                register(self.storage, self.storage_options())
+            except ConfigurationError:
+                pass  # invalid settings fail validate() where they are used
+
+    def storage_options(self) -> StorageOptions:
+        """How the checkpoint storage writes and checks files (key and permissions)."""
+        return StorageOptions(signing_key=signing_key_bytes(self.signing_key),
+                              file_mode=self.file_mode, dir_mode=self.dir_mode)
 
     @property
     def enabled(self) -> bool:
@@ -133,6 +171,11 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"checkpoint storage must be a filesystem URL or path, got {self.storage!r}"
             )
+        if not isinstance(self.allow_replaying_committed_output, bool):
+            raise ConfigurationError(
+                f"checkpoint allow_replaying_committed_output must be True or False, got "
+                f"{self.allow_replaying_committed_output!r}")
+        self.storage_options()  # checks the key and the modes
         if not isinstance(self.externalized, ExternalizedRetention):
             raise ConfigurationError(
                 f"checkpoint externalized must be an lg.ExternalizedRetention, got "

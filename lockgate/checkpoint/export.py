@@ -32,6 +32,13 @@ Guarantees:
   again;
 * the source is only read.
 
+Signing: with a signing key (the ``signing_key`` argument, else the environment variable
+``LOCKGATE_CHECKPOINT_SIGNING_KEY``, UTF-8), every file read is checked against its MAC
+first (unsigned or wrongly signed files fail the export), files copied as they are keep
+their MACs, and the files the export writes anew (rewritten RocksDB state files,
+``_metadata``) are signed with the key: restore the export with the same key. Without a
+key, nothing is checked or signed (MACs already in copied files stay).
+
 Because the RocksDB payloads name the folder, move an export by exporting it again
 (``lockgate checkpoint export OLD NEW``) rather than moving its files. Savepoints need
 none of this: they hold canonical state and no shared files (M-S1).
@@ -62,7 +69,13 @@ from .fs_storage import (
     encode_file,
 )
 from .shared_registry import read_shared_file
-from .storage import METADATA, CheckpointStorage, CorruptCheckpointError, open_storage
+from .storage import (
+    METADATA,
+    CheckpointStorage,
+    CorruptCheckpointError,
+    storage_options_of,
+)
+from .storage_options import StorageOptions, signing_key_bytes
 from .types import StateHandle
 
 _CHK = re.compile(r"^chk-(0|[1-9][0-9]*)$")
@@ -86,7 +99,11 @@ class ExportedCheckpoint:
     bytes_written: int
 
 
-def export_checkpoint(source: str, dest: str) -> ExportedCheckpoint:
+SIGNING_KEY_ENV = "LOCKGATE_CHECKPOINT_SIGNING_KEY"
+
+
+def export_checkpoint(source: str, dest: str, *,
+                      signing_key: bytes | str | None = None) -> ExportedCheckpoint:
     """Copy the completed checkpoint at ``source`` into the new folder ``dest`` so that
     ``dest`` restores on its own (see the module docstring for the guarantees).
 
@@ -99,13 +116,20 @@ def export_checkpoint(source: str, dest: str) -> ExportedCheckpoint:
     cannot be used as given (missing source folder, ``dest`` not empty, ...) and
     :class:`ExportError` (or :class:`~lockgate.checkpoint.storage.CorruptCheckpointError`,
     for a file that fails its check) when the checkpoint cannot be exported.
+
+    ``signing_key``: the job's ``checkpoint_config.signing_key`` (None: the environment
+    variable ``LOCKGATE_CHECKPOINT_SIGNING_KEY`` if set): files are checked and the
+    export is signed with it (see the module docstring).
     """
-    src, metadata, where = _open_source(source)
+    if signing_key is None and os.environ.get(SIGNING_KEY_ENV):
+        signing_key = os.environ[SIGNING_KEY_ENV]
+    options = StorageOptions(signing_key=signing_key_bytes(signing_key))
+    src, metadata, where = _open_source(source, options)
     try:
         checkpoint = CompletedCheckpoint.from_metadata(metadata)
     except (ValueError, KeyError, TypeError) as e:
         raise ExportError(f"{where}: its _metadata is not valid: {e}") from e
-    out = _open_dest(dest)
+    out = _open_dest(dest, options)
     copier = _Copier(src, out, where)
     try:
         operators = {
@@ -121,7 +145,7 @@ def export_checkpoint(source: str, dest: str) -> ExportedCheckpoint:
         if isinstance(exported.get("stats"), dict):
             exported["stats"] = {**exported["stats"], "external_path": out.url}
         payload = json.dumps(exported, allow_nan=False).encode("utf-8")
-        copier.write(METADATA, encode_file(payload, KIND_JSON), atomic=True)  # last
+        copier.write(METADATA, encode_file(payload, KIND_JSON, options), atomic=True)  # last
     except (ExportError, CorruptCheckpointError) as e:
         raise type(e)(f"{e}; {copier.remove_written()}") from e
     except OSError as e:
@@ -139,20 +163,22 @@ def _is_url(path: str) -> bool:
     return "://" in path
 
 
-def _filesystem_storage(url: str, what: str, given: str) -> FileSystemCheckpointStorage:
+def _filesystem_storage(url: str, what: str, given: str,
+                        options: StorageOptions) -> FileSystemCheckpointStorage:
     if url.startswith("memory://"):
         raise ConfigurationError(
             f"{what} {given!r}: a checkpoint export reads and writes filesystem paths or URLs "
             "(local, file://, s3://, ...), not memory://")
     try:
-        storage = open_storage(url)
+        # not open_storage(url, options): an export must not change the options other
+        # code of this process opens the storage with
+        return FileSystemCheckpointStorage(url, options)
     except Exception as e:
         raise ConfigurationError(f"{what} {given!r} cannot be opened: {e}") from e
-    assert isinstance(storage, FileSystemCheckpointStorage)
-    return storage
 
 
-def _open_source(source: str) -> tuple[CheckpointStorage, dict[str, Any], str]:
+def _open_source(source: str,
+                 options: StorageOptions) -> tuple[CheckpointStorage, dict[str, Any], str]:
     """The storage whose root the handles of the checkpoint at ``source`` are relative
     to, the checkpoint's metadata, and a description of where it is."""
     if not isinstance(source, str) or not source.strip():
@@ -171,7 +197,7 @@ def _open_source(source: str) -> tuple[CheckpointStorage, dict[str, Any], str]:
         head, name = posixpath.split(trimmed)
     match = _CHK.match(name)
     if match is not None:
-        storage = _filesystem_storage(head, "checkpoint", source)
+        storage = _filesystem_storage(head, "checkpoint", source, options)
         checkpoint_id = int(match.group(1))
         try:
             return storage, storage.read_metadata(checkpoint_id), trimmed
@@ -180,7 +206,7 @@ def _open_source(source: str) -> tuple[CheckpointStorage, dict[str, Any], str]:
                 f"checkpoint {source!r} has no _metadata: it never completed, or it was "
                 "discarded; export a completed checkpoint (one whose folder holds _metadata)"
             ) from e
-    storage = _filesystem_storage(trimmed, "checkpoint", source)
+    storage = _filesystem_storage(trimmed, "checkpoint", source, options)
     if storage.exists(METADATA):  # a savepoint or an exported checkpoint
         return storage, _read_folder_metadata(storage), trimmed
     ids = storage.completed_ids()
@@ -195,7 +221,8 @@ def _open_source(source: str) -> tuple[CheckpointStorage, dict[str, Any], str]:
 
 def _read_folder_metadata(storage: CheckpointStorage) -> dict[str, Any]:
     where = f"{storage.url.rstrip('/')}/{METADATA}"
-    payload, _ = decode_file(storage.read_file(METADATA), KIND_JSON, where)
+    payload, _ = decode_file(storage.read_file(METADATA), KIND_JSON, where,
+                             storage_options_of(storage))
     try:
         metadata = json.loads(payload.decode("utf-8"))
     except ValueError as e:
@@ -205,7 +232,7 @@ def _read_folder_metadata(storage: CheckpointStorage) -> dict[str, Any]:
     return metadata
 
 
-def _open_dest(dest: str) -> FileSystemCheckpointStorage:
+def _open_dest(dest: str, options: StorageOptions) -> FileSystemCheckpointStorage:
     if not isinstance(dest, str) or not dest.strip():
         raise ConfigurationError(
             f"the export needs a destination folder path or URL (e.g. '/data/exports/chk-7' "
@@ -218,7 +245,7 @@ def _open_dest(dest: str) -> FileSystemCheckpointStorage:
             raise ConfigurationError(
                 f"export destination {dest!r} exists and is not empty; give a new folder (an "
                 "export never overwrites or mixes with other files)")
-    out = _filesystem_storage(dest, "export destination", dest)
+    out = _filesystem_storage(dest, "export destination", dest, options)
     if out.list_files(""):
         raise ConfigurationError(
             f"export destination {dest!r} exists and is not empty; give a new folder (an "
@@ -253,7 +280,8 @@ class _Copier:
         data, payload, crc = self._read_state(handle)
         if handle.shared:  # a RocksDB payload: it must name the export, not the source
             payload = self._retarget(handle, payload)
-            data, crc = encode_file(payload, KIND_PICKLE), zlib.crc32(payload)
+            data = encode_file(payload, KIND_PICKLE, storage_options_of(self.out))
+            crc = zlib.crc32(payload)
         name = self._target(handle.path.rsplit("/", 1)[-1], handle.path)
         self.write(name, data)
         exported = handle_json(StateHandle(name, len(data), crc))
@@ -316,7 +344,7 @@ class _Copier:
             data = self.src.read_file(handle.path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"{where} is missing") from e
-        payload, crc = decode_file(data, KIND_PICKLE, where)
+        payload, crc = decode_file(data, KIND_PICKLE, where, storage_options_of(self.src))
         if crc != handle.checksum or len(data) != handle.size:
             raise CorruptCheckpointError(
                 f"{where} does not match its handle: {len(data)} bytes with CRC32 {crc:#010x}, "

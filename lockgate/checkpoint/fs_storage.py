@@ -16,8 +16,19 @@ File format (every file it writes)::
     11      8     payload length in bytes, uint64 little-endian
     19      ...   payload
 
-Reading checks magic, version, kind, length and checksum; any failure raises
-:class:`~lockgate.checkpoint.storage.CorruptCheckpointError` naming the file.
+Format version 2 is a signed file: the same header (version 2), the payload, then a
+32-byte HMAC-SHA256 of header and payload made with the storage's signing key
+(``checkpoint_config.signing_key``, see :mod:`lockgate.checkpoint.storage_options`).
+
+Reading checks magic, version, kind, length and checksum, and with a signing key the
+MAC (a version 1 file, unsigned, is then refused); any failure raises
+:class:`~lockgate.checkpoint.storage.CorruptCheckpointError` naming the file. The MAC
+is checked before a state file is unpickled. Without a key, MACs are not checked:
+restore only from storage nobody else can write.
+
+Permissions: on the local filesystem, files are created with the storage options'
+``file_mode`` (default ``0o600``) and the folders the storage creates with ``dir_mode``
+(default ``0o700``).
 
 Atomicity: ``_metadata`` and ``_latest`` are written to a temporary file in the same
 folder and renamed into place on filesystems with an atomic rename (local, HDFS, ...);
@@ -29,6 +40,7 @@ a rename) so a completed checkpoint and the pointer to it survive a machine cras
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import pickle
@@ -53,11 +65,13 @@ from .storage import (
     checkpoint_folder,
     state_file_path,
 )
+from .storage_options import MAC_SIZE, StorageOptions, options_for
 from .types import StateHandle
 
 MAGIC = b"LGCK"
 FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+SIGNED_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 KIND_PICKLE = 1
 KIND_JSON = 2
 _KIND_NAMES = {KIND_PICKLE: "pickle", KIND_JSON: "JSON"}
@@ -74,14 +88,21 @@ _TMP_FILE = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def encode_file(payload: bytes, kind: int) -> bytes:
-    """The bytes of a checkpoint file holding ``payload`` (header + payload)."""
-    return HEADER.pack(MAGIC, FORMAT_VERSION, kind, zlib.crc32(payload), len(payload)) + payload
+def encode_file(payload: bytes, kind: int, options: StorageOptions | None = None) -> bytes:
+    """The bytes of a checkpoint file holding ``payload`` (header + payload; with a
+    signing key in ``options``: a version 2 file, header + payload + MAC)."""
+    if options is None or options.signing_key is None:
+        return HEADER.pack(MAGIC, FORMAT_VERSION, kind, zlib.crc32(payload),
+                           len(payload)) + payload
+    body = HEADER.pack(MAGIC, SIGNED_VERSION, kind, zlib.crc32(payload), len(payload)) + payload
+    return body + options.mac(body)
 
 
-def decode_file(data: bytes, kind: int, where: str) -> tuple[bytes, int]:
-    """Check a checkpoint file's header and return ``(payload, crc32)``; ``where`` names
-    the file in errors."""
+def decode_file(data: bytes, kind: int, where: str,
+                options: StorageOptions | None = None) -> tuple[bytes, int]:
+    """Check a checkpoint file's header (and, with a signing key in ``options``, its
+    MAC) and return ``(payload, crc32)``; ``where`` names the file in errors. Never
+    unpickles anything."""
     if len(data) < HEADER_SIZE:
         if not MAGIC.startswith(data[: len(MAGIC)]):
             raise CorruptCheckpointError(f"checkpoint file {where} is not a lockgate checkpoint "
@@ -102,6 +123,24 @@ def decode_file(data: bytes, kind: int, where: str) -> tuple[bytes, int]:
         raise CorruptCheckpointError(
             f"checkpoint file {where} holds a {_KIND_NAMES.get(found_kind, found_kind)} payload, "
             f"expected {_KIND_NAMES.get(kind, kind)}")
+    signing = options is not None and options.signing_key is not None
+    if version == SIGNED_VERSION:
+        if len(data) < HEADER_SIZE + MAC_SIZE:
+            raise CorruptCheckpointError(f"checkpoint file {where} is truncated: a signed file "
+                                         f"needs a {MAC_SIZE}-byte MAC after the header")
+        data, mac = data[:-MAC_SIZE], data[-MAC_SIZE:]
+        if signing:
+            assert options is not None
+            if not hmac.compare_digest(options.mac(data), mac):
+                raise CorruptCheckpointError(
+                    f"checkpoint file {where} is not signed with this job's signing key (its "
+                    f"HMAC-SHA256 does not match): it was changed, or written with another "
+                    f"key; refusing to load it")
+    elif signing:
+        raise CorruptCheckpointError(
+            f"checkpoint file {where} is not signed, and checkpoint_config.signing_key is set: "
+            f"refusing to load it (a checkpoint runs pickled code); restore it without a "
+            f"signing key only if you trust whoever could write it")
     payload = data[HEADER_SIZE:]
     if len(payload) < length:
         raise CorruptCheckpointError(f"checkpoint file {where} is truncated: payload has "
@@ -152,23 +191,27 @@ class FileSystemCheckpointStorage:
     """Checkpoint storage under a filesystem URL (see the module docstring).
 
     Pickles as its URL only; the filesystem is opened lazily in each process. Safe to call
-    from several threads.
+    from several threads. ``options``: signing key and permissions (default: those
+    registered for the URL in this process, see
+    :mod:`lockgate.checkpoint.storage_options`).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, options: StorageOptions | None = None) -> None:
         if not isinstance(url, str) or not url.strip():
             raise ConfigurationError(
                 f"checkpoint storage must be a filesystem URL or path, got {url!r}")
         if not _has_scheme(url):
             url = os.path.abspath(os.path.expanduser(url))
         self.url = url
+        #: signing key and permissions (default: those registered for the URL)
+        self.options = options if options is not None else options_for(url)
         self._lock = threading.Lock()
         self._fs: Any = None
         self._root = ""
         fs = self._open()
         try:
             if isinstance(fs, pafs.LocalFileSystem):
-                os.makedirs(self._root, exist_ok=True)
+                _makedirs(self._root, self.options.dir_mode)
             else:
                 fs.create_dir(self._root, recursive=True)
         except Exception as e:  # pyarrow raises OSError, ArrowInvalid, ...
@@ -176,12 +219,14 @@ class FileSystemCheckpointStorage:
                 f"checkpoint storage {_redact(url)!r} is unusable: cannot create its root "
                 f"directory {self._root!r}: {_first_line(e, url)}") from e
 
-    # pickling: the URL only ---------------------------------------------------------
+    # pickling: the URL only (never the signing key): the copy uses the options
+    # registered for the URL in the process that unpickles it
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = state["url"]
+        self.options = options_for(self.url)
         self._lock = threading.Lock()
         self._fs = None
         self._root = ""
@@ -247,7 +292,7 @@ class FileSystemCheckpointStorage:
         fs = self._open()
         path = self._path(rel)
         if isinstance(fs, pafs.LocalFileSystem):
-            _write_local(path, data, atomic=atomic)
+            _write_local(path, data, atomic=atomic, options=self.options)
             return
         parent = path.rsplit("/", 1)[0]
         if not self._atomic_put:
@@ -331,31 +376,40 @@ class FileSystemCheckpointStorage:
         failed attempt never overwrites another's file); return its handle."""
         rel = state_file_path(checkpoint_id, name)
         payload = cloudpickle.dumps(state, protocol=5)  # classes of a driver script travel by value
-        data = encode_file(payload, KIND_PICKLE)
+        data = encode_file(payload, KIND_PICKLE, self.options)
         self._write(rel, data, atomic=False)
         return StateHandle(rel, len(data), zlib.crc32(payload))
 
-    def read_state(self, handle: StateHandle) -> Any:
+    def verify_state(self, handle: StateHandle) -> bytes:
+        """Check the state file behind ``handle`` (header, length, CRC32 against the
+        handle and, with a signing key, its MAC) without unpickling it; return its
+        pickled payload. Raises :class:`CorruptCheckpointError` naming the file."""
         self._check_rel(handle.path)
         where = self.location(handle.path)
         try:
             data = self._read(handle.path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"state file {_redact(where)} is missing") from e
-        payload, crc = decode_file(data, KIND_PICKLE, _redact(where))
+        payload, crc = decode_file(data, KIND_PICKLE, _redact(where), self.options)
         if crc != handle.checksum or len(data) != handle.size:
             raise CorruptCheckpointError(
                 f"state file {_redact(where)} does not match its handle: {len(data)} bytes with "
                 f"CRC32 {crc:#010x}, the handle says {handle.size} bytes with CRC32 "
                 f"{handle.checksum:#010x} (overwritten by another checkpoint?)")
-        return pickle.loads(payload)
+        return payload
+
+    def read_state(self, handle: StateHandle) -> Any:
+        """The state behind ``handle``: verified first (:meth:`verify_state`), then
+        unpickled - which runs code: only from trusted or signed storage."""
+        return pickle.loads(self.verify_state(handle))
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         if not isinstance(metadata, dict):
             raise TypeError(f"checkpoint metadata must be a dict, got {type(metadata).__name__}")
         folder = checkpoint_folder(checkpoint_id)
         payload = json.dumps(metadata, allow_nan=False).encode("utf-8")
-        self._write(f"{folder}/{METADATA}", encode_file(payload, KIND_JSON), atomic=True)
+        self._write(f"{folder}/{METADATA}", encode_file(payload, KIND_JSON, self.options),
+                    atomic=True)
         return self.location(folder)
 
     def read_metadata(self, checkpoint_id: int) -> dict[str, Any]:
@@ -406,7 +460,7 @@ class FileSystemCheckpointStorage:
         if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
             raise TypeError(f"checkpoint_id must be an int, got {checkpoint_id!r}")
         payload = json.dumps({"checkpoint_id": checkpoint_id}).encode("utf-8")
-        self._write(LATEST, encode_file(payload, KIND_JSON), atomic=True)
+        self._write(LATEST, encode_file(payload, KIND_JSON, self.options), atomic=True)
 
     def read_latest(self) -> int | None:
         try:
@@ -422,22 +476,43 @@ class FileSystemCheckpointStorage:
 
     def _load_json(self, data: bytes, rel: str) -> Any:
         where = _redact(self.location(rel))
-        payload, _ = decode_file(data, KIND_JSON, where)
+        payload, _ = decode_file(data, KIND_JSON, where, self.options)
         try:
             return json.loads(payload.decode("utf-8"))
         except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise CorruptCheckpointError(f"checkpoint file {where} holds invalid JSON: {e}") from e
 
 
-def _write_local(path: str, data: bytes, *, atomic: bool) -> None:
-    """Write ``data`` to the local file ``path``, fsync'ed; ``atomic``: through a temporary
+def _makedirs(path: str, mode: int) -> None:
+    """Create the local folder ``path`` and its missing parents with permissions
+    ``mode`` (exactly: not narrowed by the umask); existing folders are left as they are."""
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, mode)
+        except FileExistsError:
+            continue
+        os.chmod(folder, mode)
+
+
+def _write_local(path: str, data: bytes, *, atomic: bool, options: StorageOptions) -> None:
+    """Write ``data`` to the local file ``path`` (permissions ``options.file_mode``; its
+    missing folders ``options.dir_mode``), fsync'ed; ``atomic``: through a temporary
     file in the same folder, renamed into place (and the folder fsync'ed)."""
     folder, base = os.path.split(path)
-    os.makedirs(folder, exist_ok=True)
+    _makedirs(folder, options.dir_mode)
     target = os.path.join(folder, f".{base}.{uuid.uuid4().hex}.tmp") if atomic else path
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, options.file_mode)
         try:
+            os.fchmod(fd, options.file_mode)  # exactly the mode, whatever the umask
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]

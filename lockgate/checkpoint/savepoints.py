@@ -28,13 +28,20 @@ from typing import Any
 from ..errors import ConfigurationError
 from .coordinator.completed_store import CompletedCheckpoint
 from .fs_storage import KIND_JSON, decode_file, encode_file
-from .storage import METADATA, CheckpointStorage, CorruptCheckpointError, open_storage
+from .storage import (
+    METADATA,
+    CheckpointStorage,
+    CorruptCheckpointError,
+    open_storage,
+    storage_options_of,
+)
+from .storage_options import StorageOptions
 from .types import StateHandle
 
 log = logging.getLogger(__name__)
 
 
-def _target_storage(target: str) -> CheckpointStorage:
+def _target_storage(target: str, options: StorageOptions | None = None) -> CheckpointStorage:
     if not isinstance(target, str) or not target.strip():
         raise ConfigurationError(
             f"a savepoint needs a folder path or URL (e.g. '/data/savepoints/sp-1' or "
@@ -44,7 +51,7 @@ def _target_storage(target: str) -> CheckpointStorage:
             f"savepoint folder {target!r}: a savepoint must be written to a filesystem path "
             "or URL, not memory://, so that it outlives the job")
     try:
-        storage = open_storage(target)
+        storage = open_storage(target, options)
     except Exception as e:
         raise ConfigurationError(f"savepoint folder {target!r} cannot be opened: {e}") from e
     if storage.exists(METADATA):
@@ -62,8 +69,11 @@ def check_savepoint_target(target: str) -> None:
 def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint,
                       target: str) -> str:
     """Copy savepoint ``completed`` (in ``storage``) into the folder ``target``; return
-    the folder's location. The job's copy is removed afterwards."""
-    out = _target_storage(target)
+    the folder's location. The job's copy is removed afterwards. The folder gets the
+    job storage's signing key and permissions: state files are copied with their MACs,
+    ``_metadata`` is signed anew."""
+    options = storage_options_of(storage)
+    out = _target_storage(target, options)
     moved: dict[str, StateHandle] = {}
 
     def copy(handle: StateHandle) -> StateHandle:
@@ -87,7 +97,7 @@ def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint
         finished_operators=dict(completed.finished_operators),
     )
     payload = json.dumps(result.to_metadata(), allow_nan=False).encode("utf-8")
-    out.write_file(METADATA, encode_file(payload, KIND_JSON), atomic=True)
+    out.write_file(METADATA, encode_file(payload, KIND_JSON, options), atomic=True)
     try:
         storage.discard(completed.checkpoint_id)
     except Exception as e:  # noqa: BLE001 - the savepoint stands; leftovers only cost space
@@ -105,7 +115,7 @@ def read_savepoint(storage: CheckpointStorage) -> CompletedCheckpoint:
     """The metadata of the savepoint folder ``storage`` is opened at."""
     where = f"{getattr(storage, 'url', storage)}/{METADATA}"
     data = storage.read_file(METADATA)
-    payload, _ = decode_file(data, KIND_JSON, where)
+    payload, _ = decode_file(data, KIND_JSON, where, storage_options_of(storage))
     try:
         metadata: Any = json.loads(payload.decode("utf-8"))
         return CompletedCheckpoint.from_metadata(metadata)

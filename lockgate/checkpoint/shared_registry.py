@@ -45,6 +45,7 @@ Not locked: the driver calls the registry under the coordinator's lock.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import threading
@@ -53,7 +54,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 
 from ..errors import ConfigurationError
-from .storage import CheckpointStorage, CorruptCheckpointError
+from .storage import CheckpointStorage, CorruptCheckpointError, storage_options_of
 from .types import StateHandle
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,16 @@ def read_shared_file(storage: CheckpointStorage, handle: StateHandle) -> bytes:
             f"shared state file {handle.path} in {storage.url} does not match its handle: "
             f"{len(data)} bytes with CRC32 {crc:#010x}, the handle says {handle.size} bytes "
             f"with CRC32 {handle.checksum:#010x}")
+    options = storage_options_of(storage)
+    if options.signed:
+        if not handle.mac:
+            raise CorruptCheckpointError(
+                f"shared state file {handle.path} in {storage.url} is not signed, and "
+                f"checkpoint_config.signing_key is set: refusing to load it")
+        if not hmac.compare_digest(options.mac(data).hex(), handle.mac):
+            raise CorruptCheckpointError(
+                f"shared state file {handle.path} in {storage.url} is not signed with this "
+                f"job's signing key (its HMAC-SHA256 does not match): refusing to load it")
     return data
 
 
@@ -154,7 +165,9 @@ class SharedStateUploader:
             raise ConfigurationError(f"a shared file needs a non-empty str key, got {key!r}")
         rel = f"{self.folder}/{self.checkpoint_id}-{uuid.uuid4().hex[:16]}-{_segment(name)}"
         self.storage.write_file(rel, data)
-        handle = StateHandle(rel, len(data), zlib.crc32(data))
+        options = storage_options_of(self.storage)
+        handle = StateHandle(rel, len(data), zlib.crc32(data),
+                             mac=options.mac(data).hex() if options.signed else "")
         self._uploaded.append(handle)
         self._referenced[key] = handle
         self.uploaded_bytes += len(data)

@@ -33,6 +33,7 @@ import zlib
 from typing import Any, Protocol
 
 from ..errors import ConfigurationError, LockgateError
+from .storage_options import DEFAULT_OPTIONS, StorageOptions, register
 from .types import StateHandle
 
 
@@ -97,7 +98,12 @@ class CheckpointStorage(Protocol):
         which names the file."""
 
     def read_state(self, handle: StateHandle) -> Any:
-        """Load the state behind ``handle`` (verifies version and checksum)."""
+        """Load the state behind ``handle`` (verifies version, checksum and, with a
+        signing key, the MAC, then unpickles: restoring runs pickled code)."""
+
+    def verify_state(self, handle: StateHandle) -> bytes:
+        """Check the state file behind ``handle`` like :meth:`read_state` without
+        unpickling it; return its pickled payload."""
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         """Write ``chk-<id>/_metadata`` atomically (JSON-compatible dict); return the
@@ -155,12 +161,15 @@ class MemoryCheckpointStorage:
             self.files[path] = data
         return StateHandle(path, len(data), zlib.crc32(data))
 
-    def read_state(self, handle: StateHandle) -> Any:
+    def verify_state(self, handle: StateHandle) -> bytes:
         with self._lock:
             data = self.files.get(handle.path)
         if data is None or zlib.crc32(data) != handle.checksum:
             raise CorruptCheckpointError(f"state file {handle.path} is missing or corrupt")
-        return pickle.loads(data)
+        return data
+
+    def read_state(self, handle: StateHandle) -> Any:
+        return pickle.loads(self.verify_state(handle))
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         if not isinstance(metadata, dict):
@@ -246,11 +255,23 @@ _memory_storages: dict[str, MemoryCheckpointStorage] = {}
 _memory_lock = threading.Lock()
 
 
-def open_storage(url: str) -> CheckpointStorage:
+def storage_options_of(storage: CheckpointStorage) -> StorageOptions:
+    """The signing key and permissions ``storage`` writes and checks files with (the
+    defaults for a storage without options, such as the in-memory one)."""
+    options = getattr(storage, "options", None)
+    return options if isinstance(options, StorageOptions) else DEFAULT_OPTIONS
+
+
+def open_storage(url: str, options: StorageOptions | None = None) -> CheckpointStorage:
     """The storage behind a checkpoint URL: ``memory://...`` is the
     :class:`MemoryCheckpointStorage` of that URL in this process (tests; every attempt of a
     job sees the same one), anything else (a local path,
     ``file://``, ``s3://``, ...) a :class:`~lockgate.checkpoint.fs_storage.FileSystemCheckpointStorage`.
+
+    ``options`` (signing key, permissions): registered for ``url`` in this process, so
+    later calls without options use them too; None: the options registered for ``url``,
+    else the defaults (see :mod:`lockgate.checkpoint.storage_options`). The in-memory
+    storage (tests only) neither signs nor sets permissions.
 
     Raises :class:`~lockgate.errors.ConfigurationError` for a URL no filesystem opens.
     """
@@ -262,4 +283,6 @@ def open_storage(url: str) -> CheckpointStorage:
             return storage
     from .fs_storage import FileSystemCheckpointStorage
 
-    return FileSystemCheckpointStorage(url)
+    if options is not None and isinstance(url, str) and url.strip():
+        register(url, options)
+    return FileSystemCheckpointStorage(url, options)

@@ -42,12 +42,16 @@ class StateHandle:
     references, each a handle of a raw file under ``shared/`` whose ``size`` and
     ``checksum`` are the length and CRC32 of its bytes. They are not owned by one
     checkpoint: the driver's shared-state registry counts the retained checkpoints that
-    reference each one and deletes it when none does."""
+    reference each one and deletes it when none does.
+
+    ``mac``: for a shared file written by a storage with a signing key, the hex
+    HMAC-SHA256 of its bytes (the handle itself is in signed files); empty otherwise."""
 
     path: str
     size: int
     checksum: int
     shared: tuple[StateHandle, ...] = ()
+    mac: str = ""
 
 
 @dataclass

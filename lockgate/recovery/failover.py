@@ -50,7 +50,7 @@ from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
 from .finished import check_finished_chains
-from .restore import RestoreSpec, newest_restorable
+from .restore import CommittedOutputGuard, RestoreSpec, newest_restorable
 from .settle import settle_two_phase_sinks
 
 log = logging.getLogger(__name__)
@@ -134,12 +134,25 @@ def _newest_id_at_start(plan: ExecutionPlan) -> int:
     return max(ids, default=0)
 
 
+def committed_output_guard(plan: ExecutionPlan, allow: bool) -> CommittedOutputGuard:
+    """The guard against restoring past output the plan's two-phase-commit sinks may
+    have committed (``allow``: ``checkpoint_config.allow_replaying_committed_output``)."""
+    from .settle import two_phase_sinks
+
+    return CommittedOutputGuard(
+        {uid: plan.operator_names.get(uid, uid) for uid in two_phase_sinks(plan)}, allow)
+
+
 def _restore_point(plan: ExecutionPlan, floor: int) -> RestoreSpec | None:
-    """The newest intact checkpoint completed by this run, or None."""
+    """The newest intact checkpoint completed by this run, or None. Raises
+    :class:`~.restore.RestoreError` when a damaged newer one completed and its
+    two-phase-commit sinks may have committed output (unless allowed)."""
     if not plan.checkpointing:
         return None
     assert plan.checkpoint is not None and plan.checkpoint.storage is not None
-    return newest_restorable(open_storage(plan.checkpoint.storage), newer_than=floor)
+    guard = committed_output_guard(plan, plan.checkpoint.allow_replaying_committed_output)
+    return newest_restorable(open_storage(plan.checkpoint.storage), newer_than=floor,
+                             guard=guard)
 
 
 def _cancelled_while_waiting(clock: Clock, handle: JobHandle, delay_ms: float) -> bool:

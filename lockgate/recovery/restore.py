@@ -2,11 +2,23 @@
 
 The driver picks the checkpoint: the newest completed one in the job's
 storage after a failure, or the path the user gave (``restore_from``). It
-reads every state file the checkpoint references once, checking format and
-checksum, before any task starts: a checkpoint with a missing or damaged file
-is never loaded. The newest retained checkpoint that fails the check is
+reads every state file the checkpoint references once, checking format,
+checksum and, with ``checkpoint_config.signing_key``, the MAC, before any task
+starts, without unpickling them (channel-state files excepted: their summaries are
+decoded, after the MAC check when signing is on): a checkpoint with a missing or
+damaged file is never loaded. The newest retained checkpoint that fails the check is
 skipped with a warning and the previous one is tried; when none is left a
 :class:`RestoreError` says so.
+
+Falling back past a damaged checkpoint that *completed* replays output: its
+completion notice may already have committed the transactions of the job's
+two-phase-commit sinks, and restoring an older checkpoint writes that output again.
+With a :class:`CommittedOutputGuard` naming those sinks such a fallback fails with a
+:class:`RestoreError` naming the checkpoint, the sinks and the opt-in
+(``checkpoint_config.allow_replaying_committed_output = True``, then it is logged).
+
+Restoring unpickles the state files in the tasks: a checkpoint is code. Restore only
+from storage that only trusted parties can write, or sign checkpoints.
 
 What the tasks get is a :class:`RestoreSpec`: plain, picklable data naming
 the storage and, per operator uid, the state handle of every subtask. Each
@@ -29,6 +41,7 @@ import logging
 import os
 import posixpath
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +56,7 @@ from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.coordinator.plan import is_fully_finished
 from ..checkpoint.savepoints import is_savepoint_folder, read_savepoint
 from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
+from ..checkpoint.storage_options import StorageOptions
 from ..checkpoint.types import StateHandle
 from ..errors import LockgateError
 
@@ -50,8 +64,8 @@ log = logging.getLogger(__name__)
 
 _CHK = re.compile(r"^chk-(0|[1-9][0-9]*)$")
 
-__all__ = ["CHANNEL_STATE_PREFIX", "OperatorRestore", "RestoreError", "RestoreSpec",
-           "newest_restorable", "operator_states", "resolve_restore_path"]
+__all__ = ["CHANNEL_STATE_PREFIX", "CommittedOutputGuard", "OperatorRestore", "RestoreError",
+           "RestoreSpec", "newest_restorable", "operator_states", "resolve_restore_path"]
 
 
 class RestoreError(LockgateError, RuntimeError):
@@ -73,6 +87,9 @@ class RestoreSpec:
     channels: tuple[RecordedSummary, ...] = ()
     #: operator uid -> (parallelism, subtasks that had finished) (FLIP-147)
     finished_operators: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: the signing key and permissions the tasks read the storage with (None: those
+    #: registered for the URL in the task's process)
+    storage_options: StorageOptions | None = field(default=None, repr=False)
 
     @property
     def location(self) -> str:
@@ -91,7 +108,7 @@ class RestoreSpec:
         """The recorded channels of one channel-state file (``channels:<uid>``, the
         subtask that wrote it), in the order of :attr:`channels`."""
         handle = self.operators[state_key][subtask]
-        return decode(_storage(self.storage_url).read_state(handle))
+        return decode(_storage(self.storage_url, self.storage_options).read_state(handle))
 
     def operator_uids(self) -> set[str]:
         return {uid for uid in self.operators if not uid.startswith(CHANNEL_STATE_PREFIX)}
@@ -131,7 +148,8 @@ class OperatorRestore:
         cached = self._cache.get(subtask, _UNREAD)
         if cached is not _UNREAD:
             return cached
-        state = _unwrap(_storage(self.spec.storage_url).read_state(self.handles[subtask]))
+        storage = _storage(self.spec.storage_url, self.spec.storage_options)
+        state = _unwrap(storage.read_state(self.handles[subtask]))
         self._cache[subtask] = state
         return state
 
@@ -169,17 +187,63 @@ _UNREAD: Any = object()
 _opened: dict[str, CheckpointStorage] = {}
 
 
-def _storage(url: str) -> CheckpointStorage:
+def _storage(url: str, options: StorageOptions | None = None) -> CheckpointStorage:
+    if options is not None:
+        return open_storage(url, options)
     storage = _opened.get(url)
     if storage is None:
         storage = _opened[url] = open_storage(url)
     return storage
 
 
+@dataclass(frozen=True)
+class CommittedOutputGuard:
+    """The job's two-phase-commit sinks (uid -> name): restoring a checkpoint older than
+    a completed one replays output those sinks may have committed. ``allow``: do it
+    anyway (``checkpoint_config.allow_replaying_committed_output``), with a warning."""
+
+    sinks: Mapping[str, str]
+    allow: bool = False
+
+    def check_fallback(self, storage: CheckpointStorage, damaged: list[tuple[int, str]],
+                       restored: str) -> None:
+        """``damaged``: the completed checkpoints (id, what is wrong) a restore skips to
+        restore ``restored`` (a description: "checkpoint 3", "no checkpoint"). Raises
+        :class:`RestoreError` when one of them may have committed sink output, unless
+        ``allow``."""
+        if not self.sinks or not damaged:
+            return
+        hits: list[str] = []
+        for checkpoint_id, error in damaged:
+            try:
+                uids = set(storage.read_metadata(checkpoint_id).get("operators", {}))
+            except Exception:  # noqa: BLE001 - unreadable metadata: assume every sink
+                uids = set(self.sinks)
+            sinks = sorted(u for u in self.sinks if u in uids)
+            if sinks:
+                names = ", ".join(f"'{self.sinks[u]}' (uid {u})" for u in sinks)
+                hits.append(f"checkpoint {checkpoint_id} ({error}): sinks {names}")
+        if not hits:
+            return
+        text = (f"restoring {restored} from {storage.url} skips damaged checkpoints that "
+                f"completed, so the two-phase-commit sinks recorded in them may already have "
+                f"committed their output: " + "; ".join(hits) + ". Restoring an older "
+                "checkpoint replays that output and writes it again (duplicates)")
+        if self.allow:
+            log.warning("%s; going ahead because allow_replaying_committed_output=True", text)
+            return
+        raise RestoreError(
+            f"{text}. To proceed: repair the damaged checkpoint's files from a backup and "
+            "restore it, or remove what those sinks committed after the older checkpoint, or "
+            "accept the duplicates with "
+            "env.checkpoint_config.allow_replaying_committed_output = True")
+
+
 def _verify(storage: CheckpointStorage,
             checkpoint: CompletedCheckpoint) -> tuple[RecordedSummary, ...]:
-    """Read every state file of ``checkpoint`` (format and checksum are checked) and
-    every shared file they reference (size and CRC32 against the handle, M-R4); return
+    """Check every state file of ``checkpoint`` (format, checksum and, with a signing
+    key, MAC; only channel-state files are unpickled, for their summaries) and every
+    shared file they reference (size and CRC32 against the handle, M-R4); return
     the summaries of the channels its channel-state files recorded (M-B7)."""
     from ..checkpoint.shared_registry import read_shared_file, shared_files
 
@@ -188,13 +252,15 @@ def _verify(storage: CheckpointStorage,
     for key, by_subtask in sorted(checkpoint.operator_states.items()):
         for subtask, handle in sorted(by_subtask.items()):
             handles.append(handle)
-            payload = storage.read_state(handle)
-            if key.startswith(CHANNEL_STATE_PREFIX):
-                try:
-                    channels.extend(summarize(key, subtask, payload))
-                except (ValueError, KeyError, TypeError) as e:
-                    raise CorruptCheckpointError(
-                        f"its channel state {handle.path} cannot be decoded: {e}") from e
+            if not key.startswith(CHANNEL_STATE_PREFIX):
+                storage.verify_state(handle)  # checked, never unpickled on the driver
+                continue
+            payload = storage.read_state(handle)  # its summary is needed here
+            try:
+                channels.extend(summarize(key, subtask, payload))
+            except (ValueError, KeyError, TypeError) as e:
+                raise CorruptCheckpointError(
+                    f"its channel state {handle.path} cannot be decoded: {e}") from e
     for shared in shared_files(handles):
         read_shared_file(storage, shared)
     return tuple(channels)
@@ -207,6 +273,7 @@ def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
         is_savepoint=checkpoint.is_savepoint, channels=channels,
         finished_operators=dict(checkpoint.finished_operators),
+        storage_options=getattr(storage, "options", None),
     )
 
 
@@ -221,34 +288,52 @@ def _load(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec:
     return _spec(storage, checkpoint, _verify(storage, checkpoint))
 
 
-def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0) -> RestoreSpec | None:
+def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0,
+                      guard: CommittedOutputGuard | None = None) -> RestoreSpec | None:
     """The newest completed checkpoint of ``storage`` (id > ``newer_than``) whose files
-    are all intact; damaged ones are skipped with a warning. None when there is none."""
+    are all intact; damaged ones are skipped with a warning. None when there is none.
+
+    ``guard``: skipping a damaged checkpoint - to restore an older one, or none (the
+    caller then starts from something older still) - that recorded one of the guard's
+    two-phase-commit sinks raises :class:`RestoreError` unless the guard allows it."""
     try:
         ids = storage.completed_ids()
     except Exception as e:
         raise RestoreError(
             f"cannot list the checkpoints in {storage.url}: {e}") from e
-    return _newest_intact(storage, [i for i in ids if i > newer_than])
+    spec, skipped = _newest_intact(storage, [i for i in ids if i > newer_than])
+    if guard is not None:
+        restored = (f"checkpoint {spec.checkpoint_id}" if spec is not None
+                    else f"a state older than checkpoint {newer_than + 1}")
+        guard.check_fallback(storage, skipped, restored)
+    return spec
 
 
-def _newest_intact(storage: CheckpointStorage, ids: list[int]) -> RestoreSpec | None:
-    """The verified checkpoint with the highest of ``ids`` whose files are intact;
-    damaged ones are skipped with a warning."""
+def _newest_intact(storage: CheckpointStorage,
+                   ids: list[int]) -> tuple[RestoreSpec | None, list[tuple[int, str]]]:
+    """The verified checkpoint with the highest of ``ids`` whose files are intact (None
+    when there is none), and the damaged ones skipped (id, error), each with a
+    warning."""
+    skipped: list[tuple[int, str]] = []
     for checkpoint_id in sorted(ids, reverse=True):
         try:
-            return _load(storage, checkpoint_id)
+            return _load(storage, checkpoint_id), skipped
         except CorruptCheckpointError as e:
             log.warning("checkpoint %d in %s is damaged and is skipped, falling back to the "
                         "previous retained checkpoint: %s", checkpoint_id, storage.url, e)
-    return None
+            skipped.append((checkpoint_id, str(e)))
+    return None, skipped
 
 
-def resolve_restore_path(path: str) -> RestoreSpec:
+def resolve_restore_path(path: str, *, options: StorageOptions | None = None,
+                         guard: CommittedOutputGuard | None = None) -> RestoreSpec:
     """The checkpoint or savepoint at ``path``: a ``chk-<id>`` folder (restored as is,
     falling back to older retained checkpoints of the same storage when it is damaged),
     or a checkpoint storage root (its newest intact checkpoint). Raises
-    :class:`RestoreError` naming the path when nothing there can be restored."""
+    :class:`RestoreError` naming the path when nothing there can be restored.
+
+    ``options``: the signing key (files without a valid MAC are refused) and
+    permissions to read it with; ``guard``: see :func:`newest_restorable`."""
     if not isinstance(path, str) or not path.strip():
         raise RestoreError(
             f"restore_from must be the path of a checkpoint (a chk-<id> folder) or of a "
@@ -257,28 +342,31 @@ def resolve_restore_path(path: str) -> RestoreSpec:
     head, name = posixpath.split(trimmed) if "://" in trimmed else _split_local(trimmed)
     match = _CHK.match(name)
     if match is None:
-        storage = _open(path, path)
+        storage = _open(path, path, options)
         if is_savepoint_folder(storage):
             return _load_savepoint(storage, path)
-        spec = newest_restorable(storage)
+        spec = newest_restorable(storage, guard=guard)
         if spec is None:
             raise RestoreError(
                 f"restore_from {path!r}: no intact completed checkpoint found there; give a "
                 "chk-<id> folder or the checkpoint storage of a job that completed one")
         return spec
-    storage = _open(head, path)
+    storage = _open(head, path, options)
     checkpoint_id = int(match.group(1))
     try:
         return _load(storage, checkpoint_id)
     except CorruptCheckpointError as e:
         log.warning("checkpoint %s cannot be restored (%s); falling back to the previous "
                     "retained checkpoint in %s", path, e, storage.url)
-        fallback = _newest_intact(
+        fallback, skipped = _newest_intact(
             storage, [i for i in storage.completed_ids() if i < checkpoint_id])
         if fallback is None:
             raise RestoreError(
                 f"restore_from {path!r}: the checkpoint is damaged ({e}) and no older intact "
                 "checkpoint is retained next to it") from e
+        if guard is not None:
+            guard.check_fallback(storage, [(checkpoint_id, str(e))] + skipped,
+                                 f"checkpoint {fallback.checkpoint_id}")
         return fallback
 
 
@@ -293,15 +381,16 @@ def _load_savepoint(storage: CheckpointStorage, given: str) -> RestoreSpec:
         storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
         is_savepoint=True, in_root=True, channels=channels,
-        finished_operators=dict(checkpoint.finished_operators))
+        finished_operators=dict(checkpoint.finished_operators),
+        storage_options=getattr(storage, "options", None))
 
 
 def _split_local(path: str) -> tuple[str, str]:
     return os.path.split(os.path.abspath(path))
 
 
-def _open(url: str, given: str) -> CheckpointStorage:
+def _open(url: str, given: str, options: StorageOptions | None = None) -> CheckpointStorage:
     try:
-        return open_storage(url)
+        return open_storage(url, options)
     except Exception as e:
         raise RestoreError(f"restore_from {given!r}: cannot open {url!r}: {e}") from e

@@ -247,8 +247,11 @@ def test_m_r3_m_s3_a_checkpoint_retained_after_cancellation_restores_to_the_corr
 
 
 @pytest.mark.hang_guard(120)
-def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_with_a_warning(
+def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_only_when_allowed(
         executor, tmp_path, caplog) -> None:
+    """Issue 18 item 2: the damaged newest checkpoint completed, so the FileSink (two-phase
+    commit) may have committed its output; falling back replays it (duplicates). The
+    restore fails saying so, unless ``allow_replaying_committed_output``."""
     n = 2 * SPLIT
     client = unbounded_sums(executor, tmp_path, n).execute_async("to damage")
     cancel_after_checkpoints(client, 3, "three checkpoints completed")
@@ -259,16 +262,25 @@ def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_with_a_
     with open(victim, "r+b") as f:  # flip bytes in the middle of a state file
         f.seek(os.path.getsize(victim) // 2)
         f.write(b"\xff\x00\xff\x00")
-    with caplog.at_level(logging.WARNING, logger="lockgate.recovery.restore"):
-        restored = unbounded_sums(executor, tmp_path, n).execute(
+    before = published(str(tmp_path / "out"))
+    with pytest.raises(lg.RestoreError, match="allow_replaying_committed_output") as refused:
+        unbounded_sums(executor, tmp_path, n).execute(
             "restored", restore_from=os.path.join(storage, newest))
+    message = str(refused.value)
+    assert f"checkpoint {newest[4:]} " in message and "'files'" in message, message
+    assert published(str(tmp_path / "out")) == before, "the refused restore wrote output"
+    env = unbounded_sums(executor, tmp_path, n)
+    env.checkpoint_config.allow_replaying_committed_output = True
+    with caplog.at_level(logging.WARNING, logger="lockgate.recovery.restore"):
+        restored = env.execute("restored", restore_from=os.path.join(storage, newest))
     assert restored.status is lg.JobStatus.FINISHED
     assert any(newest in r.getMessage() and "falling back" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any("allow_replaying_committed_output=True" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
     # The state comes from the older checkpoint, so every record is right and none is
     # missing; the output the cancelled run committed after that checkpoint (with the
-    # newest one) is written once more: falling back trades those duplicates for the
-    # damaged state.
+    # newest one) is written once more: the user accepted those duplicates.
     out = published(str(tmp_path / "out"))
     expected = expected_records(n)
     assert {tuple(r.values()) for r in out} == {tuple(r.values()) for r in expected}

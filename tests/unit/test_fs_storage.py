@@ -272,8 +272,8 @@ def test_an_unknown_newer_format_version_is_named_in_the_error(
     path = os.path.join(root, handle.path)
     with open(path, "r+b") as f:
         f.seek(4)
-        f.write(struct.pack("<H", 2))
-    with pytest.raises(CorruptCheckpointError, match=r"format version 2.*version\(s\) 1"):
+        f.write(struct.pack("<H", 3))  # 1: unsigned, 2: signed (issue 18 item 6)
+    with pytest.raises(CorruptCheckpointError, match=r"format version 3.*version\(s\) 1, 2"):
         storage.read_state(handle)
 
 

@@ -53,12 +53,15 @@ def handle_json(handle: StateHandle) -> dict[str, Any]:
                             "checksum": handle.checksum}
     if handle.shared:
         data["shared"] = [handle_json(s) for s in handle.shared]
+    if handle.mac:
+        data["mac"] = handle.mac
     return data
 
 
 def _handle_from_json(data: dict[str, Any]) -> StateHandle:
     shared = tuple(_handle_from_json(s) for s in data.get("shared", ()))
-    return StateHandle(str(data["path"]), int(data["size"]), int(data["checksum"]), shared)
+    return StateHandle(str(data["path"]), int(data["size"]), int(data["checksum"]), shared,
+                       str(data.get("mac", "")))
 
 
 @dataclass
