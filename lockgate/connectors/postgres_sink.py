@@ -66,6 +66,16 @@ from ..errors import ConfigurationError
 from ..runtime.batch import Batch
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
+from .postgres_table import (
+    RowWriter,
+    TableShape,
+    check_key,
+    connect,
+    describe,
+    psycopg_module,
+    redacted,
+    split_table_name,
+)
 from .postgres_transactions import (
     TransactionLostError,
     check_prefix,
@@ -77,16 +87,6 @@ from .postgres_transactions import (
     parse_transaction_id,
     run_is_alive,
     transaction_id,
-)
-from .postgres_table import (
-    RowWriter,
-    TableShape,
-    check_key,
-    connect,
-    describe,
-    psycopg_module,
-    redacted,
-    split_table_name,
 )
 from .two_phase_commit import TwoPhaseCommitSink
 

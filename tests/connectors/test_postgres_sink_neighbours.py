@@ -23,7 +23,11 @@ from pg_fixtures import DSN, query
 import lockgate as lg
 from lockgate.connectors import PostgresSink, SequenceSource
 from lockgate.connectors.postgres_sink import PgTransaction
-from lockgate.connectors.postgres_transactions import MAX_PREFIX_BYTES, TransactionLostError
+from lockgate.connectors.postgres_transactions import (
+    MAX_PREFIX_BYTES,
+    MAX_RUN_BYTES,
+    TransactionLostError,
+)
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
 from lockgate.errors import ConfigurationError, JobFailedError
 from lockgate.runtime.batch import RowBatch
@@ -92,10 +96,15 @@ def test_issue18_1_a_prefix_may_not_contain_the_id_delimiter() -> None:
 
 def test_issue18_11_the_longest_prefix_accepted_prepares_and_commits(pg_table) -> None:
     table = pg_table("v bigint")
+    """With the longest run id, attempt and checkpoint numbers the id has 199 bytes."""
     sink = PostgresSink(DSN, table, transaction_prefix="lgtest-" + "p" * (MAX_PREFIX_BYTES - 7))
-    w, _ = prepare_one(sink, ctx("longest", run_id()), 0)
+    w = writer(sink, ctx("longest", uuid.uuid4().hex[:MAX_RUN_BYTES].ljust(MAX_RUN_BYTES, "r"),
+                         attempt=9_999_999_999))
     try:
-        w.notify_checkpoint_complete(1)
+        w.write(rows(0, 10))
+        at_end = w.snapshot_state(10**19)
+        assert len(at_end["pending"][0][1].gid.encode()) == 199 - 9  # subtask '0' of 10 digits
+        w.notify_checkpoint_complete(10**19)
     finally:
         w.close()
     assert values(table) == list(range(10))
