@@ -15,8 +15,10 @@ Modes:
   a bounded input the last transaction is prepared and the task's final checkpoint
   commits it, in the task (FLIP-147). When the job is cancelled or fails for good,
   the driver commits the prepared transactions of the newest completed checkpoint;
-  however it ends, the driver rolls back the rest, so none stay in
-  ``pg_prepared_xacts``. The server must allow prepared transactions
+  however it ends, the driver rolls back the rest of its run's, so none stay in
+  ``pg_prepared_xacts``. (A run whose driver dies leaves its own: a restore from its
+  checkpoint commits or rolls them back; a fresh run names them in a warning and
+  leaves them.) The server must allow prepared transactions
   (``max_prepared_transactions`` > 0): the job is refused at start otherwise.
 
   **Whose transactions a job touches.** Only ids that are exactly of the grammar
