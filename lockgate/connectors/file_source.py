@@ -420,6 +420,11 @@ def _read_line(file: Any, limit: int) -> tuple[bytes, int | None]:
     ``limit + 2`` bytes of a line are held in memory: the rest of an oversized line is
     read in pieces and dropped."""
     line = file.readline(limit + 2)
+    return (line, None) if len(line) <= limit else _long_line(file, line, limit)
+
+
+def _long_line(file: Any, line: bytes, limit: int) -> tuple[bytes, int | None]:
+    """:func:`_read_line` for a ``line`` read of more than ``limit`` bytes."""
     if len(line) < limit + 2 or line.endswith(b"\n"):
         size = len(line) - _line_end(line)
         return (line, None) if size <= limit else (line[:OVERSIZED_PREFIX_BYTES], size)
@@ -447,10 +452,15 @@ class _JsonLines:
         records: list[Any] = []
         loads = json.loads
         file = self.file
+        readline = file.readline
         limit = self.source.max_record_bytes
+        cap = limit + 2  # a line of ``limit`` bytes and its line end
         path = self.split.path
         while len(records) < n:
-            raw, size = _read_line(file, limit)
+            raw = readline(cap)  # _read_line, its common case inlined
+            size: int | None = None
+            if len(raw) > limit:
+                raw, size = _long_line(file, raw, limit)
             if not raw:
                 return records, True
             self.line += 1

@@ -300,9 +300,10 @@ class _RedisStreamReader(SourceReader):
         """The record of one entry, or ``_MALFORMED`` after reporting it."""
         source = self.source
         limit = source.max_record_bytes
-        size, prefix = _entry_size(fields, source.format, source.field)
+        size = _entry_size(fields, source.format, source.field)
         if size > limit:
-            raw, error = oversized(size, limit, prefix)
+            raw, error = oversized(size, limit, _entry_prefix(fields, source.format,
+                                                              source.field))
             self._malformed(stream, entry_id, raw, error, output)
             return _MALFORMED
         try:
@@ -373,19 +374,25 @@ def _json_field(fields: dict[bytes, bytes], field: str) -> Any:
                          f"{decode_error('JSON', e).removeprefix('invalid ')}", text) from e
 
 
-def _entry_size(fields: dict[bytes, bytes], format: str, field: str) -> tuple[int, bytes]:
-    """The size in bytes of what an entry's record is decoded from (``"json"``: the
-    ``field`` value; ``"fields"``: every name and value), and its first bytes."""
+def _entry_size(fields: dict[bytes, bytes], format: str, field: str) -> int:
+    """The size in bytes of what an entry's record is decoded from: ``"json"``, the
+    ``field`` value; ``"fields"``, every name and value."""
     if format == "json":
-        value = fields.get(field.encode("utf-8"), b"")
-        return len(value), value[:OVERSIZED_PREFIX_BYTES]
-    size = 0
+        return len(fields.get(field.encode("utf-8"), b""))
+    return sum(len(k) + len(v) for k, v in fields.items())
+
+
+def _entry_prefix(fields: dict[bytes, bytes], format: str, field: str) -> bytes:
+    """The first :data:`OVERSIZED_PREFIX_BYTES` bytes of what :func:`_entry_size`
+    measures (``"fields"``: ``name=value`` pairs separated by spaces)."""
+    if format == "json":
+        return fields.get(field.encode("utf-8"), b"")[:OVERSIZED_PREFIX_BYTES]
     prefix = bytearray()
     for k, v in fields.items():
-        size += len(k) + len(v)
-        if len(prefix) < OVERSIZED_PREFIX_BYTES:
-            prefix += k[:OVERSIZED_PREFIX_BYTES] + b"=" + v[:OVERSIZED_PREFIX_BYTES] + b" "
-    return size, bytes(prefix[:OVERSIZED_PREFIX_BYTES])
+        if len(prefix) >= OVERSIZED_PREFIX_BYTES:
+            break
+        prefix += k[:OVERSIZED_PREFIX_BYTES] + b"=" + v[:OVERSIZED_PREFIX_BYTES] + b" "
+    return bytes(prefix[:OVERSIZED_PREFIX_BYTES])
 
 
 def _check_url(url: object) -> str:
