@@ -56,8 +56,8 @@ def test_file_urls_and_plain_paths_name_a_local_path(url: Any, path: str) -> Non
 
 
 @pytest.mark.parametrize("url, needle", [
-    ("s3://bucket/out", "s3:// is not supported (s3:// support for FileSource and FileSink is "
-                        "planned)"),
+    ("s3://bucket/out", ("s3:// is not supported (s3:// support for FileSource and FileSink "
+                         "is planned)")),
     ("hdfs://nn/out", "hdfs:// is not supported"),
     ("gs:/bucket/out", "gs:// is not supported"),
     ("file://otherhost/data/out", "names host 'otherhost'"),
