@@ -96,3 +96,43 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
         "restored", restore_from=os.path.join(storage, newest))
     assert restored.status is lg.JobStatus.FINISHED
     assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
+
+
+@pytest.mark.hang_guard(180)
+def test_m_r4_signed_incremental_rocksdb_checkpoints_export_and_restore_with_the_key(
+        tmp_path) -> None:
+    """Shared SST files carry their HMAC in the (signed) handles; the export checks them,
+    re-signs the state files it rewrites and restores with the key; a forged shared file
+    is refused."""
+    from lockgate.checkpoint.export import export_checkpoint
+
+    n = 2 * SPLIT
+
+    def job() -> lg.StreamEnvironment:
+        env = signed_sums(lg.LocalExecutor(), tmp_path, n)
+        env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
+        return env
+
+    cancel_after_checkpoints(job().execute_async("signed rocksdb"), 3,
+                             "three checkpoints completed")
+    storage = str(tmp_path / "checkpoints")
+    newest = os.path.join(storage, chk_folders(storage)[-1])
+    with open(os.path.join(newest, "_metadata"), "rb") as f:
+        metadata = json.loads(decode_file(f.read(), KIND_JSON, "_metadata")[0])
+    shared = [s for by in metadata["operators"].values() for h in by.values()
+              for s in h.get("shared", ())]
+    assert shared and all(len(s["mac"]) == 64 for s in shared), shared
+    exported = export_checkpoint(newest, str(tmp_path / "export"), signing_key=KEY)
+
+    forged = str(tmp_path / "forged")
+    shutil.copytree(exported.location, forged)
+    sst = os.path.join(forged, shared[0]["path"])
+    with open(sst, "r+b") as f:
+        f.seek(os.path.getsize(sst) // 2)
+        f.write(b"\x00\xff\x00")
+    with pytest.raises(lg.RestoreError, match="damaged"):
+        job().execute("forged", restore_from=forged)
+
+    restored = job().execute("restored", restore_from=exported.location)
+    assert restored.status is lg.JobStatus.FINISHED
+    assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
