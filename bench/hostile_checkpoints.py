@@ -99,7 +99,7 @@ def _tamper(folder: str, marker: str, attacker_key: bytes | None) -> None:
     """Replace a state file of ``folder`` with a tripwire pickle and rewrite
     ``_metadata`` to match, unsigned or signed with ``attacker_key``."""
     options = StorageOptions(signing_key=attacker_key) if attacker_key else None
-    victim = sorted(glob.glob(os.path.join(folder, "op-sums-*")))[0]
+    victim = min(glob.glob(os.path.join(folder, "op-sums-*")))
     payload = pickle.dumps(_Tripwire(marker))
     data = encode_file(payload, KIND_PICKLE, options)
     with open(victim, "wb") as f:

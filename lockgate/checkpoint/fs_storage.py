@@ -498,7 +498,9 @@ def _makedirs(path: str, mode: int) -> None:
         try:
             os.mkdir(folder, mode)
         except FileExistsError:
-            continue
+            if os.path.isdir(folder):  # made by another writer meanwhile
+                continue
+            raise
         os.chmod(folder, mode)
 
 

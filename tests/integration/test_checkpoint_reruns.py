@@ -48,9 +48,9 @@ def test_item3_a_fresh_run_on_a_storage_with_checkpoints_of_its_job_warns(
         tmp_path, caplog) -> None:
     storage = str(tmp_path / "checkpoints")
     retained_checkpoints(storage, "sums")
-    with caplog.at_level(logging.WARNING, logger="lockgate.api.environment"):
-        with pytest.warns(UserWarning, match="starts from empty state") as caught:
-            result = numbers_job(storage, 100).execute("sums")
+    with caplog.at_level(logging.WARNING, logger="lockgate.api.environment"), \
+            pytest.warns(UserWarning, match="starts from empty state") as caught:
+        result = numbers_job(storage, 100).execute("sums")
     assert result.status is lg.JobStatus.FINISHED
     text = str(caught[0].message)
     assert storage in text and "restore_from=" in text, text

@@ -45,7 +45,7 @@ def signed_sums(executor, tmp_path, n: int, key: str | None = KEY) -> lg.StreamE
 def tamper(folder: str, marker: str) -> None:
     """Replace one state file of ``folder`` with an unsigned pickle of an ``Evil`` and
     rewrite ``_metadata`` (unsigned) so that its size and CRC32 match."""
-    victim = sorted(glob.glob(os.path.join(folder, "op-sums-*")))[0]
+    victim = min(glob.glob(os.path.join(folder, "op-sums-*")))
     payload = pickle.dumps(Evil(marker))
     data = encode_file(payload, KIND_PICKLE)
     with open(victim, "wb") as f:
@@ -71,7 +71,7 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
     cancel_after_checkpoints(client, 3, "three checkpoints completed")
     storage = str(tmp_path / "checkpoints")
     newest = chk_folders(storage)[-1]
-    state_file = sorted(glob.glob(os.path.join(storage, newest, "op-sums-*")))[0]
+    state_file = min(glob.glob(os.path.join(storage, newest, "op-sums-*")))
     with open(state_file, "rb") as f:
         version = HEADER.unpack_from(f.read(HEADER.size))[1]
     assert version == 2, "the tasks wrote an unsigned state file"
