@@ -85,6 +85,11 @@ class CheckpointResponder(Protocol):
     def decline(self, task: TaskKey, checkpoint_id: int,
                 reason: CheckpointFailureReason) -> None: ...
 
+    def task_running(self, task: TaskKey) -> None:
+        """``task`` initialized (operators opened, state restored, in-flight data
+        replayed): checkpoints may include it from now on."""
+        ...
+
 
 class _Cancelled(Exception):
     pass

@@ -6,6 +6,11 @@ and declines to it, and calls ``stop`` with the attempt's outcome. On
 cancellation, completed checkpoints are deleted unless the externalized
 retention keeps them (M-S3); after a failure or a normal end they stay.
 
+Tasks report RUNNING themselves once initialized (operators opened, state restored,
+in-flight data replayed), as Flink's INITIALIZING state ends: checkpoints are
+triggered only when every unfinished task runs, so a slow restore or replay never
+eats into the first checkpoint's timeout.
+
 It gives the coordinator the job's :class:`~lockgate.checkpoint.coordinator.plan.JobTopology`
 (which tasks feed which, which operators each vertex runs), so checkpoints go on
 after tasks finished (FLIP-147): finished tasks are recorded as finished, and a task
@@ -14,6 +19,7 @@ whose upstream tasks all finished is triggered itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..checkpoint.config import ExternalizedRetention
@@ -78,7 +84,17 @@ class CheckpointRun:
         self.coordinator.task_reached_end_of_data(task, last_snapshot_id)
 
     # lifecycle --------------------------------------------------------------------------
-    def start(self, running: list[TaskKey]) -> None:
+    def task_running(self, task: TaskKey) -> None:
+        """``task`` is RUNNING: it opened its operators, restored its state and replayed
+        its restored in-flight data (Flink's INITIALIZING ends there). Until every task
+        that has not finished reports it, no checkpoint is triggered: the trigger is
+        cancelled with ``TASK_NOT_RUNNING``, which does not count as a failure (M-C1)."""
+        self.coordinator.task_running(task)
+
+    def start(self, running: Iterable[TaskKey] = ()) -> None:
+        """Start periodic checkpoints. Tasks report RUNNING themselves
+        (:meth:`task_running`) once they initialized; ``running`` marks tasks running at
+        once (for callers that know no initialization is left)."""
         for task in running:
             self.coordinator.task_running(task)
         self.coordinator.start()

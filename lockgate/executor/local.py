@@ -105,7 +105,7 @@ class LocalExecutor:
         def started_all() -> None:
             handle.running.set()
             if run is not None:
-                run.start([t.key for t in tasks])
+                run.start()  # the tasks report RUNNING once initialized
 
         def finished(task: StreamTask) -> None:
             if run is not None:  # FLIP-147: its results, for a restore deploying it finished

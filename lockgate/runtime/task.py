@@ -245,6 +245,7 @@ class StreamTask:
                 self.chain.open()
                 self._replay_channel_state()
                 self.running = True
+                self._report_running()
                 source = self.chain.source
                 if source is not None:
                     self._run_source(source)
@@ -268,6 +269,16 @@ class StreamTask:
             close_error = self.chain.close()
             if error is None and close_error is not None:
                 raise close_error
+
+    def _report_running(self) -> None:
+        """Tell the coordinator this task is RUNNING: its operators are open, their state
+        restored and the restored in-flight data replayed (Flink's INITIALIZING state
+        ends here). Checkpoints wait for every unfinished task's report, so no barrier
+        ever reaches a task while it replays, and a slow restore cannot make the first
+        checkpoint time out (M-C1, M-T2)."""
+        cp = self.checkpointer
+        if cp is not None:
+            cp.responder.task_running(self.key)
 
     def _restored_as_finished(self) -> bool:
         """Every operator of this task had finished in the restored checkpoint (FLIP-147;

@@ -202,6 +202,9 @@ class Responder:
         self.declines.append((task, checkpoint_id, reason))
         self.delivered.set()
 
+    def task_running(self, task) -> None:
+        pass  # initialization done: nothing to record here
+
 
 def ack(checkpoint_id: int) -> TaskAcknowledgement:
     return TaskAcknowledgement((3, 0), checkpoint_id)

@@ -34,12 +34,16 @@ class Responder:
         self.acks: list[int] = []
         self.declines: list[tuple[int, Any]] = []
         self.reports: list[tuple[Any, int]] = []
+        self.running: list[Any] = []
 
     def acknowledge(self, ack: Any) -> None:
         self.acks.append(ack.checkpoint_id)
 
     def decline(self, task: Any, checkpoint_id: int, reason: Any) -> None:
         self.declines.append((checkpoint_id, reason))
+
+    def task_running(self, task: Any) -> None:
+        self.running.append(task)
 
     def end_of_data(self, task: Any, last_snapshot_id: int) -> None:
         self.reports.append((task, last_snapshot_id))
@@ -206,6 +210,7 @@ def test_flip147_m_w1_a_task_restored_as_finished_runs_nothing_and_ends_at_once(
     assert task.finished and task.restored_finished
     assert drain(out) == [el.Watermark(el.MAX_WATERMARK), el.END_OF_DATA, el.END_OF_PARTITION]
     assert responder.acks == [] and responder.declines == [] and responder.reports == []
+    assert responder.running == [], "a task restored as finished never runs (FLIP-147)"
     assert task.chain.source is not None and task.chain.source.reader is None, (
         "the source was never opened: it does not read its input again")
 
@@ -247,3 +252,38 @@ def test_flip147_a_task_not_yet_running_declines_a_trigger_m_t2() -> None:
     task.mailbox.close()  # never ran: the mailbox refuses mail
     task.trigger_checkpoint(barrier(1))
     assert [c for c, _ in responder.declines] == [1]
+
+
+def test_m_c1_m_t2_a_task_reports_running_only_after_open_and_replay() -> None:
+    """Flink's INITIALIZING: the coordinator hears RUNNING from a task once its operators
+    are open and its restored in-flight data replayed, never before (it triggers no
+    checkpoint until every unfinished task runs)."""
+    plan, v = plan_of(SequenceSource(0, 10))
+    source_side = LocalChannel(1 << 20, name="in")
+    task, _, responder = make_task(plan, v["m"], inputs=[source_side])
+    in_open, release = threading.Event(), threading.Event()
+    seen_at_replay: list[list[Any]] = []
+    open_chain, replay = task.chain.open, task._replay_channel_state
+
+    def slow_open() -> None:
+        in_open.set()
+        assert release.wait(10), "the test never released open()"
+        open_chain()
+
+    def recording_replay() -> None:
+        seen_at_replay.append(list(responder.running))
+        replay()
+
+    task.chain.open = slow_open
+    task._replay_channel_state = recording_replay
+    running = Running(task)
+    try:
+        assert in_open.wait(10), "the task never opened its chain"
+        assert responder.running == [] and not task.running, "RUNNING before open() returned"
+        release.set()
+        wait_until(lambda: responder.running, "the task reports RUNNING after open")
+        assert responder.running == [task.key], "reported once, with the task's key"
+        assert seen_at_replay == [[]], "RUNNING must come after the replay, not before"
+    finally:
+        release.set()
+        running.stop()

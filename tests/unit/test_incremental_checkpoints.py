@@ -55,6 +55,9 @@ class Responder:
             self.declines.append((checkpoint_id, reason))
             self._cond.notify_all()
 
+    def task_running(self, task) -> None:
+        pass  # initialization done: nothing to record here
+
     def wait_ack(self, checkpoint_id: int) -> TaskAcknowledgement:
         with self._cond:
             done = self._cond.wait_for(

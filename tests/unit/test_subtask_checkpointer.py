@@ -43,6 +43,9 @@ class Responder:
         self.declines.append((task, checkpoint_id, reason))
         self.event.set()
 
+    def task_running(self, task) -> None:
+        pass  # initialization done: nothing to record here
+
 
 class StatefulOperator(StreamOperator):
     """Records the order of checkpoint calls; its state is the number of rows seen."""

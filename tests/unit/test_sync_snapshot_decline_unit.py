@@ -36,6 +36,9 @@ class Responder:
         self.declines.append((task, checkpoint_id, reason))
         self.answered.set()
 
+    def task_running(self, task) -> None:
+        pass  # initialization done: nothing to record here
+
 
 class View:
     def __init__(self) -> None:

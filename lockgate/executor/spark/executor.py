@@ -55,6 +55,7 @@ from .control import (
     FAILED,
     REGISTER,
     TASK_END_OF_DATA,
+    TASK_RUNNING,
     TASK_FINISHED,
     TRIGGER,
     ControlEvent,
@@ -250,7 +251,7 @@ class SparkExecutor:
                     self.running.set()
                     handle.running.set()
                     if run is not None:
-                        run.start(plan.subtasks())
+                        run.start()  # the tasks report RUNNING once initialized
                 if event.type == FAILED:
                     raise _reported_failure(plan, event.payload)
             now = time.monotonic()
@@ -420,6 +421,9 @@ def _checkpoint_dispatch(run: Any) -> Any:
         if event.type == TASK_END_OF_DATA:
             task, last_snapshot_id = event.payload
             run.end_of_data(tuple(task), last_snapshot_id)
+            return True
+        if event.type == TASK_RUNNING:
+            run.task_running(tuple(event.payload))
             return True
         return False
 

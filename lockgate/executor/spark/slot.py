@@ -57,6 +57,7 @@ from .control import (
     STACKS,
     START,
     TASK_END_OF_DATA,
+    TASK_RUNNING,
     TASK_FINISHED,
     TRIGGER,
     ControlClient,
@@ -298,6 +299,9 @@ class _ControlResponder:
 
     def end_of_data(self, task: tuple[int, int], last_snapshot_id: int) -> None:
         self.control.send(TASK_END_OF_DATA, (task, last_snapshot_id))
+
+    def task_running(self, task: tuple[int, int]) -> None:
+        self.control.send(TASK_RUNNING, task)
 
 
 def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dict[Any, str]:
