@@ -18,6 +18,7 @@ loopback cluster; the ``JobFailedError`` of a silent slot carries those stacks
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import queue
@@ -142,6 +143,9 @@ class SparkExecutor:
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(lockgate.__file__)))
         folder = tempfile.mkdtemp(prefix="lockgate-ship-")
+        # Spark's executors fetch the archive from this folder later (new workers too):
+        # it goes when the driver process ends, never before
+        atexit.register(shutil.rmtree, folder, True)
         archive = shutil.make_archive(os.path.join(folder, "lockgate"), "zip", root, "lockgate")
         sc.addPyFile(archive)
         self._shipped = True
