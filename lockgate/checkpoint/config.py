@@ -65,7 +65,7 @@ class CheckpointConfig:
       the ``_latest`` pointer, shared files of incremental checkpoints) carries an
       HMAC-SHA256 made with it, and a restore refuses unsigned or wrongly signed files
       before unpickling anything. Without a key, restore only from storage that only
-      trusted parties can write. See ``docs/security-checkpoints.md``.
+      trusted parties can write. See ``docs/security.md``.
     * ``file_mode`` / ``dir_mode`` - permissions of the files and folders the storage
       creates on a local filesystem (default ``0o600`` / ``0o700``: owner only).
     """
