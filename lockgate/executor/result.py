@@ -35,6 +35,9 @@ class JobExecutionResult:
     attempts: int = 1
     #: the savepoint folder when the job was stopped with ``stop_with_savepoint``
     savepoint_path: str | None = None
+    #: subtasks (``'name (index)'``) that did not stop within the cancellation timeout:
+    #: their threads were abandoned (local executor; blocked user code cannot be killed)
+    abandoned_tasks: list[str] = field(default_factory=list)
 
     @property
     def record_counts(self) -> dict[str, dict[str, int]]:
