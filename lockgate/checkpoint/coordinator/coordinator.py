@@ -187,6 +187,8 @@ class CheckpointCoordinator:
         self._outcome = threading.Condition(self._lock)
         self._last_completion_ms: float | None = None
         self._shut_down = False
+        # the job was failed (too many checkpoint failures): nothing is triggered any more
+        self._failing = False
         # periodic triggering (M-C1, M-C7)
         self._periodic_stopped = False
         self._periodic_active = False
@@ -265,10 +267,10 @@ class CheckpointCoordinator:
     def start(self) -> None:
         """Start periodic checkpoints: the first trigger ``interval`` from now. Raises
         ``ConfigurationError`` when checkpointing is not enabled. Also resumes after
-        :meth:`stop_periodic`. No effect once shut down."""
+        :meth:`stop_periodic`. No effect once shut down or once it failed the job."""
         interval = float(self._config.interval_ms)
         with self._lock:
-            if self._shut_down:
+            if self._shut_down or self._failing:
                 return
             self._periodic_stopped = False
             self._periodic_active = True
@@ -413,7 +415,7 @@ class CheckpointCoordinator:
         # a job whose tasks all finished has nothing left to checkpoint
         not_running = plan.not_running if plan.to_acknowledge else max(1, plan.not_running)
         return TriggerFacts(
-            shut_down=self._shut_down,
+            shut_down=self._shut_down or self._failing,
             periodic_stopped=self._periodic_stopped,
             forced=forced,
             pending=pending,
@@ -590,6 +592,14 @@ class CheckpointCoordinator:
             self._fail_job(reason, checkpoint_id)
 
     def _fail_job(self, reason: CheckpointFailureReason, checkpoint_id: int | None) -> None:
+        """Fail the job, once: triggering stops for good (periodic triggers and
+        savepoints), so a job whose tasks take time to stop does not keep triggering,
+        failing and logging it again."""
+        if self._failing:
+            return
+        self._failing = True
+        self._periodic_active = False
+        self._cancel_periodic()
         tolerable = self._failures.tolerable_failures
         which = "a checkpoint trigger" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
         error = CheckpointFailedError(
