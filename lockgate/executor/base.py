@@ -13,6 +13,7 @@ from ..errors import (
 )
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.metrics import OperatorCounters, OperatorMetrics
+from ..runtime.partitioners import KeyExtractionError
 from .result import JobExecutionResult, JobStatus
 
 
@@ -86,8 +87,12 @@ def failure_error(
 
 
 def user_cause(error: BaseException) -> BaseException:
-    """The exception to chain as ``__cause__``: the user's own where there is one."""
-    return error.error if isinstance(error, UserFunctionError) else error
+    """The exception to chain as ``__cause__``: the user's own where there is one (also
+    the one a ``key_by`` key selector raised)."""
+    inner = error.error if isinstance(error, UserFunctionError) else error
+    if isinstance(inner, KeyExtractionError) and inner.error is not None:
+        return inner.error
+    return inner
 
 
 def finished_result(
@@ -107,10 +112,15 @@ def finished_result(
     )
 
 
-def cancelled_result(plan: ExecutionPlan, duration_ms: float) -> JobExecutionResult:
-    """The result of a job stopped by ``JobClient.cancel()``."""
+def cancelled_result(plan: ExecutionPlan, duration_ms: float,
+                     counters: list[dict[str, OperatorCounters]] | None = None,
+                     ) -> JobExecutionResult:
+    """The result of a job stopped by ``JobClient.cancel()`` (or by
+    ``stop_with_savepoint``): ``counters`` are its subtasks' record counts up to the
+    stop (each subtask's, as ``finished_result`` takes them)."""
     return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
-                              duration_ms=duration_ms)
+                              duration_ms=duration_ms,
+                              operators=merge_metrics(plan, counters or []))
 
 
 def checkpoint_failure(job_name: str, error: BaseException) -> JobFailedError:

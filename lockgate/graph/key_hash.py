@@ -4,7 +4,9 @@ Python's ``hash()`` of a string differs between processes, so it cannot route
 keys between Spark executors. This hash depends only on the key's value:
 
 * integers (and bools) - murmur3's 64-bit finalizer of the two's-complement value;
-* floats - the finalizer of the IEEE-754 bits (``-0.0`` and ``0.0`` are one key);
+* floats - the finalizer of the IEEE-754 bits (``-0.0`` and ``0.0`` are one key, and
+  every NaN is one key, whatever its sign and payload bits, as Java's
+  ``Double.equals`` has it: see :func:`canonical_key` for keyed state);
 * strings and bytes - a polynomial hash of the UTF-8 bytes, finalized;
 * ``None`` - a constant;
 * tuples - the component hashes combined in order;
@@ -17,6 +19,7 @@ are hashed with numpy, never key by key.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -69,6 +72,7 @@ def _hash_int64(values: np.ndarray) -> np.ndarray:
 def _hash_float64(values: np.ndarray) -> np.ndarray:
     v = values.astype(np.float64, copy=True)
     v[v == 0.0] = 0.0  # -0.0 and 0.0 are one key
+    v[np.isnan(v)] = np.nan  # and so is every NaN (sign and payload bits differ)
     with np.errstate(over="ignore"):
         return fmix64(v.view(np.uint64) ^ _TAG_FLOAT)
 
@@ -154,6 +158,36 @@ def _combine(parts: list[np.ndarray]) -> np.ndarray:
         for p in parts:
             h = fmix64(h * _U64(31) + p)
     return h
+
+
+#: the one NaN object keyed state holds for every NaN key (see :func:`canonical_key`)
+CANONICAL_NAN = float("nan")
+
+#: key types that never hold a NaN: lists of only these are returned as they are
+_NAN_FREE = frozenset({int, str, bytes, bool, type(None)})
+
+
+def canonical_key(key: Any) -> Any:
+    """``key`` with every float NaN in it (also inside tuples, also numpy floats)
+    replaced by :data:`CANONICAL_NAN`. ``nan != nan`` in Python, and a dict tells two
+    NaN objects apart, so without this each NaN record would get a state entry of its
+    own; Flink (Java's ``Double.equals``) treats all NaNs as one key, and so does this."""
+    t = type(key)
+    if t is float or isinstance(key, np.floating):
+        return CANONICAL_NAN if math.isnan(key) else key
+    if isinstance(key, tuple) and any(type(k) not in _NAN_FREE for k in key):
+        parts = tuple(canonical_key(k) for k in key)
+        if any(p is not k for p, k in zip(parts, key)):
+            return parts if t is tuple or not hasattr(t, "_make") else t._make(parts)
+    return key
+
+
+def canonical_keys(keys: list[Any]) -> list[Any]:
+    """:func:`canonical_key` of each key; ``keys`` itself when none can hold a NaN
+    (one pass over the key types, in C)."""
+    if _NAN_FREE.issuperset(map(type, keys)):
+        return keys
+    return [canonical_key(k) for k in keys]
 
 
 def hash_keys(keys: Sequence[Any]) -> np.ndarray:

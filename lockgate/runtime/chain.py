@@ -13,6 +13,7 @@ from .context import RuntimeContext
 from .elements import StreamElement, StreamStatus, Watermark
 from .operators.base import OperatorFactory, Output, StreamOperator
 from .operators.io import SinkOperator, SourceOperator
+from .partitioners import attribute_key_errors
 from .processing_time import ProcessingTimeService
 from .record_writer import RecordWriter
 
@@ -123,7 +124,8 @@ class OperatorChain:
                     out.element_targets.append(_element_target(target_op))
             for edge_id, tag in op_plan.edge_outputs:
                 writer = writers[edge_id]
-                (out.side.setdefault(tag, []) if tag else out.main).append(writer.write)
+                (out.side.setdefault(tag, []) if tag else out.main).append(
+                    attribute_key_errors(writer.write, writer.partitioner, op))
                 if id(writer) not in seen:
                     seen.add(id(writer))
                     out.element_targets.append(_AnnouncedStatus(writer.broadcast_event))

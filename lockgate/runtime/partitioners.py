@@ -13,8 +13,27 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..errors import LockgateError, UnsupportedKeyError, UserFunctionError
 from ..graph.key_groups import key_groups_of_column, key_groups_of_keys, subtasks_for_key_groups
+from ..graph.key_hash import canonical_keys
 from .batch import Batch, RowBatch, num_rows, take, to_rows
+from .excerpt import excerpt
+
+
+class KeyExtractionError(LockgateError, KeyError):
+    """``key_by`` could not take the key of a record (a record without the key field, or
+    a key selector that raised: ``error``, the user's exception); the message quotes the
+    record (truncated)."""
+
+    def __init__(self, message: str, error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.error))
 
 
 class KeySelector:
@@ -37,12 +56,24 @@ class KeySelector:
         return getattr(self.fn, "__name__", repr(self.fn))
 
     def keys(self, batch: Batch, rows: list[Any] | None = None) -> list[Any]:
-        """One key per record."""
+        """One key per record. A record the selector cannot take a key from raises
+        :class:`KeyExtractionError` quoting it."""
         cols = self.columns
         if cols is None:
             fn = self.fn
             assert fn is not None
-            return [fn(r) for r in (rows if rows is not None else to_rows(batch))]
+            records = rows if rows is not None else to_rows(batch)
+            keys: list[Any] = []
+            append = keys.append
+            try:
+                for r in records:
+                    append(fn(r))
+            except Exception as e:
+                raise KeyExtractionError(
+                    f"key_by({self.describe()}): the key selector raised "
+                    f"{type(e).__name__}: {e} for the record {excerpt(records[len(keys)])}",
+                    e) from e
+            return keys
         if isinstance(batch, pa.RecordBatch):
             if len(cols) == 1:
                 return _column(batch, cols[0]).to_pylist()
@@ -53,11 +84,37 @@ class KeySelector:
                 c = cols[0]
                 return [r[c] for r in rows]
             return [tuple(r[c] for c in cols) for r in rows]
-        except (KeyError, TypeError) as e:
-            raise KeyError(
-                f"key_by({self.describe()}) needs records that are dicts with those fields; "
-                f"got {rows[0]!r}" if rows else "key_by found no field"
-            ) from e
+        except (KeyError, TypeError, IndexError):
+            pass
+        raise self._field_error(rows)
+
+    def state_keys(self, batch: Batch, rows: list[Any] | None = None) -> list[Any]:
+        """:meth:`keys` as keyed state holds them: every float NaN (also inside a tuple
+        key) is one and the same key object, as Java's ``Double.equals`` has it, so all
+        NaN records share one state entry. Non-float key columns cost nothing extra."""
+        keys = self.keys(batch, rows)
+        cols = self.columns
+        if cols is not None and isinstance(batch, pa.RecordBatch):
+            schema = batch.schema
+            if not any(pa.types.is_floating(schema.field(c).type) for c in cols):
+                return keys
+        return canonical_keys(keys)
+
+    def _field_error(self, rows: list[Any]) -> KeyExtractionError:
+        """The error naming the first record without the key fields."""
+        cols = self.columns or ()
+        for r in rows:
+            try:
+                for c in cols:
+                    r[c]
+            except (KeyError, TypeError, IndexError) as e:
+                fields = ", ".join(repr(c) for c in cols)
+                return KeyExtractionError(
+                    f"key_by({self.describe()}) needs records with the field(s) {fields}, "
+                    f"but got the {type(r).__name__} record {excerpt(r)} "
+                    f"({type(e).__name__}: {e}); check what the operator before key_by "
+                    "returns")
+        return KeyExtractionError(f"key_by({self.describe()}) could not take the keys")
 
     def key_groups(self, batch: Batch, max_parallelism: int) -> np.ndarray:
         cols = self.columns
@@ -74,6 +131,25 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
             f"{batch.schema.names}"
         )
     return batch.column(idx)
+
+
+def attribute_key_errors(write: Callable[[Batch], None], partitioner: Any,
+                         producer: Any) -> Callable[[Batch], None]:
+    """``write`` of a record writer, such that a key_by failure in its partitioner (a
+    record without the key field, an unhashable key) names ``producer``, the operator
+    whose records it is, with the key_by's error as the cause. Other partitioners get
+    ``write`` itself (no extra call per batch)."""
+    if not isinstance(partitioner, _KeyGroups):
+        return write
+
+    def write_naming_producer(batch: Batch) -> None:
+        try:
+            write(batch)
+        except (KeyExtractionError, UnsupportedKeyError) as e:
+            raise UserFunctionError(producer.name, producer.ctx.subtask_index,
+                                    producer.ctx.parallelism, e) from e
+
+    return write_naming_producer
 
 
 class Partitioner:
@@ -212,10 +288,12 @@ __all__ = [
     "BroadcastPartitioning",
     "ForwardPartitioning",
     "KeyGroupPartitioning",
+    "KeyExtractionError",
     "KeySelector",
     "Partitioner",
     "PartitionerSpec",
     "RebalancePartitioning",
     "split_by_target",
+    "attribute_key_errors",
     "take",
 ]

@@ -85,6 +85,7 @@ import numpy as np
 
 from ..errors import ConfigurationError, LockgateError
 from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism, key_groups_of_keys
+from ..graph.key_hash import canonical_key
 from ..time.clock import Clock, SystemClock
 from .canonical import (
     SNAPSHOT_FORMAT,
@@ -622,7 +623,8 @@ class HeapKeyedStateBackend:
                 self._kinds[name] = kind
                 table = self._tables.setdefault(name, {})
                 for key, stored in entries:
-                    table[key] = stored
+                    # a restored NaN key is a new NaN object: make it the one NaN key
+                    table[canonical_key(key)] = stored
                 if name in self._ttl:
                     self._check_ttl_form(name, self._ttl[name], where)
 

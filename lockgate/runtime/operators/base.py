@@ -139,6 +139,10 @@ class StreamOperator:
 
     # helpers ---------------------------------------------------------------
     def user_error(self, error: BaseException) -> UserFunctionError:
+        """``error`` wrapped with this operator's name and subtask; an error already
+        wrapped (by an operator chained behind this one) keeps the operator it names."""
+        if isinstance(error, UserFunctionError):
+            return error
         return UserFunctionError(self.name, self.ctx.subtask_index, self.ctx.parallelism, error)
 
     def emit(self, batch: Batch) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ from ..batch import (
 )
 from ...state.operator_state import UNION, OperatorStateStore
 from ...state.snapshot import OperatorStateSnapshot, payload_part
+from ..excerpt import excerpt
 from .base import StreamOperator, bind_function, close_function, open_function
 
 
@@ -35,6 +38,38 @@ def single_record_error(method: str, result: object) -> TypeError:
     return TypeError(
         f"{method}() must return an iterable of records (or yield them), but returned a "
         f"{type(result).__name__} ({result!r:.80}); wrap a single record in a list"
+    )
+
+
+def not_iterable_error(method: str, result: object, record: object,
+                       origin: str = "the input record") -> TypeError:
+    """The error for a flat_map/process result that cannot be iterated (an int, a
+    float, ...), naming its type and value and the input record."""
+    return TypeError(
+        f"{method}() must return an iterable of records (or yield them), or None for no "
+        f"records, but returned {type(result).__name__} {excerpt(result)} for {origin} "
+        f"{excerpt(record)}; wrap a single record in a list"
+    )
+
+
+def is_iterable(value: object) -> bool:
+    try:
+        iter(value)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+    return True
+
+
+#: whether a value is None, by identity only (records may compare oddly, e.g. arrays)
+_is_none = partial(is_, None)
+
+
+def none_result_error(record: object) -> TypeError:
+    """The error for a map function that returned None for ``record``."""
+    return TypeError(
+        f"map() returned None for the input record {excerpt(record)}; a map function must "
+        "return a record for every input record: use filter() to drop records, or "
+        "flat_map() to return zero or more"
     )
 
 
@@ -108,7 +143,9 @@ def _has_union(operator_states: Any) -> bool:
 
 
 class MapOperator(_FunctionOperator):
-    """One output record per input record."""
+    """One output record per input record: the function must return a value for every
+    record, as in Flink. Returning None fails the job at this operator, naming it and the
+    input record: use ``filter`` to drop records, ``flat_map`` for zero or more."""
 
     method = "map"
 
@@ -120,6 +157,8 @@ class MapOperator(_FunctionOperator):
             out = [fn(r) for r in rows]
         except Exception as e:
             raise self.user_error(e) from e
+        if any(map(_is_none, out)):
+            raise self.user_error(none_result_error(rows[list(map(_is_none, out)).index(True)]))
         self.emit(RowBatch(out, timestamps_of(batch)))
 
 
@@ -143,7 +182,12 @@ class FlatMapOperator(_FunctionOperator):
                     if isinstance(result, _SINGLE_RECORDS):
                         raise single_record_error("flat_map", result)
                     before = len(out)
-                    extend(result)
+                    try:
+                        extend(result)
+                    except TypeError:
+                        if is_iterable(result):
+                            raise
+                        raise not_iterable_error("flat_map", result, r) from None
                     if counts is not None:
                         counts[i] = len(out) - before
         except Exception as e:
@@ -307,7 +351,12 @@ class ProcessOperator(_FunctionOperator):
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
                         raise single_record_error("process_element", result)
-                    extend(result)
+                    try:
+                        extend(result)
+                    except TypeError:
+                        if is_iterable(result):
+                            raise
+                        raise not_iterable_error("process_element", result, r) from None
         except Exception as e:
             raise self.user_error(e) from e
         ectx.flush_side_outputs()
@@ -334,7 +383,12 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
                 if isinstance(result, _SINGLE_RECORDS):
                     raise single_record_error("process_element", result)
                 before = len(out)
-                out.extend(result)
+                try:
+                    out.extend(result)
+                except TypeError:
+                    if is_iterable(result):
+                        raise
+                    raise not_iterable_error("process_element", result, r) from None
                 counts[i] = len(out) - before
     except Exception as e:
         raise op.user_error(e) from e

@@ -17,6 +17,8 @@ from .base import StreamOperator
 from .basic import (
     _SINGLE_RECORDS,
     _FunctionOperator,
+    is_iterable,
+    not_iterable_error,
     process_timestamped,
     single_record_error,
 )
@@ -127,7 +129,13 @@ class KeyedProcessOperator(_FunctionOperator):
                 if isinstance(result, _SINGLE_RECORDS):
                     raise single_record_error("on_timer", result)
                 before = len(self._timer_output)
-                self._timer_output.extend(result)
+                try:
+                    self._timer_output.extend(result)
+                except TypeError:
+                    if is_iterable(result):
+                        raise
+                    raise not_iterable_error("on_timer", result, key,
+                                             origin="the timer of key") from None
                 self._timer_stamps.extend(
                     [timer.timestamp] * (len(self._timer_output) - before))
         except Exception as e:
@@ -177,7 +185,7 @@ class KeyedProcessOperator(_FunctionOperator):
         rows = to_rows(batch)
         self.counters.records_in += len(rows)
         try:
-            keys = self.key_selector.keys(batch, rows)
+            keys = self.key_selector.state_keys(batch, rows)
         except Exception as e:
             raise self.user_error(e) from e
         backend = self.backend
@@ -197,7 +205,12 @@ class KeyedProcessOperator(_FunctionOperator):
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
                         raise single_record_error("process_element", result)
-                    extend(result)
+                    try:
+                        extend(result)
+                    except TypeError:
+                        if is_iterable(result):
+                            raise
+                        raise not_iterable_error("process_element", result, r) from None
         except Exception as e:
             raise self.user_error(e) from e
         ectx.flush_side_outputs()
