@@ -36,6 +36,7 @@ from .errors import (
     JobFailedError,
     LockgateError,
     MalformedRecordError,
+    NonRestartableError,
     UnsupportedKeyError,
     UserFunctionError,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "MapFunction",
     "MapState",
     "MapStateDescriptor",
+    "NonRestartableError",
     "OperatorListState",
     "OperatorWatermark",
     "OutputTag",

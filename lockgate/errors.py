@@ -23,11 +23,29 @@ class LockgateError(Exception):
     """Base class of every error lockgate raises."""
 
 
-class ConfigurationError(LockgateError, ValueError):
-    """A setting or argument has a value lockgate cannot use."""
+class NonRestartableError(LockgateError):
+    """An error no restart can fix: a wrong setting, an invalid uid, output lost for good.
+
+    Like Flink's non-recoverable errors (``SuppressRestartsException``), an attempt that
+    fails with one ends the job at once, whatever its restart strategy: the
+    :class:`JobFailedError` says the error is not restartable. An attempt fails with it
+    when it is the failing error itself, or its explicit cause (``raise ... from``)
+    seen through lockgate's wrappers (:class:`UserFunctionError`, a commit's error).
+    User code may raise subclasses of it to stop restarts on purpose.
+
+    One exception keeps restarts: a ``NonRestartableError`` raised ``from`` an error
+    that is not a :class:`LockgateError` (e.g. ``ConfigurationError("cannot reach
+    Redis") from ConnectionError``) reports the environment as it was (a server down, a
+    stream not created yet), which may change before the next attempt.
+    """
 
 
-class InvalidGraphError(LockgateError, ValueError):
+class ConfigurationError(NonRestartableError, ValueError):
+    """A setting or argument has a value lockgate cannot use (not restartable, see
+    :class:`NonRestartableError`)."""
+
+
+class InvalidGraphError(NonRestartableError, ValueError):
     """The dataflow graph cannot be turned into a job (raised when the job is built)."""
 
 
@@ -74,7 +92,9 @@ class FailureReason(enum.Enum):
 class JobFailedError(LockgateError, RuntimeError):
     """The job failed; ``cause`` holds the first failure, ``operator`` and
     ``subtask`` say where it happened, ``remote_traceback`` the formatted
-    traceback of the failing code (also for failures in other processes)."""
+    traceback of the failing code (also for failures in other processes);
+    ``restartable`` is False when the job ended at once on a
+    :class:`NonRestartableError`, without restarting."""
 
     def __init__(
         self,
@@ -85,6 +105,7 @@ class JobFailedError(LockgateError, RuntimeError):
         subtask: int | None = None,
         remote_traceback: str | None = None,
         attempts: int = 1,
+        restartable: bool = True,
     ) -> None:
         super().__init__(message)
         self.reason = reason
@@ -92,6 +113,7 @@ class JobFailedError(LockgateError, RuntimeError):
         self.subtask = subtask
         self.remote_traceback = remote_traceback
         self.attempts = attempts
+        self.restartable = restartable
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), (str(self),), {}, self.__dict__))

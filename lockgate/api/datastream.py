@@ -44,6 +44,32 @@ if TYPE_CHECKING:
 S = TypeVar("S", bound="_Configurable")
 
 
+#: the longest uid, in UTF-8 bytes: it is part of a state file's name (``op-<uid>-<subtask>``
+#: plus a random suffix and a temporary name's), which a filesystem limits to 255 bytes
+MAX_UID_BYTES = 128
+
+
+def check_uid(uid: object) -> str:
+    """Refuse a uid that cannot name the operator's state files in checkpoints: a
+    non-empty str, one plain path segment (no ``/`` or ``\\``, not ``.`` or ``..``),
+    printable characters only, at most :data:`MAX_UID_BYTES` bytes in UTF-8."""
+    if not isinstance(uid, str) or not uid:
+        raise ConfigurationError(f"uid must be a non-empty string, got {uid!r}")
+    bad = [c for c in uid if c in "/\\" or not c.isprintable()]
+    if bad or uid in (".", ".."):
+        what = f"contains {bad[0]!r}" if bad else "is a relative folder name"
+        raise ConfigurationError(
+            f"uid {uid!r} {what}: a uid names the operator's state files in checkpoints, so "
+            f"it must be one plain name without '/', '\\' or unprintable characters, and not "
+            f"'.' or '..'; use e.g. letters, digits, '-', '_' and '.' such as 'parse-orders'")
+    size = len(uid.encode("utf-8"))
+    if size > MAX_UID_BYTES:
+        raise ConfigurationError(
+            f"uid {uid[:40]!r}... is {size} bytes in UTF-8; a uid names the operator's state "
+            f"files in checkpoints and may have at most {MAX_UID_BYTES} bytes: use a shorter one")
+    return uid
+
+
 def _check_parallelism(p: Any, what: str) -> int:
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
         raise ConfigurationError(f"{what} must be an int >= 1, got {p!r}")
@@ -71,9 +97,14 @@ class _Configurable:
         return self._t
 
     def uid(self: S, uid: str) -> S:
-        """A stable id for this operator's state (savepoints map state by uid)."""
-        if not isinstance(uid, str) or not uid:
-            raise ConfigurationError(f"uid must be a non-empty string, got {uid!r}")
+        """A stable id for this operator's state (savepoints map state by uid).
+
+        It names the operator's state files in checkpoints, so it must be one plain
+        path segment: a non-empty string of printable characters without ``/`` or
+        ``\\``, not ``.`` or ``..``, at most 128 bytes in UTF-8 (a
+        ``ConfigurationError`` says what is wrong otherwise).
+        """
+        check_uid(uid)
         self._real("uid").uid = uid
         return self
 

@@ -12,6 +12,7 @@ from ..errors import CheckpointFailedError, ConfigurationError
 from ..executor.job_handle import JobHandle
 from ..executor.job_registry import register_job
 from ..executor.result import JobExecutionResult, JobStatus
+from ..recovery.restart_causes import RestartCause
 
 
 class JobClient:
@@ -116,6 +117,12 @@ class JobClient:
         before the job runs."""
         provider = self._handle.watermarks
         return list(provider()) if provider is not None else []
+
+    def restart_causes(self) -> list[RestartCause]:
+        """The job's failures so far (a metric): each distinct failure (operator and
+        error) with the number of attempts it failed, in the order they first happened;
+        a job restarting forever on the same error shows its count growing."""
+        return self._handle.restart_causes.snapshot()
 
     # -- savepoints (M-S1) ----------------------------------------------------------------
     def trigger_savepoint(self, path: str, timeout: float | None = None) -> str:

@@ -29,7 +29,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError, LockgateError
+from ..errors import ConfigurationError, NonRestartableError
 from .postgres_table import psycopg_module, split_table_name
 
 #: separates the parts of an id; never part of a prefix
@@ -46,9 +46,11 @@ MARKER_TABLE = "lockgate_commits"
 END = "end"
 
 
-class TransactionLostError(LockgateError, RuntimeError):
+class TransactionLostError(NonRestartableError, RuntimeError):
     """A prepared transaction to commit is gone and was never committed: something else
-    rolled it back, and its rows are lost."""
+    rolled it back, and its rows are lost. Not restartable: no attempt can bring the
+    transaction back, so the job fails at once (see
+    :class:`~lockgate.errors.NonRestartableError`)."""
 
 
 def check_prefix(prefix: object) -> None:

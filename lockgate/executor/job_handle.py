@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from ..recovery.restart_causes import RestartCauses
+
 
 class JobHandle:
     def __init__(self) -> None:
@@ -29,6 +31,9 @@ class JobHandle:
         #: finished (checkpointed jobs): a later attempt that restores it as finished
         #: does not run it again, and returns these (FLIP-147)
         self.finished_results: dict[tuple[int, int], dict[str, Any]] = {}
+        #: every failure of the run so far, per operator and error, with how often it
+        #: repeated (the failover loop records; ``JobClient.restart_causes()`` reads)
+        self.restart_causes = RestartCauses()
 
     @property
     def coordinator(self) -> Any:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..recovery.restart_causes import RestartCause
 from ..runtime.metrics import OperatorMetrics
 
 
@@ -25,6 +26,10 @@ class JobExecutionResult:
     operators share a name) to its record counts summed over subtasks.
     ``sink_results`` maps a sink's uid to the per-subtask values its writers
     returned (``execute_and_collect`` reads its records from there).
+    For a job stopped early (cancelled, or stopped with a savepoint) the record counts
+    are those of the last attempt up to the stop.
+    ``restart_causes`` lists each distinct failure of the run (operator and error) with
+    how many attempts it failed (empty when no attempt failed).
     """
 
     job_name: str
@@ -35,6 +40,7 @@ class JobExecutionResult:
     attempts: int = 1
     #: the savepoint folder when the job was stopped with ``stop_with_savepoint``
     savepoint_path: str | None = None
+    restart_causes: list[RestartCause] = field(default_factory=list)
     #: subtasks (``'name (index)'``) that did not stop within the cancellation timeout:
     #: their threads were abandoned (local executor; blocked user code cannot be killed)
     abandoned_tasks: list[str] = field(default_factory=list)

@@ -50,6 +50,7 @@ from ..graph.execution_plan import ExecutionPlan
 from ..time.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
 from .finished import check_finished_chains
+from .non_restartable import non_restartable_cause, not_restartable_failure
 from .restore import CommittedOutputGuard, RestoreSpec, newest_restorable
 from .settle import settle_two_phase_sinks
 
@@ -100,15 +101,21 @@ def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHa
         except JobFailedError as failure:
             if handle.cancel_requested.is_set():
                 raise
+            repeated = handle.restart_causes.record(failure, attempt)
+            fatal = non_restartable_cause(failure)
+            if fatal is not None:
+                raise not_restartable_failure(plan.job_name, failure, fatal,
+                                              attempt - first_attempt + 1) from failure.__cause__
             backoff.notify_failure()
             if not backoff.can_restart():
                 raise _gave_up(plan, failure, attempt - first_attempt + 1, strategy,
                                backoff) from failure.__cause__
             delay = backoff.backoff_ms()
-            log.warning("job %r attempt %d failed (%s); restarting in %.0f ms (%s)",
-                        plan.job_name, attempt, _first_line(failure), delay, strategy)
+            log.warning("job %r attempt %d failed (%s); %s; restarting in %.0f ms (%s)",
+                        plan.job_name, attempt, _first_line(failure), repeated.describe(),
+                        delay, strategy)
             if _cancelled_while_waiting(clock, handle, delay):
-                return _cancelled(plan, started, attempt - first_attempt + 1)
+                return _cancelled(plan, started, attempt - first_attempt + 1, handle)
             restore = _restore_point(plan, floor) or initial
             attempt += 1
             backoff.notify_restarted()
@@ -118,6 +125,7 @@ def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHa
                 _results_of_finished_tasks(attempt_plan, restore, result, handle)
             _commit_final_transactions(plan, result, backoff, clock)
         result.attempts = attempt - first_attempt + 1
+        result.restart_causes = handle.restart_causes.snapshot()
         return result
 
 
@@ -161,10 +169,12 @@ def _cancelled_while_waiting(clock: Clock, handle: JobHandle, delay_ms: float) -
     return clock.wait(handle.cancel_requested, delay_ms)
 
 
-def _cancelled(plan: ExecutionPlan, started: float, attempts: int) -> JobExecutionResult:
+def _cancelled(plan: ExecutionPlan, started: float, attempts: int,
+               handle: JobHandle) -> JobExecutionResult:
     return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
                               duration_ms=(time.monotonic() - started) * 1000,
-                              attempts=attempts)
+                              attempts=attempts,
+                              restart_causes=handle.restart_causes.snapshot())
 
 
 def _first_line(error: BaseException) -> str:
@@ -234,14 +244,17 @@ def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,
                     break
                 except Exception as e:
                     backoff.notify_failure()
-                    if not backoff.can_restart():
+                    fatal = non_restartable_cause(e)
+                    if fatal is not None or not backoff.can_restart():
+                        why = (f"{type(fatal).__name__} is not restartable" if fatal
+                               else f"the restart strategy gives up ({backoff.give_up_reason()})")
                         raise JobFailedError(
                             f"job '{plan.job_name}' failed: committing the last transactions "
                             f"of sink '{plan.operator_names.get(uid, uid)}' (subtask {index}) "
-                            f"failed and the restart strategy gives up "
-                            f"({backoff.give_up_reason()}): {e}",
+                            f"failed and {why}: {e}",
                             reason=FailureReason.USER_CODE,
                             operator=plan.operator_names.get(uid, uid), subtask=index,
+                            restartable=fatal is None,
                         ) from e
                     delay = backoff.backoff_ms()
                     log.warning("committing the last transactions of sink %r failed (%s); "
