@@ -215,7 +215,8 @@ class SparkExecutor:
             thread.join(30)
             self._await_workers_gone(master, server)
             if cancelled:
-                return cancelled_result(plan, (time.monotonic() - started) * 1000)
+                return cancelled_result(plan, (time.monotonic() - started) * 1000,
+                                        _counters_at_stop(server))
             raise
         finally:
             if run is not None:
@@ -308,6 +309,25 @@ class SparkExecutor:
                 time.sleep(0.05)  # bounded wait for Spark to kill the workers
         if pids:
             log.warning("slot python workers still alive after cancel: %s", pids)
+
+
+def _counters_at_stop(server: ControlServer, timeout_s: float = 1.0) -> list[Any]:
+    """The record counters of a cancelled attempt's subtasks: each slot sends its own in
+    the report it makes when it stops (waits at most ``timeout_s`` for the reports not
+    received yet; a slot killed before it reported counts nothing)."""
+    counters: list[Any] = []
+    waiting = set(server.registrations)
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        try:
+            event = server.events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if (event.type == FAILED and event.slot in waiting and isinstance(event.payload, dict)
+                and "counters" in event.payload):
+            waiting.discard(event.slot)
+            counters.extend(event.payload["counters"])
+    return counters
 
 
 def stall_after(heartbeat_timeout_s: float) -> float:

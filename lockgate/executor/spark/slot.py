@@ -215,7 +215,9 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     except SlotFailed:
         raise
     except BaseException as e:
-        control.send(FAILED, _failure_info(e, f"slot {slot}", slot))
+        info = _failure_info(e, f"slot {slot}", slot)
+        info["counters"] = [t.chain.counters() for t in tasks]  # a cancelled job's counts
+        control.send(FAILED, info)
         raise
     finally:
         # The control thread first: it sends what is queued (FINISHED or FAILED) and stops
