@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -150,6 +149,8 @@ class SubtaskCheckpointer:
         self._declined: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        # the task was cancelled: snapshots are dropped, asynchronous parts discarded
+        self._cancelled = False
         #: which shared files the next incremental checkpoint may reuse (M-R4)
         self.shared_files = SharedFileTracker()
         #: the newest checkpoint id this subtask snapshotted (0: none); the task's final
@@ -173,6 +174,8 @@ class SubtaskCheckpointer:
 
     def trigger_snapshot(self, barrier: CheckpointBarrier, info: AlignmentInfo) -> None:
         checkpoint_id = barrier.checkpoint_id
+        if self._cancelled:
+            return  # the task is cancelled: the attempt ends, nothing it snapshots counts
         self.last_snapshot_id = max(self.last_snapshot_id, checkpoint_id)
         for op in self.operators:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
@@ -262,6 +265,17 @@ class SubtaskCheckpointer:
             progress.cancelled.set()
             progress.channels_done.set()
 
+    def cancel_all(self) -> None:
+        """The task is cancelled (any thread): cancel every asynchronous part in progress
+        (it deletes what it wrote) and drop every later snapshot, so a task thread that
+        does not stop can write no state afterwards."""
+        self._cancelled = True
+        with self._lock:
+            pending = list(self._in_progress.values())
+        for p in pending:
+            p.cancelled.set()
+            p.channels_done.set()
+
     @property
     def in_progress(self) -> list[int]:
         with self._lock:
@@ -280,7 +294,10 @@ class SubtaskCheckpointer:
         return not not_done
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Cancel every checkpoint in progress and stop the background thread."""
+        """Cancel every checkpoint in progress and stop the background thread, waiting at
+        most ``timeout_s`` for the asynchronous parts to end. One still running then (a
+        write that hangs) is left behind, logged: it was cancelled, so whatever it
+        still writes it deletes, and it never acknowledges."""
         self._closed = True
         with self._lock:
             pending = list(self._in_progress.values())
@@ -289,14 +306,17 @@ class SubtaskCheckpointer:
             p.channels_done.set()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            deadline = time.monotonic() + timeout_s
-            for p in pending:
-                if p.future is not None and not p.future.cancelled():
-                    try:
-                        p.future.result(max(0.0, deadline - time.monotonic()))
-                    except Exception:  # noqa: BLE001 - already logged by the async part
-                        pass
-            self._pool.shutdown(wait=True)
+            futures = [p.future for p in pending
+                       if p.future is not None and not p.future.cancelled()]
+            _, not_done = wait(futures, timeout=max(0.0, timeout_s))
+            if not_done:
+                log.warning("%s (%d): the asynchronous part of checkpoints %s did not end "
+                            "within %.3g s of its cancellation; left behind (cancelled, it "
+                            "deletes what it writes and never acknowledges)", self.name,
+                            self.task[1], sorted(p.checkpoint_id for p in pending
+                                                 if p.future in not_done), timeout_s)
+            else:
+                self._pool.shutdown(wait=True)
             self._pool = None
 
     # -- the asynchronous part ----------------------------------------------------------
@@ -308,7 +328,7 @@ class SubtaskCheckpointer:
         return self._pool
 
     def _check(self, progress: _InProgress) -> None:
-        if progress.cancelled.is_set():
+        if progress.cancelled.is_set() or self._cancelled:
             raise _Cancelled()
 
     def _async_part(self, progress: _InProgress) -> None:

@@ -6,6 +6,14 @@ cancels all of them (the attempt fails after every thread has stopped); the
 restart strategy then decides whether a new attempt restores the newest
 checkpoint, or ``execute`` raises ``JobFailedError`` (its ``__cause__`` is the
 user's exception).
+
+Cancellation and failure end an attempt within ``cancel_timeout_s`` (default 5 s,
+as Flink's ``task.cancellation.timeout``): a cancelled task stops at its next loop
+turn, or before its next record in a function operator, so the latency of a cancel
+is about one buffer timeout plus the time of one record. A thread blocked in user
+code (Python threads cannot be killed) is abandoned after the timeout: a warning
+names it with its stack, a cancelled job's result lists it in ``abandoned_tasks``,
+and it is cut off from the job (its channels are cancelled, its snapshots dropped).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from ..runtime.metrics import OperatorCounters
 from ..runtime.final_checkpoint import finished_task_results
 from ..runtime.task import StreamTask
 from ..runtime.task_builder import build_task
-from ..runtime.task_threads import run_task_threads
+from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
 from ..time.clock import Clock, SystemClock
 from .base import (
@@ -42,13 +50,25 @@ log = logging.getLogger(__name__)
 class LocalExecutor:
     """Runs a plan in this process, one thread per subtask.
 
-    ``join_timeout_s`` bounds how long a failed job waits for its threads
-    (user code that blocks cannot be interrupted; such a thread is reported).
+    ``cancel_timeout_s`` (seconds > 0, default 5) bounds how long a cancelled or failed
+    attempt waits for its threads to stop; user code that blocks cannot be
+    interrupted: such a thread is abandoned and reported by name (see the module
+    docstring). ``join_timeout_s`` is its former name.
     """
 
-    def __init__(self, *, clock: Clock | None = None, join_timeout_s: float = 10.0) -> None:
+    def __init__(self, *, clock: Clock | None = None,
+                 cancel_timeout_s: float = DEFAULT_CANCEL_TIMEOUT_S,
+                 join_timeout_s: float | None = None) -> None:
+        if join_timeout_s is not None:
+            cancel_timeout_s = join_timeout_s
+        if (isinstance(cancel_timeout_s, bool) or not isinstance(cancel_timeout_s, (int, float))
+                or not cancel_timeout_s > 0 or cancel_timeout_s == float("inf")):
+            raise ConfigurationError(
+                f"cancel_timeout_s must be a finite number of seconds > 0, got "
+                f"{cancel_timeout_s!r}: it bounds how long a cancelled job waits for its "
+                "threads (e.g. LocalExecutor(cancel_timeout_s=5))")
         self.clock = clock or SystemClock()
-        self.join_timeout_s = join_timeout_s
+        self.cancel_timeout_s = float(cancel_timeout_s)
         #: channels of the last run, for inspection in tests (edge, producer, consumer)
         self.last_channels: dict[tuple[int, int, int], LocalChannel] = {}
 
@@ -99,8 +119,6 @@ class LocalExecutor:
                     raise  # the job cannot run as configured: restarting would not help
                 except Exception as e:
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
-        gateway.tasks = {t.key: t for t in tasks}
-        handle.watermarks = lambda: [w for t in tasks for w in task_watermarks(t)]
 
         def started_all() -> None:
             handle.running.set()
@@ -111,10 +129,14 @@ class LocalExecutor:
             if run is not None:  # FLIP-147: its results, for a restore deploying it finished
                 run.task_finished(task.key, finished_task_results(task))
 
+        threads = TaskThreads(tasks, cancel_timeout_s=self.cancel_timeout_s,
+                              on_started=started_all, on_finished=finished)
+        gateway.tasks = {t.key: t for t in tasks}
+        gateway.threads = threads
+        handle.watermarks = lambda: [w for t in tasks for w in task_watermarks(t)]
         handle.attach(run.coordinator if run else None, gateway.cancel_all)
         try:
-            failure = run_task_threads(tasks, join_timeout_s=self.join_timeout_s,
-                                       on_started=started_all, on_finished=finished)
+            failure = threads.run()
         finally:
             handle.detach()
             if run is not None:
@@ -124,7 +146,9 @@ class LocalExecutor:
             if gateway.job_error is not None:
                 raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
             if isinstance(error, TaskCancelledError) and handle.cancel_requested.is_set():
-                return cancelled_result(plan, (time.monotonic() - started) * 1000)
+                result = cancelled_result(plan, (time.monotonic() - started) * 1000)
+                result.abandoned_tasks = list(threads.abandoned)
+                return result
             raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (
                 user_cause(error)
             )
@@ -140,6 +164,7 @@ class _LocalGateway:
 
     def __init__(self) -> None:
         self.tasks: dict[tuple[int, int], StreamTask] = {}
+        self.threads: TaskThreads | None = None
         self.job_error: BaseException | None = None
 
     def trigger_source(self, task: tuple[int, int], barrier: Any) -> None:
@@ -159,8 +184,12 @@ class _LocalGateway:
         self.cancel_all()
 
     def cancel_all(self) -> None:
-        for t in self.tasks.values():
-            t.cancel()
+        """Cancel every subtask; the attempt ends within the cancellation timeout."""
+        if self.threads is not None:
+            self.threads.cancel()
+        else:
+            for t in self.tasks.values():
+                t.cancel()
 
 
 __all__ = ["LocalExecutor", "JobFailedError", "FailureReason"]

@@ -11,7 +11,7 @@ from ..time.clock import Clock
 from .batch import Batch
 from .context import RuntimeContext
 from .elements import StreamElement, StreamStatus, Watermark
-from .operators.base import OperatorFactory, Output, StreamOperator
+from .operators.base import Cancellation, OperatorFactory, Output, StreamOperator
 from .operators.io import SinkOperator, SourceOperator
 from .partitioners import attribute_key_errors
 from .processing_time import ProcessingTimeService
@@ -105,6 +105,8 @@ class OperatorChain:
         self.subtask_index = subtask_index
         self.writers = writers
         self.operators: list[StreamOperator] = []
+        #: set when the task is cancelled; function operators read it between records
+        self.cancellation = Cancellation(f"{vertex.name} ({subtask_index})")
         #: processing-time callbacks of this subtask's operators (run by the task)
         self.processing_time = ProcessingTimeService(clock)
         by_id: dict[int, StreamOperator] = {}
@@ -137,6 +139,7 @@ class OperatorChain:
                 processing_time_service=self.processing_time,
             )
             op.setup(op_plan.name, op_plan.uid, ctx, out)
+            op.cancellation = self.cancellation
             self.operators.append(op)
         self.head = self.operators[0]
         self._opened: list[StreamOperator] = []

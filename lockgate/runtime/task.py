@@ -206,8 +206,15 @@ class StreamTask:
 
     # control ---------------------------------------------------------------
     def cancel(self) -> None:
-        """Stop the loop at its next turn (thread-safe)."""
+        """Stop the loop at its next turn, or a function operator before its next record
+        (thread-safe). Snapshots the task takes from now on, and the asynchronous parts
+        in progress, are dropped: a task that does not stop (user code blocks) and is
+        abandoned can never write state of a later checkpoint."""
         self._cancelled = True
+        self.chain.cancellation.requested = True
+        cp = self.checkpointer
+        if cp is not None:
+            cp.cancel_all()
         self.signal.set()
         if self.input_gate is not None:
             self.input_gate.cancel()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
-from ...errors import UserFunctionError
+from ...errors import TaskCancelledError, UserFunctionError
 from ..batch import Batch, num_rows
 from ..context import RuntimeContext
 from ..elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
@@ -35,8 +35,36 @@ class Output:
         raise NotImplementedError
 
 
+class Cancellation:
+    """The cancellation flag of one subtask, shared by its chained operators.
+
+    The task sets it when cancelled (any thread); an operator running user code per
+    record reads :attr:`requested` between two records (one attribute read) and calls
+    :meth:`check` after its loop, so a cancelled task stops within one record rather
+    than one batch."""
+
+    __slots__ = ("requested", "task")
+
+    def __init__(self, task: str = "task") -> None:
+        self.requested = False
+        #: the subtask, as ``name (index)``, for the error
+        self.task = task
+
+    def check(self) -> None:
+        """Raise ``TaskCancelledError`` once cancellation was requested."""
+        if self.requested:
+            raise TaskCancelledError(f"{self.task} was cancelled")
+
+
+#: the flag of an operator outside any chain (tests driving it alone): never set
+NOT_CANCELLED = Cancellation()
+
+
 class StreamOperator:
     """Base of every operator. Subclasses implement ``process_batch``; the rest defaults."""
+
+    #: the subtask's cancellation flag (set by the chain): see :class:`Cancellation`
+    cancellation: Cancellation = NOT_CANCELLED
 
     #: the operator has two logical inputs (``process_batch(batch, 0 | 1)``)
     two_input = False

@@ -153,10 +153,17 @@ class MapOperator(_FunctionOperator):
         rows = to_rows(batch)
         self.counters.records_in += len(rows)
         fn = self.call
+        cancel = self.cancellation
+        out: list[Any] = []
+        append = out.append
         try:
-            out = [fn(r) for r in rows]
+            for r in rows:
+                if cancel.requested:  # stop within one record, not one batch
+                    break
+                append(fn(r))
         except Exception as e:
             raise self.user_error(e) from e
+        cancel.check()
         if any(map(_is_none, out)):
             raise self.user_error(none_result_error(rows[list(map(_is_none, out)).index(True)]))
         self.emit(RowBatch(out, timestamps_of(batch)))
@@ -175,8 +182,11 @@ class FlatMapOperator(_FunctionOperator):
         extend = out.extend
         timestamps = timestamps_of(batch)
         counts = None if timestamps is None else [0] * len(rows)
+        cancel = self.cancellation
         try:
             for i, r in enumerate(rows):
+                if cancel.requested:  # stop within one record, not one batch
+                    break
                 result = fn(r)
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
@@ -192,6 +202,7 @@ class FlatMapOperator(_FunctionOperator):
                         counts[i] = len(out) - before
         except Exception as e:
             raise self.user_error(e) from e
+        cancel.check()
         self.emit(RowBatch(out, repeat_timestamps(timestamps, counts)))
 
 
@@ -256,10 +267,17 @@ class FilterOperator(_FunctionOperator):
         rows = to_rows(batch)
         self.counters.records_in += len(rows)
         fn = self.call
+        cancel = self.cancellation
+        mask: list[bool] = []
+        append = mask.append
         try:
-            mask = [bool(fn(r)) for r in rows]
+            for r in rows:
+                if cancel.requested:  # stop within one record, not one batch
+                    break
+                append(bool(fn(r)))
         except Exception as e:
             raise self.user_error(e) from e
+        cancel.check()
         if isinstance(batch, pa.RecordBatch):
             self.emit(batch.filter(pa.array(mask, type=pa.bool_())))
         else:
@@ -345,8 +363,11 @@ class ProcessOperator(_FunctionOperator):
         if timestamps is not None:
             self.emit(process_timestamped(self, rows, timestamps, fn, ectx))
             return
+        cancel = self.cancellation
         try:
             for r in rows:
+                if cancel.requested:  # stop within one record, not one batch
+                    break
                 result = fn(r, ectx)
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
@@ -359,6 +380,7 @@ class ProcessOperator(_FunctionOperator):
                         raise not_iterable_error("process_element", result, r) from None
         except Exception as e:
             raise self.user_error(e) from e
+        cancel.check()
         ectx.flush_side_outputs()
         self.emit(RowBatch(out))
 
@@ -370,8 +392,11 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
     With ``keys``, the current key is set per record (keyed process functions)."""
     out: list[Any] = []
     counts = [0] * len(rows)
+    cancel = op.cancellation
     try:
         for i, (r, ts) in enumerate(zip(rows, timestamps.tolist())):  # Python ints, once
+            if cancel.requested:  # stop within one record, not one batch
+                break
             ectx.timestamp = None if ts == NO_TIMESTAMP else ts
             if keys is not None:
                 k = keys[i]
@@ -396,6 +421,7 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
         ectx.timestamp = None
         if backend is not None:
             backend.current_timestamp = None
+    cancel.check()
     ectx.flush_side_outputs()
     return RowBatch(out, repeat_timestamps(timestamps, counts))
 

@@ -208,8 +208,11 @@ class _BroadcastOperator(_FunctionOperator):
         out: list[Any] = []
         extend = out.extend
         self._before_broadcast()
+        cancel = self.cancellation
         try:
             for r in rows:
+                if cancel.requested:  # stop within one record, not one batch
+                    break
                 result = fn(r, bctx)
                 if result is not None:
                     if isinstance(result, _SINGLE_RECORDS):
@@ -217,6 +220,7 @@ class _BroadcastOperator(_FunctionOperator):
                     extend(result)
         except Exception as e:
             raise self.user_error(self._broadcast_error(e)) from e
+        cancel.check()
         bctx.flush_side_outputs()
         self.emit(RowBatch(out))
 

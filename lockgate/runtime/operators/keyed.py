@@ -197,8 +197,11 @@ class KeyedProcessOperator(_FunctionOperator):
             return
         out: list[Any] = []
         extend = out.extend
+        cancel = self.cancellation
         try:
             for r, k in zip(rows, keys):
+                if cancel.requested:  # stop within one record, not one batch
+                    break
                 backend.current_key = k
                 ectx.current_key = k
                 result = fn(r, ectx)
@@ -213,5 +216,6 @@ class KeyedProcessOperator(_FunctionOperator):
                         raise not_iterable_error("process_element", result, r) from None
         except Exception as e:
             raise self.user_error(e) from e
+        cancel.check()
         ectx.flush_side_outputs()
         self.emit(RowBatch(out))
