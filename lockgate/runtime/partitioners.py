@@ -287,13 +287,13 @@ class KeyGroupPartitioning(PartitionerSpec):
 __all__ = [
     "BroadcastPartitioning",
     "ForwardPartitioning",
-    "KeyGroupPartitioning",
     "KeyExtractionError",
+    "KeyGroupPartitioning",
     "KeySelector",
     "Partitioner",
     "PartitionerSpec",
     "RebalancePartitioning",
-    "split_by_target",
     "attribute_key_errors",
+    "split_by_target",
     "take",
 ]

@@ -104,6 +104,32 @@ def test_a_key_selector_that_raises_names_the_producer_the_key_by_and_the_record
     assert_traceback_once(error, caplog, "pick_k")
 
 
+class BoomError(Exception):
+    pass
+
+
+def explode_at_seven(x):
+    if x == 7:
+        raise BoomError("boom at 7")
+    return x
+
+
+def test_the_users_traceback_is_printed_once_in_the_error_and_not_again_in_the_log(
+        make_env, executor, caplog) -> None:
+    """On Spark the slot's own exception (which Spark logs, and which reaches the driver's
+    log through py4j) no longer chains the user's: the JobFailedError carries it, once."""
+    caplog.set_level(logging.DEBUG)
+    env = make_env(parallelism=2)
+    (env.from_source(SequenceSource(0, 20)).map(explode_at_seven, name="explosive")
+        .key_by(lambda x: x % 2).process(lambda v, ctx: [v]).sink_to(DiscardingSink()))
+    error = failing_job(env, executor)
+    text = str(error)
+    assert error.operator == "explosive"
+    assert text.count("in explode_at_seven") == 1, text
+    assert text.count("BoomError: boom at 7") == 2, "the headline and the traceback's last line"
+    assert_traceback_once(error, caplog, "explode_at_seven")
+
+
 # ------------------------------------------------------------------ NaN keys (item 11)
 
 def _nans() -> list[float]:

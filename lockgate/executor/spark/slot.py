@@ -368,6 +368,10 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient,
     # Let the other slots close their operators (the driver cancels them) before this
     # Spark task fails and Spark kills the rest of the stage.
     cancelled.wait(2.0)
+    # Not chained: Spark logs this exception (twice: executor and task set manager) and
+    # ships it to the driver; the user's traceback is printed once, in the driver's
+    # JobFailedError built from the FAILED report.
     raise SlotFailed(
-        f"subtask {task.name} ({task.subtask_index}) failed: {type(error).__name__}: {error}"
-    ) from error
+        f"subtask {task.name} ({task.subtask_index}) failed: {type(error).__name__}: {error} "
+        "(the job's error carries the traceback)"
+    ) from None
