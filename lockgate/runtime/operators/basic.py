@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-from operator import is_
 from typing import Any
 
 import numpy as np
@@ -60,8 +58,21 @@ def is_iterable(value: object) -> bool:
     return True
 
 
-#: whether a value is None, by identity only (records may compare oddly, e.g. arrays)
-_is_none = partial(is_, None)
+def first_none(values: list[Any]) -> int:
+    """The index of the first None in ``values`` (by identity), or -1.
+
+    None is falsy, so one ``all()`` (a loop in C, a few ns a record) clears a batch of
+    truthy records: the usual dicts, tuples and objects. Only a batch holding a falsy
+    record (0, "", {}) or one whose truth is undefined (an array) is scanned by identity."""
+    try:
+        if all(values):
+            return -1
+    except Exception:  # noqa: BLE001 - e.g. a numpy array's truth: scan by identity
+        pass
+    for i, v in enumerate(values):
+        if v is None:
+            return i
+    return -1
 
 
 def none_result_error(record: object) -> TypeError:
@@ -164,8 +175,9 @@ class MapOperator(_FunctionOperator):
         except Exception as e:
             raise self.user_error(e) from e
         cancel.check()
-        if any(map(_is_none, out)):
-            raise self.user_error(none_result_error(rows[list(map(_is_none, out)).index(True)]))
+        missing = first_none(out)
+        if missing >= 0:
+            raise self.user_error(none_result_error(rows[missing]))
         self.emit(RowBatch(out, timestamps_of(batch)))
 
 
