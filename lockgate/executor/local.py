@@ -146,7 +146,8 @@ class LocalExecutor:
             if gateway.job_error is not None:
                 raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
             if isinstance(error, TaskCancelledError) and handle.cancel_requested.is_set():
-                result = cancelled_result(plan, (time.monotonic() - started) * 1000)
+                result = cancelled_result(plan, (time.monotonic() - started) * 1000,
+                                          [t.chain.counters() for t in tasks])
                 result.abandoned_tasks = list(threads.abandoned)
                 return result
             raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (
