@@ -150,7 +150,11 @@ class DataStream(_Configurable):
         return DataStream(self._env, t)
 
     def map(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
-        """One output record per record: ``fn(record)`` (a callable or a ``MapFunction``)."""
+        """One output record per record: ``fn(record)`` (a callable or a ``MapFunction``).
+
+        ``fn`` must return a record for every record, as Flink's map: a None result fails
+        the job at this operator, naming it and the input record. Drop records with
+        :meth:`filter`; return zero or more with :meth:`flat_map`."""
         return self._one_input(
             name or "Map", OperatorFactory(MapOperator, {"fn": fn}, {"function:map": fn})
         )
