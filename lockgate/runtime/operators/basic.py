@@ -165,13 +165,9 @@ class MapOperator(_FunctionOperator):
         self.counters.records_in += len(rows)
         fn = self.call
         cancel = self.cancellation
-        out: list[Any] = []
-        append = out.append
         try:
-            for r in rows:
-                if cancel.requested:  # stop within one record, not one batch
-                    break
-                append(fn(r))
+            # stop within one record, not one batch (the test costs ~5 ns a record)
+            out = [fn(r) for r in rows if not cancel.requested]
         except Exception as e:
             raise self.user_error(e) from e
         cancel.check()
@@ -280,13 +276,9 @@ class FilterOperator(_FunctionOperator):
         self.counters.records_in += len(rows)
         fn = self.call
         cancel = self.cancellation
-        mask: list[bool] = []
-        append = mask.append
         try:
-            for r in rows:
-                if cancel.requested:  # stop within one record, not one batch
-                    break
-                append(bool(fn(r)))
+            # stop within one record, not one batch (the test costs ~5 ns a record)
+            mask = [bool(fn(r)) for r in rows if not cancel.requested]
         except Exception as e:
             raise self.user_error(e) from e
         cancel.check()
