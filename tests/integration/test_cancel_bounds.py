@@ -185,3 +185,9 @@ def test_m_r1_cancel_latency_is_one_record_not_one_batch(gate: Gate, kind: str) 
     assert result.status is JobStatus.CANCELED
     assert result.abandoned_tasks == []
     assert elapsed < 1.0, f"the cancel took {elapsed:.2f} s; one record takes 0.02 s"
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "5", True, None])
+def test_a_cancel_timeout_that_is_not_a_positive_number_of_seconds_is_refused(bad: Any) -> None:
+    with pytest.raises(lg.ConfigurationError, match="cancel_timeout_s must be a finite number"):
+        lg.LocalExecutor(cancel_timeout_s=bad)
