@@ -2,7 +2,8 @@
 
 For tests, debugging and notebooks. Channels are in-memory and bounded, so
 backpressure behaves as on a cluster. The first failure of any subtask
-cancels all of them (the attempt fails after every thread has stopped); the
+cancels all of them (the attempt fails once every thread stopped or was abandoned,
+see below); the
 restart strategy then decides whether a new attempt restores the newest
 checkpoint, or ``execute`` raises ``JobFailedError`` (its ``__cause__`` is the
 user's exception).
