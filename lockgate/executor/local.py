@@ -2,11 +2,10 @@
 
 For tests, debugging and notebooks. Channels are in-memory and bounded, so
 backpressure behaves as on a cluster. The first failure of any subtask
-cancels all of them (the attempt fails once every thread stopped or was abandoned,
-see below); the
-restart strategy then decides whether a new attempt restores the newest
-checkpoint, or ``execute`` raises ``JobFailedError`` (its ``__cause__`` is the
-user's exception).
+cancels all of them (the attempt fails once every thread stopped or was
+abandoned, see below); the restart strategy then decides whether a new attempt
+restores the newest checkpoint, or ``execute`` raises ``JobFailedError`` (its
+``__cause__`` is the user's exception).
 
 Cancellation and failure end an attempt within ``cancel_timeout_s`` (default 5 s,
 as Flink's ``task.cancellation.timeout``): a cancelled task stops at its next loop
