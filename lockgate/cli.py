@@ -10,6 +10,11 @@ to the job's ``StreamEnvironment`` through environment variables
 (``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``, ``LOCKGATE_RESTORE_FROM``,
 ``LOCKGATE_ALLOW_NON_RESTORED_STATE``): ``--restore PATH`` makes the job's
 ``env.execute`` start from the checkpoint or savepoint at PATH (M-R3).
+Without ``--executor`` a job runs where it chooses, by default on Spark
+(``local[*]`` unless ``--master`` is given). Spark needs Java 17 or newer: with
+``--executor spark`` (or ``--master``) the command checks for it before running the
+job and, when it is missing or too old, says so and suggests ``--executor local``
+(exit code 2); without it, the Spark session makes the same check when it starts.
 
 Running jobs of this machine register in ``$LOCKGATE_HOME/jobs`` (default
 ``~/.lockgate``; see :mod:`lockgate.executor.job_registry`) and are
@@ -41,7 +46,7 @@ Exit codes: 0 when the job file finishes (or the status it passes to
 its message goes to standard error), the job file raises, or a command fails
 (the job's error, a job that ended or did not answer in time, a checkpoint that is
 damaged or cannot be exported: the message goes to standard error); 2 for a usage
-error (a missing job file, an executor that is not available, no running job or
+error (a missing job file, an executor that is not available or lacks Java, no running job or
 several with the given name, a missing CHK folder, a DEST that is not empty).
 """
 
@@ -83,8 +88,9 @@ class _UsageError(Exception):
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--executor", choices=EXECUTORS, default=None,
-        help=f"where the job runs (sets {EXECUTOR_ENV}; default: the job's own choice, "
-             "the local executor in this version)",
+        help=f"where the job runs (sets {EXECUTOR_ENV}; default: the executor the job "
+             "chooses itself, else Spark, local[*] unless --master is given; 'local' runs "
+             "every subtask as a thread of this process and needs no Java)",
     )
     parser.add_argument(
         "--master", metavar="URL", default=None,
@@ -254,8 +260,12 @@ def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
     if executor == "spark" and not _spark_executor_available():
         raise _UsageError(
             "the Spark executor is not available in this version of lockgate "
-            f"({__version__}); run with --executor local (the default)"
+            f"({__version__}); run with --executor local"
         )
+    if executor == "spark":
+        from .executor.spark.session import check_java
+
+        check_java()  # ConfigurationError (exit 2): no Java 17+, suggests --executor local
     if executor is not None:
         env[EXECUTOR_ENV] = executor
     if master is not None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 from typing import Any
@@ -24,6 +27,16 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
 }
 
+#: the oldest Java the Spark driver may run on
+MIN_JAVA_VERSION = 17
+
+_NO_JAVA_HINT = (
+    "Spark (lockgate's default executor) runs its driver on a Java virtual machine. "
+    "Install Java {min}+ (e.g. apt-get install openjdk-{min}-jre-headless) and put it on "
+    "PATH or set JAVA_HOME, or run without Spark: 'lockgate run --executor local JOB.py', "
+    "LOCKGATE_EXECUTOR=local, or env.execute(..., executor=lockgate.LocalExecutor())"
+)
+
 LOOPBACK_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -37,9 +50,16 @@ def is_loopback(master: str) -> bool:
 
 
 def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
-    """A SparkSession for ``master`` (default ``local[*]``) with the required settings."""
+    """A SparkSession for ``master`` (default ``local[*]``) with the required settings.
+
+    When no Spark context runs in this process yet (a new JVM must start), Java is checked
+    first (``check_java``): a missing or too old Java raises ``ConfigurationError`` saying
+    so and suggesting the local executor, instead of Spark's launcher error."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if SparkContext._active_spark_context is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        check_java()  # a new JVM is about to start: say plainly when it cannot
     master = master or os.environ.get("LOCKGATE_SPARK_MASTER") or _submitted_master() or "local[*]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -53,6 +73,69 @@ def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
     for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def check_java() -> int:
+    """The major version of the Java that Spark would start (``$JAVA_HOME/bin/java`` when
+    ``JAVA_HOME`` is set, else ``java`` on ``PATH``, as Spark's launcher chooses).
+
+    Raises ``ConfigurationError`` naming what is wrong (no Java, a ``JAVA_HOME`` without
+    ``bin/java``, a Java that does not run, or one older than ``MIN_JAVA_VERSION``) and
+    suggesting the local executor. A version it cannot parse is accepted (Spark then
+    reports what it finds); a successful check is remembered for the process."""
+    global _java_checked
+    if _java_checked is not None:
+        return _java_checked
+    hint = _NO_JAVA_HINT.format(min=MIN_JAVA_VERSION)
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        java = os.path.join(java_home, "bin", "java")
+        if not os.path.isfile(java) or not os.access(java, os.X_OK):
+            raise ConfigurationError(
+                f"JAVA_HOME={java_home} has no executable bin/java, so Spark cannot start. "
+                f"Point JAVA_HOME at a Java {MIN_JAVA_VERSION}+ installation or unset it. "
+                + hint)
+        where = f"{java} (from JAVA_HOME)"
+    else:
+        found = shutil.which("java")
+        if found is None:
+            raise ConfigurationError("Java was not found: no 'java' on PATH and JAVA_HOME "
+                                     "is not set, so Spark cannot start. " + hint)
+        java, where = found, f"{found} (from PATH)"
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigurationError(f"Java at {where} does not run ({e}). " + hint) from e
+    text = (out.stderr or "") + (out.stdout or "")
+    if out.returncode != 0:
+        raise ConfigurationError(
+            f"Java at {where} does not run ('java -version' exited with {out.returncode}: "
+            f"{text.strip()[:200]}). " + hint)
+    major = java_major_version(text)
+    if major is None:
+        return 0  # unknown format: let Spark decide
+    if major < MIN_JAVA_VERSION:
+        raise ConfigurationError(
+            f"Java at {where} is version {major}; Spark needs Java {MIN_JAVA_VERSION} or "
+            "newer. " + hint)
+    _java_checked = major
+    return major
+
+
+_java_checked: int | None = None
+
+
+def java_major_version(version_output: str) -> int | None:
+    """The major version in ``java -version`` output (``"1.8.0_351"`` -> 8,
+    ``"17.0.15"`` -> 17, ``"21"`` -> 21), or None when there is none."""
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if m is None:
+        return None
+    first = int(m.group(1))
+    if first == 1 and m.group(2) is not None:
+        return int(m.group(2))
+    return first
 
 
 def _submitted_master() -> str | None:
