@@ -1,9 +1,15 @@
 """Word count: text lines -> words -> per-word counts kept in keyed state.
 
-Run it with either of::
+Run it with any of::
 
-    lockgate run examples/wordcount.py [TEXT_FILE ...] [--parallelism N] [--out DIR]
-    python examples/wordcount.py [TEXT_FILE ...] [--parallelism N] [--out DIR]
+    lockgate run examples/wordcount.py [TEXT_FILE ...] [--parallelism N] [--top N] [--out DIR]
+    lockgate run --executor local examples/wordcount.py [...]    # no Spark, no Java
+    python examples/wordcount.py [TEXT_FILE ...] [--parallelism N] [--top N] [--out DIR]
+
+By default the job runs on Spark (an embedded ``local[*]`` session, which needs Java 17
+or newer; ``lockgate run --master URL`` picks a cluster); ``--executor local`` (or
+``LOCKGATE_EXECUTOR=local``) runs every subtask as a thread of this process instead.
+``bash scripts/example.sh`` creates the virtual environment and runs this file.
 
 Without a text file it counts a built-in text. The lines are read here, in the
 driver, and become a ``CollectionSource``; the job splits them into words
