@@ -41,16 +41,16 @@ from .errors import (
     UserFunctionError,
 )
 from .executor.local import LocalExecutor
-from .executor.result import JobExecutionResult, JobStatus
+from .job.result import JobExecutionResult, JobStatus
 from .recovery.restart_strategy import RestartStrategy
 from .recovery.restore import RestoreError
-from .graph.key_groups import (
+from .core.key_groups import (
     key_group_for,
     key_group_range,
     subtask_for_key,
     subtask_for_key_group,
 )
-from .runtime.config import ExecutionConfig
+from .core.execution_config import ExecutionConfig
 from .runtime.context import RuntimeContext
 from .state.broadcast import BroadcastState, ReadOnlyBroadcastState
 from .state.backends import HashMapStateBackend, RocksDBStateBackend, StateBackend
@@ -68,7 +68,7 @@ from .state.ttl import StateTtlConfig
 from .runtime.async_runner import AsyncTimeoutError
 from .runtime.operators.async_io import AsyncRequestError
 from .runtime.watermark_report import OperatorWatermark
-from .time.clock import Clock, ManualClock, SystemClock
+from .core.clock import Clock, ManualClock, SystemClock
 from .time.watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

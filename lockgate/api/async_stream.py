@@ -43,8 +43,8 @@ from ..errors import ConfigurationError
 from ..graph.transformations import Kind, Transformation
 from ..runtime.async_runner import _resolve
 from ..runtime.operators.async_io import AsyncWaitOperator
-from ..runtime.operators.base import OperatorFactory
-from ..time.durations import to_millis
+from ..graph.operator_factory import OperatorFactory
+from ..core.durations import to_millis
 from .datastream import DataStream
 
 DEFAULT_CAPACITY = 100

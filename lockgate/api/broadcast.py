@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..graph.transformations import Kind, Transformation
-from ..runtime.operators.base import OperatorFactory
+from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from ..state.descriptors import MapStateDescriptor
 from .datastream import DataStream, KeyedStream
@@ -85,7 +85,7 @@ class BroadcastConnectedStream:
         descriptors = self._broadcast.descriptors
         inputs = [self._stream.transformation, self._broadcast.transformation]
         functions: dict[str, Any] = {"function:process_element": fn}
-        factory: OperatorFactory
+        factory: OperatorFactory[Any]
         if isinstance(self._stream, KeyedStream):
             factory = OperatorFactory(
                 KeyedBroadcastProcessOperator,

@@ -14,9 +14,9 @@ import pyarrow.compute as pc
 
 from ..connectors.base import Sink
 from ..errors import ConfigurationError
-from ..graph.key_groups import check_max_parallelism
+from ..core.key_groups import check_max_parallelism
 from ..graph.transformations import Kind, Transformation
-from ..runtime.operators.base import OperatorFactory
+from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.basic import (
     FilterOperator,
     FlatMapOperator,
@@ -26,7 +26,7 @@ from ..runtime.operators.basic import (
 )
 from ..runtime.operators.io import SinkOperator
 from ..runtime.operators.keyed import KeyedProcessOperator, tag_name
-from ..runtime.partitioners import (
+from ..core.partitioners import (
     BroadcastPartitioning,
     ForwardPartitioning,
     KeySelector,
@@ -144,7 +144,7 @@ class DataStream(_Configurable):
     """A stream of records."""
 
     # -- record functions ------------------------------------------------------
-    def _one_input(self, name: str, factory: OperatorFactory, *, keyed: bool = False) -> "DataStream":
+    def _one_input(self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False) -> "DataStream":
         t = Transformation(Kind.OPERATOR, name, [self._t], factory=factory, keyed=keyed)
         self._env._register(t)
         return DataStream(self._env, t)

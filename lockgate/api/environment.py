@@ -17,20 +17,20 @@ from ..checkpoint.config import CheckpointConfig, CheckpointingMode, Externalize
 from ..checkpoint.storage import open_storage
 from ..connectors.base import Source
 from ..errors import ConfigurationError
-from ..executor.preflight import check_connectors
-from ..executor.result import JobExecutionResult
+from ..graph.preflight import check_connectors
+from ..job.result import JobExecutionResult
 from ..graph.execution_plan import ExecutionPlan, build_execution_plan
 from ..graph.job_graph import JobGraph, build_job_graph
-from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..graph.transformations import Kind, Transformation, walk
 from ..graph.validation import validate
 from ..recovery.restart_strategy import RestartStrategy
 from ..state.backends import HashMapStateBackend, StateBackend, check_state_backend
 from ..time.watermark_strategy import check_watermark_strategy
-from ..runtime.config import ExecutionConfig
-from ..runtime.operators.base import OperatorFactory
+from ..core.execution_config import ExecutionConfig
+from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.io import SourceOperator
-from ..time.durations import Duration, to_millis
+from ..core.durations import Duration, to_millis
 from .datastream import DataStream, _check_parallelism
 from .job_client import JobClient
 

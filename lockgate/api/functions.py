@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..core.user_functions import default_method
 from ..runtime.context import RuntimeContext
 from ..runtime.async_runner import AsyncFunction as AsyncFunction  # async I/O (M-W7)
 from ..runtime.operators import broadcast as _broadcast
@@ -144,6 +145,7 @@ class AggregateFunction(Function):
     def get_result(self, accumulator: Any) -> Any:
         raise NotImplementedError
 
+    @default_method  # not implemented: merging (session) windows refuse the function
     def merge(self, a: Any, b: Any) -> Any:
         raise NotImplementedError
 

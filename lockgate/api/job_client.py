@@ -9,10 +9,10 @@ from typing import Any, Callable
 from ..checkpoint.savepoints import check_savepoint_target, publish_savepoint
 from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
 from ..errors import CheckpointFailedError, ConfigurationError
-from ..executor.job_handle import JobHandle
+from ..job.handle import JobHandle
 from ..executor.job_registry import register_job
-from ..executor.result import JobExecutionResult, JobStatus
-from ..recovery.restart_causes import RestartCause
+from ..job.result import JobExecutionResult, JobStatus
+from ..job.restart_causes import RestartCause
 
 
 class JobClient:

@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..runtime.operators.base import OperatorFactory, bind_function
+from ..core.user_functions import bind_function
+from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.keyed import tag_name
 from ..runtime.operators.window import WindowOperator
 from ..runtime.operators.window_contents import (
@@ -46,7 +47,7 @@ from ..runtime.operators.window_contents import (
     check_merge_support,
 )
 from ..runtime.operators.window_keys import KEY_FIELD
-from ..time.durations import Duration, to_millis
+from ..core.durations import Duration, to_millis
 from ..time.window_aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
 from ..time.windows import WindowAssigner
 

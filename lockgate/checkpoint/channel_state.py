@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..graph.channel_identity import ChannelInfo, SubtaskChannels
-from ..runtime.batch import Batch, RowBatch, nbytes
+from ..core.batch import Batch, RowBatch, nbytes
 
 #: the prefix of channel-state keys among a checkpoint's operator states
 CHANNEL_STATE_PREFIX = "channels:"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..time.durations import to_millis
+from ..core.durations import to_millis
 from .storage_options import StorageOptions, register, signing_key_bytes
 
 

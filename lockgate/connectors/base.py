@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ..errors import ConfigurationError, MalformedRecordError
-from ..runtime.batch import Batch
+from ..core.batch import Batch
 from ..runtime.context import RuntimeContext
 
 DEAD_LETTER_TAG = "dead-letter"

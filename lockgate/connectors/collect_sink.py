@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.batch import Batch, to_rows
+from ..core.batch import Batch, to_rows
 from ..runtime.context import RuntimeContext
 from .base import Sink, SinkWriter
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..errors import ConfigurationError
-from ..runtime.batch import RowBatch
+from ..core.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
 

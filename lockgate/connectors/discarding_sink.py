@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..runtime.batch import Batch
+from ..core.batch import Batch
 from ..runtime.context import RuntimeContext
 from .base import Sink, SinkWriter
 

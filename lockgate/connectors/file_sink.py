@@ -35,7 +35,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, num_rows, to_arrow, to_rows
+from ..core.batch import Batch, num_rows, to_arrow, to_rows
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .local_paths import local_path

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigurationError, MalformedRecordError
-from ..runtime.batch import RowBatch
+from ..core.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import (
     DECODE_ERRORS,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigurationError
-from ..runtime.batch import RowBatch
+from ..core.batch import RowBatch
 from ..runtime.context import RuntimeContext
 from .base import (
     DECODE_ERRORS,

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch
+from ..core.batch import Batch
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .postgres_table import (

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, is_scalar_schema, to_rows, user_view
+from ..core.batch import Batch, is_scalar_schema, to_rows, user_view
 
 
 def psycopg_module() -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..runtime.batch import Batch, to_rows
+from ..core.batch import Batch, to_rows
 from ..runtime.context import RuntimeContext
 from .base import Sink, SinkWriter
 

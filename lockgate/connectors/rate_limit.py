@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, num_rows
+from ..core.batch import Batch, num_rows
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader, check_positive
 

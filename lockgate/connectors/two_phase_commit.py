@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..errors import LockgateError
-from ..runtime.batch import Batch
+from ..core.batch import Batch
 from ..runtime.context import RuntimeContext
 from .base import Sink, SinkWriter
 

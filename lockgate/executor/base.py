@@ -13,8 +13,8 @@ from ..errors import (
 )
 from ..graph.execution_plan import ExecutionPlan
 from ..runtime.metrics import OperatorCounters, OperatorMetrics
-from ..runtime.partitioners import KeyExtractionError
-from .result import JobExecutionResult, JobStatus
+from ..core.partitioners import KeyExtractionError
+from ..job.result import JobExecutionResult, JobStatus
 
 
 class Executor(Protocol):

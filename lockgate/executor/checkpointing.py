@@ -28,7 +28,7 @@ from ..checkpoint.coordinator.plan import JobTopology
 from ..checkpoint.storage import CheckpointStorage, open_storage
 from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
 from ..graph.execution_plan import ExecutionPlan
-from ..time.clock import Clock
+from ..core.clock import Clock
 
 
 def job_topology(plan: ExecutionPlan) -> JobTopology:

@@ -29,10 +29,10 @@ from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ..runtime.metrics import OperatorCounters
 from ..runtime.final_checkpoint import finished_task_results
 from ..runtime.task import StreamTask
-from ..runtime.task_builder import build_task
+from .task_builder import build_task
 from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
-from ..time.clock import Clock, SystemClock
+from ..core.clock import Clock, SystemClock
 from .base import (
     cancelled_result,
     checkpoint_failure,
@@ -41,8 +41,8 @@ from .base import (
     finished_result,
     user_cause,
 )
-from .job_handle import JobHandle
-from .result import JobExecutionResult
+from ..job.handle import JobHandle
+from ..job.result import JobExecutionResult
 
 log = logging.getLogger(__name__)
 

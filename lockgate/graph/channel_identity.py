@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..runtime.partitioners import ForwardPartitioning, PartitionerSpec
+from ..core.partitioners import ForwardPartitioning, PartitionerSpec
 from .execution_plan import EdgePlan, ExecutionPlan, OperatorPlan, VertexPlan
 
 

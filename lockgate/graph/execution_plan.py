@@ -14,8 +14,8 @@ from typing import Any
 import cloudpickle
 
 from ..checkpoint.config import CheckpointConfig
-from ..runtime.config import ExecutionConfig
-from ..runtime.partitioners import PartitionerSpec
+from ..core.execution_config import ExecutionConfig
+from ..core.partitioners import PartitionerSpec
 from .job_graph import JobGraph
 from .transformations import Kind
 

@@ -13,10 +13,11 @@ same parallelism and rebalance otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InvalidGraphError
-from ..runtime.operators.base import OperatorFactory
-from ..runtime.partitioners import (
+from .operator_factory import OperatorFactory
+from ..core.partitioners import (
     ForwardPartitioning,
     KeyGroupPartitioning,
     KeySelector,
@@ -34,7 +35,7 @@ class StreamNode:
     kind: Kind
     parallelism: int
     max_parallelism: int
-    factory: OperatorFactory
+    factory: OperatorFactory[Any]
     chainable: bool = True
 
 

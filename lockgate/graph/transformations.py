@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime.operators.base import OperatorFactory
-from ..runtime.partitioners import KeySelector, PartitionerSpec
+from .operator_factory import OperatorFactory
+from ..core.partitioners import KeySelector, PartitionerSpec
 
 
 class Kind(enum.Enum):
@@ -37,7 +37,7 @@ class Transformation:
     kind: Kind
     name: str
     inputs: list["Transformation"] = field(default_factory=list)
-    factory: OperatorFactory | None = None
+    factory: OperatorFactory[Any] | None = None
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None

@@ -8,7 +8,7 @@ from typing import Any
 import cloudpickle
 
 from ..errors import InvalidGraphError
-from ..runtime.operators.base import bind_function
+from ..core.user_functions import bind_function
 from .transformations import Kind, Transformation
 
 

@@ -52,8 +52,8 @@ from ..graph.channel_identity import (
     consumed_edges,
 )
 from ..graph.execution_plan import ExecutionPlan
-from ..runtime.batch import Batch
-from ..runtime.partitioners import BroadcastPartitioning, KeyGroupPartitioning
+from ..core.batch import Batch
+from ..core.partitioners import BroadcastPartitioning, KeyGroupPartitioning
 from .restore import RestoreError, RestoreSpec
 
 log = logging.getLogger(__name__)

@@ -44,10 +44,10 @@ import cloudpickle
 
 from ..checkpoint.storage import open_storage
 from ..errors import FailureReason, JobFailedError
-from ..executor.job_handle import JobHandle
-from ..executor.result import JobExecutionResult, JobStatus
+from ..job.handle import JobHandle
+from ..job.result import JobExecutionResult, JobStatus
 from ..graph.execution_plan import ExecutionPlan
-from ..time.clock import Clock
+from ..core.clock import Clock
 from .restart_strategy import RestartBackoff, RestartStrategy
 from .finished import check_finished_chains
 from .non_restartable import non_restartable_cause, not_restartable_failure

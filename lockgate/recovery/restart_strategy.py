@@ -25,7 +25,7 @@ Four strategies, with Flink's semantics:
   gives up after ``attempts`` restarts since the last reset.
 * ``none()``: never restarts.
 
-All time is read from an injected :class:`~lockgate.time.clock.Clock`
+All time is read from an injected :class:`~lockgate.core.clock.Clock`
 (``monotonic_ms``), so nothing here sleeps and tests drive a ``ManualClock``.
 """
 
@@ -39,8 +39,8 @@ from datetime import timedelta
 from typing import Literal
 
 from ..errors import ConfigurationError
-from ..time.clock import Clock
-from ..time.durations import Duration, to_millis
+from ..core.clock import Clock
+from ..core.durations import Duration, to_millis
 
 __all__ = ["RestartBackoff", "RestartStrategy"]
 
@@ -177,7 +177,7 @@ class RestartStrategy:
         """
         if not callable(getattr(clock, "monotonic_ms", None)):
             raise ConfigurationError(
-                f"create_backoff needs a lockgate.time.clock.Clock (with monotonic_ms()), "
+                f"create_backoff needs a lockgate.core.clock.Clock (with monotonic_ms()), "
                 f"got {clock!r}"
             )
         if rng is not None and not isinstance(rng, random.Random):

@@ -30,7 +30,7 @@ from typing import Any
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.savepoints import read_savepoint
 from ..checkpoint.storage import open_storage
-from ..executor.preflight import connectors_of
+from ..graph.preflight import connectors_of
 from ..graph.execution_plan import ExecutionPlan
 from ..graph.transformations import Kind
 from .restore import operator_states

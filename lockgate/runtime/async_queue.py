@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from ..errors import ConfigurationError, LockgateError
-from .elements import Watermark
+from ..core.elements import Watermark
 
 
 class QueueFullError(LockgateError, RuntimeError):

@@ -7,13 +7,14 @@ from typing import Any, Callable
 import cloudpickle
 
 from ..graph.execution_plan import VertexPlan
-from ..time.clock import Clock
-from .batch import Batch
+from ..core.clock import Clock
+from ..core.batch import Batch
 from .context import RuntimeContext
-from .elements import StreamElement, StreamStatus, Watermark
-from .operators.base import Cancellation, OperatorFactory, Output, StreamOperator
+from ..core.elements import StreamElement, StreamStatus, Watermark
+from ..graph.operator_factory import OperatorFactory
+from .operators.base import Cancellation, Output, StreamOperator
 from .operators.io import SinkOperator, SourceOperator
-from .partitioners import attribute_key_errors
+from ..core.partitioners import attribute_key_errors
 from .processing_time import ProcessingTimeService
 from .record_writer import RecordWriter
 
@@ -111,7 +112,7 @@ class OperatorChain:
         self.processing_time = ProcessingTimeService(clock)
         by_id: dict[int, StreamOperator] = {}
         for op_plan in vertex.operators:
-            factory: OperatorFactory = cloudpickle.loads(op_plan.payload)
+            factory: OperatorFactory[StreamOperator] = cloudpickle.loads(op_plan.payload)
             by_id[op_plan.id] = factory.create()
         for op_plan in vertex.operators:
             op = by_id[op_plan.id]

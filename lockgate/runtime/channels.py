@@ -21,8 +21,8 @@ from collections import deque
 from typing import Protocol
 
 from ..errors import TaskCancelledError
-from .batch import is_batch, nbytes
-from .elements import StreamElement
+from ..core.batch import is_batch, nbytes
+from ..core.elements import StreamElement
 
 
 class OutputChannel(Protocol):

@@ -27,8 +27,8 @@ one type lookup more than ``InputGate.poll``.
 from __future__ import annotations
 
 from ..checkpoint.barriers.base import BarrierActions, BarrierHandler
-from .batch import is_batch
-from .elements import (
+from ..core.batch import is_batch
+from ..core.elements import (
     END_OF_PARTITION,
     CancellationMarker,
     CheckpointBarrier,

@@ -14,7 +14,7 @@ from ..state.descriptors import (
     StateDescriptor,
 )
 from ..state.operator_state import OperatorListState, OperatorStateStore
-from ..time.clock import Clock, SystemClock
+from ..core.clock import Clock, SystemClock
 
 
 class RuntimeContext:

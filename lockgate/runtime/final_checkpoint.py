@@ -32,7 +32,7 @@ from typing import Any
 
 from ..checkpoint.config import CheckpointConfig
 from ..errors import CheckpointFailedError
-from ..time.clock import Clock
+from ..core.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 
 from .channels import InputChannel
-from .elements import END_OF_PARTITION, StreamElement
+from ..core.elements import END_OF_PARTITION, StreamElement
 
 
 class InputGate:

@@ -13,7 +13,7 @@ import heapq
 import itertools
 from typing import Callable
 
-from ..time.clock import Clock
+from ..core.clock import Clock
 
 Callback = Callable[[int], None]
 

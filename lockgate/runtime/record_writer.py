@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from .batch import Batch, concat, nbytes, num_rows, slice_batch
+from ..core.batch import Batch, concat, nbytes, num_rows, slice_batch
 from .channels import OutputChannel
-from .elements import StreamElement
-from .partitioners import Partitioner
-from ..time.clock import Clock
+from ..core.elements import StreamElement
+from ..core.partitioners import Partitioner
+from ..core.clock import Clock
 
 
 class RecordWriter:

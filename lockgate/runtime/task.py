@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
 from ..errors import CorruptStreamError, TaskCancelledError
-from ..time.clock import Clock
-from .batch import is_batch, num_rows
+from ..core.clock import Clock
+from ..core.batch import Batch, is_batch, num_rows
 from .chain import OperatorChain
 from ..time.valve import StatusWatermarkValve
-from .elements import (
+from ..core.elements import (
     END_OF_DATA,
     END_OF_PARTITION,
     MAX_WATERMARK,
@@ -59,9 +59,12 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..checkpoint.barriers.base import BarrierHandler
-    from ..graph.channel_identity import SubtaskChannels
-    from ..checkpoint.subtask_checkpointer import SubtaskCheckpointer
-    from ..runtime.elements import CheckpointBarrier
+    from ..graph.channel_identity import EdgeKey, SubtaskChannels
+    from .subtask_checkpointer import SubtaskCheckpointer
+    from ..core.elements import CheckpointBarrier
+
+#: (restore spec, this subtask's channels) -> the (consumed edge, batch) pairs to replay
+ChannelStateReplay = Callable[[Any, "SubtaskChannels"], Iterable[tuple["EdgeKey", Batch]]]
 
 
 class StreamTask:
@@ -104,6 +107,10 @@ class StreamTask:
         self.key: tuple[int, int] = (-1, subtask_index)
         #: this subtask's channels by stable names (M-B7), set by the builder
         self.channels: SubtaskChannels | None = None
+        #: restoring an unaligned checkpoint: (restore spec, channels) -> the (consumed
+        #: edge, batch) pairs to replay, set by the builder
+        #: (:func:`lockgate.recovery.channel_state.batches_to_replay`)
+        self.channel_state_replay: ChannelStateReplay | None = None
         self.checkpointer: SubtaskCheckpointer | None = None
         self.barrier_handler: BarrierHandler | None = None
         self._input: Any = input_gate  # the gate, or a CheckpointedInputGate around it
@@ -410,16 +417,20 @@ class StreamTask:
     def _replay_channel_state(self) -> None:
         """Restoring an unaligned checkpoint: hand every in-flight record it recorded for
         this subtask's operators (input and output side, redistributed by
-        :func:`~lockgate.recovery.channel_state.batches_to_replay`) to the operator at the
+        :func:`~lockgate.recovery.channel_state.batches_to_replay`, which the builder
+        hands over as :attr:`channel_state_replay`) to the operator at the
         consumer end of its edge, before any new input (M-R1, M-B7)."""
         restore = self.chain.restore
         layout = self.channels
         if restore is None or layout is None or not getattr(restore, "channels", None):
             return
-        from ..recovery.channel_state import batches_to_replay
-
+        if self.channel_state_replay is None:
+            raise RuntimeError(
+                f"{self.name} ({self.subtask_index}) restores recorded channel state but "
+                "its builder set no channel_state_replay; build tasks with "
+                "lockgate.executor.task_builder.build_task")
         by_uid = {op.uid: op for op in self.chain.operators}
-        for edge, batch in batches_to_replay(restore, layout):
+        for edge, batch in self.channel_state_replay(restore, layout):
             by_uid[edge.consumer].process_batch(batch, edge.input_index)
 
     def _wait(self, deadline: float | None) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .elements import MIN_WATERMARK
+from ..core.elements import MIN_WATERMARK
 
 
 @dataclass(frozen=True)

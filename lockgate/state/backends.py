@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..time.clock import Clock
+from ..core.clock import Clock
 
 
 class StateBackend:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..graph.key_groups import check_restored_max_parallelism
+from ..core.key_groups import check_restored_max_parallelism
 from .handles import STATE_KINDS
 
 #: the format number of canonical keyed state snapshots

@@ -53,8 +53,8 @@ from rocksdict import Rdict, WriteBatch
 
 from ..checkpoint.storage import CheckpointStorage
 from ..errors import ConfigurationError
-from ..graph.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
-from ..time.clock import Clock, SystemClock
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..core.clock import Clock, SystemClock
 from .descriptors import StateDescriptor
 from .handles import KeyedStateHandle, create_handle
 from .rocksdb_codec import (

@@ -19,9 +19,9 @@ match (``1``, ``1.0`` and ``True`` are three keys), as in Flink where the
 serialized key is the identity.
 
 :func:`key_group_of` is a scalar version of the stable key hash of
-:mod:`lockgate.graph.key_hash` for the common key types (the vectorized one costs
+:mod:`lockgate.core.key_hash` for the common key types (the vectorized one costs
 tens of microseconds for one key); other types use
-:func:`~lockgate.graph.key_groups.key_group_for`.
+:func:`~lockgate.core.key_groups.key_group_for`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import cloudpickle
 import numpy as np
 
 from ..errors import UnsupportedKeyError
-from ..graph.key_groups import key_group_for
+from ..core.key_groups import key_group_for
 
 #: the big-endian uint16 of a key group or a state id
 U16 = struct.Struct(">H")
@@ -238,7 +238,7 @@ def _scalar_hash(key: Any) -> int | None:
 
 def key_group_of(key: Any, max_parallelism: int) -> int:
     """The key group of ``key``: the same as
-    :func:`~lockgate.graph.key_groups.key_group_for`, faster for one key."""
+    :func:`~lockgate.core.key_groups.key_group_for`, faster for one key."""
     h = _scalar_hash(key)
     if h is None:
         return key_group_for(key, max_parallelism)

@@ -25,7 +25,7 @@ How a backend supplies time (a :class:`TtlTimeSource`)
 ------------------------------------------------------
 A keyed state backend offering TTL has three attributes, read at every access:
 
-* ``clock`` (a :class:`~lockgate.time.clock.Clock`): processing-time TTL stamps
+* ``clock`` (a :class:`~lockgate.core.clock.Clock`): processing-time TTL stamps
   and measures with ``clock.time_ms()``;
 * ``current_watermark: int`` (starts at :data:`MIN_WATERMARK`; the keyed operator
   sets it as watermarks arrive): event-time TTL measures expiry against it;
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import ConfigurationError
-from ..time.clock import Clock
-from ..time.durations import Duration, to_millis
+from ..core.clock import Clock
+from ..core.durations import Duration, to_millis
 
 #: The watermark before any has arrived (the same value as the runtime's).
 MIN_WATERMARK = -(2**63)

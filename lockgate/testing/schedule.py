@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..runtime.batch import num_rows
+from ..core.batch import num_rows
 from .faults import (
     ACK_FAULTS,
     FAULT_TYPES,
@@ -39,7 +39,7 @@ from .faults import (
 )
 
 if TYPE_CHECKING:
-    from ..checkpoint.subtask_checkpointer import CheckpointResponder
+    from ..runtime.subtask_checkpointer import CheckpointResponder
     from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
     from ..graph.execution_plan import ExecutionPlan
     from ..runtime.operators.base import StreamOperator

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigurationError
-from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
 
 
 def check_timestamp(value: Any, what: str) -> int:

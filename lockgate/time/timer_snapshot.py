@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..graph.key_groups import check_restored_max_parallelism, key_groups_of_keys
+from ..core.key_groups import check_restored_max_parallelism, key_groups_of_keys
 from .timer_queue import FrozenView
 
 #: the ``format`` mark and ``version`` of timer snapshot payloads

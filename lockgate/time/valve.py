@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from numbers import Integral
 
 from ..errors import ConfigurationError, CorruptStreamError
-from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
 
 ValveOutput = Watermark | StreamStatus
 """An element a valve or a combiner asks its caller to emit."""

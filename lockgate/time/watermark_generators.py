@@ -25,9 +25,9 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK
-from .clock import Clock, SystemClock
-from .durations import Duration, to_millis
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..core.clock import Clock, SystemClock
+from ..core.durations import Duration, to_millis
 
 
 class WatermarkOutput(Protocol):

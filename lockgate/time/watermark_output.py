@@ -26,9 +26,9 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..runtime.batch import Batch, num_rows, timestamps_of
-from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK
-from .clock import Clock, SystemClock
+from ..core.batch import Batch, num_rows, timestamps_of
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..core.clock import Clock, SystemClock
 from .watermark_generators import WatermarkGenerator, WatermarkOutput
 from .watermark_strategy import WatermarkStrategy
 

@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigurationError, MalformedRecordError
-from ..runtime.batch import Batch, RowBatch, is_scalar_schema, to_rows
-from ..runtime.elements import MAX_WATERMARK, MIN_WATERMARK
-from .clock import Clock
-from .durations import Duration, to_millis
+from ..core.batch import Batch, RowBatch, is_scalar_schema, to_rows
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..core.clock import Clock
+from ..core.durations import Duration, to_millis
 from .watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigurationError
-from ..runtime.batch import RowBatch, to_arrow
+from ..core.batch import RowBatch, to_arrow
 from .windows import WindowAssignment
 
 KINDS = ("count", "sum", "min", "max", "mean", "first", "last")

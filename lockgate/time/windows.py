@@ -36,7 +36,7 @@ from typing import ClassVar, NamedTuple, TypeVar
 import numpy as np
 
 from ..errors import ConfigurationError
-from .durations import Duration, to_millis
+from ..core.durations import Duration, to_millis
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.connectors.base import ReaderOutput
-from lockgate.runtime.batch import Batch, RowBatch
+from lockgate.core.batch import Batch, RowBatch
 
 
 class RecordingOutput(ReaderOutput):

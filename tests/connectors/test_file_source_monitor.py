@@ -30,7 +30,7 @@ import lockgate as lg
 from lockgate.connectors import FileSink, FileSource
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader, assign_splits
 from lockgate.connectors.file_source import DoneFiles, FileSplit, file_owner
-from lockgate.runtime.batch import Batch, to_rows
+from lockgate.core.batch import Batch, to_rows
 from lockgate.runtime.context import RuntimeContext
 
 INTERVAL_S = 1.0

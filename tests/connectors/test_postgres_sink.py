@@ -18,7 +18,7 @@ import lockgate as lg
 from lockgate.connectors import PostgresSink, SequenceSource
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.batch import RowBatch
+from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, inject_faults
 

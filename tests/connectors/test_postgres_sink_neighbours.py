@@ -30,7 +30,7 @@ from lockgate.connectors.postgres_transactions import (
 )
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
 from lockgate.errors import ConfigurationError, JobFailedError
-from lockgate.runtime.batch import RowBatch
+from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 
 WAIT_S = 60.0

@@ -9,9 +9,9 @@ import pytest
 import lockgate as lg
 from lockgate.connectors import RateLimitedSource, SequenceSource
 from lockgate.connectors.base import InputStatus, ReaderOutput
-from lockgate.runtime.batch import num_rows
+from lockgate.core.batch import num_rows
 from lockgate.runtime.context import RuntimeContext
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 
 class Counter(ReaderOutput):

@@ -11,7 +11,7 @@ from conftest import on_executors
 
 import lockgate as lg
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
-from lockgate.runtime.batch import to_rows
+from lockgate.core.batch import to_rows
 
 
 class SlowWriter(SinkWriter):

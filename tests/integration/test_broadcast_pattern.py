@@ -23,7 +23,7 @@ import pytest
 import lockgate as lg
 from lockgate.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
-from lockgate.runtime.batch import RowBatch
+from lockgate.core.batch import RowBatch
 from lockgate.testing import FailAtRecord, inject_faults
 
 from conftest import FileProbe, wait_until

@@ -10,7 +10,7 @@ from conftest import wait_until
 
 import lockgate as lg
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
-from lockgate.runtime.batch import to_rows
+from lockgate.core.batch import to_rows
 
 
 class ProbeWriter(SinkWriter):

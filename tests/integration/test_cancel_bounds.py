@@ -19,7 +19,7 @@ import pytest
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.executor.result import JobStatus
+from lockgate.job.result import JobStatus
 
 ENDLESS = 10**15  # a source that would run for hours: only a cancel or failure ends it
 _GATES: dict[str, "Gate"] = {}

@@ -22,7 +22,7 @@ from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.connectors import SequenceSource
 from lockgate.connectors.base import Sink, SinkWriter
 from lockgate.recovery.restore import resolve_restore_path
-from lockgate.runtime.batch import to_rows
+from lockgate.core.batch import to_rows
 
 N = 20_000
 CHUNK = 2_000

@@ -13,7 +13,7 @@ import pytest
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.runtime.partitioners import KeyExtractionError
+from lockgate.core.partitioners import KeyExtractionError
 
 LONG = "x" * 1000  # a record far longer than an error message quotes
 

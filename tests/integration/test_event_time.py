@@ -210,7 +210,7 @@ def test_the_job_metrics_report_each_operators_final_watermark_M_W1(executor: An
     env = lg.StreamEnvironment(parallelism=2)
     timers_job(env, 100).sink_to(lg.connectors.DiscardingSink()).uid("sink")
     result = env.execute("metrics", executor=executor)
-    from lockgate.runtime.elements import MAX_WATERMARK
+    from lockgate.core.elements import MAX_WATERMARK
 
     assert result.operators["timers"].watermark == MAX_WATERMARK
 

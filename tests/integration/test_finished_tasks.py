@@ -41,7 +41,7 @@ from lockgate.connectors import (
     SequenceSource,
 )
 from lockgate.recovery.restore import resolve_restore_path
-from lockgate.runtime.elements import MAX_WATERMARK
+from lockgate.core.elements import MAX_WATERMARK
 from lockgate.testing import InjectedFault
 
 SHORT = 300

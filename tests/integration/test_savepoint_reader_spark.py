@@ -13,7 +13,7 @@ import pytest
 
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
-from lockgate.graph.key_groups import key_group_for
+from lockgate.core.key_groups import key_group_for
 from lockgate.savepoint import StateConversionError, read
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 from conftest import process_alive, wait_until
 
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.executor.result import JobStatus
+from lockgate.job.result import JobStatus
 
 pytestmark = [pytest.mark.spark, pytest.mark.hang_guard(180)]
 

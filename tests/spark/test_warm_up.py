@@ -33,7 +33,7 @@ def test_python_workers_start_with_lockgate_imported_by_their_daemon(
     sc = spark_executor.spark.sparkContext
     assert sc.getConf().get("spark.python.daemon.module") == "lockgate.executor.spark.daemon"
     imported = sc.parallelize(range(2), 2).map(
-        lambda _: "lockgate.runtime.task_builder" in sys.modules).collect()
+        lambda _: "lockgate.executor.task_builder" in sys.modules).collect()
     assert imported == [True, True]
 
 

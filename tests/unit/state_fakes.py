@@ -7,7 +7,7 @@ import pickle
 from typing import Any
 
 from lockgate.state.ttl import MIN_WATERMARK
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 
 class CopyingTable:

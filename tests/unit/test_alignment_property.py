@@ -27,12 +27,12 @@ from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.barriers.factory import create_barrier_handler
 from lockgate.checkpoint.config import CheckpointingMode
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.checkpointed_input import CheckpointedInputGate
 from lockgate.runtime.input_gate import InputGate
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 TIMEOUT_MS = 30
 TICK_MS = 20

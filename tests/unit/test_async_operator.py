@@ -26,8 +26,8 @@ from lockgate.api.functions import AsyncFunction
 from lockgate.errors import ConfigurationError, UserFunctionError
 from lockgate.runtime.async_runner import AsyncFunction as RunnerAsyncFunction
 from lockgate.runtime.async_runner import AsyncTimeoutError
-from lockgate.runtime.batch import RowBatch
-from lockgate.runtime.elements import StreamStatus, Watermark
+from lockgate.core.batch import RowBatch
+from lockgate.core.elements import StreamStatus, Watermark
 from lockgate.runtime.mailbox import Mailbox
 from lockgate.runtime.operators.async_io import AsyncRequestError, AsyncWaitOperator
 from lockgate.runtime.operators.base import Output

@@ -24,7 +24,7 @@ from lockgate.runtime.async_queue import (
     RecordEntry,
     UnorderedElementQueue,
 )
-from lockgate.runtime.elements import Watermark
+from lockgate.core.elements import Watermark
 
 QUEUES = [pytest.param(OrderedElementQueue, id="ordered"),
           pytest.param(UnorderedElementQueue, id="unordered")]

@@ -17,7 +17,7 @@ import pytest
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.async_queue import Completion, UnorderedElementQueue
 from lockgate.runtime.async_runner import AsyncFunction, AsyncRunner, AsyncTimeoutError
-from lockgate.runtime.elements import Watermark
+from lockgate.core.elements import Watermark
 from lockgate.runtime.mailbox import Mailbox
 
 WAIT_S = 5.0

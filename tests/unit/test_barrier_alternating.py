@@ -10,13 +10,13 @@ from lockgate.checkpoint.barriers.alternating import AlternatingBarrierHandler
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
 from lockgate.errors import CorruptStreamError
-from lockgate.runtime.elements import (
+from lockgate.core.elements import (
     CancellationMarker,
     CheckpointBarrier,
     CheckpointOptions,
     CheckpointType,
 )
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 UNALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=True)
 ALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=False)

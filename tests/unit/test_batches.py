@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lockgate.runtime import batch as b
+from lockgate.core import batch as b
 
 
 class Opaque:

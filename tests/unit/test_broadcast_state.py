@@ -11,13 +11,13 @@ import pytest
 import lockgate as lg
 from lockgate.api.broadcast import BroadcastConnectedStream, BroadcastStream
 from lockgate.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
-from lockgate.runtime.batch import RowBatch, to_rows
+from lockgate.core.batch import RowBatch, to_rows
 from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.broadcast import (
     BroadcastProcessOperator,
     KeyedBroadcastProcessOperator,
 )
-from lockgate.runtime.partitioners import BroadcastPartitioning, KeySelector
+from lockgate.core.partitioners import BroadcastPartitioning, KeySelector
 from lockgate.state.broadcast import (
     BroadcastState,
     BroadcastStateStore,

@@ -37,11 +37,11 @@ from lockgate.graph.channel_identity import (
     subtask_channels,
 )
 from lockgate.graph.execution_plan import ExecutionPlan
-from lockgate.graph.key_groups import subtask_for_key
+from lockgate.core.key_groups import subtask_for_key
 from lockgate.recovery.channel_state import batches_to_replay, check_restorable, plan_edge
 from lockgate.recovery.restore import RestoreSpec
-from lockgate.runtime.batch import RowBatch, to_rows
-from lockgate.runtime.partitioners import (
+from lockgate.core.batch import RowBatch, to_rows
+from lockgate.core.partitioners import (
     BroadcastPartitioning,
     ForwardPartitioning,
     RebalancePartitioning,
@@ -245,7 +245,7 @@ def test_m_r3_at_another_parallelism_each_old_channel_goes_whole_to_exactly_one_
 
 
 def test_m_r3_a_keyed_edge_at_another_parallelism_splits_records_by_key_group() -> None:
-    from lockgate.runtime.partitioners import KeyGroupPartitioning, KeySelector
+    from lockgate.core.partitioners import KeyGroupPartitioning, KeySelector
 
     keyed = KeyGroupPartitioning(KeySelector("k"), MAX_P)
     assert plan_edge(edge(keyed, 3), old_channels("hash", 2, 2)).by_key

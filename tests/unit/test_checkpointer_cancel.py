@@ -9,7 +9,7 @@ import time
 
 from conftest import wait_until
 
-from lockgate.runtime import elements as el
+from lockgate.core import elements as el
 from test_subtask_checkpointer import BARRIER, drain, make, wait_for
 
 

@@ -6,7 +6,7 @@ import threading
 
 from lockgate.checkpoint.coordinator import ManualScheduler, ThreadScheduler
 from lockgate.checkpoint.coordinator.scheduler import THREAD_NAME
-from lockgate.time.clock import ManualClock, SystemClock
+from lockgate.core.clock import ManualClock, SystemClock
 
 
 def test_manual_scheduler_runs_nothing_until_its_time_has_come() -> None:
@@ -136,7 +136,7 @@ def test_a_coordinator_on_a_thread_scheduler_triggers_periodically_and_joins_it_
     from lockgate.checkpoint.coordinator import CheckpointCoordinator
     from lockgate.checkpoint.storage import MemoryCheckpointStorage
     from lockgate.checkpoint.types import TaskAcknowledgement, TaskKey
-    from lockgate.runtime.elements import CheckpointBarrier
+    from lockgate.core.elements import CheckpointBarrier
 
     class SignallingGateway(RecordingGateway):
         def __init__(self) -> None:

@@ -18,7 +18,7 @@ from lockgate.checkpoint.coordinator import CheckpointIdCounter
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.elements import CheckpointOptions, CheckpointType
+from lockgate.core.elements import CheckpointOptions, CheckpointType
 
 R = CheckpointFailureReason
 

@@ -24,11 +24,11 @@ import lockgate as lg
 from lockgate.checkpoint.barriers.aligner import BarrierAligner
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
-from lockgate.checkpoint.subtask_checkpointer import SubtaskCheckpointer
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from lockgate.connectors import CollectSink, DiscardingSink, SequenceSource
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output, StreamOperator
 from lockgate.testing import (

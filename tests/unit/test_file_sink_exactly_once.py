@@ -19,7 +19,7 @@ import lockgate as lg
 from lockgate.connectors import FileSink, FinalCommit
 from lockgate.connectors.file_sink import FileTransaction
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter, commit_final
-from lockgate.runtime.batch import Batch, RowBatch
+from lockgate.core.batch import Batch, RowBatch
 from lockgate.runtime.context import RuntimeContext
 
 FORMATS = ["jsonl", "csv", "parquet"]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lockgate.runtime.batch import timestamps_of, with_timestamps
+from lockgate.core.batch import timestamps_of, with_timestamps
 from lockgate.runtime.operators.basic import filter_by_expression
 
 

@@ -26,10 +26,10 @@ from lockgate.checkpoint.coordinator.completed_store import (
 )
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SHARED_FOLDER
-from lockgate.checkpoint.subtask_checkpointer import SubtaskCheckpointer
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import TaskAcknowledgement
 from lockgate.recovery.restore import RestoreSpec, newest_restorable, resolve_restore_path
-from lockgate.runtime import elements as el
+from lockgate.core import elements as el
 from lockgate.runtime.operators.base import StreamOperator
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend

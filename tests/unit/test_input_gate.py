@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lockgate.runtime import elements as el
+from lockgate.core import elements as el
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.input_gate import InputGate
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lockgate as lg
-from lockgate.graph.key_groups import key_groups_of_column, key_groups_of_keys
-from lockgate.graph.key_hash import hash_keys
+from lockgate.core.key_groups import key_groups_of_column, key_groups_of_keys
+from lockgate.core.key_hash import hash_keys
 
 KEYS = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1),

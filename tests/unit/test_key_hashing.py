@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lockgate as lg
-from lockgate.graph.key_hash import hash_array, hash_keys
+from lockgate.core.key_hash import hash_array, hash_keys
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)  # no lone surrogates
@@ -33,7 +33,7 @@ def _as_list(h: np.ndarray) -> list[int]:
 
 _CHILD = """
 import json, sys
-from lockgate.graph.key_hash import hash_keys
+from lockgate.core.key_hash import hash_keys
 import lockgate as lg
 keys = json.loads(sys.argv[1])
 print(json.dumps({

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import lockgate as lg
-from lockgate.graph.key_groups import key_group_for, key_group_range
+from lockgate.core.key_groups import key_group_for, key_group_range
 from lockgate.state import keyed as keyed_module
 from lockgate.state.keyed import (
     HeapKeyedStateBackend,

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import lockgate as lg
 from state_fakes import CopyingTable, Host, flat
 from lockgate.api.functions import AggregateFunction, ReduceFunction
-from lockgate.graph.key_groups import key_group_for, key_group_range
+from lockgate.core.key_groups import key_group_for, key_group_range
 from lockgate.state.backends import HashMapStateBackend
 from lockgate.state.descriptors import (
     AggregatingStateDescriptor,
@@ -41,7 +41,7 @@ from lockgate.state.handles import (
 )
 from lockgate.state.keyed import HeapKeyedStateBackend, UnsupportedSnapshotFormatError
 from lockgate.state.ttl import MIN_WATERMARK
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 
 class Average(AggregateFunction):

@@ -9,8 +9,8 @@ import pytest
 from conftest import wait_until
 
 from lockgate.errors import TaskCancelledError
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch, nbytes, scalar_batch, to_rows
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, nbytes, scalar_batch, to_rows
 from lockgate.runtime.channels import LocalChannel
 
 

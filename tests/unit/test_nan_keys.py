@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 
 import lockgate as lg
-from lockgate.graph.key_hash import CANONICAL_NAN, canonical_key, hash_array, hash_keys
-from lockgate.runtime.batch import RowBatch
-from lockgate.runtime.partitioners import KeySelector
+from lockgate.core.key_hash import CANONICAL_NAN, canonical_key, hash_array, hash_keys
+from lockgate.core.batch import RowBatch
+from lockgate.core.partitioners import KeySelector
 from lockgate.state.keyed import HeapKeyedStateBackend
 
 QUIET = float("nan")

@@ -17,8 +17,8 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch, to_rows
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, to_rows
 
 UNALIGNED = el.CheckpointBarrier(1, 0, el.CheckpointOptions(unaligned=True))
 

@@ -11,7 +11,7 @@ from lockgate.connectors.postgres_transactions import TransactionLostError
 from lockgate.connectors.two_phase_commit import CommitFailedError
 from lockgate.errors import NonRestartableError
 from lockgate.recovery.non_restartable import non_restartable_cause
-from lockgate.recovery.restart_causes import RestartCause, RestartCauses
+from lockgate.job.restart_causes import RestartCause, RestartCauses
 
 
 @pytest.mark.parametrize("uid, problem", [

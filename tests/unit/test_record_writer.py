@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import lockgate as lg
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch, nbytes, scalar_batch, to_rows
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, nbytes, scalar_batch, to_rows
 from lockgate.runtime.channels import LocalChannel
-from lockgate.runtime.partitioners import (
+from lockgate.core.partitioners import (
     BroadcastPartitioning,
     ForwardPartitioning,
     KeyGroupPartitioning,

@@ -12,7 +12,7 @@ import pytest
 
 from lockgate.errors import ConfigurationError
 from lockgate.recovery.restart_strategy import RestartBackoff, RestartStrategy
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 
 def fail(backoff: RestartBackoff) -> bool:
@@ -371,7 +371,7 @@ loose: Any = RestartStrategy
      r"exponential_delay attempts \(None for unlimited, or an int\) must be an int >= 0, got -1"),
     (lambda: loose.exponential_delay(attempts=2.0), r"exponential_delay attempts"),
     (lambda: loose.none().create_backoff(object()),
-     r"create_backoff needs a lockgate\.time\.clock\.Clock"),
+     r"create_backoff needs a lockgate\.core\.clock\.Clock"),
     (lambda: loose.none().create_backoff(ManualClock(), rng=7),
      r"create_backoff rng must be a random\.Random or None, got 7"),
 ])

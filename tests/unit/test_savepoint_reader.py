@@ -19,7 +19,7 @@ import pytest
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.errors import ConfigurationError
-from lockgate.graph.key_groups import key_group_for
+from lockgate.core.key_groups import key_group_for
 from lockgate.recovery.restore import RestoreError
 from lockgate.savepoint import (
     MissingDependencyError,

@@ -27,8 +27,8 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.runtime.batch import RowBatch
-from lockgate.runtime.config import ExecutionConfig, MiB
+from lockgate.core.batch import RowBatch
+from lockgate.core.execution_config import ExecutionConfig, MiB
 
 #: a frame far over every bound under test (the issue's attack used 300 MB)
 BIG = 8 * MiB

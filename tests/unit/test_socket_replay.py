@@ -36,7 +36,7 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.runtime.batch import RowBatch
+from lockgate.core.batch import RowBatch
 
 
 def socket_to(endpoint: str, kind: int) -> Any:

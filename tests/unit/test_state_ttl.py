@@ -34,7 +34,7 @@ from lockgate.state.ttl import (
     drop_expired,
     strip_ttl,
 )
-from lockgate.time.clock import ManualClock
+from lockgate.core.clock import ManualClock
 
 TTL = 100
 

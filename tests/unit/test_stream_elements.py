@@ -9,8 +9,8 @@ import cloudpickle
 import pyarrow as pa
 import pytest
 
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch, scalar_batch
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, scalar_batch
 
 
 def every_control_element() -> list[object]:
@@ -33,7 +33,7 @@ def every_control_element() -> list[object]:
 def test_every_element_kind_of_rule_M_E1_exists_in_the_elements_module() -> None:
     for name in ("Watermark", "StreamStatus", "CheckpointBarrier", "CancellationMarker",
                  "END_OF_PARTITION", "CheckpointOptions", "CheckpointType"):
-        assert hasattr(el, name), f"lockgate.runtime.elements lacks {name} (M-E1)"
+        assert hasattr(el, name), f"lockgate.core.elements lacks {name} (M-E1)"
     assert {s.name for s in el.StreamStatus} == {"IDLE", "ACTIVE"}
 
 

@@ -13,11 +13,11 @@ from conftest import wait_until
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.errors import TaskCancelledError
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import is_batch, scalar_batch, to_rows
+from lockgate.core import elements as el
+from lockgate.core.batch import is_batch, scalar_batch, to_rows
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.mailbox import Mailbox
-from lockgate.runtime.task_builder import build_task
+from lockgate.executor.task_builder import build_task
 
 
 def times_ten(x):

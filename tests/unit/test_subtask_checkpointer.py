@@ -13,16 +13,16 @@ import lockgate as lg
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.channel_state import INPUT, OUTPUT, decode
-from lockgate.checkpoint.subtask_checkpointer import SubtaskCheckpointer
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.connectors import CollectionSource, FileSource, SequenceSource
 from lockgate.connectors.base import ReaderOutput
-from lockgate.runtime import elements as el
-from lockgate.runtime.batch import RowBatch, scalar_batch, to_rows
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, scalar_batch, to_rows
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import StreamOperator
-from lockgate.runtime.partitioners import ForwardPartitioning
+from lockgate.core.partitioners import ForwardPartitioning
 from lockgate.runtime.record_writer import RecordWriter
 
 BARRIER = el.CheckpointBarrier(1, 0)

@@ -13,7 +13,7 @@ from lockgate.connectors.two_phase_commit import (
     TwoPhaseCommitWriter,
     commit_final,
 )
-from lockgate.runtime.batch import Batch, RowBatch, to_rows
+from lockgate.core.batch import Batch, RowBatch, to_rows
 from lockgate.runtime.context import RuntimeContext
 
 

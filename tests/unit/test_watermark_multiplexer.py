@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.batch import RowBatch
-from lockgate.runtime.elements import MAX_WATERMARK, MIN_WATERMARK
-from lockgate.time.clock import ManualClock
+from lockgate.core.batch import RowBatch
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
+from lockgate.core.clock import ManualClock
 from lockgate.time.watermark_generators import PunctuatedWatermarks
 from lockgate.time.watermark_output import PerSplitWatermarks, WatermarkOutputMultiplexer
 from lockgate.time.watermark_strategy import WatermarkStrategy

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from lockgate.errors import ConfigurationError, MalformedRecordError
-from lockgate.runtime.batch import Batch, RowBatch, scalar_batch
-from lockgate.runtime.elements import MAX_WATERMARK, MIN_WATERMARK
-from lockgate.time.clock import ManualClock
+from lockgate.core.batch import Batch, RowBatch, scalar_batch
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
+from lockgate.core.clock import ManualClock
 from lockgate.time.watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.errors import ConfigurationError, CorruptStreamError
-from lockgate.runtime.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
 from lockgate.time.valve import MultiInputWatermark, StatusWatermarkValve
 
 IDLE = StreamStatus.IDLE

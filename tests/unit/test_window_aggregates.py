@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.batch import RowBatch, scalar_batch
+from lockgate.core.batch import RowBatch, scalar_batch
 from lockgate.time.window_aggregates import (
     Accumulators,
     WindowAggregate,

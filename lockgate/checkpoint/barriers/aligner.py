@@ -39,8 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import CorruptStreamError
-from ...runtime.elements import CancellationMarker, CheckpointBarrier
-from ...time.clock import Clock
+from ...core.elements import CancellationMarker, CheckpointBarrier
+from ...core.clock import Clock
 from ..types import CheckpointFailureReason
 from .base import AlignmentInfo, BarrierActions
 

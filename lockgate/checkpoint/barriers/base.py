@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...runtime.batch import Batch
-from ...runtime.elements import CancellationMarker, CheckpointBarrier
+from ...core.batch import Batch
+from ...core.elements import CancellationMarker, CheckpointBarrier
 from ..types import CheckpointFailureReason
 
 

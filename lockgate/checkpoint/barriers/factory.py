@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from ...errors import ConfigurationError
-from ...time.clock import Clock
+from ...core.clock import Clock
 from ..config import CheckpointingMode
 from .aligner import BarrierAligner
 from .alternating import AlternatingBarrierHandler

@@ -74,8 +74,8 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from ...errors import CheckpointFailedError, ConfigurationError
-from ...runtime.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
-from ...time.clock import Clock
+from ...core.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
+from ...core.clock import Clock
 from ..config import CheckpointConfig
 from ..storage import CheckpointStorage
 from ..types import (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ...runtime.elements import CheckpointOptions, CheckpointType
+from ...core.elements import CheckpointOptions, CheckpointType
 from ..types import (
     CheckpointFailureReason,
     StateHandle,

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from ...time.clock import Clock, ManualClock
+from ...core.clock import Clock, ManualClock
 
 log = logging.getLogger(__name__)
 

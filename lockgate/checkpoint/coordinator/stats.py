@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import threading
 
-from ...time.clock import Clock
+from ...core.clock import Clock
 from ..types import CheckpointFailureReason, CheckpointStats, SubtaskCheckpointMetrics, TaskKey
 
 IN_PROGRESS = "in_progress"

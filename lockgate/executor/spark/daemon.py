@@ -25,7 +25,7 @@ the driver's own interpreter and so can import it.
 from __future__ import annotations
 
 import lockgate.executor.spark.slot  # noqa: F401
-import lockgate.runtime.task_builder  # noqa: F401
+import lockgate.executor.task_builder  # noqa: F401
 from pyspark import daemon
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 import zmq
 
 from ...errors import TaskCancelledError
-from ...runtime.elements import PriorityBarrier, StreamElement
+from ...core.elements import PriorityBarrier, StreamElement
 from .auth import (
     AuthenticationError,
     MalformedMessageError,

@@ -35,7 +35,7 @@ import cloudpickle
 from ...checkpoint.types import TaskAcknowledgement
 from ...errors import ConfigurationError, FailureReason, JobFailedError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
-from ...time.clock import SystemClock
+from ...core.clock import SystemClock
 from ..base import (
     cancelled_result,
     checkpoint_failure,
@@ -44,8 +44,8 @@ from ..base import (
     finished_result,
     user_cause,
 )
-from ..job_handle import JobHandle
-from ..result import JobExecutionResult
+from ...job.handle import JobHandle
+from ...job.result import JobExecutionResult
 from .auth import MessageAuth, new_secret
 from .control import (
     ACK,
@@ -139,9 +139,9 @@ class SparkExecutor:
     def _ship(self, sc: Any) -> None:
         if self._shipped or not self.ship_package:
             return
-        import lockgate
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(lockgate.__file__)))
+        # the folder holding the lockgate package (this file is lockgate/executor/spark/)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
         folder = tempfile.mkdtemp(prefix="lockgate-ship-")
         # Spark's executors fetch the archive from this folder later (new workers too):
         # it goes when the driver process ends, never before

@@ -28,7 +28,7 @@ from typing import Any
 import zmq
 
 from ...errors import LockgateError
-from ...runtime.config import ExecutionConfig, MiB
+from ...core.execution_config import ExecutionConfig, MiB
 
 log = logging.getLogger(__name__)
 

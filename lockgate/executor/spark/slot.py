@@ -40,10 +40,10 @@ from ...graph.execution_plan import ExecutionPlan
 from ...runtime.watermark_report import task_watermarks
 from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ...runtime.task import StreamTask
-from ...runtime.task_builder import build_task
+from ..task_builder import build_task
 from ...runtime.final_checkpoint import finished_task_results
 from ...runtime.task_threads import run_task_threads
-from ...time.clock import SystemClock
+from ...core.clock import SystemClock
 from .auth import MessageAuth
 from .control import (
     ACK,

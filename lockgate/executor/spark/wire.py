@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...runtime.batch import RowBatch
-from ...runtime.elements import StreamElement
+from ...core.batch import RowBatch
+from ...core.elements import StreamElement
 
 ARROW = 1
 ROWS = 2

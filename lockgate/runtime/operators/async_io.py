@@ -49,8 +49,8 @@ from ..async_queue import (
     _check_capacity,
 )
 from ..async_runner import AsyncRunner, AsyncTimeoutError, _check_timeout, describe_record
-from ..batch import NO_TIMESTAMP, Batch, RowBatch, timestamps_of, to_rows
-from ..elements import StreamStatus, Watermark
+from ...core.batch import NO_TIMESTAMP, Batch, RowBatch, timestamps_of, to_rows
+from ...core.elements import StreamStatus, Watermark
 from .basic import _FunctionOperator
 
 #: the key of the operator's in-flight inputs in the "function" part of its snapshot

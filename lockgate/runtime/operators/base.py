@@ -9,16 +9,14 @@ Lifecycle, in order: ``setup`` → ``open`` → ``process_batch``* → ``finish`
 
 from __future__ import annotations
 
-import types
-from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from ...errors import TaskCancelledError, UserFunctionError
-from ..batch import Batch, num_rows
+from ...core.batch import Batch, num_rows
 from ..context import RuntimeContext
-from ..elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
+from ...core.elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
 from ..metrics import OperatorCounters
+from ...core.user_functions import PLAIN_CALLABLES
 
 
 class Output:
@@ -180,36 +178,9 @@ class StreamOperator:
             self.output.emit(batch)
 
 
-@dataclass
-class OperatorFactory:
-    """Picklable recipe for an operator: its class, arguments and the user functions in it
-    (named, so that validation can point at them)."""
-
-    operator_class: type[StreamOperator]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    user_functions: dict[str, Any] = field(default_factory=dict)
-
-    def create(self) -> StreamOperator:
-        return self.operator_class(**self.kwargs)
-
-
-_PLAIN_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, partial)
-
-
-def bind_function(obj: Any, method: str) -> Callable[..., Any]:
-    """The callable to run: ``obj.<method>`` for function objects, else ``obj`` itself."""
-    if not isinstance(obj, _PLAIN_CALLABLES):
-        bound = getattr(obj, method, None)
-        if callable(bound):
-            return bound
-    if callable(obj):
-        return obj
-    raise TypeError(f"{obj!r} is neither callable nor has a {method}() method")
-
-
 def open_function(obj: Any, ctx: RuntimeContext) -> None:
     """Call ``obj.open(ctx)`` for function objects that define it."""
-    if isinstance(obj, _PLAIN_CALLABLES):
+    if isinstance(obj, PLAIN_CALLABLES):
         return
     opener = getattr(obj, "open", None)
     if callable(opener):
@@ -217,7 +188,7 @@ def open_function(obj: Any, ctx: RuntimeContext) -> None:
 
 
 def close_function(obj: Any) -> None:
-    if isinstance(obj, _PLAIN_CALLABLES):
+    if isinstance(obj, PLAIN_CALLABLES):
         return
     closer = getattr(obj, "close", None)
     if callable(closer):

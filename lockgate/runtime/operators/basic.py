@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
 
-from ..batch import (
+from ...core.batch import (
     NO_TIMESTAMP,
     Batch,
     RowBatch,
@@ -24,8 +24,9 @@ from ..batch import (
 )
 from ...state.operator_state import UNION, OperatorStateStore
 from ...state.snapshot import OperatorStateSnapshot, payload_part
-from ..excerpt import excerpt
-from .base import StreamOperator, bind_function, close_function, open_function
+from ...core.excerpt import excerpt
+from ...core.user_functions import bind_function
+from .base import StreamOperator, close_function, open_function
 
 
 #: results a flat_map/process function returns by mistake for one record

@@ -43,9 +43,10 @@ from ...state.broadcast import (
 )
 from ...state.descriptors import MapStateDescriptor, StateDescriptor
 from ...state.snapshot import OperatorStateSnapshot, payload_part
-from ..batch import Batch, RowBatch, to_rows
-from ..partitioners import KeySelector
-from .base import StreamOperator, bind_function
+from ...core.batch import Batch, RowBatch, to_rows
+from ...core.partitioners import KeySelector
+from ...core.user_functions import bind_function
+from .base import StreamOperator
 from .basic import _SINGLE_RECORDS, ProcessOperator, _FunctionOperator, single_record_error
 from .keyed import ElementContext, KeyedProcessOperator
 

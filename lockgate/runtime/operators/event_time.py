@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import MalformedRecordError
-from ..batch import Batch, with_timestamps
-from ..elements import StreamStatus, Watermark
+from ...core.batch import Batch, with_timestamps
+from ...core.elements import StreamStatus, Watermark
 from .base import StreamOperator
 
 

@@ -16,8 +16,8 @@ from ...connectors.base import (
     assign_splits,
 )
 from ...errors import LockgateError, MalformedRecordError
-from ..batch import Batch, RowBatch, num_rows, user_view
-from ..elements import MAX_WATERMARK, Watermark
+from ...core.batch import Batch, RowBatch, num_rows, user_view
+from ...core.elements import MAX_WATERMARK, Watermark
 from .base import StreamOperator
 from .event_time import OperatorWatermarks
 

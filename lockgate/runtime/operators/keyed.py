@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError
-from ...graph.key_groups import key_group_range
+from ...core.key_groups import key_group_range
 from ...state.snapshot import keyed_parts, payload_part
 from ...time.timers import InternalTimerService
-from ..elements import Watermark
+from ...core.elements import Watermark
 import numpy as np
 
-from ..batch import Batch, RowBatch, timestamps_of, to_rows
-from ..partitioners import KeySelector
+from ...core.batch import Batch, RowBatch, timestamps_of, to_rows
+from ...core.partitioners import KeySelector
 from .base import StreamOperator
 from .basic import (
     _SINGLE_RECORDS,

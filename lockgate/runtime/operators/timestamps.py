@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..batch import Batch, num_rows
-from ..elements import MAX_WATERMARK, StreamStatus, Watermark
+from ...core.batch import Batch, num_rows
+from ...core.elements import MAX_WATERMARK, StreamStatus, Watermark
 from .base import StreamOperator
 from .event_time import OperatorWatermarks
 

@@ -48,8 +48,8 @@ from ...time.window_aggregates import (
     window_result_batch,
 )
 from ...time.windows import TimeWindow, WindowAssignment
-from ..batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
-from .base import bind_function
+from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ...core.user_functions import bind_function, is_default_method
 from .keyed import tag_name
 
 #: the field of AggregateFunction and reduce results holding the value
@@ -462,11 +462,9 @@ class ProcessContents(_ObjectContents):
 def check_merge_support(contents: WindowContents) -> None:
     """Merging windows combine rows: an ``AggregateFunction`` must implement ``merge``."""
     if isinstance(contents, AggregateFunctionContents):
-        from ...api.functions import AggregateFunction
-
         fn = contents.function
         merge = getattr(type(fn), "merge", None)
-        if merge is None or merge is AggregateFunction.merge:
+        if merge is None or is_default_method(merge):
             raise ConfigurationError(
                 f"session windows merge accumulators, but {type(fn).__name__} does not "
                 "implement AggregateFunction.merge(a, b); implement it (return the "

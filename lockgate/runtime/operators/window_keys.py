@@ -8,7 +8,7 @@ remembers each code's Python key value and key group, and turns codes back into
 output key columns.
 
 Key groups are computed exactly as the key-group partitioner computes them
-(:mod:`lockgate.graph.key_groups`), so a row's key group is the one its records
+(:mod:`lockgate.core.key_groups`), so a row's key group is the one its records
 were routed by; snapshots group rows by it and restores filter by it (rescaling).
 
 Codes are never reused while the dictionary lives; :meth:`KeyDictionary.compact`
@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...graph.key_groups import key_groups_of_column, key_groups_of_keys
-from ..batch import Batch
-from ..partitioners import KeySelector
+from ...core.key_groups import key_groups_of_column, key_groups_of_keys
+from ...core.batch import Batch
+from ...core.partitioners import KeySelector
 
 #: the result column holding the key of a window keyed by a function
 KEY_FIELD = "key"

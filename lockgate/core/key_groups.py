@@ -3,7 +3,7 @@
 ``key_group = hash(key) mod max_parallelism`` and
 ``subtask = key_group × parallelism ÷ max_parallelism`` (integer division), so
 each subtask owns a contiguous range of key groups and rescaling moves whole
-key groups. ``hash`` is the stable hash of :mod:`lockgate.graph.key_hash`.
+key groups. ``hash`` is the stable hash of :mod:`lockgate.core.key_hash`.
 """
 
 from __future__ import annotations

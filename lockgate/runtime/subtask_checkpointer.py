@@ -51,21 +51,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..graph.channel_identity import SubtaskChannels
-from ..runtime.batch import Batch
-from ..runtime.elements import (
+from ..core.batch import Batch
+from ..core.elements import (
     CancellationMarker,
     CheckpointBarrier,
     CheckpointOptions,
     CheckpointType,
 )
-from ..runtime.operators.base import StreamOperator
-from ..runtime.record_writer import RecordWriter
-from ..time.clock import Clock
-from .barriers.base import AlignmentInfo
-from .channel_state import encode, freeze, frozen_size, state_key
-from .shared_registry import SharedFileTracker, SharedStateUploader
-from .storage import CheckpointStorage
-from .types import (
+from .operators.base import StreamOperator
+from .record_writer import RecordWriter
+from ..core.clock import Clock
+from ..checkpoint.barriers.base import AlignmentInfo
+from ..checkpoint.channel_state import encode, freeze, frozen_size, state_key
+from ..checkpoint.shared_registry import SharedFileTracker, SharedStateUploader
+from ..checkpoint.storage import CheckpointStorage
+from ..checkpoint.types import (
     CheckpointFailureReason,
     StateHandle,
     SubtaskCheckpointMetrics,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..recovery.restart_causes import RestartCauses
+from .restart_causes import RestartCauses
 
 
 class JobHandle:

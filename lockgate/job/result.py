@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..recovery.restart_causes import RestartCause
+from .restart_causes import RestartCause
 from ..runtime.metrics import OperatorMetrics
 
 

@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING
 
 from ..graph.channel_identity import SubtaskChannels, subtask_channels
 from ..graph.execution_plan import ExecutionPlan, VertexPlan
-from ..time.clock import Clock
-from .chain import OperatorChain
-from .channels import InputChannel, OutputChannel
-from .input_gate import InputGate
-from .record_writer import RecordWriter
-from .task import StreamTask
+from ..core.clock import Clock
+from ..recovery.channel_state import batches_to_replay
+from ..runtime.chain import OperatorChain
+from ..runtime.channels import InputChannel, OutputChannel
+from ..runtime.input_gate import InputGate
+from ..runtime.record_writer import RecordWriter
+from ..runtime.task import StreamTask
 
 if TYPE_CHECKING:
     from ..checkpoint.storage import CheckpointStorage
-    from ..checkpoint.subtask_checkpointer import CheckpointResponder
+    from ..runtime.subtask_checkpointer import CheckpointResponder
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def build_task(
     )
     task.key = (vertex.id, subtask_index)
     task.channels = _channels(plan, vertex, subtask_index, writers, input_channels)
+    task.channel_state_replay = batches_to_replay
     for op in chain.operators:  # operators waiting for asynchronous work (async I/O)
         op.ctx.mailbox = task.mailbox
         op.ctx.run_mail_until = task.run_mail_until
@@ -112,8 +114,8 @@ def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTas
                         storage: "CheckpointStorage", responder: "CheckpointResponder",
                         clock: Clock) -> None:
     from ..checkpoint.barriers.factory import create_barrier_handler
-    from ..checkpoint.subtask_checkpointer import SubtaskCheckpointer
-    from .checkpointed_input import CheckpointedInputGate
+    from ..runtime.subtask_checkpointer import SubtaskCheckpointer
+    from ..runtime.checkpointed_input import CheckpointedInputGate
 
     cfg = plan.checkpoint
     assert cfg is not None
@@ -129,6 +131,6 @@ def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTas
             num_channels=task.input_gate.num_channels, actions=checkpointer, clock=clock,
         )
         checked = CheckpointedInputGate(task.input_gate, handler, checkpointer)
-    from .final_checkpoint import wait_limit_ms
+    from ..runtime.final_checkpoint import wait_limit_ms
 
     task.enable_checkpoints(checkpointer, handler, checked, final_wait_ms=wait_limit_ms(cfg))

@@ -9,8 +9,8 @@ from typing import Any
 
 import cloudpickle
 
-from ..graph.execution_plan import ExecutionPlan
-from ..graph.transformations import Kind
+from .execution_plan import ExecutionPlan
+from .transformations import Kind
 
 
 def connectors_of(plan: ExecutionPlan, kind: Kind) -> dict[str, Any]:

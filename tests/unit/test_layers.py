@@ -1,0 +1,204 @@
+"""The layers of lockgate, and the check that keeps them (Flink keeps ArchUnit tests
+for the same reason).
+
+Every module of ``lockgate/`` belongs to one layer, found by the longest module
+prefix in :data:`LAYERS`; a module may import modules of its own layer and of the
+layers below it, never above. The check reads every ``import`` statement of every
+module with :mod:`ast`: module-level, function-level and ``if TYPE_CHECKING:``
+imports all count (a type-only import still ties the lower layer to the upper one's
+names, and a later refactoring turns it into a runtime import). The few imports that
+still go upward are listed in :data:`EXCEPTIONS`, each with its reason; an exception
+that is no longer needed fails the check too, so the list only shrinks.
+
+``docs/architecture.md`` ("Layers") describes the same order.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from typing import NamedTuple
+
+import pytest
+
+import lockgate
+
+PACKAGE_ROOT = pathlib.Path(lockgate.__file__).parent
+
+#: bottom to top; a layer is a list of module prefixes (longest prefix wins)
+LAYERS: list[tuple[str, list[str]]] = [
+    ("errors", ["lockgate.errors"]),
+    # elements, batches, key groups and hashing, partitioning, clocks, durations
+    ("core", ["lockgate.core"]),
+    ("time", ["lockgate.time"]),
+    # where state is written: the state backends upload through it, as Flink's do
+    ("checkpoint-storage", [
+        "lockgate.checkpoint.storage", "lockgate.checkpoint.fs_storage",
+        "lockgate.checkpoint.storage_options", "lockgate.checkpoint.shared_registry",
+        "lockgate.checkpoint.types", "lockgate.checkpoint.config",
+    ]),
+    ("state", ["lockgate.state"]),
+    ("graph", ["lockgate.graph"]),
+    # barriers, coordinator, channel state, savepoint files, export
+    ("checkpoint", ["lockgate.checkpoint"]),
+    # what user functions and connectors see of a running subtask
+    ("context", ["lockgate.runtime.context", "lockgate.runtime.metrics"]),
+    ("connectors", ["lockgate.connectors"]),
+    ("runtime", ["lockgate.runtime"]),
+    ("job", ["lockgate.job"]),
+    ("recovery", ["lockgate.recovery"]),
+    ("savepoint", ["lockgate.savepoint"]),
+    ("executor", ["lockgate.executor"]),
+    ("api", ["lockgate.api"]),
+    ("testing", ["lockgate.testing"]),
+    ("entry", ["lockgate.cli", "lockgate"]),
+]
+
+#: (importing module, imported module) -> why the upward import stays
+EXCEPTIONS: dict[tuple[str, str], str] = {
+}
+
+
+class Import(NamedTuple):
+    importer: str
+    imported: str
+    line: int
+    type_checking: bool
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                inside.update(id(n) for n in ast.walk(stmt))
+    return inside
+
+
+def imports_of(path: pathlib.Path, root: pathlib.Path) -> list[Import]:
+    """Every lockgate module ``path`` imports, at any depth of its syntax tree.
+    ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module."""
+    importer = module_name(path, root)
+    package = importer.split(".") if path.name == "__init__.py" else importer.split(".")[:-1]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    type_checking = _type_checking_nodes(tree)
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            targets = [target]
+            for alias in node.names:  # from . import module
+                sub = f"{target}.{alias.name}"
+                if _is_module(sub, root):
+                    targets.append(sub)
+        for target in targets:
+            if target == root.name or target.startswith(root.name + "."):
+                found.append(Import(importer, target, node.lineno, id(node) in type_checking))
+    return found
+
+
+def _is_module(name: str, root: pathlib.Path) -> bool:
+    rel = pathlib.Path(*name.split(".")[1:]) if "." in name else pathlib.Path()
+    return (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file()
+
+
+def layer_of(module: str) -> int:
+    """Index in :data:`LAYERS` of the layer ``module`` belongs to (longest prefix)."""
+    best, best_len = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    if best < 0:
+        raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS")
+    return best
+
+
+def upward_imports(root: pathlib.Path) -> list[Import]:
+    """The imports of the package at ``root`` that go from a layer to a higher one."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for imp in imports_of(path, root):
+            if layer_of(imp.imported) > layer_of(imp.importer):
+                found.append(imp)
+    return found
+
+
+def describe(imp: Import) -> str:
+    return (f"{imp.importer}:{imp.line} imports {imp.imported}"
+            f"{' (under TYPE_CHECKING)' if imp.type_checking else ''}: layer "
+            f"{LAYERS[layer_of(imp.importer)][0]!r} may not import layer "
+            f"{LAYERS[layer_of(imp.imported)][0]!r}")
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """Every import in lockgate/ goes to the same or a lower layer, but the listed
+    exceptions."""
+    bad = [imp for imp in upward_imports(PACKAGE_ROOT)
+           if (imp.importer, imp.imported) not in EXCEPTIONS]
+    assert not bad, (
+        "imports against the layers of tests/unit/test_layers.py (docs/architecture.md, "
+        "Layers); move the code down or depend the other way:\n"
+        + "\n".join(describe(imp) for imp in bad))
+
+
+def test_every_listed_exception_is_still_needed() -> None:
+    """An exception whose import is gone is removed from the list, so it only shrinks."""
+    used = {(imp.importer, imp.imported) for imp in upward_imports(PACKAGE_ROOT)}
+    stale = sorted(set(EXCEPTIONS) - used)
+    assert not stale, f"remove these from EXCEPTIONS, they no longer occur: {stale}"
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        layer_of(module_name(path, PACKAGE_ROOT))
+
+
+def _write(root: pathlib.Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize(("bad_import", "imported", "type_only"), [
+    ("from ..runtime.task import StreamTask\n", "lockgate.runtime.task", False),
+    ("from lockgate.runtime import task\n", "lockgate.runtime.task", False),
+    ("import lockgate.executor.local\n", "lockgate.executor.local", False),
+    ("def f():\n    from ..api import environment\n", "lockgate.api.environment", False),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from ..runtime.task import StreamTask\n", "lockgate.runtime.task", True),
+])
+def test_the_check_flags_a_wrong_import(tmp_path: pathlib.Path, bad_import: str,
+                                        imported: str, type_only: bool) -> None:
+    """The test of the test: a core module importing upward, in any of the forms
+    (relative, absolute, ``from pkg import module``, in a function, type-only), is
+    reported; the same tree without it is clean."""
+    root = tmp_path / "lockgate"
+    for rel in ("__init__.py", "errors.py", "core/__init__.py", "runtime/__init__.py",
+                "executor/__init__.py", "executor/local.py", "api/__init__.py",
+                "api/environment.py"):
+        _write(root, rel, "")
+    _write(root, "core/ok.py", "from ..errors import LockgateError\nfrom . import ok\n")
+    _write(root, "runtime/task.py", "from ..core.ok import x\nimport lockgate.errors\n")
+    assert upward_imports(root) == []
+
+    _write(root, "core/bad.py", bad_import)
+    found = [imp for imp in upward_imports(root) if imp.imported != "lockgate.runtime"
+             and imp.imported != "lockgate.api"]
+    assert [(imp.importer, imp.imported, imp.type_checking) for imp in found] == [
+        ("lockgate.core.bad", imported, type_only)]
+    assert "layer 'core' may not import layer" in describe(found[0])
