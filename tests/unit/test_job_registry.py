@@ -277,7 +277,7 @@ def test_a_client_stops_waiting_when_the_job_ends_or_unregisters(home, monkeypat
     # closed: nothing listens on job.endpoint any more
     with pytest.raises(JobUnreachableError, match="ended before answering the cancel"):
         send_command(dataclasses.replace(job, pid=dead_pid()), "cancel")
-    monkeypatch.setattr(job_registry, "GONE_GRACE_S", 0.1)
+    monkeypatch.setattr(job_registry.client, "GONE_GRACE_S", 0.1)
     with pytest.raises(JobUnreachableError, match="stopped taking commands before answering"):
         send_command(job, "cancel")
 
@@ -285,7 +285,7 @@ def test_a_client_stops_waiting_when_the_job_ends_or_unregisters(home, monkeypat
 def test_a_client_stops_waiting_when_the_timeout_passes(home, monkeypatch) -> None:
     control = FakeControl()
     control.release = threading.Event()
-    monkeypatch.setattr(job_registry, "REPLY_GRACE_S", 0.0)
+    monkeypatch.setattr(job_registry.client, "REPLY_GRACE_S", 0.0)
     with register_job("job", control):
         try:
             with pytest.raises(JobUnreachableError,
