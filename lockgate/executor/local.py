@@ -25,11 +25,12 @@ from typing import Any
 
 from ..errors import ConfigurationError, FailureReason, JobFailedError, TaskCancelledError
 from ..graph.execution_plan import ExecutionPlan
-from ..runtime.channels import InputChannel, LocalChannel, OutputChannel
+from ..runtime.channels import LocalChannel
 from ..runtime.metrics import OperatorCounters
 from ..runtime.final_checkpoint import finished_task_results
 from ..runtime.task import StreamTask
 from .task_builder import build_task
+from .wiring import wire_subtask
 from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
 from ..core.clock import Clock, SystemClock
@@ -101,14 +102,8 @@ class LocalExecutor:
         tasks: list[StreamTask] = []
         for v in plan.vertices:
             for i in range(v.parallelism):
-                outputs: dict[int, list[OutputChannel]] = {}
-                for eid in v.out_edges:
-                    e = plan.edges[eid]
-                    outputs[eid] = [channels[(eid, i, c)] for c in e.consumers_of(i)]
-                inputs: list[tuple[InputChannel, int]] = []
-                for eid in v.in_edges:
-                    e = plan.edges[eid]
-                    inputs.extend((channels[(eid, p, i)], e.input_index) for p in e.producers_of(i))
+                outputs, inputs = wire_subtask(plan, v, i, channels.__getitem__,
+                                               channels.__getitem__)
                 try:
                     tasks.append(build_task(
                         plan, v, i, output_channels=outputs, input_channels=inputs,

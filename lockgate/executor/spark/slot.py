@@ -38,9 +38,9 @@ from ...checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from ...errors import TaskCancelledError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
 from ...runtime.watermark_report import task_watermarks
-from ...runtime.channels import InputChannel, LocalChannel, OutputChannel
 from ...runtime.task import StreamTask
 from ..task_builder import build_task
+from ..wiring import wire_subtask
 from ...runtime.final_checkpoint import finished_task_results
 from ...runtime.task_threads import run_task_threads
 from ...core.clock import SystemClock
@@ -63,15 +63,12 @@ from .control import (
     ControlClient,
     ControlReporter,
 )
-from .data_plane import ZmqInputChannel, ZmqOutputChannel, bind_pull, connect_push
-from .limits import data_message_limit
+from .data_plane import ZmqInputChannel
 from .signals import SocketSignal
+from .slot_channels import SlotChannels
 from .watchdog import SlotWatchdog
 
 log = logging.getLogger(__name__)
-
-ChannelKey = tuple[int, int, int]  # (edge id, producer subtask, consumer subtask)
-
 
 @dataclass
 class SlotJob:
@@ -101,110 +98,27 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     """Run slot ``slot`` of the job to its end; return its counters and sink results."""
     plan: ExecutionPlan = cloudpickle.loads(job.plan_bytes)
     auth = MessageAuth(job.secret)
-    gen = job.generation
     context: Any = zmq.Context.instance()
-    host = _host()
-    inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-    tasks: list[StreamTask] = []
-
-    cancelled = threading.Event()
-    by_key: dict[tuple[int, int], StreamTask] = {}
-
-    def on_message(type_: str, payload: Any) -> None:
-        if type_ == TRIGGER:
-            key, barrier = payload
-            task = by_key.get(tuple(key))
-            if task is not None:
-                task.trigger_checkpoint(barrier)
-            else:  # not deployed yet, or not here: not running (M-T2)
-                responder.decline(tuple(key), barrier.checkpoint_id,
-                                  CheckpointFailureReason.TASK_NOT_RUNNING)
-            return
-        if type_ == CHECKPOINT_COMPLETE:
-            for t in list(tasks):
-                t.notify_checkpoint_complete(payload)
-            return
-        if type_ == CHECKPOINT_ABORTED:
-            for t in list(tasks):
-                t.notify_checkpoint_aborted(payload)
-            return
-        if type_ == CANCEL:
-            cancelled.set()
-            for t in list(tasks):
-                t.cancel()
-        inbox.put((type_, payload))
-
-    control = ControlClient(job.control_endpoint, auth, gen, slot, on_message, job.heartbeat_s)
+    dispatch = _SlotDispatch()
+    control = ControlClient(job.control_endpoint, auth, job.generation, slot,
+                            dispatch.on_message, job.heartbeat_s)
+    dispatch.responder = _ControlResponder(control)
     watchdog = _start_watchdog(slot, job, auth, control)
-    responder = _ControlResponder(control)
-    storage = (open_storage(plan.checkpoint.storage)
-               if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage else None)
-    pulls: dict[Any, Any] = {}
-    endpoints: dict[Any, str] = {}
-    network_channels: list[Any] = []
+    channels = SlotChannels(plan, slot, context, auth, job.generation)
+    tasks = dispatch.tasks
     delivered = False
     try:
-        for edge in plan.edges.values():
-            for p, c in edge.channel_pairs():
-                if c == slot and p != slot:
-                    for key in ((edge.id, p, c), _priority_key((edge.id, p, c))):
-                        sock, endpoint = bind_pull(context, host,
-                                                   data_message_limit(plan.config))
-                        pulls[key] = sock
-                        endpoints[key] = endpoint
+        storage = (open_storage(plan.checkpoint.storage)
+                   if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage
+                   else None)
+        endpoints = channels.bind_inputs(_host())
         control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
                                 "endpoints": endpoints, "stack_dump": watchdog.dump_path})
-        addresses = _await_start(inbox, job.start_timeout_s)
-
-        clock = SystemClock()
-        local: dict[ChannelKey, LocalChannel] = {}
-
-        def local_channel(key: ChannelKey) -> LocalChannel:
-            ch = local.get(key)
-            if ch is None:
-                ch = local[key] = LocalChannel(plan.config.channel_capacity_bytes, str(key))
-            return ch
-
-        def out_channel(key: ChannelKey) -> OutputChannel:
-            if key[2] == slot:
-                return local_channel(key)
-            z = ZmqOutputChannel(
-                connect_push(context, addresses[key]), auth, gen, str(key),
-                priority_socket=connect_push(context, addresses[_priority_key(key)]),
-                max_message_bytes=data_message_limit(plan.config),
-            )
-            network_channels.append(z)
-            return z
-
-        def in_channel(key: ChannelKey) -> InputChannel:
-            if key[1] == slot:
-                return local_channel(key)
-            z = ZmqInputChannel(pulls[key], auth, gen, str(key),
-                                priority_socket=pulls[_priority_key(key)])
-            network_channels.append(z)
-            return z
-
-        for vertex_id, i in plan.slot_subtasks(slot):
-            v = plan.vertex(vertex_id)
-            outputs: dict[int, list[OutputChannel]] = {}
-            for eid in v.out_edges:
-                e = plan.edges[eid]
-                outputs[eid] = [out_channel((eid, i, c)) for c in e.consumers_of(i)]
-            inputs: list[tuple[InputChannel, int]] = []
-            for eid in v.in_edges:
-                e = plan.edges[eid]
-                inputs.extend((in_channel((eid, p, i)), e.input_index) for p in e.producers_of(i))
-            sockets = [sock for c, _ in inputs if isinstance(c, ZmqInputChannel)
-                       for sock in (c.socket, c.priority_socket)]
-            signal: Any = SocketSignal(sockets) if sockets else threading.Event()
-            task = build_task(plan, v, i, output_channels=outputs, input_channels=inputs,
-                              signal=signal, clock=clock, attempt_number=job.attempt_number,
-                              storage=storage, responder=responder, in_process=False)
-            tasks.append(task)
-        by_key.update((t.key, t) for t in tasks)
+        channels.connect(_await_start(dispatch.inbox, job.start_timeout_s))
+        _build_tasks(plan, slot, job, channels, storage, dispatch)
         control.heartbeat_payload = lambda: {
             "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]}
-        _run_tasks(tasks, control, cancelled, on_started=watchdog.note_threads)
+        _run_tasks(tasks, control, dispatch.cancelled, on_started=watchdog.note_threads)
         delivered = True
         control.send(FINISHED, None)
         return {
@@ -229,12 +143,65 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         for t in tasks:
             if isinstance(t.signal, SocketSignal):
                 t.signal.close()
-        for ch in network_channels:
-            ch.close(delivered)
-        for sock in pulls.values():
-            if not sock.closed:
-                sock.close(linger=0)
+        channels.close(delivered)
         _flush(context, slot)
+
+
+class _SlotDispatch:
+    """The control messages from the driver, delivered to the slot's subtasks (called on
+    the control thread): checkpoint triggers and notices, CANCEL; the rest (START) goes
+    to :attr:`inbox` for the slot's main thread."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        #: the subtasks built so far (a CANCEL during the build reaches them)
+        self.tasks: list[StreamTask] = []
+        #: every subtask by (vertex id, subtask index), once all are built
+        self.by_key: dict[tuple[int, int], StreamTask] = {}
+        self.cancelled = threading.Event()
+        self.responder: _ControlResponder | None = None
+
+    def on_message(self, type_: str, payload: Any) -> None:
+        if type_ == TRIGGER:
+            key, barrier = payload
+            task = self.by_key.get(tuple(key))
+            if task is not None:
+                task.trigger_checkpoint(barrier)
+            elif self.responder is not None:  # not deployed yet, or not here (M-T2)
+                self.responder.decline(tuple(key), barrier.checkpoint_id,
+                                       CheckpointFailureReason.TASK_NOT_RUNNING)
+            return
+        if type_ == CHECKPOINT_COMPLETE:
+            for t in list(self.tasks):
+                t.notify_checkpoint_complete(payload)
+            return
+        if type_ == CHECKPOINT_ABORTED:
+            for t in list(self.tasks):
+                t.notify_checkpoint_aborted(payload)
+            return
+        if type_ == CANCEL:
+            self.cancelled.set()
+            for t in list(self.tasks):
+                t.cancel()
+        self.inbox.put((type_, payload))
+
+
+def _build_tasks(plan: ExecutionPlan, slot: int, job: SlotJob, channels: SlotChannels,
+                 storage: Any, dispatch: _SlotDispatch) -> None:
+    """Build subtask i = ``slot`` of every vertex that has one, wired by the executors'
+    shared :func:`~lockgate.executor.wiring.wire_subtask`, into ``dispatch.tasks``."""
+    clock = SystemClock()
+    for vertex_id, i in plan.slot_subtasks(slot):
+        v = plan.vertex(vertex_id)
+        outputs, inputs = wire_subtask(plan, v, i, channels.out_channel, channels.in_channel)
+        sockets = [sock for c, _ in inputs if isinstance(c, ZmqInputChannel)
+                   for sock in (c.socket, c.priority_socket)]
+        signal: Any = SocketSignal(sockets) if sockets else threading.Event()
+        dispatch.tasks.append(build_task(
+            plan, v, i, output_channels=outputs, input_channels=inputs, signal=signal,
+            clock=clock, attempt_number=job.attempt_number, storage=storage,
+            responder=dispatch.responder, in_process=False))
+    dispatch.by_key.update((t.key, t) for t in dispatch.tasks)
 
 
 def _start_watchdog(slot: int, job: SlotJob, auth: MessageAuth,
@@ -278,11 +245,6 @@ def _flush(context: Any, slot: int) -> None:
     if not done.wait(FLUSH_TIMEOUT_S):
         log.warning("slot %s: queued messages did not leave within %.0fs", slot,
                     FLUSH_TIMEOUT_S)
-
-
-def _priority_key(key: ChannelKey) -> Any:
-    """The address key of a channel's priority socket (unaligned barriers, M-B7)."""
-    return (*key, "priority")
 
 
 class _ControlResponder:
