@@ -98,6 +98,8 @@ class EmitAsTold(StreamOperator):
 class RecordingWriter:
     """Stands in for a RecordWriter: records what the chain hands it."""
 
+    partitioner = None  # not a key_by edge: the chain hands it records as they are
+
     def __init__(self) -> None:
         self.events: list[Any] = []
 
