@@ -54,9 +54,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["lockgate.cli", "lockgate"]),
 ]
 
-#: (importing module, imported module) -> why the upward import stays
-EXCEPTIONS: dict[tuple[str, str], str] = {
-}
+#: (importing module, imported module) -> why the upward import stays; none today
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 class Import(NamedTuple):
@@ -202,3 +201,22 @@ def test_the_check_flags_a_wrong_import(tmp_path: pathlib.Path, bad_import: str,
     assert [(imp.importer, imp.imported, imp.type_checking) for imp in found] == [
         ("lockgate.core.bad", imported, type_only)]
     assert "layer 'core' may not import layer" in describe(found[0])
+
+
+def test_the_check_flags_a_wrong_import_added_to_the_real_package(
+        tmp_path: pathlib.Path) -> None:
+    """The same on a copy of lockgate/ itself: one upward import added to
+    ``core/batch.py`` (inside a function, where it is easiest to overlook) is the one
+    violation found."""
+    import shutil
+
+    root = tmp_path / "lockgate"
+    shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    assert [imp for imp in upward_imports(root)
+            if (imp.importer, imp.imported) not in EXCEPTIONS] == []
+    with open(root / "core" / "batch.py", "a") as f:
+        f.write("\n\ndef _wrong():\n    from ..executor.local import LocalExecutor\n")
+    found = [imp for imp in upward_imports(root)
+             if (imp.importer, imp.imported) not in EXCEPTIONS]
+    assert [(imp.importer, imp.imported) for imp in found] == [
+        ("lockgate.core.batch", "lockgate.executor.local")]
