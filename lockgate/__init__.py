@@ -4,16 +4,11 @@ Public names only; everything else is internal and may change.
 """
 
 from . import connectors, savepoint
-from .api.job_client import JobClient
-from .api.windowed_stream import WindowedStream
-from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
-from .checkpoint.types import CheckpointStats, SubtaskCheckpointMetrics
-from .api.datastream import DataStream, DataStreamSink, KeyedStream
-from .api.environment import StreamEnvironment
 from .api.async_stream import AsyncDataStream
 from .api.broadcast import BroadcastConnectedStream, BroadcastStream
+from .api.datastream import DataStream, DataStreamSink, KeyedStream
+from .api.environment import StreamEnvironment
 from .api.functions import (
-    ProcessWindowFunction,
     AggregateFunction,
     AsyncFunction,
     BroadcastProcessFunction,
@@ -24,9 +19,22 @@ from .api.functions import (
     KeyedProcessFunction,
     MapFunction,
     ProcessFunction,
+    ProcessWindowFunction,
     ReduceFunction,
 )
+from .api.job_client import JobClient
 from .api.output_tag import DEAD_LETTER, OutputTag
+from .api.windowed_stream import WindowedStream
+from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
+from .checkpoint.types import CheckpointStats, SubtaskCheckpointMetrics
+from .core.clock import Clock, ManualClock, SystemClock
+from .core.execution_config import ExecutionConfig
+from .core.key_groups import (
+    key_group_for,
+    key_group_range,
+    subtask_for_key,
+    subtask_for_key_group,
+)
 from .errors import (
     CheckpointFailedError,
     ConfigurationError,
@@ -44,16 +52,12 @@ from .executor.local import LocalExecutor
 from .job.result import JobExecutionResult, JobStatus
 from .recovery.restart_strategy import RestartStrategy
 from .recovery.restore import RestoreError
-from .core.key_groups import (
-    key_group_for,
-    key_group_range,
-    subtask_for_key,
-    subtask_for_key_group,
-)
-from .core.execution_config import ExecutionConfig
+from .runtime.async_runner import AsyncTimeoutError
 from .runtime.context import RuntimeContext
-from .state.broadcast import BroadcastState, ReadOnlyBroadcastState
+from .runtime.operators.async_io import AsyncRequestError
+from .runtime.watermark_report import OperatorWatermark
 from .state.backends import HashMapStateBackend, RocksDBStateBackend, StateBackend
+from .state.broadcast import BroadcastState, ReadOnlyBroadcastState
 from .state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -65,10 +69,6 @@ from .state.descriptors import (
 from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from .state.operator_state import OperatorListState
 from .state.ttl import StateTtlConfig
-from .runtime.async_runner import AsyncTimeoutError
-from .runtime.operators.async_io import AsyncRequestError
-from .runtime.watermark_report import OperatorWatermark
-from .core.clock import Clock, ManualClock, SystemClock
 from .time.watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

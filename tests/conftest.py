@@ -25,8 +25,8 @@ import itertools
 import os
 import pickle
 import sys
-import threading
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any

@@ -28,7 +28,12 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from queries import (  # noqa: E402
-    Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS, Query,
+    Q1_RATE,
+    Q2_MODULUS,
+    QUERIES,
+    SLIDE_MS,
+    WINDOW_MS,
+    Query,
 )
 
 

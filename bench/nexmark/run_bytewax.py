@@ -51,7 +51,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from queries import (  # noqa: E402
-    COLUMNS_READ, OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, SLIDE_MS, WINDOW_MS, events_read,
+    COLUMNS_READ,
+    OUT_OF_ORDERNESS_MS,
+    Q1_RATE,
+    Q2_MODULUS,
+    SLIDE_MS,
+    WINDOW_MS,
+    events_read,
     runner_parser,
 )
 

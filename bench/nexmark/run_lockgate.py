@@ -32,12 +32,20 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from queries import (  # noqa: E402
+    COLUMNS_READ,
+    OUT_OF_ORDERNESS_MS,
+    Q1_RATE,
+    Q2_MODULUS,
+    QUERIES,
+    SLIDE_MS,
+    WINDOW_MS,
+    events_read,
+    runner_parser,
+)
+
 import lockgate as lg  # noqa: E402
 from lockgate.connectors import FileSink, FileSource  # noqa: E402
-from queries import (  # noqa: E402
-    COLUMNS_READ, OUT_OF_ORDERNESS_MS, Q1_RATE, Q2_MODULUS, QUERIES, SLIDE_MS, WINDOW_MS,
-    events_read, runner_parser,
-)
 
 BATCH_ROWS = 65_536
 

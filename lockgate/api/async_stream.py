@@ -39,12 +39,12 @@ import inspect
 from datetime import timedelta
 from typing import Any
 
+from ..core.durations import to_millis
 from ..errors import ConfigurationError
+from ..graph.operator_factory import OperatorFactory
 from ..graph.transformations import Kind, Transformation
 from ..runtime.async_runner import _resolve
 from ..runtime.operators.async_io import AsyncWaitOperator
-from ..graph.operator_factory import OperatorFactory
-from ..core.durations import to_millis
 from .datastream import DataStream
 
 DEFAULT_CAPACITY = 100

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from ..graph.transformations import Kind, Transformation
 from ..graph.operator_factory import OperatorFactory
+from ..graph.transformations import Kind, Transformation
 from ..runtime.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from ..state.descriptors import MapStateDescriptor
 from .datastream import DataStream, KeyedStream

@@ -8,15 +8,22 @@ not callable or cannot be pickled, ...) are reported when the job is built.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, overload
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow.compute as pc
 
 from ..connectors.base import Sink
-from ..errors import ConfigurationError
 from ..core.key_groups import check_max_parallelism
-from ..graph.transformations import Kind, Transformation
+from ..core.partitioners import (
+    BroadcastPartitioning,
+    ForwardPartitioning,
+    KeySelector,
+    RebalancePartitioning,
+)
+from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
+from ..graph.transformations import Kind, Transformation
 from ..runtime.operators.basic import (
     FilterOperator,
     FlatMapOperator,
@@ -26,12 +33,6 @@ from ..runtime.operators.basic import (
 )
 from ..runtime.operators.io import SinkOperator
 from ..runtime.operators.keyed import KeyedProcessOperator, tag_name
-from ..core.partitioners import (
-    BroadcastPartitioning,
-    ForwardPartitioning,
-    KeySelector,
-    RebalancePartitioning,
-)
 from ..state.broadcast import check_broadcast_descriptors
 from ..state.descriptors import MapStateDescriptor
 
@@ -79,7 +80,7 @@ def _check_parallelism(p: Any, what: str) -> int:
 class _Configurable:
     """Settings of the operator behind a stream or a sink."""
 
-    def __init__(self, env: "StreamEnvironment", transformation: Transformation) -> None:
+    def __init__(self, env: StreamEnvironment, transformation: Transformation) -> None:
         self._env = env
         self._t = transformation
 
@@ -144,12 +145,12 @@ class DataStream(_Configurable):
     """A stream of records."""
 
     # -- record functions ------------------------------------------------------
-    def _one_input(self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False) -> "DataStream":
+    def _one_input(self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False) -> DataStream:
         t = Transformation(Kind.OPERATOR, name, [self._t], factory=factory, keyed=keyed)
         self._env._register(t)
         return DataStream(self._env, t)
 
-    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+    def map(self, fn: Callable[[Any], Any], name: str | None = None) -> DataStream:
         """One output record per record: ``fn(record)`` (a callable or a ``MapFunction``).
 
         ``fn`` must return a record for every record, as Flink's map: a None result fails
@@ -160,7 +161,7 @@ class DataStream(_Configurable):
         )
 
     def filter(self, predicate: Callable[[Any], bool] | pc.Expression,
-               name: str | None = None) -> "DataStream":
+               name: str | None = None) -> DataStream:
         """Keep records for which ``predicate`` is true. A ``pyarrow.compute.Expression``
         (e.g. ``pc.field("v") > 3``) is evaluated on whole batches."""
         label = "predicate:object" if isinstance(predicate, pc.Expression) else "predicate:filter"
@@ -169,21 +170,21 @@ class DataStream(_Configurable):
             OperatorFactory(FilterOperator, {"fn": predicate}, {label: predicate}),
         )
 
-    def flat_map(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+    def flat_map(self, fn: Callable[[Any], Any], name: str | None = None) -> DataStream:
         """Zero or more records per record: ``fn(record)`` returns an iterable."""
         return self._one_input(
             name or "FlatMap",
             OperatorFactory(FlatMapOperator, {"fn": fn}, {"function:flat_map": fn}),
         )
 
-    def map_batches(self, fn: Callable[[Any], Any], name: str | None = None) -> "DataStream":
+    def map_batches(self, fn: Callable[[Any], Any], name: str | None = None) -> DataStream:
         """``fn(pyarrow.RecordBatch) -> RecordBatch | Table | None`` on whole batches."""
         return self._one_input(
             name or "MapBatches",
             OperatorFactory(MapBatchesOperator, {"fn": fn}, {"function:map_batch": fn}),
         )
 
-    def process(self, fn: Any, name: str | None = None) -> "DataStream":
+    def process(self, fn: Any, name: str | None = None) -> DataStream:
         """Run a ``ProcessFunction``: ``process_element(value, ctx)`` yields outputs."""
         return self._one_input(
             name or "Process",
@@ -191,7 +192,7 @@ class DataStream(_Configurable):
         )
 
     def assign_timestamps_and_watermarks(self, strategy: Any,
-                                         name: str | None = None) -> "DataStream":
+                                         name: str | None = None) -> DataStream:
         """Give the records event timestamps from ``strategy``'s assigner and generate
         watermarks (and idleness) from them here (M-W1, M-W2); upstream watermarks are
         dropped except the final one. Prefer ``env.from_source(..., watermark_strategy=)``
@@ -212,7 +213,7 @@ class DataStream(_Configurable):
         self._env._register(t)
         return t
 
-    def key_by(self, key: str | Sequence[str] | Callable[[Any], Any]) -> "KeyedStream":
+    def key_by(self, key: str | Sequence[str] | Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: a column name, a list of column names (a tuple key) or a
         function of the record. Each key goes to the subtask owning its key group."""
         if not (isinstance(key, str) and key) and not callable(key) and not (
@@ -227,18 +228,18 @@ class DataStream(_Configurable):
         self._env._register(t)
         return KeyedStream(self._env, t)
 
-    def rebalance(self) -> "DataStream":
+    def rebalance(self) -> DataStream:
         """Spread batches round-robin over the next operator's subtasks."""
         return DataStream(self._env, self._partition(RebalancePartitioning(), "rebalance"))
 
     @overload
-    def broadcast(self) -> "DataStream": ...
+    def broadcast(self) -> DataStream: ...
 
     @overload
     def broadcast(self, descriptor: MapStateDescriptor[Any], /,
-                  *descriptors: MapStateDescriptor[Any]) -> "BroadcastStream": ...
+                  *descriptors: MapStateDescriptor[Any]) -> BroadcastStream: ...
 
-    def broadcast(self, *descriptors: MapStateDescriptor[Any]) -> "DataStream | BroadcastStream":
+    def broadcast(self, *descriptors: MapStateDescriptor[Any]) -> DataStream | BroadcastStream:
         """Send every record to every subtask of the next operator.
 
         With one or more ``lg.MapStateDescriptor``: a ``BroadcastStream`` declaring
@@ -253,7 +254,7 @@ class DataStream(_Configurable):
         t = self._partition(BroadcastPartitioning(), f"broadcast({names})")
         return BroadcastStream(self._env, t, checked)
 
-    def connect(self, broadcast_stream: "BroadcastStream") -> "BroadcastConnectedStream":
+    def connect(self, broadcast_stream: BroadcastStream) -> BroadcastConnectedStream:
         """Connect this stream to a broadcast stream (``rules.broadcast(descriptor)``);
         call ``.process(fn)`` on the result with an ``lg.BroadcastProcessFunction``
         (an ``lg.KeyedBroadcastProcessFunction`` after ``key_by``)."""
@@ -273,11 +274,11 @@ class DataStream(_Configurable):
                 "connect() needs a broadcast stream of the same StreamEnvironment")
         return BroadcastConnectedStream(self._env, self, broadcast_stream)
 
-    def forward(self) -> "DataStream":
+    def forward(self) -> DataStream:
         """Subtask i feeds subtask i of the next operator (same parallelism)."""
         return DataStream(self._env, self._partition(ForwardPartitioning(), "forward"))
 
-    def union(self, *others: "DataStream") -> "DataStream":
+    def union(self, *others: DataStream) -> DataStream:
         """One stream with the records of this and ``others`` (no order between them)."""
         for o in others:
             if not isinstance(o, DataStream):
@@ -288,7 +289,7 @@ class DataStream(_Configurable):
         self._env._register(t)
         return DataStream(self._env, t)
 
-    def get_side_output(self, tag: Any) -> "DataStream":
+    def get_side_output(self, tag: Any) -> DataStream:
         """The records this operator emitted to side output ``tag`` (an ``lg.OutputTag``)."""
         name = tag_name(tag)
         self._real("get_side_output")
@@ -297,7 +298,7 @@ class DataStream(_Configurable):
         return DataStream(self._env, t)
 
     # -- sinks -----------------------------------------------------------------
-    def sink_to(self, sink: Sink, name: str | None = None) -> "DataStreamSink":
+    def sink_to(self, sink: Sink, name: str | None = None) -> DataStreamSink:
         """Write the stream to ``sink`` (e.g. ``lg.connectors.FileSink``)."""
         if not isinstance(sink, Sink):
             raise ConfigurationError(
@@ -310,7 +311,7 @@ class DataStream(_Configurable):
         self._env._register(t)
         return DataStreamSink(self._env, t)
 
-    def print(self, prefix: str | None = None) -> "DataStreamSink":
+    def print(self, prefix: str | None = None) -> DataStreamSink:
         """Print every record (prefixed with the subtask number when parallel)."""
         from ..connectors.print_sink import PrintSink
 
@@ -354,7 +355,7 @@ class KeyedStream(DataStream):
             keyed=True,
         )
 
-    def window(self, assigner: "WindowAssigner") -> "WindowedStream":
+    def window(self, assigner: WindowAssigner) -> WindowedStream:
         """Cut each key's records into windows (``lg.TumblingEventTimeWindows.of(...)``,
         sliding and session windows, in event or processing time); finish with
         ``.aggregate(...)``, ``.reduce(...)`` or ``.process(...)``."""
@@ -362,7 +363,7 @@ class KeyedStream(DataStream):
 
         return WindowedStream(self, assigner)
 
-    def connect(self, broadcast_stream: "BroadcastStream") -> "BroadcastConnectedStream":
+    def connect(self, broadcast_stream: BroadcastStream) -> BroadcastConnectedStream:
         """Connect this keyed stream to a broadcast stream; call ``.process(fn)`` on the
         result with an ``lg.KeyedBroadcastProcessFunction`` (keyed state and
         ``ctx.current_key`` in ``process_element``, ``ctx.apply_to_keyed_state`` in

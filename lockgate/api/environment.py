@@ -10,27 +10,28 @@ import shutil
 import tempfile
 import uuid
 import warnings
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from ..checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
 from ..checkpoint.storage import open_storage
 from ..connectors.base import Source
+from ..core.durations import Duration, to_millis
+from ..core.execution_config import ExecutionConfig
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..errors import ConfigurationError
-from ..graph.preflight import check_connectors
-from ..job.result import JobExecutionResult
 from ..graph.execution_plan import ExecutionPlan, build_execution_plan
 from ..graph.job_graph import JobGraph, build_job_graph
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..graph.operator_factory import OperatorFactory
+from ..graph.preflight import check_connectors
 from ..graph.transformations import Kind, Transformation, walk
 from ..graph.validation import validate
+from ..job.result import JobExecutionResult
 from ..recovery.restart_strategy import RestartStrategy
+from ..runtime.operators.io import SourceOperator
 from ..state.backends import HashMapStateBackend, StateBackend, check_state_backend
 from ..time.watermark_strategy import check_watermark_strategy
-from ..core.execution_config import ExecutionConfig
-from ..graph.operator_factory import OperatorFactory
-from ..runtime.operators.io import SourceOperator
-from ..core.durations import Duration, to_millis
 from .datastream import DataStream, _check_parallelism
 from .job_client import JobClient
 
@@ -68,22 +69,22 @@ class StreamEnvironment:
         self._transformations: list[Transformation] = []
 
     # -- configuration -----------------------------------------------------------
-    def set_parallelism(self, parallelism: int) -> "StreamEnvironment":
+    def set_parallelism(self, parallelism: int) -> StreamEnvironment:
         self.parallelism = _check_parallelism(parallelism, "parallelism")
         return self
 
-    def set_max_parallelism(self, max_parallelism: int) -> "StreamEnvironment":
+    def set_max_parallelism(self, max_parallelism: int) -> StreamEnvironment:
         self.max_parallelism = check_max_parallelism(max_parallelism)
         return self
 
-    def set_buffer_timeout(self, timeout: Duration) -> "StreamEnvironment":
+    def set_buffer_timeout(self, timeout: Duration) -> StreamEnvironment:
         """The longest a record waits in an output buffer (default 100 ms; 0 flushes each batch)."""
         self.config.buffer_timeout_ms = to_millis(timeout, "buffer timeout")
         return self
 
     def enable_checkpointing(
         self, interval: Duration, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
-    ) -> "StreamEnvironment":
+    ) -> StreamEnvironment:
         """Take a checkpoint every ``interval`` (``timedelta`` or ms) with ``mode``.
         Further settings are in :attr:`checkpoint_config`. A bare int under 100 is
         taken as milliseconds, as always, but warns (``UserWarning``): it most likely
@@ -112,7 +113,7 @@ class StreamEnvironment:
         validated when the job is built."""
         return self._checkpoint_config
 
-    def set_restart_strategy(self, strategy: RestartStrategy) -> "StreamEnvironment":
+    def set_restart_strategy(self, strategy: RestartStrategy) -> StreamEnvironment:
         """How the job restarts after a failure (M-R2), e.g.
         ``lg.RestartStrategy.fixed_delay(attempts=3, delay=timedelta(seconds=1))``. Default:
         exponential delay when checkpointing is enabled, no restarts otherwise."""
@@ -128,7 +129,7 @@ class StreamEnvironment:
         """The restart strategy set with :meth:`set_restart_strategy` (None: the default)."""
         return self._restart_strategy
 
-    def set_state_backend(self, backend: StateBackend) -> "StreamEnvironment":
+    def set_state_backend(self, backend: StateBackend) -> StreamEnvironment:
         """Where keyed state lives: ``lg.HashMapStateBackend()`` (the default; on the
         heap, copy-on-write snapshots) or ``lg.RocksDBStateBackend(incremental=True)``
         (on local disk, incremental checkpoints). Savepoints of either restore into
@@ -140,7 +141,7 @@ class StreamEnvironment:
     def state_backend(self) -> StateBackend:
         return self._state_backend
 
-    def disable_operator_chaining(self) -> "StreamEnvironment":
+    def disable_operator_chaining(self) -> StreamEnvironment:
         self.config.chaining = False
         return self
 

@@ -10,11 +10,12 @@ so attributes set in ``open`` are per subtask.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..core.user_functions import default_method
-from ..runtime.context import RuntimeContext
 from ..runtime.async_runner import AsyncFunction as AsyncFunction  # async I/O (M-W7)
+from ..runtime.context import RuntimeContext
 from ..runtime.operators import broadcast as _broadcast
 from ..runtime.operators.keyed import ElementContext
 from ..runtime.operators.window_contents import WindowContext

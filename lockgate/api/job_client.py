@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..checkpoint.savepoints import check_savepoint_target, publish_savepoint
 from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
 from ..errors import CheckpointFailedError, ConfigurationError
-from ..job.handle import JobHandle
 from ..executor.job_registry import register_job
-from ..job.result import JobExecutionResult, JobStatus
+from ..job.handle import JobHandle
 from ..job.restart_causes import RestartCause
+from ..job.result import JobExecutionResult, JobStatus
 
 
 class JobClient:

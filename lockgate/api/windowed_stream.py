@@ -32,8 +32,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
+from ..core.durations import Duration, to_millis
 from ..core.user_functions import bind_function
+from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.keyed import tag_name
 from ..runtime.operators.window import WindowOperator
@@ -47,7 +48,6 @@ from ..runtime.operators.window_contents import (
     check_merge_support,
 )
 from ..runtime.operators.window_keys import KEY_FIELD
-from ..core.durations import Duration, to_millis
 from ..time.window_aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
 from ..time.windows import WindowAssigner
 

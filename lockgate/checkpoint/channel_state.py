@@ -29,8 +29,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..graph.channel_identity import ChannelInfo, SubtaskChannels
 from ..core.batch import Batch, RowBatch, nbytes
+from ..graph.channel_identity import ChannelInfo, SubtaskChannels
 
 #: the prefix of channel-state keys among a checkpoint's operator states
 CHANNEL_STATE_PREFIX = "channels:"

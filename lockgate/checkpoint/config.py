@@ -10,8 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.durations import to_millis
+from ..errors import ConfigurationError
 from .storage_options import StorageOptions, register, signing_key_bytes
 
 

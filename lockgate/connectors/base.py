@@ -15,8 +15,8 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ..errors import ConfigurationError, MalformedRecordError
 from ..core.batch import Batch
+from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.context import RuntimeContext
 
 DEAD_LETTER_TAG = "dead-letter"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.batch import RowBatch
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
 

@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..errors import ConfigurationError
 from ..core.batch import Batch, num_rows, to_arrow, to_rows
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .local_paths import local_path

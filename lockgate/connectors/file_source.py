@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigurationError, MalformedRecordError
 from ..core.batch import RowBatch
+from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.context import RuntimeContext
 from .base import (
     DECODE_ERRORS,

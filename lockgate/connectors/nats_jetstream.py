@@ -32,8 +32,8 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigurationError
 from ..core.batch import RowBatch
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import (
     DECODE_ERRORS,

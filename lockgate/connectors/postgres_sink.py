@@ -64,8 +64,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.batch import Batch
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .postgres_table import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.batch import Batch, num_rows
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader, check_positive
 

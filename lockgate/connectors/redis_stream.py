@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import ConfigurationError
 from ..core.batch import RowBatch
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import (
     DECODE_ERRORS,

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigurationError
 from ..core.batch import scalar_batch
+from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
 

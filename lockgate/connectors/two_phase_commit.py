@@ -46,8 +46,8 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from ..errors import LockgateError
 from ..core.batch import Batch
+from ..errors import LockgateError
 from ..runtime.context import RuntimeContext
 from .base import Sink, SinkWriter
 

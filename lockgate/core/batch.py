@@ -29,7 +29,8 @@ without one.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Union, cast
+from collections.abc import Iterable
+from typing import Any, Union, cast
 
 import numpy as np
 import pyarrow as pa

@@ -85,7 +85,7 @@ class PriorityBarrier:
     barrier itself arrives is in-flight state."""
 
     barrier: CheckpointBarrier
-    overtaken: "tuple[Any, ...] | None" = None
+    overtaken: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,9 @@ class _EndOfData:
     partition. The producer sends its end of partition once its final checkpoint
     completed (FLIP-147); until then barriers still flow through the channel."""
 
-    _instance: "_EndOfData | None" = None
+    _instance: _EndOfData | None = None
 
-    def __new__(cls) -> "_EndOfData":
+    def __new__(cls) -> _EndOfData:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -122,9 +122,9 @@ EndOfData = _EndOfData
 class _EndOfPartition:
     """The last element of a channel: its producer has finished."""
 
-    _instance: "_EndOfPartition | None" = None
+    _instance: _EndOfPartition | None = None
 
-    def __new__(cls) -> "_EndOfPartition":
+    def __new__(cls) -> _EndOfPartition:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

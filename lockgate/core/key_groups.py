@@ -8,7 +8,8 @@ key groups. ``hash`` is the stable hash of :mod:`lockgate.core.key_hash`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

@@ -20,7 +20,8 @@ are hashed with numpy, never key by key.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

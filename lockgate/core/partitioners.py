@@ -8,16 +8,17 @@ at a time and the batch is split with one ``take`` per target channel.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import LockgateError, UnsupportedKeyError, UserFunctionError
-from .key_groups import key_groups_of_column, key_groups_of_keys, subtasks_for_key_groups
-from .key_hash import canonical_keys
 from .batch import Batch, RowBatch, num_rows, take, to_rows
 from .excerpt import excerpt
+from .key_groups import key_groups_of_column, key_groups_of_keys, subtasks_for_key_groups
+from .key_hash import canonical_keys
 
 
 class KeyExtractionError(LockgateError, KeyError):

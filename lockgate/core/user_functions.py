@@ -4,8 +4,9 @@ method (``MapFunction.map``, ``AggregateFunction.add``, ...)."""
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 #: callables that are called as they are, never searched for a method
 PLAIN_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, partial)
@@ -27,7 +28,7 @@ def bind_function(obj: Any, method: str) -> Callable[..., Any]:
 def default_method(method: Callable[..., Any]) -> Callable[..., Any]:
     """Mark ``method`` as a base class's placeholder, so that :func:`is_default_method`
     tells a subclass that did not override it (e.g. ``AggregateFunction.merge``)."""
-    setattr(method, "__lockgate_default__", True)
+    setattr(method, "__lockgate_default__", True)  # noqa: B010 (mypy: Callable has no such attribute)
     return method
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, Protocol
 
+from ..core.partitioners import KeyExtractionError
 from ..errors import (
     FailureReason,
     JobFailedError,
@@ -12,9 +13,8 @@ from ..errors import (
     UserFunctionError,
 )
 from ..graph.execution_plan import ExecutionPlan
-from ..runtime.metrics import OperatorCounters, OperatorMetrics
-from ..core.partitioners import KeyExtractionError
 from ..job.result import JobExecutionResult, JobStatus
+from ..runtime.metrics import OperatorCounters, OperatorMetrics
 
 
 class Executor(Protocol):

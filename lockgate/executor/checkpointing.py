@@ -27,8 +27,8 @@ from ..checkpoint.coordinator import CheckpointCoordinator, ThreadScheduler
 from ..checkpoint.coordinator.plan import JobTopology
 from ..checkpoint.storage import CheckpointStorage, open_storage
 from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
-from ..graph.execution_plan import ExecutionPlan
 from ..core.clock import Clock
+from ..graph.execution_plan import ExecutionPlan
 
 
 def job_topology(plan: ExecutionPlan) -> JobTopology:

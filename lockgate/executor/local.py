@@ -23,27 +23,29 @@ import threading
 import time
 from typing import Any
 
+from ..core.clock import Clock, SystemClock
 from ..errors import ConfigurationError, FailureReason, JobFailedError, TaskCancelledError
 from ..graph.execution_plan import ExecutionPlan
+from ..job.handle import JobHandle
+from ..job.result import JobExecutionResult
 from ..runtime.channels import LocalChannel
-from ..runtime.metrics import OperatorCounters
 from ..runtime.final_checkpoint import finished_task_results
+from ..runtime.metrics import OperatorCounters
 from ..runtime.task import StreamTask
-from .task_builder import build_task
-from .wiring import wire_subtask
 from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
-from ..core.clock import Clock, SystemClock
 from .base import (
     cancelled_result,
     checkpoint_failure,
-    checkpoint_run as _checkpoint_run,
     failure_error,
     finished_result,
     user_cause,
 )
-from ..job.handle import JobHandle
-from ..job.result import JobExecutionResult
+from .base import (
+    checkpoint_run as _checkpoint_run,
+)
+from .task_builder import build_task
+from .wiring import wire_subtask
 
 log = logging.getLogger(__name__)
 

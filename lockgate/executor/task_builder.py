@@ -10,9 +10,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from ..core.clock import Clock
 from ..graph.channel_identity import SubtaskChannels, subtask_channels
 from ..graph.execution_plan import ExecutionPlan, VertexPlan
-from ..core.clock import Clock
 from ..recovery.channel_state import batches_to_replay
 from ..runtime.chain import OperatorChain
 from ..runtime.channels import InputChannel, OutputChannel
@@ -37,8 +37,8 @@ def build_task(
     signal: threading.Event,
     clock: Clock,
     attempt_number: int = 0,
-    storage: "CheckpointStorage | None" = None,
-    responder: "CheckpointResponder | None" = None,
+    storage: CheckpointStorage | None = None,
+    responder: CheckpointResponder | None = None,
     in_process: bool = True,
 ) -> StreamTask:
     """``output_channels[edge]`` lists the edge's channels in consumer-subtask order
@@ -111,11 +111,11 @@ def _channels(plan: ExecutionPlan, vertex: VertexPlan, subtask_index: int,
 
 
 def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTask,
-                        storage: "CheckpointStorage", responder: "CheckpointResponder",
+                        storage: CheckpointStorage, responder: CheckpointResponder,
                         clock: Clock) -> None:
     from ..checkpoint.barriers.factory import create_barrier_handler
-    from ..runtime.subtask_checkpointer import SubtaskCheckpointer
     from ..runtime.checkpointed_input import CheckpointedInputGate
+    from ..runtime.subtask_checkpointer import SubtaskCheckpointer
 
     cfg = plan.checkpoint
     assert cfg is not None

@@ -11,7 +11,7 @@ channel state relies on (M-B7).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..graph.execution_plan import ExecutionPlan, VertexPlan
 from ..runtime.channels import InputChannel, OutputChannel

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidGraphError
-from .operator_factory import OperatorFactory
 from ..core.partitioners import (
     ForwardPartitioning,
     KeyGroupPartitioning,
@@ -24,6 +22,8 @@ from ..core.partitioners import (
     PartitionerSpec,
     RebalancePartitioning,
 )
+from ..errors import InvalidGraphError
+from .operator_factory import OperatorFactory
 from .transformations import Kind, Transformation
 
 

@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .operator_factory import OperatorFactory
 from ..core.partitioners import KeySelector, PartitionerSpec
+from .operator_factory import OperatorFactory
 
 
 class Kind(enum.Enum):
@@ -36,7 +36,7 @@ _ids = itertools.count(1)
 class Transformation:
     kind: Kind
     name: str
-    inputs: list["Transformation"] = field(default_factory=list)
+    inputs: list[Transformation] = field(default_factory=list)
     factory: OperatorFactory[Any] | None = None
     parallelism: int | None = None
     max_parallelism: int | None = None

@@ -7,8 +7,8 @@ from typing import Any
 
 import cloudpickle
 
-from ..errors import InvalidGraphError
 from ..core.user_functions import bind_function
+from ..errors import InvalidGraphError
 from .transformations import Kind, Transformation
 
 

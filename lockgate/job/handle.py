@@ -8,7 +8,8 @@ cancels from another thread.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .restart_causes import RestartCauses
 

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from .restart_causes import RestartCause
 from ..runtime.metrics import OperatorMetrics
+from .restart_causes import RestartCause
 
 
 class JobStatus(enum.Enum):

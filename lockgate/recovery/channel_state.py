@@ -44,6 +44,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..checkpoint.channel_state import INPUT, OUTPUT, RecordedChannel, RecordedSummary, thaw
+from ..core.batch import Batch
+from ..core.partitioners import BroadcastPartitioning, KeyGroupPartitioning
 from ..graph.channel_identity import (
     ChannelInfo,
     ConsumedEdge,
@@ -52,8 +54,6 @@ from ..graph.channel_identity import (
     consumed_edges,
 )
 from ..graph.execution_plan import ExecutionPlan
-from ..core.batch import Batch
-from ..core.partitioners import BroadcastPartitioning, KeyGroupPartitioning
 from .restore import RestoreError, RestoreSpec
 
 log = logging.getLogger(__name__)

@@ -38,19 +38,20 @@ import copy
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 
 from ..checkpoint.storage import open_storage
+from ..core.clock import Clock
 from ..errors import FailureReason, JobFailedError
+from ..graph.execution_plan import ExecutionPlan
 from ..job.handle import JobHandle
 from ..job.result import JobExecutionResult, JobStatus
-from ..graph.execution_plan import ExecutionPlan
-from ..core.clock import Clock
-from .restart_strategy import RestartBackoff, RestartStrategy
 from .finished import check_finished_chains
 from .non_restartable import non_restartable_cause, not_restartable_failure
+from .restart_strategy import RestartBackoff, RestartStrategy
 from .restore import CommittedOutputGuard, RestoreSpec, newest_restorable
 from .settle import settle_two_phase_sinks
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from ..errors import ConfigurationError
 from ..core.clock import Clock
 from ..core.durations import Duration, to_millis
+from ..errors import ConfigurationError
 
 __all__ = ["RestartBackoff", "RestartStrategy"]
 

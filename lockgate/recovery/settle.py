@@ -30,8 +30,8 @@ from typing import Any
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.savepoints import read_savepoint
 from ..checkpoint.storage import open_storage
-from ..graph.preflight import connectors_of
 from ..graph.execution_plan import ExecutionPlan
+from ..graph.preflight import connectors_of
 from ..graph.transformations import Kind
 from .restore import operator_states
 

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import abc
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
-from ..errors import ConfigurationError, LockgateError
 from ..core.elements import Watermark
+from ..errors import ConfigurationError, LockgateError
 
 
 class QueueFullError(LockgateError, RuntimeError):
@@ -51,11 +52,11 @@ class Completion:
     error: BaseException | None = None
 
     @classmethod
-    def success(cls, results: Iterable[Any]) -> "Completion":
+    def success(cls, results: Iterable[Any]) -> Completion:
         return cls(results=list(results))
 
     @classmethod
-    def failure(cls, error: BaseException) -> "Completion":
+    def failure(cls, error: BaseException) -> Completion:
         if not isinstance(error, BaseException):
             raise ConfigurationError(
                 f"a failed completion needs an exception, got {type(error).__name__}")

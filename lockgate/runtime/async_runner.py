@@ -35,7 +35,8 @@ import inspect
 import math
 import reprlib
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, LockgateError
 from .async_queue import Completion
@@ -83,7 +84,7 @@ class AsyncFunction:
     run in the task thread, before the first and after the last request.
     """
 
-    def open(self, ctx: "RuntimeContext") -> None:
+    def open(self, ctx: RuntimeContext) -> None:
         """Called once per subtask before any record."""
 
     def close(self) -> None:
@@ -147,7 +148,7 @@ async def _resolve_results(value: Any, what: str) -> list[Any]:
     return list(value)
 
 
-def _retrieve(task: "asyncio.Future[Any]") -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Mark an abandoned task's outcome as seen (no 'exception never retrieved' log)."""
     if not task.cancelled():
         task.exception()
@@ -200,7 +201,7 @@ class AsyncRunner:
                 daemon=True)
             self._thread.start()
 
-    def __enter__(self) -> "AsyncRunner":
+    def __enter__(self) -> AsyncRunner:
         self.start()
         return self
 

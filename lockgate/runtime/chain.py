@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 
-from ..graph.execution_plan import VertexPlan
-from ..core.clock import Clock
 from ..core.batch import Batch
-from .context import RuntimeContext
+from ..core.clock import Clock
 from ..core.elements import StreamElement, StreamStatus, Watermark
+from ..core.partitioners import attribute_key_errors
+from ..graph.execution_plan import VertexPlan
 from ..graph.operator_factory import OperatorFactory
+from .context import RuntimeContext
 from .operators.base import Cancellation, Output, StreamOperator
 from .operators.io import SinkOperator, SourceOperator
-from ..core.partitioners import attribute_key_errors
 from .processing_time import ProcessingTimeService
 from .record_writer import RecordWriter
 

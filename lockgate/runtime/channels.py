@@ -20,9 +20,9 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from ..errors import TaskCancelledError
 from ..core.batch import is_batch, nbytes
 from ..core.elements import StreamElement
+from ..errors import TaskCancelledError
 
 
 class OutputChannel(Protocol):

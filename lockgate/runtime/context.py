@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.clock import Clock, SystemClock
 from ..errors import ConfigurationError
 from ..state.backends import HashMapStateBackend, StateBackend
 from ..state.descriptors import (
@@ -14,7 +15,6 @@ from ..state.descriptors import (
     StateDescriptor,
 )
 from ..state.operator_state import OperatorListState, OperatorStateStore
-from ..core.clock import Clock, SystemClock
 
 
 class RuntimeContext:

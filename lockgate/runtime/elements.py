@@ -5,14 +5,34 @@ the move, whose pickles name these classes by their old module path, still resto
 
 from ..core.elements import (  # noqa: F401 - re-exported for old pickles
     CancellationMarker as CancellationMarker,
+)
+from ..core.elements import (
     CheckpointBarrier as CheckpointBarrier,
+)
+from ..core.elements import (
     CheckpointOptions as CheckpointOptions,
+)
+from ..core.elements import (
     CheckpointType as CheckpointType,
+)
+from ..core.elements import (
     EndOfData as EndOfData,
+)
+from ..core.elements import (
     EndOfPartition as EndOfPartition,
+)
+from ..core.elements import (
     PriorityBarrier as PriorityBarrier,
+)
+from ..core.elements import (
     StreamStatus as StreamStatus,
+)
+from ..core.elements import (
     Watermark as Watermark,
+)
+from ..core.elements import (
     _EndOfData as _EndOfData,
+)
+from ..core.elements import (
     _EndOfPartition as _EndOfPartition,
 )

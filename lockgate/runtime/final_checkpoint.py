@@ -31,8 +31,8 @@ import pickle
 from typing import Any
 
 from ..checkpoint.config import CheckpointConfig
-from ..errors import CheckpointFailedError
 from ..core.clock import Clock
+from ..errors import CheckpointFailedError
 
 log = logging.getLogger(__name__)
 

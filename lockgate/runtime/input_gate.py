@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 
-from .channels import InputChannel
 from ..core.elements import END_OF_PARTITION, StreamElement
+from .channels import InputChannel
 
 
 class InputGate:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 
 class Mailbox:

@@ -5,15 +5,37 @@ the move, whose pickles name these classes by their old module path, still resto
 
 from ..core.partitioners import (  # noqa: F401 - re-exported for old pickles
     BroadcastPartitioning as BroadcastPartitioning,
+)
+from ..core.partitioners import (
     ForwardPartitioning as ForwardPartitioning,
+)
+from ..core.partitioners import (
     KeyExtractionError as KeyExtractionError,
+)
+from ..core.partitioners import (
     KeyGroupPartitioning as KeyGroupPartitioning,
+)
+from ..core.partitioners import (
     KeySelector as KeySelector,
+)
+from ..core.partitioners import (
     Partitioner as Partitioner,
+)
+from ..core.partitioners import (
     PartitionerSpec as PartitionerSpec,
+)
+from ..core.partitioners import (
     RebalancePartitioning as RebalancePartitioning,
+)
+from ..core.partitioners import (
     _Broadcast as _Broadcast,
+)
+from ..core.partitioners import (
     _Forward as _Forward,
+)
+from ..core.partitioners import (
     _KeyGroups as _KeyGroups,
+)
+from ..core.partitioners import (
     _RoundRobin as _RoundRobin,
 )

@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections import deque
 
 from ..core.batch import Batch, concat, nbytes, num_rows, slice_batch
-from .channels import OutputChannel
+from ..core.clock import Clock
 from ..core.elements import StreamElement
 from ..core.partitioners import Partitioner
-from ..core.clock import Clock
+from .channels import OutputChannel
 
 
 class RecordWriter:

@@ -50,17 +50,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..graph.channel_identity import SubtaskChannels
-from ..core.batch import Batch
-from ..core.elements import (
-    CancellationMarker,
-    CheckpointBarrier,
-    CheckpointOptions,
-    CheckpointType,
-)
-from .operators.base import StreamOperator
-from .record_writer import RecordWriter
-from ..core.clock import Clock
 from ..checkpoint.barriers.base import AlignmentInfo
 from ..checkpoint.channel_state import encode, freeze, frozen_size, state_key
 from ..checkpoint.shared_registry import SharedFileTracker, SharedStateUploader
@@ -72,6 +61,17 @@ from ..checkpoint.types import (
     TaskAcknowledgement,
     TaskKey,
 )
+from ..core.batch import Batch
+from ..core.clock import Clock
+from ..core.elements import (
+    CancellationMarker,
+    CheckpointBarrier,
+    CheckpointOptions,
+    CheckpointType,
+)
+from ..graph.channel_identity import SubtaskChannels
+from .operators.base import StreamOperator
+from .record_writer import RecordWriter
 
 log = logging.getLogger(__name__)
 

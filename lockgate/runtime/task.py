@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
-from ..errors import CorruptStreamError, TaskCancelledError
-from ..core.clock import Clock
 from ..core.batch import Batch, is_batch, num_rows
-from .chain import OperatorChain
-from ..time.valve import StatusWatermarkValve
+from ..core.clock import Clock
 from ..core.elements import (
     END_OF_DATA,
     END_OF_PARTITION,
@@ -50,6 +48,9 @@ from ..core.elements import (
     StreamStatus,
     Watermark,
 )
+from ..errors import CorruptStreamError, TaskCancelledError
+from ..time.valve import StatusWatermarkValve
+from .chain import OperatorChain
 from .final_checkpoint import FinalCheckpoint
 from .input_gate import InputGate
 from .mailbox import Mailbox
@@ -59,9 +60,9 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..checkpoint.barriers.base import BarrierHandler
+    from ..core.elements import CheckpointBarrier
     from ..graph.channel_identity import EdgeKey, SubtaskChannels
     from .subtask_checkpointer import SubtaskCheckpointer
-    from ..core.elements import CheckpointBarrier
 
 #: (restore spec, this subtask's channels) -> the (consumed edge, batch) pairs to replay
 ChannelStateReplay = Callable[[Any, "SubtaskChannels"], Iterable[tuple["EdgeKey", Batch]]]
@@ -128,8 +129,8 @@ class StreamTask:
         self._data_ended = [False] * (input_gate.num_channels if input_gate else 0)
         self._channels_with_data = len(self._data_ended)
 
-    def enable_checkpoints(self, checkpointer: "SubtaskCheckpointer",
-                           handler: "BarrierHandler | None", checked_input: Any,
+    def enable_checkpoints(self, checkpointer: SubtaskCheckpointer,
+                           handler: BarrierHandler | None, checked_input: Any,
                            final_wait_ms: float | None = None) -> None:
         """Route barriers of the input through ``handler`` (``checked_input`` wraps the
         gate) and snapshots through ``checkpointer``. ``final_wait_ms``: how long the task
@@ -143,7 +144,7 @@ class StreamTask:
                 self.clock, final_wait_ms, f"{self.name} ({self.subtask_index})")
 
     # checkpoint entry points (any thread) -------------------------------------------
-    def trigger_checkpoint(self, barrier: "CheckpointBarrier") -> None:
+    def trigger_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """The coordinator's trigger: runs in the task thread between two batches (M-T1);
         a task that is not running declines (M-T2). A source snapshots at once (a
         draining savepoint first ends its input); a task with inputs, triggered because
@@ -169,7 +170,7 @@ class StreamTask:
                 cp.responder.decline(cp.task, barrier.checkpoint_id,
                                      CheckpointFailureReason.TASK_NOT_RUNNING)
 
-    def _defer_trigger(self, cp: "SubtaskCheckpointer", barrier: "CheckpointBarrier") -> None:
+    def _defer_trigger(self, cp: SubtaskCheckpointer, barrier: CheckpointBarrier) -> None:
         """Task thread: keep ``barrier`` (the newest direct trigger; an older one waiting
         is declined as subsumed) until every input channel ended and the operators
         finished, then snapshot (:meth:`_fire_deferred`)."""
@@ -484,7 +485,7 @@ class StreamTask:
         self._wait(self._backpressure_deadline())
         return False
 
-    def _run_source(self, source: "object") -> None:
+    def _run_source(self, source: object) -> None:
         from .operators.io import SourceOperator
 
         assert isinstance(source, SourceOperator)

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import TaskCancelledError
 from .task import StreamTask

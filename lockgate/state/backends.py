@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.clock import Clock
+from ..errors import ConfigurationError
 
 
 class StateBackend:

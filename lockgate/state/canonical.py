@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..core.key_groups import check_restored_max_parallelism
+from ..errors import ConfigurationError
 from .handles import STATE_KINDS
 
 #: the format number of canonical keyed state snapshots

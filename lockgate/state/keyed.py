@@ -83,10 +83,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError, LockgateError
+from ..core.clock import Clock, SystemClock
 from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism, key_groups_of_keys
 from ..core.key_hash import canonical_key
-from ..core.clock import Clock, SystemClock
+from ..errors import ConfigurationError, LockgateError
 from .canonical import (
     SNAPSHOT_FORMAT,
     UnsupportedSnapshotFormatError,

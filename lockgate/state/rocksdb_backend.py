@@ -52,9 +52,9 @@ from typing import Any
 from rocksdict import Rdict, WriteBatch
 
 from ..checkpoint.storage import CheckpointStorage
-from ..errors import ConfigurationError
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..core.clock import Clock, SystemClock
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..errors import ConfigurationError
 from .descriptors import StateDescriptor
 from .handles import KeyedStateHandle, create_handle
 from .rocksdb_codec import (

@@ -14,20 +14,21 @@ Two kinds of snapshots reach ``RocksDBKeyedStateBackend.restore``:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ..checkpoint.shared_registry import read_shared_file
 from ..checkpoint.storage import CheckpointStorage, open_storage
 from ..checkpoint.types import StateHandle
 from ..errors import ConfigurationError
-from .handles import STATE_KINDS
 from .canonical import (  # noqa: F401 - re-exported for the backend
     SNAPSHOT_FORMAT,
     UnsupportedSnapshotFormatError,
     canonical_states,
     snapshot_kind,
 )
+from .handles import STATE_KINDS
+
 
 def native_states(payload: Mapping[str, Any], where: str) -> dict[str, tuple[str, int]]:
     """``name -> (kind, state id)`` of a native payload (checked)."""

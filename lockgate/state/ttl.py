@@ -46,9 +46,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from ..errors import ConfigurationError
 from ..core.clock import Clock
 from ..core.durations import Duration, to_millis
+from ..errors import ConfigurationError
 
 #: The watermark before any has arrived (the same value as the runtime's).
 MIN_WATERMARK = -(2**63)

@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
 from ..core.batch import num_rows
+from ..errors import ConfigurationError
 from .faults import (
     ACK_FAULTS,
     FAULT_TYPES,
@@ -39,10 +39,10 @@ from .faults import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime.subtask_checkpointer import CheckpointResponder
     from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
     from ..graph.execution_plan import ExecutionPlan
     from ..runtime.operators.base import StreamOperator
+    from ..runtime.subtask_checkpointer import CheckpointResponder
     from ..runtime.task import StreamTask
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigurationError
 from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..errors import ConfigurationError
 
 
 def check_timestamp(value: Any, what: str) -> int:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError
 from ..core.key_groups import check_restored_max_parallelism, key_groups_of_keys
+from ..errors import ConfigurationError
 from .timer_queue import FrozenView
 
 #: the ``format`` mark and ``version`` of timer snapshot payloads

@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError, CorruptStreamError, LockgateError, UnsupportedKeyError
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
-from ..core.elements import MIN_WATERMARK
 from ..core.clock import Clock, SystemClock
+from ..core.elements import MIN_WATERMARK
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..errors import ConfigurationError, CorruptStreamError, LockgateError, UnsupportedKeyError
 from .timer_args import as_list, check_timestamp, key_column, timestamp_array
 from .timer_queue import InternalTimer, TimerQueue
 from .timer_snapshot import (

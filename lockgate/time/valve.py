@@ -40,8 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Integral
 
-from ..errors import ConfigurationError, CorruptStreamError
 from ..core.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
+from ..errors import ConfigurationError, CorruptStreamError
 
 ValveOutput = Watermark | StreamStatus
 """An element a valve or a combiner asks its caller to emit."""

@@ -24,10 +24,10 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
 from ..core.clock import Clock, SystemClock
 from ..core.durations import Duration, to_millis
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..errors import ConfigurationError
 
 
 class WatermarkOutput(Protocol):

@@ -25,10 +25,10 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from ..errors import ConfigurationError
 from ..core.batch import Batch, num_rows, timestamps_of
-from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
 from ..core.clock import Clock, SystemClock
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..errors import ConfigurationError
 from .watermark_generators import WatermarkGenerator, WatermarkOutput
 from .watermark_strategy import WatermarkStrategy
 

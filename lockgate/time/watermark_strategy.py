@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigurationError, MalformedRecordError
 from ..core.batch import Batch, RowBatch, is_scalar_schema, to_rows
-from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
 from ..core.clock import Clock
 from ..core.durations import Duration, to_millis
+from ..core.elements import MAX_WATERMARK, MIN_WATERMARK
+from ..errors import ConfigurationError, MalformedRecordError
 from .watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

@@ -55,8 +55,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ConfigurationError
 from ..core.batch import RowBatch, to_arrow
+from ..errors import ConfigurationError
 from .windows import WindowAssignment
 
 KINDS = ("count", "sum", "min", "max", "mean", "first", "last")

@@ -35,8 +35,8 @@ from typing import ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..errors import ConfigurationError
 from ..core.durations import Duration, to_millis
+from ..errors import ConfigurationError
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1

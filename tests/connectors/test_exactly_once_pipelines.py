@@ -22,12 +22,12 @@ import os
 import uuid
 
 import pytest
-from conftest import wait_until
-from pg_fixtures import DSN, prepared, query
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import FileSink, FileSource, PostgresSink, RateLimitedSource
 from lockgate.testing import KillWorker, inject_faults, seeded_faults
+from pg_fixtures import DSN, prepared, query
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 NATS_URL = "nats://127.0.0.1:4222"

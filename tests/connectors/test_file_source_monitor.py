@@ -24,9 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import is_spark, wait_until
 
 import lockgate as lg
+from conftest import is_spark, wait_until
 from lockgate.connectors import FileSink, FileSource
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader, assign_splits
 from lockgate.connectors.file_source import DoneFiles, FileSplit, file_owner

@@ -17,10 +17,10 @@ from typing import Any
 
 import nats
 import pytest
-from conftest import lockgate_threads
 from recording_output import RecordingOutput
 
 import lockgate as lg
+from conftest import lockgate_threads
 from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, SourceReader, assign_splits
 from lockgate.connectors.nats_jetstream import NatsJetStreamSource, NatsJetStreamSplit

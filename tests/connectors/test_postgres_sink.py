@@ -11,16 +11,16 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import wait_until
-from pg_fixtures import DSN, prepared, query
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import PostgresSink, SequenceSource
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
-from lockgate.errors import ConfigurationError
 from lockgate.core.batch import RowBatch
+from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, inject_faults
+from pg_fixtures import DSN, prepared, query
 
 
 def completed(client: lg.JobClient) -> list[lg.CheckpointStats]:

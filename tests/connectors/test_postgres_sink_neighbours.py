@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pg_fixtures import DSN, query
 
 import lockgate as lg
 from lockgate.connectors import PostgresSink, SequenceSource
@@ -29,9 +28,10 @@ from lockgate.connectors.postgres_transactions import (
     TransactionLostError,
 )
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
-from lockgate.errors import ConfigurationError, JobFailedError
 from lockgate.core.batch import RowBatch
+from lockgate.errors import ConfigurationError, JobFailedError
 from lockgate.runtime.context import RuntimeContext
+from pg_fixtures import DSN, query
 
 WAIT_S = 60.0
 

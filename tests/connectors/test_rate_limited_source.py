@@ -10,8 +10,8 @@ import lockgate as lg
 from lockgate.connectors import RateLimitedSource, SequenceSource
 from lockgate.connectors.base import InputStatus, ReaderOutput
 from lockgate.core.batch import num_rows
-from lockgate.runtime.context import RuntimeContext
 from lockgate.core.clock import ManualClock
+from lockgate.runtime.context import RuntimeContext
 
 
 class Counter(ReaderOutput):

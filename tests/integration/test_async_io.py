@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import FileProbe
 
 import lockgate as lg
+from conftest import FileProbe
 from lockgate.api.async_stream import AsyncDataStream
 from lockgate.api.functions import AsyncFunction
 from lockgate.testing import FailAtRecord, inject_faults

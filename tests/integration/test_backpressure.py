@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import on_executors
 
 import lockgate as lg
+from conftest import on_executors
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
 from lockgate.core.batch import to_rows
 

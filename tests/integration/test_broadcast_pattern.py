@@ -21,12 +21,11 @@ from typing import Any
 import pytest
 
 import lockgate as lg
+from conftest import FileProbe, wait_until
 from lockgate.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
 from lockgate.core.batch import RowBatch
 from lockgate.testing import FailAtRecord, inject_faults
-
-from conftest import FileProbe, wait_until
 
 RULES: lg.MapStateDescriptor[Any] = lg.MapStateDescriptor("rules")
 COUNT = lg.ValueStateDescriptor("count", default=0)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from conftest import wait_until
-
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
 from lockgate.core.batch import to_rows
 

@@ -22,10 +22,10 @@ from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.job.result import JobStatus
 
 ENDLESS = 10**15  # a source that would run for hours: only a cancel or failure ends it
-_GATES: dict[str, "Gate"] = {}
+_GATES: dict[str, Gate] = {}
 
 
-def _gate(name: str) -> "Gate":
+def _gate(name: str) -> Gate:
     return _GATES[name]
 
 

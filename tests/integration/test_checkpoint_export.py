@@ -11,16 +11,15 @@ import shutil
 from typing import Any
 
 import pytest
+from test_checkpointing import cancel_after_checkpoints
+from test_cli_restore import job_file
+from test_recovery import SPLIT, by_value, expected_records, published, sum_job
 
 import lockgate as lg
 from lockgate import cli
 from lockgate.checkpoint.coordinator import CompletedCheckpoint
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SHARED_FOLDER
-
-from test_checkpointing import cancel_after_checkpoints
-from test_cli_restore import job_file
-from test_recovery import SPLIT, by_value, expected_records, published, sum_job
 
 N = 2 * SPLIT
 

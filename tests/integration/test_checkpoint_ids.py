@@ -14,15 +14,15 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import FileProbe, wait_until
-from running_sums import expected_running_sums
 
 import lockgate as lg
+from conftest import FileProbe, wait_until
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.connectors import SequenceSource
 from lockgate.connectors.base import Sink, SinkWriter
-from lockgate.recovery.restore import resolve_restore_path
 from lockgate.core.batch import to_rows
+from lockgate.recovery.restore import resolve_restore_path
+from running_sums import expected_running_sums
 
 N = 20_000
 CHUNK = 2_000

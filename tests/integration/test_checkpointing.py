@@ -10,9 +10,9 @@ import time
 import uuid
 
 import pytest
-from conftest import wait_until
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.storage import open_storage
 from lockgate.checkpoint.types import StateHandle

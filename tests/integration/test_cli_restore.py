@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import textwrap
 
-import lockgate as lg
-from lockgate import cli
-
 from test_checkpointing import cancel_after_checkpoints
 from test_recovery import SPLIT, by_value, expected_records, published, unbounded_sums
+
+import lockgate as lg
+from lockgate import cli
 
 
 def job_file(state_backend: str = "", job_name: str = "cli restore") -> str:

@@ -15,8 +15,8 @@ import textwrap
 from typing import Any
 
 import pytest
-from conftest import wait_until
 
+from conftest import wait_until
 from lockgate import cli
 from lockgate.executor import job_registry
 from lockgate.executor.job_registry import register_job

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 import lockgate as lg
-from lockgate.time.watermark_strategy import WatermarkStrategy
-from lockgate.testing import FailAtRecord, inject_faults
-
 from conftest import FileProbe, wait_until
+from lockgate.testing import FailAtRecord, inject_faults
+from lockgate.time.watermark_strategy import WatermarkStrategy
 
 KEYS = 5
 

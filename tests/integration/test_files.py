@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import on_executors
 
 import lockgate as lg
+from conftest import on_executors
 from lockgate.connectors import CollectionSource, FileSink, FileSource
 
 RECORDS = [{"id": i, "name": f"név-{i}", "score": i / 4} for i in range(50)]

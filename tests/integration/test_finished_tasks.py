@@ -27,9 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import FileProbe, wait_until
 
 import lockgate as lg
+from conftest import FileProbe, wait_until
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.coordinator.plan import is_fully_finished
 from lockgate.checkpoint.storage import open_storage
@@ -40,8 +40,8 @@ from lockgate.connectors import (
     RateLimitedSource,
     SequenceSource,
 )
-from lockgate.recovery.restore import resolve_restore_path
 from lockgate.core.elements import MAX_WATERMARK
+from lockgate.recovery.restore import resolve_restore_path
 from lockgate.testing import InjectedFault
 
 SHORT = 300
@@ -74,9 +74,7 @@ def checkpoints_with_finished(root: str, uid: str,
         except (OSError, ValueError):  # discarded meanwhile
             continue
         entry = meta.finished_operators.get(uid)
-        if subtasks is None and is_fully_finished(entry):
-            found.append(checkpoint_id)
-        elif subtasks is not None and entry is not None and set(subtasks) <= set(entry[1]):
+        if subtasks is None and is_fully_finished(entry) or subtasks is not None and entry is not None and set(subtasks) <= set(entry[1]):
             found.append(checkpoint_id)
     return found
 

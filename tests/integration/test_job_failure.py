@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import is_spark, lockgate_threads, on_executors
 
 import lockgate as lg
+from conftest import is_spark, lockgate_threads, on_executors
 from lockgate.connectors import DiscardingSink, SequenceSource, Sink, SinkWriter
 
 ENDLESS = 10**15  # a source that would run for hours: only the failure can end the job

@@ -9,9 +9,9 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 import pytest
-from conftest import on_executors
 
 import lockgate as lg
+from conftest import on_executors
 from lockgate.connectors import SequenceSource
 
 

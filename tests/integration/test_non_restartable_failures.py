@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import wait_until
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import CollectSink, SequenceSource
 from lockgate.connectors.postgres_transactions import TransactionLostError
 

@@ -9,9 +9,9 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import FileProbe, on_executors, wait_until
 
 import lockgate as lg
+from conftest import FileProbe, on_executors, wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 
 

@@ -20,12 +20,12 @@ import os
 import shutil
 
 import pytest
-from running_sums import expected_running_sums
 from test_checkpointing import cancel_after_checkpoints, chk_folders
 
 import lockgate as lg
 from lockgate.connectors import CollectSink, FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, KillWorker, inject_faults, seeded_faults
+from running_sums import expected_running_sums
 
 #: values per source split; keys are value // CHUNK, so each key lives in one split
 SPLIT = 60_000

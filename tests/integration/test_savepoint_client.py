@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 import lockgate as lg
-from lockgate.checkpoint.storage import METADATA
-
 from conftest import FileProbe, wait_until
+from lockgate.checkpoint.storage import METADATA
 
 
 class Summing(lg.KeyedProcessFunction):

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import lockgate as lg
-from lockgate.testing import FailAtRecord, inject_faults
-
 from conftest import FileProbe, wait_until
+from lockgate.testing import FailAtRecord, inject_faults
 
 KEYS = 20
 UID = "all-kinds"

@@ -5,9 +5,9 @@ both executors: cancelled (``JobClient.cancel``) and stopped with a savepoint
 from __future__ import annotations
 
 import pytest
-from conftest import wait_until
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 
 TOTAL = 10**12

@@ -26,13 +26,13 @@ import sys
 import time
 
 import pytest
-from conftest import SPARK_SLOTS, is_spark, wait_until
-from running_sums import expected_running_sums
 from test_recovery import RunningSum, by_value, key_of, published
 
 import lockgate as lg
+from conftest import SPARK_SLOTS, is_spark, wait_until
 from lockgate.connectors import FileSink, SequenceSource
 from lockgate.recovery.restore import resolve_restore_path
+from running_sums import expected_running_sums
 
 #: values per source split (at the checkpoint's parallelism); keys are value // CHUNK
 SPLIT = 30_000

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from conftest import FileProbe, is_spark, wait_until
 
 import lockgate as lg
+from conftest import FileProbe, is_spark, wait_until
 from lockgate.api.functions import ProcessWindowFunction
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
 from lockgate.testing import FailAtRecord, inject_faults

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import zmq
-from conftest import BackgroundJob, wait_until
 
 import lockgate as lg
+from conftest import BackgroundJob, wait_until
 from lockgate.connectors import SequenceSource
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 

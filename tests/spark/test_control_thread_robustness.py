@@ -11,7 +11,6 @@ import threading
 from typing import Any
 
 from conftest import wait_until
-
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 from lockgate.executor.spark.control import ACK, ControlClient, ControlServer
 from lockgate.executor.spark.signals import PipeWaker

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import process_alive, wait_until
 
+from conftest import process_alive, wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.job.result import JobStatus
 

@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 import pytest
-from conftest import lockgate_threads
 
 import lockgate as lg
+from conftest import lockgate_threads
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.executor.spark import SparkExecutor
 from lockgate.executor.spark.session import check_session

@@ -26,9 +26,9 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import BackgroundJob, wait_until
 
 import lockgate as lg
+from conftest import BackgroundJob, wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 from lockgate.executor.spark.control import STACKS, ControlClient, ControlReporter, ControlServer

@@ -11,9 +11,9 @@ import tempfile
 import time
 
 import pytest
-from conftest import BackgroundJob, process_alive, wait_until
 
 import lockgate as lg
+from conftest import BackgroundJob, process_alive, wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 
 pytestmark = pytest.mark.spark

@@ -7,8 +7,8 @@ from typing import Any
 
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.core.elements import CheckpointBarrier
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import CheckpointBarrier
 
 
 class RecordingActions:

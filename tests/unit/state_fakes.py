@@ -6,8 +6,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from lockgate.state.ttl import MIN_WATERMARK
 from lockgate.core.clock import ManualClock
+from lockgate.state.ttl import MIN_WATERMARK
 
 
 class CopyingTable:

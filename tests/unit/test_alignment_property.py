@@ -29,10 +29,10 @@ from lockgate.checkpoint.config import CheckpointingMode
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch
+from lockgate.core.clock import ManualClock
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.checkpointed_input import CheckpointedInputGate
 from lockgate.runtime.input_gate import InputGate
-from lockgate.core.clock import ManualClock
 
 TIMEOUT_MS = 30
 TICK_MS = 20

@@ -23,11 +23,11 @@ import pytest
 import lockgate as lg
 from lockgate.api.async_stream import AsyncDataStream
 from lockgate.api.functions import AsyncFunction
+from lockgate.core.batch import RowBatch
+from lockgate.core.elements import StreamStatus, Watermark
 from lockgate.errors import ConfigurationError, UserFunctionError
 from lockgate.runtime.async_runner import AsyncFunction as RunnerAsyncFunction
 from lockgate.runtime.async_runner import AsyncTimeoutError
-from lockgate.core.batch import RowBatch
-from lockgate.core.elements import StreamStatus, Watermark
 from lockgate.runtime.mailbox import Mailbox
 from lockgate.runtime.operators.async_io import AsyncRequestError, AsyncWaitOperator
 from lockgate.runtime.operators.base import Output

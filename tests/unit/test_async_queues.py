@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockgate.core.elements import Watermark
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.async_queue import (
     Completion,
@@ -24,7 +25,6 @@ from lockgate.runtime.async_queue import (
     RecordEntry,
     UnorderedElementQueue,
 )
-from lockgate.core.elements import Watermark
 
 QUEUES = [pytest.param(OrderedElementQueue, id="ordered"),
           pytest.param(UnorderedElementQueue, id="unordered")]

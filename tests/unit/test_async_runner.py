@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pytest
 
+from lockgate.core.elements import Watermark
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.async_queue import Completion, UnorderedElementQueue
 from lockgate.runtime.async_runner import AsyncFunction, AsyncRunner, AsyncTimeoutError
-from lockgate.core.elements import Watermark
 from lockgate.runtime.mailbox import Mailbox
 
 WAIT_S = 5.0

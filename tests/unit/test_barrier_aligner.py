@@ -8,9 +8,9 @@ from barrier_fakes import RecordingActions, TickingClock
 from lockgate.checkpoint.barriers.aligner import BarrierAligner
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.errors import CorruptStreamError
-from lockgate.core.elements import CancellationMarker, CheckpointBarrier
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import CancellationMarker, CheckpointBarrier
+from lockgate.errors import CorruptStreamError
 
 
 def barrier(cid: int, ts: int = 0) -> CheckpointBarrier:

@@ -9,14 +9,14 @@ from barrier_fakes import RecordingActions, TickingClock
 from lockgate.checkpoint.barriers.alternating import AlternatingBarrierHandler
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.errors import CorruptStreamError
+from lockgate.core.clock import ManualClock
 from lockgate.core.elements import (
     CancellationMarker,
     CheckpointBarrier,
     CheckpointOptions,
     CheckpointType,
 )
-from lockgate.core.clock import ManualClock
+from lockgate.errors import CorruptStreamError
 
 UNALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=True)
 ALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=False)

@@ -9,8 +9,8 @@ from barrier_fakes import RecordingActions, TickingClock
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.barriers.tracker import DEFAULT_MAX_TRACKED, BarrierTracker
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.core.elements import CancellationMarker, CheckpointBarrier
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import CancellationMarker, CheckpointBarrier
 
 
 def barrier(cid: int, ts: int = 0) -> CheckpointBarrier:

@@ -12,12 +12,12 @@ import lockgate as lg
 from lockgate.api.broadcast import BroadcastConnectedStream, BroadcastStream
 from lockgate.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from lockgate.core.batch import RowBatch, to_rows
+from lockgate.core.partitioners import BroadcastPartitioning, KeySelector
 from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.broadcast import (
     BroadcastProcessOperator,
     KeyedBroadcastProcessOperator,
 )
-from lockgate.core.partitioners import BroadcastPartitioning, KeySelector
 from lockgate.state.broadcast import (
     BroadcastState,
     BroadcastStateStore,

@@ -29,6 +29,13 @@ from lockgate.checkpoint.channel_state import (
 )
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.connectors import DiscardingSink, SequenceSource
+from lockgate.core.batch import RowBatch, to_rows
+from lockgate.core.key_groups import subtask_for_key
+from lockgate.core.partitioners import (
+    BroadcastPartitioning,
+    ForwardPartitioning,
+    RebalancePartitioning,
+)
 from lockgate.graph.channel_identity import (
     ChannelInfo,
     ConsumedEdge,
@@ -37,15 +44,8 @@ from lockgate.graph.channel_identity import (
     subtask_channels,
 )
 from lockgate.graph.execution_plan import ExecutionPlan
-from lockgate.core.key_groups import subtask_for_key
 from lockgate.recovery.channel_state import batches_to_replay, check_restorable, plan_edge
 from lockgate.recovery.restore import RestoreSpec
-from lockgate.core.batch import RowBatch, to_rows
-from lockgate.core.partitioners import (
-    BroadcastPartitioning,
-    ForwardPartitioning,
-    RebalancePartitioning,
-)
 
 MAX_P = 128
 

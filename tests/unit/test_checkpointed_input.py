@@ -15,13 +15,13 @@ from lockgate.checkpoint.barriers.factory import create_barrier_handler
 from lockgate.checkpoint.barriers.tracker import BarrierTracker
 from lockgate.checkpoint.config import CheckpointingMode
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
-from lockgate.errors import ConfigurationError
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch
+from lockgate.core.clock import ManualClock
+from lockgate.errors import ConfigurationError
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.checkpointed_input import CheckpointedInputGate
 from lockgate.runtime.input_gate import InputGate
-from lockgate.core.clock import ManualClock
 
 ALIGNED = el.CheckpointOptions(el.CheckpointType.CHECKPOINT, unaligned=False)
 UNALIGNED = el.CheckpointOptions(el.CheckpointType.CHECKPOINT, unaligned=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import wait_until
-
-from lockgate.core import elements as el
 from test_subtask_checkpointer import BARRIER, drain, make, wait_for
+
+from conftest import wait_until
+from lockgate.core import elements as el
 
 
 class HungView:

@@ -12,11 +12,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import lockgate_threads
-from pg_fixtures import DSN
 
 import lockgate as lg
+from conftest import lockgate_threads
 from lockgate.connectors import DiscardingSink, FileSink, PostgresSink, SequenceSource
+from pg_fixtures import DSN
 
 
 def unbounded_job(sink: lg.connectors.base.Sink, *, bounded: bool = False,

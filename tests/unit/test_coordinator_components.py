@@ -31,8 +31,8 @@ from lockgate.checkpoint.types import (
     SubtaskCheckpointMetrics,
     TaskAcknowledgement,
 )
-from lockgate.core.elements import CheckpointOptions
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import CheckpointOptions
 
 R = CheckpointFailureReason
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from test_coordinator_harness import make_harness
 
 from lockgate.checkpoint.types import CheckpointFailureReason as R
-
-from test_coordinator_harness import make_harness
 
 
 def test_m_c4_m_c6_a_failed_job_is_failed_once_and_never_triggered_again(

@@ -32,8 +32,8 @@ from lockgate.checkpoint.types import (
     TaskAcknowledgement,
     TaskKey,
 )
-from lockgate.core.elements import CheckpointBarrier
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import CheckpointBarrier
 
 SOURCES: list[TaskKey] = [(0, 0), (0, 1)]
 SINKS: list[TaskKey] = [(1, 0), (1, 1)]

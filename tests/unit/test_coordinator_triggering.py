@@ -17,8 +17,8 @@ from test_coordinator_harness import (
 from lockgate.checkpoint.coordinator import CheckpointIdCounter
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.types import CheckpointFailureReason
-from lockgate.errors import ConfigurationError
 from lockgate.core.elements import CheckpointOptions, CheckpointType
+from lockgate.errors import ConfigurationError
 
 R = CheckpointFailureReason
 

@@ -24,13 +24,13 @@ import lockgate as lg
 from lockgate.checkpoint.barriers.aligner import BarrierAligner
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
-from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from lockgate.connectors import CollectSink, DiscardingSink, SequenceSource
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output, StreamOperator
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.testing import (
     DelayAcknowledgement,
     DelayBarriers,

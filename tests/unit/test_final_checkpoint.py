@@ -12,19 +12,19 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import wait_until
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.errors import CheckpointFailedError
-from lockgate.recovery.restore import RestoreSpec
 from lockgate.core import elements as el
 from lockgate.core.batch import is_batch, scalar_batch, to_rows
+from lockgate.core.clock import ManualClock
+from lockgate.errors import CheckpointFailedError
+from lockgate.executor.task_builder import build_task
+from lockgate.recovery.restore import RestoreSpec
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.final_checkpoint import FinalCheckpoint, wait_limit_ms
-from lockgate.executor.task_builder import build_task
-from lockgate.core.clock import ManualClock
 
 
 class Responder:

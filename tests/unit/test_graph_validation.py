@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import lockgate_threads
 
 import lockgate as lg
+from conftest import lockgate_threads
 from lockgate.connectors import DiscardingSink
 
 

@@ -26,11 +26,11 @@ from lockgate.checkpoint.coordinator.completed_store import (
 )
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SHARED_FOLDER
-from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import TaskAcknowledgement
-from lockgate.recovery.restore import RestoreSpec, newest_restorable, resolve_restore_path
 from lockgate.core import elements as el
+from lockgate.recovery.restore import RestoreSpec, newest_restorable, resolve_restore_path
 from lockgate.runtime.operators.base import StreamOperator
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend

@@ -16,8 +16,8 @@ import threading
 from typing import Any
 
 import pytest
-from conftest import BackgroundJob, wait_until
 
+from conftest import BackgroundJob, wait_until
 from lockgate.errors import ConfigurationError
 from lockgate.executor import job_registry
 from lockgate.executor.job_registry import (

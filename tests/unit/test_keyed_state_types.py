@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from state_fakes import CopyingTable, Host, flat
 
 import lockgate as lg
-from state_fakes import CopyingTable, Host, flat
 from lockgate.api.functions import AggregateFunction, ReduceFunction
+from lockgate.core.clock import ManualClock
 from lockgate.core.key_groups import key_group_for, key_group_range
 from lockgate.state.backends import HashMapStateBackend
 from lockgate.state.descriptors import (
@@ -41,7 +42,6 @@ from lockgate.state.handles import (
 )
 from lockgate.state.keyed import HeapKeyedStateBackend, UnsupportedSnapshotFormatError
 from lockgate.state.ttl import MIN_WATERMARK
-from lockgate.core.clock import ManualClock
 
 
 class Average(AggregateFunction):

@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import wait_until
 
-from lockgate.errors import TaskCancelledError
+from conftest import wait_until
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch, nbytes, scalar_batch, to_rows
+from lockgate.errors import TaskCancelledError
 from lockgate.runtime.channels import LocalChannel
 
 

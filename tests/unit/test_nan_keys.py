@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 import lockgate as lg
-from lockgate.core.key_hash import CANONICAL_NAN, canonical_key, hash_array, hash_keys
 from lockgate.core.batch import RowBatch
+from lockgate.core.key_hash import CANONICAL_NAN, canonical_key, hash_array, hash_keys
 from lockgate.core.partitioners import KeySelector
 from lockgate.state.keyed import HeapKeyedStateBackend
 

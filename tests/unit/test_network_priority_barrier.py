@@ -10,6 +10,8 @@ import time
 import pytest
 import zmq
 
+from lockgate.core import elements as el
+from lockgate.core.batch import RowBatch, to_rows
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 from lockgate.executor.spark.data_plane import (
     ZmqInputChannel,
@@ -17,8 +19,6 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.core import elements as el
-from lockgate.core.batch import RowBatch, to_rows
 
 UNALIGNED = el.CheckpointBarrier(1, 0, el.CheckpointOptions(unaligned=True))
 

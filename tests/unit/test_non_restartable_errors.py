@@ -10,8 +10,8 @@ import lockgate as lg
 from lockgate.connectors.postgres_transactions import TransactionLostError
 from lockgate.connectors.two_phase_commit import CommitFailedError
 from lockgate.errors import NonRestartableError
-from lockgate.recovery.non_restartable import non_restartable_cause
 from lockgate.job.restart_causes import RestartCause, RestartCauses
+from lockgate.recovery.non_restartable import non_restartable_cause
 
 
 @pytest.mark.parametrize("uid, problem", [

@@ -10,7 +10,6 @@ import pytest
 import lockgate as lg
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch, nbytes, scalar_batch, to_rows
-from lockgate.runtime.channels import LocalChannel
 from lockgate.core.partitioners import (
     BroadcastPartitioning,
     ForwardPartitioning,
@@ -18,6 +17,7 @@ from lockgate.core.partitioners import (
     KeySelector,
     RebalancePartitioning,
 )
+from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.record_writer import RecordWriter
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from lockgate.core.clock import ManualClock
 from lockgate.errors import ConfigurationError
 from lockgate.recovery.restart_strategy import RestartBackoff, RestartStrategy
-from lockgate.core.clock import ManualClock
 
 
 def fail(backoff: RestartBackoff) -> bool:

@@ -19,8 +19,8 @@ import lockgate as lg
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SharedFileTracker, SharedStateUploader
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
-from lockgate.errors import ConfigurationError, UnsupportedKeyError
 from lockgate.core.key_groups import key_group_for, key_group_range
+from lockgate.errors import ConfigurationError, UnsupportedKeyError
 from lockgate.state import rocksdb_snapshot
 from lockgate.state.descriptors import (
     AggregatingStateDescriptor,

@@ -18,8 +18,8 @@ import pytest
 
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
-from lockgate.errors import ConfigurationError
 from lockgate.core.key_groups import key_group_for
+from lockgate.errors import ConfigurationError
 from lockgate.recovery.restore import RestoreError
 from lockgate.savepoint import (
     MissingDependencyError,

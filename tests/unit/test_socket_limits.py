@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import zmq
-from conftest import wait_until
 from test_job_registry import FakeControl
 
+from conftest import wait_until
+from lockgate.core.batch import RowBatch
+from lockgate.core.execution_config import ExecutionConfig, MiB
 from lockgate.executor import job_registry
 from lockgate.executor.job_registry import find_job, register_job, send_command
 from lockgate.executor.spark import limits
@@ -27,8 +29,6 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.core.batch import RowBatch
-from lockgate.core.execution_config import ExecutionConfig, MiB
 
 #: a frame far over every bound under test (the issue's attack used 300 MB)
 BIG = 8 * MiB

@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 import zmq
-from conftest import wait_until
 from test_job_registry import FakeControl
 from zmq_tap import RouterTap
 
+from conftest import wait_until
+from lockgate.core.batch import RowBatch
 from lockgate.executor import job_registry
 from lockgate.executor.job_registry import find_job, register_job, send_command
 from lockgate.executor.spark.auth import MessageAuth, new_secret
@@ -36,7 +37,6 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
-from lockgate.core.batch import RowBatch
 
 
 def socket_to(endpoint: str, kind: int) -> Any:

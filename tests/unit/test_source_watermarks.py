@@ -10,8 +10,8 @@ import pyarrow as pa
 import lockgate as lg
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
 from lockgate.core.batch import Batch, timestamps_of
-from lockgate.runtime.context import RuntimeContext
 from lockgate.core.elements import MAX_WATERMARK, StreamStatus, Watermark
+from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.io import SourceOperator
 

@@ -13,10 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from state_fakes import CopyingTable, Host, flat
 
 import lockgate as lg
-from state_fakes import CopyingTable, Host, flat
 from lockgate.api.functions import AggregateFunction
+from lockgate.core.clock import ManualClock
 from lockgate.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -34,7 +35,6 @@ from lockgate.state.ttl import (
     drop_expired,
     strip_ttl,
 )
-from lockgate.core.clock import ManualClock
 
 TTL = 100
 

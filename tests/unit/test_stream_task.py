@@ -8,16 +8,16 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import wait_until
 
 import lockgate as lg
+from conftest import wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.errors import TaskCancelledError
 from lockgate.core import elements as el
 from lockgate.core.batch import is_batch, scalar_batch, to_rows
+from lockgate.errors import TaskCancelledError
+from lockgate.executor.task_builder import build_task
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.mailbox import Mailbox
-from lockgate.executor.task_builder import build_task
 
 
 def times_ten(x):

@@ -11,19 +11,19 @@ import pytest
 
 import lockgate as lg
 from lockgate.checkpoint.barriers.base import AlignmentInfo
-from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.channel_state import INPUT, OUTPUT, decode
-from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
+from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.connectors import CollectionSource, FileSource, SequenceSource
 from lockgate.connectors.base import ReaderOutput
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch, scalar_batch, to_rows
+from lockgate.core.partitioners import ForwardPartitioning
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import StreamOperator
-from lockgate.core.partitioners import ForwardPartitioning
 from lockgate.runtime.record_writer import RecordWriter
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 
 BARRIER = el.CheckpointBarrier(1, 0)
 UNALIGNED = el.CheckpointBarrier(1, 0, el.CheckpointOptions(unaligned=True))

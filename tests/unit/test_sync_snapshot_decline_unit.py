@@ -11,13 +11,13 @@ import lockgate as lg
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.coordinator.failure_manager import CheckpointFailureManager
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
-from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.core import elements as el
+from lockgate.core.partitioners import ForwardPartitioning
 from lockgate.runtime.channels import LocalChannel
 from lockgate.runtime.operators.base import StreamOperator
-from lockgate.core.partitioners import ForwardPartitioning
 from lockgate.runtime.record_writer import RecordWriter
+from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 
 SYNC_FAILED = CheckpointFailureReason.SYNC_FAILED
 

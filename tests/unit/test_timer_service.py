@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lockgate as lg
-from lockgate.errors import ConfigurationError, CorruptStreamError, UnsupportedKeyError
-from lockgate.core.key_groups import key_group_for, key_group_range
-from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
-from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
+from lockgate.core.key_groups import key_group_for, key_group_range
+from lockgate.errors import ConfigurationError, CorruptStreamError, UnsupportedKeyError
+from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.time.timers import (
     TIMER_SNAPSHOT_FORMAT,
     InternalTimer,

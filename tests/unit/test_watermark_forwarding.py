@@ -15,16 +15,16 @@ import cloudpickle
 import pytest
 
 import lockgate as lg
-from lockgate.graph.execution_plan import OperatorPlan, VertexPlan
-from lockgate.graph.transformations import Kind
 from lockgate.core.batch import RowBatch, timestamps_of, to_rows
+from lockgate.core.elements import StreamElement, StreamStatus, Watermark
+from lockgate.core.partitioners import KeySelector
+from lockgate.graph.execution_plan import OperatorPlan, VertexPlan
+from lockgate.graph.operator_factory import OperatorFactory
+from lockgate.graph.transformations import Kind
 from lockgate.runtime.chain import OperatorChain
 from lockgate.runtime.context import RuntimeContext
-from lockgate.core.elements import StreamElement, StreamStatus, Watermark
-from lockgate.graph.operator_factory import OperatorFactory
 from lockgate.runtime.operators.base import Output, StreamOperator
 from lockgate.runtime.operators.keyed import KeyedProcessOperator
-from lockgate.core.partitioners import KeySelector
 from lockgate.runtime.processing_time import ProcessingTimeService
 
 

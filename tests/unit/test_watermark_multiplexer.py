@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockgate.errors import ConfigurationError
 from lockgate.core.batch import RowBatch
-from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
+from lockgate.errors import ConfigurationError
 from lockgate.time.watermark_generators import PunctuatedWatermarks
 from lockgate.time.watermark_output import PerSplitWatermarks, WatermarkOutputMultiplexer
 from lockgate.time.watermark_strategy import WatermarkStrategy

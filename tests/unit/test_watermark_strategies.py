@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.core.batch import Batch, RowBatch, scalar_batch
-from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
 from lockgate.core.clock import ManualClock
+from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK
+from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.time.watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,

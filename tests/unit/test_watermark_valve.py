@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockgate.errors import ConfigurationError, CorruptStreamError
 from lockgate.core.elements import MAX_WATERMARK, MIN_WATERMARK, StreamStatus, Watermark
+from lockgate.errors import ConfigurationError, CorruptStreamError
 from lockgate.time.valve import MultiInputWatermark, StatusWatermarkValve
 
 IDLE = StreamStatus.IDLE

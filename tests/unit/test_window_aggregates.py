@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockgate.errors import ConfigurationError
 from lockgate.core.batch import RowBatch, scalar_batch
+from lockgate.errors import ConfigurationError
 from lockgate.time.window_aggregates import (
     Accumulators,
     WindowAggregate,

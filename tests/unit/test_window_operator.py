@@ -17,11 +17,12 @@ import pytest
 
 import lockgate as lg
 from lockgate.api.functions import ProcessWindowFunction
-from lockgate.errors import ConfigurationError, UserFunctionError
-from lockgate.core.key_groups import key_group_for, subtask_for_key
 from lockgate.core.batch import RowBatch, timestamps_of, to_rows, user_view, with_timestamps
-from lockgate.runtime.context import RuntimeContext
 from lockgate.core.elements import MAX_WATERMARK, StreamStatus, Watermark
+from lockgate.core.key_groups import key_group_for, subtask_for_key
+from lockgate.core.partitioners import KeySelector
+from lockgate.errors import ConfigurationError, UserFunctionError
+from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED, WindowOperator
 from lockgate.runtime.operators.window_contents import (
@@ -30,7 +31,6 @@ from lockgate.runtime.operators.window_contents import (
     ProcessContents,
     ReduceContents,
 )
-from lockgate.core.partitioners import KeySelector
 from lockgate.runtime.processing_time import ProcessingTimeService
 from lockgate.time.window_aggregates import WindowAggregation
 

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import CorruptStreamError
-from ...core.elements import CancellationMarker, CheckpointBarrier
 from ...core.clock import Clock
+from ...core.elements import CancellationMarker, CheckpointBarrier
+from ...errors import CorruptStreamError
 from ..types import CheckpointFailureReason
 from .base import AlignmentInfo, BarrierActions
 

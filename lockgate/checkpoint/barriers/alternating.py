@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...core.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
 from ...core.clock import Clock
+from ...core.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
 from ..types import CheckpointFailureReason
 from .aligner import BarrierAligner, CheckpointInProgress, start_delay_ms
 from .base import AlignmentInfo, BarrierActions

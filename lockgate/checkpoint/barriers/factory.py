@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from ...errors import ConfigurationError
 from ...core.clock import Clock
+from ...errors import ConfigurationError
 from ..config import CheckpointingMode
 from .aligner import BarrierAligner
 from .alternating import AlternatingBarrierHandler

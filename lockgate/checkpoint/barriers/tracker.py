@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ...core.elements import CancellationMarker, CheckpointBarrier
 from ...core.clock import Clock
+from ...core.elements import CancellationMarker, CheckpointBarrier
 from ..types import CheckpointFailureReason
 from .aligner import NO_CHECKPOINT, start_delay_ms
 from .base import AlignmentInfo, BarrierActions

@@ -73,9 +73,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from ...errors import CheckpointFailedError, ConfigurationError
-from ...core.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
 from ...core.clock import Clock
+from ...core.elements import CheckpointBarrier, CheckpointOptions, CheckpointType
+from ...errors import CheckpointFailedError, ConfigurationError
 from ..config import CheckpointConfig
 from ..storage import CheckpointStorage
 from ..types import (

@@ -22,8 +22,15 @@ from ..spark.limits import (
 
 log = logging.getLogger(__name__)
 from .files import (
-    CANCEL, COMMANDS, POLL_MS, REJECTED, JobCommandError, JobInfo, JobUnreachableError,
-    check_timeout, is_alive,
+    CANCEL,
+    COMMANDS,
+    POLL_MS,
+    REJECTED,
+    JobCommandError,
+    JobInfo,
+    JobUnreachableError,
+    check_timeout,
+    is_alive,
 )
 
 #: a client waits a command's own timeout plus this for the reply

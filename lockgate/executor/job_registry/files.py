@@ -13,7 +13,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from ...errors import ConfigurationError, LockgateError
 
 log = logging.getLogger(__name__)

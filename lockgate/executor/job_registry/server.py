@@ -30,9 +30,22 @@ from ..spark.signals import PipeWaker
 
 log = logging.getLogger(__name__)
 from .files import (
-    CANCEL, COMMANDS, HOME_ENV, POLL_MS, REJECTED, SAVEPOINT, STOP, JobControlError, JobInfo,
-    UnsafeRegistryError, check_private_folder, check_timeout, jobs_folder, lockgate_home,
-    process_start, write_private,
+    CANCEL,
+    COMMANDS,
+    HOME_ENV,
+    POLL_MS,
+    REJECTED,
+    SAVEPOINT,
+    STOP,
+    JobControlError,
+    JobInfo,
+    UnsafeRegistryError,
+    check_private_folder,
+    check_timeout,
+    jobs_folder,
+    lockgate_home,
+    process_start,
+    write_private,
 )
 
 #: how long ``JobRegistration.close`` waits for commands in flight to answer

@@ -24,9 +24,10 @@ the driver's own interpreter and so can import it.
 
 from __future__ import annotations
 
+from pyspark import daemon
+
 import lockgate.executor.spark.slot  # noqa: F401
 import lockgate.executor.task_builder  # noqa: F401
-from pyspark import daemon
 
 if __name__ == "__main__":
     daemon.manager()

@@ -25,8 +25,8 @@ from typing import Any
 
 import zmq
 
-from ...errors import TaskCancelledError
 from ...core.elements import PriorityBarrier, StreamElement
+from ...errors import TaskCancelledError
 from .auth import (
     AuthenticationError,
     MalformedMessageError,

@@ -33,19 +33,21 @@ from typing import Any
 import cloudpickle
 
 from ...checkpoint.types import TaskAcknowledgement
+from ...core.clock import SystemClock
 from ...errors import ConfigurationError, FailureReason, JobFailedError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
-from ...core.clock import SystemClock
+from ...job.handle import JobHandle
+from ...job.result import JobExecutionResult
 from ..base import (
     cancelled_result,
     checkpoint_failure,
-    checkpoint_run as _checkpoint_run,
     failure_error,
     finished_result,
     user_cause,
 )
-from ...job.handle import JobHandle
-from ...job.result import JobExecutionResult
+from ..base import (
+    checkpoint_run as _checkpoint_run,
+)
 from .auth import MessageAuth, new_secret
 from .control import (
     ACK,
@@ -56,8 +58,8 @@ from .control import (
     FAILED,
     REGISTER,
     TASK_END_OF_DATA,
-    TASK_RUNNING,
     TASK_FINISHED,
+    TASK_RUNNING,
     TRIGGER,
     ControlEvent,
     ControlServer,
@@ -231,8 +233,8 @@ class SparkExecutor:
         return finished_result(plan, (time.monotonic() - started) * 1000, counters, sink_results)
 
     def _watch(self, plan: ExecutionPlan, server: ControlServer,
-               outcome: "queue.Queue[tuple[str, Any]]", gen: int, handle: JobHandle,
-               run: Any, gateway: "_SparkGateway") -> list[dict[str, Any]]:
+               outcome: queue.Queue[tuple[str, Any]], gen: int, handle: JobHandle,
+               run: Any, gateway: _SparkGateway) -> list[dict[str, Any]]:
         submitted = time.monotonic()
         while True:
             if handle.cancel_requested.is_set():

@@ -27,8 +27,8 @@ from typing import Any
 
 import zmq
 
-from ...errors import LockgateError
 from ...core.execution_config import ExecutionConfig, MiB
+from ...errors import LockgateError
 
 log = logging.getLogger(__name__)
 

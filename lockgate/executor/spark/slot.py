@@ -35,15 +35,15 @@ import zmq
 
 from ...checkpoint.storage import open_storage
 from ...checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
+from ...core.clock import SystemClock
 from ...errors import TaskCancelledError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
-from ...runtime.watermark_report import task_watermarks
+from ...runtime.final_checkpoint import finished_task_results
 from ...runtime.task import StreamTask
+from ...runtime.task_threads import run_task_threads
+from ...runtime.watermark_report import task_watermarks
 from ..task_builder import build_task
 from ..wiring import wire_subtask
-from ...runtime.final_checkpoint import finished_task_results
-from ...runtime.task_threads import run_task_threads
-from ...core.clock import SystemClock
 from .auth import MessageAuth
 from .control import (
     ACK,
@@ -57,8 +57,8 @@ from .control import (
     STACKS,
     START,
     TASK_END_OF_DATA,
-    TASK_RUNNING,
     TASK_FINISHED,
+    TASK_RUNNING,
     TRIGGER,
     ControlClient,
     ControlReporter,
@@ -268,7 +268,7 @@ class _ControlResponder:
         self.control.send(TASK_RUNNING, task)
 
 
-def _await_start(inbox: "queue.Queue[tuple[str, Any]]", timeout_s: float) -> dict[Any, str]:
+def _await_start(inbox: queue.Queue[tuple[str, Any]], timeout_s: float) -> dict[Any, str]:
     deadline = time.monotonic() + timeout_s
     while True:
         remaining = deadline - time.monotonic()

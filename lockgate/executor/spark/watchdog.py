@@ -39,7 +39,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 

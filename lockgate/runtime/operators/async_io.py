@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...core.batch import NO_TIMESTAMP, Batch, RowBatch, timestamps_of, to_rows
+from ...core.elements import StreamStatus, Watermark
 from ...errors import ConfigurationError, LockgateError
 from ...state.operator_state import even_chunk
 from ...state.snapshot import OperatorStateSnapshot, payload_part
@@ -49,8 +51,6 @@ from ..async_queue import (
     _check_capacity,
 )
 from ..async_runner import AsyncRunner, AsyncTimeoutError, _check_timeout, describe_record
-from ...core.batch import NO_TIMESTAMP, Batch, RowBatch, timestamps_of, to_rows
-from ...core.elements import StreamStatus, Watermark
 from .basic import _FunctionOperator
 
 #: the key of the operator's in-flight inputs in the "function" part of its snapshot

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import TaskCancelledError, UserFunctionError
 from ...core.batch import Batch, num_rows
-from ..context import RuntimeContext
 from ...core.elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
-from ..metrics import OperatorCounters
 from ...core.user_functions import PLAIN_CALLABLES
+from ...errors import TaskCancelledError, UserFunctionError
+from ..context import RuntimeContext
+from ..metrics import OperatorCounters
 
 
 class Output:

@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 
 from ...core.batch import (
     NO_TIMESTAMP,
+    SCALAR_COLUMN,
     Batch,
     RowBatch,
-    SCALAR_COLUMN,
     is_scalar_schema,
     scalar_batch,
     timestamps_of,
@@ -22,12 +22,11 @@ from ...core.batch import (
     user_view,
     with_timestamps,
 )
-from ...state.operator_state import UNION, OperatorStateStore
-from ...state.snapshot import OperatorStateSnapshot, payload_part
 from ...core.excerpt import excerpt
 from ...core.user_functions import bind_function
+from ...state.operator_state import UNION, OperatorStateStore
+from ...state.snapshot import OperatorStateSnapshot, payload_part
 from .base import StreamOperator, close_function, open_function
-
 
 #: results a flat_map/process function returns by mistake for one record
 _SINGLE_RECORDS = (str, bytes, dict)

@@ -35,6 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...core.batch import Batch, RowBatch, to_rows
+from ...core.partitioners import KeySelector
+from ...core.user_functions import bind_function
 from ...errors import ConfigurationError, UnsupportedKeyError
 from ...state.broadcast import (
     BroadcastState,
@@ -43,9 +46,6 @@ from ...state.broadcast import (
 )
 from ...state.descriptors import MapStateDescriptor, StateDescriptor
 from ...state.snapshot import OperatorStateSnapshot, payload_part
-from ...core.batch import Batch, RowBatch, to_rows
-from ...core.partitioners import KeySelector
-from ...core.user_functions import bind_function
 from .base import StreamOperator
 from .basic import _SINGLE_RECORDS, ProcessOperator, _FunctionOperator, single_record_error
 from .keyed import ElementContext, KeyedProcessOperator

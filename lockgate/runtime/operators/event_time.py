@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import MalformedRecordError
 from ...core.batch import Batch, with_timestamps
 from ...core.elements import StreamStatus, Watermark
+from ...errors import MalformedRecordError
 from .base import StreamOperator
 
 

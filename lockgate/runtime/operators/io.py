@@ -15,15 +15,15 @@ from ...connectors.base import (
     SourceReader,
     assign_splits,
 )
-from ...errors import LockgateError, MalformedRecordError
 from ...core.batch import Batch, RowBatch, num_rows, user_view
 from ...core.elements import MAX_WATERMARK, Watermark
+from ...errors import LockgateError, MalformedRecordError
 from .base import StreamOperator
 from .event_time import OperatorWatermarks
 
 
 class _OperatorReaderOutput(ReaderOutput):
-    def __init__(self, operator: "SourceOperator") -> None:
+    def __init__(self, operator: SourceOperator) -> None:
         self.operator = operator
         self._dead: list[dict[str, Any]] = []
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigurationError
-from ...core.key_groups import key_group_range
-from ...state.snapshot import keyed_parts, payload_part
-from ...time.timers import InternalTimerService
-from ...core.elements import Watermark
 import numpy as np
 
 from ...core.batch import Batch, RowBatch, timestamps_of, to_rows
+from ...core.elements import Watermark
+from ...core.key_groups import key_group_range
 from ...core.partitioners import KeySelector
+from ...errors import ConfigurationError
+from ...state.snapshot import keyed_parts, payload_part
+from ...time.timers import InternalTimerService
 from .base import StreamOperator
 from .basic import (
     _SINGLE_RECORDS,

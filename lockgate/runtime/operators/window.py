@@ -49,13 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigurationError
-from ...core.key_groups import key_group_range
-from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
-from ...time.windows import WindowAssigner, WindowAssignment
 from ...core.batch import Batch, num_rows, take, timestamps_of
 from ...core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
+from ...core.key_groups import key_group_range
 from ...core.partitioners import KeySelector
+from ...errors import ConfigurationError
+from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
+from ...time.windows import WindowAssigner, WindowAssignment
 from .base import StreamOperator, close_function, open_function
 from .window_contents import WindowContents
 from .window_keys import KeyDictionary

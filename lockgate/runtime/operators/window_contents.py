@@ -38,6 +38,8 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
+from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ...core.user_functions import bind_function, is_default_method
 from ...errors import ConfigurationError
 from ...time.window_aggregates import (
     WINDOW_END,
@@ -48,8 +50,6 @@ from ...time.window_aggregates import (
     window_result_batch,
 )
 from ...time.windows import TimeWindow, WindowAssignment
-from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
-from ...core.user_functions import bind_function, is_default_method
 from .keyed import tag_name
 
 #: the field of AggregateFunction and reduce results holding the value
