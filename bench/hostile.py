@@ -292,7 +292,7 @@ def oversize_control(target: Target) -> dict[str, Any]:
 def data_channels(target: Target) -> list[tuple[Any, str]]:
     """One data channel (key, endpoint) consumed by every slot."""
     chosen = []
-    for slot, registration in sorted(target.control.registrations.items()):
+    for _slot, registration in sorted(target.control.registrations.items()):
         keys = [k for k in registration["endpoints"] if k[-1] != "priority"]
         if keys:
             key = min(keys)

@@ -107,7 +107,7 @@ class _PartFile:
         fmt = self.format
         if fmt == "jsonl":
             if self.file is None:
-                self.file = open(self.path, "w", encoding="utf-8")
+                self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (open across write calls, closed in close())
             dumps = json.dumps
             self.file.write("".join(
                 dumps(r, default=_json_default, ensure_ascii=False) + "\n" for r in to_rows(batch)
@@ -134,7 +134,7 @@ class _PartFile:
     def _open_writer(self, schema: pa.Schema) -> Any:
         self.schema = schema
         if self.format == "csv":
-            self.file = open(self.path, "wb")
+            self.file = open(self.path, "wb")  # noqa: SIM115 (open across write calls, closed in close())
             self.writer = pacsv.CSVWriter(self.file, schema)
         else:
             self.writer = pq.ParquetWriter(self.path, schema)

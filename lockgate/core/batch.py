@@ -64,7 +64,7 @@ class RowBatch:
         return isinstance(other, RowBatch) and other.rows == self.rows
 
 
-Batch = Union[pa.RecordBatch, RowBatch]
+Batch = Union[pa.RecordBatch, RowBatch]  # noqa: UP007 (runtime alias kept as typing.Union)
 
 
 def is_batch(element: object) -> bool:

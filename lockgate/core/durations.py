@@ -7,7 +7,7 @@ from typing import Union
 
 from ..errors import ConfigurationError
 
-Duration = Union[timedelta, int]
+Duration = Union[timedelta, int]  # noqa: UP007 (runtime alias kept as typing.Union)
 
 
 def to_millis(value: Duration, what: str, *, allow_zero: bool = True) -> int:

@@ -139,6 +139,6 @@ class _EndOfPartition:
 END_OF_PARTITION = _EndOfPartition()
 EndOfPartition = _EndOfPartition
 
-ControlElement = Union[Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
+ControlElement = Union[  # noqa: UP007 (runtime alias kept as typing.Union)Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
                        PriorityBarrier, _EndOfData, _EndOfPartition]
-StreamElement = Union[Batch, ControlElement]
+StreamElement = Union[Batch, ControlElement]  # noqa: UP007 (runtime alias kept as typing.Union)

@@ -83,7 +83,7 @@ class JobGraph:
         return [[self.nodes[n].name for n in v.operators] for v in self.vertices]
 
 
-def build_job_graph(
+def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass over the topological order)
     order: list[Transformation],
     default_parallelism: int,
     default_max_parallelism: int,
@@ -153,7 +153,7 @@ def build_job_graph(
         head_of[node_id] = head_of[chained_in[0].source] if chained_in else node_id
 
     vertices: dict[int, JobVertex] = {}
-    for node_id, node in nodes.items():
+    for node_id in nodes:
         head = head_of[node_id]
         v = vertices.get(head)
         if v is None:

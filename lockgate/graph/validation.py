@@ -12,7 +12,7 @@ from ..errors import InvalidGraphError
 from .transformations import Kind, Transformation
 
 
-def validate(
+def validate(  # noqa: C901 (a flat list of independent checks, one per rule)
     transformations: list[Transformation], default_parallelism: int, default_max_parallelism: int,
     *, checkpointing: bool,
 ) -> None:

@@ -77,15 +77,14 @@ class LocalChannel:
     def put(self, element: StreamElement) -> None:
         size = nbytes(element) if is_batch(element) else 0
         with self._lock:
-            if size:
-                if self._bytes > 0 and self._bytes + size > self.capacity_bytes:
-                    self.blocked_puts += 1
-                    while (
-                        self._bytes > 0
-                        and self._bytes + size > self.capacity_bytes
-                        and not self._cancelled
-                    ):
-                        self._not_full.wait()
+            if size and self._bytes > 0 and self._bytes + size > self.capacity_bytes:
+                self.blocked_puts += 1
+                while (
+                    self._bytes > 0
+                    and self._bytes + size > self.capacity_bytes
+                    and not self._cancelled
+                ):
+                    self._not_full.wait()
             if self._cancelled:
                 raise TaskCancelledError(f"{self.name} was cancelled")
             self._queue.append((element, size))

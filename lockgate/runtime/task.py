@@ -165,10 +165,10 @@ class StreamTask:
             else:
                 cp.trigger_source(barrier)
 
-        if not self.mailbox.put(run, f"trigger checkpoint {barrier.checkpoint_id}"):
-            if not self.finished:
-                cp.responder.decline(cp.task, barrier.checkpoint_id,
-                                     CheckpointFailureReason.TASK_NOT_RUNNING)
+        queued = self.mailbox.put(run, f"trigger checkpoint {barrier.checkpoint_id}")
+        if not queued and not self.finished:
+            cp.responder.decline(cp.task, barrier.checkpoint_id,
+                                 CheckpointFailureReason.TASK_NOT_RUNNING)
 
     def _defer_trigger(self, cp: SubtaskCheckpointer, barrier: CheckpointBarrier) -> None:
         """Task thread: keep ``barrier`` (the newest direct trigger; an older one waiting
@@ -452,10 +452,7 @@ class StreamTask:
         return deadline
 
     def _outputs_available(self) -> bool:
-        for w in self.writers:
-            if not w.is_available():
-                return False
-        return True
+        return all(w.is_available() for w in self.writers)
 
     def _backpressure_deadline(self) -> float | None:
         """When to look at full outputs again: channels that cannot signal freed space

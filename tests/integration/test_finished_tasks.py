@@ -109,9 +109,9 @@ class FailAfterShortFinished(lg.MapFunction):
     def map(self, value: Any) -> Any:
         self.seen += 1
         v = value["v"] if isinstance(value, dict) else value
-        if self.attempt == 0 and self.seen % 200 == 0 and v >= LONG_START:
-            if len(checkpoints_with_finished(self.storage, self.uid, self.subtasks)) >= 2:
-                raise InjectedFault("injected: the short input finished two checkpoints ago")
+        if (self.attempt == 0 and self.seen % 200 == 0 and v >= LONG_START
+                and len(checkpoints_with_finished(self.storage, self.uid, self.subtasks)) >= 2):
+            raise InjectedFault("injected: the short input finished two checkpoints ago")
         return value
 
 

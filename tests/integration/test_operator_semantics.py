@@ -347,7 +347,7 @@ def test_the_runtime_context_in_open_describes_the_subtask(make_env, executor, p
            .process(Describe(), name="describe").execute_and_collect(executor=executor))
     infos = set(out)
     assert {i[0] for i in infos} == set(range(parallelism))
-    for subtask, p, max_parallelism, attempt, task_name in infos:
+    for _subtask, p, max_parallelism, attempt, task_name in infos:
         assert (p, max_parallelism) == (parallelism, 64)
         assert attempt == 0, "the first attempt of every job is attempt 0"
         assert task_name == "numbers -> describe", "the task is named after its chain"

@@ -134,7 +134,7 @@ class Actions:
         self.run.complete.append(checkpoint_id)
 
 
-def execute(sc: Scenario, mode: CheckpointingMode, unaligned: bool, data: st.DataObject) -> Run:
+def execute(sc: Scenario, mode: CheckpointingMode, unaligned: bool, data: st.DataObject) -> Run:  # noqa: C901 (one branch per step kind of the property test)
     """Feed and consume ``sc``; at each step ``data`` chooses: feed channel ``ch`` its next
     element, poll once, or (with unaligned checkpoints) advance the clock."""
     run = Run()

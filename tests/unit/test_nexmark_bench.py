@@ -26,7 +26,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 def test_the_same_seed_gives_the_same_files_and_another_seed_other_ones(tmp_path: Path) -> None:
     a = generate.generate(tmp_path / "a", 20_000, seed=1, files=2)
-    b = generate.generate(tmp_path / "b", 20_000, seed=1, files=2)
+    generate.generate(tmp_path / "b", 20_000, seed=1, files=2)
     c = generate.generate(tmp_path / "c", 20_000, seed=2, files=2)
     assert a["rows"] == {"person": 400, "auction": 1200, "bid": 18400} == c["rows"]
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")

@@ -79,7 +79,7 @@ def test_m_r2_an_environment_failure_wrapped_in_a_configuration_error_stays_rest
         try:
             raise lg.ConfigurationError("handled")
         except lg.ConfigurationError:
-            raise RuntimeError("another failure")
+            raise RuntimeError("another failure")  # noqa: B904 (the implicit __context__ is the point)
     except RuntimeError as error:
         assert non_restartable_cause(user_failure(error)) is None
 

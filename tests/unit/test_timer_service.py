@@ -512,7 +512,7 @@ def test_M_T4_the_snapshot_is_picklable_and_groups_each_timer_with_its_keys_key_
     assert payload["max_parallelism"] == MP
     for kg, queues in payload["key_groups"].items():
         for queue in ("event_time", "processing_time"):
-            for ts, key, _ in queues[queue]:
+            for _ts, key, _ in queues[queue]:
                 assert key_group_for(key, MP) == kg
             stamps = [e[0] for e in queues[queue]]
             assert stamps == sorted(stamps)

@@ -312,7 +312,7 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ triggering
 
-    def trigger_checkpoint(self, *, forced: bool = False, savepoint: bool = False,
+    def trigger_checkpoint(self, *, forced: bool = False, savepoint: bool = False,  # noqa: C901 (the triggering checks of M-C1/M-C4 in their documented order)
                            drain: bool = False) -> int | CheckpointFailureReason:
         """Trigger a checkpoint (a savepoint is always forced). Returns its id, or the
         reason it was cancelled or aborted during triggering (M-C1, M-C4).

@@ -19,8 +19,6 @@ from ..spark.limits import (
     REGISTRY_REPLY_LIMIT,
     bound,
 )
-
-log = logging.getLogger(__name__)
 from .files import (
     CANCEL,
     COMMANDS,
@@ -32,6 +30,8 @@ from .files import (
     check_timeout,
     is_alive,
 )
+
+log = logging.getLogger(__name__)
 
 #: a client waits a command's own timeout plus this for the reply
 REPLY_GRACE_S = 5.0

@@ -27,8 +27,6 @@ from ..spark.limits import (
     bound,
 )
 from ..spark.signals import PipeWaker
-
-log = logging.getLogger(__name__)
 from .files import (
     CANCEL,
     COMMANDS,
@@ -47,6 +45,8 @@ from .files import (
     process_start,
     write_private,
 )
+
+log = logging.getLogger(__name__)
 
 #: how long ``JobRegistration.close`` waits for commands in flight to answer
 CLOSE_DRAIN_S = 10.0
