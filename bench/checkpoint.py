@@ -55,15 +55,22 @@ def slow(batch):  # type: ignore[no-untyped-def]
     return batch
 
 
-def overhead_run(executor: object, records: int, parallelism: int,
-                 checkpoints: bool) -> tuple[float, int]:
+def overhead_run(
+    executor: object, records: int, parallelism: int, checkpoints: bool
+) -> tuple[float, int]:
     env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
     if checkpoints:
         env.enable_checkpointing(1000)
         env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
-    (env.from_source(SequenceSource(0, records), name="numbers").uid("numbers")
-        .map(to_row).key_by(key_of).process(RunningSum()).uid("sums")
-        .sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, records), name="numbers")
+        .uid("numbers")
+        .map(to_row)
+        .key_by(key_of)
+        .process(RunningSum())
+        .uid("sums")
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("checkpoint-overhead")
     result = client.wait()
     done = [c for c in client.checkpoints() if c.status == "completed"]
@@ -82,10 +89,16 @@ def overhead(executor: object, records: int, parallelism: int, repeat: int) -> d
     base = statistics.median(without)
     rate = statistics.median(r for r, _ in with_)
     return {
-        "case": "overhead", "executor": type(executor).__name__, "parallelism": parallelism,
-        "records": records, "runs": repeat, "steady_records_per_s_without": round(base),
-        "steady_records_per_s_with": round(rate), "ratio": round(rate / base, 3),
-        "checkpoints_completed_per_run": [n for _, n in with_], "interval_ms": 1000,
+        "case": "overhead",
+        "executor": type(executor).__name__,
+        "parallelism": parallelism,
+        "records": records,
+        "runs": repeat,
+        "steady_records_per_s_without": round(base),
+        "steady_records_per_s_with": round(rate),
+        "ratio": round(rate / base, 3),
+        "checkpoints_completed_per_run": [n for _, n in with_],
+        "interval_ms": 1000,
         "cores": os.cpu_count(),
     }
 
@@ -98,9 +111,14 @@ def backpressure(executor: object, parallelism: int, unaligned: bool, count: int
     cfg.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
     cfg.unaligned = unaligned
     cfg.timeout = 120_000
-    (env.from_source(SequenceSource(0, 10**12, batch_size=500), name="numbers").uid("numbers")
-        .rebalance().map_batches(slow, name="slow").uid("slow")
-        .sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 10**12, batch_size=500), name="numbers")
+        .uid("numbers")
+        .rebalance()
+        .map_batches(slow, name="slow")
+        .uid("slow")
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("checkpoint-backpressure")
     done: list[lg.CheckpointStats] = []
     deadline = time.monotonic() + 300
@@ -115,14 +133,21 @@ def backpressure(executor: object, parallelism: int, unaligned: bool, count: int
     done = done[1:] or done  # the first one starts before backpressure has built up
     durations = [c.duration_ms or 0.0 for c in done]
     return {
-        "case": "backpressure", "mode": "unaligned" if unaligned else "aligned",
-        "executor": type(executor).__name__, "parallelism": parallelism,
+        "case": "backpressure",
+        "mode": "unaligned" if unaligned else "aligned",
+        "executor": type(executor).__name__,
+        "parallelism": parallelism,
         "checkpoints": len(done),
         "median_duration_ms": round(statistics.median(durations), 1) if durations else None,
         "max_duration_ms": round(max(durations), 1) if durations else None,
-        "median_alignment_ms": round(statistics.median(
-            max((m.alignment_ms for m in c.subtasks.values()), default=0.0) for c in done), 1)
-        if done else None,
+        "median_alignment_ms": round(
+            statistics.median(
+                max((m.alignment_ms for m in c.subtasks.values()), default=0.0) for c in done
+            ),
+            1,
+        )
+        if done
+        else None,
         "persisted_inflight_bytes": sum(c.persisted_inflight_bytes for c in done),
         "cores": os.cpu_count(),
     }
@@ -162,11 +187,18 @@ def recovery(executor: object, parallelism: int, failures: int) -> dict:
     env.enable_checkpointing(500)
     env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-bench-")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=failures, delay=0))
-    (env.from_source(SequenceSource(0, 10**12, rows_per_second=20_000, batch_size=200),
-                     name="numbers").uid("numbers")
-        .map(RecoveryProbe(path, at=30_000, failures=failures), name="probe").uid("probe")
-        .key_by(key_of).process(RunningSum()).uid("sums")
-        .sink_to(DiscardingSink()))
+    (
+        env.from_source(
+            SequenceSource(0, 10**12, rows_per_second=20_000, batch_size=200), name="numbers"
+        )
+        .uid("numbers")
+        .map(RecoveryProbe(path, at=30_000, failures=failures), name="probe")
+        .uid("probe")
+        .key_by(key_of)
+        .process(RunningSum())
+        .uid("sums")
+        .sink_to(DiscardingSink())
+    )
     client = env.execute_async("recovery")
     deadline = time.monotonic() + 60 + 30 * failures
     pause = threading.Event()
@@ -175,8 +207,10 @@ def recovery(executor: object, parallelism: int, failures: int) -> dict:
         if not os.path.exists(path):
             return []
         with open(path) as f:
-            return [(w, int(a), float(t)) for w, a, t in
-                    (line.strip().split(",") for line in f if line.strip())]
+            return [
+                (w, int(a), float(t))
+                for w, a, t in (line.strip().split(",") for line in f if line.strip())
+            ]
 
     while time.monotonic() < deadline and not client.done():
         if any(w == "resume" and a == failures for w, a, _ in notes()):
@@ -192,8 +226,11 @@ def recovery(executor: object, parallelism: int, failures: int) -> dict:
         if failed and resumed:
             gaps.append(min(resumed) - failed[0])
     return {
-        "case": "recovery", "executor": type(executor).__name__, "parallelism": parallelism,
-        "failures": failures, "measured": len(gaps),
+        "case": "recovery",
+        "executor": type(executor).__name__,
+        "parallelism": parallelism,
+        "failures": failures,
+        "measured": len(gaps),
         "median_failure_to_resumed_s": round(statistics.median(gaps), 3) if gaps else None,
         "max_failure_to_resumed_s": round(max(gaps), 3) if gaps else None,
         "cores": os.cpu_count(),
@@ -201,8 +238,7 @@ def recovery(executor: object, parallelism: int, failures: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--executor", default="local", choices=["local", "spark"])
     ap.add_argument("--cases", default="overhead,backpressure,recovery")
     ap.add_argument("--records", type=int, default=12_000_000)
@@ -214,15 +250,17 @@ def main() -> None:
     executor = executor_for(args.executor)
     cases = args.cases.split(",")
     if "overhead" in cases:
-        print(json.dumps(overhead(executor, args.records, args.parallelism, args.repeat)),
-              flush=True)
+        print(
+            json.dumps(overhead(executor, args.records, args.parallelism, args.repeat)), flush=True
+        )
     if "backpressure" in cases:
         aligned = backpressure(executor, args.parallelism, False, args.checkpoints)
         print(json.dumps(aligned), flush=True)
         unaligned = backpressure(executor, args.parallelism, True, args.checkpoints)
         if aligned["median_duration_ms"] and unaligned["median_duration_ms"] is not None:
             unaligned["ratio_to_aligned"] = round(
-                unaligned["median_duration_ms"] / aligned["median_duration_ms"], 4)
+                unaligned["median_duration_ms"] / aligned["median_duration_ms"], 4
+            )
         print(json.dumps(unaligned), flush=True)
     if "recovery" in cases:
         print(json.dumps(recovery(executor, args.parallelism, args.failures)), flush=True)

@@ -85,8 +85,16 @@ def draw_faults(rng: random.Random, count: int, *, spark: bool, records: int) ->
     """Fault ``i`` fires in attempt ``i``. Records are drawn so the fault is reached: a
     subtask of the count sees about ``records / parallelism`` records per attempt at most,
     and an attempt after a restore sees fewer, so the numbers stay in the first tenth."""
-    kinds = ["record-source", "record-count", "snapshot-sync", "snapshot-async",
-             "alignment", "drop-ack", "commit-pg", "commit-files"]
+    kinds = [
+        "record-source",
+        "record-count",
+        "snapshot-sync",
+        "snapshot-async",
+        "alignment",
+        "drop-ack",
+        "commit-pg",
+        "commit-files",
+    ]
     if spark:
         kinds.append("kill-worker")
     out = []
@@ -162,20 +170,32 @@ def file_rows(folder: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def run_once(index: int, executor_name: str, executor: Any, unaligned: bool,
-             args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
+def run_once(
+    index: int,
+    executor_name: str,
+    executor: Any,
+    unaligned: bool,
+    args: argparse.Namespace,
+    rng: random.Random,
+) -> dict[str, Any]:
     work = tempfile.mkdtemp(prefix="lockgate-campaign-")
     os.chmod(work, 0o700)
     table = f"lg_campaign_{uuid.uuid4().hex[:10]}"
     prefix = f"lgcampaign-{uuid.uuid4().hex[:10]}"
     query(args.dsn, f"CREATE TABLE {table} (k bigint, v bigint, n bigint)")
-    faults = draw_faults(rng, args.faults, spark=executor_name == "spark",
-                         records=args.records)
+    faults = draw_faults(rng, args.faults, spark=executor_name == "spark", records=args.records)
     line: dict[str, Any] = {
-        "case": "run", "run": index, "executor": executor_name,
-        "mode": "unaligned" if unaligned else "aligned", "faults_injected": len(faults),
-        "fault_kinds": dict(Counter(type(f).__name__ + (f"/{f.phase}" if isinstance(
-            f, FailSnapshot) else "") for f in faults)),
+        "case": "run",
+        "run": index,
+        "executor": executor_name,
+        "mode": "unaligned" if unaligned else "aligned",
+        "faults_injected": len(faults),
+        "fault_kinds": dict(
+            Counter(
+                type(f).__name__ + (f"/{f.phase}" if isinstance(f, FailSnapshot) else "")
+                for f in faults
+            )
+        ),
         "cores": os.cpu_count(),
     }
     started = time.perf_counter()
@@ -187,17 +207,20 @@ def run_once(index: int, executor_name: str, executor: Any, unaligned: bool,
         cfg.unaligned = unaligned
         cfg.timeout = timedelta(seconds=2)
         cfg.tolerable_failures = 0
-        env.set_restart_strategy(lg.RestartStrategy.fixed_delay(
-            attempts=args.faults + 3, delay=timedelta(0)))
-        counts = (env.from_source(SequenceSource(0, args.records, rows_per_second=args.rate),
-                                  name=SOURCE).uid(SOURCE)
-                  .map(to_record, name="to record").uid("to-record")
-                  .key_by("k")
-                  .process(KeyedCount(), name=COUNT).uid(COUNT))
-        counts.sink_to(PostgresSink(args.dsn, table, transaction_prefix=prefix),
-                       name=PG).uid(PG)
-        counts.sink_to(FileSink(os.path.join(work, "out"), format="jsonl"),
-                       name=FILES).uid(FILES)
+        env.set_restart_strategy(
+            lg.RestartStrategy.fixed_delay(attempts=args.faults + 3, delay=timedelta(0))
+        )
+        counts = (
+            env.from_source(SequenceSource(0, args.records, rows_per_second=args.rate), name=SOURCE)
+            .uid(SOURCE)
+            .map(to_record, name="to record")
+            .uid("to-record")
+            .key_by("k")
+            .process(KeyedCount(), name=COUNT)
+            .uid(COUNT)
+        )
+        counts.sink_to(PostgresSink(args.dsn, table, transaction_prefix=prefix), name=PG).uid(PG)
+        counts.sink_to(FileSink(os.path.join(work, "out"), format="jsonl"), name=FILES).uid(FILES)
         inject_faults(env, *faults)
         result = env.execute(f"fault campaign {index}", executor=executor)
         line["status"] = result.status.value
@@ -208,11 +231,11 @@ def run_once(index: int, executor_name: str, executor: Any, unaligned: bool,
         line["faults_fired"] = None
         traceback.print_exc(file=sys.stderr)
     line["seconds"] = round(time.perf_counter() - started, 2)
-    pg = check([tuple(r) for r in query(args.dsn, f"SELECT k, v, n FROM {table}")],
-               args.records)
+    pg = check([tuple(r) for r in query(args.dsn, f"SELECT k, v, n FROM {table}")], args.records)
     files = check(file_rows(os.path.join(work, "out")), args.records)
-    left = query(args.dsn, "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s)",
-                 (prefix,))
+    left = query(
+        args.dsn, "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s)", (prefix,)
+    )
     for (gid,) in left:  # leave the server clean for the next run
         query(args.dsn, f"ROLLBACK PREPARED '{gid}'")
     query(args.dsn, f"DROP TABLE IF EXISTS {table}")
@@ -235,13 +258,23 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=600_000)
     parser.add_argument("--rate", type=float, default=60_000)
     parser.add_argument("--faults", type=int, default=15, help="faults per run")
-    parser.add_argument("--only", type=int, action="append", default=None,
-                        help="run only these run indexes (the others' faults are still drawn, "
-                             "so a run is reproduced exactly); repeatable")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep a failed run's folder (checkpoints, output) and print it")
-    parser.add_argument("--dsn", default=os.environ.get(
-        "LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    parser.add_argument(
+        "--only",
+        type=int,
+        action="append",
+        default=None,
+        help="run only these run indexes (the others' faults are still drawn, "
+        "so a run is reproduced exactly); repeatable",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep a failed run's folder (checkpoints, output) and print it",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+    )
     args = parser.parse_args()
     if args.runs < 1 or args.faults < 0 or args.records < 1 or args.rate <= 0:
         parser.error("--runs, --records and --rate must be positive, --faults >= 0")
@@ -258,7 +291,8 @@ def main() -> int:
 
                 made[name] = SparkExecutor(
                     master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-                    conf={"spark.ui.enabled": "false"})
+                    conf={"spark.ui.enabled": "false"},
+                )
         return made[name]
 
     rng = random.Random(args.seed)
@@ -279,13 +313,24 @@ def main() -> int:
         for key in ("lost", "duplicated", "wrong"):
             totals[key] += line[f"pg_{key}"] + line[f"files_{key}"]
         totals["prepared_left"] += line["prepared_left"]
-    summary = {"case": "summary", "runs": args.runs if args.only is None else len(args.only), "failed_runs": failed_runs,
-               **totals, "seconds": round(time.perf_counter() - started, 1),
-               "executors": executors, "modes": ["unaligned" if m else "aligned" for m in modes],
-               "cores": os.cpu_count()}
+    summary = {
+        "case": "summary",
+        "runs": args.runs if args.only is None else len(args.only),
+        "failed_runs": failed_runs,
+        **totals,
+        "seconds": round(time.perf_counter() - started, 1),
+        "executors": executors,
+        "modes": ["unaligned" if m else "aligned" for m in modes],
+        "cores": os.cpu_count(),
+    }
     print(json.dumps(summary), flush=True)
-    bad = failed_runs or totals["lost"] or totals["duplicated"] or totals["wrong"] \
+    bad = (
+        failed_runs
+        or totals["lost"]
+        or totals["duplicated"]
+        or totals["wrong"]
         or totals["prepared_left"]
+    )
     return 1 if bad else 0
 
 

@@ -129,9 +129,11 @@ CASES: dict[str, Case] = {}
 def case(name: str) -> Callable[[Case], Case]:
     """Register a case: a function of the :class:`Target` returning its JSON fields
     (``ok`` among them); the runner adds ``case``, ``healthy`` and ``seconds``."""
+
     def register(fn: Case) -> Case:
         CASES[name] = fn
         return fn
+
     return register
 
 
@@ -197,8 +199,10 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak_driver = max(self.peak_driver, _rss(self.driver) - self.base_driver)
-            self.peak_workers = max(self.peak_workers, max(
-                (_rss(p) - base for p, base in self.base_workers.items()), default=0))
+            self.peak_workers = max(
+                self.peak_workers,
+                max((_rss(p) - base for p, base in self.base_workers.items()), default=0),
+            )
             self._stop.wait(0.01)
 
     def __enter__(self) -> PeakRss:
@@ -228,17 +232,32 @@ def attack(target: Target, kind: str, endpoints: list[str]) -> dict[str, Any]:
     with PeakRss(target) as rss:
         procs = []
         for endpoint in endpoints:
-            p = subprocess.Popen([sys.executable, "-c", _ATTACKER, kind, endpoint, str(size),
-                                  str(target.args.frames), str(target.args.linger_ms)])
+            p = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _ATTACKER,
+                    kind,
+                    endpoint,
+                    str(size),
+                    str(target.args.frames),
+                    str(target.args.linger_ms),
+                ]
+            )
             target.own.add(p.pid)
             procs.append(p)
         for p in procs:
             p.wait(120)
     limit = size // 10
-    return {"frame_bytes": size, "frames": target.args.frames, "targets": len(endpoints),
-            "driver_rss_growth": rss.peak_driver, "slot_rss_growth": rss.peak_workers,
-            "slot_processes": len(rss.workers),
-            "rss_ok": rss.peak_driver < limit and rss.peak_workers < limit}
+    return {
+        "frame_bytes": size,
+        "frames": target.args.frames,
+        "targets": len(endpoints),
+        "driver_rss_growth": rss.peak_driver,
+        "slot_rss_growth": rss.peak_workers,
+        "slot_processes": len(rss.workers),
+        "rss_ok": rss.peak_driver < limit and rss.peak_workers < limit,
+    }
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float) -> bool:
@@ -258,8 +277,10 @@ def healthy(target: Target, timeout_s: float = 60.0) -> bool:
     started = time.time() * 1000
 
     def new_checkpoint() -> bool:
-        return any(c.status == "completed" and c.trigger_timestamp >= started
-                   for c in target.client.checkpoints())
+        return any(
+            c.status == "completed" and c.trigger_timestamp >= started
+            for c in target.client.checkpoints()
+        )
 
     return wait_for(new_checkpoint, timeout_s) and target.client.running
 
@@ -274,8 +295,12 @@ def oversize_registry(target: Target) -> dict[str, Any]:
     result = attack(target, "DEALER", [target.job.endpoint])
     disconnected = wait_for(lambda: server._disconnects.disconnects > before, 10)
     counted = target.registry_rejected != rejected
-    return {**result, "disconnected": disconnected, "reached_the_job": counted,
-            "ok": result["rss_ok"] and disconnected and not counted}
+    return {
+        **result,
+        "disconnected": disconnected,
+        "reached_the_job": counted,
+        "ok": result["rss_ok"] and disconnected and not counted,
+    }
 
 
 @case("oversize_control")
@@ -285,8 +310,12 @@ def oversize_control(target: Target) -> dict[str, Any]:
     result = attack(target, "DEALER", [server.endpoint])
     disconnected = wait_for(lambda: server._disconnects.disconnects > before, 10)
     counted = dict(server.rejected) != rejected
-    return {**result, "disconnected": disconnected, "reached_the_driver": counted,
-            "ok": result["rss_ok"] and disconnected and not counted}
+    return {
+        **result,
+        "disconnected": disconnected,
+        "reached_the_driver": counted,
+        "ok": result["rss_ok"] and disconnected and not counted,
+    }
 
 
 def data_channels(target: Target) -> list[tuple[Any, str]]:
@@ -304,8 +333,11 @@ def data_channels(target: Target) -> list[tuple[Any, str]]:
 def oversize_data(target: Target) -> dict[str, Any]:
     channels = data_channels(target)
     result = attack(target, "PUSH", [endpoint for _, endpoint in channels])
-    return {**result, "channels": [str(k) for k, _ in channels],
-            "ok": result["rss_ok"] and len(channels) > 0}
+    return {
+        **result,
+        "channels": [str(k) for k, _ in channels],
+        "ok": result["rss_ok"] and len(channels) > 0,
+    }
 
 
 @case("replay_registry")
@@ -321,16 +353,22 @@ def replay_registry(target: Target) -> dict[str, Any]:
         attacker.connect(target.job.endpoint)
         for _ in range(target.args.replays):
             attacker.send_multipart(tap.to_server[0])
-        dropped = wait_for(lambda: target.registry_rejected.get("replayed", 0) - before
-                           == target.args.replays, 20)
+        dropped = wait_for(
+            lambda: target.registry_rejected.get("replayed", 0) - before == target.args.replays, 20
+        )
         # a replay that ran would trigger a savepoint of its own; give it the time to
         wait_for(lambda: savepoints(target) - taken > 1, 5)
         count = savepoints(target) - taken
     finally:
         attacker.close(linger=0)
         tap.close()
-    return {"replays": target.args.replays, "captured": "tap", "all_dropped": dropped,
-            "savepoints": count, "ok": dropped and count == 1}
+    return {
+        "replays": target.args.replays,
+        "captured": "tap",
+        "all_dropped": dropped,
+        "savepoints": count,
+        "ok": dropped and count == 1,
+    }
 
 
 def savepoints(target: Target) -> int:
@@ -345,11 +383,23 @@ def replay_control(target: Target) -> dict[str, Any]:
     slot = min(server.registrations)
     identity = server._identities.get(slot)
     # what slot 0 sent first (a heartbeat, then REGISTER), under the numbers it used
-    messages = [_frames(server.auth, REGISTER, server.generation, slot,
-                        server.registrations[slot], seq, SLOT_CHANNEL)
-                for seq in range(1, target.args.replays + 1)]
-    messages.append(_frames(server.auth, HEARTBEAT, server.generation, slot,
-                            Tripwire(tripwire), 1, SLOT_CHANNEL))
+    messages = [
+        _frames(
+            server.auth,
+            REGISTER,
+            server.generation,
+            slot,
+            server.registrations[slot],
+            seq,
+            SLOT_CHANNEL,
+        )
+        for seq in range(1, target.args.replays + 1)
+    ]
+    messages.append(
+        _frames(
+            server.auth, HEARTBEAT, server.generation, slot, Tripwire(tripwire), 1, SLOT_CHANNEL
+        )
+    )
     rejected = dict(server.rejected)
     attacker: Any = zmq.Context.instance().socket(zmq.DEALER)
     try:
@@ -358,8 +408,9 @@ def replay_control(target: Target) -> dict[str, Any]:
             attacker.send_multipart(frames)
 
         def dropped() -> int:
-            return sum(server.rejected[k] - rejected.get(k, 0)
-                       for k in ("replayed", "impersonation"))
+            return sum(
+                server.rejected[k] - rejected.get(k, 0) for k in ("replayed", "impersonation")
+            )
 
         all_dropped = wait_for(lambda: dropped() == len(messages), 20)
         got_trigger = bool(attacker.poll(0))
@@ -367,10 +418,16 @@ def replay_control(target: Target) -> dict[str, Any]:
         attacker.close(linger=0)
     same_connection = server._identities.get(slot) == identity
     unpickled = os.path.exists(tripwire)
-    return {"replays": len(messages), "captured": "rebuilt with the secret",
-            "all_dropped": all_dropped, "dropped": dropped(), "unpickled": unpickled,
-            "slot_keeps_its_connection": same_connection, "attacker_got_messages": got_trigger,
-            "ok": all_dropped and not unpickled and same_connection and not got_trigger}
+    return {
+        "replays": len(messages),
+        "captured": "rebuilt with the secret",
+        "all_dropped": all_dropped,
+        "dropped": dropped(),
+        "unpickled": unpickled,
+        "slot_keeps_its_connection": same_connection,
+        "attacker_got_messages": got_trigger,
+        "ok": all_dropped and not unpickled and same_connection and not got_trigger,
+    }
 
 
 @case("replay_data")
@@ -387,17 +444,24 @@ def replay_data(target: Target) -> dict[str, Any]:
             sockets.append(sock)
             for _ in range(target.args.replays):
                 header, body = encode(Tripwire(tripwire), server.generation, 0, 1)
-                sock.send_multipart(server.auth.seal(
-                    header, body, context=channel_context(str(key), priority=False)))
+                sock.send_multipart(
+                    server.auth.seal(
+                        header, body, context=channel_context(str(key), priority=False)
+                    )
+                )
     finally:
         for sock in sockets:
             sock.close()  # delivers first (linger)
     # a checkpoint completing after the replays: every channel read past them
     ok_after = healthy(target)
     unpickled = os.path.exists(tripwire)
-    return {"replays": target.args.replays * len(channels), "captured": "rebuilt with the secret",
-            "channels": [str(k) for k, _ in channels], "unpickled": unpickled,
-            "ok": ok_after and not unpickled and len(channels) > 0}
+    return {
+        "replays": target.args.replays * len(channels),
+        "captured": "rebuilt with the secret",
+        "channels": [str(k) for k, _ in channels],
+        "unpickled": unpickled,
+        "ok": ok_after and not unpickled and len(channels) > 0,
+    }
 
 
 # checkpoint tampering (item 6): a signed job's checkpoint rewritten without the key is
@@ -415,23 +479,36 @@ def start_job(args: argparse.Namespace, work: str) -> tuple[SparkExecutor, lg.Jo
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(args.interval_ms)
     env.checkpoint_config.storage = os.path.join(work, "checkpoints")
-    (env.from_source(SequenceSource(0, 10**12, rows_per_second=args.rate, batch_size=200),
-                     name="numbers").uid("numbers")
-        .map(to_row, name="to_row").uid("to_row")
-        .key_by(key_of).process(RunningSum(), name="sums").uid("sums")
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(
+            SequenceSource(0, 10**12, rows_per_second=args.rate, batch_size=200), name="numbers"
+        )
+        .uid("numbers")
+        .map(to_row, name="to_row")
+        .uid("to_row")
+        .key_by(key_of)
+        .process(RunningSum(), name="sums")
+        .uid("sums")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     return executor, env.execute_async("hostile-neighbours")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", default=",".join(CASES),
-                        help=f"comma-separated, of: {', '.join(CASES)}")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}"
+    )
     parser.add_argument("--frame-mb", type=int, default=300)
     parser.add_argument("--frames", type=int, default=3)
     parser.add_argument("--replays", type=int, default=3)
-    parser.add_argument("--linger-ms", type=int, default=5000,
-                        help="how long an attacker keeps trying to send its frames")
+    parser.add_argument(
+        "--linger-ms",
+        type=int,
+        default=5000,
+        help="how long an attacker keeps trying to send its frames",
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=20000, help="records per second")
@@ -439,14 +516,18 @@ def main(argv: list[str] | None = None) -> int:
     names = [c for c in args.cases.split(",") if c]
     unknown = [c for c in names if c not in CASES]
     if unknown or args.frame_mb <= 0 or args.frames <= 0 or args.replays <= 0:
-        parser.error(f"unknown cases {unknown} (known: {', '.join(CASES)})" if unknown
-                     else "--frame-mb, --frames and --replays must be positive")
+        parser.error(
+            f"unknown cases {unknown} (known: {', '.join(CASES)})"
+            if unknown
+            else "--frame-mb, --frames and --replays must be positive"
+        )
     work = tempfile.mkdtemp(prefix="lockgate-hostile-")
     executor, client = start_job(args, work)
     failed = 0
     try:
         if not wait_for(lambda: client.running, 180) or not healthy(
-                Target(args, executor, client, None, work), 120):  # type: ignore[arg-type]
+            Target(args, executor, client, None, work), 120
+        ):  # type: ignore[arg-type]
             raise RuntimeError("the job did not start and complete a checkpoint")
         job = next(j for j in job_registry.list_jobs() if j.job_id == client._registration.job_id)
         target = Target(args, executor, client, job, work)
@@ -457,8 +538,12 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # noqa: BLE001 - a crashing case is reported, not fatal
                 result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             ok_after = healthy(target)
-            line = {"case": name, **result, "healthy": ok_after,
-                    "seconds": round(time.monotonic() - began, 2)}
+            line = {
+                "case": name,
+                **result,
+                "healthy": ok_after,
+                "seconds": round(time.monotonic() - began, 2),
+            }
             line["ok"] = bool(result.get("ok")) and ok_after
             failed += not line["ok"]
             print(json.dumps(line, default=str), flush=True)

@@ -66,9 +66,15 @@ def _env(storage: str) -> lg.StreamEnvironment:
     env.checkpoint_config.storage = storage
     env.checkpoint_config.signing_key = KEY
     env.checkpoint_config.externalized = lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
-    (env.from_source(SequenceSource(0, 10**12, rows_per_second=20_000, batch_size=100))
-        .uid("numbers").key_by(_key_of).process(_Sum()).uid("sums")
-        .sink_to(DiscardingSink()).uid("sink"))
+    (
+        env.from_source(SequenceSource(0, 10**12, rows_per_second=20_000, batch_size=100))
+        .uid("numbers")
+        .key_by(_key_of)
+        .process(_Sum())
+        .uid("sums")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
     return env
 
 
@@ -84,8 +90,10 @@ def _signed_checkpoint(storage: str, timeout_s: float = 60) -> str:
     finally:
         client.cancel()
         client.wait(60)
-    newest = max(glob.glob(os.path.join(storage, "chk-*", "_metadata")),
-                 key=lambda p: int(p.split(os.sep)[-2][4:]))
+    newest = max(
+        glob.glob(os.path.join(storage, "chk-*", "_metadata")),
+        key=lambda p: int(p.split(os.sep)[-2][4:]),
+    )
     return os.path.dirname(newest)
 
 
@@ -134,8 +142,11 @@ def tampered_checkpoint(target: Any = None) -> dict[str, Any]:
                 _env(copy).get_execution_plan("restore", restore_from=folder)
                 refused = "restored"
             except lg.RestoreError as e:
-                refused = "refused" if "signing key" in str(e) or "not signed" in str(e) \
+                refused = (
+                    "refused"
+                    if "signing key" in str(e) or "not signed" in str(e)
                     else f"refused for another reason: {e}"
+                )
             result[attack] = refused
             result[f"{attack}_unpickled"] = os.path.exists(marker)
         try:
@@ -143,10 +154,12 @@ def tampered_checkpoint(target: Any = None) -> dict[str, Any]:
             result["genuine"] = "restorable"
         except lg.RestoreError as e:
             result["genuine"] = f"refused: {e}"
-        result["ok"] = (result["unsigned"] == result["other_key"] == "refused"
-                        and not result["unsigned_unpickled"]
-                        and not result["other_key_unpickled"]
-                        and result["genuine"] == "restorable")
+        result["ok"] = (
+            result["unsigned"] == result["other_key"] == "refused"
+            and not result["unsigned_unpickled"]
+            and not result["other_key_unpickled"]
+            and result["genuine"] == "restorable"
+        )
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

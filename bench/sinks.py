@@ -45,11 +45,13 @@ def rows_of(keys: int | None):
         k = i if keys is None else pc.remainder(i, keys)  # type: ignore[attr-defined]
         s = pc.binary_join_element_wise("row-", pc.cast(i, pa.string()), "")
         return pa.RecordBatch.from_arrays([k, i, s], names=["k", "v", "s"])
+
     return make
 
 
-def run_once(dsn: str, mode: str, rows: int, parallelism: int, executor: object,
-             upsert_keys: int) -> dict:
+def run_once(
+    dsn: str, mode: str, rows: int, parallelism: int, executor: object, upsert_keys: int
+) -> dict:
     key_sql = "PRIMARY KEY" if mode == "upsert" else ""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
@@ -58,12 +60,16 @@ def run_once(dsn: str, mode: str, rows: int, parallelism: int, executor: object,
         env = lg.StreamEnvironment(parallelism=parallelism)
         env.enable_checkpointing(1000)
         env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-bench-sinks-")
-        (env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
+        (
+            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
             .uid("numbers")
             .map_batches(rows_of(upsert_keys if mode == "upsert" else None), name="rows")
             .uid("rows")
-            .sink_to(PostgresSink(dsn, TABLE, mode, key="k" if mode == "upsert" else None),
-                     name="pg").uid("pg"))
+            .sink_to(
+                PostgresSink(dsn, TABLE, mode, key="k" if mode == "upsert" else None), name="pg"
+            )
+            .uid("pg")
+        )
         started = time.perf_counter()
         client = env.execute_async(f"bench sink {mode}", executor=executor)
         client.wait()
@@ -84,40 +90,50 @@ def executor_for(name: str) -> object:
         return lg.LocalExecutor()
     from lockgate.executor.spark import SparkExecutor
 
-    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-                         conf={"spark.ui.enabled": "false"})
+    return SparkExecutor(
+        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
+        conf={"spark.ui.enabled": "false"},
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--modes", default="exactly_once,upsert,append")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--upsert-keys", type=int, default=100_000)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--executor", default="local", choices=["local", "spark"])
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--dsn", default=os.environ.get(
-        "LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument(
+        "--dsn",
+        default=os.environ.get("LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+    )
     args = ap.parse_args()
     executor = executor_for(args.executor)
     for mode in args.modes.split(","):
-        runs = [run_once(args.dsn, mode, args.rows, args.parallelism, executor,
-                         args.upsert_keys) for _ in range(args.repeat)]
+        runs = [
+            run_once(args.dsn, mode, args.rows, args.parallelism, executor, args.upsert_keys)
+            for _ in range(args.repeat)
+        ]
         best = min(runs, key=lambda r: r["seconds"])
-        print(json.dumps({
-            "case": mode,
-            "executor": type(executor).__name__,
-            "parallelism": args.parallelism,
-            "rows": args.rows,
-            "upsert_keys": args.upsert_keys if mode == "upsert" else None,
-            "checkpoint_interval_ms": 1000,
-            "seconds": round(best["seconds"], 3),
-            "rows_per_s": round(args.rows / best["seconds"]),
-            "checkpoints_completed": best["checkpoints"],
-            "runs": args.repeat,
-            "cores": os.cpu_count(),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "case": mode,
+                    "executor": type(executor).__name__,
+                    "parallelism": args.parallelism,
+                    "rows": args.rows,
+                    "upsert_keys": args.upsert_keys if mode == "upsert" else None,
+                    "checkpoint_interval_ms": 1000,
+                    "seconds": round(best["seconds"], 3),
+                    "rows_per_s": round(args.rows / best["seconds"]),
+                    "checkpoints_completed": best["checkpoints"],
+                    "runs": args.repeat,
+                    "cores": os.cpu_count(),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -64,9 +64,15 @@ def updates_run(kind: str, keys: int, updates: int, local_dir: str) -> float:
 
 def updates_case(kind: str, keys: int, updates: int, repeat: int, local_dir: str) -> dict:
     rates = [updates_run(kind, keys, updates, local_dir) for _ in range(repeat)]
-    return {"case": "updates", "backend": kind, "keys": keys, "updates": updates,
-            "updates_per_s": round(statistics.median(rates)), "runs": [round(r) for r in rates],
-            "cores": os.cpu_count()}
+    return {
+        "case": "updates",
+        "backend": kind,
+        "keys": keys,
+        "updates": updates,
+        "updates_per_s": round(statistics.median(rates)),
+        "runs": [round(r) for r in rates],
+        "cores": os.cpu_count(),
+    }
 
 
 def checkpoints_case(keys: int, changed: float, local_dir: str) -> dict:
@@ -82,17 +88,19 @@ def checkpoints_case(keys: int, changed: float, local_dir: str) -> dict:
             sync_s = time.perf_counter() - started
             try:
                 uploader = tracker.uploader(storage, checkpoint_id, "bench/0")
-                handle = storage.write_state(checkpoint_id, "op-bench-0",
-                                             view.materialize_to(uploader))
+                handle = storage.write_state(
+                    checkpoint_id, "op-bench-0", view.materialize_to(uploader)
+                )
             finally:
                 view.release()
             tracker.snapshot_done(checkpoint_id, [uploader])
             tracker.complete(checkpoint_id)
-            return {"bytes": handle.size + uploader.uploaded_bytes,
-                    "referenced_bytes": handle.size + uploader.uploaded_bytes
-                    + uploader.reused_bytes,
-                    "sync_ms": round(sync_s * 1000, 1),
-                    "total_ms": round((time.perf_counter() - started) * 1000, 1)}
+            return {
+                "bytes": handle.size + uploader.uploaded_bytes,
+                "referenced_bytes": handle.size + uploader.uploaded_bytes + uploader.reused_bytes,
+                "sync_ms": round(sync_s * 1000, 1),
+                "total_ms": round((time.perf_counter() - started) * 1000, 1),
+            }
 
         full = incremental(1)
         rnd = random.Random(1)
@@ -118,21 +126,29 @@ def checkpoints_case(keys: int, changed: float, local_dir: str) -> dict:
     heap_bytes = storage.write_state(4, "op-bench-0", heap_view.materialize()).size
     heap_view.release()
     heap_ms = (time.perf_counter() - started) * 1000
-    return {"case": "checkpoints", "backend": "rocksdb", "keys": keys, "changed": changed,
-            "full_bytes": full["bytes"], "full_sync_ms": full["sync_ms"],
-            "full_total_ms": full["total_ms"],
-            "incremental_bytes": second["bytes"],
-            "incremental_referenced_bytes": second["referenced_bytes"],
-            "incremental_sync_ms": second["sync_ms"], "incremental_total_ms": second["total_ms"],
-            "incremental_over_full": round(second["bytes"] / full["bytes"], 4),
-            "canonical_bytes": canonical_bytes, "canonical_ms": round(canonical_ms, 1),
-            "heap_checkpoint_bytes": heap_bytes, "heap_checkpoint_ms": round(heap_ms, 1),
-            "cores": os.cpu_count()}
+    return {
+        "case": "checkpoints",
+        "backend": "rocksdb",
+        "keys": keys,
+        "changed": changed,
+        "full_bytes": full["bytes"],
+        "full_sync_ms": full["sync_ms"],
+        "full_total_ms": full["total_ms"],
+        "incremental_bytes": second["bytes"],
+        "incremental_referenced_bytes": second["referenced_bytes"],
+        "incremental_sync_ms": second["sync_ms"],
+        "incremental_total_ms": second["total_ms"],
+        "incremental_over_full": round(second["bytes"] / full["bytes"], 4),
+        "canonical_bytes": canonical_bytes,
+        "canonical_ms": round(canonical_ms, 1),
+        "heap_checkpoint_bytes": heap_bytes,
+        "heap_checkpoint_ms": round(heap_ms, 1),
+        "cores": os.cpu_count(),
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--cases", default="updates,checkpoints")
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--updates", type=int, default=1_000_000)
@@ -143,8 +159,12 @@ def main() -> None:
     cases = args.cases.split(",")
     if "updates" in cases:
         for kind in ("hashmap", "rocksdb"):
-            print(json.dumps(updates_case(kind, args.keys, args.updates, args.repeat,
-                                          args.local_dir)), flush=True)
+            print(
+                json.dumps(
+                    updates_case(kind, args.keys, args.updates, args.repeat, args.local_dir)
+                ),
+                flush=True,
+            )
     if "checkpoints" in cases:
         print(json.dumps(checkpoints_case(args.keys, args.changed, args.local_dir)), flush=True)
 

@@ -70,32 +70,49 @@ RunningSum = throughput.RunningSum
 
 def plain_job(executor: SparkExecutor, records: int) -> tuple[lg.JobClient, Any]:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    (env.from_source(SequenceSource(0, records), name="numbers").uid("numbers")
-        .map(double, name="double").uid("double")
-        .sink_to(CollectSink(), name="collect").uid("collect").set_parallelism(1))
+    (
+        env.from_source(SequenceSource(0, records), name="numbers")
+        .uid("numbers")
+        .map(double, name="double")
+        .uid("double")
+        .sink_to(CollectSink(), name="collect")
+        .uid("collect")
+        .set_parallelism(1)
+    )
     client = env.execute_async("stress-plain")
 
     def check(result: lg.JobExecutionResult) -> str | None:
         got = [x for part in result.sink_results.get("collect", []) for x in part]
         want = records * (records - 1)
         if len(got) != records or sum(got) != want:
-            return f"collected {len(got)} records summing to {sum(got)}, expected {records} / {want}"
+            return (
+                f"collected {len(got)} records summing to {sum(got)}, expected {records} / {want}"
+            )
         return None
 
     return client, check
 
 
-def checkpointed_job(executor: SparkExecutor, records: int, rate: int,
-                     interval_ms: int) -> tuple[lg.JobClient, Any]:
+def checkpointed_job(
+    executor: SparkExecutor, records: int, rate: int, interval_ms: int
+) -> tuple[lg.JobClient, Any]:
     storage = tempfile.mkdtemp(prefix="lockgate-stress-")
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = storage
-    (env.from_source(SequenceSource(0, records, rows_per_second=rate, batch_size=100),
-                     name="numbers").uid("numbers")
-        .map(to_row, name="to_row").uid("to_row")
-        .key_by(key_of).process(RunningSum(), name="sums").uid("sums")
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(
+            SequenceSource(0, records, rows_per_second=rate, batch_size=100), name="numbers"
+        )
+        .uid("numbers")
+        .map(to_row, name="to_row")
+        .uid("to_row")
+        .key_by(key_of)
+        .process(RunningSum(), name="sums")
+        .uid("sums")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     client = env.execute_async("stress-checkpointed")
 
     def check(result: lg.JobExecutionResult) -> str | None:
@@ -113,8 +130,9 @@ def checkpointed_job(executor: SparkExecutor, records: int, rate: int,
     return client, check
 
 
-def failing_job(executor: SparkExecutor, records: int, rate: int,
-                interval_ms: int, index: int) -> tuple[lg.JobClient, Any]:
+def failing_job(
+    executor: SparkExecutor, records: int, rate: int, interval_ms: int, index: int
+) -> tuple[lg.JobClient, Any]:
     """A checkpointed job whose keyed operator fails once (subtask ``index % 2``, first
     attempt): the attempt is cancelled and the job restarts from its last checkpoint."""
     from lockgate.testing import FailAtRecord, inject_faults
@@ -124,11 +142,19 @@ def failing_job(executor: SparkExecutor, records: int, rate: int,
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = storage
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    (env.from_source(SequenceSource(0, records, rows_per_second=rate, batch_size=100),
-                     name="numbers").uid("numbers")
-        .map(to_row, name="to_row").uid("to_row")
-        .key_by(key_of).process(RunningSum(), name="sums").uid("sums")
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(
+            SequenceSource(0, records, rows_per_second=rate, batch_size=100), name="numbers"
+        )
+        .uid("numbers")
+        .map(to_row, name="to_row")
+        .uid("to_row")
+        .key_by(key_of)
+        .process(RunningSum(), name="sums")
+        .uid("sums")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     inject_faults(env, FailAtRecord("sums", record=records // 4, subtask=index % 2))
     client = env.execute_async("stress-failing")
 
@@ -145,8 +171,9 @@ def slow_rows(batch):  # type: ignore[no-untyped-def]
     return batch
 
 
-def cancelled_job(executor: SparkExecutor, interval_ms: int,
-                  cancel_after_s: float) -> tuple[lg.JobClient, Any]:
+def cancelled_job(
+    executor: SparkExecutor, interval_ms: int, cancel_after_s: float
+) -> tuple[lg.JobClient, Any]:
     """An endless job with a shuffle and a slow consumer (backpressure), unaligned
     checkpoints; cancelled once it ran ``cancel_after_s`` (the cancel path: CANCEL to the
     slots, then Spark kills what is left)."""
@@ -155,11 +182,19 @@ def cancelled_job(executor: SparkExecutor, interval_ms: int,
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = storage
     env.checkpoint_config.unaligned = True
-    (env.from_source(SequenceSource(0, 10**12, batch_size=200), name="numbers").uid("numbers")
-        .map(to_row, name="to_row").uid("to_row")
-        .key_by(key_of).process(RunningSum(), name="sums").uid("sums")
-        .map_batches(slow_rows, name="slow").uid("slow")
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(SequenceSource(0, 10**12, batch_size=200), name="numbers")
+        .uid("numbers")
+        .map(to_row, name="to_row")
+        .uid("to_row")
+        .key_by(key_of)
+        .process(RunningSum(), name="sums")
+        .uid("sums")
+        .map_batches(slow_rows, name="slow")
+        .uid("slow")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     client = env.execute_async("stress-cancelled")
     timer = threading.Timer(cancel_after_s, client.cancel)
     timer.daemon = True
@@ -178,7 +213,8 @@ def is_stall(error: BaseException) -> bool:
         return False
     text = str(error)
     return error.reason is lg.FailureReason.TASK_LOST and (
-        "sent no heartbeat" in text or "slots started within" in text)
+        "sent no heartbeat" in text or "slots started within" in text
+    )
 
 
 def run_case(case: str, count: int, start: Any, bound_s: float, stall_log: Any) -> dict:
@@ -213,91 +249,147 @@ def run_case(case: str, count: int, start: Any, bound_s: float, stall_log: Any) 
         if problem is not None:
             failures.append({"job": i, "error": problem})
         if (i + 1) % 25 == 0:
-            print(f"{case}: {i + 1}/{count} jobs, {len(stalls)} stalls, "
-                  f"{len(failures)} failures", file=sys.stderr, flush=True)
+            print(
+                f"{case}: {i + 1}/{count} jobs, {len(stalls)} stalls, {len(failures)} failures",
+                file=sys.stderr,
+                flush=True,
+            )
     total = time.perf_counter() - began
     return {
-        "case": case, "jobs": count, "stalls": len(stalls), "failures": len(failures),
+        "case": case,
+        "jobs": count,
+        "stalls": len(stalls),
+        "failures": len(failures),
         "duration_s": round(total, 1),
         "median_job_s": round(statistics.median(durations), 3) if durations else None,
         "max_job_s": round(max(durations), 3) if durations else None,
-        "stall_details": stalls[:10], "failure_details": failures[:10],
+        "stall_details": stalls[:10],
+        "failure_details": failures[:10],
     }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--jobs", type=int, default=300, help="plain jobs (default 300)")
-    ap.add_argument("--checkpointed-jobs", type=int, default=50,
-                    help="checkpointed key_by jobs (default 50)")
-    ap.add_argument("--failing-jobs", type=int, default=0,
-                    help="checkpointed jobs that fail once and restart (default 0)")
-    ap.add_argument("--cancelled-jobs", type=int, default=0,
-                    help="endless unaligned-checkpoint jobs under backpressure, cancelled "
-                         "after --cancel-after-s (default 0)")
+    ap.add_argument(
+        "--checkpointed-jobs", type=int, default=50, help="checkpointed key_by jobs (default 50)"
+    )
+    ap.add_argument(
+        "--failing-jobs",
+        type=int,
+        default=0,
+        help="checkpointed jobs that fail once and restart (default 0)",
+    )
+    ap.add_argument(
+        "--cancelled-jobs",
+        type=int,
+        default=0,
+        help="endless unaligned-checkpoint jobs under backpressure, cancelled "
+        "after --cancel-after-s (default 0)",
+    )
     ap.add_argument("--cancel-after-s", type=float, default=2.0)
     ap.add_argument("--records", type=int, default=2_000, help="records per plain job")
     ap.add_argument("--checkpointed-records", type=int, default=20_000)
-    ap.add_argument("--rate", type=int, default=20_000,
-                    help="rows/s of a checkpointed job's source")
+    ap.add_argument(
+        "--rate", type=int, default=20_000, help="rows/s of a checkpointed job's source"
+    )
     ap.add_argument("--interval-ms", type=int, default=100, help="checkpoint interval")
     ap.add_argument("--master", default=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"))
     ap.add_argument("--heartbeat-timeout-s", type=float, default=20.0)
-    ap.add_argument("--bound-s", type=float, default=90.0,
-                    help="a job running longer than this is a stall (cancelled)")
-    ap.add_argument("--stall-log", default=os.path.join(tempfile.gettempdir(),
-                                                        "lockgate-stress-stalls.log"))
+    ap.add_argument(
+        "--bound-s",
+        type=float,
+        default=90.0,
+        help="a job running longer than this is a stall (cancelled)",
+    )
+    ap.add_argument(
+        "--stall-log", default=os.path.join(tempfile.gettempdir(), "lockgate-stress-stalls.log")
+    )
     args = ap.parse_args()
 
-    executor = SparkExecutor(master=args.master, conf={"spark.ui.enabled": "false"},
-                             heartbeat_timeout_s=args.heartbeat_timeout_s)
+    executor = SparkExecutor(
+        master=args.master,
+        conf={"spark.ui.enabled": "false"},
+        heartbeat_timeout_s=args.heartbeat_timeout_s,
+    )
     executor.spark.sparkContext.setLogLevel("ERROR")
     executor.warm_up(2)
-    common = {"master": args.master, "heartbeat_timeout_s": args.heartbeat_timeout_s,
-              "bound_s": args.bound_s, "cores": os.cpu_count()}
+    common = {
+        "master": args.master,
+        "heartbeat_timeout_s": args.heartbeat_timeout_s,
+        "bound_s": args.bound_s,
+        "cores": os.cpu_count(),
+    }
     lines = []
     with open(args.stall_log, "w") as stall_log:
         if args.jobs:
-            line = run_case("plain", args.jobs,
-                            lambda: plain_job(executor, args.records), args.bound_s, stall_log)
+            line = run_case(
+                "plain",
+                args.jobs,
+                lambda: plain_job(executor, args.records),
+                args.bound_s,
+                stall_log,
+            )
             line.update(common, records=args.records)
             print(json.dumps(line), flush=True)
             lines.append(line)
         if args.checkpointed_jobs:
             line = run_case(
-                "checkpointed", args.checkpointed_jobs,
-                lambda: checkpointed_job(executor, args.checkpointed_records, args.rate,
-                                         args.interval_ms),
-                args.bound_s, stall_log)
-            line.update(common, records=args.checkpointed_records, rate=args.rate,
-                        interval_ms=args.interval_ms)
+                "checkpointed",
+                args.checkpointed_jobs,
+                lambda: checkpointed_job(
+                    executor, args.checkpointed_records, args.rate, args.interval_ms
+                ),
+                args.bound_s,
+                stall_log,
+            )
+            line.update(
+                common,
+                records=args.checkpointed_records,
+                rate=args.rate,
+                interval_ms=args.interval_ms,
+            )
             print(json.dumps(line), flush=True)
             lines.append(line)
         if args.failing_jobs:
             counter = iter(range(args.failing_jobs))
             line = run_case(
-                "failing", args.failing_jobs,
-                lambda: failing_job(executor, args.checkpointed_records, args.rate,
-                                    args.interval_ms, next(counter)),
-                args.bound_s, stall_log)
-            line.update(common, records=args.checkpointed_records, rate=args.rate,
-                        interval_ms=args.interval_ms)
+                "failing",
+                args.failing_jobs,
+                lambda: failing_job(
+                    executor, args.checkpointed_records, args.rate, args.interval_ms, next(counter)
+                ),
+                args.bound_s,
+                stall_log,
+            )
+            line.update(
+                common,
+                records=args.checkpointed_records,
+                rate=args.rate,
+                interval_ms=args.interval_ms,
+            )
             print(json.dumps(line), flush=True)
             lines.append(line)
         if args.cancelled_jobs:
             line = run_case(
-                "cancelled", args.cancelled_jobs,
+                "cancelled",
+                args.cancelled_jobs,
                 lambda: cancelled_job(executor, args.interval_ms, args.cancel_after_s),
-                args.bound_s, stall_log)
+                args.bound_s,
+                stall_log,
+            )
             line.update(common, interval_ms=args.interval_ms, cancel_after_s=args.cancel_after_s)
             print(json.dumps(line), flush=True)
             lines.append(line)
-    total = {"case": "total", "jobs": sum(x["jobs"] for x in lines),
-             "stalls": sum(x["stalls"] for x in lines),
-             "failures": sum(x["failures"] for x in lines),
-             "duration_s": round(sum(x["duration_s"] for x in lines), 1),
-             "stall_log": args.stall_log, **common}
+    total = {
+        "case": "total",
+        "jobs": sum(x["jobs"] for x in lines),
+        "stalls": sum(x["stalls"] for x in lines),
+        "failures": sum(x["failures"] for x in lines),
+        "duration_s": round(sum(x["duration_s"] for x in lines), 1),
+        "stall_log": args.stall_log,
+        **common,
+    }
     print(json.dumps(total), flush=True)
     executor.spark.stop()
     sys.exit(1 if total["stalls"] or total["failures"] else 0)

@@ -46,14 +46,18 @@ def build(case: str, records: int, parallelism: int) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=parallelism)
     nums = env.from_source(SequenceSource(0, records), name="numbers")
     if case == "a":
-        (nums.map_batches(arithmetic, name="arithmetic")
-             .filter(pc.field("value") > 3 * (records // 2), name="filter")
-             .sink_to(DiscardingSink()))
+        (
+            nums.map_batches(arithmetic, name="arithmetic")
+            .filter(pc.field("value") > 3 * (records // 2), name="filter")
+            .sink_to(DiscardingSink())
+        )
     else:
-        (nums.map(lambda x: {"k": x % 1000, "v": x}, name="to_row")
-             .key_by(lambda r: r["k"])
-             .process(RunningSum(), name="running_sum")
-             .sink_to(DiscardingSink()))
+        (
+            nums.map(lambda x: {"k": x % 1000, "v": x}, name="to_row")
+            .key_by(lambda r: r["k"])
+            .process(RunningSum(), name="running_sum")
+            .sink_to(DiscardingSink())
+        )
     return env
 
 
@@ -62,8 +66,10 @@ def executor_for(name: str) -> object:
         return lg.LocalExecutor()
     from lockgate.executor.spark import SparkExecutor
 
-    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-                         conf={"spark.ui.enabled": "false"})
+    return SparkExecutor(
+        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
+        conf={"spark.ui.enabled": "false"},
+    )
 
 
 def run_case(case: str, records: int, parallelism: int, executor: object, repeat: int) -> dict:

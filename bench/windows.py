@@ -53,15 +53,23 @@ def events(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def build(env: lg.StreamEnvironment, records: int) -> None:
-    strategy = (lg.WatermarkStrategy.for_bounded_out_of_orderness(DISORDER_MS)
-                .with_timestamp_assigner("ts"))
-    (env.from_source(SequenceSource(0, records), name="numbers").uid("numbers")
-        .map_batches(events, name="events").uid("events")
-        .assign_timestamps_and_watermarks(strategy).uid("timestamps")
+    strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
+        DISORDER_MS
+    ).with_timestamp_assigner("ts")
+    (
+        env.from_source(SequenceSource(0, records), name="numbers")
+        .uid("numbers")
+        .map_batches(events, name="events")
+        .uid("events")
+        .assign_timestamps_and_watermarks(strategy)
+        .uid("timestamps")
         .key_by("k")
         .window(lg.TumblingEventTimeWindows.of(1000))
-        .aggregate(lg.agg.count(), name="window-count").uid("window-count")
-        .sink_to(DiscardingSink()).uid("sink"))
+        .aggregate(lg.agg.count(), name="window-count")
+        .uid("window-count")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
 
 
 def executor_for(name: str) -> object:
@@ -69,8 +77,10 @@ def executor_for(name: str) -> object:
         return lg.LocalExecutor()
     from lockgate.executor.spark import SparkExecutor
 
-    return SparkExecutor(master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-                         conf={"spark.ui.enabled": "false"})
+    return SparkExecutor(
+        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
+        conf={"spark.ui.enabled": "false"},
+    )
 
 
 def run_once(executor: object, records: int, parallelism: int) -> dict:
@@ -85,12 +95,15 @@ def run_once(executor: object, records: int, parallelism: int) -> dict:
     emitted = result.records_out("numbers")
     assert emitted == records, (emitted, records)
     done = [c for c in client.checkpoints() if c.status == "completed"]
-    return {"seconds": seconds, "steady": result.operators["numbers"].emit_rate or 0.0,
-            "checkpoints": len(done), "fired": result.records_out("window-count")}
+    return {
+        "seconds": seconds,
+        "steady": result.operators["numbers"].emit_rate or 0.0,
+        "checkpoints": len(done),
+        "fired": result.records_out("window-count"),
+    }
 
 
-def run_case(case: str, records: int, parallelism: int, executor: object,
-             repeat: int) -> dict:
+def run_case(case: str, records: int, parallelism: int, executor: object, repeat: int) -> dict:
     runs = [run_once(executor, records, parallelism) for _ in range(repeat)]
     best = min(runs, key=lambda r: r["seconds"])
     return {
@@ -113,8 +126,7 @@ def run_case(case: str, records: int, parallelism: int, executor: object,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--executor", default="local", choices=["local", "spark"])
     ap.add_argument("--cases", default="count,sustained")
     ap.add_argument("--records", type=int, default=2_000_000)

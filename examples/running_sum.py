@@ -51,9 +51,13 @@ class RunningSum(lg.KeyedProcessFunction):
 def build(env: lg.StreamEnvironment, count: int, out_dir: str) -> None:
     """numbers -> {"k", "v"} -> key_by(k) -> RunningSum -> FileSink(out_dir)."""
     nums = env.from_source(lg.connectors.SequenceSource(0, count), name="numbers").uid("numbers")
-    sums = (nums.map(lambda x: {"k": x % 10, "v": x}, name="to record").uid("to-record")
-                .key_by(lambda r: r["k"])
-                .process(RunningSum(), name="running sum").uid("sums"))
+    sums = (
+        nums.map(lambda x: {"k": x % 10, "v": x}, name="to record")
+        .uid("to-record")
+        .key_by(lambda r: r["k"])
+        .process(RunningSum(), name="running sum")
+        .uid("sums")
+    )
     sums.sink_to(lg.connectors.FileSink(out_dir, format="jsonl"), name="sums file").uid("sink")
 
 

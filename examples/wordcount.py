@@ -70,11 +70,15 @@ class CountWords(lg.KeyedProcessFunction):
 def build(env: lg.StreamEnvironment, lines: list[str], out_dir: str) -> None:
     """lines -> words -> key_by(word) -> count -> JSON-lines files in ``out_dir``."""
     (
-        env.from_source(lg.connectors.CollectionSource(lines), name="lines").uid("lines")
-        .flat_map(split_words, name="split words").uid("split")
+        env.from_source(lg.connectors.CollectionSource(lines), name="lines")
+        .uid("lines")
+        .flat_map(split_words, name="split words")
+        .uid("split")
         .key_by(lambda word: word)
-        .process(CountWords(), name="count words").uid("count")
-        .sink_to(lg.connectors.FileSink(out_dir, format="jsonl"), name="counts file").uid("sink")
+        .process(CountWords(), name="count words")
+        .uid("count")
+        .sink_to(lg.connectors.FileSink(out_dir, format="jsonl"), name="counts file")
+        .uid("sink")
     )
 
 
@@ -120,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, counts in result.record_counts.items():
         print(f"  {name:<14} in {counts['records_in']:>5}  out {counts['records_out']:>5}")
     ranked = sorted(final.items(), key=lambda kv: (-kv[1], kv[0]))
-    print(f"{len(lines)} lines, {sum(final.values())} words, {len(final)} distinct; "
-          f"top {min(args.top, len(ranked))}:")
+    print(
+        f"{len(lines)} lines, {sum(final.values())} words, {len(final)} distinct; "
+        f"top {min(args.top, len(ranked))}:"
+    )
     for word, n in ranked[: args.top]:
         print(f"  {n:5d}  {word}")
     if args.out:

@@ -87,26 +87,34 @@ class _UsageError(Exception):
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--executor", choices=EXECUTORS, default=None,
+        "--executor",
+        choices=EXECUTORS,
+        default=None,
         help=f"where the job runs (sets {EXECUTOR_ENV}; default: the executor the job "
-             "chooses itself, else Spark, local[*] unless --master is given; 'local' runs "
-             "every subtask as a thread of this process and needs no Java)",
+        "chooses itself, else Spark, local[*] unless --master is given; 'local' runs "
+        "every subtask as a thread of this process and needs no Java)",
     )
     parser.add_argument(
-        "--master", metavar="URL", default=None,
+        "--master",
+        metavar="URL",
+        default=None,
         help=f"Spark master URL, e.g. local[2] or spark://host:7077 (sets {MASTER_ENV}; "
-             "implies --executor spark)",
+        "implies --executor spark)",
     )
     parser.add_argument(
-        "--restore", metavar="PATH", default=None,
+        "--restore",
+        metavar="PATH",
+        default=None,
         help=f"start from the checkpoint or savepoint at PATH: a chk-<id> folder, a "
-             f"checkpoint storage (its newest intact checkpoint), a savepoint folder or a "
-             f"folder made by 'lockgate checkpoint export' (sets {RESTORE_ENV})",
+        f"checkpoint storage (its newest intact checkpoint), a savepoint folder or a "
+        f"folder made by 'lockgate checkpoint export' (sets {RESTORE_ENV})",
     )
     parser.add_argument(
-        "--allow-non-restored-state", action="store_true", default=False,
+        "--allow-non-restored-state",
+        action="store_true",
+        default=False,
         help="with --restore: drop state of operators the job no longer has instead of "
-             f"failing (sets {ALLOW_NON_RESTORED_ENV})",
+        f"failing (sets {ALLOW_NON_RESTORED_ENV})",
     )
 
 
@@ -122,13 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a job file",
         description="Run a job file as __main__, with sys.argv = [JOB, *JOB_ARGS]. The lockgate "
-                    "options go before or right after JOB; the remaining arguments (or those "
-                    "after '--') are the job's.",
+        "options go before or right after JOB; the remaining arguments (or those "
+        "after '--') are the job's.",
     )
     _add_run_options(run)
     run.add_argument("job", metavar="JOB", help="path of the job file (a Python script)")
-    run.add_argument("job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER,
-                     help="arguments passed to the job")
+    run.add_argument(
+        "job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER, help="arguments passed to the job"
+    )
     _add_control_commands(commands)
     return parser
 
@@ -147,48 +156,68 @@ def _seconds(text: str) -> float:
 def _add_control_commands(commands: Any) -> None:
     home = f"${job_registry.HOME_ENV}/{job_registry.JOBS_FOLDER}"
     commands.add_parser(
-        "list", help="list the running jobs",
+        "list",
+        help="list the running jobs",
         description=f"List the running jobs of this machine (registered in {home}): "
-                    "id, name, pid and start time.")
-    timeout_help = ("fail when the job takes longer than S seconds (default: wait as long "
-                    "as the job runs)")
+        "id, name, pid and start time.",
+    )
+    timeout_help = (
+        "fail when the job takes longer than S seconds (default: wait as long as the job runs)"
+    )
     savepoint = commands.add_parser(
-        "savepoint", help="take a savepoint of a running job",
+        "savepoint",
+        help="take a savepoint of a running job",
         description="Take a savepoint of a running job into the folder PATH and print the "
-                    "savepoint's folder. The job keeps running.")
+        "savepoint's folder. The job keeps running.",
+    )
     savepoint.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
     savepoint.add_argument("path", metavar="PATH", help="the folder of the savepoint")
-    savepoint.add_argument("--timeout", metavar="S", type=_seconds, default=None,
-                           help=timeout_help)
+    savepoint.add_argument("--timeout", metavar="S", type=_seconds, default=None, help=timeout_help)
     stop = commands.add_parser(
-        "stop", help="stop a running job, with a savepoint or not",
+        "stop",
+        help="stop a running job, with a savepoint or not",
         description="With --savepoint PATH: take a savepoint into PATH, then stop the job, "
-                    "and print the savepoint's folder. Without: cancel the job.")
+        "and print the savepoint's folder. Without: cancel the job.",
+    )
     stop.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
-    stop.add_argument("--savepoint", metavar="PATH", default=None,
-                      help="take a savepoint into the folder PATH before stopping")
-    stop.add_argument("--drain", action="store_true", default=False,
-                      help="with --savepoint: send the maximum watermark through first "
-                           "(fires every event-time timer and window)")
-    stop.add_argument("--timeout", metavar="S", type=_seconds, default=None,
-                      help=timeout_help)
+    stop.add_argument(
+        "--savepoint",
+        metavar="PATH",
+        default=None,
+        help="take a savepoint into the folder PATH before stopping",
+    )
+    stop.add_argument(
+        "--drain",
+        action="store_true",
+        default=False,
+        help="with --savepoint: send the maximum watermark through first "
+        "(fires every event-time timer and window)",
+    )
+    stop.add_argument("--timeout", metavar="S", type=_seconds, default=None, help=timeout_help)
     checkpoint = commands.add_parser(
-        "checkpoint", help="work with completed checkpoints on storage",
-        description="Offline commands on checkpoint storage (no running job needed).")
-    actions = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION",
-                                        required=True)
+        "checkpoint",
+        help="work with completed checkpoints on storage",
+        description="Offline commands on checkpoint storage (no running job needed).",
+    )
+    actions = checkpoint.add_subparsers(dest="checkpoint_command", metavar="ACTION", required=True)
     export = actions.add_parser(
-        "export", help="copy a checkpoint into a self-contained folder",
+        "export",
+        help="copy a checkpoint into a self-contained folder",
         description="Copy the completed checkpoint CHK into the new folder DEST with every "
-                    "state file and every shared file (incremental RocksDB checkpoints) it "
-                    "references, checking each file's checksum, so that DEST restores on its "
-                    "own (restore_from=DEST, lockgate run --restore DEST), also after the "
-                    "job's checkpoint storage is gone.")
-    export.add_argument("chk", metavar="CHK",
-                        help="a chk-<id> folder, a checkpoint storage (its newest completed "
-                             "checkpoint) or a savepoint or exported folder; a path or URL")
-    export.add_argument("dest", metavar="DEST",
-                        help="a new (or empty) folder: a path or URL (s3://...)")
+        "state file and every shared file (incremental RocksDB checkpoints) it "
+        "references, checking each file's checksum, so that DEST restores on its "
+        "own (restore_from=DEST, lockgate run --restore DEST), also after the "
+        "job's checkpoint storage is gone.",
+    )
+    export.add_argument(
+        "chk",
+        metavar="CHK",
+        help="a chk-<id> folder, a checkpoint storage (its newest completed "
+        "checkpoint) or a savepoint or exported folder; a path or URL",
+    )
+    export.add_argument(
+        "dest", metavar="DEST", help="a new (or empty) folder: a path or URL (s3://...)"
+    )
 
 
 def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -198,7 +227,7 @@ def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
     while i < len(args):
         arg = args[i]
         if arg == "--":
-            return list(args[:i]), list(args[i + 1:])
+            return list(args[:i]), list(args[i + 1 :])
         if arg in _RUN_FLAGS:
             i += 1
             continue
@@ -221,8 +250,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             ns.executor = late.executor or ns.executor
             ns.master = late.master or ns.master
             ns.restore = late.restore or ns.restore
-            ns.allow_non_restored_state = (late.allow_non_restored_state
-                                           or ns.allow_non_restored_state)
+            ns.allow_non_restored_state = (
+                late.allow_non_restored_state or ns.allow_non_restored_state
+            )
     return ns
 
 
@@ -243,7 +273,8 @@ def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[st
     if "://" not in restore and not os.path.isdir(restore):
         raise _UsageError(
             f"--restore {restore}: no such folder; give a checkpoint folder (chk-<id>), a "
-            "checkpoint storage folder, a savepoint folder or an exported checkpoint")
+            "checkpoint storage folder, a savepoint folder or an exported checkpoint"
+        )
     env[RESTORE_ENV] = restore
     if allow_non_restored_state:
         env[ALLOW_NON_RESTORED_ENV] = "1"
@@ -315,9 +346,14 @@ def _print_job_traceback(error: BaseException, path: str) -> None:
     traceback.print_exception(type(error), error, tb or error.__traceback__)
 
 
-def run_job(path: str, args: list[str], executor: str | None = None,
-            master: str | None = None, restore: str | None = None,
-            allow_non_restored_state: bool = False) -> int:
+def run_job(
+    path: str,
+    args: list[str],
+    executor: str | None = None,
+    master: str | None = None,
+    restore: str | None = None,
+    allow_non_restored_state: bool = False,
+) -> int:
     """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
     if not os.path.exists(path):
         raise _UsageError(f"job file not found: {path}")
@@ -354,12 +390,19 @@ def list_command() -> int:
     """``lockgate list``: print the running jobs; return the exit code."""
     jobs = job_registry.list_jobs()
     if not jobs:
-        print(f"no lockgate job is running (registry: {job_registry.jobs_folder()})",
-              file=sys.stderr)
+        print(
+            f"no lockgate job is running (registry: {job_registry.jobs_folder()})", file=sys.stderr
+        )
         return 0
     rows = [("ID", "NAME", "PID", "STARTED")] + [
-        (j.job_id, j.job_name, str(j.pid),
-         datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")) for j in jobs]
+        (
+            j.job_id,
+            j.job_name,
+            str(j.pid),
+            datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        for j in jobs
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[3]]))
@@ -374,8 +417,9 @@ def savepoint_command(job: str, path: str, timeout: float | None = None) -> int:
     return 0
 
 
-def stop_command(job: str, savepoint: str | None = None, drain: bool = False,
-                 timeout: float | None = None) -> int:
+def stop_command(
+    job: str, savepoint: str | None = None, drain: bool = False, timeout: float | None = None
+) -> int:
     """``lockgate stop JOB``: stop with a savepoint (print its folder) or cancel; return
     the exit code."""
     if drain and savepoint is None:
@@ -386,8 +430,11 @@ def stop_command(job: str, savepoint: str | None = None, drain: bool = False,
         job_registry.send_command(info, job_registry.CANCEL, timeout=timeout)
         print(f"cancelling job {info.job_id} ({info.job_name})")
         return 0
-    print(job_registry.send_command(info, job_registry.STOP, path=target, drain=drain,
-                                    timeout=timeout))
+    print(
+        job_registry.send_command(
+            info, job_registry.STOP, path=target, drain=drain, timeout=timeout
+        )
+    )
     return 0
 
 
@@ -398,10 +445,12 @@ def checkpoint_export_command(chk: str, dest: str) -> int:
     from .checkpoint.export import export_checkpoint
 
     done = export_checkpoint(chk, dest)
-    print(f"exported checkpoint {done.checkpoint_id} from {done.source} to {done.location} "
-          f"({done.state_files} state files, {done.shared_files} shared files, "
-          f"{done.bytes_written} bytes); restore it with restore_from={done.location!r} or "
-          f"lockgate run --restore {done.location}")
+    print(
+        f"exported checkpoint {done.checkpoint_id} from {done.source} to {done.location} "
+        f"({done.state_files} state files, {done.shared_files} shared files, "
+        f"{done.bytes_written} bytes); restore it with restore_from={done.location!r} or "
+        f"lockgate run --restore {done.location}"
+    )
     return 0
 
 
@@ -414,8 +463,9 @@ def _dispatch(ns: argparse.Namespace) -> int:
         return savepoint_command(ns.job, ns.path, ns.timeout)
     if ns.command == "stop":
         return stop_command(ns.job, ns.savepoint, ns.drain, ns.timeout)
-    return run_job(ns.job, ns.job_args, ns.executor, ns.master, ns.restore,
-                   ns.allow_non_restored_state)
+    return run_job(
+        ns.job, ns.job_args, ns.executor, ns.master, ns.restore, ns.allow_non_restored_state
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

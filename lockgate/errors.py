@@ -12,8 +12,9 @@ import enum
 from typing import Any
 
 
-def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any],
-             state: dict[str, Any]) -> BaseException:
+def _rebuild(
+    cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], state: dict[str, Any]
+) -> BaseException:
     error = cls(*args, **kwargs)
     error.__dict__.update(state)
     return error
@@ -58,8 +59,10 @@ class MalformedRecordError(LockgateError, ValueError):
         self.raw = raw
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), (str(self),), {"location": self.location, "raw": self.raw},
-                           self.__dict__))
+        return (
+            _rebuild,
+            (type(self), (str(self),), {"location": self.location, "raw": self.raw}, self.__dict__),
+        )
 
 
 class UnsupportedKeyError(LockgateError, TypeError):

@@ -221,7 +221,8 @@ def is_spark(executor: Any) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "hang_guard(seconds): a longer hang guard for a test that needs one")
+        "markers", "hang_guard(seconds): a longer hang guard for a test that needs one"
+    )
     # Spark's Python workers must import the test modules (whose functions and classes jobs
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
@@ -252,8 +253,10 @@ def _hang_guard(request: pytest.FixtureRequest) -> Any:
     if dump is not None:  # outlives the captured stderr of a run the guard kills
         dump.seek(0)
         dump.truncate()
-        dump.write(f"the hang guard ({limit:g}s) killed the test run in "
-                   f"{request.node.nodeid}; its threads:\n")
+        dump.write(
+            f"the hang guard ({limit:g}s) killed the test run in "
+            f"{request.node.nodeid}; its threads:\n"
+        )
         dump.flush()
     faulthandler.dump_traceback_later(limit, exit=True, file=dump or sys.stderr)
     yield
@@ -304,7 +307,9 @@ def make_env() -> Callable[..., lg.StreamEnvironment]:
     """``make_env(parallelism=2, max_parallelism=128, **config)``: a StreamEnvironment
     whose ExecutionConfig fields are set from ``config``."""
 
-    def make(parallelism: int = 2, max_parallelism: int = 128, **config: Any) -> lg.StreamEnvironment:
+    def make(
+        parallelism: int = 2, max_parallelism: int = 128, **config: Any
+    ) -> lg.StreamEnvironment:
         env = lg.StreamEnvironment(parallelism=parallelism, max_parallelism=max_parallelism)
         for key, value in config.items():
             if not hasattr(env.config, key):
@@ -327,10 +332,13 @@ def _test_module_path() -> str:
     unpickle the functions and classes a test module defines, as a user's job needs its own
     modules importable on the executors."""
     folders = [TESTS_DIR] + sorted(
-        os.path.join(TESTS_DIR, d) for d in os.listdir(TESTS_DIR)
-        if os.path.isdir(os.path.join(TESTS_DIR, d)) and not d.startswith((".", "_")))
-    existing = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                if p and p not in folders]
+        os.path.join(TESTS_DIR, d)
+        for d in os.listdir(TESTS_DIR)
+        if os.path.isdir(os.path.join(TESTS_DIR, d)) and not d.startswith((".", "_"))
+    )
+    existing = [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in folders
+    ]
     return os.pathsep.join(folders + existing)
 
 
@@ -340,8 +348,9 @@ def spark_executor() -> Any:
     from lockgate.executor.spark import SparkExecutor
 
     # a stalled job fails with "no heartbeat" (visible) before the hang guard kills the run
-    executor = SparkExecutor(master="local[2]", conf={"spark.ui.enabled": "false"},
-                             heartbeat_timeout_s=30.0)
+    executor = SparkExecutor(
+        master="local[2]", conf={"spark.ui.enabled": "false"}, heartbeat_timeout_s=30.0
+    )
     spark = executor.spark
     spark.sparkContext.setLogLevel("ERROR")
     yield executor

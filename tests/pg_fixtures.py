@@ -28,9 +28,14 @@ def query(sql: str, params: Any = None, dsn: str = DSN) -> list[tuple[Any, ...]]
 
 def prepared(prefix: str = "lockgate-") -> list[str]:
     """Ids of the prepared transactions of the test database starting with ``prefix``."""
-    return [r[0] for r in query(
-        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-        "AND starts_with(gid, %s) ORDER BY gid", (prefix,))]
+    return [
+        r[0]
+        for r in query(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND starts_with(gid, %s) ORDER BY gid",
+            (prefix,),
+        )
+    ]
 
 
 @pytest.fixture
@@ -68,8 +73,10 @@ def pg_without_prepared_transactions() -> Iterator[str]:
     (the default of a fresh installation), stopped and removed after the session."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
     if not bins:
-        pytest.fail("PostgreSQL's server programs (/usr/lib/postgresql/*/bin) are missing: "
-                    "install postgresql (scripts/services.sh expects it)")
+        pytest.fail(
+            "PostgreSQL's server programs (/usr/lib/postgresql/*/bin) are missing: "
+            "install postgresql (scripts/services.sh expects it)"
+        )
     bin_dir = bins[-1]
     root = tempfile.mkdtemp(prefix="lockgate-pg0-")
     data = os.path.join(root, "data")
@@ -81,9 +88,17 @@ def pg_without_prepared_transactions() -> Iterator[str]:
         subprocess.run([*as_postgres, *args], check=True, capture_output=True, timeout=60)
 
     run(f"{bin_dir}/initdb", "-D", data, "-A", "trust", "-U", "postgres")
-    run(f"{bin_dir}/pg_ctl", "-D", data, "-l", os.path.join(root, "log"), "-w", "-o",
+    run(
+        f"{bin_dir}/pg_ctl",
+        "-D",
+        data,
+        "-l",
+        os.path.join(root, "log"),
+        "-w",
+        "-o",
         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_prepared_transactions=0",
-        "start")
+        "start",
+    )
     try:
         dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
         query("CREATE TABLE t (k bigint, v bigint)", dsn=dsn)

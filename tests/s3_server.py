@@ -54,8 +54,9 @@ def _free_port() -> int:
 class MotoServer:
     """A running moto server (see the module docstring)."""
 
-    def __init__(self, process: subprocess.Popen[bytes], port: int, log_path: str,
-                 bucket: str | None = None) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], port: int, log_path: str, bucket: str | None = None
+    ) -> None:
         self.process = process
         #: the bucket :func:`start_moto_server` created (the default of :meth:`url`)
         self.bucket = bucket
@@ -72,18 +73,27 @@ class MotoServer:
     def http_url(self) -> str:
         return f"http://{self.endpoint}"
 
-    def url(self, bucket: str | None = None, path: str = "", *,
-            with_credentials: bool = False) -> str:
+    def url(
+        self, bucket: str | None = None, path: str = "", *, with_credentials: bool = False
+    ) -> str:
         """The ``s3://`` URL of ``bucket/path`` on this server (``bucket`` defaults to the one
         :func:`start_moto_server` created)."""
         bucket = bucket or self.bucket
         if not bucket:
             raise ValueError("no bucket: pass one (this server was started without a bucket)")
-        user = (f"{DUMMY_CREDENTIALS['AWS_ACCESS_KEY_ID']}:"
-                f"{DUMMY_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}@") if with_credentials else ""
+        user = (
+            (
+                f"{DUMMY_CREDENTIALS['AWS_ACCESS_KEY_ID']}:"
+                f"{DUMMY_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}@"
+            )
+            if with_credentials
+            else ""
+        )
         key = "/" + path.strip("/") if path.strip("/") else ""
-        return (f"s3://{user}{bucket}{key}?endpoint_override={self.endpoint}"
-                f"&scheme=http&region={REGION}")
+        return (
+            f"s3://{user}{bucket}{key}?endpoint_override={self.endpoint}"
+            f"&scheme=http&region={REGION}"
+        )
 
     def filesystem(self) -> Any:
         """A ``pyarrow.fs.S3FileSystem`` on this server (may create buckets)."""
@@ -92,8 +102,11 @@ class MotoServer:
         return pafs.S3FileSystem(
             access_key=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             secret_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region=REGION, endpoint_override=self.endpoint, scheme="http",
-            allow_bucket_creation=True)
+            region=REGION,
+            endpoint_override=self.endpoint,
+            scheme="http",
+            allow_bucket_creation=True,
+        )
 
     def create_bucket(self, name: str) -> None:
         self.filesystem().create_dir(name)
@@ -143,7 +156,10 @@ def start_moto_server(bucket: str | None = BUCKET, timeout_s: float = 30.0) -> M
         with os.fdopen(fd, "wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         server = MotoServer(process, port, log_path, bucket)
         deadline = time.monotonic() + timeout_s
         while process.poll() is None and not _answers(server.http_url):
@@ -152,7 +168,8 @@ def start_moto_server(bucket: str | None = BUCKET, timeout_s: float = 30.0) -> M
                 server.stop()
                 raise RuntimeError(
                     f"moto server on {server.endpoint} did not answer HTTP within {timeout_s}s; "
-                    f"its output:\n{log_text}")
+                    f"its output:\n{log_text}"
+                )
             pause.wait(0.05)
         if process.poll() is None:
             if bucket is not None:
@@ -164,8 +181,9 @@ def start_moto_server(bucket: str | None = BUCKET, timeout_s: float = 30.0) -> M
             return server
         last_error = server.log()
         server.stop()
-    raise RuntimeError(f"moto server exited at start (exit code {process.returncode}); "
-                       f"its output:\n{last_error}")
+    raise RuntimeError(
+        f"moto server exited at start (exit code {process.returncode}); its output:\n{last_error}"
+    )
 
 
 @pytest.fixture(scope="session")

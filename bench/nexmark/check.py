@@ -53,17 +53,25 @@ def expected(query: str, data: Path) -> pa.Table:
         a_start = _floor(auction.column("date_time").to_numpy(), WINDOW_MS)
         sellers = pa.table({"id": auction.column("seller"), "window_start": a_start})
         sellers = sellers.group_by(["id", "window_start"]).aggregate([])
-        persons = pa.table({"id": person.column("id"), "name": person.column("name"),
-                            "window_start": p_start})
+        persons = pa.table(
+            {"id": person.column("id"), "name": person.column("name"), "window_start": p_start}
+        )
         return persons.join(sellers, ["id", "window_start"], join_type="inner").select(
-            list(QUERIES[query].columns))
+            list(QUERIES[query].columns)
+        )
     bid = _read(data, "bid")
     if query == "q0":
         return bid
     if query == "q1":
-        return pa.table({"auction": bid["auction"], "bidder": bid["bidder"],
-                         "price": pc.multiply(bid["price"].cast(pa.float64()), Q1_RATE),
-                         "date_time": bid["date_time"], "extra": bid["extra"]})
+        return pa.table(
+            {
+                "auction": bid["auction"],
+                "bidder": bid["bidder"],
+                "price": pc.multiply(bid["price"].cast(pa.float64()), Q1_RATE),
+                "date_time": bid["date_time"],
+                "extra": bid["extra"],
+            }
+        )
     if query == "q2":
         auction = bid["auction"].to_numpy()
         return bid.filter(pa.array(auction % Q2_MODULUS == 0)).select(["auction", "price"])
@@ -72,23 +80,37 @@ def expected(query: str, data: Path) -> pa.Table:
         auction = bid["auction"].to_numpy()
         last = _floor(ts, SLIDE_MS)
         starts = np.concatenate([last - k * SLIDE_MS for k in range(WINDOW_MS // SLIDE_MS)])
-        counts = pa.table({"auction": np.tile(auction, WINDOW_MS // SLIDE_MS),
-                           "window_start": starts}).group_by(
-            ["auction", "window_start"]).aggregate([([], "count_all")])
+        counts = (
+            pa.table({"auction": np.tile(auction, WINDOW_MS // SLIDE_MS), "window_start": starts})
+            .group_by(["auction", "window_start"])
+            .aggregate([([], "count_all")])
+        )
         counts = counts.rename_columns(["auction", "window_start", "num"])
         best = counts.group_by("window_start").aggregate([("num", "max")])
         top = counts.join(best, "window_start")
         top = top.filter(pc.equal(top["num"], top["num_max"]))
-        return pa.table({"auction": top["auction"], "num": top["num"],
-                         "window_start": top["window_start"],
-                         "window_end": pc.add(top["window_start"], WINDOW_MS)})
+        return pa.table(
+            {
+                "auction": top["auction"],
+                "num": top["num"],
+                "window_start": top["window_start"],
+                "window_end": pc.add(top["window_start"], WINDOW_MS),
+            }
+        )
     if query == "q7":
         start = _floor(bid["date_time"].to_numpy(), WINDOW_MS)
-        best = pa.table({"window_start": start, "price": bid["price"]}).group_by(
-            "window_start").aggregate([("price", "max")])
-        return pa.table({"window_start": best["window_start"],
-                         "window_end": pc.add(best["window_start"], WINDOW_MS),
-                         "price": best["price_max"]})
+        best = (
+            pa.table({"window_start": start, "price": bid["price"]})
+            .group_by("window_start")
+            .aggregate([("price", "max")])
+        )
+        return pa.table(
+            {
+                "window_start": best["window_start"],
+                "window_end": pc.add(best["window_start"], WINDOW_MS),
+                "price": best["price_max"],
+            }
+        )
     if query == "q12":
         return pa.table({"num": pa.array([bid.num_rows], pa.int64())})
     raise ValueError(f"unknown query {query!r}")
@@ -98,8 +120,11 @@ def _files(out: Path) -> list[Path]:
     found = []
     for root, dirs, names in os.walk(out):
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
-        found += [Path(root) / n for n in sorted(names)
-                  if not n.startswith(("_", ".")) and not n.endswith(".crc")]
+        found += [
+            Path(root) / n
+            for n in sorted(names)
+            if not n.startswith(("_", ".")) and not n.endswith(".crc")
+        ]
     return found
 
 
@@ -119,10 +144,16 @@ def read_output(out: Path, query: Query, types: pa.Schema) -> pa.Table:
                 raise ValueError(f"{path}: no column(s) {missing}; has {t.column_names}")
             t = t.select(types.names)
         else:
-            t = pacsv.read_csv(path, read_options=pacsv.ReadOptions(
-                column_names=list(query.columns)), convert_options=pacsv.ConvertOptions(
-                column_types={f.name: (pa.float64() if f.name in query.floats else f.type)
-                              for f in types}, strings_can_be_null=False))
+            t = pacsv.read_csv(
+                path,
+                read_options=pacsv.ReadOptions(column_names=list(query.columns)),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={
+                        f.name: (pa.float64() if f.name in query.floats else f.type) for f in types
+                    },
+                    strings_can_be_null=False,
+                ),
+            )
             t = t.select(types.names)
         tables.append(t.cast(types))
     if not tables:
@@ -153,32 +184,53 @@ def compare(query_name: str, data: Path, out: Path, want: pa.Table | None = None
         got = read_output(out, query, schema)
         total = int(pc.sum(got[column]).as_py() or 0)
         need = int(want[column][0].as_py())
-        return {"equal": total == need, "rows": got.num_rows, "expected_rows": None,
-                "detail": f"sum of {column} = {total:,}, events = {need:,}"}
+        return {
+            "equal": total == need,
+            "rows": got.num_rows,
+            "expected_rows": None,
+            "detail": f"sum of {column} = {total:,}, events = {need:,}",
+        }
     want = want.select(list(query.columns))
     got = read_output(out, query, want.schema)
     a, b = _normal(got, query), _normal(want, query)
     if a.num_rows != b.num_rows:
-        return {"equal": False, "rows": a.num_rows, "expected_rows": b.num_rows,
-                "detail": f"{a.num_rows:,} rows, expected {b.num_rows:,}"}
+        return {
+            "equal": False,
+            "rows": a.num_rows,
+            "expected_rows": b.num_rows,
+            "detail": f"{a.num_rows:,} rows, expected {b.num_rows:,}",
+        }
     if a.equals(b):
-        return {"equal": True, "rows": a.num_rows, "expected_rows": b.num_rows,
-                "detail": f"{a.num_rows:,} rows equal"}
+        return {
+            "equal": True,
+            "rows": a.num_rows,
+            "expected_rows": b.num_rows,
+            "detail": f"{a.num_rows:,} rows equal",
+        }
     for name in a.column_names:
         same = pc.equal(a[name], b[name]).to_numpy(zero_copy_only=False)
         if not same.all():
             i = int(np.argmin(same))
-            return {"equal": False, "rows": a.num_rows, "expected_rows": b.num_rows,
-                    "detail": f"first difference in sorted row {i}: got "
-                              f"{a.slice(i, 1).to_pylist()[0]}, expected "
-                              f"{b.slice(i, 1).to_pylist()[0]}"}
-    return {"equal": False, "rows": a.num_rows, "expected_rows": b.num_rows,
-            "detail": "tables differ (types?)"}
+            return {
+                "equal": False,
+                "rows": a.num_rows,
+                "expected_rows": b.num_rows,
+                "detail": f"first difference in sorted row {i}: got "
+                f"{a.slice(i, 1).to_pylist()[0]}, expected "
+                f"{b.slice(i, 1).to_pylist()[0]}",
+            }
+    return {
+        "equal": False,
+        "rows": a.num_rows,
+        "expected_rows": b.num_rows,
+        "detail": "tables differ (types?)",
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--query", required=True, choices=sorted(QUERIES))
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)

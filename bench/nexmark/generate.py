@@ -56,30 +56,93 @@ FIRST_ID = 1000
 TABLES = ("person", "auction", "bid")
 
 SCHEMAS = {
-    "person": pa.schema([
-        ("id", pa.int64()), ("name", pa.string()), ("email_address", pa.string()),
-        ("credit_card", pa.string()), ("city", pa.string()), ("state", pa.string()),
-        ("date_time", pa.int64()), ("extra", pa.string()),
-    ]),
-    "auction": pa.schema([
-        ("id", pa.int64()), ("item_name", pa.string()), ("description", pa.string()),
-        ("initial_bid", pa.int64()), ("reserve", pa.int64()), ("date_time", pa.int64()),
-        ("expires", pa.int64()), ("seller", pa.int64()), ("category", pa.int64()),
-        ("extra", pa.string()),
-    ]),
-    "bid": pa.schema([
-        ("auction", pa.int64()), ("bidder", pa.int64()), ("price", pa.int64()),
-        ("channel", pa.string()), ("url", pa.string()), ("date_time", pa.int64()),
-        ("extra", pa.string()),
-    ]),
+    "person": pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("email_address", pa.string()),
+            ("credit_card", pa.string()),
+            ("city", pa.string()),
+            ("state", pa.string()),
+            ("date_time", pa.int64()),
+            ("extra", pa.string()),
+        ]
+    ),
+    "auction": pa.schema(
+        [
+            ("id", pa.int64()),
+            ("item_name", pa.string()),
+            ("description", pa.string()),
+            ("initial_bid", pa.int64()),
+            ("reserve", pa.int64()),
+            ("date_time", pa.int64()),
+            ("expires", pa.int64()),
+            ("seller", pa.int64()),
+            ("category", pa.int64()),
+            ("extra", pa.string()),
+        ]
+    ),
+    "bid": pa.schema(
+        [
+            ("auction", pa.int64()),
+            ("bidder", pa.int64()),
+            ("price", pa.int64()),
+            ("channel", pa.string()),
+            ("url", pa.string()),
+            ("date_time", pa.int64()),
+            ("extra", pa.string()),
+        ]
+    ),
 }
 
-_FIRST = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
-          "Deiter", "Walter", "Mei", "Aiko", "Chen", "Ines", "Omar"]
-_LAST = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
-         "Noris", "Wang", "Sato", "Garcia", "Okafor", "Ivanova", "Haddad", "Kowalski"]
-_CITIES = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend",
-           "Redmond", "Seattle", "Kent", "Cheyenne"]
+_FIRST = [
+    "Peter",
+    "Paul",
+    "Luke",
+    "John",
+    "Saul",
+    "Vicky",
+    "Kate",
+    "Julie",
+    "Sarah",
+    "Deiter",
+    "Walter",
+    "Mei",
+    "Aiko",
+    "Chen",
+    "Ines",
+    "Omar",
+]
+_LAST = [
+    "Shultz",
+    "Abrams",
+    "Spencer",
+    "White",
+    "Bartels",
+    "Walton",
+    "Smith",
+    "Jones",
+    "Noris",
+    "Wang",
+    "Sato",
+    "Garcia",
+    "Okafor",
+    "Ivanova",
+    "Haddad",
+    "Kowalski",
+]
+_CITIES = [
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+]
 _STATES = ["AZ", "CA", "ID", "OR", "WA", "WY"]
 _CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
@@ -99,17 +162,25 @@ def _pools() -> dict[str, pa.Array]:
     return {
         "name": _pool(rng, 256, lambda r, j: f"{_FIRST[j % 16]} {_LAST[j // 16]}"),
         "email": _pool(rng, 256, lambda r, j: f"{word(r, 4, 9)}@{word(r, 4, 9)}.com"),
-        "card": _pool(rng, 256, lambda r, j: " ".join(
-            f"{int(r.integers(0, 10000)):04d}" for _ in range(4))),
+        "card": _pool(
+            rng, 256, lambda r, j: " ".join(f"{int(r.integers(0, 10000)):04d}" for _ in range(4))
+        ),
         "city": pa.array(_CITIES, pa.string()),
         "state": pa.array(_STATES, pa.string()),
         "item": _pool(rng, 256, lambda r, j: word(r, 5, 12)),
-        "description": _pool(rng, 256, lambda r, j: f"{word(r, 3, 8)} {word(r, 3, 8)} "
-                                                    f"{word(r, 3, 8)}"),
+        "description": _pool(
+            rng, 256, lambda r, j: f"{word(r, 3, 8)} {word(r, 3, 8)} {word(r, 3, 8)}"
+        ),
         "channel": pa.array(_CHANNELS + [f"channel-{k}" for k in range(4, 16)], pa.string()),
-        "url": _pool(rng, 256, lambda r, j: f"https://www.nexmark.com/{word(r, 5, 8)}/"
-                                            f"{word(r, 5, 8)}/item.htm?query=1&channel_id="
-                                            f"{int(r.integers(0, 1 << 20))}"),
+        "url": _pool(
+            rng,
+            256,
+            lambda r, j: (
+                f"https://www.nexmark.com/{word(r, 5, 8)}/"
+                f"{word(r, 5, 8)}/item.htm?query=1&channel_id="
+                f"{int(r.integers(0, 1 << 20))}"
+            ),
+        ),
         "extra": _pool(rng, 256, lambda r, j: word(r, 0, 20)),
     }
 
@@ -125,8 +196,9 @@ def _recent(rng: np.random.Generator, newest: np.ndarray, window: int) -> np.nda
     return np.maximum(np.where(rng.random(len(newest)) < 0.9, hot, cold), FIRST_ID)
 
 
-def chunk_tables(seed: int, chunk: int, events: int,
-                 pools: dict[str, pa.Array]) -> dict[str, tuple[pa.Table, np.ndarray]]:
+def chunk_tables(
+    seed: int, chunk: int, events: int, pools: dict[str, pa.Array]
+) -> dict[str, tuple[pa.Table, np.ndarray]]:
     """The rows of events ``[chunk * CHUNK, min(events, (chunk + 1) * CHUNK))``, per
     table, each with the event numbers of its rows."""
     rng = np.random.default_rng([seed, chunk])
@@ -137,34 +209,62 @@ def chunk_tables(seed: int, chunk: int, events: int,
 
     p = offset == 0
     n = int(p.sum())
-    out["person"] = (pa.Table.from_arrays([
-        pa.array(FIRST_ID + epoch[p]), _pick(rng, pools["name"], n),
-        _pick(rng, pools["email"], n), _pick(rng, pools["card"], n),
-        _pick(rng, pools["city"], n), _pick(rng, pools["state"], n),
-        pa.array(ts[p]), _pick(rng, pools["extra"], n),
-    ], schema=SCHEMAS["person"]), i[p])
+    out["person"] = (
+        pa.Table.from_arrays(
+            [
+                pa.array(FIRST_ID + epoch[p]),
+                _pick(rng, pools["name"], n),
+                _pick(rng, pools["email"], n),
+                _pick(rng, pools["card"], n),
+                _pick(rng, pools["city"], n),
+                _pick(rng, pools["state"], n),
+                pa.array(ts[p]),
+                _pick(rng, pools["extra"], n),
+            ],
+            schema=SCHEMAS["person"],
+        ),
+        i[p],
+    )
 
     a = (offset >= 1) & (offset <= 3)
     n = int(a.sum())
     initial = np.round(100 * 10 ** (3 * rng.random(n))).astype(np.int64)
-    out["auction"] = (pa.Table.from_arrays([
-        pa.array(FIRST_ID + 3 * epoch[a] + offset[a] - 1), _pick(rng, pools["item"], n),
-        _pick(rng, pools["description"], n), pa.array(initial),
-        pa.array(initial + rng.integers(0, 10_000, n)), pa.array(ts[a]),
-        pa.array(ts[a] + rng.integers(1_000, 60_000, n)),
-        pa.array(_recent(rng, FIRST_ID + epoch[a], 10)),
-        pa.array(10 + rng.integers(0, 5, n)), _pick(rng, pools["extra"], n),
-    ], schema=SCHEMAS["auction"]), i[a])
+    out["auction"] = (
+        pa.Table.from_arrays(
+            [
+                pa.array(FIRST_ID + 3 * epoch[a] + offset[a] - 1),
+                _pick(rng, pools["item"], n),
+                _pick(rng, pools["description"], n),
+                pa.array(initial),
+                pa.array(initial + rng.integers(0, 10_000, n)),
+                pa.array(ts[a]),
+                pa.array(ts[a] + rng.integers(1_000, 60_000, n)),
+                pa.array(_recent(rng, FIRST_ID + epoch[a], 10)),
+                pa.array(10 + rng.integers(0, 5, n)),
+                _pick(rng, pools["extra"], n),
+            ],
+            schema=SCHEMAS["auction"],
+        ),
+        i[a],
+    )
 
     b = offset >= 4
     n = int(b.sum())
-    out["bid"] = (pa.Table.from_arrays([
-        pa.array(_recent(rng, FIRST_ID + 3 * epoch[b] + 2, 100)),
-        pa.array(_recent(rng, FIRST_ID + epoch[b], 100)),
-        pa.array(np.round(100 * 10 ** (6 * rng.random(n))).astype(np.int64)),
-        _pick(rng, pools["channel"], n), _pick(rng, pools["url"], n),
-        pa.array(ts[b]), _pick(rng, pools["extra"], n),
-    ], schema=SCHEMAS["bid"]), i[b])
+    out["bid"] = (
+        pa.Table.from_arrays(
+            [
+                pa.array(_recent(rng, FIRST_ID + 3 * epoch[b] + 2, 100)),
+                pa.array(_recent(rng, FIRST_ID + epoch[b], 100)),
+                pa.array(np.round(100 * 10 ** (6 * rng.random(n))).astype(np.int64)),
+                _pick(rng, pools["channel"], n),
+                _pick(rng, pools["url"], n),
+                pa.array(ts[b]),
+                _pick(rng, pools["extra"], n),
+            ],
+            schema=SCHEMAS["bid"],
+        ),
+        i[b],
+    )
     return out
 
 
@@ -179,8 +279,7 @@ def generate(out: Path, events: int, seed: int = 42, files: int = 2) -> dict:
     ``out/csv/<table>/part-NNNNN.csv``; return (and store in ``out/manifest.json``)
     the row counts. An existing data set with the same parameters is kept."""
     if events < 50 or files < 1:
-        raise ValueError(f"need at least 50 events and 1 file, got events={events}, "
-                         f"files={files}")
+        raise ValueError(f"need at least 50 events and 1 file, got events={events}, files={files}")
     manifest_path = out / "manifest.json"
     params = {"events": events, "seed": seed, "files": files, "version": 1}
     if manifest_path.exists():
@@ -203,22 +302,31 @@ def generate(out: Path, events: int, seed: int = 42, files: int = 2) -> dict:
                         folder = out / fmt / table
                         folder.mkdir(parents=True, exist_ok=True)
                         path = folder / f"part-{f:05d}.{fmt}"
-                        writers[key] = (pq.ParquetWriter(path, SCHEMAS[table]) if fmt == "parquet"
-                                        else pacsv.CSVWriter(path, SCHEMAS[table],
-                                                             write_options=pacsv.WriteOptions(
-                                                                 include_header=False)))
+                        writers[key] = (
+                            pq.ParquetWriter(path, SCHEMAS[table])
+                            if fmt == "parquet"
+                            else pacsv.CSVWriter(
+                                path,
+                                SCHEMAS[table],
+                                write_options=pacsv.WriteOptions(include_header=False),
+                            )
+                        )
                     writers[key].write_table(piece)  # type: ignore[attr-defined]
     for w in writers.values():
         w.close()  # type: ignore[attr-defined]
-    manifest = {"params": params, "rows": counts,
-                "seconds": round(time.perf_counter() - started, 2)}
+    manifest = {
+        "params": params,
+        "rows": counts,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
     manifest_path.write_text(json.dumps(manifest, indent=1))
     return manifest
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out", type=Path)
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--seed", type=int, default=42)

@@ -43,7 +43,7 @@ def _stat(pid: int) -> tuple[int, float] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
 
 
@@ -80,15 +80,28 @@ def _tree(root: int) -> dict[int, float]:
     return {pid: cpu[pid] for pid in members if pid in cpu}
 
 
-def run_measured(cmd: list[str], *, timeout_s: float, interval_s: float = 0.1,
-                 stdout: int | None = subprocess.PIPE, env: dict[str, str] | None = None,
-                 cwd: str | None = None) -> tuple[TreeUsage, str, str]:
+def run_measured(
+    cmd: list[str],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.1,
+    stdout: int | None = subprocess.PIPE,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> tuple[TreeUsage, str, str]:
     """Run ``cmd`` in a new session; return its usage, stdout and stderr. After
     ``timeout_s`` the whole session is killed (``timed_out`` is then True)."""
     reaped_before = _reaped_children_cpu()
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env, cwd=cwd)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+    )
     last_cpu: dict[int, float] = {}
     peak = 0
     done = threading.Event()

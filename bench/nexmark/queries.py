@@ -64,17 +64,26 @@ class Query:
 
 BID_COLUMNS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 
-QUERIES: dict[str, Query] = {q.name: q for q in (
-    Query("q0", ("bid",), BID_COLUMNS),
-    Query("q1", ("bid",), ("auction", "bidder", "price", "date_time", "extra"),
-          floats=("price",)),
-    Query("q2", ("bid",), ("auction", "price")),
-    Query("q5", ("bid",), ("auction", "num", "window_start", "window_end")),
-    Query("q7", ("bid",), ("window_start", "window_end", "price")),
-    Query("q8", ("person", "auction"), ("id", "name", "window_start"), targeted=False),
-    Query("q12", ("bid",), ("bidder", "num", "window_start", "window_end"),
-          compare="total:num", targeted=False),
-)}
+QUERIES: dict[str, Query] = {
+    q.name: q
+    for q in (
+        Query("q0", ("bid",), BID_COLUMNS),
+        Query(
+            "q1", ("bid",), ("auction", "bidder", "price", "date_time", "extra"), floats=("price",)
+        ),
+        Query("q2", ("bid",), ("auction", "price")),
+        Query("q5", ("bid",), ("auction", "num", "window_start", "window_end")),
+        Query("q7", ("bid",), ("window_start", "window_end", "price")),
+        Query("q8", ("person", "auction"), ("id", "name", "window_start"), targeted=False),
+        Query(
+            "q12",
+            ("bid",),
+            ("bidder", "num", "window_start", "window_end"),
+            compare="total:num",
+            targeted=False,
+        ),
+    )
+}
 
 #: per query, the columns it reads from each table (projection: the runners read
 #: only these from the Parquet files, as Flink's and Spark's planners do on their own)
@@ -102,8 +111,9 @@ def runner_parser(description: str | None) -> argparse.ArgumentParser:
     """The command line every ``run_<system>.py`` takes (see ``run.py``): ``--query
     --data --out --work [--parallelism 2] [--checkpoint-ms 1000]``; a runner adds its
     own options to it."""
-    ap = argparse.ArgumentParser(description=description,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--query", required=True, choices=list(QUERIES))
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)

@@ -66,15 +66,26 @@ class System:
     extra: tuple[str, ...] = ()
 
 
-SYSTEMS = {s.name: s for s in (
-    System("lockgate-spark", ROOT / ".venv" / "bin" / "python", "run_lockgate.py",
-           ("--executor", "spark")),
-    System("lockgate-local", ROOT / ".venv" / "bin" / "python", "run_lockgate.py",
-           ("--executor", "local")),
-    System("flink", PEERS / "flink" / "bin" / "python", "run_flink.py"),
-    System("spark", PEERS / "spark" / "bin" / "python", "run_spark.py"),
-    System("bytewax", PEERS / "bytewax" / "bin" / "python", "run_bytewax.py"),
-)}
+SYSTEMS = {
+    s.name: s
+    for s in (
+        System(
+            "lockgate-spark",
+            ROOT / ".venv" / "bin" / "python",
+            "run_lockgate.py",
+            ("--executor", "spark"),
+        ),
+        System(
+            "lockgate-local",
+            ROOT / ".venv" / "bin" / "python",
+            "run_lockgate.py",
+            ("--executor", "local"),
+        ),
+        System("flink", PEERS / "flink" / "bin" / "python", "run_flink.py"),
+        System("spark", PEERS / "spark" / "bin" / "python", "run_spark.py"),
+        System("bytewax", PEERS / "bytewax" / "bin" / "python", "run_bytewax.py"),
+    )
+}
 LOCKGATE = ("lockgate-spark", "lockgate-local")
 TARGETS = {"flink": 5.0, "bytewax": 20.0}
 
@@ -92,16 +103,36 @@ def _last_json(text: str) -> dict[str, Any] | None:
     return None
 
 
-def run_case(system: System, query: str, data: Path, out: Path, args: argparse.Namespace,
-             want: Any, want_rows: dict[str, int]) -> dict[str, Any]:
+def run_case(
+    system: System,
+    query: str,
+    data: Path,
+    out: Path,
+    args: argparse.Namespace,
+    want: Any,
+    want_rows: dict[str, int],
+) -> dict[str, Any]:
     case_dir = out / "runs" / f"{query}-{system.name}"
     shutil.rmtree(case_dir, ignore_errors=True)
     result_dir, work_dir = case_dir / "result", case_dir / "work"
     work_dir.mkdir(parents=True)
-    cmd = [str(system.python), str(HERE / system.script), "--query", query,
-           "--data", str(data), "--out", str(result_dir), "--work", str(work_dir),
-           "--parallelism", str(args.parallelism), "--checkpoint-ms", str(args.checkpoint_ms),
-           *system.extra]
+    cmd = [
+        str(system.python),
+        str(HERE / system.script),
+        "--query",
+        query,
+        "--data",
+        str(data),
+        "--out",
+        str(result_dir),
+        "--work",
+        str(work_dir),
+        "--parallelism",
+        str(args.parallelism),
+        "--checkpoint-ms",
+        str(args.checkpoint_ms),
+        *system.extra,
+    ]
     record: dict[str, Any] = {"system": system.name, "query": query}
     if not system.python.exists():
         record["error"] = f"{system.python} is missing: run bash bench/setup_peers.sh"
@@ -112,15 +143,22 @@ def run_case(system: System, query: str, data: Path, out: Path, args: argparse.N
     reported = _last_json(stdout) or {}
     record.update({k: v for k, v in reported.items() if k not in ("system", "query")})
     record["engine"] = reported.get("system", system.name)
-    record.update({"wall_s": round(usage.wall_s, 2), "cpu_s": round(usage.cpu_s, 2),
-                   "peak_mb": round(usage.peak_bytes / 2**20)})
+    record.update(
+        {
+            "wall_s": round(usage.wall_s, 2),
+            "cpu_s": round(usage.cpu_s, 2),
+            "peak_mb": round(usage.peak_bytes / 2**20),
+        }
+    )
     if usage.timed_out:
         # it did not finish: its rate is below events / the time it was given
         events = sum(want_rows[t] for t in QUERIES[query].reads)
         record["events"] = events
         record["events_per_s_below"] = round(events / usage.wall_s)
-        record["error"] = (f"did not finish within {args.case_timeout:g} s (process wall "
-                           f"time): fewer than {record['events_per_s_below']:,} events/s")
+        record["error"] = (
+            f"did not finish within {args.case_timeout:g} s (process wall "
+            f"time): fewer than {record['events_per_s_below']:,} events/s"
+        )
         return record
     if usage.returncode != 0 or not reported:
         tail = " | ".join(stderr.strip().splitlines()[-3:])[-400:]
@@ -146,7 +184,7 @@ def _short(text: str, limit: int = 70) -> str:
     """The first ``limit`` characters of a runner's description (the whole is in
     results.jsonl and in the notes below the table)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _rate_text(r: dict[str, Any]) -> str:
@@ -194,8 +232,9 @@ def ratios(records: list[dict[str, Any]]) -> None:
                 r[f"x_{lg_name}_above"] = round(mine / r["events_per_s_below"], 2)
 
 
-def report(records: list[dict[str, Any]], args: argparse.Namespace, manifest: dict,
-           seconds: float) -> str:
+def report(
+    records: list[dict[str, Any]], args: argparse.Namespace, manifest: dict, seconds: float
+) -> str:
     cores = os.cpu_count()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [
@@ -229,34 +268,44 @@ def report(records: list[dict[str, Any]], args: argparse.Namespace, manifest: di
             f"| {r['query']} | {r.get('engine', r['system'])} {r.get('version', '')} | "
             f"{_rate_text(r)} | {r.get('job_seconds', '-')} | {x} | "
             f"{r.get('cpu_s_per_m_events', '-')} | {r.get('peak_mb', '-')} | {ck} | "
-            f"{r.get('input', '-')} | {_short(_result_text(r), 120)} |")
-    lines += ["", "## Targets", "",
-              "lockgate at least 5 x Flink SQL's events/s and 20 x Bytewax's on q0, q1, q2, "
-              "q5 and q7:", "",
-              "| query | peer | target | x lockgate (spark) | x lockgate (local) | met |",
-              "|---|---|---:|---:|---:|---|"]
+            f"{r.get('input', '-')} | {_short(_result_text(r), 120)} |"
+        )
+    lines += [
+        "",
+        "## Targets",
+        "",
+        "lockgate at least 5 x Flink SQL's events/s and 20 x Bytewax's on q0, q1, q2, q5 and q7:",
+        "",
+        "| query | peer | target | x lockgate (spark) | x lockgate (local) | met |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     for r in records:
         if r["system"] in TARGETS and QUERIES[r["query"]].targeted:
             need = TARGETS[r["system"]]
-            met = ", ".join(f"{n}: {'yes' if _at_least(r, n) >= need else 'no'}"
-                            for n in LOCKGATE)
-            lines.append(f"| {r['query']} | {r['system']} | {need:g} | "
-                         f"{_ratio_text(r, LOCKGATE[0])} | {_ratio_text(r, LOCKGATE[1])} | "
-                         f"{met} |")
+            met = ", ".join(f"{n}: {'yes' if _at_least(r, n) >= need else 'no'}" for n in LOCKGATE)
+            lines.append(
+                f"| {r['query']} | {r['system']} | {need:g} | "
+                f"{_ratio_text(r, LOCKGATE[0])} | {_ratio_text(r, LOCKGATE[1])} | "
+                f"{met} |"
+            )
     notes = [f"- {r['query']} {r['system']}: {r['note']}" for r in records if r.get("note")]
     first: dict[str, dict[str, Any]] = {}
     for r in records:
         first.setdefault(r["system"], r)
-    notes += [f"- {name} checkpointing: {r['checkpointing']}; settings: {r.get('settings', '-')}"
-              for name, r in first.items() if r.get("checkpointing")]
+    notes += [
+        f"- {name} checkpointing: {r['checkpointing']}; settings: {r.get('settings', '-')}"
+        for name, r in first.items()
+        if r.get("checkpointing")
+    ]
     if notes:
         lines += ["", "## Notes from the runners", "", *notes]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--queries", default=",".join(QUERIES))
@@ -271,8 +320,10 @@ def main() -> None:
     systems = [s for s in args.systems.split(",") if s]
     unknown = [q for q in queries if q not in QUERIES] + [s for s in systems if s not in SYSTEMS]
     if unknown:
-        ap.error(f"unknown queries or systems {unknown}: queries are {', '.join(QUERIES)}; "
-                 f"systems are {', '.join(SYSTEMS)}")
+        ap.error(
+            f"unknown queries or systems {unknown}: queries are {', '.join(QUERIES)}; "
+            f"systems are {', '.join(SYSTEMS)}"
+        )
     started = time.perf_counter()
     data = args.out / "data"
     manifest = generate(data, args.events, args.seed, files=args.parallelism)
@@ -281,8 +332,7 @@ def main() -> None:
     for query in queries:
         want = expected(query, data)
         for name in systems:
-            record = run_case(SYSTEMS[name], query, data, args.out, args, want,
-                              manifest["rows"])
+            record = run_case(SYSTEMS[name], query, data, args.out, args, want, manifest["rows"])
             records.append(record)
             print(json.dumps(record), flush=True)
     ratios(records)
@@ -293,8 +343,15 @@ def main() -> None:
         for r in records:
             f.write(json.dumps(r) + "\n")
     print(text)
-    print(json.dumps({"suite_seconds": round(seconds, 1), "report": str(args.out / "report.md"),
-                      "cores": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "suite_seconds": round(seconds, 1),
+                "report": str(args.out / "report.md"),
+                "cores": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

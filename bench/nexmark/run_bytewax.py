@@ -92,14 +92,19 @@ def no_wakeup(close_time: datetime) -> None:
     return None
 
 
-
-
 # --------------------------------------------------------------------------- #
 # Dataflow (built in every worker process)
 # --------------------------------------------------------------------------- #
 
-def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # noqa: C901 (one branch per query and reader kind, kept whole like the lockgate and Spark runners it mirrors)
-               reader: bool = True):
+
+def build_flow(
+    query: str,
+    data: Path,
+    out: Path,
+    run_id: str,
+    late: dict,  # noqa: C901 (one branch per query and reader kind, kept whole like the lockgate and Spark runners it mirrors)
+    reader: bool = True,
+):
     import bytewax.operators as op
     import bytewax.operators.windowing as win
     import pyarrow.parquet as pq
@@ -110,26 +115,33 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
     class ParquetPartition(StatefulSourcePartition):
         """One Parquet part file, one tuple per row; state = rows emitted."""
 
-        def __init__(self, path: Path, columns: list[str], rows_per_batch: int,
-                     resume_row: int | None):
+        def __init__(
+            self, path: Path, columns: list[str], rows_per_batch: int, resume_row: int | None
+        ):
             self._row = resume_row or 0
             self._file = pq.ParquetFile(path)
             meta = self._file.metadata
             first_group, skip = 0, self._row
-            while (first_group < meta.num_row_groups
-                   and skip >= meta.row_group(first_group).num_rows):
+            while (
+                first_group < meta.num_row_groups and skip >= meta.row_group(first_group).num_rows
+            ):
                 skip -= meta.row_group(first_group).num_rows
                 first_group += 1
             self._skip = skip
             self._batches = self._file.iter_batches(
-                batch_size=rows_per_batch, columns=columns,
-                row_groups=range(first_group, meta.num_row_groups), use_threads=False)
+                batch_size=rows_per_batch,
+                columns=columns,
+                row_groups=range(first_group, meta.num_row_groups),
+                use_threads=False,
+            )
 
         def next_batch(self) -> list[tuple]:
             batch = next(self._batches)  # StopIteration = end of this partition
             if self._skip:
-                batch, self._skip = batch.slice(min(self._skip, batch.num_rows)), \
-                    max(0, self._skip - batch.num_rows)
+                batch, self._skip = (
+                    batch.slice(min(self._skip, batch.num_rows)),
+                    max(0, self._skip - batch.num_rows),
+                )
             rows = list(zip(*(column.to_pylist() for column in batch.columns)))
             self._row += len(rows)
             return rows
@@ -158,8 +170,9 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
             return sorted(p.name for p in self._folder.glob("*.parquet"))
 
         def build_part(self, step_id: str, for_part: str, resume_state: int | None):
-            return ParquetPartition(self._folder / for_part, self._columns,
-                                    self._batch_rows, resume_state)
+            return ParquetPartition(
+                self._folder / for_part, self._columns, self._batch_rows, resume_state
+            )
 
     class CsvPartition(StatelessSinkPartition):
         def __init__(self, name: str):
@@ -185,38 +198,47 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
         return EPOCH + timedelta(milliseconds=row[-1])
 
     def clock() -> win.EventClock:
-        return win.EventClock(ts_getter=event_time,
-                              wait_for_system_duration=OUT_OF_ORDERNESS,
-                              now_getter=frozen_now, to_system_utc=no_wakeup)
+        return win.EventClock(
+            ts_getter=event_time,
+            wait_for_system_duration=OUT_OF_ORDERNESS,
+            now_getter=frozen_now,
+            to_system_utc=no_wakeup,
+        )
 
     def count_late(step_id: str, item) -> None:  # noqa: ANN001
         late[step_id] = late.get(step_id, 0) + 1
 
-    sliding = win.SlidingWindower(length=timedelta(milliseconds=WINDOW_MS),
-                                  offset=timedelta(milliseconds=SLIDE_MS), align_to=EPOCH)
+    sliding = win.SlidingWindower(
+        length=timedelta(milliseconds=WINDOW_MS),
+        offset=timedelta(milliseconds=SLIDE_MS),
+        align_to=EPOCH,
+    )
     tumbling = win.TumblingWindower(length=timedelta(milliseconds=WINDOW_MS), align_to=EPOCH)
 
     flow = Dataflow(f"nexmark_{query}")
-    inputs = {table: op.input(f"{table}_in", flow, ParquetSource(table, columns))
-              for table, columns in COLUMNS_READ[query].items()}
+    inputs = {
+        table: op.input(f"{table}_in", flow, ParquetSource(table, columns))
+        for table, columns in COLUMNS_READ[query].items()
+    }
     sink = CsvSink()
 
     if query == "q0":
         result = inputs["bid"]
     elif query == "q1":
-        result = op.map("to_euro", inputs["bid"],
-                        lambda r: (r[0], r[1], Q1_RATE * r[2], r[3], r[4]))
+        result = op.map(
+            "to_euro", inputs["bid"], lambda r: (r[0], r[1], Q1_RATE * r[2], r[3], r[4])
+        )
     elif query == "q2":
         result = op.filter("selection", inputs["bid"], lambda r: r[0] % Q2_MODULUS == 0)
     elif query == "q5":
-        counts = win.count_window("count", inputs["bid"], clock(), sliding,
-                                  key=lambda r: str(r[0]))
+        counts = win.count_window("count", inputs["bid"], clock(), sliding, key=lambda r: str(r[0]))
         op.inspect("late_bids", counts.late, count_late)
 
         # second stage: every count of one window to one key (the window id),
         # folded into the window's maximum and the auctions that reach it
-        per_window = op.map("by_window", counts.down,
-                            lambda k_v: (str(k_v[1][0]), (int(k_v[0]), k_v[1][1])))
+        per_window = op.map(
+            "by_window", counts.down, lambda k_v: (str(k_v[1][0]), (int(k_v[0]), k_v[1][1]))
+        )
 
         def keep_max(best: tuple, auction_num: tuple) -> tuple:
             auction, num = auction_num
@@ -238,14 +260,23 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
         everything = op.key_on("all", inputs["bid"], lambda _: "ALL")
         highest = win.max_window("highest", everything, clock(), tumbling, by=lambda r: r[0])
         op.inspect("late_bids", highest.late, count_late)
-        result = op.map("rows", highest.down,
-                        lambda k_w: (k_w[1][0] * WINDOW_MS, k_w[1][0] * WINDOW_MS + WINDOW_MS,
-                                     k_w[1][1][0]))
+        result = op.map(
+            "rows",
+            highest.down,
+            lambda k_w: (k_w[1][0] * WINDOW_MS, k_w[1][0] * WINDOW_MS + WINDOW_MS, k_w[1][1][0]),
+        )
     elif query == "q8":
         persons = op.key_on("person_id", inputs["person"], lambda r: str(r[0]))
         sellers = op.key_on("seller_id", inputs["auction"], lambda r: str(r[0]))
-        joined = win.join_window("same_window", clock(), tumbling, persons, sellers,
-                                 insert_mode="first", emit_mode="final")
+        joined = win.join_window(
+            "same_window",
+            clock(),
+            tumbling,
+            persons,
+            sellers,
+            insert_mode="first",
+            emit_mode="final",
+        )
         op.inspect("late_rows", joined.late, count_late)
 
         def new_user(key_wid_pair: tuple) -> tuple | None:
@@ -256,11 +287,19 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
 
         result = op.filter_map("new_users", joined.down, new_user)
     elif query == "q12":
-        counts = win.count_window("count", inputs["bid"], win.SystemClock(), tumbling,
-                                  key=lambda r: str(r[0]))
-        result = op.map("rows", counts.down,
-                        lambda k_w: (int(k_w[0]), k_w[1][1], k_w[1][0] * WINDOW_MS,
-                                     k_w[1][0] * WINDOW_MS + WINDOW_MS))
+        counts = win.count_window(
+            "count", inputs["bid"], win.SystemClock(), tumbling, key=lambda r: str(r[0])
+        )
+        result = op.map(
+            "rows",
+            counts.down,
+            lambda k_w: (
+                int(k_w[0]),
+                k_w[1][1],
+                k_w[1][0] * WINDOW_MS,
+                k_w[1][0] * WINDOW_MS + WINDOW_MS,
+            ),
+        )
     else:
         raise ValueError(f"unknown query {query!r}")
 
@@ -271,6 +310,7 @@ def build_flow(query: str, data: Path, out: Path, run_id: str, late: dict,  # no
 # --------------------------------------------------------------------------- #
 # Worker process
 # --------------------------------------------------------------------------- #
+
 
 def worker_main(args: argparse.Namespace) -> None:
     """One process of the cluster: build the flow, say ready, wait, run."""
@@ -286,9 +326,14 @@ def worker_main(args: argparse.Namespace) -> None:
     control.flush()
     if sys.stdin.readline().strip() != "go":
         raise SystemExit("no go from the parent")
-    cluster_main(flow, args.addresses.split(";"), args.process_id,
-                 epoch_interval=timedelta(milliseconds=args.checkpoint_ms),
-                 recovery_config=recovery, worker_count_per_proc=args.threads)
+    cluster_main(
+        flow,
+        args.addresses.split(";"),
+        args.process_id,
+        epoch_interval=timedelta(milliseconds=args.checkpoint_ms),
+        recovery_config=recovery,
+        worker_count_per_proc=args.threads,
+    )
     control.write(json.dumps({"done": True, "late": late}) + "\n")
     control.flush()
 
@@ -296,6 +341,7 @@ def worker_main(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- #
 # Parent
 # --------------------------------------------------------------------------- #
+
 
 def free_ports(n: int) -> list[int]:
     socks = []
@@ -314,18 +360,24 @@ def count_checkpoints(db_dir: Path) -> int | None:
     """Epochs snapshotted and committed by this execution: the recovery store's
     frontier (smallest over workers) minus the epoch the execution started at."""
     import sqlite3
+
     started, frontiers = None, []
     try:
         for path in sorted(db_dir.glob("part-*.sqlite3")):
             con = sqlite3.connect(path)
             try:
-                row = con.execute("SELECT ex_num, resume_epoch FROM exs "
-                                  "ORDER BY ex_num DESC LIMIT 1").fetchone()
+                row = con.execute(
+                    "SELECT ex_num, resume_epoch FROM exs ORDER BY ex_num DESC LIMIT 1"
+                ).fetchone()
                 if row is not None:
                     started = row
-                frontiers += [r[0] for r in con.execute(
-                    "SELECT worker_frontier FROM fronts WHERE ex_num = "
-                    "(SELECT MAX(ex_num) FROM fronts)")]
+                frontiers += [
+                    r[0]
+                    for r in con.execute(
+                        "SELECT worker_frontier FROM fronts WHERE ex_num = "
+                        "(SELECT MAX(ex_num) FROM fronts)"
+                    )
+                ]
             finally:
                 con.close()
     except sqlite3.Error:
@@ -349,6 +401,7 @@ def wait_for_reports(children: list) -> list[dict]:
     """The final report line of every worker process; fail as soon as one of
     them ends without one (the others are then killed by the caller)."""
     import selectors
+
     sel = selectors.DefaultSelector()
     for proc, control in children:
         sel.register(control, selectors.EVENT_READ, proc)
@@ -358,8 +411,7 @@ def wait_for_reports(children: list) -> list[dict]:
             proc = key.data
             line = key.fileobj.readline()
             if not line:
-                raise RuntimeError(f"worker process {proc.pid} failed "
-                                   f"(exit code {proc.wait()})")
+                raise RuntimeError(f"worker process {proc.pid} failed (exit code {proc.wait()})")
             reports[proc.pid] = json.loads(line)
             sel.unregister(key.fileobj)
     return list(reports.values())
@@ -383,6 +435,7 @@ def parent_main(args: argparse.Namespace) -> None:  # noqa: C901 (benchmark driv
         keep_partial_output(args.out)
     if not db_dir.exists():
         from bytewax.recovery import init_db_dir
+
         db_dir.mkdir(parents=True)
         init_db_dir(db_dir, args.parallelism)
 
@@ -392,14 +445,36 @@ def parent_main(args: argparse.Namespace) -> None:  # noqa: C901 (benchmark driv
     try:
         for pid in range(processes):
             r, w = os.pipe()
-            argv = [sys.executable, os.path.abspath(__file__), "--worker",
-                    "--query", args.query, "--data", str(args.data), "--out", str(args.out),
-                    "--work", str(args.work), "--parallelism", str(args.parallelism),
-                    "--checkpoint-ms", str(args.checkpoint_ms), "--process-id", str(pid),
-                    "--threads", str(threads), "--addresses", addresses,
-                    "--run-id", run_id, "--control-fd", str(w)]
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=sys.stderr,
-                                    pass_fds=(w,), text=True)
+            argv = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--worker",
+                "--query",
+                args.query,
+                "--data",
+                str(args.data),
+                "--out",
+                str(args.out),
+                "--work",
+                str(args.work),
+                "--parallelism",
+                str(args.parallelism),
+                "--checkpoint-ms",
+                str(args.checkpoint_ms),
+                "--process-id",
+                str(pid),
+                "--threads",
+                str(threads),
+                "--addresses",
+                addresses,
+                "--run-id",
+                run_id,
+                "--control-fd",
+                str(w),
+            ]
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=sys.stderr, pass_fds=(w,), text=True
+            )
             os.close(w)
             children.append((proc, os.fdopen(r)))
         for proc, control in children:
@@ -430,50 +505,74 @@ def parent_main(args: argparse.Namespace) -> None:  # noqa: C901 (benchmark driv
     if late:
         notes.append("LATE ITEMS DROPPED: " + ", ".join(f"{k}={v}" for k, v in late.items()))
     if args.query in ONE_READER:
-        notes.append("event time: EventClock with its now_getter held still, so the "
-                     "watermark is the largest date_time - 1 s per key (Bytewax clocks are "
-                     "per key; with the default wall-clock getter the watermark runs ahead "
-                     "whenever Bytewax is slower than real time and bids are dropped as "
-                     "late); windows close on a later item of the key or at end of input; "
-                     "the first process reads all part files (a second reading process "
-                     "drifts seconds ahead within an epoch), the window work is spread "
-                     "over both workers by key")
+        notes.append(
+            "event time: EventClock with its now_getter held still, so the "
+            "watermark is the largest date_time - 1 s per key (Bytewax clocks are "
+            "per key; with the default wall-clock getter the watermark runs ahead "
+            "whenever Bytewax is slower than real time and bids are dropped as "
+            "late); windows close on a later item of the key or at end of input; "
+            "the first process reads all part files (a second reading process "
+            "drifts seconds ahead within an epoch), the window work is spread "
+            "over both workers by key"
+        )
     if args.query == "q5":
-        notes.append("q5 = count_window per auction (sliding 10 s / 2 s), then the counts "
-                     "keyed by window and folded to the maximum with ties (fold_final): "
-                     "with no global watermark nothing tells when every auction's count "
-                     "of a window is in, so the maxima come out at end of input")
+        notes.append(
+            "q5 = count_window per auction (sliding 10 s / 2 s), then the counts "
+            "keyed by window and folded to the maximum with ties (fold_final): "
+            "with no global watermark nothing tells when every auction's count "
+            "of a window is in, so the maxima come out at end of input"
+        )
     if args.query == "q7":
-        notes.append("global maximum: every bid keyed to one key ('ALL'), so one worker "
-                     "does the window work")
+        notes.append(
+            "global maximum: every bid keyed to one key ('ALL'), so one worker does the window work"
+        )
     if args.query == "q12":
         notes.append("SystemClock closes all windows at end of input: every bid counted once")
-    mode = (f"{processes} worker processes x {threads} worker thread(s) "
-            "(bytewax.testing.cluster_main, children of the runner, localhost TCP)")
-    print(json.dumps({
-        "system": SYSTEM, "version": version("bytewax"), "query": args.query,
-        "events": events, "job_seconds": round(job_seconds, 3), "input": "parquet",
-        "checkpointing": ("Bytewax recovery: RecoveryConfig over a SQLite recovery db in "
-                          f"WORK ({args.parallelism} partitions, init_db_dir), epoch interval "
-                          f"{args.checkpoint_ms} ms, input offsets and operator state "
-                          "snapshotted at every epoch end (state exactly-once; the CSV "
-                          "DynamicSink is at-least-once on resume)"),
-        "checkpoints": count_checkpoints(db_dir),
-        "settings": (f"{mode}, measured faster than 1 process x 2 threads (GIL); input "
-                     f"batches of {BATCH_ROWS} bid rows (same event-time span for other "
-                     "tables), one tuple per row; only the query's columns read; "
-                     "EventClock wait_for_system_duration 1 s, windows aligned to the "
-                     "epoch"),
-        "note": "; ".join(notes),
-    }))
+    mode = (
+        f"{processes} worker processes x {threads} worker thread(s) "
+        "(bytewax.testing.cluster_main, children of the runner, localhost TCP)"
+    )
+    print(
+        json.dumps(
+            {
+                "system": SYSTEM,
+                "version": version("bytewax"),
+                "query": args.query,
+                "events": events,
+                "job_seconds": round(job_seconds, 3),
+                "input": "parquet",
+                "checkpointing": (
+                    "Bytewax recovery: RecoveryConfig over a SQLite recovery db in "
+                    f"WORK ({args.parallelism} partitions, init_db_dir), epoch interval "
+                    f"{args.checkpoint_ms} ms, input offsets and operator state "
+                    "snapshotted at every epoch end (state exactly-once; the CSV "
+                    "DynamicSink is at-least-once on resume)"
+                ),
+                "checkpoints": count_checkpoints(db_dir),
+                "settings": (
+                    f"{mode}, measured faster than 1 process x 2 threads (GIL); input "
+                    f"batches of {BATCH_ROWS} bid rows (same event-time span for other "
+                    "tables), one tuple per row; only the query's columns read; "
+                    "EventClock wait_for_system_duration 1 s, windows aligned to the "
+                    "epoch"
+                ),
+                "note": "; ".join(notes),
+            }
+        )
+    )
 
 
 def main() -> None:
     ap = runner_parser(__doc__)
-    ap.add_argument("--processes", type=int, default=None,
-                    help="worker processes (default: --parallelism, one worker each)")
-    ap.add_argument("--resume", action="store_true",
-                    help="keep WORK/recovery and resume from its last snapshot")
+    ap.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes (default: --parallelism, one worker each)",
+    )
+    ap.add_argument(
+        "--resume", action="store_true", help="keep WORK/recovery and resume from its last snapshot"
+    )
     # internal: a worker process of the cluster
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process-id", type=int, help=argparse.SUPPRESS)

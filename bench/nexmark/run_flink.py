@@ -31,30 +31,64 @@ SYSTEM = "flink-sql"
 
 # Columns of the CSV copy, in file order (generate.py's SCHEMAS).
 COLUMNS = {
-    "person": [("id", "BIGINT"), ("name", "STRING"), ("email_address", "STRING"),
-               ("credit_card", "STRING"), ("city", "STRING"), ("state", "STRING"),
-               ("date_time", "BIGINT"), ("extra", "STRING")],
-    "auction": [("id", "BIGINT"), ("item_name", "STRING"), ("description", "STRING"),
-                ("initial_bid", "BIGINT"), ("reserve", "BIGINT"), ("date_time", "BIGINT"),
-                ("expires", "BIGINT"), ("seller", "BIGINT"), ("category", "BIGINT"),
-                ("extra", "STRING")],
-    "bid": [("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "BIGINT"),
-            ("channel", "STRING"), ("url", "STRING"), ("date_time", "BIGINT"),
-            ("extra", "STRING")],
+    "person": [
+        ("id", "BIGINT"),
+        ("name", "STRING"),
+        ("email_address", "STRING"),
+        ("credit_card", "STRING"),
+        ("city", "STRING"),
+        ("state", "STRING"),
+        ("date_time", "BIGINT"),
+        ("extra", "STRING"),
+    ],
+    "auction": [
+        ("id", "BIGINT"),
+        ("item_name", "STRING"),
+        ("description", "STRING"),
+        ("initial_bid", "BIGINT"),
+        ("reserve", "BIGINT"),
+        ("date_time", "BIGINT"),
+        ("expires", "BIGINT"),
+        ("seller", "BIGINT"),
+        ("category", "BIGINT"),
+        ("extra", "STRING"),
+    ],
+    "bid": [
+        ("auction", "BIGINT"),
+        ("bidder", "BIGINT"),
+        ("price", "BIGINT"),
+        ("channel", "STRING"),
+        ("url", "STRING"),
+        ("date_time", "BIGINT"),
+        ("extra", "STRING"),
+    ],
 }
 
 # Output columns (queries.py) and their SQL types.
 OUTPUT = {
     "q0": COLUMNS["bid"],
-    "q1": [("auction", "BIGINT"), ("bidder", "BIGINT"), ("price", "DOUBLE"),
-           ("date_time", "BIGINT"), ("extra", "STRING")],
+    "q1": [
+        ("auction", "BIGINT"),
+        ("bidder", "BIGINT"),
+        ("price", "DOUBLE"),
+        ("date_time", "BIGINT"),
+        ("extra", "STRING"),
+    ],
     "q2": [("auction", "BIGINT"), ("price", "BIGINT")],
-    "q5": [("auction", "BIGINT"), ("num", "BIGINT"), ("window_start", "BIGINT"),
-           ("window_end", "BIGINT")],
+    "q5": [
+        ("auction", "BIGINT"),
+        ("num", "BIGINT"),
+        ("window_start", "BIGINT"),
+        ("window_end", "BIGINT"),
+    ],
     "q7": [("window_start", "BIGINT"), ("window_end", "BIGINT"), ("price", "BIGINT")],
     "q8": [("id", "BIGINT"), ("name", "STRING"), ("window_start", "BIGINT")],
-    "q12": [("bidder", "BIGINT"), ("num", "BIGINT"), ("window_start", "BIGINT"),
-            ("window_end", "BIGINT")],
+    "q12": [
+        ("bidder", "BIGINT"),
+        ("num", "BIGINT"),
+        ("window_start", "BIGINT"),
+        ("window_end", "BIGINT"),
+    ],
 }
 
 
@@ -63,14 +97,13 @@ def epoch_ms(col: str) -> str:
     UTC) as epoch milliseconds. Windows here are aligned to whole seconds, so the
     difference in seconds times 1000 is exact; the INT that TIMESTAMPDIFF returns
     holds epoch seconds until 2038."""
-    return (f"CAST(TIMESTAMPDIFF(SECOND, TIMESTAMP '1970-01-01 00:00:00', {col}) "
-            f"AS BIGINT) * 1000")
+    return f"CAST(TIMESTAMPDIFF(SECOND, TIMESTAMP '1970-01-01 00:00:00', {col}) AS BIGINT) * 1000"
 
 
 QUERY_SQL = {
     "q0": "SELECT auction, bidder, price, channel, url, date_time, extra FROM bid",
     "q1": "SELECT auction, bidder, CAST(price AS DOUBLE) * CAST(0.908 AS DOUBLE) AS price, "
-          "date_time, extra FROM bid",
+    "date_time, extra FROM bid",
     "q2": "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
     # Hot items: bids per auction in sliding windows (HOP), joined in the same
     # window with the highest count of that window. Flink's Window Top-N only
@@ -89,18 +122,18 @@ QUERY_SQL = {
           FROM counts
           GROUP BY window_start, window_end
         )
-        SELECT C.auction, C.num, {epoch_ms('C.window_start')}, {epoch_ms('C.window_end')}
+        SELECT C.auction, C.num, {epoch_ms("C.window_start")}, {epoch_ms("C.window_end")}
         FROM counts C JOIN best B
         ON C.window_start = B.window_start AND C.window_end = B.window_end
            AND C.num >= B.maxn""",
     "q7": f"""
-        SELECT {epoch_ms('window_start')}, {epoch_ms('window_end')}, MAX(price)
+        SELECT {epoch_ms("window_start")}, {epoch_ms("window_end")}, MAX(price)
         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(ts), INTERVAL '10' SECOND))
         GROUP BY window_start, window_end""",
     # Monitor new users: a window join of the persons of each tumbling window with
     # the distinct sellers of the same window.
     "q8": f"""
-        SELECT P.id, P.name, {epoch_ms('P.window_start')}
+        SELECT P.id, P.name, {epoch_ms("P.window_start")}
         FROM (
           SELECT id, name, window_start, window_end
           FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(ts), INTERVAL '10' SECOND))
@@ -114,7 +147,7 @@ QUERY_SQL = {
         ON P.id = A.seller AND P.window_start = A.window_start
            AND P.window_end = A.window_end""",
     "q12": f"""
-        SELECT bidder, COUNT(*) AS num, {epoch_ms('window_start')}, {epoch_ms('window_end')}
+        SELECT bidder, COUNT(*) AS num, {epoch_ms("window_start")}, {epoch_ms("window_end")}
         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(p), INTERVAL '10' SECOND))
         GROUP BY bidder, window_start, window_end""",
 }
@@ -131,15 +164,19 @@ def source_ddl(table: str, data: Path, query: str) -> str:
     elif query in PROC_TIME:
         cols.append("p AS PROCTIME()")
     path = (data / "csv" / table).resolve().as_uri()
-    return (f"CREATE TEMPORARY TABLE {table} (\n  " + ",\n  ".join(cols) + "\n) WITH (\n"
-            f"  'connector' = 'filesystem',\n  'path' = '{path}',\n  'format' = 'csv'\n)")
+    return (
+        f"CREATE TEMPORARY TABLE {table} (\n  " + ",\n  ".join(cols) + "\n) WITH (\n"
+        f"  'connector' = 'filesystem',\n  'path' = '{path}',\n  'format' = 'csv'\n)"
+    )
 
 
 def sink_ddl(query: str, out: Path) -> str:
     cols = [f"`{n}` {t}" for n, t in OUTPUT[query]]
-    return ("CREATE TEMPORARY TABLE sink (\n  " + ",\n  ".join(cols) + "\n) WITH (\n"
-            f"  'connector' = 'filesystem',\n  'path' = '{out.resolve().as_uri()}',\n"
-            f"  'format' = 'csv'\n)")
+    return (
+        "CREATE TEMPORARY TABLE sink (\n  " + ",\n  ".join(cols) + "\n) WITH (\n"
+        f"  'connector' = 'filesystem',\n  'path' = '{out.resolve().as_uri()}',\n"
+        f"  'format' = 'csv'\n)"
+    )
 
 
 def count_checkpoints(log_dir: Path) -> int | None:
@@ -199,8 +236,11 @@ def stop_jvm(gateway, pid: int) -> None:
 
 def main() -> None:
     ap = runner_parser(__doc__)
-    ap.add_argument("--explain", action="store_true",
-                    help="print the query plan to stderr and exit without running")
+    ap.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the query plan to stderr and exit without running",
+    )
     args = ap.parse_args()
 
     events = events_read(args.data, args.query)
@@ -235,8 +275,12 @@ def main() -> None:
     cluster_conf.setString("rest.bind-port", "0")
     builder = getattr(jvm.org.apache.flink.runtime.minicluster, "MiniClusterConfiguration$Builder")
     cluster = jvm.org.apache.flink.runtime.minicluster.MiniCluster(
-        builder().setConfiguration(cluster_conf).setNumTaskManagers(1)
-        .setNumSlotsPerTaskManager(p).build())
+        builder()
+        .setConfiguration(cluster_conf)
+        .setNumTaskManagers(1)
+        .setNumSlotsPerTaskManager(p)
+        .build()
+    )
     cluster.start()
     rest = cluster.getRestAddress().get()
 
@@ -259,8 +303,9 @@ def main() -> None:
     config = Configuration()
     for k, v in settings.items():
         config.set_string(k, v)
-    env_settings = (EnvironmentSettings.new_instance().in_streaming_mode()
-                    .with_configuration(config).build())
+    env_settings = (
+        EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(config).build()
+    )
     t_env = TableEnvironment.create(env_settings)
 
     for table in QUERIES[args.query].reads:
@@ -279,16 +324,20 @@ def main() -> None:
     result.wait()
     job_seconds = time.perf_counter() - started
     job_cpu = jvm_cpu_seconds(jvm_pid) - cpu_started
-    print(f"flink-sql {args.query}: job {job_seconds:.2f} s, JVM CPU during the job "
-          f"{job_cpu:.2f} s", file=sys.stderr)
+    print(
+        f"flink-sql {args.query}: job {job_seconds:.2f} s, JVM CPU during the job {job_cpu:.2f} s",
+        file=sys.stderr,
+    )
 
     job_id = jvm.org.apache.flink.api.common.JobID.fromHexString(
-        str(result.get_job_client().get_job_id()))
+        str(result.get_job_client().get_job_id())
+    )
     try:
         graph = cluster.getExecutionGraphInfo(job_id).get().getArchivedExecutionGraph()
         status = str(graph.getState().toString())
-        checkpoints = int(graph.getCheckpointStatsSnapshot().getCounts()
-                          .getNumberOfCompletedCheckpoints())
+        checkpoints = int(
+            graph.getCheckpointStatsSnapshot().getCounts().getNumberOfCompletedCheckpoints()
+        )
     except Exception:  # noqa: BLE001 - statistics only
         status, checkpoints = "FINISHED", count_checkpoints(log_dir)
     cluster.closeAsync().get()
@@ -296,43 +345,61 @@ def main() -> None:
     if status != "FINISHED":
         sys.exit(f"job ended in state {status}")
 
-    hidden = [f for f in args.out.rglob("*") if f.name.startswith((".", "_"))
-              and "inprogress" in f.name]
+    hidden = [
+        f for f in args.out.rglob("*") if f.name.startswith((".", "_")) and "inprogress" in f.name
+    ]
     if hidden:
         sys.exit(f"uncommitted part files left in {args.out}: {hidden[:3]}")
 
-    notes = ["reads the CSV copy (the apache-flink package ships no Parquet format)",
-             ("job_seconds includes the SQL planning and the job's deployment on the "
-              "already running local cluster")]
+    notes = [
+        "reads the CSV copy (the apache-flink package ships no Parquet format)",
+        (
+            "job_seconds includes the SQL planning and the job's deployment on the "
+            "already running local cluster"
+        ),
+    ]
     if args.query == "q5":
-        notes.append("Flink's Window Top-N rejects RANK() (only ROW_NUMBER()), so the "
-                     "ties are kept by a window join of the per-auction counts with the "
-                     "per-window maximum")
+        notes.append(
+            "Flink's Window Top-N rejects RANK() (only ROW_NUMBER()), so the "
+            "ties are kept by a window join of the per-auction counts with the "
+            "per-window maximum"
+        )
     if args.query == "q12":
-        counted = sum(int(line.split(",")[1]) for f in args.out.rglob("*")
-                      if f.is_file() and not f.name.startswith((".", "_"))
-                      for line in f.read_text().splitlines() if line)
-        notes.append(f"{counted:,} of {events:,} bids counted: Flink does not fire "
-                     "pending processing-time windows when a bounded input ends (their "
-                     "timers are dropped), so the bids of the last, still open 10 s "
-                     "window(s) are never written")
+        counted = sum(
+            int(line.split(",")[1])
+            for f in args.out.rglob("*")
+            if f.is_file() and not f.name.startswith((".", "_"))
+            for line in f.read_text().splitlines()
+            if line
+        )
+        notes.append(
+            f"{counted:,} of {events:,} bids counted: Flink does not fire "
+            "pending processing-time windows when a bounded input ends (their "
+            "timers are dropped), so the bids of the last, still open 10 s "
+            "window(s) are never written"
+        )
     note = "; ".join(notes)
-    print(json.dumps({
-        "system": SYSTEM,
-        "version": flink_version,
-        "query": args.query,
-        "events": events,
-        "job_seconds": round(job_seconds, 3),
-        "input": "csv",
-        "checkpointing": f"exactly-once, every {args.checkpoint_ms} ms "
-                         f"(hashmap state backend, checkpoints to a file:// folder)",
-        "checkpoints": checkpoints,
-        "settings": f"parallelism.default={p}; local MiniCluster (1 task manager, {p} "
-                    "slots) started before the timing, job submitted to it over REST; "
-                    "hashmap state backend; pipeline.object-reuse=true; "
-                    "table.local-time-zone=UTC; restart-strategy fixed-delay 3 x 1 s",
-        "note": note,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "system": SYSTEM,
+                "version": flink_version,
+                "query": args.query,
+                "events": events,
+                "job_seconds": round(job_seconds, 3),
+                "input": "csv",
+                "checkpointing": f"exactly-once, every {args.checkpoint_ms} ms "
+                f"(hashmap state backend, checkpoints to a file:// folder)",
+                "checkpoints": checkpoints,
+                "settings": f"parallelism.default={p}; local MiniCluster (1 task manager, {p} "
+                "slots) started before the timing, job submitted to it over REST; "
+                "hashmap state backend; pipeline.object-reuse=true; "
+                "table.local-time-zone=UTC; restart-strategy fixed-delay 3 x 1 s",
+                "note": note,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -65,13 +65,37 @@ def schemas():  # type: ignore[no-untyped-def]
 
     L, S = LongType(), StringType()
     return {
-        "person": s(("id", L), ("name", S), ("email_address", S), ("credit_card", S),
-                    ("city", S), ("state", S), ("date_time", L), ("extra", S)),
-        "auction": s(("id", L), ("item_name", S), ("description", S), ("initial_bid", L),
-                     ("reserve", L), ("date_time", L), ("expires", L), ("seller", L),
-                     ("category", L), ("extra", S)),
-        "bid": s(("auction", L), ("bidder", L), ("price", L), ("channel", S), ("url", S),
-                 ("date_time", L), ("extra", S)),
+        "person": s(
+            ("id", L),
+            ("name", S),
+            ("email_address", S),
+            ("credit_card", S),
+            ("city", S),
+            ("state", S),
+            ("date_time", L),
+            ("extra", S),
+        ),
+        "auction": s(
+            ("id", L),
+            ("item_name", S),
+            ("description", S),
+            ("initial_bid", L),
+            ("reserve", L),
+            ("date_time", L),
+            ("expires", L),
+            ("seller", L),
+            ("category", L),
+            ("extra", S),
+        ),
+        "bid": s(
+            ("auction", L),
+            ("bidder", L),
+            ("price", L),
+            ("channel", S),
+            ("url", S),
+            ("date_time", L),
+            ("extra", S),
+        ),
     }
 
 
@@ -104,8 +128,7 @@ SETTINGS = {
     # changelog checkpointing (a commit writes the changed keys, not a snapshot) and
     # its memory bounded (500 MB for all state stores of the process, the default
     # bound): unbounded, q5 on 10M events peaked at 7.9 GB for the process tree
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
 }
@@ -151,12 +174,14 @@ def main() -> int:  # noqa: C901 (benchmark driver: one branch per query, mirror
             shutil.rmtree(marker, ignore_errors=True)
             write_marker(table, schema[table], marker)
             df = df.unionByName(spark.readStream.schema(schema[table]).parquet(str(marker)))
-            df = (df.withColumn("ts", F.timestamp_millis("date_time"))
-                    .withWatermark("ts", DELAY)
-                    # on ts, not date_time: Spark pushes a filter that does not use the
-                    # event-time column below the watermark operator (and into the
-                    # Parquet scan), which would hide the marker from the watermark
-                    .where(F.col("ts") < F.timestamp_millis(F.lit(EOI_MS))))
+            df = (
+                df.withColumn("ts", F.timestamp_millis("date_time"))
+                .withWatermark("ts", DELAY)
+                # on ts, not date_time: Spark pushes a filter that does not use the
+                # event-time column below the watermark operator (and into the
+                # Parquet scan), which would hide the marker from the watermark
+                .where(F.col("ts") < F.timestamp_millis(F.lit(EOI_MS)))
+            )
         return df
 
     def millis(c):  # type: ignore[no-untyped-def]
@@ -166,47 +191,65 @@ def main() -> int:  # noqa: C901 (benchmark driver: one branch per query, mirror
         result = source("bid")
     elif q == "q1":
         result = source("bid").select(
-            "auction", "bidder", (F.col("price") * F.lit(Q1_RATE)).alias("price"),
-            "date_time", "extra")
+            "auction",
+            "bidder",
+            (F.col("price") * F.lit(Q1_RATE)).alias("price"),
+            "date_time",
+            "extra",
+        )
     elif q == "q2":
-        result = source("bid").where(F.col("auction") % Q2_MODULUS == 0).select(
-            "auction", "price")
+        result = source("bid").where(F.col("auction") % Q2_MODULUS == 0).select("auction", "price")
     elif q == "q5":
-        counts = (source("bid")
-                  .groupBy(F.window("ts", WINDOW, SLIDE).alias("window"), "auction")
-                  .agg(F.count(F.lit(1)).alias("num")))
+        counts = (
+            source("bid")
+            .groupBy(F.window("ts", WINDOW, SLIDE).alias("window"), "auction")
+            .agg(F.count(F.lit(1)).alias("num"))
+        )
         # second stateful operator, chained on the window of the first one
-        hot = (counts.groupBy("window")
-                     .agg(F.max("num").alias("top"),
-                          F.collect_list(F.struct("auction", "num")).alias("items")))
-        result = (hot.select("window", F.explode(F.filter(
-                      "items", lambda x: x["num"] == F.col("top"))).alias("it"))
-                     .select(F.col("it.auction").alias("auction"),
-                             F.col("it.num").alias("num"),
-                             millis(F.col("window.start")).alias("window_start"),
-                             millis(F.col("window.end")).alias("window_end")))
+        hot = counts.groupBy("window").agg(
+            F.max("num").alias("top"), F.collect_list(F.struct("auction", "num")).alias("items")
+        )
+        result = hot.select(
+            "window", F.explode(F.filter("items", lambda x: x["num"] == F.col("top"))).alias("it")
+        ).select(
+            F.col("it.auction").alias("auction"),
+            F.col("it.num").alias("num"),
+            millis(F.col("window.start")).alias("window_start"),
+            millis(F.col("window.end")).alias("window_end"),
+        )
     elif q == "q7":
-        result = (source("bid").groupBy(F.window("ts", WINDOW).alias("window"))
-                  .agg(F.max("price").alias("price"))
-                  .select(millis(F.col("window.start")).alias("window_start"),
-                          millis(F.col("window.end")).alias("window_end"), "price"))
+        result = (
+            source("bid")
+            .groupBy(F.window("ts", WINDOW).alias("window"))
+            .agg(F.max("price").alias("price"))
+            .select(
+                millis(F.col("window.start")).alias("window_start"),
+                millis(F.col("window.end")).alias("window_end"),
+                "price",
+            )
+        )
     elif q == "q8":
-        person = source("person").select(
-            "id", "name", F.window("ts", WINDOW).alias("pw"))
-        auction = source("auction").select(
-            "seller", F.window("ts", WINDOW).alias("aw"))
-        joined = person.join(auction, (F.col("id") == F.col("seller"))
-                             & (F.col("pw") == F.col("aw")), "inner")
-        result = (joined.groupBy("id", "name", "pw").agg(F.count(F.lit(1)).alias("n"))
-                  .select("id", "name", millis(F.col("pw.start")).alias("window_start")))
+        person = source("person").select("id", "name", F.window("ts", WINDOW).alias("pw"))
+        auction = source("auction").select("seller", F.window("ts", WINDOW).alias("aw"))
+        joined = person.join(
+            auction, (F.col("id") == F.col("seller")) & (F.col("pw") == F.col("aw")), "inner"
+        )
+        result = (
+            joined.groupBy("id", "name", "pw")
+            .agg(F.count(F.lit(1)).alias("n"))
+            .select("id", "name", millis(F.col("pw.start")).alias("window_start"))
+        )
     else:  # pragma: no cover
         raise SystemExit(f"unknown query {q}")
 
-    writer = (result.writeStream.format("parquet").outputMode("append")
-              .option("checkpointLocation", str(checkpoint))
-              .option("path", str(out))
-              .trigger(availableNow=True)
-              .queryName(f"nexmark_{q}"))
+    writer = (
+        result.writeStream.format("parquet")
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint))
+        .option("path", str(out))
+        .trigger(availableNow=True)
+        .queryName(f"nexmark_{q}")
+    )
 
     t0 = time.perf_counter()
     query = writer.start()
@@ -220,35 +263,50 @@ def main() -> int:  # noqa: C901 (benchmark driver: one branch per query, mirror
         for p in progress:
             print(getattr(p, "prettyJson", p), file=sys.stderr)
     batches = len({p["batchId"] for p in progress})
-    dropped = sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
-                  for p in progress for op in p.get("stateOperators", []))
+    dropped = sum(
+        int(op.get("numRowsDroppedByWatermark", 0) or 0)
+        for p in progress
+        for op in p.get("stateOperators", [])
+    )
     rows_in = sum(int(p.get("numInputRows", 0) or 0) for p in progress)
     if q in EVENT_TIME:
         check_marker(progress, work / f"spark-eoi-{q}", len(QUERIES[q].reads))
     notes = []
     if q in EVENT_TIME:
-        notes.append("Spark has no end-of-input watermark: the input is unioned with one "
-                     "far-future marker row per table (filtered out right after the "
-                     "watermark) so the last windows close")
+        notes.append(
+            "Spark has no end-of-input watermark: the input is unioned with one "
+            "far-future marker row per table (filtered out right after the "
+            "watermark) so the last windows close"
+        )
     if dropped:
         notes.append(f"{dropped} rows dropped by the watermark")
     markers = len(QUERIES[q].reads) if q in EVENT_TIME else 0
-    notes.append(f"trigger availableNow: {rows_in - markers} input rows"
-                 + (f" (+{markers} marker)" if markers else "")
-                 + f" in {batches} micro-batches "
-                 f"(the last one a no-data batch that closes windows when the query has "
-                 f"state); --checkpoint-ms does not apply: Spark checkpoints (offsets, "
-                 f"state, commits) once per micro-batch")
+    notes.append(
+        f"trigger availableNow: {rows_in - markers} input rows"
+        + (f" (+{markers} marker)" if markers else "")
+        + f" in {batches} micro-batches "
+        f"(the last one a no-data batch that closes windows when the query has "
+        f"state); --checkpoint-ms does not apply: Spark checkpoints (offsets, "
+        f"state, commits) once per micro-batch"
+    )
     spark.stop()
 
-    print(json.dumps({
-        "system": SYSTEM, "version": version, "query": q, "events": events,
-        "job_seconds": round(job_seconds, 3), "input": "parquet",
-        "checkpointing": f"micro-batch checkpoints ({batches} batches)",
-        "checkpoints": batches,
-        "settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
-        "note": "; ".join(notes),
-    }))
+    print(
+        json.dumps(
+            {
+                "system": SYSTEM,
+                "version": version,
+                "query": q,
+                "events": events,
+                "job_seconds": round(job_seconds, 3),
+                "input": "parquet",
+                "checkpointing": f"micro-batch checkpoints ({batches} batches)",
+                "checkpoints": batches,
+                "settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
+                "note": "; ".join(notes),
+            }
+        )
+    )
     return 0
 
 
@@ -259,11 +317,13 @@ def check_marker(progress, marker_root: Path, tables: int) -> None:  # type: ign
     for p in progress:
         for src in p["sources"]:
             if int(src["numInputRows"] or 0) > 0:
-                (marker_batches if str(marker_root) in src["description"]
-                 else data_batches).append(p["batchId"])
+                (marker_batches if str(marker_root) in src["description"] else data_batches).append(
+                    p["batchId"]
+                )
     if len(marker_batches) != tables:
-        raise SystemExit(f"end-of-input markers read {len(marker_batches)} times, "
-                         f"expected {tables}")
+        raise SystemExit(
+            f"end-of-input markers read {len(marker_batches)} times, expected {tables}"
+        )
     if data_batches and max(data_batches) > min(marker_batches):
         raise SystemExit("data read after the end-of-input marker: rows would be late")
     last = progress[-1]["eventTime"].get("watermark", "")
@@ -280,7 +340,8 @@ Q12_REASON = (
     "micro-batch, so no window is ever written (tried on /tmp/nx-small: 0 of 184,000 bids "
     "counted; with maxFilesPerTrigger=1, 2 data batches, 92,000). An end-of-input marker "
     "cannot help: its processing time is that of its micro-batch. Update/complete modes "
-    "or foreachBatch would not be the file sink's exactly-once append.")
+    "or foreachBatch would not be the file sink's exactly-once append."
+)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,8 +54,13 @@ class AsyncDataStream:
     """Builds async I/O operators: :meth:`ordered_wait` and :meth:`unordered_wait`."""
 
     @staticmethod
-    def ordered_wait(stream: DataStream, fn: Any, timeout: timedelta | int,
-                     capacity: int = DEFAULT_CAPACITY, name: str | None = None) -> DataStream:
+    def ordered_wait(
+        stream: DataStream,
+        fn: Any,
+        timeout: timedelta | int,
+        capacity: int = DEFAULT_CAPACITY,
+        name: str | None = None,
+    ) -> DataStream:
         """Apply ``fn`` to every record of ``stream``; results leave in input order.
 
         ``timeout``: per request, a ``timedelta`` or an int of milliseconds (> 0).
@@ -64,26 +69,33 @@ class AsyncDataStream:
         return _async_wait(stream, fn, timeout, capacity, name, ordered=True)
 
     @staticmethod
-    def unordered_wait(stream: DataStream, fn: Any, timeout: timedelta | int,
-                       capacity: int = DEFAULT_CAPACITY, name: str | None = None
-                       ) -> DataStream:
+    def unordered_wait(
+        stream: DataStream,
+        fn: Any,
+        timeout: timedelta | int,
+        capacity: int = DEFAULT_CAPACITY,
+        name: str | None = None,
+    ) -> DataStream:
         """Apply ``fn`` to every record of ``stream``; results leave as their requests
         complete, but never across a watermark (M-W7). Arguments as :meth:`ordered_wait`."""
         return _async_wait(stream, fn, timeout, capacity, name, ordered=False)
 
 
-def _async_wait(stream: Any, fn: Any, timeout: Any, capacity: Any, name: Any, *,
-                ordered: bool) -> DataStream:
+def _async_wait(
+    stream: Any, fn: Any, timeout: Any, capacity: Any, name: Any, *, ordered: bool
+) -> DataStream:
     method = "ordered_wait" if ordered else "unordered_wait"
     if not isinstance(stream, DataStream):
         raise ConfigurationError(
             f"AsyncDataStream.{method} needs a DataStream as its first argument, got "
-            f"{type(stream).__name__}")
+            f"{type(stream).__name__}"
+        )
     _check_function(fn, method)
     timeout_ms = to_millis(timeout, f"the timeout of AsyncDataStream.{method}", allow_zero=False)
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ConfigurationError(
-            f"the capacity of AsyncDataStream.{method} must be an int >= 1, got {capacity!r}")
+            f"the capacity of AsyncDataStream.{method} must be an int >= 1, got {capacity!r}"
+        )
     if name is not None and (not isinstance(name, str) or not name):
         raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
     factory = OperatorFactory(
@@ -104,7 +116,8 @@ def _check_function(fn: Any, method: str) -> None:
     if inspect.isclass(fn):
         raise ConfigurationError(
             f"AsyncDataStream.{method} got the class {fn.__name__}; pass an instance: "
-            f"{fn.__name__}(...)")
+            f"{fn.__name__}(...)"
+        )
     try:
         _resolve(fn)
     except ConfigurationError as e:

@@ -35,8 +35,12 @@ class BroadcastStream:
     connected to, with the broadcast states it declares. Only usable as the argument
     of ``stream.connect(...)``."""
 
-    def __init__(self, env: StreamEnvironment, transformation: Transformation,
-                 descriptors: list[MapStateDescriptor[Any]]) -> None:
+    def __init__(
+        self,
+        env: StreamEnvironment,
+        transformation: Transformation,
+        descriptors: list[MapStateDescriptor[Any]],
+    ) -> None:
         self._env = env
         self._t = transformation
         self._descriptors = list(descriptors)
@@ -59,8 +63,9 @@ class BroadcastConnectedStream:
     """A (keyed or non-keyed) stream connected to a :class:`BroadcastStream`; call
     :meth:`process` with a broadcast process function."""
 
-    def __init__(self, env: StreamEnvironment, stream: DataStream,
-                 broadcast: BroadcastStream) -> None:
+    def __init__(
+        self, env: StreamEnvironment, stream: DataStream, broadcast: BroadcastStream
+    ) -> None:
         self._env = env
         self._stream = stream
         self._broadcast = broadcast
@@ -89,16 +94,17 @@ class BroadcastConnectedStream:
         if isinstance(self._stream, KeyedStream):
             factory = OperatorFactory(
                 KeyedBroadcastProcessOperator,
-                {"fn": fn, "descriptors": descriptors,
-                 "key_selector": self._stream.key_selector},
-                {**functions, **self._stream._key_functions()})
-            t = Transformation(Kind.OPERATOR, name or "KeyedBroadcastProcess", inputs,
-                               factory=factory, keyed=True)
+                {"fn": fn, "descriptors": descriptors, "key_selector": self._stream.key_selector},
+                {**functions, **self._stream._key_functions()},
+            )
+            t = Transformation(
+                Kind.OPERATOR, name or "KeyedBroadcastProcess", inputs, factory=factory, keyed=True
+            )
         else:
             factory = OperatorFactory(
-                BroadcastProcessOperator, {"fn": fn, "descriptors": descriptors}, functions)
-            t = Transformation(Kind.OPERATOR, name or "BroadcastProcess", inputs,
-                               factory=factory)
+                BroadcastProcessOperator, {"fn": fn, "descriptors": descriptors}, functions
+            )
+            t = Transformation(Kind.OPERATOR, name or "BroadcastProcess", inputs, factory=factory)
         self._env._register(t)
         return DataStream(self._env, t)
 
@@ -106,26 +112,35 @@ class BroadcastConnectedStream:
         if isinstance(fn, type):
             raise ConfigurationError(
                 f"process() needs a broadcast process function object, got the class "
-                f"{fn.__name__}; pass an instance: {fn.__name__}(...)")
+                f"{fn.__name__}; pass an instance: {fn.__name__}(...)"
+            )
         missing = [m for m in _METHODS if not callable(getattr(fn, m, None))]
         if not missing:
-            missing = [m for m in _METHODS for base in _BASES
-                       if isinstance(fn, base) and getattr(type(fn), m) is getattr(base, m)]
+            missing = [
+                m
+                for m in _METHODS
+                for base in _BASES
+                if isinstance(fn, base) and getattr(type(fn), m) is getattr(base, m)
+            ]
         if missing:
-            which = "lg.KeyedBroadcastProcessFunction" if self.keyed else \
-                "lg.BroadcastProcessFunction"
+            which = (
+                "lg.KeyedBroadcastProcessFunction" if self.keyed else "lg.BroadcastProcessFunction"
+            )
             raise ConfigurationError(
                 f"process() on a stream connected to a broadcast stream needs an object with "
                 f"process_element(value, ctx) and process_broadcast_element(value, ctx) "
                 f"methods (subclass {which} and override both); {fn!r} does not define "
-                f"{' or '.join(missing)}")
+                f"{' or '.join(missing)}"
+            )
         if self.keyed and isinstance(fn, BroadcastProcessFunction):
             raise ConfigurationError(
                 f"{fn!r} is a BroadcastProcessFunction, but the connected stream is keyed "
                 "(key_by(...).connect(...)): subclass lg.KeyedBroadcastProcessFunction, or "
-                "connect the stream without key_by")
+                "connect the stream without key_by"
+            )
         if not self.keyed and isinstance(fn, KeyedBroadcastProcessFunction):
             raise ConfigurationError(
                 f"{fn!r} is a KeyedBroadcastProcessFunction, but the connected stream is not "
                 "keyed: call key_by(...) before connect(...), or subclass "
-                "lg.BroadcastProcessFunction")
+                "lg.BroadcastProcessFunction"
+            )

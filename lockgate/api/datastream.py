@@ -62,12 +62,14 @@ def check_uid(uid: object) -> str:
         raise ConfigurationError(
             f"uid {uid!r} {what}: a uid names the operator's state files in checkpoints, so "
             f"it must be one plain name without '/', '\\' or unprintable characters, and not "
-            f"'.' or '..'; use e.g. letters, digits, '-', '_' and '.' such as 'parse-orders'")
+            f"'.' or '..'; use e.g. letters, digits, '-', '_' and '.' such as 'parse-orders'"
+        )
     size = len(uid.encode("utf-8"))
     if size > MAX_UID_BYTES:
         raise ConfigurationError(
             f"uid {uid[:40]!r}... is {size} bytes in UTF-8; a uid names the operator's state "
-            f"files in checkpoints and may have at most {MAX_UID_BYTES} bytes: use a shorter one")
+            f"files in checkpoints and may have at most {MAX_UID_BYTES} bytes: use a shorter one"
+        )
     return uid
 
 
@@ -145,7 +147,9 @@ class DataStream(_Configurable):
     """A stream of records."""
 
     # -- record functions ------------------------------------------------------
-    def _one_input(self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False) -> DataStream:
+    def _one_input(
+        self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False
+    ) -> DataStream:
         t = Transformation(Kind.OPERATOR, name, [self._t], factory=factory, keyed=keyed)
         self._env._register(t)
         return DataStream(self._env, t)
@@ -160,8 +164,9 @@ class DataStream(_Configurable):
             name or "Map", OperatorFactory(MapOperator, {"fn": fn}, {"function:map": fn})
         )
 
-    def filter(self, predicate: Callable[[Any], bool] | pc.Expression,
-               name: str | None = None) -> DataStream:
+    def filter(
+        self, predicate: Callable[[Any], bool] | pc.Expression, name: str | None = None
+    ) -> DataStream:
         """Keep records for which ``predicate`` is true. A ``pyarrow.compute.Expression``
         (e.g. ``pc.field("v") > 3``) is evaluated on whole batches."""
         label = "predicate:object" if isinstance(predicate, pc.Expression) else "predicate:filter"
@@ -191,8 +196,9 @@ class DataStream(_Configurable):
             OperatorFactory(ProcessOperator, {"fn": fn}, {"function:process_element": fn}),
         )
 
-    def assign_timestamps_and_watermarks(self, strategy: Any,
-                                         name: str | None = None) -> DataStream:
+    def assign_timestamps_and_watermarks(
+        self, strategy: Any, name: str | None = None
+    ) -> DataStream:
         """Give the records event timestamps from ``strategy``'s assigner and generate
         watermarks (and idleness) from them here (M-W1, M-W2); upstream watermarks are
         dropped except the final one. Prefer ``env.from_source(..., watermark_strategy=)``
@@ -203,8 +209,11 @@ class DataStream(_Configurable):
         strategy = check_watermark_strategy(strategy)
         return self._one_input(
             name or "Timestamps/Watermarks",
-            OperatorFactory(TimestampsAndWatermarksOperator, {"strategy": strategy},
-                            {"strategy:object": strategy}),
+            OperatorFactory(
+                TimestampsAndWatermarksOperator,
+                {"strategy": strategy},
+                {"strategy:object": strategy},
+            ),
         )
 
     # -- partitioning ----------------------------------------------------------
@@ -216,15 +225,20 @@ class DataStream(_Configurable):
     def key_by(self, key: str | Sequence[str] | Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: a column name, a list of column names (a tuple key) or a
         function of the record. Each key goes to the subtask owning its key group."""
-        if not (isinstance(key, str) and key) and not callable(key) and not (
-            isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)
+        if (
+            not (isinstance(key, str) and key)
+            and not callable(key)
+            and not (
+                isinstance(key, (list, tuple)) and key and all(isinstance(k, str) for k in key)
+            )
         ):
             raise ConfigurationError(
                 f"key_by needs a column name, a list of column names or a function, got {key!r}"
             )
         selector = KeySelector(key)
-        t = Transformation(Kind.PARTITION, f"key_by({selector.describe()})", [self._t],
-                           key_selector=selector)
+        t = Transformation(
+            Kind.PARTITION, f"key_by({selector.describe()})", [self._t], key_selector=selector
+        )
         self._env._register(t)
         return KeyedStream(self._env, t)
 
@@ -236,8 +250,9 @@ class DataStream(_Configurable):
     def broadcast(self) -> DataStream: ...
 
     @overload
-    def broadcast(self, descriptor: MapStateDescriptor[Any], /,
-                  *descriptors: MapStateDescriptor[Any]) -> BroadcastStream: ...
+    def broadcast(
+        self, descriptor: MapStateDescriptor[Any], /, *descriptors: MapStateDescriptor[Any]
+    ) -> BroadcastStream: ...
 
     def broadcast(self, *descriptors: MapStateDescriptor[Any]) -> DataStream | BroadcastStream:
         """Send every record to every subtask of the next operator.
@@ -262,16 +277,20 @@ class DataStream(_Configurable):
 
         if not isinstance(broadcast_stream, BroadcastStream):
             what = (
-                "a DataStream" if isinstance(broadcast_stream, DataStream)
-                else repr(broadcast_stream))
+                "a DataStream"
+                if isinstance(broadcast_stream, DataStream)
+                else repr(broadcast_stream)
+            )
             raise ConfigurationError(
                 f"connect() takes a broadcast stream, got {what}: only broadcast streams can "
                 "be connected in this version of lockgate; make one with "
                 "other.broadcast(lg.MapStateDescriptor('name')), or combine streams of the "
-                "same type with union(...)")
+                "same type with union(...)"
+            )
         if broadcast_stream._env is not self._env:
             raise ConfigurationError(
-                "connect() needs a broadcast stream of the same StreamEnvironment")
+                "connect() needs a broadcast stream of the same StreamEnvironment"
+            )
         return BroadcastConnectedStream(self._env, self, broadcast_stream)
 
     def forward(self) -> DataStream:
@@ -305,7 +324,9 @@ class DataStream(_Configurable):
                 f"sink_to needs a lockgate sink (e.g. lg.connectors.FileSink(...)), got {sink!r}"
             )
         t = Transformation(
-            Kind.SINK, name or f"Sink: {sink.default_name}", [self._t],
+            Kind.SINK,
+            name or f"Sink: {sink.default_name}",
+            [self._t],
             factory=OperatorFactory(SinkOperator, {"sink": sink}, {"sink:object": sink}),
         )
         self._env._register(t)
@@ -317,8 +338,9 @@ class DataStream(_Configurable):
 
         return self.sink_to(PrintSink(prefix))
 
-    def execute_and_collect(self, job_name: str = "collect", *, executor: Any = None,
-                            limit: int | None = None) -> list[Any]:
+    def execute_and_collect(
+        self, job_name: str = "collect", *, executor: Any = None, limit: int | None = None
+    ) -> list[Any]:
         """Run the job and return this stream's records as a list (in arrival order at one
         collecting subtask; use for tests and notebooks on bounded input)."""
         from ..connectors.collect_sink import CollectSink

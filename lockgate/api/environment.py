@@ -95,7 +95,9 @@ class StreamEnvironment:
                 f"enable_checkpointing({interval!r}) takes a checkpoint every {ms} ms (a bare "
                 f"int is milliseconds); for seconds pass timedelta(seconds={interval}), or "
                 f"timedelta(milliseconds={interval}) to keep {ms} ms without this warning",
-                UserWarning, stacklevel=2)
+                UserWarning,
+                stacklevel=2,
+            )
         cfg = self._checkpoint_config
         before = (cfg.interval, cfg.mode)
         cfg.interval, cfg.mode = interval, mode
@@ -120,7 +122,8 @@ class StreamEnvironment:
         if not isinstance(strategy, RestartStrategy):
             raise ConfigurationError(
                 f"set_restart_strategy needs an lg.RestartStrategy (e.g. "
-                f"lg.RestartStrategy.fixed_delay(attempts=3, delay=1000)), got {strategy!r}")
+                f"lg.RestartStrategy.fixed_delay(attempts=3, delay=1000)), got {strategy!r}"
+            )
         self._restart_strategy = strategy
         return self
 
@@ -146,8 +149,9 @@ class StreamEnvironment:
         return self
 
     # -- sources -------------------------------------------------------------------
-    def from_source(self, source: Source, name: str | None = None,
-                    watermark_strategy: Any = None) -> DataStream:
+    def from_source(
+        self, source: Source, name: str | None = None, watermark_strategy: Any = None
+    ) -> DataStream:
         """A stream reading ``source`` (e.g. ``lg.connectors.SequenceSource(0, 100)``).
 
         ``watermark_strategy`` (an ``lg.WatermarkStrategy``): the records get event
@@ -163,7 +167,8 @@ class StreamEnvironment:
         if watermark_strategy is not None:
             kwargs["watermark_strategy"] = check_watermark_strategy(watermark_strategy)
         t = Transformation(
-            Kind.SOURCE, name or f"Source: {source.default_name}",
+            Kind.SOURCE,
+            name or f"Source: {source.default_name}",
             factory=OperatorFactory(SourceOperator, kwargs, {"source:object": source}),
         )
         t.required_side_outputs = tuple(getattr(source, "side_outputs", ()))
@@ -173,12 +178,14 @@ class StreamEnvironment:
         self._register(t)
         return DataStream(self, t)
 
-    def from_collection(self, items: Iterable[Any], name: str | None = None,
-                        watermark_strategy: Any = None) -> DataStream:
+    def from_collection(
+        self, items: Iterable[Any], name: str | None = None, watermark_strategy: Any = None
+    ) -> DataStream:
         from ..connectors.collection import CollectionSource
 
-        return self.from_source(CollectionSource(items), name=name,
-                                watermark_strategy=watermark_strategy)
+        return self.from_source(
+            CollectionSource(items), name=name, watermark_strategy=watermark_strategy
+        )
 
     def from_sequence(self, start: int, end: int, name: str | None = None) -> DataStream:
         from ..connectors.sequence import SequenceSource
@@ -194,8 +201,12 @@ class StreamEnvironment:
 
     def _prepare(self) -> list[Transformation]:
         self.config.validate()
-        validate(self._transformations, self.parallelism, self.max_parallelism,
-                 checkpointing=self._checkpoint_config.enabled)
+        validate(
+            self._transformations,
+            self.parallelism,
+            self.max_parallelism,
+            checkpointing=self._checkpoint_config.enabled,
+        )
         sinks = [t for t in self._transformations if t.kind is Kind.SINK]
         order = walk(sinks)
         _assign_uids(order)
@@ -206,20 +217,25 @@ class StreamEnvironment:
         order = self._prepare()
         return build_job_graph(order, self.parallelism, self.max_parallelism, self.config.chaining)
 
-    def get_execution_plan(self, job_name: str = "lockgate job", *,
-                           restore_from: str | None = None,
-                           allow_non_restored_state: bool = False) -> ExecutionPlan:
+    def get_execution_plan(
+        self,
+        job_name: str = "lockgate job",
+        *,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> ExecutionPlan:
         """The plan ``execute`` would run (see :meth:`execute` for the arguments)."""
         self._checkpoint_config.validate()
         if not isinstance(allow_non_restored_state, bool):
             raise ConfigurationError(
-                f"allow_non_restored_state must be True or False, got "
-                f"{allow_non_restored_state!r}")
+                f"allow_non_restored_state must be True or False, got {allow_non_restored_state!r}"
+            )
         if restore_from is None and os.environ.get("LOCKGATE_RESTORE_FROM"):
             # ``lockgate run --restore PATH`` (M-R3)
             restore_from = os.environ["LOCKGATE_RESTORE_FROM"]
             allow_non_restored_state = allow_non_restored_state or (
-                os.environ.get("LOCKGATE_ALLOW_NON_RESTORED_STATE") == "1")
+                os.environ.get("LOCKGATE_ALLOW_NON_RESTORED_STATE") == "1"
+            )
         graph = self.get_job_graph()
         plan = build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
         plan.restart_strategy = self._restart_strategy
@@ -227,8 +243,9 @@ class StreamEnvironment:
         plan.faults = self._faults
         plan.state_backend = self._state_backend
         if restore_from is not None:
-            plan.restore = _restore_spec(plan, restore_from, allow_non_restored_state,
-                                         self._checkpoint_config)
+            plan.restore = _restore_spec(
+                plan, restore_from, allow_non_restored_state, self._checkpoint_config
+            )
         elif plan.checkpoint is not None and plan.checkpoint.storage not in _temporary_storages:
             _warn_fresh_start(plan)
         if self._checkpoint_config.enabled or restore_from is not None:
@@ -257,9 +274,14 @@ class StreamEnvironment:
         return resolved
 
     # -- execution -----------------------------------------------------------------
-    def execute(self, job_name: str = "lockgate job", *, executor: Any = None,
-                restore_from: str | None = None,
-                allow_non_restored_state: bool = False) -> JobExecutionResult:
+    def execute(
+        self,
+        job_name: str = "lockgate job",
+        *,
+        executor: Any = None,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobExecutionResult:
         """Build the job, run it to the end and return its result.
 
         ``restore_from``: start from a retained checkpoint or savepoint (M-R3): the path
@@ -278,16 +300,22 @@ class StreamEnvironment:
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-        plan = self.get_execution_plan(job_name, restore_from=restore_from,
-                                       allow_non_restored_state=allow_non_restored_state)
+        plan = self.get_execution_plan(
+            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+        )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         client = JobClient(job_name, _then_clean_up(plan, chosen), background=False)
         return client.run_here()
 
-    def execute_async(self, job_name: str = "lockgate job", *,
-                      executor: Any = None, restore_from: str | None = None,
-                      allow_non_restored_state: bool = False) -> JobClient:
+    def execute_async(
+        self,
+        job_name: str = "lockgate job",
+        *,
+        executor: Any = None,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobClient:
         """Build the job and start it in the background; the returned
         :class:`JobClient` waits for it, cancels it and lists its checkpoints. The
         arguments are those of :meth:`execute`.
@@ -296,8 +324,9 @@ class StreamEnvironment:
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-        plan = self.get_execution_plan(job_name, restore_from=restore_from,
-                                       allow_non_restored_state=allow_non_restored_state)
+        plan = self.get_execution_plan(
+            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+        )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         return JobClient(job_name, _then_clean_up(plan, chosen))
@@ -337,12 +366,14 @@ _temporary_storages: set[str] = set()
 def _then_clean_up(plan: ExecutionPlan, executor: Any) -> Any:
     """``executor.execute(plan)`` as a JobClient run, which removes the run's temporary
     checkpoint storage when it ends."""
+
     def run(handle: Any) -> JobExecutionResult:
         try:
             result: JobExecutionResult = executor.execute(plan, handle=handle)
             return result
         finally:
             _remove_temporary_storage(plan)
+
     return run
 
 
@@ -355,10 +386,13 @@ def _remove_temporary_storage(plan: ExecutionPlan) -> None:
         return
     assert cfg.storage is not None
     if cfg.externalized is ExternalizedRetention.RETAIN_ON_CANCELLATION:
-        log.warning("job %r: its checkpoints are retained (RETAIN_ON_CANCELLATION) in the "
-                    "temporary folder %s, which is not deleted; set "
-                    "checkpoint_config.storage to choose where they go", plan.job_name,
-                    cfg.storage)
+        log.warning(
+            "job %r: its checkpoints are retained (RETAIN_ON_CANCELLATION) in the "
+            "temporary folder %s, which is not deleted; set "
+            "checkpoint_config.storage to choose where they go",
+            plan.job_name,
+            cfg.storage,
+        )
         return
     _temporary_storages.discard(cfg.storage)
     shutil.rmtree(cfg.storage, ignore_errors=True)
@@ -381,22 +415,24 @@ def _warn_fresh_start(plan: ExecutionPlan) -> None:
             continue
         if name != plan.job_name:
             return
-        where = getattr(storage, "location", lambda rel: storage.url)(
-            f"chk-{checkpoint_id}")
-        text = (f"job {plan.job_name!r} starts from empty state, but its checkpoint storage "
-                f"{storage.url} holds completed checkpoints of a job of that name (newest: "
-                f"{where}): it does not resume from them, so its sources start over and its "
-                f"sinks write their output again (duplicates in external systems). To resume, "
-                f"pass restore_from={storage.url!r} (lockgate run --restore); to start over "
-                f"on purpose, use a new checkpoint_config.storage or delete the old "
-                f"checkpoints")
+        where = getattr(storage, "location", lambda rel: storage.url)(f"chk-{checkpoint_id}")
+        text = (
+            f"job {plan.job_name!r} starts from empty state, but its checkpoint storage "
+            f"{storage.url} holds completed checkpoints of a job of that name (newest: "
+            f"{where}): it does not resume from them, so its sources start over and its "
+            f"sinks write their output again (duplicates in external systems). To resume, "
+            f"pass restore_from={storage.url!r} (lockgate run --restore); to start over "
+            f"on purpose, use a new checkpoint_config.storage or delete the old "
+            f"checkpoints"
+        )
         log.warning("%s", text)
         warnings.warn(text, UserWarning, stacklevel=4)
         return
 
 
-def _restore_spec(plan: ExecutionPlan, restore_from: str, allow_non_restored_state: bool,
-                  cfg: CheckpointConfig) -> Any:
+def _restore_spec(
+    plan: ExecutionPlan, restore_from: str, allow_non_restored_state: bool, cfg: CheckpointConfig
+) -> Any:
     """The checkpoint at ``restore_from``, checked against the job's operators (M-S2),
     read with the signing key of ``cfg``; a fallback past a damaged checkpoint that
     may have committed sink output is refused unless
@@ -406,20 +442,25 @@ def _restore_spec(plan: ExecutionPlan, restore_from: str, allow_non_restored_sta
 
     if not isinstance(restore_from, (str, os.PathLike)):
         raise ConfigurationError(
-            f"restore_from must be the path of a checkpoint or savepoint, got {restore_from!r}")
+            f"restore_from must be the path of a checkpoint or savepoint, got {restore_from!r}"
+        )
     if not isinstance(cfg.allow_replaying_committed_output, bool):
         raise ConfigurationError(
             f"checkpoint allow_replaying_committed_output must be True or False, got "
-            f"{cfg.allow_replaying_committed_output!r}")
+            f"{cfg.allow_replaying_committed_output!r}"
+        )
     spec = resolve_restore_path(
-        os.fspath(restore_from), options=cfg.storage_options(),
-        guard=committed_output_guard(plan, cfg.allow_replaying_committed_output))
+        os.fspath(restore_from),
+        options=cfg.storage_options(),
+        guard=committed_output_guard(plan, cfg.allow_replaying_committed_output),
+    )
     unknown = sorted(spec.operator_uids() - set(plan.operator_names))
     if unknown and not allow_non_restored_state:
         raise RestoreError(
             f"restore_from {restore_from!r}: the checkpoint holds state of operators this job "
             f"does not have (uids {unknown}); give those operators the same .uid(...) as "
-            "before, or pass allow_non_restored_state=True to drop that state")
+            "before, or pass allow_non_restored_state=True to drop that state"
+        )
     from ..recovery.channel_state import check_restorable
 
     check_restorable(plan, spec, allow_non_restored_state=allow_non_restored_state)  # M-B7
@@ -428,15 +469,18 @@ def _restore_spec(plan: ExecutionPlan, restore_from: str, allow_non_restored_sta
 
 def _warn_generated_uids(transformations: list[Transformation]) -> None:
     """Warn about operators whose state is matched by a generated uid (M-S2)."""
-    generated = [t for t in transformations
-                 if not t.kind.virtual and getattr(t, "_auto_uid", False)]
+    generated = [
+        t for t in transformations if not t.kind.virtual and getattr(t, "_auto_uid", False)
+    ]
     if generated:
         names = ", ".join(f"'{t.name}' (generated uid {t.uid})" for t in generated)
         log.warning(
             "operators without an explicit uid: %s. Their state is matched by a generated "
             "uid that changes when the graph upstream of them changes, so a changed job may "
             "not restore it from a checkpoint or savepoint: set .uid('...') on every "
-            "stateful operator (M-S2)", names)
+            "stateful operator (M-S2)",
+            names,
+        )
 
 
 def _assign_uids(order: list[Transformation]) -> None:

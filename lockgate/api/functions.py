@@ -91,12 +91,12 @@ class BroadcastProcessFunction(Function):
     ReadOnlyContext = _broadcast.ReadOnlyContext
     Context = _broadcast.BroadcastContext
 
-    def process_element(self, value: Any,
-                        ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
+    def process_element(self, value: Any, ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
         raise NotImplementedError
 
-    def process_broadcast_element(self, value: Any,
-                                  ctx: _broadcast.BroadcastContext) -> Iterable[Any] | None:
+    def process_broadcast_element(
+        self, value: Any, ctx: _broadcast.BroadcastContext
+    ) -> Iterable[Any] | None:
         raise NotImplementedError
 
 
@@ -115,12 +115,12 @@ class KeyedBroadcastProcessFunction(Function):
     ReadOnlyContext = _broadcast.ReadOnlyContext
     Context = _broadcast.KeyedBroadcastContext
 
-    def process_element(self, value: Any,
-                        ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
+    def process_element(self, value: Any, ctx: _broadcast.ReadOnlyContext) -> Iterable[Any] | None:
         raise NotImplementedError
 
-    def process_broadcast_element(self, value: Any,
-                                  ctx: _broadcast.KeyedBroadcastContext) -> Iterable[Any] | None:
+    def process_broadcast_element(
+        self, value: Any, ctx: _broadcast.KeyedBroadcastContext
+    ) -> Iterable[Any] | None:
         raise NotImplementedError
 
 
@@ -167,6 +167,7 @@ class ProcessWindowFunction(Function):
 
     Context = WindowContext
 
-    def process(self, key: Any, context: WindowContext,
-                elements: list[Any]) -> Iterable[Any] | None:
+    def process(
+        self, key: Any, context: WindowContext, elements: list[Any]
+    ) -> Iterable[Any] | None:
         raise NotImplementedError

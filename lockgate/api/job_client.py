@@ -27,8 +27,13 @@ class JobClient:
     (its result then has status ``FINISHED`` and ``savepoint_path`` set).
     """
 
-    def __init__(self, job_name: str, run: Callable[[JobHandle], JobExecutionResult], *,
-                 background: bool = True) -> None:
+    def __init__(
+        self,
+        job_name: str,
+        run: Callable[[JobHandle], JobExecutionResult],
+        *,
+        background: bool = True,
+    ) -> None:
         """Start ``run`` in a background thread (``background=False``: the caller runs it
         with :meth:`run_here`). Either way the job is registered for command-line control
         (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) while it runs."""
@@ -46,16 +51,18 @@ class JobClient:
         self._registration = register_job(job_name, self)
         self._thread: threading.Thread | None = None
         if background:
-            self._thread = threading.Thread(target=self._run, args=(run,),
-                                            name=f"lockgate job client {job_name}", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, args=(run,), name=f"lockgate job client {job_name}", daemon=True
+            )
             self._thread.start()
 
     def run_here(self) -> JobExecutionResult:
         """Run the job in the calling thread (a client made with ``background=False``)
         and return its result, or raise its error."""
         if self._thread is not None or self._done.is_set():
-            raise ConfigurationError("run_here() runs a job once, for a client made with "
-                                     "background=False")
+            raise ConfigurationError(
+                "run_here() runs a job once, for a client made with background=False"
+            )
         self._run(self._run_fn)
         return self.wait()
 
@@ -144,8 +151,9 @@ class JobClient:
             coordinator = self._running_coordinator(_left(deadline))
             return self._savepoint(coordinator, path, _left(deadline))
 
-    def stop_with_savepoint(self, path: str, drain: bool = False,
-                            timeout: float | None = None) -> str:
+    def stop_with_savepoint(
+        self, path: str, drain: bool = False, timeout: float | None = None
+    ) -> str:
         """Take a savepoint into ``path``, then stop the job; return the savepoint's
         location. Periodic checkpoints stop first, so no checkpoint after the savepoint
         commits output the savepoint does not cover. If the savepoint fails the job
@@ -166,8 +174,9 @@ class JobClient:
         the job the same way.
         """
         if not isinstance(drain, bool):
-            raise ConfigurationError(f"stop_with_savepoint(drain=...) must be True or False, "
-                                     f"got {drain!r}")
+            raise ConfigurationError(
+                f"stop_with_savepoint(drain=...) must be True or False, got {drain!r}"
+            )
         _check_timeout(timeout, "stop_with_savepoint")
         check_savepoint_target(path)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -197,7 +206,8 @@ class JobClient:
             if self._done.is_set():
                 raise ConfigurationError(
                     f"job '{self.job_name}' has ended; savepoints can only be taken of a "
-                    "running job")
+                    "running job"
+                )
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"job '{self.job_name}' was not running within {timeout}s")
@@ -206,15 +216,18 @@ class JobClient:
         if coordinator is None:
             raise ConfigurationError(
                 f"job '{self.job_name}' runs without checkpointing; savepoints need it: call "
-                "env.enable_checkpointing(interval) before execute_async")
+                "env.enable_checkpointing(interval) before execute_async"
+            )
         return coordinator
 
-    def _savepoint(self, coordinator: Any, path: str, timeout: float | None, *,
-                   drain: bool = False) -> str:
+    def _savepoint(
+        self, coordinator: Any, path: str, timeout: float | None, *, drain: bool = False
+    ) -> str:
         result = coordinator.trigger_checkpoint(savepoint=True, drain=drain)
         if isinstance(result, CheckpointFailureReason):
             raise CheckpointFailedError(
-                f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}")
+                f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}"
+            )
         completed = coordinator.wait_for_savepoint(result, timeout)
         location: str = publish_savepoint(coordinator.storage, completed, path)
         return location
@@ -233,6 +246,7 @@ def _left(deadline: float | None) -> float | None:
 
 
 def _check_timeout(timeout: float | None, what: str) -> None:
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout < 0):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
+    ):
         raise ConfigurationError(f"{what} timeout must be seconds >= 0 or None, got {timeout!r}")

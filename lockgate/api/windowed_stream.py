@@ -67,11 +67,13 @@ class WindowedStream:
             raise ConfigurationError(
                 f"window() needs a window assigner instance, got the class "
                 f"{assigner.__name__}; build one, e.g. "
-                f"{assigner.__name__}.of(timedelta(seconds=1))")
+                f"{assigner.__name__}.of(timedelta(seconds=1))"
+            )
         if not isinstance(assigner, WindowAssigner):
             raise ConfigurationError(
                 f"window() needs a window assigner, e.g. "
-                f"lg.TumblingEventTimeWindows.of(timedelta(seconds=1)), got {assigner!r}")
+                f"lg.TumblingEventTimeWindows.of(timedelta(seconds=1)), got {assigner!r}"
+            )
         self._keyed = keyed
         self._assigner = assigner
         self._lateness = 0
@@ -89,12 +91,14 @@ class WindowedStream:
         ms = to_millis(lateness, "allowed_lateness")
         if ms > MAX_ALLOWED_LATENESS_MS:
             raise ConfigurationError(
-                f"allowed_lateness must be at most {MAX_ALLOWED_LATENESS_MS} ms, got {ms}")
+                f"allowed_lateness must be at most {MAX_ALLOWED_LATENESS_MS} ms, got {ms}"
+            )
         if ms and not self._assigner.is_event_time:
             raise ConfigurationError(
                 f"allowed_lateness applies to event-time windows; "
                 f"{type(self._assigner).__name__} fires on processing time, where no record "
-                "is late: remove allowed_lateness(...) or use an event-time assigner")
+                "is late: remove allowed_lateness(...) or use an event-time assigner"
+            )
         self._lateness = ms
         return self
 
@@ -107,7 +111,8 @@ class WindowedStream:
             raise ConfigurationError(
                 f"side_output_late_data applies to event-time windows; "
                 f"{type(self._assigner).__name__} fires on processing time, where no record "
-                "is late: remove side_output_late_data(...) or use an event-time assigner")
+                "is late: remove side_output_late_data(...) or use an event-time assigner"
+            )
         self._late_tag = name
         return self
 
@@ -119,30 +124,43 @@ class WindowedStream:
         if not functions:
             raise ConfigurationError(
                 "aggregate(...) needs built-in aggregates (e.g. lg.agg.count(), "
-                "lg.agg.sum('v')) or one lg.AggregateFunction")
+                "lg.agg.sum('v')) or one lg.AggregateFunction"
+            )
         if all(isinstance(f, WindowAggregate) for f in functions):
             aggregation = WindowAggregation(tuple(functions))
             self._check_result_names(aggregation.names)
-            return self._build(BuiltinContents(aggregation), name or "Window(aggregate)",
-                               {"aggregates:object": aggregation})
+            return self._build(
+                BuiltinContents(aggregation),
+                name or "Window(aggregate)",
+                {"aggregates:object": aggregation},
+            )
         if len(functions) == 1 and not isinstance(functions[0], WindowAggregate):
             fn = functions[0]
             if isinstance(fn, type):
                 raise ConfigurationError(
                     f"aggregate() needs an AggregateFunction instance, got the class "
-                    f"{fn.__name__}; pass {fn.__name__}()")
-            missing = [m for m in ("create_accumulator", "add", "get_result")
-                       if not callable(getattr(fn, m, None))]
+                    f"{fn.__name__}; pass {fn.__name__}()"
+                )
+            missing = [
+                m
+                for m in ("create_accumulator", "add", "get_result")
+                if not callable(getattr(fn, m, None))
+            ]
             if missing:
                 raise ConfigurationError(
                     f"aggregate() takes lg.agg.* aggregates or an lg.AggregateFunction, got "
-                    f"{fn!r} (it has no {', '.join(missing)}() method)")
+                    f"{fn!r} (it has no {', '.join(missing)}() method)"
+                )
             self._check_result_names((RESULT_FIELD,))
-            return self._build(AggregateFunctionContents(fn), name or "Window(aggregate)",
-                               {"aggregate function:add": fn})
+            return self._build(
+                AggregateFunctionContents(fn),
+                name or "Window(aggregate)",
+                {"aggregate function:add": fn},
+            )
         raise ConfigurationError(
             "aggregate() takes either built-in aggregates (lg.agg.*) or one "
-            f"lg.AggregateFunction, not a mix: got {list(functions)!r}")
+            f"lg.AggregateFunction, not a mix: got {list(functions)!r}"
+        )
 
     def reduce(self, fn: Any, name: str | None = None) -> DataStream:
         """Combine each window's records pairwise: ``fn(a, b)`` (or an
@@ -162,15 +180,16 @@ class WindowedStream:
         if isinstance(fn, type):
             raise ConfigurationError(
                 f"process() needs a ProcessWindowFunction instance, got the class "
-                f"{fn.__name__}; pass {fn.__name__}()")
+                f"{fn.__name__}; pass {fn.__name__}()"
+            )
         try:
             bind_function(fn, "process")
         except TypeError:
             raise ConfigurationError(
                 "process() needs an lg.ProcessWindowFunction (process(key, context, "
-                f"elements)) or such a function, got {fn!r}") from None
-        return self._build(ProcessContents(fn), name or "Window(process)",
-                           {"function:process": fn})
+                f"elements)) or such a function, got {fn!r}"
+            ) from None
+        return self._build(ProcessContents(fn), name or "Window(process)", {"function:process": fn})
 
     # -- internals ----------------------------------------------------------------------
     def _key_fields(self) -> tuple[str, ...]:
@@ -185,18 +204,22 @@ class WindowedStream:
                 f"the window results would have two fields named {clash}: the key "
                 f"({', '.join(keys)}) and a result field ({WINDOW_START}, {WINDOW_END} or "
                 f"{', '.join(names)}); rename the key column upstream or name the aggregate "
-                "otherwise (e.g. lg.agg.count(name='n'))")
+                "otherwise (e.g. lg.agg.count(name='n'))"
+            )
 
-    def _build(self, contents: WindowContents, name: str,
-               functions: dict[str, Any]) -> DataStream:
+    def _build(self, contents: WindowContents, name: str, functions: dict[str, Any]) -> DataStream:
         if self._assigner.is_merging:
             check_merge_support(contents)
         keyed = self._keyed
         factory = OperatorFactory(
             WindowOperator,
-            {"assigner": self._assigner, "key_selector": keyed.key_selector,
-             "contents": contents, "allowed_lateness": self._lateness,
-             "late_tag": self._late_tag},
+            {
+                "assigner": self._assigner,
+                "key_selector": keyed.key_selector,
+                "contents": contents,
+                "allowed_lateness": self._lateness,
+                "late_tag": self._late_tag,
+            },
             {**functions, **keyed._key_functions()},
         )
         stream = keyed._one_input(name, factory, keyed=True)

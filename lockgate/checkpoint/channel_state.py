@@ -99,13 +99,20 @@ class RecordedSummary:
 
 def summarize(state_key_: str, file_subtask: int, payload: Any) -> list[RecordedSummary]:
     """The summaries of the recorded channels of one channel-state file."""
-    return [RecordedSummary(state_key_, file_subtask, position, r.side, r.channel,
-                            len(r.batches), r.num_bytes)
-            for position, r in enumerate(decode(payload))]
+    return [
+        RecordedSummary(
+            state_key_, file_subtask, position, r.side, r.channel, len(r.batches), r.num_bytes
+        )
+        for position, r in enumerate(decode(payload))
+    ]
 
 
-def encode(subtask: int, layout: SubtaskChannels | None, inputs: dict[int, list[Any]],
-           outputs: list[tuple[int, int, Any]]) -> dict[str, Any]:
+def encode(
+    subtask: int,
+    layout: SubtaskChannels | None,
+    inputs: dict[int, list[Any]],
+    outputs: list[tuple[int, int, Any]],
+) -> dict[str, Any]:
     """The payload of a channel-state file. ``inputs``: input channel index -> frozen
     batches; ``outputs``: (record writer index, channel index, frozen batch) in the
     order the barrier overtook them. ``layout`` names the channels (None: unnamed)."""
@@ -122,9 +129,13 @@ def encode(subtask: int, layout: SubtaskChannels | None, inputs: dict[int, list[
         if layout and writer < len(layout.outputs) and target < len(layout.outputs[writer]):
             info = layout.outputs[writer][target]
         channels.append(_entry(OUTPUT, info, batches))
-    return {"format": FORMAT, "version": VERSION,
-            "owner": layout.owner if layout else None, "subtask": subtask,
-            "channels": channels}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "owner": layout.owner if layout else None,
+        "subtask": subtask,
+        "channels": channels,
+    }
 
 
 def _entry(side: str, info: ChannelInfo | None, batches: list[Any]) -> dict[str, Any]:
@@ -139,14 +150,21 @@ def decode(payload: Any) -> list[RecordedChannel]:
         if payload.get("version") != VERSION:
             raise ValueError(
                 f"channel-state format version {payload.get('version')!r} is not supported "
-                f"(this lockgate reads version {VERSION})")
-        return [RecordedChannel(
-            e["side"], ChannelInfo.from_json(e["channel"]) if e["channel"] else None,
-            tuple(e["batches"])) for e in payload["channels"]]
+                f"(this lockgate reads version {VERSION})"
+            )
+        return [
+            RecordedChannel(
+                e["side"],
+                ChannelInfo.from_json(e["channel"]) if e["channel"] else None,
+                tuple(e["batches"]),
+            )
+            for e in payload["channels"]
+        ]
     # the earlier format: channels named by their position in one job's wiring only
     inputs = payload.get("inputs") or {}
     by_channel = sorted(inputs.items()) if isinstance(inputs, dict) else enumerate(inputs)
     out = [RecordedChannel(INPUT, None, tuple(batches)) for _, batches in by_channel if batches]
-    out.extend(RecordedChannel(OUTPUT, None, (frozen,))
-               for _, _, frozen in payload.get("outputs", []))
+    out.extend(
+        RecordedChannel(OUTPUT, None, (frozen,)) for _, _, frozen in payload.get("outputs", [])
+    )
     return out

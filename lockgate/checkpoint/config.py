@@ -99,8 +99,11 @@ class CheckpointConfig:
 
     def storage_options(self) -> StorageOptions:
         """How the checkpoint storage writes and checks files (key and permissions)."""
-        return StorageOptions(signing_key=signing_key_bytes(self.signing_key),
-                              file_mode=self.file_mode, dir_mode=self.dir_mode)
+        return StorageOptions(
+            signing_key=signing_key_bytes(self.signing_key),
+            file_mode=self.file_mode,
+            dir_mode=self.dir_mode,
+        )
 
     @property
     def enabled(self) -> bool:
@@ -150,8 +153,9 @@ class CheckpointConfig:
                     f"checkpoint {name} must be an int >= {low}, got {value!r}"
                 )
         if not isinstance(self.unaligned, bool):
-            raise ConfigurationError(f"checkpoint unaligned must be True or False, got "
-                                     f"{self.unaligned!r}")
+            raise ConfigurationError(
+                f"checkpoint unaligned must be True or False, got {self.unaligned!r}"
+            )
         if self.unaligned and self.mode is CheckpointingMode.AT_LEAST_ONCE:
             raise ConfigurationError(
                 "unaligned checkpoints need mode EXACTLY_ONCE (M-B1): set "
@@ -174,7 +178,8 @@ class CheckpointConfig:
         if not isinstance(self.allow_replaying_committed_output, bool):
             raise ConfigurationError(
                 f"checkpoint allow_replaying_committed_output must be True or False, got "
-                f"{self.allow_replaying_committed_output!r}")
+                f"{self.allow_replaying_committed_output!r}"
+            )
         self.storage_options()  # checks the key and the modes
         if not isinstance(self.externalized, ExternalizedRetention):
             raise ConfigurationError(

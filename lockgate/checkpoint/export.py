@@ -102,8 +102,9 @@ class ExportedCheckpoint:
 SIGNING_KEY_ENV = "LOCKGATE_CHECKPOINT_SIGNING_KEY"
 
 
-def export_checkpoint(source: str, dest: str, *,
-                      signing_key: bytes | str | None = None) -> ExportedCheckpoint:
+def export_checkpoint(
+    source: str, dest: str, *, signing_key: bytes | str | None = None
+) -> ExportedCheckpoint:
     """Copy the completed checkpoint at ``source`` into the new folder ``dest`` so that
     ``dest`` restores on its own (see the module docstring for the guarantees).
 
@@ -133,12 +134,16 @@ def export_checkpoint(source: str, dest: str, *,
     copier = _Copier(src, out, where)
     try:
         operators = {
-            uid: {str(subtask): copier.state_file(handle)
-                  for subtask, handle in sorted(by_subtask.items())}
+            uid: {
+                str(subtask): copier.state_file(handle)
+                for subtask, handle in sorted(by_subtask.items())
+            }
             for uid, by_subtask in sorted(checkpoint.operator_states.items())
         }
-        masters = {ident: copier.state_file(handle)
-                   for ident, handle in sorted(checkpoint.master_states.items())}
+        masters = {
+            ident: copier.state_file(handle)
+            for ident, handle in sorted(checkpoint.master_states.items())
+        }
         exported = dict(metadata)  # keeps every other field as it is
         exported["operators"] = operators
         exported["master_states"] = masters
@@ -151,9 +156,13 @@ def export_checkpoint(source: str, dest: str, *,
     except OSError as e:
         raise ExportError(f"writing the export failed: {e}; {copier.remove_written()}") from e
     return ExportedCheckpoint(
-        checkpoint_id=checkpoint.checkpoint_id, location=out.url, source=where,
-        state_files=copier.state_files, shared_files=copier.shared_files,
-        bytes_written=copier.bytes_written)
+        checkpoint_id=checkpoint.checkpoint_id,
+        location=out.url,
+        source=where,
+        state_files=copier.state_files,
+        shared_files=copier.shared_files,
+        bytes_written=copier.bytes_written,
+    )
 
 
 # --------------------------------------------------------------------------- source and dest
@@ -163,12 +172,14 @@ def _is_url(path: str) -> bool:
     return "://" in path
 
 
-def _filesystem_storage(url: str, what: str, given: str,
-                        options: StorageOptions) -> FileSystemCheckpointStorage:
+def _filesystem_storage(
+    url: str, what: str, given: str, options: StorageOptions
+) -> FileSystemCheckpointStorage:
     if url.startswith("memory://"):
         raise ConfigurationError(
             f"{what} {given!r}: a checkpoint export reads and writes filesystem paths or URLs "
-            "(local, file://, s3://, ...), not memory://")
+            "(local, file://, s3://, ...), not memory://"
+        )
     try:
         # not open_storage(url, options): an export must not change the options other
         # code of this process opens the storage with
@@ -177,21 +188,24 @@ def _filesystem_storage(url: str, what: str, given: str,
         raise ConfigurationError(f"{what} {given!r} cannot be opened: {e}") from e
 
 
-def _open_source(source: str,
-                 options: StorageOptions) -> tuple[CheckpointStorage, dict[str, Any], str]:
+def _open_source(
+    source: str, options: StorageOptions
+) -> tuple[CheckpointStorage, dict[str, Any], str]:
     """The storage whose root the handles of the checkpoint at ``source`` are relative
     to, the checkpoint's metadata, and a description of where it is."""
     if not isinstance(source, str) or not source.strip():
         raise ConfigurationError(
             f"the checkpoint to export must be a chk-<id> folder, a checkpoint storage or a "
-            f"savepoint folder, got {source!r}")
+            f"savepoint folder, got {source!r}"
+        )
     trimmed = source.rstrip("/") or source
     if not _is_url(trimmed):
         trimmed = os.path.abspath(os.path.expanduser(trimmed))
         if not os.path.isdir(trimmed):
             raise ConfigurationError(
                 f"checkpoint {source!r}: no such folder; give a chk-<id> folder, a checkpoint "
-                "storage folder or a savepoint folder")
+                "storage folder or a savepoint folder"
+            )
         head, name = os.path.split(trimmed)
     else:
         head, name = posixpath.split(trimmed)
@@ -214,15 +228,17 @@ def _open_source(source: str,
         raise ExportError(
             f"{source!r} holds no completed checkpoint (no chk-<id>/_metadata) and is no "
             "savepoint folder; give a chk-<id> folder, a checkpoint storage or a savepoint "
-            "folder")
+            "folder"
+        )
     newest = max(ids)
     return storage, storage.read_metadata(newest), f"{trimmed}/chk-{newest}"
 
 
 def _read_folder_metadata(storage: CheckpointStorage) -> dict[str, Any]:
     where = f"{storage.url.rstrip('/')}/{METADATA}"
-    payload, _ = decode_file(storage.read_file(METADATA), KIND_JSON, where,
-                             storage_options_of(storage))
+    payload, _ = decode_file(
+        storage.read_file(METADATA), KIND_JSON, where, storage_options_of(storage)
+    )
     try:
         metadata = json.loads(payload.decode("utf-8"))
     except ValueError as e:
@@ -236,7 +252,8 @@ def _open_dest(dest: str, options: StorageOptions) -> FileSystemCheckpointStorag
     if not isinstance(dest, str) or not dest.strip():
         raise ConfigurationError(
             f"the export needs a destination folder path or URL (e.g. '/data/exports/chk-7' "
-            f"or 's3://bucket/exports/chk-7'), got {dest!r}")
+            f"or 's3://bucket/exports/chk-7'), got {dest!r}"
+        )
     if not _is_url(dest):
         path = os.path.abspath(os.path.expanduser(dest))
         if os.path.exists(path) and not os.path.isdir(path):
@@ -244,12 +261,14 @@ def _open_dest(dest: str, options: StorageOptions) -> FileSystemCheckpointStorag
         if os.path.isdir(path) and os.listdir(path):
             raise ConfigurationError(
                 f"export destination {dest!r} exists and is not empty; give a new folder (an "
-                "export never overwrites or mixes with other files)")
+                "export never overwrites or mixes with other files)"
+            )
     out = _filesystem_storage(dest, "export destination", dest, options)
     if out.list_files(""):
         raise ConfigurationError(
             f"export destination {dest!r} exists and is not empty; give a new folder (an "
-            "export never overwrites or mixes with other files)")
+            "export never overwrites or mixes with other files)"
+        )
     return out
 
 
@@ -259,8 +278,9 @@ def _open_dest(dest: str, options: StorageOptions) -> FileSystemCheckpointStorag
 class _Copier:
     """Copies state and shared files from ``src`` to ``out``, each file once, verified."""
 
-    def __init__(self, src: CheckpointStorage, out: FileSystemCheckpointStorage,
-                 where: str) -> None:
+    def __init__(
+        self, src: CheckpointStorage, out: FileSystemCheckpointStorage, where: str
+    ) -> None:
         self.src = src
         self.out = out
         self.where = where
@@ -313,7 +333,8 @@ class _Copier:
             raise ExportError(
                 f"{self.out.location(rel)} does not read back as written ({len(back)} bytes "
                 f"with CRC32 {zlib.crc32(back):#010x}, wrote {len(data)} bytes with CRC32 "
-                f"{zlib.crc32(data):#010x}): the destination storage is unreliable")
+                f"{zlib.crc32(data):#010x}): the destination storage is unreliable"
+            )
         self.bytes_written += len(data)
 
     def remove_written(self) -> str:
@@ -326,8 +347,10 @@ class _Copier:
             except Exception:  # noqa: BLE001 - reported below
                 left.append(rel)
         if left:
-            return (f"{self.out.url} holds a partial export without {METADATA} (no restore "
-                    f"accepts it): delete it before exporting again")
+            return (
+                f"{self.out.url} holds a partial export without {METADATA} (no restore "
+                f"accepts it): delete it before exporting again"
+            )
         return f"the files written to {self.out.url} were deleted"
 
     def _target(self, rel: str, source_path: str) -> str:
@@ -335,7 +358,8 @@ class _Copier:
         if other != source_path:
             raise ExportError(
                 f"{self.where}: the files {other} and {source_path} would both be exported as "
-                f"{rel}; this checkpoint cannot be exported into one folder")
+                f"{rel}; this checkpoint cannot be exported into one folder"
+            )
         return rel
 
     def _read_state(self, handle: StateHandle) -> tuple[bytes, bytes, int]:
@@ -348,7 +372,8 @@ class _Copier:
         if crc != handle.checksum or len(data) != handle.size:
             raise CorruptCheckpointError(
                 f"{where} does not match its handle: {len(data)} bytes with CRC32 {crc:#010x}, "
-                f"the handle says {handle.size} bytes with CRC32 {handle.checksum:#010x}")
+                f"the handle says {handle.size} bytes with CRC32 {handle.checksum:#010x}"
+            )
         return data, payload, crc
 
     def _retarget(self, handle: StateHandle, payload: bytes) -> bytes:
@@ -361,20 +386,22 @@ class _Copier:
                 f"{self.where}: state file {handle.path} cannot be read here ({type(e).__name__}: "
                 f"{e}); it references shared files, so the export must rewrite it. Run the "
                 "export where the job's own modules are importable (e.g. with PYTHONPATH set "
-                "to the job's folder)") from e
-        found = _visit_native_payloads(state, lambda p: p.__setitem__("storage_url",
-                                                                      self.out.url))
+                "to the job's folder)"
+            ) from e
+        found = _visit_native_payloads(state, lambda p: p.__setitem__("storage_url", self.out.url))
         if not found:
             raise ExportError(
                 f"{self.where}: state file {handle.path} references shared files but holds no "
                 "RocksDB checkpoint payload naming their storage; this lockgate cannot make "
-                "it self-contained")
+                "it self-contained"
+            )
         result: bytes = cloudpickle.dumps(state, protocol=5)
         return result
 
 
-def _visit_native_payloads(value: Any, visit: Callable[[dict[str, Any]], None],
-                           depth: int = 0) -> int:
+def _visit_native_payloads(
+    value: Any, visit: Callable[[dict[str, Any]], None], depth: int = 0
+) -> int:
     """Call ``visit`` on every RocksDB native payload (a dict with ``format`` ==
     ``"lockgate-rocksdb"``) inside plain dicts, lists and tuples of ``value``; return how
     many there were."""

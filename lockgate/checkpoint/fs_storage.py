@@ -92,42 +92,50 @@ def encode_file(payload: bytes, kind: int, options: StorageOptions | None = None
     """The bytes of a checkpoint file holding ``payload`` (header + payload; with a
     signing key in ``options``: a version 2 file, header + payload + MAC)."""
     if options is None or options.signing_key is None:
-        return HEADER.pack(MAGIC, FORMAT_VERSION, kind, zlib.crc32(payload),
-                           len(payload)) + payload
+        return HEADER.pack(MAGIC, FORMAT_VERSION, kind, zlib.crc32(payload), len(payload)) + payload
     body = HEADER.pack(MAGIC, SIGNED_VERSION, kind, zlib.crc32(payload), len(payload)) + payload
     return body + options.mac(body)
 
 
-def decode_file(data: bytes, kind: int, where: str,
-                options: StorageOptions | None = None) -> tuple[bytes, int]:
+def decode_file(
+    data: bytes, kind: int, where: str, options: StorageOptions | None = None
+) -> tuple[bytes, int]:
     """Check a checkpoint file's header (and, with a signing key in ``options``, its
     MAC) and return ``(payload, crc32)``; ``where`` names the file in errors. Never
     unpickles anything."""
     if len(data) < HEADER_SIZE:
         if not MAGIC.startswith(data[: len(MAGIC)]):
-            raise CorruptCheckpointError(f"checkpoint file {where} is not a lockgate checkpoint "
-                                         f"file (bad magic bytes)")
-        raise CorruptCheckpointError(f"checkpoint file {where} is truncated: {len(data)} bytes, "
-                                     f"shorter than the {HEADER_SIZE}-byte header")
+            raise CorruptCheckpointError(
+                f"checkpoint file {where} is not a lockgate checkpoint file (bad magic bytes)"
+            )
+        raise CorruptCheckpointError(
+            f"checkpoint file {where} is truncated: {len(data)} bytes, "
+            f"shorter than the {HEADER_SIZE}-byte header"
+        )
     magic, version, found_kind, crc, length = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptCheckpointError(
             f"checkpoint file {where} is not a lockgate checkpoint file (magic bytes "
-            f"{magic!r}, expected {MAGIC!r})")
+            f"{magic!r}, expected {MAGIC!r})"
+        )
     if version not in SUPPORTED_VERSIONS:
         supported = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
         raise CorruptCheckpointError(
             f"checkpoint file {where} has format version {version}; this version of lockgate "
-            f"reads format version(s) {supported} (was it written by a newer lockgate?)")
+            f"reads format version(s) {supported} (was it written by a newer lockgate?)"
+        )
     if found_kind != kind:
         raise CorruptCheckpointError(
             f"checkpoint file {where} holds a {_KIND_NAMES.get(found_kind, found_kind)} payload, "
-            f"expected {_KIND_NAMES.get(kind, kind)}")
+            f"expected {_KIND_NAMES.get(kind, kind)}"
+        )
     signing = options is not None and options.signing_key is not None
     if version == SIGNED_VERSION:
         if len(data) < HEADER_SIZE + MAC_SIZE:
-            raise CorruptCheckpointError(f"checkpoint file {where} is truncated: a signed file "
-                                         f"needs a {MAC_SIZE}-byte MAC after the header")
+            raise CorruptCheckpointError(
+                f"checkpoint file {where} is truncated: a signed file "
+                f"needs a {MAC_SIZE}-byte MAC after the header"
+            )
         data, mac = data[:-MAC_SIZE], data[-MAC_SIZE:]
         if signing:
             assert options is not None
@@ -135,23 +143,30 @@ def decode_file(data: bytes, kind: int, where: str,
                 raise CorruptCheckpointError(
                     f"checkpoint file {where} is not signed with this job's signing key (its "
                     f"HMAC-SHA256 does not match): it was changed, or written with another "
-                    f"key; refusing to load it")
+                    f"key; refusing to load it"
+                )
     elif signing:
         raise CorruptCheckpointError(
             f"checkpoint file {where} is not signed, and checkpoint_config.signing_key is set: "
             f"refusing to load it (a checkpoint runs pickled code); restore it without a "
-            f"signing key only if you trust whoever could write it")
+            f"signing key only if you trust whoever could write it"
+        )
     payload = data[HEADER_SIZE:]
     if len(payload) < length:
-        raise CorruptCheckpointError(f"checkpoint file {where} is truncated: payload has "
-                                     f"{len(payload)} of {length} bytes")
+        raise CorruptCheckpointError(
+            f"checkpoint file {where} is truncated: payload has {len(payload)} of {length} bytes"
+        )
     if len(payload) > length:
-        raise CorruptCheckpointError(f"checkpoint file {where} is corrupt: {len(payload) - length} "
-                                     f"bytes after the {length}-byte payload")
+        raise CorruptCheckpointError(
+            f"checkpoint file {where} is corrupt: {len(payload) - length} "
+            f"bytes after the {length}-byte payload"
+        )
     actual = zlib.crc32(payload)
     if actual != crc:
-        raise CorruptCheckpointError(f"checkpoint file {where} is corrupt: CRC32 of the payload "
-                                     f"is {actual:#010x}, the header says {crc:#010x}")
+        raise CorruptCheckpointError(
+            f"checkpoint file {where} is corrupt: CRC32 of the payload "
+            f"is {actual:#010x}, the header says {crc:#010x}"
+        )
     return payload, crc
 
 
@@ -199,7 +214,8 @@ class FileSystemCheckpointStorage:
     def __init__(self, url: str, options: StorageOptions | None = None) -> None:
         if not isinstance(url, str) or not url.strip():
             raise ConfigurationError(
-                f"checkpoint storage must be a filesystem URL or path, got {url!r}")
+                f"checkpoint storage must be a filesystem URL or path, got {url!r}"
+            )
         if not _has_scheme(url):
             url = os.path.abspath(os.path.expanduser(url))
         self.url = url
@@ -217,7 +233,8 @@ class FileSystemCheckpointStorage:
         except Exception as e:  # pyarrow raises OSError, ArrowInvalid, ...
             raise ConfigurationError(
                 f"checkpoint storage {_redact(url)!r} is unusable: cannot create its root "
-                f"directory {self._root!r}: {_first_line(e, url)}") from e
+                f"directory {self._root!r}: {_first_line(e, url)}"
+            ) from e
 
     # pickling: the URL only (never the signing key): the copy uses the options
     # registered for the URL in the process that unpickles it
@@ -252,11 +269,13 @@ class FileSystemCheckpointStorage:
                 except Exception as e:  # ArrowInvalid, OSError (no libjvm for hdfs), ...
                     raise ConfigurationError(
                         f"checkpoint storage {_redact(self.url)!r} is unusable: "
-                        f"{_first_line(e, self.url)}") from e
+                        f"{_first_line(e, self.url)}"
+                    ) from e
                 root = root.rstrip("/") or ("/" if root.startswith("/") else "")
                 if not root:
                     raise ConfigurationError(
-                        f"checkpoint storage {_redact(self.url)!r} names no bucket or directory")
+                        f"checkpoint storage {_redact(self.url)!r} names no bucket or directory"
+                    )
                 self._root = root
                 self._fs = fs
             return self._fs
@@ -358,14 +377,15 @@ class FileSystemCheckpointStorage:
         check_rel(rel_dir, what="folder path", allow_root=True)
         fs = self._open()
         base = self._root.rstrip("/")
-        selector = pafs.FileSelector(self._path(rel_dir) if rel_dir else self._root,
-                                     allow_not_found=True, recursive=True)
+        selector = pafs.FileSelector(
+            self._path(rel_dir) if rel_dir else self._root, allow_not_found=True, recursive=True
+        )
         found = []
         for info in fs.get_file_info(selector):
             if info.type != pafs.FileType.File or _TMP_FILE.fullmatch(info.base_name):
                 continue
             path = info.path
-            rel = path[len(base) + 1:] if path.startswith(base + "/") else path.lstrip("/")
+            rel = path[len(base) + 1 :] if path.startswith(base + "/") else path.lstrip("/")
             found.append(rel)
         return sorted(found)
 
@@ -395,7 +415,8 @@ class FileSystemCheckpointStorage:
             raise CorruptCheckpointError(
                 f"state file {_redact(where)} does not match its handle: {len(data)} bytes with "
                 f"CRC32 {crc:#010x}, the handle says {handle.size} bytes with CRC32 "
-                f"{handle.checksum:#010x} (overwritten by another checkpoint?)")
+                f"{handle.checksum:#010x} (overwritten by another checkpoint?)"
+            )
         return payload
 
     def read_state(self, handle: StateHandle) -> Any:
@@ -408,8 +429,9 @@ class FileSystemCheckpointStorage:
             raise TypeError(f"checkpoint metadata must be a dict, got {type(metadata).__name__}")
         folder = checkpoint_folder(checkpoint_id)
         payload = json.dumps(metadata, allow_nan=False).encode("utf-8")
-        self._write(f"{folder}/{METADATA}", encode_file(payload, KIND_JSON, self.options),
-                    atomic=True)
+        self._write(
+            f"{folder}/{METADATA}", encode_file(payload, KIND_JSON, self.options), atomic=True
+        )
         return self.location(folder)
 
     def read_metadata(self, checkpoint_id: int) -> dict[str, Any]:
@@ -419,11 +441,13 @@ class FileSystemCheckpointStorage:
         except FileNotFoundError as e:
             raise FileNotFoundError(
                 f"checkpoint {checkpoint_id} has no metadata "
-                f"({_redact(self.location(rel))} does not exist)") from e
+                f"({_redact(self.location(rel))} does not exist)"
+            ) from e
         result = self._load_json(data, rel)
         if not isinstance(result, dict):
-            raise CorruptCheckpointError(f"checkpoint file {_redact(self.location(rel))} does not "
-                                         f"hold a JSON object")
+            raise CorruptCheckpointError(
+                f"checkpoint file {_redact(self.location(rel))} does not hold a JSON object"
+            )
         return result
 
     def discard(self, checkpoint_id: int) -> None:
@@ -470,8 +494,10 @@ class FileSystemCheckpointStorage:
         value = self._load_json(data, LATEST)
         checkpoint_id = value.get("checkpoint_id") if isinstance(value, dict) else None
         if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
-            raise CorruptCheckpointError(f"checkpoint pointer {_redact(self.location(LATEST))} "
-                                         f"holds {value!r}, not {{\"checkpoint_id\": <int>}}")
+            raise CorruptCheckpointError(
+                f"checkpoint pointer {_redact(self.location(LATEST))} "
+                f'holds {value!r}, not {{"checkpoint_id": <int>}}'
+            )
         return checkpoint_id
 
     def _load_json(self, data: bytes, rel: str) -> Any:
@@ -517,7 +543,7 @@ def _write_local(path: str, data: bytes, *, atomic: bool, options: StorageOption
             os.fchmod(fd, options.file_mode)  # exactly the mode, whatever the umask
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

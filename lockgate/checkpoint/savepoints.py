@@ -45,11 +45,13 @@ def _target_storage(target: str, options: StorageOptions | None = None) -> Check
     if not isinstance(target, str) or not target.strip():
         raise ConfigurationError(
             f"a savepoint needs a folder path or URL (e.g. '/data/savepoints/sp-1' or "
-            f"'s3://bucket/savepoints/sp-1'), got {target!r}")
+            f"'s3://bucket/savepoints/sp-1'), got {target!r}"
+        )
     if target.startswith("memory://"):
         raise ConfigurationError(
             f"savepoint folder {target!r}: a savepoint must be written to a filesystem path "
-            "or URL, not memory://, so that it outlives the job")
+            "or URL, not memory://, so that it outlives the job"
+        )
     try:
         storage = open_storage(target, options)
     except Exception as e:
@@ -57,7 +59,8 @@ def _target_storage(target: str, options: StorageOptions | None = None) -> Check
     if storage.exists(METADATA):
         raise ConfigurationError(
             f"savepoint folder {target!r} already holds a savepoint (it has {METADATA}); "
-            "choose a new folder: savepoints are never overwritten")
+            "choose a new folder: savepoints are never overwritten"
+        )
     return storage
 
 
@@ -66,8 +69,9 @@ def check_savepoint_target(target: str) -> None:
     _target_storage(target)
 
 
-def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint,
-                      target: str) -> str:
+def publish_savepoint(
+    storage: CheckpointStorage, completed: CompletedCheckpoint, target: str
+) -> str:
     """Copy savepoint ``completed`` (in ``storage``) into the folder ``target``; return
     the folder's location. The job's copy is removed afterwards. The folder gets the
     job storage's signing key and permissions: state files are copied with their MACs,
@@ -88,8 +92,10 @@ def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint
         checkpoint_id=completed.checkpoint_id,
         trigger_timestamp=completed.trigger_timestamp,
         completion_timestamp=completed.completion_timestamp,
-        operator_states={uid: {i: copy(h) for i, h in by.items()}
-                         for uid, by in completed.operator_states.items()},
+        operator_states={
+            uid: {i: copy(h) for i, h in by.items()}
+            for uid, by in completed.operator_states.items()
+        },
         master_states={k: copy(h) for k, h in completed.master_states.items()},
         is_savepoint=True,
         job_name=completed.job_name,
@@ -101,8 +107,9 @@ def publish_savepoint(storage: CheckpointStorage, completed: CompletedCheckpoint
     try:
         storage.discard(completed.checkpoint_id)
     except Exception as e:  # noqa: BLE001 - the savepoint stands; leftovers only cost space
-        log.warning("removing the job's copy of savepoint %d failed: %s",
-                    completed.checkpoint_id, e)
+        log.warning(
+            "removing the job's copy of savepoint %d failed: %s", completed.checkpoint_id, e
+        )
     location: str = getattr(out, "url", target)
     return location
 

@@ -90,23 +90,27 @@ def read_shared_file(storage: CheckpointStorage, handle: StateHandle) -> bytes:
     except FileNotFoundError as e:
         raise CorruptCheckpointError(
             f"shared state file {handle.path} in {storage.url} is missing (deleted while a "
-            f"checkpoint still references it?)") from e
+            f"checkpoint still references it?)"
+        ) from e
     crc = zlib.crc32(data)
     if len(data) != handle.size or crc != handle.checksum:
         raise CorruptCheckpointError(
             f"shared state file {handle.path} in {storage.url} does not match its handle: "
             f"{len(data)} bytes with CRC32 {crc:#010x}, the handle says {handle.size} bytes "
-            f"with CRC32 {handle.checksum:#010x}")
+            f"with CRC32 {handle.checksum:#010x}"
+        )
     options = storage_options_of(storage)
     if options.signed:
         if not handle.mac:
             raise CorruptCheckpointError(
                 f"shared state file {handle.path} in {storage.url} is not signed, and "
-                f"checkpoint_config.signing_key is set: refusing to load it")
+                f"checkpoint_config.signing_key is set: refusing to load it"
+            )
         if not hmac.compare_digest(options.mac(data).hex(), handle.mac):
             raise CorruptCheckpointError(
                 f"shared state file {handle.path} in {storage.url} is not signed with this "
-                f"job's signing key (its HMAC-SHA256 does not match): refusing to load it")
+                f"job's signing key (its HMAC-SHA256 does not match): refusing to load it"
+            )
     return data
 
 
@@ -124,16 +128,26 @@ class SharedStateUploader:
     not collide. Used by one thread at a time (the asynchronous part).
     """
 
-    def __init__(self, storage: CheckpointStorage, checkpoint_id: int, owner: str,
-                 previous: Mapping[str, StateHandle] | None = None) -> None:
-        if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int) \
-                or checkpoint_id < 0:
+    def __init__(
+        self,
+        storage: CheckpointStorage,
+        checkpoint_id: int,
+        owner: str,
+        previous: Mapping[str, StateHandle] | None = None,
+    ) -> None:
+        if (
+            isinstance(checkpoint_id, bool)
+            or not isinstance(checkpoint_id, int)
+            or checkpoint_id < 0
+        ):
             raise ConfigurationError(
-                f"SharedStateUploader needs a checkpoint id >= 0, got {checkpoint_id!r}")
+                f"SharedStateUploader needs a checkpoint id >= 0, got {checkpoint_id!r}"
+            )
         if not isinstance(owner, str) or not owner.strip("/"):
             raise ConfigurationError(
                 f"SharedStateUploader needs an owner such as '<operator uid>/<subtask>', "
-                f"got {owner!r}")
+                f"got {owner!r}"
+            )
         self.storage = storage
         self.checkpoint_id = checkpoint_id
         self.owner = owner
@@ -166,8 +180,9 @@ class SharedStateUploader:
         rel = f"{self.folder}/{self.checkpoint_id}-{uuid.uuid4().hex[:16]}-{_segment(name)}"
         self.storage.write_file(rel, data)
         options = storage_options_of(self.storage)
-        handle = StateHandle(rel, len(data), zlib.crc32(data),
-                             mac=options.mac(data).hex() if options.signed else "")
+        handle = StateHandle(
+            rel, len(data), zlib.crc32(data), mac=options.mac(data).hex() if options.signed else ""
+        )
         self._uploaded.append(handle)
         self._referenced[key] = handle
         self.uploaded_bytes += len(data)
@@ -217,16 +232,16 @@ class SharedFileTracker:
         #: checkpoint id -> owner -> file key -> handle, snapshotted and not yet confirmed
         self._pending: dict[int, dict[str, dict[str, StateHandle]]] = {}
 
-    def uploader(self, storage: CheckpointStorage, checkpoint_id: int,
-                 owner: str) -> SharedStateUploader:
+    def uploader(
+        self, storage: CheckpointStorage, checkpoint_id: int, owner: str
+    ) -> SharedStateUploader:
         """An uploader for ``owner``'s snapshot of ``checkpoint_id``, offering the files
         of the newest confirmed checkpoint for reuse."""
         with self._lock:
             previous = dict(self._confirmed.get(owner, {}))
         return SharedStateUploader(storage, checkpoint_id, owner, previous)
 
-    def snapshot_done(self, checkpoint_id: int,
-                      uploaders: Iterable[SharedStateUploader]) -> None:
+    def snapshot_done(self, checkpoint_id: int, uploaders: Iterable[SharedStateUploader]) -> None:
         """The asynchronous part of ``checkpoint_id`` wrote its state through
         ``uploaders`` (call before acknowledging). Without uploaders (a savepoint, or no
         incremental state) nothing is recorded: its completion keeps the files offered
@@ -246,8 +261,9 @@ class SharedFileTracker:
             files = self._pending.pop(checkpoint_id, None)
             for older in [i for i in self._pending if i < checkpoint_id]:
                 del self._pending[older]
-            if files is None or (self._confirmed_id is not None
-                                 and checkpoint_id <= self._confirmed_id):
+            if files is None or (
+                self._confirmed_id is not None and checkpoint_id <= self._confirmed_id
+            ):
                 return
             self._confirmed = files
             self._confirmed_id = checkpoint_id
@@ -330,13 +346,15 @@ class SharedStateRegistry:
                     f"{shared.path}, which no longer exists in {self.storage.url} (its "
                     "checkpoint was discarded before the task learned that a newer one "
                     "completed); the checkpoint cannot be used and the next one uploads "
-                    "its files again")
+                    "its files again"
+                )
 
     def discard_unreferenced(self, handles: Iterable[StateHandle]) -> list[str]:
         """Delete the shared files of ``handles`` (an aborted checkpoint's, or a late
         acknowledgement's) that no registered checkpoint references; returns them."""
-        return self._delete(sorted(h.path for h in shared_files(handles)
-                                   if h.path not in self._refs))
+        return self._delete(
+            sorted(h.path for h in shared_files(handles) if h.path not in self._refs)
+        )
 
     def delete_orphans(self) -> list[str]:
         """Delete every file under ``shared/`` that no registered checkpoint references
@@ -359,4 +377,3 @@ class SharedStateRegistry:
             except Exception as e:  # noqa: BLE001 - leftover files only cost space
                 log.warning("deleting shared state file %s failed: %s", path, e)
         return deleted
-

@@ -54,8 +54,10 @@ def state_file_path(checkpoint_id: int, name: str) -> str:
     ``chk-<id>/<name>.<16 random hex digits>`` (checked with :func:`check_rel`; raises
     ``ValueError`` for a name that is not one plain path segment or is ``_metadata``)."""
     if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-        raise ConfigurationError(f"invalid state file name {name!r}: it must be one non-empty "
-                                 f"path segment such as 'op-<uid>-<subtask>'")
+        raise ConfigurationError(
+            f"invalid state file name {name!r}: it must be one non-empty "
+            f"path segment such as 'op-<uid>-<subtask>'"
+        )
     if name == METADATA:
         raise ConfigurationError(f"a state file cannot be named {METADATA!r}")
     rel = f"{checkpoint_folder(checkpoint_id)}/{name}.{secrets.token_hex(8)}"
@@ -70,21 +72,27 @@ def check_rel(rel: str, *, what: str = "checkpoint file path", allow_root: bool 
     :class:`~lockgate.errors.ConfigurationError` (a ``ValueError``) naming the path.
     """
     if not isinstance(rel, str):
-        raise ConfigurationError(f"invalid {what} {rel!r}: it must be a str relative to the "
-                                 f"storage root, such as 'chk-3/_metadata'")
+        raise ConfigurationError(
+            f"invalid {what} {rel!r}: it must be a str relative to the "
+            f"storage root, such as 'chk-3/_metadata'"
+        )
     if allow_root and rel == "":
         return
     segments = rel.split("/")
     if not rel or rel.startswith("/") or any(s in ("", ".", "..") for s in segments):
-        raise ConfigurationError(f"invalid {what} {rel!r}: it must be relative to the "
-                                 f"storage root, '/'-separated, without empty, '.' or '..' "
-                                 f"segments")
+        raise ConfigurationError(
+            f"invalid {what} {rel!r}: it must be relative to the "
+            f"storage root, '/'-separated, without empty, '.' or '..' "
+            f"segments"
+        )
 
 
 def check_file_data(data: Any) -> None:
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ConfigurationError(f"file data must be bytes, got {type(data).__name__}; encode "
-                                 f"text first (e.g. text.encode('utf-8'))")
+        raise ConfigurationError(
+            f"file data must be bytes, got {type(data).__name__}; encode "
+            f"text first (e.g. text.encode('utf-8'))"
+        )
 
 
 class CheckpointStorage(Protocol):

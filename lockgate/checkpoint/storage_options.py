@@ -45,11 +45,13 @@ def signing_key_bytes(key: object) -> bytes | None:
     if not isinstance(key, (bytes, bytearray)):
         raise ConfigurationError(
             f"checkpoint signing_key must be bytes or str (e.g. os.urandom(32) kept in a "
-            f"secret store), got {type(key).__name__}")
+            f"secret store), got {type(key).__name__}"
+        )
     if len(key) < MIN_KEY_BYTES:
         raise ConfigurationError(
             f"checkpoint signing_key must be at least {MIN_KEY_BYTES} bytes, got {len(key)}; "
-            "use a random key such as os.urandom(32)")
+            "use a random key such as os.urandom(32)"
+        )
     return bytes(key)
 
 
@@ -57,7 +59,8 @@ def _check_mode(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
         raise ConfigurationError(
             f"checkpoint {what} must be permission bits between 0o000 and 0o777 (e.g. "
-            f"0o600), got {value!r}")
+            f"0o600), got {value!r}"
+        )
     return value
 
 

@@ -105,6 +105,7 @@ class CheckpointStats:
             "failure_reason": self.failure_reason,
             "external_path": self.external_path,
             "subtasks": [
-                {"vertex": k[0], "subtask": k[1], **vars(m)} for k, m in sorted(self.subtasks.items())
+                {"vertex": k[0], "subtask": k[1], **vars(m)}
+                for k, m in sorted(self.subtasks.items())
             ],
         }

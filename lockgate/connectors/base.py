@@ -178,7 +178,8 @@ def check_int(owner: str, arg: str, value: object, low: int, meaning: str) -> in
     is, for the message."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigurationError(
-            f"{owner} {arg} must be an int >= {low} ({meaning}), got {value!r}")
+            f"{owner} {arg} must be an int >= {low} ({meaning}), got {value!r}"
+        )
     return value
 
 
@@ -186,7 +187,8 @@ def check_positive(owner: str, arg: str, value: object, meaning: str) -> float:
     """``value`` checked to be a number > 0; returned as a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigurationError(
-            f"{owner} {arg} must be a positive number ({meaning}), got {value!r}")
+            f"{owner} {arg} must be a positive number ({meaning}), got {value!r}"
+        )
     return float(value)
 
 
@@ -203,9 +205,14 @@ def check_on_error(source: str, on_error: object) -> str:
 
 def check_max_record_bytes(owner: str, value: object) -> int:
     """``max_record_bytes`` of source ``owner`` checked: an int >= 1 (bytes)."""
-    return check_int(owner, "max_record_bytes", value, 1,
-                     "the largest record, in bytes, decoded; larger ones are malformed and "
-                     f"go to the dead-letter output; default {DEFAULT_MAX_RECORD_BYTES}")
+    return check_int(
+        owner,
+        "max_record_bytes",
+        value,
+        1,
+        "the largest record, in bytes, decoded; larger ones are malformed and "
+        f"go to the dead-letter output; default {DEFAULT_MAX_RECORD_BYTES}",
+    )
 
 
 def decode_error(what: str, error: BaseException) -> str:
@@ -223,13 +230,23 @@ def oversized(size: int | str, limit: int, prefix: bytes) -> tuple[str, str]:
     text such as ``"more than 40000000"``) over ``limit``: ``raw`` is the text of its
     first :data:`OVERSIZED_PREFIX_BYTES` bytes (``prefix``, cut to that length)."""
     raw = prefix[:OVERSIZED_PREFIX_BYTES].decode("utf-8", "replace")
-    return raw, (f"record of {size} bytes is over max_record_bytes={limit}; not decoded, raw "
-                 f"holds its first {min(len(prefix), OVERSIZED_PREFIX_BYTES)} bytes (raise "
-                 "max_record_bytes if such records are valid)")
+    return raw, (
+        f"record of {size} bytes is over max_record_bytes={limit}; not decoded, raw "
+        f"holds its first {min(len(prefix), OVERSIZED_PREFIX_BYTES)} bytes (raise "
+        "max_record_bytes if such records are valid)"
+    )
 
 
-def report_malformed(on_error: str, output: ReaderOutput, *, what: str, location: str,
-                     raw: Any, error: str, **fields: Any) -> None:
+def report_malformed(
+    on_error: str,
+    output: ReaderOutput,
+    *,
+    what: str,
+    location: str,
+    raw: Any,
+    error: str,
+    **fields: Any,
+) -> None:
     """A record a source cannot parse: never dropped (the "Bad input" rule).
 
     With ``on_error="dead_letter"`` it goes to the dead-letter side output as a dict
@@ -239,9 +256,7 @@ def report_malformed(on_error: str, output: ReaderOutput, *, what: str, location
     the kind of record, e.g. ``"jsonl record"``.
     """
     if on_error == "dead_letter":
-        output.emit_dead_letter(
-            {"location": location, **fields, "raw": raw, "error": error}
-        )
+        output.emit_dead_letter({"location": location, **fields, "raw": raw, "error": error})
         return
     raise MalformedRecordError(
         f"malformed {what} at {location}: {error} (raw: {raw!r:.200}); fix the input, or "

@@ -39,14 +39,20 @@ class CollectionSource(Source):
                 f"CollectionSource needs an iterable of records, got {items!r}"
             ) from e
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError(f"CollectionSource batch_size must be >= 1, got {batch_size!r}")
+            raise ConfigurationError(
+                f"CollectionSource batch_size must be >= 1, got {batch_size!r}"
+            )
         self.batch_size = batch_size
 
     def create_splits(self, parallelism: int) -> list[CollectionSplit]:
         n = len(self.items)
         return [
-            CollectionSplit(f"collection-{i}", n * i // parallelism, n * (i + 1) // parallelism,
-                            n * i // parallelism)
+            CollectionSplit(
+                f"collection-{i}",
+                n * i // parallelism,
+                n * (i + 1) // parallelism,
+                n * i // parallelism,
+            )
             for i in range(parallelism)
         ]
 
@@ -68,7 +74,7 @@ class _CollectionReader(SourceReader):
             return InputStatus.END_OF_INPUT
         s = self.splits[0]
         stop = min(s.end, s.next + self.batch_size)
-        output.emit_from_split(s.split_id, RowBatch(self.items[s.next:stop]))
+        output.emit_from_split(s.split_id, RowBatch(self.items[s.next : stop]))
         s.next = stop
         if s.next >= s.end:
             self.splits.pop(0)

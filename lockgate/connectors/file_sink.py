@@ -60,8 +60,9 @@ def _json_default(value: Any) -> Any:
 
 def _merge_schemas(batches: list[pa.RecordBatch], where: str | None) -> pa.Schema:
     try:
-        return pa.unify_schemas([b.schema.remove_metadata() for b in batches],
-                                promote_options="permissive")
+        return pa.unify_schemas(
+            [b.schema.remove_metadata() for b in batches], promote_options="permissive"
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise TypeError(
             f"FileSink at {where}: records of incompatible shapes ({e}); a file needs one schema"
@@ -109,9 +110,12 @@ class _PartFile:
             if self.file is None:
                 self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (open across write calls, closed in close())
             dumps = json.dumps
-            self.file.write("".join(
-                dumps(r, default=_json_default, ensure_ascii=False) + "\n" for r in to_rows(batch)
-            ))
+            self.file.write(
+                "".join(
+                    dumps(r, default=_json_default, ensure_ascii=False) + "\n"
+                    for r in to_rows(batch)
+                )
+            )
             return
         arrow = to_arrow(batch, operator=f"FileSink({fmt})")
         if self.writer is None:
@@ -205,8 +209,9 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
 
     default_name = "files"
 
-    def __init__(self, path: str | os.PathLike[str], format: str = "jsonl",
-                 exactly_once: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], format: str = "jsonl", exactly_once: bool = True
+    ) -> None:
         if format not in EXTENSIONS:
             raise ConfigurationError(
                 f"FileSink format must be one of {', '.join(EXTENSIONS)}, got {format!r}"
@@ -266,8 +271,10 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
     def _names(self, seq: int) -> tuple[str, str]:
         name = f"part-{self._subtask}-{seq}.{EXTENSIONS[self.format]}"
         run = f".{self._run}" if self._run else ""
-        return (os.path.join(self.folder, f".{name}{run}{IN_PROGRESS_SUFFIX}"),
-                os.path.join(self.folder, name))
+        return (
+            os.path.join(self.folder, f".{name}{run}{IN_PROGRESS_SUFFIX}"),
+            os.path.join(self.folder, name),
+        )
 
     def _used(self) -> tuple[set[int], dict[str, int]]:
         """The numbers of this subtask's part files, and its temporary files with theirs."""
@@ -359,8 +366,13 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         temporary files numbered from there on: transactions a failed attempt began after
         the checkpoint. Older temporary files are kept (another run's retained checkpoint
         may still commit them, M-S3)."""
-        mine = [t for t in recovered if isinstance(t, FileTransaction)
-                and t.subtask == self._subtask and os.path.dirname(t.final_path) == self.folder]
+        mine = [
+            t
+            for t in recovered
+            if isinstance(t, FileTransaction)
+            and t.subtask == self._subtask
+            and os.path.dirname(t.final_path) == self.folder
+        ]
         if not mine:
             return
         next_seq = max(t.seq + 1 if t.records else t.seq for t in mine)

@@ -202,7 +202,8 @@ class FileSource(Source):
     def files(self) -> list[str]:
         if os.path.isdir(self.path):
             names = sorted(
-                n for n in os.listdir(self.path)
+                n
+                for n in os.listdir(self.path)
                 if _visible(n) and os.path.isfile(os.path.join(self.path, n))
             )
             return [os.path.join(self.path, n) for n in names]
@@ -227,11 +228,17 @@ def _check_columns(columns: Sequence[str] | None, format: str) -> list[str] | No
     if format != "parquet":
         raise ConfigurationError(
             f"FileSource columns= selects Parquet columns, but the format is {format!r}: "
-            "drop columns=, or select fields in a map after the source")
-    if isinstance(columns, str) or not isinstance(columns, Sequence) or not columns or any(
-            not isinstance(c, str) or not c for c in columns):
+            "drop columns=, or select fields in a map after the source"
+        )
+    if (
+        isinstance(columns, str)
+        or not isinstance(columns, Sequence)
+        or not columns
+        or any(not isinstance(c, str) or not c for c in columns)
+    ):
         raise ConfigurationError(
-            f"FileSource columns must be a non-empty list of column names, got {columns!r}")
+            f"FileSource columns must be a non-empty list of column names, got {columns!r}"
+        )
     if len(set(columns)) != len(columns):
         raise ConfigurationError(f"FileSource columns name a column twice: {list(columns)!r}")
     return list(columns)
@@ -262,8 +269,10 @@ class _FileReader(SourceReader):
             self._open = _open_reader(self.source, split)
         records, done = self._open.read(self.source.batch_size, output)
         if records:
-            output.emit_from_split(split.split_id, RowBatch(records)
-                                   if not isinstance(records, pa.RecordBatch) else records)
+            output.emit_from_split(
+                split.split_id,
+                RowBatch(records) if not isinstance(records, pa.RecordBatch) else records,
+            )
         if done:
             self._open.close()
             self._open = None
@@ -331,8 +340,9 @@ class _MonitoringFileReader(_FileReader):
                     "checkpoint holds another source's state under this source's uid"
                 )
         have = {os.path.basename(s.path) for s in self.splits}
-        self.splits.extend(s for name, s in restored.items()
-                           if name not in self.done and name not in have)
+        self.splits.extend(
+            s for name, s in restored.items() if name not in self.done and name not in have
+        )
         self._sort()
 
     def _sort(self) -> None:
@@ -350,8 +360,7 @@ class _MonitoringFileReader(_FileReader):
             raise OSError(f"FileSource cannot list the watched folder {folder!r}: {e}") from e
         claimed = {os.path.basename(s.path) for s in self.splits}
         for name in names:
-            if (not _visible(name) or name in self.done or name in claimed
-                    or not self._owns(name)):
+            if not _visible(name) or name in self.done or name in claimed or not self._owns(name):
                 continue
             path = os.path.join(folder, name)
             if os.path.isfile(path):
@@ -397,11 +406,20 @@ def _open_reader(source: FileSource, split: FileSplit) -> Any:
     return _Parquet(source, split)
 
 
-def _bad(source: FileSource, output: ReaderOutput, path: str, line: int | None, raw: Any,
-         error: str) -> None:
+def _bad(
+    source: FileSource, output: ReaderOutput, path: str, line: int | None, raw: Any, error: str
+) -> None:
     location = f"{path}:{line}" if line is not None else path
-    report_malformed(source.on_error, output, what=f"{source.format} record", location=location,
-                     raw=raw, error=error, file=path, line=line)
+    report_malformed(
+        source.on_error,
+        output,
+        what=f"{source.format} record",
+        location=location,
+        raw=raw,
+        error=error,
+        file=path,
+        line=line,
+    )
 
 
 #: bytes read at a time while skipping the rest of an oversized line
@@ -550,8 +568,10 @@ class _Csv:
             self.header, self.broken = [], (None, f"malformed csv header: {e}")
         if self.lines.error is not None:
             self.header = []
-            self.broken = (self.lines.raw.decode("utf-8", "replace").rstrip("\r\n"),
-                           f"malformed csv header: {self.lines.error}")
+            self.broken = (
+                self.lines.raw.decode("utf-8", "replace").rstrip("\r\n"),
+                f"malformed csv header: {self.lines.error}",
+            )
         unknown = set(source.csv_types) - set(self.header)
         if unknown and self.header:
             raise ConfigurationError(
@@ -589,20 +609,40 @@ class _Csv:
             self._advance()
             if self.lines.error is not None:
                 error, self.lines.error = self.lines.error, None
-                _bad(self.source, output, path, start_line,
-                     self.lines.raw.decode("utf-8", "replace").rstrip("\r\n"), error)
+                _bad(
+                    self.source,
+                    output,
+                    path,
+                    start_line,
+                    self.lines.raw.decode("utf-8", "replace").rstrip("\r\n"),
+                    error,
+                )
                 continue
             if not row:
                 continue
             if len(row) != width:
-                _bad(self.source, output, path, start_line, ",".join(row),
-                     f"expected {width} fields ({', '.join(self.header)}), found {len(row)}")
+                _bad(
+                    self.source,
+                    output,
+                    path,
+                    start_line,
+                    ",".join(row),
+                    f"expected {width} fields ({', '.join(self.header)}), found {len(row)}",
+                )
                 continue
             try:
-                records.append({h: conv(v) for h, conv, v in zip(self.header, self.converters, row)})
+                records.append(
+                    {h: conv(v) for h, conv, v in zip(self.header, self.converters, row)}
+                )
             except (ValueError, TypeError, OverflowError) as e:
-                _bad(self.source, output, path, start_line, ",".join(row),
-                     f"cannot convert a field: {e}")
+                _bad(
+                    self.source,
+                    output,
+                    path,
+                    start_line,
+                    ",".join(row),
+                    f"cannot convert a field: {e}",
+                )
         return records, False
 
     def _advance(self) -> None:
@@ -636,7 +676,9 @@ class _Parquet:
                 self.file.close()
                 raise MalformedRecordError(
                     f"{split.path} has no column(s) {missing} of FileSource columns="
-                    f"{columns}; it has {self.file.schema_arrow.names}", location=split.path)
+                    f"{columns}; it has {self.file.schema_arrow.names}",
+                    location=split.path,
+                )
         self.batches = self.file.iter_batches(batch_size=source.batch_size, columns=columns)
         self.skip = split.position
 
@@ -660,9 +702,16 @@ class _Parquet:
 
     def _report(self, output: ReaderOutput, error: str) -> None:
         path, row = self.split.path, self.split.position
-        report_malformed(self.source.on_error, output, what="parquet file",
-                         location=f"{path}@row{row}", raw=None, error=error, file=path,
-                         line=None)
+        report_malformed(
+            self.source.on_error,
+            output,
+            what="parquet file",
+            location=f"{path}@row{row}",
+            raw=None,
+            error=error,
+            file=path,
+            line=None,
+        )
 
     def close(self) -> None:
         if self.file is not None:

@@ -36,13 +36,15 @@ def local_path(owner: str, path: object) -> str:
     if not isinstance(text, str) or not text:
         raise ConfigurationError(
             f"{owner} path must be a non-empty str or path (a local path or a file:// URL), "
-            f"got {path!r}")
+            f"got {path!r}"
+        )
     match = _URL.match(text)
     if match is None:
         if text[:5].lower() == "file:":
             raise ConfigurationError(
                 f"{owner} path {text!r} is not an absolute file URL: write "
-                "file:///abs/path (three slashes), or give a plain path")
+                "file:///abs/path (three slashes), or give a plain path"
+            )
         return text
     scheme = match.group(1).lower()
     if scheme != "file":
@@ -50,15 +52,18 @@ def local_path(owner: str, path: object) -> str:
             f"{owner} path {text!r}: {owner} reads and writes local paths and file:// URLs "
             f"only; {scheme}:// is not supported (s3:// support for FileSource and FileSink "
             "is planned). Give a local path, e.g. '/data/out' or 'file:///data/out', or a "
-            "filesystem mounted on every machine that runs the job")
+            "filesystem mounted on every machine that runs the job"
+        )
     parts = urlsplit(text)
     if parts.netloc not in ("", "localhost"):
         raise ConfigurationError(
             f"{owner} path {text!r} names host {parts.netloc!r}: a file:// URL names a path "
             "on this machine, as file:///abs/path (three slashes); to read another host's "
-            "files, mount them and give the local path")
+            "files, mount them and give the local path"
+        )
     if parts.query or parts.fragment:
         raise ConfigurationError(
             f"{owner} path {text!r} has a query or fragment ('?' or '#'): a file:// URL "
-            "names a path only; percent-encode those characters in file names (%3F, %23)")
+            "names a path only; percent-encode those characters in file names (%3F, %23)"
+        )
     return unquote(parts.path)

@@ -153,16 +153,24 @@ class NatsJetStreamSource(Source):
             )
         self.format = format
         self.start_sequence = check_int(
-            "NatsJetStreamSource", "start_sequence", start_sequence, 1,
-            "the first stream sequence to read; 1 reads the whole stream")
+            "NatsJetStreamSource",
+            "start_sequence",
+            start_sequence,
+            1,
+            "the first stream sequence to read; 1 reads the whole stream",
+        )
         self.bounded = check_bool("NatsJetStreamSource", "bounded", bounded)
-        self.batch_size = check_int("NatsJetStreamSource", "batch_size", batch_size, 1,
-                                    "messages per pull request")
+        self.batch_size = check_int(
+            "NatsJetStreamSource", "batch_size", batch_size, 1, "messages per pull request"
+        )
         self.on_error = check_on_error("NatsJetStreamSource", on_error)
         self.max_record_bytes = check_max_record_bytes("NatsJetStreamSource", max_record_bytes)
-        self.poll_timeout_ms = check_positive("NatsJetStreamSource", "poll_timeout_ms",
-                                              poll_timeout_ms,
-                                              "how long a poll may wait for the server")
+        self.poll_timeout_ms = check_positive(
+            "NatsJetStreamSource",
+            "poll_timeout_ms",
+            poll_timeout_ms,
+            "how long a poll may wait for the server",
+        )
 
     def max_parallelism(self) -> int | None:
         """None: subtasks beyond the number of splits get none and idle."""
@@ -173,8 +181,11 @@ class NatsJetStreamSource(Source):
         at the stream's last sequence now. Fails if the stream does not exist."""
         session = _Session(self.url, self.stream)
         try:
-            last_seq = session.call(_stream_last_seq(session.nc, self.url, self.stream),
-                                    CONTROL_TIMEOUT_S, "reading the stream info")
+            last_seq = session.call(
+                _stream_last_seq(session.nc, self.url, self.stream),
+                CONTROL_TIMEOUT_S,
+                "reading the stream info",
+            )
         finally:
             session.close()
         end = last_seq if self.bounded else None
@@ -240,8 +251,9 @@ class _Session:
         self.thread = _LoopThread(f"lockgate nats {stream}")
         try:
             # nats-py tries a server twice before it gives up
-            self.nc: Client = self.call(_connect(url), 2 * CONNECT_TIMEOUT_S + CONTROL_TIMEOUT_S,
-                                        "connecting")
+            self.nc: Client = self.call(
+                _connect(url), 2 * CONNECT_TIMEOUT_S + CONTROL_TIMEOUT_S, "connecting"
+            )
         except ConnectionError as e:
             self.thread.stop()
             raise _unreachable(url, e) from e
@@ -279,9 +291,15 @@ async def _connect(url: str) -> Client:
     try:
         # allow_reconnect=False: a lost connection fails the job (see the class docstring);
         # max_reconnect_attempts bounds the tries of the first connect
-        return await nats.connect(url, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
-                                  max_reconnect_attempts=1, reconnect_time_wait=0.1,
-                                  error_cb=quiet, name="lockgate source")
+        return await nats.connect(
+            url,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=quiet,
+            name="lockgate source",
+        )
     except (OSError, asyncio.TimeoutError, nats.errors.Error) as e:
         raise _unreachable(url, e) from e
 
@@ -364,11 +382,16 @@ class _Consumer:
 
         config = ConsumerConfig(
             description="lockgate NatsJetStreamSource reader",
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_sequence,
-            ack_policy=AckPolicy.NONE, filter_subject=self.subject,
-            inactive_threshold=CONSUMER_INACTIVE_S, mem_storage=True)
-        info = await self.nc.jsm().add_consumer(self.stream, config=config,
-                                                 timeout=CONTROL_TIMEOUT_S)
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start_sequence,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=self.subject,
+            inactive_threshold=CONSUMER_INACTIVE_S,
+            mem_storage=True,
+        )
+        info = await self.nc.jsm().add_consumer(
+            self.stream, config=config, timeout=CONTROL_TIMEOUT_S
+        )
         self.name = info.name
         self.inbox = self.nc.new_inbox()
         self.sub = await self.nc.subscribe(self.inbox, cb=self._on_message)
@@ -389,8 +412,9 @@ class _Consumer:
             return _Fetched(got, False)
         request = json.dumps({"batch": n - len(got), "no_wait": True}).encode()
         self._arrived.clear()
-        await self.nc.publish(f"{API_PREFIX}.CONSUMER.MSG.NEXT.{self.stream}.{self.name}",
-                              request, reply=self.inbox)
+        await self.nc.publish(
+            f"{API_PREFIX}.CONSUMER.MSG.NEXT.{self.stream}.{self.name}", request, reply=self.inbox
+        )
         deadline = time.monotonic() + timeout_s
         while len(got) < n:
             if not self._queue:
@@ -413,8 +437,15 @@ class _Consumer:
         if not status:
             meta = msg.metadata
             self.received = meta.sequence.consumer
-            got.append(_Message(meta.sequence.stream, meta.sequence.consumer,
-                                meta.num_pending, msg.subject, msg.data))
+            got.append(
+                _Message(
+                    meta.sequence.stream,
+                    meta.sequence.consumer,
+                    meta.num_pending,
+                    msg.subject,
+                    msg.data,
+                )
+            )
             return False
         if status in _END_OF_ANSWER:
             return True
@@ -425,15 +456,17 @@ class _Consumer:
             raise _ConsumerGone(f"{status} {description}")
         raise RuntimeError(
             f"JetStream answered a pull request on stream {self.stream!r} with status "
-            f"{status} {description}")
+            f"{status} {description}"
+        )
 
     async def caught_up(self) -> bool:
         """Nothing pending for the filter and every message delivered was received."""
         from nats.js.errors import NotFoundError
 
         try:
-            info = await self.nc.jsm().consumer_info(self.stream, self.name,
-                                                     timeout=CONTROL_TIMEOUT_S)
+            info = await self.nc.jsm().consumer_info(
+                self.stream, self.name, timeout=CONTROL_TIMEOUT_S
+            )
         except NotFoundError as e:
             raise _ConsumerGone(str(e)) from e
         delivered = info.delivered.consumer_seq if info.delivered is not None else 0
@@ -448,12 +481,14 @@ class _Consumer:
             if self.name:
                 await self.nc.jsm().delete_consumer(self.stream, self.name)
         except Exception:  # cleanup of a consumer that may be gone already
-            log.debug("deleting consumer %s of stream %s failed", self.name, self.stream,
-                      exc_info=True)
+            log.debug(
+                "deleting consumer %s of stream %s failed", self.name, self.stream, exc_info=True
+            )
 
 
-async def _open_consumer(nc: Client, url: str, stream: str, subject: str | None,
-                         start_sequence: int) -> _Consumer:
+async def _open_consumer(
+    nc: Client, url: str, stream: str, subject: str | None, start_sequence: int
+) -> _Consumer:
     """A new consumer reading ``subject`` of ``stream`` from ``start_sequence``."""
     from nats.js.errors import APIError, NotFoundError
 
@@ -514,8 +549,12 @@ class _NatsReader(SourceReader):
             split = self.splits[i]
             fetched = self._fetch(split, max(deadline - time.monotonic(), 0.001))
             finished = self._emit(split, fetched.messages, output) if fetched.messages else False
-            if (split.end is not None and not fetched.messages and fetched.drained
-                    and self._caught_up(split)):
+            if (
+                split.end is not None
+                and not fetched.messages
+                and fetched.drained
+                and self._caught_up(split)
+            ):
                 finished = True
             if finished or split.finished:
                 self._finish(i, split, output)
@@ -531,16 +570,20 @@ class _NatsReader(SourceReader):
     def _fetch(self, split: NatsJetStreamSplit, timeout_s: float) -> _Fetched:
         consumer = self._consumer(split)
         try:
-            return self._call(consumer.fetch(self.source.batch_size, timeout_s),
-                              timeout_s + CONTROL_TIMEOUT_S, "pulling messages")
+            return self._call(
+                consumer.fetch(self.source.batch_size, timeout_s),
+                timeout_s + CONTROL_TIMEOUT_S,
+                "pulling messages",
+            )
         except _ConsumerGone:
             self._drop_consumer(split)
             return _Fetched([], False)
 
     def _caught_up(self, split: NatsJetStreamSplit) -> bool:
         try:
-            return self._call(self._consumer(split).caught_up(), CONTROL_TIMEOUT_S,
-                              "reading the consumer info")
+            return self._call(
+                self._consumer(split).caught_up(), CONTROL_TIMEOUT_S, "reading the consumer info"
+            )
         except _ConsumerGone:
             self._drop_consumer(split)
             return False
@@ -550,9 +593,16 @@ class _NatsReader(SourceReader):
         if consumer is None:
             session = self._session()
             consumer = self._call(
-                _open_consumer(session.nc, self.source.url, self.source.stream, split.subject,
-                               split.position + 1),
-                CONTROL_TIMEOUT_S, "creating a consumer")
+                _open_consumer(
+                    session.nc,
+                    self.source.url,
+                    self.source.stream,
+                    split.subject,
+                    split.position + 1,
+                ),
+                CONTROL_TIMEOUT_S,
+                "creating a consumer",
+            )
             self.consumers[split.split_id] = consumer
         return consumer
 
@@ -568,8 +618,9 @@ class _NatsReader(SourceReader):
         self._drop_consumer(split)
         output.split_finished(split.split_id)
 
-    def _emit(self, split: NatsJetStreamSplit, messages: list[_Message],
-              output: ReaderOutput) -> bool:
+    def _emit(
+        self, split: NatsJetStreamSplit, messages: list[_Message], output: ReaderOutput
+    ) -> bool:
         """Emit the records of ``messages`` up to the split's end; True if the split is
         finished. The position moves past every message emitted, malformed ones
         included; if a malformed one fails the read, the position stays."""
@@ -608,8 +659,7 @@ class _NatsReader(SourceReader):
         try:
             text = m.data.decode("utf-8")
         except UnicodeDecodeError as e:
-            self._malformed(m, m.data.decode("utf-8", "replace"), f"not valid UTF-8: {e}",
-                            output)
+            self._malformed(m, m.data.decode("utf-8", "replace"), f"not valid UTF-8: {e}", output)
             return _MALFORMED
         if fmt == "text":
             return {"subject": m.subject, "sequence": m.sequence, "data": text}
@@ -622,11 +672,17 @@ class _NatsReader(SourceReader):
 
     def _malformed(self, m: _Message, raw: str, error: str, output: ReaderOutput) -> None:
         stream = self.source.stream
-        report_malformed(self.source.on_error, output, what="nats message",
-                         location=f"nats stream {stream!r} sequence {m.sequence} "
-                                  f"(subject {m.subject})",
-                         raw=raw, error=error, stream=stream, sequence=m.sequence,
-                         subject=m.subject)
+        report_malformed(
+            self.source.on_error,
+            output,
+            what="nats message",
+            location=f"nats stream {stream!r} sequence {m.sequence} (subject {m.subject})",
+            raw=raw,
+            error=error,
+            stream=stream,
+            sequence=m.sequence,
+            subject=m.subject,
+        )
 
     def wait_hint_ms(self) -> float | None:
         """After NOTHING_AVAILABLE: ``poll_timeout_ms``."""
@@ -668,8 +724,9 @@ class _NatsReader(SourceReader):
             for consumer in consumers:
                 session.thread.call(consumer.close(), CONTROL_TIMEOUT_S)
         except Exception:  # best effort; the server expires them anyway
-            log.debug("deleting the consumers of stream %s failed", self.source.stream,
-                      exc_info=True)
+            log.debug(
+                "deleting the consumers of stream %s failed", self.source.stream, exc_info=True
+            )
         finally:
             session.close()
 
@@ -690,8 +747,11 @@ def _check_url(url: object) -> str:
 
 
 def _check_stream(stream: object) -> str:
-    if (not isinstance(stream, str) or not stream
-            or any(c in stream for c in _STREAM_NAME_FORBIDDEN)):
+    if (
+        not isinstance(stream, str)
+        or not stream
+        or any(c in stream for c in _STREAM_NAME_FORBIDDEN)
+    ):
         raise ConfigurationError(
             f"NatsJetStreamSource stream must be a JetStream stream name (non-empty, without "
             f"spaces, '.', '*', '>', '/' or '\\\\'), got {stream!r}"
@@ -706,14 +766,18 @@ def _check_subjects(subject: object) -> tuple[str | None, ...]:
     if not isinstance(names, Sequence) or isinstance(names, (bytes, bytearray)):
         raise ConfigurationError(
             f"NatsJetStreamSource subject must be None (the whole stream), a subject or a "
-            f"sequence of subjects, got {subject!r}")
-    if not names or not all(isinstance(n, str) and n and not any(c.isspace() for c in n)
-                            for n in names):
+            f"sequence of subjects, got {subject!r}"
+        )
+    if not names or not all(
+        isinstance(n, str) and n and not any(c.isspace() for c in n) for n in names
+    ):
         raise ConfigurationError(
             f"NatsJetStreamSource subjects must be non-empty strs without whitespace (at "
-            f"least one; None reads the whole stream), got {subject!r}")
+            f"least one; None reads the whole stream), got {subject!r}"
+        )
     if len(set(names)) != len(names):
         raise ConfigurationError(
             f"NatsJetStreamSource subjects must be distinct (each is read as its own split), "
-            f"got {list(names)!r}")
+            f"got {list(names)!r}"
+        )
     return tuple(names)

@@ -124,37 +124,49 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     default_name = "postgres"
 
-    def __init__(self, dsn: str, table: str, mode: str = "exactly_once",
-                 key: str | Sequence[str] | None = None, *,
-                 transaction_prefix: str | None = None,
-                 connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        mode: str = "exactly_once",
+        key: str | Sequence[str] | None = None,
+        *,
+        transaction_prefix: str | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ConfigurationError(
                 f"PostgresSink dsn must be a connection string such as "
-                f"'postgresql://user@127.0.0.1:5432/db', got {dsn!r}")
+                f"'postgresql://user@127.0.0.1:5432/db', got {dsn!r}"
+            )
         split_table_name(table)
         if mode not in MODES:
             raise ConfigurationError(
-                f"PostgresSink mode must be one of {', '.join(MODES)}, got {mode!r}")
+                f"PostgresSink mode must be one of {', '.join(MODES)}, got {mode!r}"
+            )
         keys = (key,) if isinstance(key, str) else tuple(key or ())
         if not all(isinstance(k, str) and k for k in keys):
             raise ConfigurationError(
-                f"PostgresSink key must be a column name or a list of them, got {key!r}")
+                f"PostgresSink key must be a column name or a list of them, got {key!r}"
+            )
         if mode == "upsert" and not keys:
             raise ConfigurationError(
                 "PostgresSink mode='upsert' needs key=<column or columns> (a primary key or "
-                "unique index of the table) to update rows by")
+                "unique index of the table) to update rows by"
+            )
         if mode != "upsert" and keys:
             raise ConfigurationError(
                 f"PostgresSink key={key!r} is for mode='upsert'; mode={mode!r} appends each "
                 "record as a row. (exactly_once cannot upsert: a prepared transaction keeps "
                 "its rows locked until its checkpoint completes, so updating the same key "
-                "in the next interval would wait for it.)")
+                "in the next interval would wait for it.)"
+            )
         if transaction_prefix is not None:
             check_prefix(transaction_prefix)
         if not isinstance(connect_timeout_s, (int, float)) or connect_timeout_s <= 0:
             raise ConfigurationError(
-                f"PostgresSink connect_timeout_s must be > 0, got {connect_timeout_s!r}")
+                f"PostgresSink connect_timeout_s must be > 0, got {connect_timeout_s!r}"
+            )
         self.dsn = dsn
         self.table = table
         self.mode = mode
@@ -179,8 +191,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
     def check_before_run(self) -> None:
         """On the driver, before the job starts: the table exists (and has a unique key
         on ``key``), and for exactly-once the server allows prepared transactions."""
-        with connect(self.dsn, autocommit=True, timeout_s=self.connect_timeout_s,
-                     what="PostgresSink") as conn:
+        with connect(
+            self.dsn, autocommit=True, timeout_s=self.connect_timeout_s, what="PostgresSink"
+        ) as conn:
             self._check(conn)
 
     def _check(self, conn: Any) -> TableShape:
@@ -194,16 +207,23 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                     f"PostgresSink(mode='exactly_once') needs prepared transactions, but the "
                     f"server ({redacted(self.dsn)}) has max_prepared_transactions = {limit}; "
                     f"set it above the sink's parallelism (e.g. ALTER SYSTEM SET "
-                    f"max_prepared_transactions = 64) and restart PostgreSQL")
+                    f"max_prepared_transactions = 64) and restart PostgreSQL"
+                )
         return shape
 
     # -- lifecycle ---------------------------------------------------------------------
     def open(self, ctx: RuntimeContext) -> None:
         self._ctx = ctx
-        where = (f"PostgresSink '{ctx.operator_name}' (subtask {ctx.subtask_index + 1}/"
-                 f"{ctx.parallelism})")
-        self._conn = connect(self.dsn, autocommit=self.mode != "exactly_once",
-                             timeout_s=self.connect_timeout_s, what=where)
+        where = (
+            f"PostgresSink '{ctx.operator_name}' (subtask {ctx.subtask_index + 1}/"
+            f"{ctx.parallelism})"
+        )
+        self._conn = connect(
+            self.dsn,
+            autocommit=self.mode != "exactly_once",
+            timeout_s=self.connect_timeout_s,
+            what=where,
+        )
         if self.mode == "exactly_once":
             self._open_transactional(ctx)
         self._rows = RowWriter(self._check(self._conn), self.key, where)
@@ -221,7 +241,11 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                 "this transaction_prefix). This run keeps to its own transactions (their ids "
                 "carry its run id %r), so neither disturbs the other; give each job its own "
                 "name or transaction_prefix to tell their transactions apart at a glance",
-                ctx.operator_name, ctx.job_name, prefix, ctx.run_id)
+                ctx.operator_name,
+                ctx.job_name,
+                prefix,
+                ctx.run_id,
+            )
         self._conn.commit()
 
     def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
@@ -266,8 +290,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
             return
         ctx = self._ctx
         assert ctx is not None
-        gid = transaction_id(self._prefix(ctx), ctx.run_id, ctx.attempt_number,
-                             ctx.subtask_index, checkpoint_id)
+        gid = transaction_id(
+            self._prefix(ctx), ctx.run_id, ctx.attempt_number, ctx.subtask_index, checkpoint_id
+        )
         insert_marker(self._conn, self.table, gid, transaction.rows)
         sql = psycopg_module().sql
         self._conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
@@ -289,7 +314,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                 f"ROLLBACK PREPARED by hand, or a program that matched its id), so its rows "
                 f"are lost and this job's output is incomplete. Find what rolls back "
                 f"prepared transactions of prefix {transaction.gid.split(':', 1)[0]!r} and "
-                f"rerun the job from a checkpoint before the loss or from the start")
+                f"rerun the job from a checkpoint before the loss or from the start"
+            )
 
     def recover_and_commit(self, transaction: PgTransaction) -> None:
         self.commit(transaction)
@@ -306,8 +332,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         if transaction.gid is not None:
             self._finish_prepared("ROLLBACK", transaction.gid)
 
-    def abort_lingering(self, keep: list[PgTransaction], ctx: RuntimeContext, *,
-                        job_ended: bool = False) -> None:
+    def abort_lingering(
+        self, keep: list[PgTransaction], ctx: RuntimeContext, *, job_ended: bool = False
+    ) -> None:
         """Roll back the prepared transactions this run may prove its own that are not in
         ``keep``: done by subtask 0 after recovery, and by the driver when the job has
         ended (then nothing of this run is running any more).
@@ -340,7 +367,12 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                     log.warning(
                         "PostgresSink '%s' of job %r: run %r, whose checkpoint this run "
                         "restored, is still running; its %d prepared transactions are left "
-                        "to it", ctx.operator_name, ctx.job_name, run, len(gids))
+                        "to it",
+                        ctx.operator_name,
+                        ctx.job_name,
+                        run,
+                        len(gids),
+                    )
             elif run in restored:
                 for gid in gids:
                     self._finish_prepared("ROLLBACK", gid)
@@ -351,8 +383,13 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
                     "without settling them (its driver died?). They are not this run's and "
                     "stay prepared (holding locks on the table): restore that run's newest "
                     "checkpoint to commit them, or roll them back by hand (ROLLBACK PREPARED "
-                    "'<id>') if their rows are not wanted", ctx.operator_name, ctx.job_name,
-                    len(gids), run, ", ".join(gids[:3]) + (", ..." if len(gids) > 3 else ""))
+                    "'<id>') if their rows are not wanted",
+                    ctx.operator_name,
+                    ctx.job_name,
+                    len(gids),
+                    run,
+                    ", ".join(gids[:3]) + (", ..." if len(gids) > 3 else ""),
+                )
 
     @staticmethod
     def _runs_of(transactions: list[PgTransaction], prefix: str) -> set[str]:
@@ -372,7 +409,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
         rows = conn.execute(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND gid LIKE %s ORDER BY prepared", (pattern,)).fetchall()
+            "AND gid LIKE %s ORDER BY prepared",
+            (pattern,),
+        ).fetchall()
         return [r[0] for r in rows]
 
     # -- helpers -----------------------------------------------------------------------
@@ -384,8 +423,9 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     def _control_connection(self) -> Any:
         if self._control is None or self._control.closed:
-            self._control = connect(self.dsn, autocommit=True,
-                                    timeout_s=self.connect_timeout_s, what="PostgresSink")
+            self._control = connect(
+                self.dsn, autocommit=True, timeout_s=self.connect_timeout_s, what="PostgresSink"
+            )
         return self._control
 
     def _finish_prepared(self, verb: str, gid: str) -> bool:
@@ -395,7 +435,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         sql = psycopg.sql
         try:
             self._control_connection().execute(
-                sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
+                sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid))
+            )
         except psycopg.errors.UndefinedObject:
             return False
         return True

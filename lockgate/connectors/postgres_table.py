@@ -56,11 +56,11 @@ def split_table_name(table: str) -> tuple[str, ...]:
     if not isinstance(table, str) or not table.strip():
         raise ConfigurationError(
             f"PostgresSink table must be a table name such as 'events' or 'public.events', "
-            f"got {table!r}")
+            f"got {table!r}"
+        )
     parts = tuple(table.split("."))
     if len(parts) > 2 or not all(parts):
-        raise ConfigurationError(
-            f"PostgresSink table {table!r} must be 'table' or 'schema.table'")
+        raise ConfigurationError(f"PostgresSink table {table!r} must be 'table' or 'schema.table'")
     return parts
 
 
@@ -85,16 +85,21 @@ def describe(conn: Any, table: str) -> TableShape:
         if row is None or row[0] is None:
             raise ConfigurationError(
                 f"PostgresSink: table {table!r} does not exist in database "
-                f"{conn.info.dbname!r}; create it first (CREATE TABLE {table} (...))")
+                f"{conn.info.dbname!r}; create it first (CREATE TABLE {table} (...))"
+            )
         oid = row[0]
         cur.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (oid,))
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (oid,),
+        )
         cols = cur.fetchall()
         cur.execute(
             "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a "
             "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid", (oid,))
+            "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
+            (oid,),
+        )
         keys = tuple(frozenset(r[0]) for r in cur.fetchall())
     return TableShape(table, tuple(c for c, _ in cols), dict(cols), keys)
 
@@ -105,12 +110,14 @@ def check_key(shape: TableShape, key: tuple[str, ...]) -> None:
     if missing:
         raise ConfigurationError(
             f"PostgresSink key {list(key)} names columns {missing} that table "
-            f"{shape.name!r} does not have; its columns are {list(shape.columns)}")
+            f"{shape.name!r} does not have; its columns are {list(shape.columns)}"
+        )
     if frozenset(key) not in shape.unique_keys:
         raise ConfigurationError(
             f"PostgresSink key {list(key)}: table {shape.name!r} has no primary key or "
             f"unique index on exactly these columns, which upserts need (ON CONFLICT); add "
-            f"one, e.g. ALTER TABLE {shape.name} ADD PRIMARY KEY ({', '.join(key)})")
+            f"one, e.g. ALTER TABLE {shape.name} ADD PRIMARY KEY ({', '.join(key)})"
+        )
 
 
 class RowWriter:
@@ -139,7 +146,8 @@ class RowWriter:
                 raise TypeError(
                     f"{self.where}: record {i} of a batch is {type(record).__name__} "
                     f"({record!r:.120}), not a dict of column values; map records to dicts "
-                    f"with fields among {list(self.shape.columns)}")
+                    f"with fields among {list(self.shape.columns)}"
+                )
             for name in record:
                 fields.setdefault(name)
         self._check_fields(list(fields))
@@ -151,7 +159,8 @@ class RowWriter:
         if unknown:
             raise TypeError(
                 f"{self.where}: records have fields {unknown} that table {self.shape.name!r} "
-                f"has no columns for; its columns are {list(self.shape.columns)}")
+                f"has no columns for; its columns are {list(self.shape.columns)}"
+            )
 
     def append(self, conn: Any, batch: Batch) -> int:
         """COPY the records of ``batch`` into the table; returns the row count."""
@@ -161,7 +170,8 @@ class RowWriter:
         sql = psycopg_module().sql
         statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
             sql.Identifier(*split_table_name(self.shape.name)),
-            sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+            sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        )
         with conn.cursor() as cur, cur.copy(statement) as copy:
             for row in rows:
                 copy.write_row(row)
@@ -177,7 +187,8 @@ class RowWriter:
         if missing:
             raise TypeError(
                 f"{self.where}: records lack the key fields {missing}; every record needs "
-                f"{list(self.key)}")
+                f"{list(self.key)}"
+            )
         positions = [columns.index(k) for k in self.key]
         latest = {tuple(row[p] for p in positions): row for row in rows}
         # one lock order for every writer: concurrent upserts of one key set never deadlock
@@ -185,18 +196,28 @@ class RowWriter:
         sql = psycopg_module().sql
         arrays = [list(col) for col in zip(*unique)]
         others = [c for c in columns if c not in self.key]
-        action = (sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
-            sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-            for c in others)) if others else sql.SQL("DO NOTHING"))
+        action = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                    for c in others
+                )
+            )
+            if others
+            else sql.SQL("DO NOTHING")
+        )
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT * FROM unnest({arrays}) "
-            "ON CONFLICT ({key}) {action}").format(
+            "ON CONFLICT ({key}) {action}"
+        ).format(
             table=sql.Identifier(*split_table_name(self.shape.name)),
             cols=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
             arrays=sql.SQL(", ").join(
-                sql.SQL("%s::{}[]").format(sql.SQL(self.shape.types[c])) for c in columns),
+                sql.SQL("%s::{}[]").format(sql.SQL(self.shape.types[c])) for c in columns
+            ),
             key=sql.SQL(", ").join(sql.Identifier(k) for k in self.key),
-            action=action)
+            action=action,
+        )
         with conn.cursor() as cur:
             cur.execute(statement, arrays)
         return len(unique)

@@ -58,15 +58,18 @@ def check_prefix(prefix: object) -> None:
     delimiter ``:`` or a quote, or is too long for PostgreSQL's id limit."""
     if not isinstance(prefix, str) or not prefix:
         raise ConfigurationError(
-            f"PostgresSink transaction_prefix must be a non-empty string, got {prefix!r}")
+            f"PostgresSink transaction_prefix must be a non-empty string, got {prefix!r}"
+        )
     bad = [c for c in (DELIMITER, "'", "\\") if c in prefix] + [
-        c for c in prefix if not c.isprintable()]
+        c for c in prefix if not c.isprintable()
+    ]
     if bad:
         raise ConfigurationError(
             f"PostgresSink transaction_prefix must be a name without {DELIMITER!r} (it "
             f"separates the parts of a transaction id), quotes, backslashes or unprintable "
             f"characters, got {prefix!r} (contains {bad[0]!r}); use e.g. letters, digits, "
-            f"'-' and '_'")
+            f"'-' and '_'"
+        )
     size = len(prefix.encode("utf-8"))
     if size > MAX_PREFIX_BYTES:
         raise ConfigurationError(
@@ -74,7 +77,8 @@ def check_prefix(prefix: object) -> None:
             f"UTF-8, got {size} bytes ({prefix[:20]!r}...): PostgreSQL limits a prepared "
             f"transaction's id to {MAX_ID_BYTES} bytes and the sink appends up to "
             f"{_MAX_SUFFIX_BYTES} "
-            f"(run, attempt, subtask, checkpoint); shorten it")
+            f"(run, attempt, subtask, checkpoint); shorten it"
+        )
 
 
 @dataclass(frozen=True)
@@ -88,20 +92,23 @@ class TransactionId:
     checkpoint: int | None  # None: the end of a bounded input
 
 
-def transaction_id(prefix: str, run: str, attempt: int, subtask: int,
-                   checkpoint: int | None) -> str:
+def transaction_id(
+    prefix: str, run: str, attempt: int, subtask: int, checkpoint: int | None
+) -> str:
     """The id of the transaction a subtask prepares for ``checkpoint`` (None: at the end
     of its bounded input)."""
     if DELIMITER in run or not run or len(run.encode("utf-8")) > MAX_RUN_BYTES:
         raise ConfigurationError(
             f"PostgresSink: the run id {run!r} cannot be part of a transaction id (it must "
-            f"be 1 to {MAX_RUN_BYTES} bytes without {DELIMITER!r})")
+            f"be 1 to {MAX_RUN_BYTES} bytes without {DELIMITER!r})"
+        )
     last = END if checkpoint is None else str(int(checkpoint))
     gid = DELIMITER.join((prefix, run, str(int(attempt)), str(int(subtask)), last))
     if len(gid.encode("utf-8")) > MAX_ID_BYTES:  # pragma: no cover - check_prefix prevents it
         raise ConfigurationError(
             f"PostgresSink: transaction id {gid!r} is longer than PostgreSQL's "
-            f"{MAX_ID_BYTES} bytes; shorten transaction_prefix")
+            f"{MAX_ID_BYTES} bytes; shorten transaction_prefix"
+        )
     return gid
 
 
@@ -119,8 +126,9 @@ def parse_transaction_id(prefix: str, gid: str) -> TransactionId | None:
         return None
     if last != END and not last.isdecimal():
         return None
-    return TransactionId(prefix, run, int(attempt), int(subtask),
-                         None if last == END else int(last))
+    return TransactionId(
+        prefix, run, int(attempt), int(subtask), None if last == END else int(last)
+    )
 
 
 # ------------------------------------------------------------------------ commit markers
@@ -141,7 +149,8 @@ def ensure_marker_table(conn: Any, table: str) -> None:
     regclass = name.as_string(conn)
     create = psycopg.sql.SQL(
         "CREATE TABLE IF NOT EXISTS {} (gid text PRIMARY KEY, rows bigint NOT NULL, "
-        "committed_at timestamptz NOT NULL DEFAULT now())").format(name)
+        "committed_at timestamptz NOT NULL DEFAULT now())"
+    ).format(name)
     try:
         with conn.transaction():
             if conn.execute("SELECT to_regclass(%s)", (regclass,)).fetchone()[0] is None:
@@ -156,21 +165,25 @@ def ensure_marker_table(conn: Any, table: str) -> None:
             f"PostgresSink(mode='exactly_once') keeps one row per committed transaction in "
             f"{regclass} and cannot create it: {' '.join(str(e).split())}; create it "
             f"({create.as_string(conn)}) and grant the sink's user INSERT and SELECT on "
-            f"it") from e
+            f"it"
+        ) from e
 
 
 def insert_marker(conn: Any, table: str, gid: str, rows: int) -> None:
     """Insert the marker of ``gid`` inside the transaction open on ``conn``."""
     sql = psycopg_module().sql
-    conn.execute(sql.SQL("INSERT INTO {} (gid, rows) VALUES (%s, %s)").format(
-        marker_table(table)), (gid, rows))
+    conn.execute(
+        sql.SQL("INSERT INTO {} (gid, rows) VALUES (%s, %s)").format(marker_table(table)),
+        (gid, rows),
+    )
 
 
 def marker_exists(conn: Any, table: str, gid: str) -> bool:
     """Whether the transaction ``gid`` committed (its marker is visible)."""
     sql = psycopg_module().sql
-    row = conn.execute(sql.SQL("SELECT 1 FROM {} WHERE gid = %s").format(
-        marker_table(table)), (gid,)).fetchone()
+    row = conn.execute(
+        sql.SQL("SELECT 1 FROM {} WHERE gid = %s").format(marker_table(table)), (gid,)
+    ).fetchone()
     return row is not None
 
 
@@ -206,5 +219,7 @@ def other_live_runs(conn: Any, prefix: str, run: str) -> int:
         "SELECT count(DISTINCT objid) FROM pg_locks WHERE locktype = 'advisory' "
         "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "AND classid = %s::bigint::oid AND objsubid = 2 AND objid <> %s::bigint::oid "
-        "AND granted", (_key(prefix), _key(run))).fetchone()
+        "AND granted",
+        (_key(prefix), _key(run)),
+    ).fetchone()
     return int(row[0])

@@ -23,10 +23,13 @@ class RateLimitedSource(Source):
 
     def __init__(self, source: Source, rows_per_second: float) -> None:
         if not isinstance(source, Source):
-            raise ConfigurationError(
-                f"RateLimitedSource wraps a lockgate source, got {source!r}")
-        check_positive("RateLimitedSource", "rows_per_second", rows_per_second,
-                       "records per second, shared by the subtasks")
+            raise ConfigurationError(f"RateLimitedSource wraps a lockgate source, got {source!r}")
+        check_positive(
+            "RateLimitedSource",
+            "rows_per_second",
+            rows_per_second,
+            "records per second, shared by the subtasks",
+        )
         self.source = source
         self.rows_per_second = float(rows_per_second)
         self.bounded = source.bounded
@@ -40,8 +43,9 @@ class RateLimitedSource(Source):
         return self.source.create_splits(parallelism)
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
-        return _RateLimitedReader(self.source.create_reader(ctx), ctx,
-                                  self.rows_per_second / ctx.parallelism)
+        return _RateLimitedReader(
+            self.source.create_reader(ctx), ctx, self.rows_per_second / ctx.parallelism
+        )
 
     def max_parallelism(self) -> int | None:
         return self.source.max_parallelism()

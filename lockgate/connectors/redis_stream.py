@@ -143,8 +143,9 @@ class RedisStreamSource(Source):
         self.field = field
         self.start_id = _check_start_id(start_id)
         self.bounded = check_bool("RedisStreamSource", "bounded", bounded)
-        self.batch_size = check_int("RedisStreamSource", "batch_size", batch_size, 1,
-                                    "entries per XRANGE")
+        self.batch_size = check_int(
+            "RedisStreamSource", "batch_size", batch_size, 1, "entries per XRANGE"
+        )
         self.on_error = check_on_error("RedisStreamSource", on_error)
         if id_field is not None and (not isinstance(id_field, str) or not id_field):
             raise ConfigurationError(
@@ -154,8 +155,11 @@ class RedisStreamSource(Source):
         self.id_field = id_field
         self.max_record_bytes = check_max_record_bytes("RedisStreamSource", max_record_bytes)
         self.poll_interval_ms = check_positive(
-            "RedisStreamSource", "poll_interval_ms", poll_interval_ms,
-            "how long to wait before asking Redis again when a stream has nothing new")
+            "RedisStreamSource",
+            "poll_interval_ms",
+            poll_interval_ms,
+            "how long to wait before asking Redis again when a stream has nothing new",
+        )
 
     def max_parallelism(self) -> int | None:
         """None: subtasks beyond the number of streams get no split and idle."""
@@ -168,8 +172,10 @@ class RedisStreamSource(Source):
             return [RedisStreamSplit(s, s, self.start_id) for s in self.streams]
         client = connect(self.url)
         try:
-            return [RedisStreamSplit(s, s, self.start_id, self._last_id(client, s))
-                    for s in self.streams]
+            return [
+                RedisStreamSplit(s, s, self.start_id, self._last_id(client, s))
+                for s in self.streams
+            ]
         finally:
             client.close()
 
@@ -191,9 +197,12 @@ def connect(url: str) -> redis.Redis:
     """A redis-py client for ``url`` (bytes responses), checked with PING."""
     import redis
 
-    client = redis.Redis.from_url(url, decode_responses=False,
-                                  socket_connect_timeout=CONNECT_TIMEOUT_S,
-                                  socket_timeout=SOCKET_TIMEOUT_S)
+    client = redis.Redis.from_url(
+        url,
+        decode_responses=False,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=SOCKET_TIMEOUT_S,
+    )
     try:
         client.ping()
     except redis.RedisError as e:
@@ -222,7 +231,8 @@ def _command_error(url: str, stream: str, command: str, error: Exception) -> Exc
             f"{error}; the job restarts from its last checkpoint if a restart strategy allows"
         )
     return RuntimeError(
-        f"RedisStreamSource: {command} on stream {stream!r} at {url!r} failed: {error}")
+        f"RedisStreamSource: {command} on stream {stream!r} at {url!r} failed: {error}"
+    )
 
 
 class _RedisStreamReader(SourceReader):
@@ -273,9 +283,15 @@ class _RedisStreamReader(SourceReader):
     def _read(self, split: RedisStreamSplit) -> list[Entry]:
         assert self.client is not None, "poll after close"
         try:
-            entries = cast("list[Entry]", self.client.xrange(
-                split.stream, f"({split.position}", split.end or "+",
-                count=self.source.batch_size))
+            entries = cast(
+                "list[Entry]",
+                self.client.xrange(
+                    split.stream,
+                    f"({split.position}",
+                    split.end or "+",
+                    count=self.source.batch_size,
+                ),
+            )
         except Exception as e:
             raise _command_error(self.source.url, split.stream, "XRANGE", e) from e
         return entries
@@ -295,15 +311,15 @@ class _RedisStreamReader(SourceReader):
         if records:
             output.emit_from_split(split.split_id, RowBatch(records))
 
-    def _record(self, stream: str, entry_id: str, fields: dict[bytes, bytes],
-                output: ReaderOutput) -> Any:
+    def _record(
+        self, stream: str, entry_id: str, fields: dict[bytes, bytes], output: ReaderOutput
+    ) -> Any:
         """The record of one entry, or ``_MALFORMED`` after reporting it."""
         source = self.source
         limit = source.max_record_bytes
         size = _entry_size(fields, source.format, source.field)
         if size > limit:
-            raw, error = oversized(size, limit, _entry_prefix(fields, source.format,
-                                                              source.field))
+            raw, error = oversized(size, limit, _entry_prefix(fields, source.format, source.field))
             self._malformed(stream, entry_id, raw, error, output)
             return _MALFORMED
         try:
@@ -315,18 +331,25 @@ class _RedisStreamReader(SourceReader):
             self._malformed(stream, entry_id, e.raw, str(e), output)
             return _MALFORMED
         except UnicodeDecodeError as e:
-            self._malformed(stream, entry_id, _text_fields(fields), f"not valid UTF-8: {e}",
-                            output)
+            self._malformed(stream, entry_id, _text_fields(fields), f"not valid UTF-8: {e}", output)
             return _MALFORMED
         if source.id_field is not None and isinstance(record, dict):
             record[source.id_field] = entry_id
         return record
 
-    def _malformed(self, stream: str, entry_id: str, raw: Any, error: str,
-                   output: ReaderOutput) -> None:
-        report_malformed(self.source.on_error, output, what="redis stream entry",
-                         location=f"redis stream {stream!r} id {entry_id}", raw=raw, error=error,
-                         stream=stream, id=entry_id)
+    def _malformed(
+        self, stream: str, entry_id: str, raw: Any, error: str, output: ReaderOutput
+    ) -> None:
+        report_malformed(
+            self.source.on_error,
+            output,
+            what="redis stream entry",
+            location=f"redis stream {stream!r} id {entry_id}",
+            raw=raw,
+            error=error,
+            stream=stream,
+            id=entry_id,
+        )
 
     def wait_hint_ms(self) -> float | None:
         """After NOTHING_AVAILABLE: ``poll_interval_ms``."""
@@ -361,17 +384,21 @@ def _json_field(fields: dict[bytes, bytes], field: str) -> Any:
     if value is None:
         raise _Malformed(
             f"the entry has no field {field!r} (its fields: "
-            f"{sorted(k.decode('utf-8', 'replace') for k in fields)})", _text_fields(fields))
+            f"{sorted(k.decode('utf-8', 'replace') for k in fields)})",
+            _text_fields(fields),
+        )
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _Malformed(f"field {field!r} is not valid UTF-8: {e}",
-                         value.decode("utf-8", "replace")) from e
+        raise _Malformed(
+            f"field {field!r} is not valid UTF-8: {e}", value.decode("utf-8", "replace")
+        ) from e
     try:
         return json.loads(text)
     except DECODE_ERRORS as e:
-        raise _Malformed(f"field {field!r} is not valid "
-                         f"{decode_error('JSON', e).removeprefix('invalid ')}", text) from e
+        raise _Malformed(
+            f"field {field!r} is not valid {decode_error('JSON', e).removeprefix('invalid ')}", text
+        ) from e
 
 
 def _entry_size(fields: dict[bytes, bytes], format: str, field: str) -> int:
@@ -408,16 +435,17 @@ def _check_streams(stream: object) -> tuple[str, ...]:
     names = (stream,) if isinstance(stream, str) else stream
     if not isinstance(names, Sequence) or isinstance(names, (bytes, bytearray)):
         raise ConfigurationError(
-            f"RedisStreamSource stream must be a stream name or a sequence of names, "
-            f"got {stream!r}")
+            f"RedisStreamSource stream must be a stream name or a sequence of names, got {stream!r}"
+        )
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ConfigurationError(
-            f"RedisStreamSource stream names must be non-empty strs (at least one), "
-            f"got {stream!r}")
+            f"RedisStreamSource stream names must be non-empty strs (at least one), got {stream!r}"
+        )
     if len(set(names)) != len(names):
         raise ConfigurationError(
             f"RedisStreamSource stream names must be distinct (each would be read once per "
-            f"mention), got {list(names)!r}")
+            f"mention), got {list(names)!r}"
+        )
     return tuple(names)
 
 

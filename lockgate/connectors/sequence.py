@@ -34,8 +34,14 @@ class SequenceSource(Source):
 
     default_name = "sequence"
 
-    def __init__(self, start: int, end: int, rows_per_second: float | None = None,
-                 batch_size: int | None = None, bounded: bool = True) -> None:
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        rows_per_second: float | None = None,
+        batch_size: int | None = None,
+        bounded: bool = True,
+    ) -> None:
         for name, v in (("start", start), ("end", end)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ConfigurationError(f"SequenceSource {name} must be an int, got {v!r}")
@@ -52,7 +58,9 @@ class SequenceSource(Source):
         self.rows_per_second = rows_per_second
         self.batch_size = batch_size
         if not isinstance(bounded, bool):
-            raise ConfigurationError(f"SequenceSource bounded must be True or False, got {bounded!r}")
+            raise ConfigurationError(
+                f"SequenceSource bounded must be True or False, got {bounded!r}"
+            )
         self.bounded = bounded
 
     def create_splits(self, parallelism: int) -> list[SequenceSplit]:
@@ -73,8 +81,9 @@ class _SequenceReader(SourceReader):
     #: how long an unbounded reader without data waits before it is polled again
     IDLE_WAIT_MS = 50.0
 
-    def __init__(self, ctx: RuntimeContext, batch_size: int, rate: float | None,
-                 bounded: bool = True) -> None:
+    def __init__(
+        self, ctx: RuntimeContext, batch_size: int, rate: float | None, bounded: bool = True
+    ) -> None:
         self.ctx = ctx
         self.bounded = bounded
         self.batch_size = batch_size
@@ -102,7 +111,8 @@ class _SequenceReader(SourceReader):
                 return InputStatus.NOTHING_AVAILABLE
             n = min(n, allowed)
         output.emit_from_split(
-            split.split_id, scalar_batch(np.arange(split.next, split.next + n, dtype=np.int64)))
+            split.split_id, scalar_batch(np.arange(split.next, split.next + n, dtype=np.int64))
+        )
         split.next += n
         self.emitted += n
         if split.next >= split.end:

@@ -132,8 +132,9 @@ class TwoPhaseCommitSink(Sink, Generic[TXN]):
         matters, e.g. to name the transaction; the default calls :meth:`pre_commit`."""
         self.pre_commit(transaction)
 
-    def abort_lingering(self, keep: list[TXN], ctx: RuntimeContext, *,
-                        job_ended: bool = False) -> None:
+    def abort_lingering(
+        self, keep: list[TXN], ctx: RuntimeContext, *, job_ended: bool = False
+    ) -> None:
         """Abort the transactions this sink left pre-committed in an external system
         that no checkpoint will commit, except those in ``keep``.
 
@@ -225,8 +226,7 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def initialize_state(self, states: list[Any], *,
-                         every_state: list[Any] | None = None) -> None:
+    def initialize_state(self, states: list[Any], *, every_state: list[Any] | None = None) -> None:
         """Recover the snapshots ``states`` (empty on a fresh start), then begin a transaction.
 
         For each snapshot: recover-and-commit its pending transactions in
@@ -252,8 +252,12 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
                 self.sink.recover_and_abort(transaction)
                 recovered.append(transaction)
         self.sink.finish_recovery(recovered)
-        keep = [txn for state in (states if every_state is None else every_state)
-                if state is not None for _, txn in self._parse(state)[0]]
+        keep = [
+            txn
+            for state in (states if every_state is None else every_state)
+            if state is not None
+            for _, txn in self._parse(state)[0]
+        ]
         self.sink.abort_lingering(keep, self.ctx)
         self._begin()
 
@@ -342,8 +346,10 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
             self._current = []
 
     def _where(self) -> str:
-        return (f"{type(self.sink).__name__} writer of '{self.ctx.operator_name}' "
-                f"(subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism})")
+        return (
+            f"{type(self.sink).__name__} writer of '{self.ctx.operator_name}' "
+            f"(subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism})"
+        )
 
     def _parse(self, state: Any) -> tuple[list[tuple[int, TXN]], list[TXN]]:
         try:

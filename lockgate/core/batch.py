@@ -175,8 +175,9 @@ def slice_batch(batch: Batch, start: int, length: int) -> Batch:
     if isinstance(batch, pa.RecordBatch):
         return batch.slice(start, length)
     ts = batch.timestamps
-    return RowBatch(batch.rows[start : start + length],
-                    None if ts is None else ts[start : start + length])
+    return RowBatch(
+        batch.rows[start : start + length], None if ts is None else ts[start : start + length]
+    )
 
 
 def concat(batches: list[Batch]) -> Batch:
@@ -194,9 +195,15 @@ def concat(batches: list[Batch]) -> Batch:
         rows.extend(to_rows(b))
     if all(t is None for t in stamps):
         return RowBatch(rows)
-    return RowBatch(rows, np.concatenate([
-        np.full(num_rows(b), NO_TIMESTAMP, dtype=np.int64) if t is None else t
-        for b, t in zip(batches, stamps)]))
+    return RowBatch(
+        rows,
+        np.concatenate(
+            [
+                np.full(num_rows(b), NO_TIMESTAMP, dtype=np.int64) if t is None else t
+                for b, t in zip(batches, stamps)
+            ]
+        ),
+    )
 
 
 def _row_size(obj: Any) -> int:

@@ -140,5 +140,6 @@ END_OF_PARTITION = _EndOfPartition()
 EndOfPartition = _EndOfPartition
 
 ControlElement = Union[  # noqa: UP007 (runtime alias kept as typing.Union)Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
-                       PriorityBarrier, _EndOfData, _EndOfPartition]
+    PriorityBarrier, _EndOfData, _EndOfPartition
+]
 StreamElement = Union[Batch, ControlElement]  # noqa: UP007 (runtime alias kept as typing.Union)

@@ -31,13 +31,20 @@ class ExecutionConfig:
     chaining: bool = True
 
     def validate(self) -> None:
-        for name in ("buffer_max_rows", "buffer_max_bytes", "channel_capacity_bytes",
-                     "source_batch_rows"):
+        for name in (
+            "buffer_max_rows",
+            "buffer_max_bytes",
+            "channel_capacity_bytes",
+            "source_batch_rows",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
-        if (isinstance(self.buffer_timeout_ms, bool) or not isinstance(self.buffer_timeout_ms, int)
-                or self.buffer_timeout_ms < 0):
+        if (
+            isinstance(self.buffer_timeout_ms, bool)
+            or not isinstance(self.buffer_timeout_ms, int)
+            or self.buffer_timeout_ms < 0
+        ):
             raise ConfigurationError(
                 f"buffer_timeout_ms must be an int >= 0, got {self.buffer_timeout_ms!r}"
             )

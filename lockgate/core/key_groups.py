@@ -31,15 +31,15 @@ def check_max_parallelism(max_parallelism: int, what: str = "max_parallelism") -
     return max_parallelism
 
 
-def check_restored_max_parallelism(found: Any, max_parallelism: int, where: str,
-                                   what: str) -> None:
+def check_restored_max_parallelism(found: Any, max_parallelism: int, where: str, what: str) -> None:
     """Key groups only mean the same with the same ``max_parallelism``: a snapshot
     (``where``) taken with another one cannot be restored (``what``: e.g. "keyed state")."""
     if found != max_parallelism:
         raise ConfigurationError(
             f"{where} was taken with max_parallelism {found!r}, but the operator runs with "
             f"max_parallelism {max_parallelism}; max_parallelism cannot change when "
-            f"restoring {what}")
+            f"restoring {what}"
+        )
 
 
 def key_groups_of_hashes(hashes: np.ndarray, max_parallelism: int) -> np.ndarray:
@@ -74,7 +74,9 @@ def subtasks_for_key_groups(
     return key_groups * parallelism // max_parallelism
 
 
-def subtask_for_key(key: Any, parallelism: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> int:
+def subtask_for_key(
+    key: Any, parallelism: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM
+) -> int:
     return subtask_for_key_group(key_group_for(key, max_parallelism), parallelism, max_parallelism)
 
 

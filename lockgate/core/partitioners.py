@@ -73,7 +73,8 @@ class KeySelector:
                 raise KeyExtractionError(
                     f"key_by({self.describe()}): the key selector raised "
                     f"{type(e).__name__}: {e} for the record {excerpt(records[len(keys)])}",
-                    e) from e
+                    e,
+                ) from e
             return keys
         if isinstance(batch, pa.RecordBatch):
             if len(cols) == 1:
@@ -114,7 +115,8 @@ class KeySelector:
                     f"key_by({self.describe()}) needs records with the field(s) {fields}, "
                     f"but got the {type(r).__name__} record {excerpt(r)} "
                     f"({type(e).__name__}: {e}); check what the operator before key_by "
-                    "returns")
+                    "returns"
+                )
         return KeyExtractionError(f"key_by({self.describe()}) could not take the keys")
 
     def key_groups(self, batch: Batch, max_parallelism: int) -> np.ndarray:
@@ -134,8 +136,9 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
     return batch.column(idx)
 
 
-def attribute_key_errors(write: Callable[[Batch], None], partitioner: Any,
-                         producer: Any) -> Callable[[Batch], None]:
+def attribute_key_errors(
+    write: Callable[[Batch], None], partitioner: Any, producer: Any
+) -> Callable[[Batch], None]:
     """``write`` of a record writer, such that a key_by failure in its partitioner (a
     record without the key field, an unhashable key) names ``producer``, the operator
     whose records it is, with the key_by's error as the cause. Other partitioners get
@@ -147,8 +150,9 @@ def attribute_key_errors(write: Callable[[Batch], None], partitioner: Any,
         try:
             write(batch)
         except (KeyExtractionError, UnsupportedKeyError) as e:
-            raise UserFunctionError(producer.name, producer.ctx.subtask_index,
-                                    producer.ctx.parallelism, e) from e
+            raise UserFunctionError(
+                producer.name, producer.ctx.subtask_index, producer.ctx.parallelism, e
+            ) from e
 
     return write_naming_producer
 
@@ -266,8 +270,15 @@ def split_by_target(batch: Batch, targets: np.ndarray, n: int) -> list[tuple[int
         c = int(counts[t])
         if c:
             part = ordered[start : start + c]
-            out.append((t, RowBatch([rows[i] for i in part],
-                                    None if ts is None else ts[order[start : start + c]])))
+            out.append(
+                (
+                    t,
+                    RowBatch(
+                        [rows[i] for i in part],
+                        None if ts is None else ts[order[start : start + c]],
+                    ),
+                )
+            )
             start += c
     return out
 

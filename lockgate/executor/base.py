@@ -71,10 +71,15 @@ def failure_error(
         reported = getattr(error, "subtask", None)
         sub = subtask if reported is None else int(reported)
         inner = error
-        reason = (FailureReason.MALFORMED_INPUT if isinstance(error, MalformedRecordError)
-                  else FailureReason.INTERNAL)
-        what = (f"operator '{operator}' in task '{task_name}' (subtask {sub + 1}) failed: "
-                f"{type(error).__name__}: {error}")
+        reason = (
+            FailureReason.MALFORMED_INPUT
+            if isinstance(error, MalformedRecordError)
+            else FailureReason.INTERNAL
+        )
+        what = (
+            f"operator '{operator}' in task '{task_name}' (subtask {sub + 1}) failed: "
+            f"{type(error).__name__}: {error}"
+        )
     if tb is None:
         tb = "".join(traceback.format_exception(type(inner), inner, inner.__traceback__))
     return JobFailedError(
@@ -112,15 +117,20 @@ def finished_result(
     )
 
 
-def cancelled_result(plan: ExecutionPlan, duration_ms: float,
-                     counters: list[dict[str, OperatorCounters]] | None = None,
-                     ) -> JobExecutionResult:
+def cancelled_result(
+    plan: ExecutionPlan,
+    duration_ms: float,
+    counters: list[dict[str, OperatorCounters]] | None = None,
+) -> JobExecutionResult:
     """The result of a job stopped by ``JobClient.cancel()`` (or by
     ``stop_with_savepoint``): ``counters`` are its subtasks' record counts up to the
     stop (each subtask's, as ``finished_result`` takes them)."""
-    return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
-                              duration_ms=duration_ms,
-                              operators=merge_metrics(plan, counters or []))
+    return JobExecutionResult(
+        job_name=plan.job_name,
+        status=JobStatus.CANCELED,
+        duration_ms=duration_ms,
+        operators=merge_metrics(plan, counters or []),
+    )
 
 
 def checkpoint_failure(job_name: str, error: BaseException) -> JobFailedError:
@@ -128,8 +138,9 @@ def checkpoint_failure(job_name: str, error: BaseException) -> JobFailedError:
     return JobFailedError(f"job '{job_name}' failed: {error}", reason=FailureReason.CHECKPOINT)
 
 
-def checkpoint_run(plan: ExecutionPlan, gateway: Any, clock: Any,
-                   finished_results: dict[Any, Any] | None = None) -> Any:
+def checkpoint_run(
+    plan: ExecutionPlan, gateway: Any, clock: Any, finished_results: dict[Any, Any] | None = None
+) -> Any:
     """The attempt's :class:`~lockgate.executor.checkpointing.CheckpointRun`, or None when
     the plan has no checkpoints (imported lazily: jobs without checkpoints never load
     the coordinator). ``finished_results``: where it keeps the results finished tasks

@@ -50,8 +50,14 @@ def job_topology(plan: ExecutionPlan) -> JobTopology:
 
 
 class CheckpointRun:
-    def __init__(self, plan: ExecutionPlan, gateway: Any, clock: Clock, *,
-                 finished_results: dict[TaskKey, Any] | None = None) -> None:
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        gateway: Any,
+        clock: Clock,
+        *,
+        finished_results: dict[TaskKey, Any] | None = None,
+    ) -> None:
         """``finished_results``: where the sink results finished tasks report are kept
         (across attempts: a task restored as finished returns its earlier result)."""
         cfg = plan.checkpoint
@@ -60,13 +66,20 @@ class CheckpointRun:
         self.storage: CheckpointStorage = open_storage(cfg.storage)
         self.scheduler = ThreadScheduler(clock)
         self.coordinator = CheckpointCoordinator(
-            cfg, job_name=plan.job_name, source_tasks=plan.source_tasks(),
-            tasks=plan.subtasks(), gateway=gateway, storage=self.storage, clock=clock,
-            scheduler=self.scheduler, topology=job_topology(plan),
+            cfg,
+            job_name=plan.job_name,
+            source_tasks=plan.source_tasks(),
+            tasks=plan.subtasks(),
+            gateway=gateway,
+            storage=self.storage,
+            clock=clock,
+            scheduler=self.scheduler,
+            topology=job_topology(plan),
         )
         self._stopped = False
         self.finished_results: dict[TaskKey, Any] = (
-            finished_results if finished_results is not None else {})
+            finished_results if finished_results is not None else {}
+        )
         self._restore = plan.restore
         self._operators = {v.id: [op.uid for op in v.operators] for v in plan.vertices}
 
@@ -74,8 +87,7 @@ class CheckpointRun:
     def acknowledge(self, ack: TaskAcknowledgement) -> None:
         self.coordinator.receive_acknowledge(ack)
 
-    def decline(self, task: TaskKey, checkpoint_id: int,
-                reason: CheckpointFailureReason) -> None:
+    def decline(self, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self.coordinator.receive_decline(task, checkpoint_id, reason)
 
     def end_of_data(self, task: TaskKey, last_snapshot_id: int) -> None:

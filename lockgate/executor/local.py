@@ -59,17 +59,26 @@ class LocalExecutor:
     docstring). ``join_timeout_s`` is its former name.
     """
 
-    def __init__(self, *, clock: Clock | None = None,
-                 cancel_timeout_s: float = DEFAULT_CANCEL_TIMEOUT_S,
-                 join_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        cancel_timeout_s: float = DEFAULT_CANCEL_TIMEOUT_S,
+        join_timeout_s: float | None = None,
+    ) -> None:
         if join_timeout_s is not None:
             cancel_timeout_s = join_timeout_s
-        if (isinstance(cancel_timeout_s, bool) or not isinstance(cancel_timeout_s, (int, float))
-                or not cancel_timeout_s > 0 or cancel_timeout_s == float("inf")):
+        if (
+            isinstance(cancel_timeout_s, bool)
+            or not isinstance(cancel_timeout_s, (int, float))
+            or not cancel_timeout_s > 0
+            or cancel_timeout_s == float("inf")
+        ):
             raise ConfigurationError(
                 f"cancel_timeout_s must be a finite number of seconds > 0, got "
                 f"{cancel_timeout_s!r}: it bounds how long a cancelled job waits for its "
-                "threads (e.g. LocalExecutor(cancel_timeout_s=5))")
+                "threads (e.g. LocalExecutor(cancel_timeout_s=5))"
+            )
         self.clock = clock or SystemClock()
         self.cancel_timeout_s = float(cancel_timeout_s)
         #: channels of the last run, for inspection in tests (edge, producer, consumer)
@@ -78,17 +87,24 @@ class LocalExecutor:
     def __repr__(self) -> str:
         return "LocalExecutor()"
 
-    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
-                handle: JobHandle | None = None) -> JobExecutionResult:
+    def execute(
+        self, plan: ExecutionPlan, *, attempt_number: int = 0, handle: JobHandle | None = None
+    ) -> JobExecutionResult:
         """Run ``plan`` to the end, restarting failed attempts as its restart strategy
         says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
         from ..recovery.failover import run_with_restarts
 
-        return run_with_restarts(plan, self.run_attempt, handle=handle or JobHandle(),
-                                 clock=self.clock, first_attempt=attempt_number)
+        return run_with_restarts(
+            plan,
+            self.run_attempt,
+            handle=handle or JobHandle(),
+            clock=self.clock,
+            first_attempt=attempt_number,
+        )
 
-    def run_attempt(self, plan: ExecutionPlan, attempt_number: int,
-                    handle: JobHandle) -> JobExecutionResult:
+    def run_attempt(
+        self, plan: ExecutionPlan, attempt_number: int, handle: JobHandle
+    ) -> JobExecutionResult:
         """One attempt: every subtask, until all finish or one fails."""
         started = time.monotonic()
         gateway = _LocalGateway()
@@ -104,14 +120,24 @@ class LocalExecutor:
         tasks: list[StreamTask] = []
         for v in plan.vertices:
             for i in range(v.parallelism):
-                outputs, inputs = wire_subtask(plan, v, i, channels.__getitem__,
-                                               channels.__getitem__)
+                outputs, inputs = wire_subtask(
+                    plan, v, i, channels.__getitem__, channels.__getitem__
+                )
                 try:
-                    tasks.append(build_task(
-                        plan, v, i, output_channels=outputs, input_channels=inputs,
-                        signal=threading.Event(), clock=self.clock, attempt_number=attempt_number,
-                        storage=run.storage if run else None, responder=run,
-                    ))
+                    tasks.append(
+                        build_task(
+                            plan,
+                            v,
+                            i,
+                            output_channels=outputs,
+                            input_channels=inputs,
+                            signal=threading.Event(),
+                            clock=self.clock,
+                            attempt_number=attempt_number,
+                            storage=run.storage if run else None,
+                            responder=run,
+                        )
+                    )
                 except ConfigurationError:
                     raise  # the job cannot run as configured: restarting would not help
                 except Exception as e:
@@ -126,8 +152,12 @@ class LocalExecutor:
             if run is not None:  # FLIP-147: its results, for a restore deploying it finished
                 run.task_finished(task.key, finished_task_results(task))
 
-        threads = TaskThreads(tasks, cancel_timeout_s=self.cancel_timeout_s,
-                              on_started=started_all, on_finished=finished)
+        threads = TaskThreads(
+            tasks,
+            cancel_timeout_s=self.cancel_timeout_s,
+            on_started=started_all,
+            on_finished=finished,
+        )
         gateway.tasks = {t.key: t for t in tasks}
         gateway.threads = threads
         handle.watermarks = lambda: [w for t in tasks for w in task_watermarks(t)]
@@ -143,8 +173,9 @@ class LocalExecutor:
             if gateway.job_error is not None:
                 raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
             if isinstance(error, TaskCancelledError) and handle.cancel_requested.is_set():
-                result = cancelled_result(plan, (time.monotonic() - started) * 1000,
-                                          [t.chain.counters() for t in tasks])
+                result = cancelled_result(
+                    plan, (time.monotonic() - started) * 1000, [t.chain.counters() for t in tasks]
+                )
                 result.abandoned_tasks = list(threads.abandoned)
                 return result
             raise failure_error(plan.job_name, task.name, task.subtask_index, error) from (

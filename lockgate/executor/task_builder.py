@@ -67,8 +67,14 @@ def build_task(
     if input_channels:
         gate = InputGate([c for c, _ in input_channels], [i for _, i in input_channels], signal)
     chain = OperatorChain(
-        vertex, subtask_index, writers, job_name=plan.job_name,
-        attempt_number=attempt_number, clock=clock, restore=plan.restore, run_id=plan.run_id,
+        vertex,
+        subtask_index,
+        writers,
+        job_name=plan.job_name,
+        attempt_number=attempt_number,
+        clock=clock,
+        restore=plan.restore,
+        run_id=plan.run_id,
         state_backend=plan.state_backend,
     )
     task = StreamTask(
@@ -92,9 +98,13 @@ def build_task(
     return task
 
 
-def _channels(plan: ExecutionPlan, vertex: VertexPlan, subtask_index: int,
-              writers: dict[int, RecordWriter],
-              input_channels: list[tuple[InputChannel, int]]) -> SubtaskChannels | None:
+def _channels(
+    plan: ExecutionPlan,
+    vertex: VertexPlan,
+    subtask_index: int,
+    writers: dict[int, RecordWriter],
+    input_channels: list[tuple[InputChannel, int]],
+) -> SubtaskChannels | None:
     """The stable names of the subtask's channels (M-B7), or None when the executor
     wired channels otherwise than :func:`build_task` documents (a test wiring a task by
     hand): its channel state is then unnamed, and a restore refuses it loudly."""
@@ -104,15 +114,25 @@ def _channels(plan: ExecutionPlan, vertex: VertexPlan, subtask_index: int,
         log.warning(
             "%s (%d): %d input channels and outputs %s are wired, the plan has %d and %s: "
             "the channel state of unaligned checkpoints cannot name its channels",
-            vertex.name, subtask_index, len(input_channels), wired, len(layout.inputs),
-            [len(o) for o in layout.outputs])
+            vertex.name,
+            subtask_index,
+            len(input_channels),
+            wired,
+            len(layout.inputs),
+            [len(o) for o in layout.outputs],
+        )
         return None
     return layout
 
 
-def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTask,
-                        storage: CheckpointStorage, responder: CheckpointResponder,
-                        clock: Clock) -> None:
+def _enable_checkpoints(
+    plan: ExecutionPlan,
+    vertex: VertexPlan,
+    task: StreamTask,
+    storage: CheckpointStorage,
+    responder: CheckpointResponder,
+    clock: Clock,
+) -> None:
     from ..checkpoint.barriers.factory import create_barrier_handler
     from ..runtime.checkpointed_input import CheckpointedInputGate
     from ..runtime.subtask_checkpointer import SubtaskCheckpointer
@@ -120,15 +140,25 @@ def _enable_checkpoints(plan: ExecutionPlan, vertex: VertexPlan, task: StreamTas
     cfg = plan.checkpoint
     assert cfg is not None
     checkpointer = SubtaskCheckpointer(
-        (vertex.id, task.subtask_index), vertex.name, task.chain.operators, task.writers,
-        storage, responder, clock, channels=task.channels,
+        (vertex.id, task.subtask_index),
+        vertex.name,
+        task.chain.operators,
+        task.writers,
+        storage,
+        responder,
+        clock,
+        channels=task.channels,
     )
     handler = None
     checked = None
     if task.input_gate is not None:
         handler = create_barrier_handler(
-            cfg.mode, unaligned=cfg.unaligned, aligned_timeout_ms=cfg.aligned_timeout_ms,
-            num_channels=task.input_gate.num_channels, actions=checkpointer, clock=clock,
+            cfg.mode,
+            unaligned=cfg.unaligned,
+            aligned_timeout_ms=cfg.aligned_timeout_ms,
+            num_channels=task.input_gate.num_channels,
+            actions=checkpointer,
+            clock=clock,
         )
         checked = CheckpointedInputGate(task.input_gate, handler, checkpointer)
     from ..runtime.final_checkpoint import wait_limit_ms

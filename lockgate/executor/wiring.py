@@ -20,10 +20,13 @@ from ..runtime.channels import InputChannel, OutputChannel
 ChannelKey = tuple[int, int, int]
 
 
-def wire_subtask(plan: ExecutionPlan, vertex: VertexPlan, subtask: int,
-                 out_channel: Callable[[ChannelKey], OutputChannel],
-                 in_channel: Callable[[ChannelKey], InputChannel],
-                 ) -> tuple[dict[int, list[OutputChannel]], list[tuple[InputChannel, int]]]:
+def wire_subtask(
+    plan: ExecutionPlan,
+    vertex: VertexPlan,
+    subtask: int,
+    out_channel: Callable[[ChannelKey], OutputChannel],
+    in_channel: Callable[[ChannelKey], InputChannel],
+) -> tuple[dict[int, list[OutputChannel]], list[tuple[InputChannel, int]]]:
     """(output channels by out-edge id, [(input channel, input index)]) of subtask
     ``subtask`` of ``vertex``, each channel made by the executor's callback."""
     outputs: dict[int, list[OutputChannel]] = {}
@@ -33,6 +36,7 @@ def wire_subtask(plan: ExecutionPlan, vertex: VertexPlan, subtask: int,
     inputs: list[tuple[InputChannel, int]] = []
     for eid in vertex.in_edges:
         edge = plan.edges[eid]
-        inputs.extend((in_channel((eid, p, subtask)), edge.input_index)
-                      for p in edge.producers_of(subtask))
+        inputs.extend(
+            (in_channel((eid, p, subtask)), edge.input_index) for p in edge.producers_of(subtask)
+        )
     return outputs, inputs

@@ -142,14 +142,21 @@ def _operators(plan: ExecutionPlan) -> dict[int, OperatorPlan]:
 
 
 def _edge_key(edge: EdgePlan, ops: dict[int, OperatorPlan]) -> EdgeKey:
-    return EdgeKey(ops[edge.source_operator].uid, ops[edge.target_operator].uid,
-                   edge.side_tag, edge.input_index)
+    return EdgeKey(
+        ops[edge.source_operator].uid,
+        ops[edge.target_operator].uid,
+        edge.side_tag,
+        edge.input_index,
+    )
 
 
-def _channel(edge: EdgePlan, ops: dict[int, OperatorPlan], producer: int,
-             consumer: int) -> ChannelInfo:
+def _channel(
+    edge: EdgePlan, ops: dict[int, OperatorPlan], producer: int, consumer: int
+) -> ChannelInfo:
     return ChannelInfo(
-        edge=_edge_key(edge, ops), producer_subtask=producer, consumer_subtask=consumer,
+        edge=_edge_key(edge, ops),
+        producer_subtask=producer,
+        consumer_subtask=consumer,
         producer_parallelism=edge.source_parallelism,
         consumer_parallelism=edge.target_parallelism,
         partitioning=edge.partitioning.name,
@@ -157,21 +164,35 @@ def _channel(edge: EdgePlan, ops: dict[int, OperatorPlan], producer: int,
     )
 
 
-def _consumed(plan: ExecutionPlan, vertex: VertexPlan,
-              ops: dict[int, OperatorPlan]) -> tuple[ConsumedEdge, ...]:
+def _consumed(
+    plan: ExecutionPlan, vertex: VertexPlan, ops: dict[int, OperatorPlan]
+) -> tuple[ConsumedEdge, ...]:
     out: list[ConsumedEdge] = []
     for edge_id in vertex.in_edges:
         edge = plan.edges[edge_id]
-        out.append(ConsumedEdge(
-            _edge_key(edge, ops), edge.partitioning, edge.source_parallelism,
-            edge.target_parallelism, ops[edge.target_operator].max_parallelism))
+        out.append(
+            ConsumedEdge(
+                _edge_key(edge, ops),
+                edge.partitioning,
+                edge.source_parallelism,
+                edge.target_parallelism,
+                ops[edge.target_operator].max_parallelism,
+            )
+        )
     for op in vertex.operators:
         for target_id, tag in op.chained_outputs:
             target = ops[target_id]
             # a chained consumer has this one input (chaining needs in-degree 1)
-            out.append(ConsumedEdge(
-                EdgeKey(op.uid, target.uid, tag, 0), ForwardPartitioning(),
-                vertex.parallelism, vertex.parallelism, target.max_parallelism, chained=True))
+            out.append(
+                ConsumedEdge(
+                    EdgeKey(op.uid, target.uid, tag, 0),
+                    ForwardPartitioning(),
+                    vertex.parallelism,
+                    vertex.parallelism,
+                    target.max_parallelism,
+                    chained=True,
+                )
+            )
     # two edges with one key (a stream unioned with itself) share their recorded channels:
     # the records of both reach the same input of the same operator, so they replay once
     unique: dict[EdgeKey, ConsumedEdge] = {}
@@ -192,8 +213,13 @@ def subtask_channels(plan: ExecutionPlan, vertex: VertexPlan, subtask: int) -> S
     for edge_id in vertex.out_edges:
         edge = plan.edges[edge_id]
         outputs.append(tuple(_channel(edge, ops, subtask, c) for c in edge.consumers_of(subtask)))
-    return SubtaskChannels(vertex.operators[0].uid, subtask, tuple(inputs), tuple(outputs),
-                           _consumed(plan, vertex, ops))
+    return SubtaskChannels(
+        vertex.operators[0].uid,
+        subtask,
+        tuple(inputs),
+        tuple(outputs),
+        _consumed(plan, vertex, ops),
+    )
 
 
 def consumed_edges(plan: ExecutionPlan) -> dict[EdgeKey, ConsumedEdge]:

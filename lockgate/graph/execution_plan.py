@@ -132,8 +132,12 @@ class ExecutionPlan:
         return "\n".join(lines)
 
 
-def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig,
-                         checkpoint: CheckpointConfig | None = None) -> ExecutionPlan:
+def build_execution_plan(
+    job_name: str,
+    graph: JobGraph,
+    config: ExecutionConfig,
+    checkpoint: CheckpointConfig | None = None,
+) -> ExecutionPlan:
     edges: dict[int, EdgePlan] = {}
     for e in graph.edges.values():
         if e.chained:
@@ -159,8 +163,13 @@ def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig
             n = graph.nodes[node_id]
             names[n.uid] = n.name
             op = OperatorPlan(
-                id=n.id, uid=n.uid, name=n.name, kind=n.kind, parallelism=n.parallelism,
-                max_parallelism=n.max_parallelism, payload=cloudpickle.dumps(n.factory),
+                id=n.id,
+                uid=n.uid,
+                name=n.name,
+                kind=n.kind,
+                parallelism=n.parallelism,
+                max_parallelism=n.max_parallelism,
+                payload=cloudpickle.dumps(n.factory),
             )
             for e in graph.edges.values():
                 if e.source != node_id:
@@ -170,9 +179,16 @@ def build_execution_plan(job_name: str, graph: JobGraph, config: ExecutionConfig
                 else:
                     op.edge_outputs.append((e.id, e.side_tag))
             ops.append(op)
-        vertices.append(VertexPlan(
-            id=v.id, name=v.name, parallelism=v.parallelism, max_parallelism=v.max_parallelism,
-            operators=ops, in_edges=list(v.in_edges), out_edges=list(v.out_edges),
-            is_source=v.is_source,
-        ))
+        vertices.append(
+            VertexPlan(
+                id=v.id,
+                name=v.name,
+                parallelism=v.parallelism,
+                max_parallelism=v.max_parallelism,
+                operators=ops,
+                in_edges=list(v.in_edges),
+                out_edges=list(v.out_edges),
+                is_source=v.is_source,
+            )
+        )
     return ExecutionPlan(job_name, vertices, edges, config, names, checkpoint)

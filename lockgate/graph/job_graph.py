@@ -159,8 +159,12 @@ def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass ove
         if v is None:
             hn = nodes[head]
             v = vertices[head] = JobVertex(
-                id=head, name="", parallelism=hn.parallelism, max_parallelism=hn.max_parallelism,
-                operators=[], is_source=hn.kind is Kind.SOURCE,
+                id=head,
+                name="",
+                parallelism=hn.parallelism,
+                max_parallelism=hn.max_parallelism,
+                operators=[],
+                is_source=hn.kind is Kind.SOURCE,
             )
         v.operators.append(node_id)
     for v in vertices.values():

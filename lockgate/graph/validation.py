@@ -13,8 +13,11 @@ from .transformations import Kind, Transformation
 
 
 def validate(  # noqa: C901 (a flat list of independent checks, one per rule)
-    transformations: list[Transformation], default_parallelism: int, default_max_parallelism: int,
-    *, checkpointing: bool,
+    transformations: list[Transformation],
+    default_parallelism: int,
+    default_max_parallelism: int,
+    *,
+    checkpointing: bool,
 ) -> None:
     """Raise :class:`InvalidGraphError` listing every problem found, each with its fix.
 
@@ -63,8 +66,11 @@ def validate(  # noqa: C901 (a flat list of independent checks, one per rule)
     for t in real:
         for tag in t.required_side_outputs:
             readers = [
-                x for x in transformations
-                if x.kind is Kind.SIDE_OUTPUT and x.side_tag == tag and x.inputs[0] is t
+                x
+                for x in transformations
+                if x.kind is Kind.SIDE_OUTPUT
+                and x.side_tag == tag
+                and x.inputs[0] is t
                 and x.id in reaches_sink
             ]
             if not readers:
@@ -84,17 +90,19 @@ def validate(  # noqa: C901 (a flat list of independent checks, one per rule)
                 problems.append(f"{t.describe()}: {problem}")
 
     if problems:
-        raise InvalidGraphError(
-            "the job graph is invalid:\n  - " + "\n  - ".join(problems)
-        )
+        raise InvalidGraphError("the job graph is invalid:\n  - " + "\n  - ".join(problems))
 
 
 def _uncommitted_sinks(real: list[Transformation]) -> list[str]:
     """Without checkpointing: the exactly-once sinks of an unbounded job, which would
     never publish anything (their transactions commit only when a checkpoint completes,
     or when a bounded job has ended)."""
-    unbounded = [t for t in real if t.kind is Kind.SOURCE
-                 and not getattr(t.user_functions().get("source:object"), "bounded", True)]
+    unbounded = [
+        t
+        for t in real
+        if t.kind is Kind.SOURCE
+        and not getattr(t.user_functions().get("source:object"), "bounded", True)
+    ]
     if not unbounded:
         return []
     sources = ", ".join(t.describe() for t in unbounded)

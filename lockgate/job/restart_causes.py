@@ -38,8 +38,10 @@ class RestartCause:
         """E.g. ``the same error at operator 'parse' repeated 3 times in a row (4 in
         this run)``."""
         where = f"operator '{self.operator}'" if self.operator else "the job"
-        return (f"the same error at {where} repeated {_times(self.consecutive)} in a row "
-                f"({self.count} in this run)")
+        return (
+            f"the same error at {where} repeated {_times(self.consecutive)} in a row "
+            f"({self.count} in this run)"
+        )
 
 
 def _times(n: int) -> str:
@@ -80,10 +82,12 @@ class RestartCauses:
                 self._causes[self._last] = replace(previous, consecutive=0)
             old = self._causes.get(key)
             cause = RestartCause(
-                operator=key[0], error=key[1],
+                operator=key[0],
+                error=key[1],
                 count=1 if old is None else old.count + 1,
                 consecutive=1 if old is None else old.consecutive + 1,
-                last_attempt=attempt)
+                last_attempt=attempt,
+            )
             self._causes[key] = cause
             self._last = key
             return cause

@@ -64,7 +64,8 @@ _USE_ALIGNED = (
     "restored into the same edge. Restore from an aligned snapshot instead: take a savepoint "
     "of the old job (client.stop_with_savepoint(path); savepoints are always aligned, so "
     "they hold no in-flight records), or restore a checkpoint taken with "
-    "checkpoint_config.unaligned = False.")
+    "checkpoint_config.unaligned = False."
+)
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,9 @@ def _amount(summaries: Sequence[RecordedSummary]) -> str:
     return f"{batches} in-flight batch{'es' if batches != 1 else ''} ({size} bytes)"
 
 
-def plan_edge(edge: ConsumedEdge, recorded: Sequence[ChannelInfo],
-              names: dict[str, str] | None = None) -> EdgeReplay:
+def plan_edge(
+    edge: ConsumedEdge, recorded: Sequence[ChannelInfo], names: dict[str, str] | None = None
+) -> EdgeReplay:
     """Where the records of the old channels ``recorded`` (of the edge ``edge.key``) go
     in the new job. Raises :class:`RestoreError` when they cannot be redistributed."""
     if not recorded:
@@ -98,8 +100,9 @@ def plan_edge(edge: ConsumedEdge, recorded: Sequence[ChannelInfo],
     old = recorded[0]
     old_consumers = old.consumer_parallelism
     new_consumers = edge.consumer_parallelism
-    channels = sorted({(c.producer_subtask, c.consumer_subtask) for c in recorded},
-                      key=lambda pc: (pc[1], pc[0]))
+    channels = sorted(
+        {(c.producer_subtask, c.consumer_subtask) for c in recorded}, key=lambda pc: (pc[1], pc[0])
+    )
     new_broadcast = isinstance(edge.partitioning, BroadcastPartitioning)
     old_broadcast = old.partitioning == BroadcastPartitioning.name
     # a broadcast edge to one consumer subtask carries every record once, like any edge
@@ -107,29 +110,37 @@ def plan_edge(edge: ConsumedEdge, recorded: Sequence[ChannelInfo],
         if old_broadcast and new_broadcast and old_consumers == new_consumers:
             return EdgeReplay(edge, False, {pc: pc[1] for pc in channels})
         if not old_broadcast:
-            why = (f"the edge is now a broadcast edge (it was '{old.partitioning}'): every "
-                   "consumer subtask would need its own copy of records only one of them had")
+            why = (
+                f"the edge is now a broadcast edge (it was '{old.partitioning}'): every "
+                "consumer subtask would need its own copy of records only one of them had"
+            )
         elif not new_broadcast:
-            why = (f"the edge was a broadcast edge (now '{edge.partitioning.name}'): every "
-                   "consumer subtask held its own copy of the records")
+            why = (
+                f"the edge was a broadcast edge (now '{edge.partitioning.name}'): every "
+                "consumer subtask held its own copy of the records"
+            )
         else:
-            why = (f"a broadcast edge's consumer went from parallelism {old_consumers} to "
-                   f"{new_consumers}: each old consumer subtask had its own copy of the "
-                   "records, and how far each had read differs")
+            why = (
+                f"a broadcast edge's consumer went from parallelism {old_consumers} to "
+                f"{new_consumers}: each old consumer subtask had its own copy of the "
+                "records, and how far each had read differs"
+            )
         raise RestoreError(
             f"the checkpoint's in-flight records of the edge {edge.key.describe(names)} "
-            f"cannot be redistributed: {why}. {_USE_ALIGNED}")
+            f"cannot be redistributed: {why}. {_USE_ALIGNED}"
+        )
     if isinstance(edge.partitioning, KeyGroupPartitioning):
-        same = (old.partitioning == KeyGroupPartitioning.name
-                and old_consumers == new_consumers
-                and old.max_parallelism == edge.consumer_max_parallelism)
+        same = (
+            old.partitioning == KeyGroupPartitioning.name
+            and old_consumers == new_consumers
+            and old.max_parallelism == edge.consumer_max_parallelism
+        )
         if not same:
             return EdgeReplay(edge, by_key=True)
         return EdgeReplay(edge, False, {pc: pc[1] for pc in channels})
     if old_consumers == new_consumers:
         return EdgeReplay(edge, False, {pc: pc[1] for pc in channels})
-    return EdgeReplay(edge, False,
-                      {pc: i % new_consumers for i, pc in enumerate(channels)})
+    return EdgeReplay(edge, False, {pc: i % new_consumers for i, pc in enumerate(channels)})
 
 
 def _by_edge(spec: RestoreSpec) -> dict[EdgeKey, list[RecordedSummary]]:
@@ -149,11 +160,13 @@ def _unnamed_error(spec: RestoreSpec, unnamed: list[RecordedSummary]) -> Restore
     return RestoreError(
         f"checkpoint {spec.location} holds {_amount(unnamed)} recorded by "
         f"{', '.join(owners)} in a format that does not name their channels (written by "
-        f"an earlier lockgate): they cannot be restored. {_USE_ALIGNED}")
+        f"an earlier lockgate): they cannot be restored. {_USE_ALIGNED}"
+    )
 
 
-def check_restorable(plan: ExecutionPlan, spec: RestoreSpec, *,
-                     allow_non_restored_state: bool = False) -> None:
+def check_restorable(
+    plan: ExecutionPlan, spec: RestoreSpec, *, allow_non_restored_state: bool = False
+) -> None:
     """Check, before the job runs, that ``plan`` can take every in-flight record of the
     checkpoint ``spec`` (see the module docstring); raise :class:`RestoreError` naming
     the first edge that cannot, and what to do instead."""
@@ -168,19 +181,22 @@ def check_restorable(plan: ExecutionPlan, spec: RestoreSpec, *,
             if allow_non_restored_state and key.consumer not in names:
                 log.warning(
                     "restore from %s: dropping %s of the edge %s: its consumer operator is "
-                    "not in this job and allow_non_restored_state is set", spec.location,
-                    _amount(summaries), key.describe(names))
+                    "not in this job and allow_non_restored_state is set",
+                    spec.location,
+                    _amount(summaries),
+                    key.describe(names),
+                )
                 continue
             raise RestoreError(
                 f"restore_from {spec.location}: the checkpoint holds {_amount(summaries)} "
                 f"of the edge {key.describe(names)}, which this job does not have: the "
                 f"operators with uids '{key.producer}' and '{key.consumer}' are no longer "
-                f"connected to each other{_what_changed(key, edges, names)}. {_USE_ALIGNED}")
+                f"connected to each other{_what_changed(key, edges, names)}. {_USE_ALIGNED}"
+            )
         plan_edge(edge, [s.channel for s in summaries if s.channel is not None], names)
 
 
-def _what_changed(key: EdgeKey, edges: dict[EdgeKey, ConsumedEdge],
-                  names: dict[str, str]) -> str:
+def _what_changed(key: EdgeKey, edges: dict[EdgeKey, ConsumedEdge], names: dict[str, str]) -> str:
     """A hint at what replaced edge ``key`` in the new job."""
     if key.producer not in names and key.consumer not in names:
         return " (neither operator is in this job)"
@@ -188,15 +204,19 @@ def _what_changed(key: EdgeKey, edges: dict[EdgeKey, ConsumedEdge],
         return f" (this job has no operator with uid '{key.consumer}')"
     if key.producer not in names:
         return f" (this job has no operator with uid '{key.producer}')"
-    into = sorted(e.key.describe(names) for e in edges.values()
-                  if e.key.consumer == key.consumer and e.key.input_index == key.input_index)
+    into = sorted(
+        e.key.describe(names)
+        for e in edges.values()
+        if e.key.consumer == key.consumer and e.key.input_index == key.input_index
+    )
     if into:
         return f" (the consumer's input now comes from {', '.join(into)})"
     return ""
 
 
-def batches_to_replay(spec: RestoreSpec,
-                      layout: SubtaskChannels) -> Iterator[tuple[EdgeKey, Batch]]:
+def batches_to_replay(
+    spec: RestoreSpec, layout: SubtaskChannels
+) -> Iterator[tuple[EdgeKey, Batch]]:
     """The in-flight records subtask ``layout.subtask`` replays, with the edge each came
     by (its consumer is an operator of this subtask): per consumed edge, per old channel
     (ordered by consumer then producer), the input side then the output side, each in
@@ -219,12 +239,20 @@ def batches_to_replay(spec: RestoreSpec,
         if not summaries:
             continue
         replay = plan_edge(edge, [s.channel for s in summaries if s.channel is not None])
-        partitioner = (edge.partitioning.create(edge.consumer_parallelism, 0)
-                       if replay.by_key else None)
+        partitioner = (
+            edge.partitioning.create(edge.consumer_parallelism, 0) if replay.by_key else None
+        )
         ordered = sorted(
             summaries,
-            key=lambda s: (_consumer(s), _producer(s), 0 if s.side == INPUT else 1,
-                           s.state_key, s.file_subtask, s.position))
+            key=lambda s: (
+                _consumer(s),
+                _producer(s),
+                0 if s.side == INPUT else 1,
+                s.state_key,
+                s.file_subtask,
+                s.position,
+            ),
+        )
         for s in ordered:
             if not replay.takes((_producer(s), _consumer(s)), me):
                 continue

@@ -66,25 +66,43 @@ def default_restart_strategy(plan: ExecutionPlan) -> RestartStrategy:
     return RestartStrategy.exponential_delay() if plan.checkpointing else RestartStrategy.none()
 
 
-def run_with_restarts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
-                      clock: Clock, first_attempt: int = 0) -> JobExecutionResult:
+def run_with_restarts(
+    plan: ExecutionPlan,
+    run_attempt: RunAttempt,
+    *,
+    handle: JobHandle,
+    clock: Clock,
+    first_attempt: int = 0,
+) -> JobExecutionResult:
     """Run ``plan`` attempt after attempt (see the module docstring)."""
     floor = _newest_id_at_start(plan)
     committed_in_tasks = False
     try:
-        result = _run_attempts(plan, run_attempt, handle=handle, clock=clock,
-                               first_attempt=first_attempt, floor=floor)
+        result = _run_attempts(
+            plan, run_attempt, handle=handle, clock=clock, first_attempt=first_attempt, floor=floor
+        )
         # FLIP-147: every task of a finished checkpointed attempt ended after its final
         # checkpoint's completion notice, which committed its sinks' transactions
         committed_in_tasks = plan.checkpointing and result.status is JobStatus.FINISHED
         return result
     finally:
-        settle_two_phase_sinks(plan, floor, getattr(handle, "final_savepoint", None),
-                               committed_in_tasks=committed_in_tasks)
+        settle_two_phase_sinks(
+            plan,
+            floor,
+            getattr(handle, "final_savepoint", None),
+            committed_in_tasks=committed_in_tasks,
+        )
 
 
-def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHandle,
-                  clock: Clock, first_attempt: int, floor: int) -> JobExecutionResult:
+def _run_attempts(
+    plan: ExecutionPlan,
+    run_attempt: RunAttempt,
+    *,
+    handle: JobHandle,
+    clock: Clock,
+    first_attempt: int,
+    floor: int,
+) -> JobExecutionResult:
     strategy = plan.restart_strategy or default_restart_strategy(plan)
     backoff = strategy.create_backoff(clock)
     initial: RestoreSpec | None = plan.restore
@@ -105,16 +123,24 @@ def _run_attempts(plan: ExecutionPlan, run_attempt: RunAttempt, *, handle: JobHa
             repeated = handle.restart_causes.record(failure, attempt)
             fatal = non_restartable_cause(failure)
             if fatal is not None:
-                raise not_restartable_failure(plan.job_name, failure, fatal,
-                                              attempt - first_attempt + 1) from failure.__cause__
+                raise not_restartable_failure(
+                    plan.job_name, failure, fatal, attempt - first_attempt + 1
+                ) from failure.__cause__
             backoff.notify_failure()
             if not backoff.can_restart():
-                raise _gave_up(plan, failure, attempt - first_attempt + 1, strategy,
-                               backoff) from failure.__cause__
+                raise _gave_up(
+                    plan, failure, attempt - first_attempt + 1, strategy, backoff
+                ) from failure.__cause__
             delay = backoff.backoff_ms()
-            log.warning("job %r attempt %d failed (%s); %s; restarting in %.0f ms (%s)",
-                        plan.job_name, attempt, _first_line(failure), repeated.describe(),
-                        delay, strategy)
+            log.warning(
+                "job %r attempt %d failed (%s); %s; restarting in %.0f ms (%s)",
+                plan.job_name,
+                attempt,
+                _first_line(failure),
+                repeated.describe(),
+                delay,
+                strategy,
+            )
             if _cancelled_while_waiting(clock, handle, delay):
                 return _cancelled(plan, started, attempt - first_attempt + 1, handle)
             restore = _restore_point(plan, floor) or initial
@@ -149,7 +175,8 @@ def committed_output_guard(plan: ExecutionPlan, allow: bool) -> CommittedOutputG
     from .settle import two_phase_sinks
 
     return CommittedOutputGuard(
-        {uid: plan.operator_names.get(uid, uid) for uid in two_phase_sinks(plan)}, allow)
+        {uid: plan.operator_names.get(uid, uid) for uid in two_phase_sinks(plan)}, allow
+    )
 
 
 def _restore_point(plan: ExecutionPlan, floor: int) -> RestoreSpec | None:
@@ -160,8 +187,7 @@ def _restore_point(plan: ExecutionPlan, floor: int) -> RestoreSpec | None:
         return None
     assert plan.checkpoint is not None and plan.checkpoint.storage is not None
     guard = committed_output_guard(plan, plan.checkpoint.allow_replaying_committed_output)
-    return newest_restorable(open_storage(plan.checkpoint.storage), newer_than=floor,
-                             guard=guard)
+    return newest_restorable(open_storage(plan.checkpoint.storage), newer_than=floor, guard=guard)
 
 
 def _cancelled_while_waiting(clock: Clock, handle: JobHandle, delay_ms: float) -> bool:
@@ -170,12 +196,16 @@ def _cancelled_while_waiting(clock: Clock, handle: JobHandle, delay_ms: float) -
     return clock.wait(handle.cancel_requested, delay_ms)
 
 
-def _cancelled(plan: ExecutionPlan, started: float, attempts: int,
-               handle: JobHandle) -> JobExecutionResult:
-    return JobExecutionResult(job_name=plan.job_name, status=JobStatus.CANCELED,
-                              duration_ms=(time.monotonic() - started) * 1000,
-                              attempts=attempts,
-                              restart_causes=handle.restart_causes.snapshot())
+def _cancelled(
+    plan: ExecutionPlan, started: float, attempts: int, handle: JobHandle
+) -> JobExecutionResult:
+    return JobExecutionResult(
+        job_name=plan.job_name,
+        status=JobStatus.CANCELED,
+        duration_ms=(time.monotonic() - started) * 1000,
+        attempts=attempts,
+        restart_causes=handle.restart_causes.snapshot(),
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -183,8 +213,13 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _gave_up(plan: ExecutionPlan, last: JobFailedError, attempts: int,
-             strategy: RestartStrategy, backoff: RestartBackoff) -> JobFailedError:
+def _gave_up(
+    plan: ExecutionPlan,
+    last: JobFailedError,
+    attempts: int,
+    strategy: RestartStrategy,
+    backoff: RestartBackoff,
+) -> JobFailedError:
     if attempts == 1 and strategy.kind == "none":
         last.attempts = 1
         return last  # no restarts configured: the failure as it is
@@ -193,14 +228,18 @@ def _gave_up(plan: ExecutionPlan, last: JobFailedError, attempts: int,
     error = JobFailedError(
         f"job '{plan.job_name}' failed after {attempts} attempts ({backoff.give_up_reason()}); "
         f"the last failure: {body}",
-        reason=last.reason, operator=last.operator, subtask=last.subtask,
-        remote_traceback=last.remote_traceback, attempts=attempts,
+        reason=last.reason,
+        operator=last.operator,
+        subtask=last.subtask,
+        remote_traceback=last.remote_traceback,
+        attempts=attempts,
     )
     return error
 
 
-def _results_of_finished_tasks(plan: ExecutionPlan, restore: RestoreSpec,
-                               result: JobExecutionResult, handle: JobHandle) -> None:
+def _results_of_finished_tasks(
+    plan: ExecutionPlan, restore: RestoreSpec, result: JobExecutionResult, handle: JobHandle
+) -> None:
     """The sink results of the subtasks the restored checkpoint recorded as finished
     (FLIP-147): they left no state, so the last attempt either did not run them
     (restored as finished: no result) or ran them from empty state, with no input left
@@ -221,8 +260,9 @@ def _results_of_finished_tasks(plan: ExecutionPlan, restore: RestoreSpec,
                     values[subtask] = reported[op.uid]
 
 
-def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,
-                               backoff: RestartBackoff, clock: Clock) -> None:
+def _commit_final_transactions(
+    plan: ExecutionPlan, result: JobExecutionResult, backoff: RestartBackoff, clock: Clock
+) -> None:
     """Commit what two-phase-commit sinks pre-committed at the end of their input; a
     failing commit is retried after the strategy's backoff (commits are idempotent)."""
     from ..connectors.two_phase_commit import FinalCommit, commit_final
@@ -247,19 +287,28 @@ def _commit_final_transactions(plan: ExecutionPlan, result: JobExecutionResult,
                     backoff.notify_failure()
                     fatal = non_restartable_cause(e)
                     if fatal is not None or not backoff.can_restart():
-                        why = (f"{type(fatal).__name__} is not restartable" if fatal
-                               else f"the restart strategy gives up ({backoff.give_up_reason()})")
+                        why = (
+                            f"{type(fatal).__name__} is not restartable"
+                            if fatal
+                            else f"the restart strategy gives up ({backoff.give_up_reason()})"
+                        )
                         raise JobFailedError(
                             f"job '{plan.job_name}' failed: committing the last transactions "
                             f"of sink '{plan.operator_names.get(uid, uid)}' (subtask {index}) "
                             f"failed and {why}: {e}",
                             reason=FailureReason.USER_CODE,
-                            operator=plan.operator_names.get(uid, uid), subtask=index,
+                            operator=plan.operator_names.get(uid, uid),
+                            subtask=index,
                             restartable=fatal is None,
                         ) from e
                     delay = backoff.backoff_ms()
-                    log.warning("committing the last transactions of sink %r failed (%s); "
-                                "retrying in %.0f ms", uid, e, delay)
+                    log.warning(
+                        "committing the last transactions of sink %r failed (%s); "
+                        "retrying in %.0f ms",
+                        uid,
+                        e,
+                        delay,
+                    )
                     clock.wait(threading.Event(), delay)
             values[index] = None
 

@@ -23,8 +23,11 @@ from .restore import RestoreError, RestoreSpec
 
 def finished_vertices(plan: ExecutionPlan, restore: RestoreSpec) -> set[int]:
     """Ids of the vertices whose tasks ``restore`` deploys as finished."""
-    return {v.id for v in plan.vertices
-            if v.operators and all(restore.fully_finished(op.uid) for op in v.operators)}
+    return {
+        v.id
+        for v in plan.vertices
+        if v.operators and all(restore.fully_finished(op.uid) for op in v.operators)
+    }
 
 
 def check_finished_chains(plan: ExecutionPlan, restore: RestoreSpec) -> None:
@@ -39,4 +42,5 @@ def check_finished_chains(plan: ExecutionPlan, restore: RestoreSpec) -> None:
                 f"finished in that checkpoint ({', '.join(finished)}) with operators that had "
                 f"not ({', '.join(running)}); a task is restored as finished or runs, not "
                 "both. Give the new operators their own task "
-                "(.disable_chaining()) or restore the job as it was")
+                "(.disable_chaining()) or restore the job as it was"
+            )

@@ -33,8 +33,9 @@ def non_restartable_cause(error: BaseException) -> NonRestartableError | None:
     return None
 
 
-def not_restartable_failure(job_name: str, failure: JobFailedError, cause: BaseException,
-                            attempts: int) -> JobFailedError:
+def not_restartable_failure(
+    job_name: str, failure: JobFailedError, cause: BaseException, attempts: int
+) -> JobFailedError:
     """The ``JobFailedError`` ending the job at once because ``failure`` (an attempt's
     error) comes from ``cause``, a ``NonRestartableError``."""
     text = str(failure)
@@ -44,6 +45,10 @@ def not_restartable_failure(job_name: str, failure: JobFailedError, cause: BaseE
         f"job '{job_name}' failed and is not restarted: {type(cause).__name__} is not "
         f"restartable (no new attempt can fix it; fix the cause and run the job again): "
         f"{body}",
-        reason=failure.reason, operator=failure.operator, subtask=failure.subtask,
-        remote_traceback=failure.remote_traceback, attempts=attempts, restartable=False,
+        reason=failure.reason,
+        operator=failure.operator,
+        subtask=failure.subtask,
+        remote_traceback=failure.remote_traceback,
+        attempts=attempts,
+        restartable=False,
     )

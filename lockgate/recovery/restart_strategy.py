@@ -53,10 +53,13 @@ def _check_int(value: object, what: str, minimum: int) -> int:
     return value
 
 
-def _check_number(value: object, what: str, requirement: str, low: float,
-                  high: float) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low <= value <= high):
+def _check_number(value: object, what: str, requirement: str, low: float, high: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
         raise ConfigurationError(f"{what} must be {requirement}, got {value!r}")
     return float(value)
 
@@ -153,13 +156,16 @@ class RestartStrategy:
             kind="exponential_delay",
             initial_ms=initial_ms,
             max_ms=max_ms,
-            multiplier=_check_number(multiplier, f"{name} multiplier", "a number >= 1.0",
-                                     1.0, math.inf),
-            jitter=_check_number(jitter, f"{name} jitter", "a number between 0.0 and 1.0",
-                                 0.0, 1.0),
+            multiplier=_check_number(
+                multiplier, f"{name} multiplier", "a number >= 1.0", 1.0, math.inf
+            ),
+            jitter=_check_number(
+                jitter, f"{name} jitter", "a number between 0.0 and 1.0", 0.0, 1.0
+            ),
             reset_after_ms=to_millis(reset_after, f"{name} reset_after", allow_zero=False),
-            attempts=None if attempts is None else _check_int(
-                attempts, f"{name} attempts (None for unlimited, or an int)", 0),
+            attempts=None
+            if attempts is None
+            else _check_int(attempts, f"{name} attempts (None for unlimited, or an int)", 0),
         )
 
     @staticmethod
@@ -189,7 +195,9 @@ class RestartStrategy:
         if self.kind == "failure_rate":
             return _FailureRateBackoff(self, clock)
         if self.kind == "exponential_delay":
-            return _ExponentialDelayBackoff(self, clock, rng if rng is not None else random.Random())
+            return _ExponentialDelayBackoff(
+                self, clock, rng if rng is not None else random.Random()
+            )
         if self.kind == "none":
             return _NoRestartBackoff(self, clock)
         raise ConfigurationError(
@@ -202,13 +210,17 @@ class RestartStrategy:
         if self.kind == "fixed_delay":
             return f"fixed_delay(attempts={self.attempts}, delay={self.delay_ms} ms)"
         if self.kind == "failure_rate":
-            return (f"failure_rate(max_failures={self.max_failures}, "
-                    f"interval={self.interval_ms} ms, delay={self.delay_ms} ms)")
+            return (
+                f"failure_rate(max_failures={self.max_failures}, "
+                f"interval={self.interval_ms} ms, delay={self.delay_ms} ms)"
+            )
         if self.kind == "exponential_delay":
             attempts = "unlimited" if self.attempts is None else str(self.attempts)
-            return (f"exponential_delay(initial={self.initial_ms} ms, max={self.max_ms} ms, "
-                    f"multiplier={self.multiplier}, jitter={self.jitter}, "
-                    f"reset_after={self.reset_after_ms} ms, attempts={attempts})")
+            return (
+                f"exponential_delay(initial={self.initial_ms} ms, max={self.max_ms} ms, "
+                f"multiplier={self.multiplier}, jitter={self.jitter}, "
+                f"reset_after={self.reset_after_ms} ms, attempts={attempts})"
+            )
         return f"{self.kind}()"
 
     def __repr__(self) -> str:
@@ -264,8 +276,7 @@ class RestartBackoff:
             )
         if not self.can_restart():
             raise RuntimeError(
-                f"backoff_ms() was called although the job may not restart: "
-                f"{self.give_up_reason()}"
+                f"backoff_ms() was called although the job may not restart: {self.give_up_reason()}"
             )
         return self._backoff_ms()
 
@@ -307,8 +318,10 @@ class _FixedDelayBackoff(RestartBackoff):
         return float(self._strategy.delay_ms)
 
     def _give_up_reason(self) -> str:
-        return (f"fixed_delay allows {_times(self._strategy.attempts or 0, 'restart')} and the "
-                f"job failed {_times(self._failures, 'time')}")
+        return (
+            f"fixed_delay allows {_times(self._strategy.attempts or 0, 'restart')} and the "
+            f"job failed {_times(self._failures, 'time')}"
+        )
 
 
 class _FailureRateBackoff(RestartBackoff):
@@ -332,24 +345,25 @@ class _FailureRateBackoff(RestartBackoff):
 
     def _give_up_reason(self) -> str:
         s = self._strategy
-        return (f"failure_rate allows {_times(s.max_failures, 'failure')} within "
-                f"{s.interval_ms} ms and the job failed {_times(len(self._window), 'time')} "
-                f"within the last {s.interval_ms} ms")
+        return (
+            f"failure_rate allows {_times(s.max_failures, 'failure')} within "
+            f"{s.interval_ms} ms and the job failed {_times(len(self._window), 'time')} "
+            f"within the last {s.interval_ms} ms"
+        )
 
 
 class _ExponentialDelayBackoff(RestartBackoff):
     def __init__(self, strategy: RestartStrategy, clock: Clock, rng: random.Random) -> None:
         super().__init__(strategy, clock)
         self._rng = rng
-        self._base_ms = float(strategy.initial_ms)   # the un-jittered wait of the next failure
-        self._since_reset = 0                        # failures since the last reset
-        self._quiet_since_ms: float | None = None    # last failure or restart
-        self._current_ms = 0.0                       # the jittered wait of the last failure
+        self._base_ms = float(strategy.initial_ms)  # the un-jittered wait of the next failure
+        self._since_reset = 0  # failures since the last reset
+        self._quiet_since_ms: float | None = None  # last failure or restart
+        self._current_ms = 0.0  # the jittered wait of the last failure
 
     def _on_failure(self, now_ms: float) -> None:
         s = self._strategy
-        if (self._quiet_since_ms is not None
-                and now_ms - self._quiet_since_ms >= s.reset_after_ms):
+        if self._quiet_since_ms is not None and now_ms - self._quiet_since_ms >= s.reset_after_ms:
             self._base_ms = float(s.initial_ms)
             self._since_reset = 0
         self._since_reset += 1
@@ -373,9 +387,11 @@ class _ExponentialDelayBackoff(RestartBackoff):
 
     def _give_up_reason(self) -> str:
         s = self._strategy
-        return (f"exponential_delay allows {_times(s.attempts or 0, 'restart')} between "
-                f"resets (a reset follows {s.reset_after_ms} ms without failure) and the job "
-                f"failed {_times(self._since_reset, 'time')} since the last reset")
+        return (
+            f"exponential_delay allows {_times(s.attempts or 0, 'restart')} between "
+            f"resets (a reset follows {s.reset_after_ms} ms without failure) and the job "
+            f"failed {_times(self._since_reset, 'time')} since the last reset"
+        )
 
 
 class _NoRestartBackoff(RestartBackoff):
@@ -386,5 +402,7 @@ class _NoRestartBackoff(RestartBackoff):
         raise AssertionError("unreachable")
 
     def _give_up_reason(self) -> str:
-        return (f"restarts are disabled (RestartStrategy.none()) and the job failed "
-                f"{_times(self._failures, 'time')}")
+        return (
+            f"restarts are disabled (RestartStrategy.none()) and the job failed "
+            f"{_times(self._failures, 'time')}"
+        )

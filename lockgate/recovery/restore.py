@@ -64,8 +64,16 @@ log = logging.getLogger(__name__)
 
 _CHK = re.compile(r"^chk-(0|[1-9][0-9]*)$")
 
-__all__ = ["CHANNEL_STATE_PREFIX", "CommittedOutputGuard", "OperatorRestore", "RestoreError",
-           "RestoreSpec", "newest_restorable", "operator_states", "resolve_restore_path"]
+__all__ = [
+    "CHANNEL_STATE_PREFIX",
+    "CommittedOutputGuard",
+    "OperatorRestore",
+    "RestoreError",
+    "RestoreSpec",
+    "newest_restorable",
+    "operator_states",
+    "resolve_restore_path",
+]
 
 
 class RestoreError(LockgateError, RuntimeError):
@@ -130,8 +138,14 @@ class OperatorRestore:
     state filters it by key group).
     """
 
-    def __init__(self, spec: RestoreSpec, uid: str, handles: dict[int, StateHandle],
-                 subtask: int, parallelism: int) -> None:
+    def __init__(
+        self,
+        spec: RestoreSpec,
+        uid: str,
+        handles: dict[int, StateHandle],
+        subtask: int,
+        parallelism: int,
+    ) -> None:
         self.spec = spec
         self.uid = uid
         self.handles = handles
@@ -175,8 +189,9 @@ def _unwrap(payload: Any) -> Any:
     return payload["state"] if isinstance(payload, dict) and "state" in payload else payload
 
 
-def operator_states(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
-                    uid: str) -> list[Any]:
+def operator_states(
+    storage: CheckpointStorage, checkpoint: CompletedCheckpoint, uid: str
+) -> list[Any]:
     """The states every subtask of operator ``uid`` wrote into ``checkpoint`` (in subtask
     order; empty when the operator has none), read from ``storage`` unverified."""
     by_subtask = checkpoint.operator_states.get(uid, {})
@@ -205,8 +220,9 @@ class CommittedOutputGuard:
     sinks: Mapping[str, str]
     allow: bool = False
 
-    def check_fallback(self, storage: CheckpointStorage, damaged: list[tuple[int, str]],
-                       restored: str) -> None:
+    def check_fallback(
+        self, storage: CheckpointStorage, damaged: list[tuple[int, str]], restored: str
+    ) -> None:
         """``damaged``: the completed checkpoints (id, what is wrong) a restore skips to
         restore ``restored`` (a description: "checkpoint 3", "no checkpoint"). Raises
         :class:`RestoreError` when one of them may have committed sink output, unless
@@ -225,10 +241,12 @@ class CommittedOutputGuard:
                 hits.append(f"checkpoint {checkpoint_id} ({error}): sinks {names}")
         if not hits:
             return
-        text = (f"restoring {restored} from {storage.url} skips damaged checkpoints that "
-                f"completed, so the two-phase-commit sinks recorded in them may already have "
-                f"committed their output: " + "; ".join(hits) + ". Restoring an older "
-                "checkpoint replays that output and writes it again (duplicates)")
+        text = (
+            f"restoring {restored} from {storage.url} skips damaged checkpoints that "
+            f"completed, so the two-phase-commit sinks recorded in them may already have "
+            f"committed their output: " + "; ".join(hits) + ". Restoring an older "
+            "checkpoint replays that output and writes it again (duplicates)"
+        )
         if self.allow:
             log.warning("%s; going ahead because allow_replaying_committed_output=True", text)
             return
@@ -236,11 +254,13 @@ class CommittedOutputGuard:
             f"{text}. To proceed: repair the damaged checkpoint's files from a backup and "
             "restore it, or remove what those sinks committed after the older checkpoint, or "
             "accept the duplicates with "
-            "env.checkpoint_config.allow_replaying_committed_output = True")
+            "env.checkpoint_config.allow_replaying_committed_output = True"
+        )
 
 
-def _verify(storage: CheckpointStorage,
-            checkpoint: CompletedCheckpoint) -> tuple[RecordedSummary, ...]:
+def _verify(
+    storage: CheckpointStorage, checkpoint: CompletedCheckpoint
+) -> tuple[RecordedSummary, ...]:
     """Check every state file of ``checkpoint`` (format, checksum and, with a signing
     key, MAC; only channel-state files are unpickled, for their summaries) and every
     shared file they reference (size and CRC32 against the handle, M-R4); return
@@ -260,18 +280,24 @@ def _verify(storage: CheckpointStorage,
                 channels.extend(summarize(key, subtask, payload))
             except (ValueError, KeyError, TypeError) as e:
                 raise CorruptCheckpointError(
-                    f"its channel state {handle.path} cannot be decoded: {e}") from e
+                    f"its channel state {handle.path} cannot be decoded: {e}"
+                ) from e
     for shared in shared_files(handles):
         read_shared_file(storage, shared)
     return tuple(channels)
 
 
-def _spec(storage: CheckpointStorage, checkpoint: CompletedCheckpoint,
-          channels: tuple[RecordedSummary, ...]) -> RestoreSpec:
+def _spec(
+    storage: CheckpointStorage,
+    checkpoint: CompletedCheckpoint,
+    channels: tuple[RecordedSummary, ...],
+) -> RestoreSpec:
     return RestoreSpec(
-        storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
+        storage_url=storage.url,
+        checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
-        is_savepoint=checkpoint.is_savepoint, channels=channels,
+        is_savepoint=checkpoint.is_savepoint,
+        channels=channels,
         finished_operators=dict(checkpoint.finished_operators),
         storage_options=getattr(storage, "options", None),
     )
@@ -288,8 +314,9 @@ def _load(storage: CheckpointStorage, checkpoint_id: int) -> RestoreSpec:
     return _spec(storage, checkpoint, _verify(storage, checkpoint))
 
 
-def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0,
-                      guard: CommittedOutputGuard | None = None) -> RestoreSpec | None:
+def newest_restorable(
+    storage: CheckpointStorage, *, newer_than: int = 0, guard: CommittedOutputGuard | None = None
+) -> RestoreSpec | None:
     """The newest completed checkpoint of ``storage`` (id > ``newer_than``) whose files
     are all intact; damaged ones are skipped with a warning. None when there is none.
 
@@ -299,18 +326,21 @@ def newest_restorable(storage: CheckpointStorage, *, newer_than: int = 0,
     try:
         ids = storage.completed_ids()
     except Exception as e:
-        raise RestoreError(
-            f"cannot list the checkpoints in {storage.url}: {e}") from e
+        raise RestoreError(f"cannot list the checkpoints in {storage.url}: {e}") from e
     spec, skipped = _newest_intact(storage, [i for i in ids if i > newer_than])
     if guard is not None:
-        restored = (f"checkpoint {spec.checkpoint_id}" if spec is not None
-                    else f"a state older than checkpoint {newer_than + 1}")
+        restored = (
+            f"checkpoint {spec.checkpoint_id}"
+            if spec is not None
+            else f"a state older than checkpoint {newer_than + 1}"
+        )
         guard.check_fallback(storage, skipped, restored)
     return spec
 
 
-def _newest_intact(storage: CheckpointStorage,
-                   ids: list[int]) -> tuple[RestoreSpec | None, list[tuple[int, str]]]:
+def _newest_intact(
+    storage: CheckpointStorage, ids: list[int]
+) -> tuple[RestoreSpec | None, list[tuple[int, str]]]:
     """The verified checkpoint with the highest of ``ids`` whose files are intact (None
     when there is none), and the damaged ones skipped (id, error), each with a
     warning."""
@@ -319,14 +349,20 @@ def _newest_intact(storage: CheckpointStorage,
         try:
             return _load(storage, checkpoint_id), skipped
         except CorruptCheckpointError as e:
-            log.warning("checkpoint %d in %s is damaged and is skipped, falling back to the "
-                        "previous retained checkpoint: %s", checkpoint_id, storage.url, e)
+            log.warning(
+                "checkpoint %d in %s is damaged and is skipped, falling back to the "
+                "previous retained checkpoint: %s",
+                checkpoint_id,
+                storage.url,
+                e,
+            )
             skipped.append((checkpoint_id, str(e)))
     return None, skipped
 
 
-def resolve_restore_path(path: str, *, options: StorageOptions | None = None,
-                         guard: CommittedOutputGuard | None = None) -> RestoreSpec:
+def resolve_restore_path(
+    path: str, *, options: StorageOptions | None = None, guard: CommittedOutputGuard | None = None
+) -> RestoreSpec:
     """The checkpoint or savepoint at ``path``: a ``chk-<id>`` folder (restored as is,
     falling back to older retained checkpoints of the same storage when it is damaged),
     or a checkpoint storage root (its newest intact checkpoint). Raises
@@ -337,7 +373,8 @@ def resolve_restore_path(path: str, *, options: StorageOptions | None = None,
     if not isinstance(path, str) or not path.strip():
         raise RestoreError(
             f"restore_from must be the path of a checkpoint (a chk-<id> folder) or of a "
-            f"checkpoint storage folder, got {path!r}")
+            f"checkpoint storage folder, got {path!r}"
+        )
     trimmed = path.rstrip("/")
     head, name = posixpath.split(trimmed) if "://" in trimmed else _split_local(trimmed)
     match = _CHK.match(name)
@@ -349,24 +386,33 @@ def resolve_restore_path(path: str, *, options: StorageOptions | None = None,
         if spec is None:
             raise RestoreError(
                 f"restore_from {path!r}: no intact completed checkpoint found there; give a "
-                "chk-<id> folder or the checkpoint storage of a job that completed one")
+                "chk-<id> folder or the checkpoint storage of a job that completed one"
+            )
         return spec
     storage = _open(head, path, options)
     checkpoint_id = int(match.group(1))
     try:
         return _load(storage, checkpoint_id)
     except CorruptCheckpointError as e:
-        log.warning("checkpoint %s cannot be restored (%s); falling back to the previous "
-                    "retained checkpoint in %s", path, e, storage.url)
+        log.warning(
+            "checkpoint %s cannot be restored (%s); falling back to the previous "
+            "retained checkpoint in %s",
+            path,
+            e,
+            storage.url,
+        )
         fallback, skipped = _newest_intact(
-            storage, [i for i in storage.completed_ids() if i < checkpoint_id])
+            storage, [i for i in storage.completed_ids() if i < checkpoint_id]
+        )
         if fallback is None:
             raise RestoreError(
                 f"restore_from {path!r}: the checkpoint is damaged ({e}) and no older intact "
-                "checkpoint is retained next to it") from e
+                "checkpoint is retained next to it"
+            ) from e
         if guard is not None:
-            guard.check_fallback(storage, [(checkpoint_id, str(e))] + skipped,
-                                 f"checkpoint {fallback.checkpoint_id}")
+            guard.check_fallback(
+                storage, [(checkpoint_id, str(e))] + skipped, f"checkpoint {fallback.checkpoint_id}"
+            )
         return fallback
 
 
@@ -378,11 +424,15 @@ def _load_savepoint(storage: CheckpointStorage, given: str) -> RestoreSpec:
     except (CorruptCheckpointError, FileNotFoundError) as e:
         raise RestoreError(f"restore_from {given!r}: the savepoint is damaged: {e}") from e
     return RestoreSpec(
-        storage_url=storage.url, checkpoint_id=checkpoint.checkpoint_id,
+        storage_url=storage.url,
+        checkpoint_id=checkpoint.checkpoint_id,
         operators={uid: dict(by) for uid, by in checkpoint.operator_states.items()},
-        is_savepoint=True, in_root=True, channels=channels,
+        is_savepoint=True,
+        in_root=True,
+        channels=channels,
         finished_operators=dict(checkpoint.finished_operators),
-        storage_options=getattr(storage, "options", None))
+        storage_options=getattr(storage, "options", None),
+    )
 
 
 def _split_local(path: str) -> tuple[str, str]:

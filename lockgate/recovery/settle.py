@@ -42,12 +42,16 @@ def two_phase_sinks(plan: ExecutionPlan) -> dict[str, Any]:
     """Sink uid -> the plan's copy of each two-phase-commit sink (never opened)."""
     from ..connectors.two_phase_commit import TwoPhaseCommitSink
 
-    return {uid: sink for uid, sink in connectors_of(plan, Kind.SINK).items()
-            if isinstance(sink, TwoPhaseCommitSink)}
+    return {
+        uid: sink
+        for uid, sink in connectors_of(plan, Kind.SINK).items()
+        if isinstance(sink, TwoPhaseCommitSink)
+    }
 
 
-def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int,
-                   savepoint: str | None = None) -> list[Any]:
+def newest_pending(
+    plan: ExecutionPlan, uid: str, newer_than: int, savepoint: str | None = None
+) -> list[Any]:
     """The pending transactions of sink ``uid`` (every subtask) in the newest snapshot of
     the run: the ``savepoint`` the job was stopped with, else the newest checkpoint this
     run completed (id > ``newer_than``); empty without one."""
@@ -65,13 +69,20 @@ def newest_pending(plan: ExecutionPlan, uid: str, newer_than: int,
         if not ids:
             return []
         checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(max(ids)))
-    return [txn for state in operator_states(storage, checkpoint, uid)
-            for txn in pending_transactions(state)]
+    return [
+        txn
+        for state in operator_states(storage, checkpoint, uid)
+        for txn in pending_transactions(state)
+    ]
 
 
-def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,
-                           savepoint: str | None = None, *,
-                           committed_in_tasks: bool = False) -> None:
+def settle_two_phase_sinks(
+    plan: ExecutionPlan,
+    newer_than: int,
+    savepoint: str | None = None,
+    *,
+    committed_in_tasks: bool = False,
+) -> None:
     """Commit the pending transactions of the run's newest completed checkpoint (or of
     ``savepoint``, the one the job was stopped with) and abort every other transaction
     the sinks left behind (see the module docstring). ``committed_in_tasks``: the run
@@ -80,21 +91,30 @@ def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,
     for uid, sink in two_phase_sinks(plan).items():
         name = plan.operator_names.get(uid, uid)
         try:
-            keep = ([] if committed_in_tasks
-                    else newest_pending(plan, uid, newer_than, savepoint))
+            keep = [] if committed_in_tasks else newest_pending(plan, uid, newer_than, savepoint)
         except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
-            log.warning("job %r: cannot read the newest checkpoint's transactions of sink %r "
-                        "(%s); they stay pre-committed for a restore to commit",
-                        plan.job_name, name, e)
+            log.warning(
+                "job %r: cannot read the newest checkpoint's transactions of sink %r "
+                "(%s); they stay pre-committed for a restore to commit",
+                plan.job_name,
+                name,
+                e,
+            )
             continue
         try:
             for transaction in keep:
                 sink.recover_and_commit(transaction)
             sink.abort_lingering(keep, _driver_context(plan, uid, name), job_ended=True)
         except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
-            log.warning("job %r: settling the transactions of sink %r failed (%s: %s); what "
-                        "was not committed stays pre-committed for a restore from the newest "
-                        "checkpoint to commit", plan.job_name, name, type(e).__name__, e)
+            log.warning(
+                "job %r: settling the transactions of sink %r failed (%s: %s); what "
+                "was not committed stays pre-committed for a restore from the newest "
+                "checkpoint to commit",
+                plan.job_name,
+                name,
+                type(e).__name__,
+                e,
+            )
         finally:
             sink.close()
 
@@ -102,6 +122,13 @@ def settle_two_phase_sinks(plan: ExecutionPlan, newer_than: int,
 def _driver_context(plan: ExecutionPlan, uid: str, name: str) -> Any:
     from ..runtime.context import RuntimeContext
 
-    return RuntimeContext(task_name="driver", operator_name=name, operator_uid=uid,
-                          subtask_index=0, parallelism=1, max_parallelism=1,
-                          job_name=plan.job_name, run_id=plan.run_id)
+    return RuntimeContext(
+        task_name="driver",
+        operator_name=name,
+        operator_uid=uid,
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=1,
+        job_name=plan.job_name,
+        run_id=plan.run_id,
+    )

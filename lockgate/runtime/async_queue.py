@@ -59,7 +59,8 @@ class Completion:
     def failure(cls, error: BaseException) -> Completion:
         if not isinstance(error, BaseException):
             raise ConfigurationError(
-                f"a failed completion needs an exception, got {type(error).__name__}")
+                f"a failed completion needs an exception, got {type(error).__name__}"
+            )
         return cls(error=error)
 
     @property
@@ -103,7 +104,8 @@ class RecordEntry:
         """Complete the entry with ``completion``; False if it was already complete."""
         if not isinstance(completion, Completion):
             raise ConfigurationError(
-                f"settle() needs a Completion, got {type(completion).__name__}")
+                f"settle() needs a Completion, got {type(completion).__name__}"
+            )
         if self._completion is not None:
             return False
         self._completion = completion
@@ -120,22 +122,27 @@ class RecordEntry:
         return self.settle(Completion.failure(error))
 
     def __repr__(self) -> str:
-        state = "pending" if self._completion is None else (
-            "failed" if self._completion.failed else "done")
+        state = (
+            "pending"
+            if self._completion is None
+            else ("failed" if self._completion.failed else "done")
+        )
         return f"RecordEntry({self.record!r:.60}, {state})"
 
 
 def _check_capacity(capacity: object) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ConfigurationError(
-            f"the async I/O queue capacity must be a positive int, got {capacity!r}")
+            f"the async I/O queue capacity must be a positive int, got {capacity!r}"
+        )
     return capacity
 
 
 def _check_watermark(watermark: object) -> Watermark:
     if not isinstance(watermark, Watermark):
         raise ConfigurationError(
-            f"add_watermark() needs a Watermark, got {type(watermark).__name__}")
+            f"add_watermark() needs a Watermark, got {type(watermark).__name__}"
+        )
     return watermark
 
 
@@ -169,7 +176,8 @@ class ElementQueue(abc.ABC):
         if self._size >= self.capacity:
             raise QueueFullError(
                 f"the async I/O queue is full ({self._size}/{self.capacity}) and cannot take "
-                f"a {what}; wait until has_capacity() is true")
+                f"a {what}; wait until has_capacity() is true"
+            )
         self._size += 1
 
     def add_record(self, record: Any) -> RecordEntry:
@@ -268,7 +276,6 @@ class _Segment:
         self.entries: dict[int, RecordEntry] = {}
         # completed records not yet emitted, in completion order
         self.completed: deque[RecordEntry] = deque()
-
 
 
 class UnorderedElementQueue(ElementQueue):

@@ -65,7 +65,8 @@ class AsyncTimeoutError(LockgateError, TimeoutError):
         super().__init__(
             f"the async I/O request for record {describe_record(record)} did not complete"
             f"{within}; raise the timeout or override AsyncFunction.timeout(record) to "
-            f"supply results instead")
+            f"supply results instead"
+        )
         self.record = record
         self.timeout_ms = timeout_ms
 
@@ -92,7 +93,8 @@ class AsyncFunction:
 
     async def async_invoke(self, record: Any) -> Iterable[Any] | None:
         raise NotImplementedError(
-            f"{type(self).__name__} must implement async def async_invoke(self, record)")
+            f"{type(self).__name__} must implement async def async_invoke(self, record)"
+        )
 
     def timeout(self, record: Any) -> Iterable[Any] | Awaitable[Iterable[Any] | None] | None:
         raise AsyncTimeoutError(record)
@@ -110,27 +112,34 @@ def _resolve(fn: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None
     if not callable(fn):
         raise ConfigurationError(
             f"an async I/O function must be an async def function or an AsyncFunction, "
-            f"got {type(fn).__name__}")
+            f"got {type(fn).__name__}"
+        )
     if inspect.isasyncgenfunction(fn):
         raise ConfigurationError(
             f"{getattr(fn, '__name__', fn)!r} is an async generator; async I/O needs an "
-            f"async def function that returns a list of results")
-    if (inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn)
-            and fn.__name__ != "<lambda>"):
+            f"async def function that returns a list of results"
+        )
+    if inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn) and fn.__name__ != "<lambda>":
         raise ConfigurationError(
             f"{fn.__name__!r} is not an async def function; async I/O runs "
-            f"'async def {fn.__name__}(record)' functions")
+            f"'async def {fn.__name__}(record)' functions"
+        )
     return fn, None
 
 
 def _check_timeout(timeout_ms: object) -> float | None:
     if timeout_ms is None:
         return None
-    if (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float))
-            or not math.isfinite(timeout_ms) or timeout_ms <= 0):
+    if (
+        isinstance(timeout_ms, bool)
+        or not isinstance(timeout_ms, (int, float))
+        or not math.isfinite(timeout_ms)
+        or timeout_ms <= 0
+    ):
         raise ConfigurationError(
             f"the async I/O timeout must be a positive number of milliseconds or None, "
-            f"got {timeout_ms!r}")
+            f"got {timeout_ms!r}"
+        )
     return float(timeout_ms)
 
 
@@ -144,7 +153,8 @@ async def _resolve_results(value: Any, what: str) -> list[Any]:
         raise TypeError(
             f"{what} must return an iterable of records (or None), but returned a "
             f"{type(value).__name__} ({describe_record(value)}); wrap a single record "
-            f"in a list")
+            f"in a list"
+        )
     return list(value)
 
 
@@ -164,19 +174,30 @@ class AsyncRunner:
     ``close_grace_s``: how long :meth:`close` waits for cancelled requests to end.
     """
 
-    def __init__(self, fn: Any, post: Callable[[Callable[[], None]], object], *,
-                 timeout_ms: float | None = None, name: str = "async", close_grace_s: float = 5.0
-                 ) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        post: Callable[[Callable[[], None]], object],
+        *,
+        timeout_ms: float | None = None,
+        name: str = "async",
+        close_grace_s: float = 5.0,
+    ) -> None:
         if not callable(post):
             raise ConfigurationError(f"post must be callable, got {type(post).__name__}")
         self._invoke, self._fallback = _resolve(fn)
         self._post = post
         self.timeout_ms = _check_timeout(timeout_ms)
         self.name = name
-        if (isinstance(close_grace_s, bool) or not isinstance(close_grace_s, (int, float))
-                or not math.isfinite(close_grace_s) or close_grace_s < 0):
+        if (
+            isinstance(close_grace_s, bool)
+            or not isinstance(close_grace_s, (int, float))
+            or not math.isfinite(close_grace_s)
+            or close_grace_s < 0
+        ):
             raise ConfigurationError(
-                f"close_grace_s must be a non-negative number of seconds, got {close_grace_s!r}")
+                f"close_grace_s must be a non-negative number of seconds, got {close_grace_s!r}"
+            )
         self._close_grace_s = float(close_grace_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -197,8 +218,11 @@ class AsyncRunner:
             loop = asyncio.new_event_loop()
             self._loop = loop
             self._thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=f"lockgate async io {self.name}",
-                daemon=True)
+                target=self._run_loop,
+                args=(loop,),
+                name=f"lockgate async io {self.name}",
+                daemon=True,
+            )
             self._thread.start()
 
     def __enter__(self) -> AsyncRunner:
@@ -217,8 +241,9 @@ class AsyncRunner:
         if loop is None or thread is None:
             return
         if thread is threading.current_thread():
-            raise RuntimeError("close() the async runner from the task thread, not from "
-                               "its own event loop")
+            raise RuntimeError(
+                "close() the async runner from the task thread, not from its own event loop"
+            )
         if not loop.is_closed():
             cancel = self._cancel_requests()
             try:
@@ -285,9 +310,15 @@ class AsyncRunner:
         except asyncio.CancelledError:
             if self._closing:  # close() cancelled it: the request ends without a completion
                 raise
-            self._deliver(on_complete, Completion.failure(RuntimeError(
-                f"the async I/O request for record {describe_record(record)} was cancelled "
-                f"by user code")))
+            self._deliver(
+                on_complete,
+                Completion.failure(
+                    RuntimeError(
+                        f"the async I/O request for record {describe_record(record)} was cancelled "
+                        f"by user code"
+                    )
+                ),
+            )
         except BaseException as e:  # noqa: BLE001 - every failure fails the record
             self._deliver(on_complete, Completion.failure(e))
         else:
@@ -299,7 +330,8 @@ class AsyncRunner:
         if not inspect.isawaitable(call):
             raise TypeError(
                 f"{name} returned a {type(call).__name__}, not an awaitable; async I/O "
-                f"runs async def functions")
+                f"runs async def functions"
+            )
         request = asyncio.ensure_future(_resolve_results(call, name))
         # a request cancelled before it started never awaits the user's coroutine: close it
         request.add_done_callback(lambda _: _close_unstarted(call))
@@ -310,8 +342,10 @@ class AsyncRunner:
             raise
         if request in done:
             if request.cancelled():
-                raise RuntimeError(f"the async I/O request for record "
-                                   f"{describe_record(record)} was cancelled by user code")
+                raise RuntimeError(
+                    f"the async I/O request for record "
+                    f"{describe_record(record)} was cancelled by user code"
+                )
             return request.result()
         request.cancel()
         self._requests.add(request)  # abandoned, but kept alive until it ends
@@ -324,8 +358,7 @@ class AsyncRunner:
     def _timeout_s(self) -> float | None:
         return None if self.timeout_ms is None else self.timeout_ms / 1000.0
 
-    def _deliver(self, on_complete: Callable[[Completion], None], completion: Completion
-                 ) -> None:
+    def _deliver(self, on_complete: Callable[[Completion], None], completion: Completion) -> None:
         def action() -> None:
             if not self._closed:
                 on_complete(completion)

@@ -129,15 +129,23 @@ class OperatorChain:
             for edge_id, tag in op_plan.edge_outputs:
                 writer = writers[edge_id]
                 (out.side.setdefault(tag, []) if tag else out.main).append(
-                    attribute_key_errors(writer.write, writer.partitioner, op))
+                    attribute_key_errors(writer.write, writer.partitioner, op)
+                )
                 if id(writer) not in seen:
                     seen.add(id(writer))
                     out.element_targets.append(_AnnouncedStatus(writer.broadcast_event))
             ctx = RuntimeContext(
-                task_name=vertex.name, operator_name=op_plan.name, operator_uid=op_plan.uid,
-                subtask_index=subtask_index, parallelism=op_plan.parallelism,
-                max_parallelism=op_plan.max_parallelism, attempt_number=attempt_number,
-                job_name=job_name, clock=clock, run_id=run_id, state_backend=state_backend,
+                task_name=vertex.name,
+                operator_name=op_plan.name,
+                operator_uid=op_plan.uid,
+                subtask_index=subtask_index,
+                parallelism=op_plan.parallelism,
+                max_parallelism=op_plan.max_parallelism,
+                attempt_number=attempt_number,
+                job_name=job_name,
+                clock=clock,
+                run_id=run_id,
+                state_backend=state_backend,
                 processing_time_service=self.processing_time,
             )
             op.setup(op_plan.name, op_plan.uid, ctx, out)
@@ -158,7 +166,9 @@ class OperatorChain:
             self._opened.append(op)  # close() runs even if open() fails
             op.initialize_state(
                 restore.operator(op.uid, self.subtask_index, op.ctx.parallelism)
-                if restore is not None else None)
+                if restore is not None
+                else None
+            )
             op.open()
 
     def finish(self) -> None:

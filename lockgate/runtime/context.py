@@ -86,7 +86,8 @@ class RuntimeContext:
         if not isinstance(descriptor, kind):
             raise ConfigurationError(
                 f"operator '{self.operator_name}': {method} needs a {kind.__name__}, got "
-                f"{descriptor!r}")
+                f"{descriptor!r}"
+            )
         return self.get_state(descriptor)
 
     def get_list_state(self, descriptor: ListStateDescriptor[Any]) -> Any:
@@ -113,10 +114,13 @@ class RuntimeContext:
             raise ConfigurationError(
                 f"operator '{self.operator_name}' has no operator state: operator state is "
                 "available to the functions of map, flat_map, process and keyed process "
-                "operators, in open() or later")
+                "operators, in open() or later"
+            )
         return self._operator_state
 
-    def get_operator_list_state(self, descriptor: ListStateDescriptor[Any]) -> OperatorListState[Any]:
+    def get_operator_list_state(
+        self, descriptor: ListStateDescriptor[Any]
+    ) -> OperatorListState[Any]:
         """List state of this subtask; on restore at another parallelism the elements of
         all old subtasks are split evenly among the new ones (M-T4)."""
         return self.operator_state.get_list_state(descriptor)

@@ -98,7 +98,8 @@ class FinalCheckpoint:
                 f"checkpoint {self.after}): the task cannot end without one, because its "
                 "two-phase-commit sinks commit their last transaction when it completes. "
                 "Look for failing or expiring checkpoints in the log; the limit is "
-                "(tolerable_failures + 2) x (interval + min_pause + timeout)")
+                "(tolerable_failures + 2) x (interval + min_pause + timeout)"
+            )
 
 
 def finished_task_results(task: Any, *, pickled: bool = False) -> dict[str, Any] | None:
@@ -116,8 +117,12 @@ def finished_task_results(task: Any, *, pickled: bool = False) -> dict[str, Any]
     try:
         pickle.dumps(results, protocol=5)
     except Exception as e:  # noqa: BLE001 - the job goes on; only a later restore lacks them
-        log.warning("%s (%d): its sink results cannot be pickled (%s); a restore that "
-                    "deploys it as finished returns none for it", task.name,
-                    task.subtask_index, e)
+        log.warning(
+            "%s (%d): its sink results cannot be pickled (%s); a restore that "
+            "deploys it as finished returns none for it",
+            task.name,
+            task.subtask_index,
+            e,
+        )
         return None
     return results

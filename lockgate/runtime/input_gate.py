@@ -22,8 +22,9 @@ from .channels import InputChannel
 
 
 class InputGate:
-    def __init__(self, channels: list[InputChannel], input_indexes: list[int],
-                 signal: threading.Event) -> None:
+    def __init__(
+        self, channels: list[InputChannel], input_indexes: list[int], signal: threading.Event
+    ) -> None:
         if len(channels) != len(input_indexes):
             raise ValueError("every input channel needs an input index")
         self.channels = channels

@@ -56,10 +56,14 @@ class OperatorMetrics:
         self.records_in += c.records_in
         self.records_out += c.records_out
         if c.first_emit_s is not None:
-            self.first_emit_s = (c.first_emit_s if self.first_emit_s is None
-                                 else min(self.first_emit_s, c.first_emit_s))
+            self.first_emit_s = (
+                c.first_emit_s
+                if self.first_emit_s is None
+                else min(self.first_emit_s, c.first_emit_s)
+            )
         if c.last_emit_s is not None:
-            self.last_emit_s = (c.last_emit_s if self.last_emit_s is None
-                                else max(self.last_emit_s, c.last_emit_s))
+            self.last_emit_s = (
+                c.last_emit_s if self.last_emit_s is None else max(self.last_emit_s, c.last_emit_s)
+            )
         for tag, n in c.side_out.items():
             self.side_out[tag] = self.side_out.get(tag, 0) + n

@@ -102,8 +102,9 @@ class RecordWriter:
         can_accept = getattr(channel, "can_accept", None)
         while ready:
             batch = ready[0]
-            if not (can_accept(nbytes(batch)) if can_accept is not None
-                    else channel.has_capacity()):
+            if not (
+                can_accept(nbytes(batch)) if can_accept is not None else channel.has_capacity()
+            ):
                 return
             channel.put(ready.popleft())
 

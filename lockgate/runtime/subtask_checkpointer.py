@@ -81,8 +81,9 @@ class CheckpointResponder(Protocol):
 
     def acknowledge(self, ack: TaskAcknowledgement) -> None: ...
 
-    def decline(self, task: TaskKey, checkpoint_id: int,
-                reason: CheckpointFailureReason) -> None: ...
+    def decline(
+        self, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason
+    ) -> None: ...
 
     def task_running(self, task: TaskKey) -> None:
         """``task`` initialized (operators opened, state restored, in-flight data
@@ -180,11 +181,17 @@ class SubtaskCheckpointer:
         for op in self.operators:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
         metrics = SubtaskCheckpointMetrics(
-            alignment_ms=info.alignment_ms, start_delay_ms=info.start_delay_ms,
+            alignment_ms=info.alignment_ms,
+            start_delay_ms=info.start_delay_ms,
             unaligned=info.unaligned,
         )
-        progress = _InProgress(checkpoint_id, metrics, {}, info.unaligned,
-                               savepoint=barrier.options.type is CheckpointType.SAVEPOINT)
+        progress = _InProgress(
+            checkpoint_id,
+            metrics,
+            {},
+            info.unaligned,
+            savepoint=barrier.options.type is CheckpointType.SAVEPOINT,
+        )
         if info.unaligned:
             forwarded = barrier
             if not barrier.options.unaligned:  # an alignment that timed out (M-B8)
@@ -207,9 +214,14 @@ class SubtaskCheckpointer:
                     progress.views[op.uid] = view
         except Exception:
             # M-C6: a failed snapshot fails the checkpoint, not the task
-            log.exception("%s (%d): the synchronous snapshot part of checkpoint %d failed in "
-                          "operator '%s'; declining the checkpoint", self.name, self.task[1],
-                          checkpoint_id, op_name)
+            log.exception(
+                "%s (%d): the synchronous snapshot part of checkpoint %d failed in "
+                "operator '%s'; declining the checkpoint",
+                self.name,
+                self.task[1],
+                checkpoint_id,
+                op_name,
+            )
             self._release(progress)
             self.abort_checkpoint(checkpoint_id, CheckpointFailureReason.SYNC_FAILED)
             return
@@ -306,15 +318,20 @@ class SubtaskCheckpointer:
             p.channels_done.set()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            futures = [p.future for p in pending
-                       if p.future is not None and not p.future.cancelled()]
+            futures = [
+                p.future for p in pending if p.future is not None and not p.future.cancelled()
+            ]
             _, not_done = wait(futures, timeout=max(0.0, timeout_s))
             if not_done:
-                log.warning("%s (%d): the asynchronous part of checkpoints %s did not end "
-                            "within %.3g s of its cancellation; left behind (cancelled, it "
-                            "deletes what it writes and never acknowledges)", self.name,
-                            self.task[1], sorted(p.checkpoint_id for p in pending
-                                                 if p.future in not_done), timeout_s)
+                log.warning(
+                    "%s (%d): the asynchronous part of checkpoints %s did not end "
+                    "within %.3g s of its cancellation; left behind (cancelled, it "
+                    "deletes what it writes and never acknowledges)",
+                    self.name,
+                    self.task[1],
+                    sorted(p.checkpoint_id for p in pending if p.future in not_done),
+                    timeout_s,
+                )
             else:
                 self._pool.shutdown(wait=True)
             self._pool = None
@@ -343,16 +360,22 @@ class SubtaskCheckpointer:
                 uploader: SharedStateUploader | None = None
                 if callable(incremental):
                     uploader = self.shared_files.uploader(
-                        self.storage, checkpoint_id, f"{uid}/{subtask}")
+                        self.storage, checkpoint_id, f"{uid}/{subtask}"
+                    )
                     progress.uploaders.append(uploader)
                     state = incremental(uploader)
                 else:
                     materialize = getattr(view, "materialize", None)
                     state = materialize() if callable(materialize) else view
                 handle = self.storage.write_state(
-                    checkpoint_id, f"op-{uid}-{subtask}",
-                    {"operator": uid, "subtask": subtask, "state": state,
-                     "parallelism": self.parallelism},
+                    checkpoint_id,
+                    f"op-{uid}-{subtask}",
+                    {
+                        "operator": uid,
+                        "subtask": subtask,
+                        "state": state,
+                        "parallelism": self.parallelism,
+                    },
                 )
                 progress.written.append(handle)
                 if uploader is not None:
@@ -363,7 +386,8 @@ class SubtaskCheckpointer:
                     self._check(progress)
                 self._check(progress)
                 handle = self.storage.write_state(
-                    checkpoint_id, f"channels-{self._channel_owner}-{subtask}",
+                    checkpoint_id,
+                    f"channels-{self._channel_owner}-{subtask}",
                     encode(subtask, self.channels, progress.inputs, progress.outputs),
                 )
                 progress.written.append(handle)
@@ -373,11 +397,14 @@ class SubtaskCheckpointer:
             self._discard(progress)
             return
         except Exception:
-            log.exception("%s (%d): the asynchronous part of checkpoint %d failed",
-                          self.name, subtask, checkpoint_id)
+            log.exception(
+                "%s (%d): the asynchronous part of checkpoint %d failed",
+                self.name,
+                subtask,
+                checkpoint_id,
+            )
             self._discard(progress)
-            self.responder.decline(self.task, checkpoint_id,
-                                   CheckpointFailureReason.ASYNC_FAILED)
+            self.responder.decline(self.task, checkpoint_id, CheckpointFailureReason.ASYNC_FAILED)
             return
         finally:
             self._release(progress)
@@ -385,8 +412,9 @@ class SubtaskCheckpointer:
                 self._in_progress.pop(checkpoint_id, None)
         metrics = progress.metrics
         metrics.async_ms = self.clock.monotonic_ms() - started
-        metrics.state_size = (sum(h.size for h in handles.values())
-                              + sum(u.uploaded_bytes for u in progress.uploaders))
+        metrics.state_size = sum(h.size for h in handles.values()) + sum(
+            u.uploaded_bytes for u in progress.uploaders
+        )
         self.shared_files.snapshot_done(checkpoint_id, progress.uploaders)
         self.responder.acknowledge(TaskAcknowledgement(self.task, checkpoint_id, handles, metrics))
 

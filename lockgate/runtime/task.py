@@ -123,15 +123,20 @@ class StreamTask:
             for index in input_gate.input_indexes:
                 self._valve_of.append((index, counts.get(index, 0)))
                 counts[index] = counts.get(index, 0) + 1
-            self._valves = [StatusWatermarkValve(counts.get(i, 1))
-                            for i in range(max(counts, default=0) + 1)]
+            self._valves = [
+                StatusWatermarkValve(counts.get(i, 1)) for i in range(max(counts, default=0) + 1)
+            ]
         #: per input channel: it delivered its end of data (or ended)
         self._data_ended = [False] * (input_gate.num_channels if input_gate else 0)
         self._channels_with_data = len(self._data_ended)
 
-    def enable_checkpoints(self, checkpointer: SubtaskCheckpointer,
-                           handler: BarrierHandler | None, checked_input: Any,
-                           final_wait_ms: float | None = None) -> None:
+    def enable_checkpoints(
+        self,
+        checkpointer: SubtaskCheckpointer,
+        handler: BarrierHandler | None,
+        checked_input: Any,
+        final_wait_ms: float | None = None,
+    ) -> None:
         """Route barriers of the input through ``handler`` (``checked_input`` wraps the
         gate) and snapshots through ``checkpointer``. ``final_wait_ms``: how long the task
         waits for its final checkpoint after its end of data (FLIP-147; None: no wait)."""
@@ -141,7 +146,8 @@ class StreamTask:
             self._input = checked_input
         if final_wait_ms is not None:
             self.final_checkpoint = FinalCheckpoint(
-                self.clock, final_wait_ms, f"{self.name} ({self.subtask_index})")
+                self.clock, final_wait_ms, f"{self.name} ({self.subtask_index})"
+            )
 
     # checkpoint entry points (any thread) -------------------------------------------
     def trigger_checkpoint(self, barrier: CheckpointBarrier) -> None:
@@ -167,8 +173,9 @@ class StreamTask:
 
         queued = self.mailbox.put(run, f"trigger checkpoint {barrier.checkpoint_id}")
         if not queued and not self.finished:
-            cp.responder.decline(cp.task, barrier.checkpoint_id,
-                                 CheckpointFailureReason.TASK_NOT_RUNNING)
+            cp.responder.decline(
+                cp.task, barrier.checkpoint_id, CheckpointFailureReason.TASK_NOT_RUNNING
+            )
 
     def _defer_trigger(self, cp: SubtaskCheckpointer, barrier: CheckpointBarrier) -> None:
         """Task thread: keep ``barrier`` (the newest direct trigger; an older one waiting
@@ -186,8 +193,12 @@ class StreamTask:
     def _fire_deferred(self) -> None:
         barrier = self._deferred
         cp = self.checkpointer
-        if (barrier is None or cp is None or not self.end_of_data
-                or (self.input_gate is not None and not self.input_gate.finished)):
+        if (
+            barrier is None
+            or cp is None
+            or not self.end_of_data
+            or (self.input_gate is not None and not self.input_gate.finished)
+        ):
             return
         self._deferred = None
         if cp.last_snapshot_id >= barrier.checkpoint_id:
@@ -301,8 +312,7 @@ class StreamTask:
         restore = self.chain.restore
         if restore is None or not getattr(restore, "finished_operators", None):
             return False
-        self.restored_finished = all(restore.fully_finished(op.uid)
-                                     for op in self.chain.operators)
+        self.restored_finished = all(restore.fully_finished(op.uid) for op in self.chain.operators)
         return self.restored_finished
 
     def _run_restored_finished(self) -> None:
@@ -321,8 +331,12 @@ class StreamTask:
             elif is_batch(item[1]):
                 dropped += num_rows(item[1])
         if dropped:
-            log.warning("%s (%d) was restored as finished, but %d records reached it; they "
-                        "were dropped", self.name, self.subtask_index, dropped)
+            log.warning(
+                "%s (%d) was restored as finished, but %d records reached it; they were dropped",
+                self.name,
+                self.subtask_index,
+                dropped,
+            )
         for w in self.writers:
             w.broadcast_event(Watermark(MAX_WATERMARK))
             w.broadcast_event(END_OF_DATA)
@@ -379,8 +393,9 @@ class StreamTask:
             if final is not None:
                 final.check_deadline()
                 if not final.done and final.deadline_ms is not None:
-                    deadline = (final.deadline_ms if deadline is None
-                                else min(deadline, final.deadline_ms))
+                    deadline = (
+                        final.deadline_ms if deadline is None else min(deadline, final.deadline_ms)
+                    )
             now = self.clock.monotonic_ms()
             self.clock.wait(self.signal, None if deadline is None else max(0.0, deadline - now))
 
@@ -401,9 +416,13 @@ class StreamTask:
         if final is not None and final.deadline_ms is not None:
             left_ms = max(0.0, final.deadline_ms - self.clock.monotonic_ms())
         if not cp.wait_for_pending(left_ms / 1000.0):
-            log.warning("%s (%d): snapshots %s still being written at its end; the "
-                        "coordinator counts it as finished for them", self.name,
-                        self.subtask_index, cp.in_progress)
+            log.warning(
+                "%s (%d): snapshots %s still being written at its end; the "
+                "coordinator counts it as finished for them",
+                self.name,
+                self.subtask_index,
+                cp.in_progress,
+            )
 
     def _after_end_of_data(self, channel: int, element: StreamElement) -> None:
         """An element an input channel delivered after every channel's end of data: only
@@ -413,7 +432,8 @@ class StreamTask:
         what = "a record batch" if is_batch(element) else repr(element)
         raise CorruptStreamError(
             f"{self.name} ({self.subtask_index}): input channel {channel} delivered {what} "
-            "after its end of data")
+            "after its end of data"
+        )
 
     def _replay_channel_state(self) -> None:
         """Restoring an unaligned checkpoint: hand every in-flight record it recorded for
@@ -429,7 +449,8 @@ class StreamTask:
             raise RuntimeError(
                 f"{self.name} ({self.subtask_index}) restores recorded channel state but "
                 "its builder set no channel_state_replay; build tasks with "
-                "lockgate.executor.task_builder.build_task")
+                "lockgate.executor.task_builder.build_task"
+            )
         by_uid = {op.uid: op for op in self.chain.operators}
         for edge, batch in self.channel_state_replay(restore, layout):
             by_uid[edge.consumer].process_batch(batch, edge.input_index)
@@ -548,7 +569,8 @@ class StreamTask:
                 if element is END_OF_DATA:
                     raise CorruptStreamError(
                         f"{self.name} ({self.subtask_index}): input channel {channel} "
-                        "delivered a second end of data")
+                        "delivered a second end of data"
+                    )
                 return
             self._data_ended[channel] = True
             self._channels_with_data -= 1

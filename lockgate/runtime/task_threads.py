@@ -71,10 +71,14 @@ class TaskThreads:
         on_started: Callable[[], None] | None = None,
         on_finished: Callable[[StreamTask], None] | None = None,
     ) -> None:
-        if (isinstance(cancel_timeout_s, bool) or not isinstance(cancel_timeout_s, (int, float))
-                or not cancel_timeout_s > 0):
-            raise ValueError(f"cancel_timeout_s must be a number of seconds > 0, got "
-                             f"{cancel_timeout_s!r}")
+        if (
+            isinstance(cancel_timeout_s, bool)
+            or not isinstance(cancel_timeout_s, (int, float))
+            or not cancel_timeout_s > 0
+        ):
+            raise ValueError(
+                f"cancel_timeout_s must be a number of seconds > 0, got {cancel_timeout_s!r}"
+            )
         self.tasks = tasks
         self.cancel_timeout_s = float(cancel_timeout_s)
         self._on_failure = on_failure
@@ -112,8 +116,9 @@ class TaskThreads:
             events.put((task, None, ""))
 
         for t in self.tasks:
-            th = threading.Thread(target=run, args=(t,), daemon=True,
-                                  name=f"lockgate {t.name} ({t.subtask_index})")
+            th = threading.Thread(
+                target=run, args=(t,), daemon=True, name=f"lockgate {t.name} ({t.subtask_index})"
+            )
             threads[id(t)] = th
         for th in threads.values():
             th.start()
@@ -126,8 +131,9 @@ class TaskThreads:
             if deadline is None and self._cancelled.is_set():
                 deadline = time.monotonic() + self.cancel_timeout_s
             try:
-                item = events.get(timeout=None if deadline is None
-                                  else max(0.0, deadline - time.monotonic()))
+                item = events.get(
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
+                )
             except queue.Empty:
                 stuck = [t for t in self.tasks if id(t) in running]
                 return self._abandon(stuck, threads, failure)
@@ -145,8 +151,9 @@ class TaskThreads:
             self.cancel()
         return failure
 
-    def _abandon(self, stuck: list[StreamTask], threads: dict[int, threading.Thread],
-                 failure: Failure | None) -> Failure:
+    def _abandon(
+        self, stuck: list[StreamTask], threads: dict[int, threading.Thread], failure: Failure | None
+    ) -> Failure:
         """Give up on ``stuck`` (cancelled, not stopped in time): log each with its
         thread's stack and return the failure to report (the first one, or a
         :class:`TaskNotStoppedError` naming them)."""
@@ -155,10 +162,15 @@ class TaskThreads:
             th = threads[id(t)]
             frame = frames.get(th.ident) if th.ident is not None else None
             stack = "".join(traceback.format_stack(frame)) if frame is not None else "(ended)"
-            log.warning("task %s did not stop within %.3g s of cancellation; abandoned "
-                        "(its daemon thread %r may run on, cut off from the job), its "
-                        "thread stack:\n%s", task_label(t), self.cancel_timeout_s,
-                        th.name, stack)
+            log.warning(
+                "task %s did not stop within %.3g s of cancellation; abandoned "
+                "(its daemon thread %r may run on, cut off from the job), its "
+                "thread stack:\n%s",
+                task_label(t),
+                self.cancel_timeout_s,
+                th.name,
+                stack,
+            )
         self.abandoned = [task_label(t) for t in stuck]
         if failure is not None:
             return failure
@@ -166,7 +178,9 @@ class TaskThreads:
         error = TaskNotStoppedError(
             f"task {names} did not stop within {self.cancel_timeout_s:.3g} s of "
             "cancellation (user code blocked: a lock, a socket, an event nobody sets?); "
-            "its thread was abandoned", self.abandoned)
+            "its thread was abandoned",
+            self.abandoned,
+        )
         return stuck[0], error, ""
 
 
@@ -181,5 +195,10 @@ def run_task_threads(
     """Run ``tasks`` to their end (:class:`TaskThreads`, ``join_timeout_s`` its
     ``cancel_timeout_s``); return the first failure (task, error, traceback), or None
     when every task finished."""
-    return TaskThreads(tasks, cancel_timeout_s=join_timeout_s, on_failure=on_failure,
-                       on_started=on_started, on_finished=on_finished).run()
+    return TaskThreads(
+        tasks,
+        cancel_timeout_s=join_timeout_s,
+        on_failure=on_failure,
+        on_started=on_started,
+        on_finished=on_finished,
+    ).run()

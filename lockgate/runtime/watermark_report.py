@@ -52,8 +52,7 @@ def _head_holder(task: Any, op: Any) -> str | None:
             local = valve.holding_back()
             if local is None:
                 continue
-            channel = [c for c, (i, lc) in enumerate(task._valve_of)
-                       if i == index and lc == local]
+            channel = [c for c, (i, lc) in enumerate(task._valve_of) if i == index and lc == local]
             name = getattr(gate.channels[channel[0]], "name", None) if channel else None
             where = f" ({name})" if name else ""
             return f"input {index}, channel {local}{where}"

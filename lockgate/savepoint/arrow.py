@@ -37,13 +37,17 @@ def rows_to_arrow(rows: list[Row], kind: StateKind, what: str) -> pa.Table:
         column = "namespace"
         namespace_array = pa.array(namespaces)
         column = "value"
-        value_array = _map_array(values) if kind is StateKind.MAP else pa.array(
-            [_arrowable(v) for v in values])
+        value_array = (
+            _map_array(values)
+            if kind is StateKind.MAP
+            else pa.array([_arrowable(v) for v in values])
+        )
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
         raise StateConversionError(
             f"{what}: its {column} column cannot be converted to an Arrow type ({e}); the "
             "values are Python objects Arrow cannot type (mixed types, custom classes, ...): "
-            "use to_pandas() to get them as they are") from e
+            "use to_pandas() to get them as they are"
+        ) from e
     return pa.Table.from_arrays([key_array, namespace_array, value_array], names=list(COLUMNS))
 
 

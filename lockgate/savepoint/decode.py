@@ -54,8 +54,11 @@ class SubtaskState:
 
 def is_keyed_snapshot(value: Any) -> bool:
     """Whether ``value`` is a canonical keyed snapshot (format 1)."""
-    return (isinstance(value, Mapping) and value.get("format") == KEYED_SNAPSHOT_FORMAT
-            and isinstance(value.get("states"), Mapping))
+    return (
+        isinstance(value, Mapping)
+        and value.get("format") == KEYED_SNAPSHOT_FORMAT
+        and isinstance(value.get("states"), Mapping)
+    )
 
 
 def decode_subtask(uid: str, subtask: int, state: Any) -> SubtaskState:
@@ -66,7 +69,8 @@ def decode_subtask(uid: str, subtask: int, state: Any) -> SubtaskState:
         if version != TYPED_STATE_FORMAT:
             raise SavepointFormatError(
                 f"{where}: the state has format lockgate_state={version!r}; this lockgate "
-                f"reads format {TYPED_STATE_FORMAT} (was it written by a newer lockgate?)")
+                f"reads format {TYPED_STATE_FORMAT} (was it written by a newer lockgate?)"
+            )
         return _typed(where, state)
     if is_keyed_snapshot(state):
         return _keyed(where, state, {})
@@ -83,20 +87,26 @@ def _typed(where: str, state: Mapping[str, Any]) -> SubtaskState:
                 f"{where}: the keyed state is in the backend-native form of an incremental "
                 "RocksDB checkpoint (written by RocksDBStateBackend(incremental=True)), which "
                 "cannot be read offline; take a savepoint of the job (savepoints always hold "
-                "the canonical form) and read that instead")
+                "the canonical form) and read that instead"
+            )
         decoded = _keyed(where, keyed, parts)
         max_parallelism = decoded.max_parallelism
     for name, entry in _mapping(where, "operator", state.get("operator")).items():
-        if not isinstance(entry, Mapping) or entry.get("mode") not in _OPERATOR_MODES \
-                or not isinstance(entry.get("items"), list):
+        if (
+            not isinstance(entry, Mapping)
+            or entry.get("mode") not in _OPERATOR_MODES
+            or not isinstance(entry.get("items"), list)
+        ):
             raise SavepointFormatError(
                 f"{where}: operator state {name!r} is not {{'mode': 'split' | 'union', "
-                f"'items': [...]}}")
+                f"'items': [...]}}"
+            )
         _add(where, parts, name, StatePart(_OPERATOR_MODES[entry["mode"]], entry["items"]))
     for name, entries in _mapping(where, "broadcast", state.get("broadcast")).items():
         if not isinstance(entries, Mapping):
             raise SavepointFormatError(
-                f"{where}: broadcast state {name!r} is a {type(entries).__name__}, not a map")
+                f"{where}: broadcast state {name!r} is a {type(entries).__name__}, not a map"
+            )
         _add(where, parts, name, StatePart(StateKind.BROADCAST, entries))
     if state.get("function") is not None:
         _add(where, parts, FUNCTION_STATE, StatePart(StateKind.RAW, state["function"]))
@@ -113,13 +123,15 @@ def _keyed(where: str, snapshot: Mapping[str, Any], parts: dict[str, StatePart])
         if state_kind is None or not state_kind.keyed:
             raise SavepointFormatError(
                 f"{where}: keyed state {name!r} has kind {kind!r}; this lockgate reads "
-                f"{', '.join(k.value for k in StateKind if k.keyed)}")
+                f"{', '.join(k.value for k in StateKind if k.keyed)}"
+            )
         key_groups = entry.get("key_groups")
         if not isinstance(key_groups, Mapping) or not all(
-                isinstance(keys, Mapping) for keys in key_groups.values()):
+            isinstance(keys, Mapping) for keys in key_groups.values()
+        ):
             raise SavepointFormatError(
-                f"{where}: keyed state {name!r} has no {{key_group: {{key: value}}}} "
-                "'key_groups'")
+                f"{where}: keyed state {name!r} has no {{key_group: {{key: value}}}} 'key_groups'"
+            )
         _add(where, parts, name, StatePart(state_kind, key_groups))
     max_parallelism = snapshot.get("max_parallelism")
     return SubtaskState(parts, max_parallelism if isinstance(max_parallelism, int) else None)
@@ -131,16 +143,19 @@ def _mapping(where: str, entry: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise SavepointFormatError(
             f"{where}: the {entry!r} state is a {type(value).__name__}, expected a dict of "
-            "states by name")
+            "states by name"
+        )
     return value
 
 
 def _add(where: str, parts: dict[str, StatePart], name: Any, part: StatePart) -> None:
     if not isinstance(name, str):
-        raise SavepointFormatError(f"{where}: a {part.kind.value} state is named {name!r}, "
-                                   "not a string")
+        raise SavepointFormatError(
+            f"{where}: a {part.kind.value} state is named {name!r}, not a string"
+        )
     if name in parts:
         raise SavepointFormatError(
             f"{where}: two states are named {name!r} ({parts[name].kind.value} and "
-            f"{part.kind.value}); the reader cannot tell them apart")
+            f"{part.kind.value}); the reader cannot tell them apart"
+        )
     parts[name] = part

@@ -43,8 +43,10 @@ class StateFrame:
         return len(self._rows)
 
     def __repr__(self) -> str:
-        return (f"StateFrame(operator={self.uid!r}, state={self.name!r}, "
-                f"kind={self.kind.value!r}, rows={len(self._rows)})")
+        return (
+            f"StateFrame(operator={self.uid!r}, state={self.name!r}, "
+            f"kind={self.kind.value!r}, rows={len(self._rows)})"
+        )
 
     def _what(self) -> str:
         return f"state {self.name!r} ({self.kind.value}) of operator {self.uid!r}"
@@ -64,7 +66,8 @@ class StateFrame:
         except ImportError as e:
             raise MissingDependencyError(
                 f"StateFrame.to_pandas() ({self._what()}) needs pandas, which is not "
-                "installed: pip install pandas (or use to_arrow())") from e
+                "installed: pip install pandas (or use to_arrow())"
+            ) from e
         columns = [np.empty(len(self._rows), dtype=object) for _ in COLUMNS]
         for r, row in enumerate(self._rows):
             for column, value in zip(columns, row):
@@ -79,7 +82,8 @@ class StateFrame:
         if not callable(create):
             raise ConfigurationError(
                 f"StateFrame.to_spark(spark) needs a SparkSession, got "
-                f"{type(spark).__name__}; pass e.g. SparkSession.builder.getOrCreate()")
+                f"{type(spark).__name__}; pass e.g. SparkSession.builder.getOrCreate()"
+            )
         table = self.to_arrow()
         try:
             return create(table)
@@ -87,4 +91,5 @@ class StateFrame:
             raise StateConversionError(
                 f"{self._what()}: Spark cannot create a DataFrame from its Arrow table "
                 f"(schema {table.schema.to_string(show_schema_metadata=False)!r}): {e}; use "
-                "to_pandas() or to_arrow() to read it") from e
+                "to_pandas() or to_arrow() to read it"
+            ) from e

@@ -31,8 +31,9 @@ class StateKind(str, enum.Enum):
         return self.value
 
 
-_KEYED = frozenset({StateKind.VALUE, StateKind.LIST, StateKind.MAP, StateKind.REDUCING,
-                    StateKind.AGGREGATING})
+_KEYED = frozenset(
+    {StateKind.VALUE, StateKind.LIST, StateKind.MAP, StateKind.REDUCING, StateKind.AGGREGATING}
+)
 
 #: the name of the state holding an operator's payload when it is not typed state
 RAW_STATE = "_raw"

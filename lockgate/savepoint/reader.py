@@ -29,8 +29,13 @@ class _Operator:
     """The decoded state of one operator: per state name, its kind and the part each
     subtask wrote."""
 
-    def __init__(self, uid: str, parallelism: int, max_parallelism: int | None,
-                 states: dict[str, tuple[StateKind, list[tuple[int, StatePart]]]]) -> None:
+    def __init__(
+        self,
+        uid: str,
+        parallelism: int,
+        max_parallelism: int | None,
+        states: dict[str, tuple[StateKind, list[tuple[int, StatePart]]]],
+    ) -> None:
         self.uid = uid
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
@@ -38,9 +43,11 @@ class _Operator:
 
     def info(self) -> OperatorInfo:
         return OperatorInfo(
-            self.uid, self.parallelism,
+            self.uid,
+            self.parallelism,
             tuple(StateInfo(name, kind) for name, (kind, _) in sorted(self.states.items())),
-            self.max_parallelism)
+            self.max_parallelism,
+        )
 
 
 class Savepoint:
@@ -57,8 +64,10 @@ class Savepoint:
 
     def __repr__(self) -> str:
         kind = "savepoint" if self.is_savepoint else "checkpoint"
-        return (f"Savepoint(path={self.path!r}, {kind} {self.checkpoint_id}, "
-                f"operators={sorted(self._operators)!r})")
+        return (
+            f"Savepoint(path={self.path!r}, {kind} {self.checkpoint_id}, "
+            f"operators={sorted(self._operators)!r})"
+        )
 
     def operators(self) -> dict[str, OperatorInfo]:
         """Per operator uid (sorted): its parallelism and its states (name and kind)."""
@@ -72,12 +81,14 @@ class Savepoint:
         if operator is None:
             raise ConfigurationError(
                 f"the {self._kind()} has no operator with uid {uid!r}; its operators are "
-                f"{sorted(self._operators)!r}")
+                f"{sorted(self._operators)!r}"
+            )
         entry = operator.states.get(name) if isinstance(name, str) else None
         if entry is None:
             raise ConfigurationError(
                 f"operator {uid!r} has no state named {name!r}; its states are "
-                f"{sorted(operator.states)!r}")
+                f"{sorted(operator.states)!r}"
+            )
         kind, parts = entry
         return StateFrame(uid, name, kind, state_rows(kind, parts))
 
@@ -113,13 +124,15 @@ def _check_path(path: Any) -> str:
     if not isinstance(path, str) or not path.strip():
         raise ConfigurationError(
             f"lockgate.savepoint.read(path): path must be the folder of a savepoint or "
-            f"checkpoint (chk-<id>) or a checkpoint storage folder, got {path!r}")
+            f"checkpoint (chk-<id>) or a checkpoint storage folder, got {path!r}"
+        )
     local = _local_path(path)
     if local is not None and not os.path.isdir(local):
         problem = "is a file, not a folder" if os.path.exists(local) else "does not exist"
         raise ConfigurationError(
             f"lockgate.savepoint.read({path!r}): {local!r} {problem}; give the folder of a "
-            "savepoint or checkpoint (chk-<id>) or a checkpoint storage folder")
+            "savepoint or checkpoint (chk-<id>) or a checkpoint storage folder"
+        )
     return path
 
 
@@ -153,6 +166,7 @@ def _decode_operator(uid: str, payloads: dict[int, Any]) -> _Operator:
             if kind is not part.kind:
                 raise SavepointFormatError(
                     f"operator {uid!r}: state {name!r} is {kind.value} state in one subtask "
-                    f"and {part.kind.value} state in subtask {subtask}")
+                    f"and {part.kind.value} state in subtask {subtask}"
+                )
             parts.append((subtask, part))
     return _Operator(uid, parallelism, max_parallelism, states)

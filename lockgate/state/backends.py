@@ -29,8 +29,9 @@ class StateBackend:
     #: the backend's name in plans and errors
     name = "state backend"
 
-    def create_keyed_backend(self, operator_name: str, max_parallelism: int, *,
-                             clock: Clock, subtask_index: int = 0) -> Any:
+    def create_keyed_backend(
+        self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
+    ) -> Any:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -44,8 +45,9 @@ class HashMapStateBackend(StateBackend):
 
     name = "hashmap"
 
-    def create_keyed_backend(self, operator_name: str, max_parallelism: int, *,
-                             clock: Clock, subtask_index: int = 0) -> Any:
+    def create_keyed_backend(
+        self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
+    ) -> Any:
         from .keyed import HeapKeyedStateBackend
 
         return HeapKeyedStateBackend(operator_name, max_parallelism, clock=clock)
@@ -66,20 +68,28 @@ class RocksDBStateBackend(StateBackend):
     def __init__(self, incremental: bool = True, local_dir: str | None = None) -> None:
         if not isinstance(incremental, bool):
             raise ConfigurationError(
-                f"RocksDBStateBackend(incremental=...) must be True or False, got {incremental!r}")
+                f"RocksDBStateBackend(incremental=...) must be True or False, got {incremental!r}"
+            )
         if local_dir is not None and (not isinstance(local_dir, str) or not local_dir):
             raise ConfigurationError(
-                f"RocksDBStateBackend(local_dir=...) must be a folder path, got {local_dir!r}")
+                f"RocksDBStateBackend(local_dir=...) must be a folder path, got {local_dir!r}"
+            )
         self.incremental = incremental
         self.local_dir = local_dir
 
-    def create_keyed_backend(self, operator_name: str, max_parallelism: int, *,
-                             clock: Clock, subtask_index: int = 0) -> Any:
+    def create_keyed_backend(
+        self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
+    ) -> Any:
         from .rocksdb_backend import RocksDBKeyedStateBackend
 
         return RocksDBKeyedStateBackend(
-            operator_name, max_parallelism, clock=clock, incremental=self.incremental,
-            local_dir=self.local_dir, subtask_index=subtask_index)
+            operator_name,
+            max_parallelism,
+            clock=clock,
+            incremental=self.incremental,
+            local_dir=self.local_dir,
+            subtask_index=subtask_index,
+        )
 
     def __repr__(self) -> str:
         return f"RocksDBStateBackend(incremental={self.incremental})"
@@ -89,5 +99,6 @@ def check_state_backend(backend: Any) -> StateBackend:
     if not isinstance(backend, StateBackend):
         raise ConfigurationError(
             "set_state_backend needs lg.HashMapStateBackend() or "
-            f"lg.RocksDBStateBackend(incremental=True), got {backend!r}")
+            f"lg.RocksDBStateBackend(incremental=True), got {backend!r}"
+        )
     return backend

@@ -47,7 +47,8 @@ def _hashable(key: Any, what: str) -> Any:
     except TypeError as e:
         raise ConfigurationError(
             f"{what}: broadcast state keys must be hashable (e.g. str, int, tuple), got "
-            f"{type(key).__name__} {key!r}") from e
+            f"{type(key).__name__} {key!r}"
+        ) from e
     return key
 
 
@@ -118,7 +119,8 @@ class BroadcastState(_BroadcastView[K, V]):
         if not isinstance(entries, Mapping):
             raise ConfigurationError(
                 f"{self._what('put_all')} needs a mapping (e.g. a dict) of key -> value, got "
-                f"{entries!r}")
+                f"{entries!r}"
+            )
         what = self._what("put_all")
         new = {_hashable(k, what): v for k, v in entries.items()}
         self._entries.update(new)
@@ -151,7 +153,8 @@ class ReadOnlyBroadcastState(_BroadcastView[K, V]):
         return ConfigurationError(
             f"{self._what(method)}: broadcast state is read-only in process_element; it is "
             "only writable in process_broadcast_element (so that every subtask keeps the same "
-            "broadcast state); change it there, from the broadcast elements")
+            "broadcast state); change it there, from the broadcast elements"
+        )
 
     def put(self, key: K, value: V) -> None:
         raise self._refuse("put")
@@ -172,7 +175,9 @@ class ReadOnlyBroadcastState(_BroadcastView[K, V]):
         raise self._refuse("__delitem__")
 
 
-def check_broadcast_descriptors(descriptors: tuple[Any, ...], where: str) -> list[MapStateDescriptor[Any]]:
+def check_broadcast_descriptors(
+    descriptors: tuple[Any, ...], where: str
+) -> list[MapStateDescriptor[Any]]:
     """``descriptors`` as a list, or a ConfigurationError (prefixed with ``where``) when
     one is not an ``lg.MapStateDescriptor``, has a TTL, or two share a name."""
     seen: set[str] = set()
@@ -181,15 +186,18 @@ def check_broadcast_descriptors(descriptors: tuple[Any, ...], where: str) -> lis
         if not isinstance(d, MapStateDescriptor):
             raise ConfigurationError(
                 f"{where}: broadcast state is a map; pass lg.MapStateDescriptor('name') for "
-                f"each broadcast state, got {d!r}")
+                f"each broadcast state, got {d!r}"
+            )
         if d.ttl_config is not None:
             raise ConfigurationError(
                 f"{where}: {d!r} has a time to live, but TTL applies to keyed state only; "
-                "use a descriptor without enable_time_to_live for broadcast state")
+                "use a descriptor without enable_time_to_live for broadcast state"
+            )
         if d.name in seen:
             raise ConfigurationError(
                 f"{where}: two broadcast state descriptors are named {d.name!r}; give each "
-                "broadcast state its own name")
+                "broadcast state its own name"
+            )
         seen.add(d.name)
         out.append(d)
     return out
@@ -212,13 +220,15 @@ class BroadcastStateStore:
         if not isinstance(descriptor, MapStateDescriptor):
             raise ConfigurationError(
                 f"{where}: get_broadcast_state needs the lg.MapStateDescriptor given to "
-                f"stream.broadcast(...), got {descriptor!r}")
+                f"stream.broadcast(...), got {descriptor!r}"
+            )
         if descriptor.name not in self._declared:
             declared = ", ".join(repr(n) for n in self._declared)
             raise ConfigurationError(
                 f"{where}: no broadcast state named {descriptor.name!r}; the broadcast stream "
                 f"declares {declared}; pass every descriptor to stream.broadcast(...) and ask "
-                "for one of them")
+                "for one of them"
+            )
         return descriptor.name
 
     def writable(self, descriptor: MapStateDescriptor[Any]) -> BroadcastState[Any, Any]:
@@ -254,13 +264,15 @@ class BroadcastStateStore:
         if not isinstance(part, Mapping):
             raise ConfigurationError(
                 f"{where}: the restored broadcast state is a {type(part).__name__}, not a "
-                "map of state name -> entries; restore a checkpoint or savepoint of this job")
+                "map of state name -> entries; restore a checkpoint or savepoint of this job"
+            )
         for name, entries in part.items():
             if not isinstance(entries, Mapping):
                 raise ConfigurationError(
                     f"{where}: restored broadcast state {name!r} is a "
                     f"{type(entries).__name__}, not a map; restore a checkpoint or savepoint "
-                    "of this job")
+                    "of this job"
+                )
             live = self._entries.setdefault(name, {})
             live.clear()
             live.update(entries)

@@ -39,14 +39,16 @@ def snapshot_kind(snap: Any, where: str, max_parallelism: int) -> str:
     if not isinstance(snap, Mapping):
         raise UnsupportedSnapshotFormatError(
             f"{where} is a {type(snap).__name__}, not a keyed state snapshot (a dict of "
-            f"format {SNAPSHOT_FORMAT}, or a RocksDB checkpoint payload)")
+            f"format {SNAPSHOT_FORMAT}, or a RocksDB checkpoint payload)"
+        )
     found = snap.get("format", _MISSING)
     if found == NATIVE_FORMAT:
         version = snap.get("version")
         if version != NATIVE_VERSION:
             raise UnsupportedSnapshotFormatError(
                 f"{where} is a RocksDB checkpoint payload of version {version!r}; this "
-                f"version of lockgate reads version {NATIVE_VERSION}")
+                f"version of lockgate reads version {NATIVE_VERSION}"
+            )
         kind = "native"
     elif found == SNAPSHOT_FORMAT and type(found) is int:
         kind = "canonical"
@@ -54,14 +56,17 @@ def snapshot_kind(snap: Any, where: str, max_parallelism: int) -> str:
         shown = "no 'format' entry" if found is _MISSING else f"format {found!r}"
         raise UnsupportedSnapshotFormatError(
             f"{where} has {shown}; this version of lockgate reads keyed state snapshot "
-            f"format {SNAPSHOT_FORMAT} and RocksDB checkpoint payloads ({NATIVE_FORMAT!r})")
-    check_restored_max_parallelism(snap.get("max_parallelism"), max_parallelism, where,
-                                   "keyed state")
+            f"format {SNAPSHOT_FORMAT} and RocksDB checkpoint payloads ({NATIVE_FORMAT!r})"
+        )
+    check_restored_max_parallelism(
+        snap.get("max_parallelism"), max_parallelism, where, "keyed state"
+    )
     return kind
 
 
-def canonical_states(snap: Mapping[str, Any], where: str,
-                     key_groups: range) -> Iterator[tuple[str, str, Iterator[tuple[Any, Any]]]]:
+def canonical_states(
+    snap: Mapping[str, Any], where: str, key_groups: range
+) -> Iterator[tuple[str, str, Iterator[tuple[Any, Any]]]]:
     """``(name, kind, entries)`` per state of a canonical snapshot, where ``entries``
     yields the ``(key, stored)`` of the key groups in ``key_groups`` (empty lists and
     maps left out). Raises :class:`UnsupportedSnapshotFormatError` for what is not
@@ -69,23 +74,27 @@ def canonical_states(snap: Mapping[str, Any], where: str,
     states = snap.get("states")
     if not isinstance(states, Mapping):
         raise UnsupportedSnapshotFormatError(
-            f"{where} has no 'states' mapping (found {type(states).__name__})")
+            f"{where} has no 'states' mapping (found {type(states).__name__})"
+        )
     for name, state in states.items():
         kind = state.get("kind") if isinstance(state, Mapping) else None
         if kind not in STATE_KINDS:
             raise UnsupportedSnapshotFormatError(
                 f"{where}: state '{name}' has kind {kind!r}; this version restores keyed "
-                f"state of kinds {', '.join(STATE_KINDS)}")
+                f"state of kinds {', '.join(STATE_KINDS)}"
+            )
         groups = state.get("key_groups", {})
         if not isinstance(groups, Mapping):
             raise UnsupportedSnapshotFormatError(
                 f"{where}: state '{name}' has no 'key_groups' mapping "
-                f"(found {type(groups).__name__})")
+                f"(found {type(groups).__name__})"
+            )
         yield name, kind, _entries(where, name, kind, groups, key_groups)
 
 
-def _entries(where: str, name: str, kind: str, groups: Mapping[Any, Any],
-             key_groups: range) -> Iterator[tuple[Any, Any]]:
+def _entries(
+    where: str, name: str, kind: str, groups: Mapping[Any, Any], key_groups: range
+) -> Iterator[tuple[Any, Any]]:
     container = _CONTAINERS.get(kind)
     for kg, entries in groups.items():
         if kg not in key_groups:
@@ -93,15 +102,15 @@ def _entries(where: str, name: str, kind: str, groups: Mapping[Any, Any],
         if not isinstance(entries, Mapping):
             raise UnsupportedSnapshotFormatError(
                 f"{where}: state '{name}', key group {kg!r} is a {type(entries).__name__}, "
-                "not a mapping of key -> value")
+                "not a mapping of key -> value"
+            )
         for key, stored in entries.items():
             if container is not None:
                 if not isinstance(stored, container):
                     raise UnsupportedSnapshotFormatError(
                         f"{where}: {kind} state '{name}' holds a {type(stored).__name__} for "
-                        f"key {key!r}; {kind} state entries are {container.__name__}s")
+                        f"key {key!r}; {kind} state entries are {container.__name__}s"
+                    )
                 if not stored:  # an empty list or map is no entry
                     continue
             yield key, stored
-
-

@@ -41,7 +41,8 @@ class StateDescriptor(Generic[T]):
         Applies to keyed state; raises ConfigurationError for anything but an
         ``lg.StateTtlConfig``."""
         self.ttl_config = check_ttl_config(
-            ttl_config, f"{type(self).__name__}({self.name!r}).enable_time_to_live")
+            ttl_config, f"{type(self).__name__}({self.name!r}).enable_time_to_live"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -83,7 +84,8 @@ def _reduce_callable(fn: Any, what: str) -> Callable[[Any, Any], Any]:
         return fn
     raise ConfigurationError(
         f"{what} needs a reduce function: a callable (a, b) -> value or an lg.ReduceFunction, "
-        f"got {fn!r}")
+        f"got {fn!r}"
+    )
 
 
 class ReducingStateDescriptor(StateDescriptor[T]):
@@ -95,7 +97,8 @@ class ReducingStateDescriptor(StateDescriptor[T]):
         super().__init__(name)
         self.reduce_function = reduce_function
         self.reduce: Callable[[Any, Any], Any] = _reduce_callable(
-            reduce_function, f"ReducingStateDescriptor({name!r})")
+            reduce_function, f"ReducingStateDescriptor({name!r})"
+        )
 
 
 class AggregatingStateDescriptor(StateDescriptor[T]):
@@ -106,10 +109,14 @@ class AggregatingStateDescriptor(StateDescriptor[T]):
 
     def __init__(self, name: str, agg_function: Any) -> None:
         super().__init__(name)
-        missing = [m for m in ("create_accumulator", "add", "get_result")
-                   if not callable(getattr(agg_function, m, None))]
+        missing = [
+            m
+            for m in ("create_accumulator", "add", "get_result")
+            if not callable(getattr(agg_function, m, None))
+        ]
         if missing:
             raise ConfigurationError(
                 f"AggregatingStateDescriptor({name!r}) needs an lg.AggregateFunction; "
-                f"{agg_function!r} has no {', '.join(missing)} method(s)")
+                f"{agg_function!r} has no {', '.join(missing)} method(s)"
+            )
         self.agg_function = agg_function

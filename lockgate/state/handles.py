@@ -74,8 +74,9 @@ class KeyedStateHandle:
 
     __slots__ = ("__weakref__", "_backend", "_descriptor", "_table", "_ttl")
 
-    def __init__(self, backend: KeyedStateHost, table: StateTable,
-                 descriptor: StateDescriptor[Any]) -> None:
+    def __init__(
+        self, backend: KeyedStateHost, table: StateTable, descriptor: StateDescriptor[Any]
+    ) -> None:
         self._backend = backend
         self._table = table  # a backend may re-point it (the heap backend's snapshots do)
         self._descriptor = descriptor
@@ -122,7 +123,8 @@ class KeyedStateHandle:
         ttl = self._ttl
         backend = self._backend
         self._table[backend.current_key] = (
-            value if ttl is None else TtlValue(value, stamp_time(ttl, backend)))
+            value if ttl is None else TtlValue(value, stamp_time(ttl, backend))
+        )
 
     def _wrap(self, value: Any, ts: int | None) -> Any:
         return value if ts is None else TtlValue(value, ts)
@@ -160,12 +162,19 @@ class ValueState(KeyedStateHandle, Generic[T]):
 
 
 def _elements(values: Any, what: str) -> list[Any]:
-    if values is None or isinstance(values, (str, bytes, bytearray, Mapping)) or not isinstance(
-            values, Iterable):
+    if (
+        values is None
+        or isinstance(values, (str, bytes, bytearray, Mapping))
+        or not isinstance(values, Iterable)
+    ):
         raise ConfigurationError(
             f"{what} needs an iterable of elements such as a list, got {values!r}"
-            + (" (wrap a single element in a list: [value])"
-               if isinstance(values, (str, bytes, bytearray)) else ""))
+            + (
+                " (wrap a single element in a list: [value])"
+                if isinstance(values, (str, bytes, bytearray))
+                else ""
+            )
+        )
     return list(values)
 
 
@@ -249,7 +258,8 @@ def _hashable(user_key: Any, what: str) -> Any:
     except TypeError as e:
         raise ConfigurationError(
             f"{what}: map state keys must be hashable (e.g. str, int, tuple), got "
-            f"{type(user_key).__name__} {user_key!r}") from e
+            f"{type(user_key).__name__} {user_key!r}"
+        ) from e
     return user_key
 
 
@@ -335,7 +345,8 @@ class MapState(KeyedStateHandle, Generic[K, V]):
         if not isinstance(entries, Mapping):
             raise ConfigurationError(
                 f"MapState {self.name!r}.put_all needs a mapping (e.g. a dict) of user key -> "
-                f"value, got {entries!r}")
+                f"value, got {entries!r}"
+            )
         what = f"MapState {self.name!r}.put_all"
         ts = self._stamp()
         new = {_hashable(uk, what): self._wrap(v, ts) for uk, v in entries.items()}
@@ -415,7 +426,8 @@ class ReducingState(KeyedStateHandle, Generic[T]):
         if value is None:
             raise ConfigurationError(
                 f"ReducingState {self.name!r}.add got None; add values only (None is what "
-                "get() returns for an empty state), or use clear()")
+                "get() returns for an empty state), or use clear()"
+            )
         old = self._load(False)
         self._store(value if old is _MISSING else self._descriptor.reduce(old, value))
 
@@ -456,18 +468,21 @@ HANDLE_TYPES: dict[str, tuple[type[StateDescriptor[Any]], type[KeyedStateHandle]
 STATE_KINDS = tuple(HANDLE_TYPES)
 
 
-def create_handle(backend: KeyedStateHost, table: StateTable,
-                  descriptor: StateDescriptor[Any], where: str) -> KeyedStateHandle:
+def create_handle(
+    backend: KeyedStateHost, table: StateTable, descriptor: StateDescriptor[Any], where: str
+) -> KeyedStateHandle:
     """The handle for ``descriptor``'s kind over ``table``; a ConfigurationError
     (prefixed with ``where``) for an unknown kind or a descriptor of the wrong class."""
     entry = HANDLE_TYPES.get(descriptor.kind)
     if entry is None:
         raise ConfigurationError(
             f"{where}: state kind {descriptor.kind!r} of {descriptor!r} is not a keyed state "
-            f"kind; use one of {', '.join(STATE_KINDS)} (e.g. lg.ValueStateDescriptor('name'))")
+            f"kind; use one of {', '.join(STATE_KINDS)} (e.g. lg.ValueStateDescriptor('name'))"
+        )
     descriptor_type, handle_type = entry
     if not isinstance(descriptor, descriptor_type):
         raise ConfigurationError(
             f"{where}: {descriptor!r} says it is {descriptor.kind} state but is not a "
-            f"{descriptor_type.__name__}; create it with lg.{descriptor_type.__name__}(...)")
+            f"{descriptor_type.__name__}; create it with lg.{descriptor_type.__name__}(...)"
+        )
     return handle_type(backend, table, descriptor)

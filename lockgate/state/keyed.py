@@ -188,8 +188,9 @@ class _Overlay(dict[Any, Any]):
 
     __slots__ = ("backend", "below", "name", "tombstones")
 
-    def __init__(self, backend: HeapKeyedStateBackend, name: str,
-                 below: tuple[dict[Any, Any], ...]) -> None:
+    def __init__(
+        self, backend: HeapKeyedStateBackend, name: str, below: tuple[dict[Any, Any], ...]
+    ) -> None:
         super().__init__()
         self.backend = backend
         self.name = name
@@ -241,9 +242,14 @@ class KeyedStateSnapshot:
     gives its layers back to the backend and cancels a running ``materialize``.
     """
 
-    def __init__(self, backend: HeapKeyedStateBackend, depth: int,
-                 views: dict[str, tuple[dict[Any, Any], ...]], kinds: dict[str, str],
-                 expiry: dict[str, tuple[StateTtlConfig, int]] | None = None) -> None:
+    def __init__(
+        self,
+        backend: HeapKeyedStateBackend,
+        depth: int,
+        views: dict[str, tuple[dict[Any, Any], ...]],
+        kinds: dict[str, str],
+        expiry: dict[str, tuple[StateTtlConfig, int]] | None = None,
+    ) -> None:
         self._backend = backend
         self._depth = depth  # the snapshot sees the bottom ``depth`` frozen layers
         self._views = views
@@ -307,8 +313,11 @@ class KeyedStateSnapshot:
                 self._size = sum(
                     len(kg) for s in states.values() for kg in s["key_groups"].values()
                 )
-            return {"format": SNAPSHOT_FORMAT, "max_parallelism": self.max_parallelism,
-                    "states": states}
+            return {
+                "format": SNAPSHOT_FORMAT,
+                "max_parallelism": self.max_parallelism,
+                "states": states,
+            }
         finally:
             self._leave()
 
@@ -355,8 +364,9 @@ class KeyedStateSnapshot:
                 "released (cancelled) while it was being materialized"
             )
 
-    def _unexpired(self, kind: str, view: dict[Any, Any], config: StateTtlConfig,
-                   now: int) -> dict[Any, Any]:
+    def _unexpired(
+        self, kind: str, view: dict[Any, Any], config: StateTtlConfig, now: int
+    ) -> dict[Any, Any]:
         """``view`` without what is expired at ``now`` (a new dict; the layers stay as they are)."""
         out: dict[Any, Any] = {}
         for i, (key, stored) in enumerate(view.items()):
@@ -412,9 +422,13 @@ class HeapKeyedStateBackend:
     ``materialize``/``release``/``size_hint`` belongs to the task thread.
     """
 
-    def __init__(self, operator_name: str,
-                 max_parallelism: int = DEFAULT_MAX_PARALLELISM, *,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        operator_name: str,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
         self.operator_name = operator_name
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.current_key: Any = None
@@ -535,8 +549,9 @@ class HeapKeyedStateBackend:
             self._repoint(name, _Overlay(self, name, layers))
         self._frozen.append(frozen)
         expiry = snapshot_expiry(views, self._ttl, self)
-        snap = KeyedStateSnapshot(self, len(self._frozen), views,
-                                  {name: self._kinds[name] for name in views}, expiry)
+        snap = KeyedStateSnapshot(
+            self, len(self._frozen), views, {name: self._kinds[name] for name in views}, expiry
+        )
         with self._lock:
             self._outstanding.add(snap)
         return snap
@@ -612,7 +627,8 @@ class HeapKeyedStateBackend:
                 raise UnsupportedSnapshotFormatError(
                     f"{where} is a RocksDB incremental checkpoint; restore it with "
                     "env.set_state_backend(lg.RocksDBStateBackend(...)), or change state "
-                    "backends through a savepoint (savepoints restore into either backend)")
+                    "backends through a savepoint (savepoints restore into either backend)"
+                )
             for name, kind, entries in canonical_states(snap, where, key_groups):
                 known = self._kinds.get(name)
                 if known is not None and known != kind:

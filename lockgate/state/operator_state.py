@@ -50,7 +50,8 @@ class OperatorListState(Generic[T]):
     def add(self, value: T) -> None:
         if value is None:
             raise ConfigurationError(
-                f"operator list state '{self.name}': cannot add None; add a value")
+                f"operator list state '{self.name}': cannot add None; add a value"
+            )
         self._items.append(value)
 
     def add_all(self, values: Iterable[T]) -> None:
@@ -62,7 +63,8 @@ class OperatorListState(Generic[T]):
         items = list(values)
         if any(v is None for v in items):
             raise ConfigurationError(
-                f"operator list state '{self.name}': update() got a None element")
+                f"operator list state '{self.name}': update() got a None element"
+            )
         self._items = items
 
     def clear(self) -> None:
@@ -83,7 +85,7 @@ def even_chunk(items: Sequence[Any], index: int, count: int) -> list[Any]:
     at most one (the first ``len % count`` chunks are one longer)."""
     base, extra = divmod(len(items), count)
     start = index * base + min(index, extra)
-    return list(items[start:start + base + (1 if index < extra else 0)])
+    return list(items[start : start + base + (1 if index < extra else 0)])
 
 
 class OperatorStateStore:
@@ -106,7 +108,8 @@ class OperatorStateStore:
         if not isinstance(descriptor, ListStateDescriptor):
             raise ConfigurationError(
                 f"operator '{self.operator_name}': operator state is list state; pass "
-                f"lg.ListStateDescriptor('name'), got {descriptor!r}")
+                f"lg.ListStateDescriptor('name'), got {descriptor!r}"
+            )
         state = self._states.get(descriptor.name)
         if state is None:
             state = self._states[descriptor.name] = OperatorListState(descriptor.name, mode)
@@ -114,7 +117,8 @@ class OperatorStateStore:
             raise ConfigurationError(
                 f"operator '{self.operator_name}': operator state '{descriptor.name}' is "
                 f"{state.mode} list state (in this run or in the restored snapshot), but was "
-                f"asked for as {mode} list state; use the same method as before or a new name")
+                f"asked for as {mode} list state; use the same method as before or a new name"
+            )
         return state
 
     # -- snapshots (M-T3, M-T4) --------------------------------------------------------
@@ -123,11 +127,18 @@ class OperatorStateStore:
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """A deep copy of every list: ``{name: {"mode": "split"|"union", "items": [...]}}``."""
-        return {name: {"mode": s.mode, "items": copy.deepcopy(s._items)}
-                for name, s in self._states.items()}
+        return {
+            name: {"mode": s.mode, "items": copy.deepcopy(s._items)}
+            for name, s in self._states.items()
+        }
 
-    def restore(self, old: Mapping[int, dict[str, dict[str, Any]] | None], subtask: int,
-                parallelism: int, same_parallelism: bool) -> None:
+    def restore(
+        self,
+        old: Mapping[int, dict[str, dict[str, Any]] | None],
+        subtask: int,
+        parallelism: int,
+        same_parallelism: bool,
+    ) -> None:
         """Take over operator state from the snapshots of the old subtasks (``old``:
         old subtask index -> its operator state, or None)."""
         by_name: dict[str, tuple[str, dict[int, list[Any]]]] = {}
@@ -137,12 +148,14 @@ class OperatorStateStore:
                 if mode not in (SPLIT, UNION):
                     raise ConfigurationError(
                         f"operator '{self.operator_name}': restored operator state '{name}' "
-                        f"of old subtask {i} has mode {mode!r}, not 'split' or 'union'")
+                        f"of old subtask {i} has mode {mode!r}, not 'split' or 'union'"
+                    )
                 known = by_name.setdefault(name, (mode, {}))
                 if known[0] != mode:
                     raise ConfigurationError(
                         f"operator '{self.operator_name}': restored operator state '{name}' "
-                        f"is both {known[0]} and {mode} list state in the snapshot")
+                        f"is both {known[0]} and {mode} list state in the snapshot"
+                    )
                 known[1][i] = list(entry.get("items", []))
         for name, (mode, lists) in by_name.items():
             every = [x for i in sorted(lists) for x in lists[i]]

@@ -133,26 +133,39 @@ class RocksDBKeyedStateBackend:
     clock). ``subtask_index`` names the working folder.
     """
 
-    def __init__(self, operator_name: str, max_parallelism: int = DEFAULT_MAX_PARALLELISM, *,
-                 clock: Clock | None = None, incremental: bool = True,
-                 local_dir: str | None = None, subtask_index: int = 0) -> None:
+    def __init__(
+        self,
+        operator_name: str,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        *,
+        clock: Clock | None = None,
+        incremental: bool = True,
+        local_dir: str | None = None,
+        subtask_index: int = 0,
+    ) -> None:
         if not isinstance(operator_name, str):
             raise ConfigurationError(
-                f"RocksDBKeyedStateBackend needs the operator's name (a str), got "
-                f"{operator_name!r}")
+                f"RocksDBKeyedStateBackend needs the operator's name (a str), got {operator_name!r}"
+            )
         if not isinstance(incremental, bool):
             raise ConfigurationError(
                 f"RocksDBKeyedStateBackend(incremental=...) must be True or False, got "
-                f"{incremental!r}")
-        if isinstance(subtask_index, bool) or not isinstance(subtask_index, int) \
-                or subtask_index < 0:
+                f"{incremental!r}"
+            )
+        if (
+            isinstance(subtask_index, bool)
+            or not isinstance(subtask_index, int)
+            or subtask_index < 0
+        ):
             raise ConfigurationError(
                 f"RocksDBKeyedStateBackend(subtask_index=...) must be an int >= 0, got "
-                f"{subtask_index!r}")
+                f"{subtask_index!r}"
+            )
         if local_dir is not None and (not isinstance(local_dir, str) or not local_dir):
             raise ConfigurationError(
                 f"RocksDBKeyedStateBackend(local_dir=...) must be a folder path or None, got "
-                f"{local_dir!r}")
+                f"{local_dir!r}"
+            )
         self.operator_name = operator_name
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.incremental = incremental
@@ -169,7 +182,8 @@ class RocksDBKeyedStateBackend:
         try:
             os.makedirs(base, exist_ok=True)
             self.working_dir = tempfile.mkdtemp(
-                prefix=f"lockgate-rocksdb-{name}-{subtask_index}-", dir=base)
+                prefix=f"lockgate-rocksdb-{name}-{subtask_index}-", dir=base
+            )
         except OSError as e:
             raise ConfigurationError(
                 f"operator '{operator_name}': cannot create the RocksDB working folder in "
@@ -210,24 +224,28 @@ class RocksDBKeyedStateBackend:
         if not isinstance(descriptor, StateDescriptor):
             raise ConfigurationError(
                 f"{where}: get_state needs a state descriptor such as "
-                f"lg.ValueStateDescriptor('name'), got {descriptor!r}")
+                f"lg.ValueStateDescriptor('name'), got {descriptor!r}"
+            )
         name = descriptor.name
         known = self._states.get(name)
         if known is not None and known.kind != descriptor.kind:
             how = "registered" if name in self._ttl else "restored from a snapshot"
             raise ConfigurationError(
                 f"{where}: state '{name}' is already {how} as {known.kind} state; give the "
-                f"{descriptor.kind} state another name")
+                f"{descriptor.kind} state another name"
+            )
         ttl = descriptor.ttl_config
         if ttl is not None and not isinstance(ttl, StateTtlConfig):
             raise ConfigurationError(
                 f"{where}: {descriptor!r} has ttl_config {ttl!r}; set it with "
-                "descriptor.enable_time_to_live(lg.StateTtlConfig(...))")
+                "descriptor.enable_time_to_live(lg.StateTtlConfig(...))"
+            )
         if name in self._ttl and self._ttl[name] != ttl:
             raise ConfigurationError(
                 f"{where}: state '{name}' is already registered with TTL {self._ttl[name]!r}, "
                 f"now asked for with TTL {ttl!r}; use the same descriptor settings for every "
-                "handle of one state")
+                "handle of one state"
+            )
         restored = known is not None and name not in self._ttl
         info = known if known is not None else self._register(name, descriptor.kind, where)
         table = self._table(name, info)
@@ -241,7 +259,8 @@ class RocksDBKeyedStateBackend:
     def _register(self, name: str, kind: str, where: str) -> StateInfo:
         if self._next_id > MAX_STATE_ID:
             raise ConfigurationError(
-                f"{where}: more than {MAX_STATE_ID} keyed states; use fewer state names")
+                f"{where}: more than {MAX_STATE_ID} keyed states; use fewer state names"
+            )
         info = StateInfo(kind, self._next_id)
         self._next_id += 1
         self._states[name] = info
@@ -265,7 +284,8 @@ class RocksDBKeyedStateBackend:
                     f"{where}: state '{name}' holds values stored {had} TTL (restored from a "
                     f"snapshot) but its descriptor {has} TTL; changing the TTL setting of "
                     "existing state is not supported: keep the setting the state was written "
-                    "with, or give the state a new name")
+                    "with, or give the state a new name"
+                )
 
     # -- reading the live state ---------------------------------------------------------------
     def _scan(self, state_id: int, limit: int | None = None) -> Iterable[tuple[Any, Any]]:
@@ -308,9 +328,15 @@ class RocksDBKeyedStateBackend:
         create_checkpoint(self._db, path)
         expiry = snapshot_expiry(self._states, self._ttl, self)
         cls = IncrementalRocksDBSnapshot if self.incremental else RocksDBSnapshot
-        view = cls(operator_name=self.operator_name, max_parallelism=self.max_parallelism,
-                   path=path, db_id=self.db_id, states=self._states, expiry=expiry,
-                   on_release=self._snapshot_released)
+        view = cls(
+            operator_name=self.operator_name,
+            max_parallelism=self.max_parallelism,
+            path=path,
+            db_id=self.db_id,
+            states=self._states,
+            expiry=expiry,
+            on_release=self._snapshot_released,
+        )
         with self._lock:
             self._outstanding.add(view)
         return view
@@ -324,8 +350,13 @@ class RocksDBKeyedStateBackend:
             self._outstanding.discard(view)
 
     # -- restore (M-R1, M-R3, M-R4, M-T4) -----------------------------------------------------
-    def restore(self, snapshots: Iterable[Mapping[str, Any]], key_groups: range, *,
-                storage: CheckpointStorage | None = None) -> None:
+    def restore(
+        self,
+        snapshots: Iterable[Mapping[str, Any]],
+        key_groups: range,
+        *,
+        storage: CheckpointStorage | None = None,
+    ) -> None:
         """Load the entries of ``key_groups`` from canonical snapshots (either backend's)
         and this backend's checkpoint payloads; entries of other key groups are ignored.
         ``storage``: where the payloads' shared files are (default: the storage each
@@ -334,15 +365,18 @@ class RocksDBKeyedStateBackend:
         where = f"operator '{self.operator_name}'"
         if not isinstance(key_groups, range):
             raise ConfigurationError(
-                f"{where}: restore needs the subtask's key groups as a range, got "
-                f"{key_groups!r}")
+                f"{where}: restore needs the subtask's key groups as a range, got {key_groups!r}"
+            )
         if self.outstanding_snapshots():
             raise ConfigurationError(
                 f"{where}: cannot restore keyed state while a snapshot is outstanding; "
-                "restore before processing starts")
+                "restore before processing starts"
+            )
         snaps = list(snapshots)
-        kinds = [snapshot_kind(s, f"{where}: keyed state snapshot #{i}", self.max_parallelism)
-                 for i, s in enumerate(snaps)]
+        kinds = [
+            snapshot_kind(s, f"{where}: keyed state snapshot #{i}", self.max_parallelism)
+            for i, s in enumerate(snaps)
+        ]
         # the database gets a new identity: the first checkpoint after it uploads everything
         self.db_id = uuid.uuid4().hex
         if kinds == ["native"] and not self._states and first_and_last_row(self._db) is None:
@@ -359,8 +393,13 @@ class RocksDBKeyedStateBackend:
         for name, ttl in self._ttl.items():
             self._check_ttl_form(name, ttl, where)
 
-    def _adopt(self, payload: Mapping[str, Any], key_groups: range,
-               storage: CheckpointStorage | None, where: str) -> None:
+    def _adopt(
+        self,
+        payload: Mapping[str, Any],
+        key_groups: range,
+        storage: CheckpointStorage | None,
+        where: str,
+    ) -> None:
         """Download the payload's database and make it the working one, clipped to
         ``key_groups``."""
         states = native_states(payload, where)
@@ -378,8 +417,9 @@ class RocksDBKeyedStateBackend:
             self._states[name] = StateInfo(kind, state_id)
         self._next_id = max((i for _, i in states.values()), default=0) + 1
 
-    def _download(self, payload: Mapping[str, Any], storage: CheckpointStorage | None,
-                  where: str) -> str:
+    def _download(
+        self, payload: Mapping[str, Any], storage: CheckpointStorage | None, where: str
+    ) -> str:
         folder = os.path.join(self.working_dir, f"restore-{uuid.uuid4().hex}")
         try:
             download(payload, payload_storage(payload, storage, where), folder, where)
@@ -388,8 +428,9 @@ class RocksDBKeyedStateBackend:
             raise
         return folder
 
-    def _merge_catalogue(self, states: Mapping[str, tuple[str, int]],
-                         where: str) -> dict[int, bytes]:
+    def _merge_catalogue(
+        self, states: Mapping[str, tuple[str, int]], where: str
+    ) -> dict[int, bytes]:
         """Register the states of a snapshot (checking kinds); their old id -> our id bytes."""
         mapping: dict[int, bytes] = {}
         for name, (kind, old_id) in states.items():
@@ -403,11 +444,17 @@ class RocksDBKeyedStateBackend:
         if known.kind != kind:
             raise ConfigurationError(
                 f"{where}: state '{name}' is {kind} state in the snapshot but is registered "
-                f"as {known.kind} state")
+                f"as {known.kind} state"
+            )
         return known
 
-    def _copy_native(self, payload: Mapping[str, Any], key_groups: range,
-                     storage: CheckpointStorage | None, where: str) -> None:
+    def _copy_native(
+        self,
+        payload: Mapping[str, Any],
+        key_groups: range,
+        storage: CheckpointStorage | None,
+        where: str,
+    ) -> None:
         """Copy the rows of ``key_groups`` from a payload's database into ours."""
         ids = self._merge_catalogue(native_states(payload, where), where)
         folder = self._download(payload, storage, where)
@@ -462,7 +509,8 @@ class RocksDBKeyedStateBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigurationError(
-                f"operator '{self.operator_name}': the RocksDB keyed state backend is closed")
+                f"operator '{self.operator_name}': the RocksDB keyed state backend is closed"
+            )
 
 
 class _Batch:

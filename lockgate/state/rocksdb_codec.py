@@ -44,11 +44,21 @@ ROW_PREFIX = 4
 MAX_STATE_ID = 0xFFFF
 
 _NONE, _FALSE, _TRUE, _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = (
-    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"\x06", b"\x07", b"\x7f")
+    b"\x00",
+    b"\x01",
+    b"\x02",
+    b"\x03",
+    b"\x04",
+    b"\x05",
+    b"\x06",
+    b"\x07",
+    b"\x7f",
+)
 _DOUBLE = struct.Struct(">d")
 
 
 # -- keys ---------------------------------------------------------------------------------------
+
 
 def encode_key(key: Any) -> bytes:
     """The deterministic bytes of ``key`` (see the module docstring)."""
@@ -78,7 +88,8 @@ def encode_key(key: Any) -> bytes:
         raise UnsupportedKeyError(
             f"the RocksDB state backend cannot serialize the key {key!r} of type "
             f"{t.__name__}: {e}; key by an int, float, str, bytes, bool, None, a date or "
-            "a tuple of these") from e
+            "a tuple of these"
+        ) from e
 
 
 def decode_key(data: bytes) -> Any:
@@ -90,7 +101,7 @@ def decode_key(data: bytes) -> Any:
 
 
 def _decode(data: bytes, start: int, end: int) -> tuple[Any, int]:
-    tag = data[start:start + 1]
+    tag = data[start : start + 1]
     body = start + 1
     if tag == _STR:
         return data[body:end].decode("utf-8", "surrogatepass"), end
@@ -142,6 +153,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 # -- values -------------------------------------------------------------------------------------
 
+
 def dumps(stored: Any) -> bytes:
     """The bytes of a stored value: ``pickle``, or ``cloudpickle`` when plain pickle
     cannot reference the value's class (a class defined in a driver script)."""
@@ -156,6 +168,7 @@ loads = pickle.loads
 
 
 # -- row keys -----------------------------------------------------------------------------------
+
 
 def state_id_bytes(state_id: int) -> bytes:
     return U16.pack(state_id)

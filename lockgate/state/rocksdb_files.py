@@ -71,8 +71,11 @@ def is_shared_file(name: str) -> bool:
 def state_files(path: str) -> list[str]:
     """The names of the files that make up the database at ``path``, sorted (without
     the lock and info-log files of an open database)."""
-    return sorted(n for n in os.listdir(path)
-                  if not n.startswith(_RUNTIME_FILES) and os.path.isfile(os.path.join(path, n)))
+    return sorted(
+        n
+        for n in os.listdir(path)
+        if not n.startswith(_RUNTIME_FILES) and os.path.isfile(os.path.join(path, n))
+    )
 
 
 def first_and_last_row(db: Rdict) -> tuple[bytes, bytes] | None:

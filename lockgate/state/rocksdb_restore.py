@@ -42,7 +42,8 @@ def native_states(payload: Mapping[str, Any], where: str) -> dict[str, tuple[str
         if kind not in STATE_KINDS or not isinstance(state_id, int):
             raise UnsupportedSnapshotFormatError(
                 f"{where}: state '{name}' is described as {info!r}; expected "
-                "{'kind': <state kind>, 'id': <int>}")
+                "{'kind': <state kind>, 'id': <int>}"
+            )
         out[name] = (kind, state_id)
     return out
 
@@ -56,8 +57,9 @@ def overlaps(payload: Mapping[str, Any], key_groups: range) -> bool:
     return first < key_groups.stop and key_groups.start < end
 
 
-def payload_storage(payload: Mapping[str, Any], storage: CheckpointStorage | None,
-                    where: str) -> CheckpointStorage:
+def payload_storage(
+    payload: Mapping[str, Any], storage: CheckpointStorage | None, where: str
+) -> CheckpointStorage:
     """The storage holding a native payload's shared files: ``storage`` when given,
     else the one its ``storage_url`` names."""
     if storage is not None:
@@ -70,11 +72,13 @@ def payload_storage(payload: Mapping[str, Any], storage: CheckpointStorage | Non
     except Exception as e:
         raise ConfigurationError(
             f"{where}: cannot open the checkpoint storage {url!r} that holds its shared "
-            f"state files: {e}") from e
+            f"state files: {e}"
+        ) from e
 
 
-def download(payload: Mapping[str, Any], storage: CheckpointStorage, folder: str,
-             where: str) -> None:
+def download(
+    payload: Mapping[str, Any], storage: CheckpointStorage, folder: str, where: str
+) -> None:
     """Write the database of a native payload into the new folder ``folder``: every SST
     file from ``storage`` (checked against its handle) and the private files."""
     sst = payload.get("sst")
@@ -85,7 +89,8 @@ def download(payload: Mapping[str, Any], storage: CheckpointStorage, folder: str
     for name, handle in sst.items():
         if not isinstance(handle, StateHandle):
             raise UnsupportedSnapshotFormatError(
-                f"{where}: SST file {name!r} has no state handle (found {handle!r})")
+                f"{where}: SST file {name!r} has no state handle (found {handle!r})"
+            )
         _write(folder, name, read_shared_file(storage, handle))
     for name, data in private.items():
         _write(folder, name, data)

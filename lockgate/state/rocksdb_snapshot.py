@@ -57,10 +57,17 @@ class RocksDBSnapshot:
     """A consistent, immutable view of the backend's database (a RocksDB checkpoint
     folder at ``path``). ``materialize`` and ``release`` may run on any thread."""
 
-    def __init__(self, *, operator_name: str, max_parallelism: int, path: str, db_id: str,
-                 states: dict[str, StateInfo],
-                 expiry: dict[str, tuple[StateTtlConfig, int]],
-                 on_release: Callable[[RocksDBSnapshot], None]) -> None:
+    def __init__(
+        self,
+        *,
+        operator_name: str,
+        max_parallelism: int,
+        path: str,
+        db_id: str,
+        states: dict[str, StateInfo],
+        expiry: dict[str, tuple[StateTtlConfig, int]],
+        on_release: Callable[[RocksDBSnapshot], None],
+    ) -> None:
         self.operator_name = operator_name
         self.max_parallelism = max_parallelism
         self.path = path
@@ -110,9 +117,14 @@ class RocksDBSnapshot:
                 db.close()
                 del db
             self._check_released()
-            return {"format": SNAPSHOT_FORMAT, "max_parallelism": self.max_parallelism,
-                    "states": {name: {"kind": self._states[name].kind, "key_groups": groups[name]}
-                               for name in self._states}}
+            return {
+                "format": SNAPSHOT_FORMAT,
+                "max_parallelism": self.max_parallelism,
+                "states": {
+                    name: {"kind": self._states[name].kind, "key_groups": groups[name]}
+                    for name in self._states
+                },
+            }
         finally:
             self._leave()
 
@@ -135,7 +147,8 @@ class RocksDBSnapshot:
             if self._released:
                 raise SnapshotReleasedError(
                     f"operator '{self.operator_name}': this RocksDB state snapshot was "
-                    "released; it cannot be materialized any more")
+                    "released; it cannot be materialized any more"
+                )
             self._readers += 1
 
     def _leave(self) -> None:
@@ -151,7 +164,8 @@ class RocksDBSnapshot:
         if self._released:
             raise SnapshotReleasedError(
                 f"operator '{self.operator_name}': the RocksDB state snapshot was released "
-                "(cancelled) while it was being materialized")
+                "(cancelled) while it was being materialized"
+            )
 
     def _delete(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -188,12 +202,19 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
                 sst[name] = handle
             self._check_released()
             span = self._key_group_span()
-            return {"format": NATIVE_FORMAT, "version": NATIVE_VERSION,
-                    "max_parallelism": self.max_parallelism,
-                    "storage_url": uploader.storage.url,
-                    "states": {name: {"kind": info.kind, "id": info.state_id}
-                               for name, info in self._states.items()},
-                    "sst": sst, "private": private, "key_group_span": span}
+            return {
+                "format": NATIVE_FORMAT,
+                "version": NATIVE_VERSION,
+                "max_parallelism": self.max_parallelism,
+                "storage_url": uploader.storage.url,
+                "states": {
+                    name: {"kind": info.kind, "id": info.state_id}
+                    for name, info in self._states.items()
+                },
+                "sst": sst,
+                "private": private,
+                "key_group_span": span,
+            }
         finally:
             self._leave()
 

@@ -29,9 +29,14 @@ class OperatorStateSnapshot:
     ``materialize_to(uploader)`` (incremental checkpoints) is the asynchronous part;
     ``release()`` gives the keyed view back."""
 
-    def __init__(self, keyed: Any = None, operator: dict[str, Any] | None = None,
-                 broadcast: dict[str, Any] | None = None, function: Any = None,
-                 timers: Any = None) -> None:
+    def __init__(
+        self,
+        keyed: Any = None,
+        operator: dict[str, Any] | None = None,
+        broadcast: dict[str, Any] | None = None,
+        function: Any = None,
+        timers: Any = None,
+    ) -> None:
         self.keyed = keyed
         self.operator = operator
         self.broadcast = broadcast
@@ -40,8 +45,14 @@ class OperatorStateSnapshot:
 
     def _payload(self, keyed: Any) -> dict[str, Any]:
         timers = self.timers.materialize() if self.timers is not None else None
-        return {PAYLOAD_MARK: PAYLOAD_VERSION, "keyed": keyed, "operator": self.operator,
-                "broadcast": self.broadcast, "timers": timers, "function": self.function}
+        return {
+            PAYLOAD_MARK: PAYLOAD_VERSION,
+            "keyed": keyed,
+            "operator": self.operator,
+            "broadcast": self.broadcast,
+            "timers": timers,
+            "function": self.function,
+        }
 
     def materialize(self) -> dict[str, Any]:
         keyed = self.keyed.materialize() if self.keyed is not None else None

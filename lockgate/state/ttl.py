@@ -134,15 +134,17 @@ class StateTtlConfig:
     ttl_ms: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ttl_ms", to_millis(self.ttl, "StateTtlConfig ttl",
-                                                     allow_zero=False))
+        object.__setattr__(
+            self, "ttl_ms", to_millis(self.ttl, "StateTtlConfig ttl", allow_zero=False)
+        )
         _choice(self.update_type, _UPDATE_TYPES, "update_type")
         _choice(self.visibility, _VISIBILITIES, "visibility")
         _choice(self.time_characteristic, _TIME_CHARACTERISTICS, "time_characteristic")
         if not isinstance(self.cleanup_on_snapshot, bool):
             raise ConfigurationError(
                 "StateTtlConfig cleanup_on_snapshot must be True or False, "
-                f"got {self.cleanup_on_snapshot!r}")
+                f"got {self.cleanup_on_snapshot!r}"
+            )
 
     @property
     def updates_on_read(self) -> bool:
@@ -205,7 +207,8 @@ class StateTtlConfigBuilder:
 
     def set_ttl_time_characteristic(self, time_characteristic: str) -> StateTtlConfigBuilder:
         self._time_characteristic = _choice(
-            time_characteristic, _TIME_CHARACTERISTICS, "time_characteristic")
+            time_characteristic, _TIME_CHARACTERISTICS, "time_characteristic"
+        )
         return self
 
     def use_processing_time(self) -> StateTtlConfigBuilder:
@@ -226,9 +229,12 @@ class StateTtlConfigBuilder:
 
     def build(self) -> StateTtlConfig:
         return StateTtlConfig(
-            self._ttl, update_type=self._update_type, visibility=self._visibility,
+            self._ttl,
+            update_type=self._update_type,
+            visibility=self._visibility,
             time_characteristic=self._time_characteristic,
-            cleanup_on_snapshot=self._cleanup_on_snapshot)
+            cleanup_on_snapshot=self._cleanup_on_snapshot,
+        )
 
 
 def check_ttl_config(config: Any, what: str) -> StateTtlConfig:
@@ -236,11 +242,13 @@ def check_ttl_config(config: Any, what: str) -> StateTtlConfig:
     if not isinstance(config, StateTtlConfig):
         raise ConfigurationError(
             f"{what} needs an lg.StateTtlConfig, e.g. "
-            f"lg.StateTtlConfig(timedelta(hours=1)), got {config!r}")
+            f"lg.StateTtlConfig(timedelta(hours=1)), got {config!r}"
+        )
     return config
 
 
 # -- time --------------------------------------------------------------------------------------
+
 
 def current_time(config: StateTtlConfig, source: TtlTimeSource) -> int:
     """The ``now`` expiry is measured at: the watermark in event time, else the clock."""
@@ -249,8 +257,9 @@ def current_time(config: StateTtlConfig, source: TtlTimeSource) -> int:
     return source.clock.time_ms()
 
 
-def snapshot_expiry(names: Iterable[str], configs: Mapping[str, StateTtlConfig | None],
-                    source: TtlTimeSource) -> dict[str, tuple[StateTtlConfig, int]]:
+def snapshot_expiry(
+    names: Iterable[str], configs: Mapping[str, StateTtlConfig | None], source: TtlTimeSource
+) -> dict[str, tuple[StateTtlConfig, int]]:
     """For the states among ``names`` cleaned up while snapshotting: their TTL config
     and the ``now`` their expiry is measured at, taken in the synchronous part."""
     expiry: dict[str, tuple[StateTtlConfig, int]] = {}
@@ -276,6 +285,7 @@ def is_expired(config: StateTtlConfig, entry: TtlValue, now: int) -> bool:
 
 
 # -- the stored form ----------------------------------------------------------------------------
+
 
 def _expired(config: StateTtlConfig, entry: Any, now: int) -> bool:
     # An entry without a wrapper (state written before TTL was enabled) never expires.
@@ -318,7 +328,8 @@ def strip_ttl(kind: str, stored: Any) -> Any:
         return stored.value if type(stored) is TtlValue else stored
     raise ConfigurationError(
         f"strip_ttl: unknown state kind {kind!r}; expected 'value', 'list', 'map', "
-        "'reducing' or 'aggregating'")
+        "'reducing' or 'aggregating'"
+    )
 
 
 def has_ttl_wrapper(kind: str, stored: Any) -> bool:

@@ -34,8 +34,9 @@ class InjectedFault(LockgateError, RuntimeError):
 
     ``operator`` and ``subtask`` say where it was raised (the executors report them)."""
 
-    def __init__(self, message: str, *, operator: str | None = None,
-                 subtask: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, operator: str | None = None, subtask: int | None = None
+    ) -> None:
         super().__init__(message)
         self.operator = operator
         self.subtask = subtask
@@ -50,9 +51,7 @@ def _rebuild_injected(message: str, operator: str | None, subtask: int | None) -
 
 # -- validation ------------------------------------------------------------------------
 def _fail(fault: object, arg: str, expected: str, value: object) -> ConfigurationError:
-    return ConfigurationError(
-        f"{type(fault).__name__}: {arg} must be {expected}, got {value!r}"
-    )
+    return ConfigurationError(f"{type(fault).__name__}: {arg} must be {expected}, got {value!r}")
 
 
 def _is_int(value: object) -> bool:
@@ -210,7 +209,6 @@ class FailDuringAlignment(_Fault):
     subtask: int | None = 0
 
 
-
 @dataclass(frozen=True)
 class FailCommit(_Fault):
     """The operator (a two-phase-commit sink) raises :class:`InjectedFault` on the
@@ -227,11 +225,25 @@ class FailCommit(_Fault):
 
 
 #: any fault
-Fault = (FailAtRecord | KillWorker | FailSnapshot | DropAcknowledgement | DelayAcknowledgement
-         | DelayBarriers | FailDuringAlignment | FailCommit)
+Fault = (
+    FailAtRecord
+    | KillWorker
+    | FailSnapshot
+    | DropAcknowledgement
+    | DelayAcknowledgement
+    | DelayBarriers
+    | FailDuringAlignment
+    | FailCommit
+)
 FAULT_TYPES: tuple[type, ...] = (
-    FailAtRecord, KillWorker, FailSnapshot, DropAcknowledgement, DelayAcknowledgement,
-    DelayBarriers, FailDuringAlignment, FailCommit,
+    FailAtRecord,
+    KillWorker,
+    FailSnapshot,
+    DropAcknowledgement,
+    DelayAcknowledgement,
+    DelayBarriers,
+    FailDuringAlignment,
+    FailCommit,
 )
 #: faults acting on a subtask's acknowledgements (installed through ``wrap_responder``)
 ACK_FAULTS: tuple[type, ...] = (DropAcknowledgement, DelayAcknowledgement)
@@ -241,8 +253,15 @@ ACK_FAULTS: tuple[type, ...] = (DropAcknowledgement, DelayAcknowledgement)
 _ROLES = ("source", "operator", "sink")
 
 
-def seeded_faults(seed: int, count: int, *, operators: dict[str, str], records: int,
-                  attempts_from: int = 0, subtasks: int = 2) -> list[Fault]:
+def seeded_faults(
+    seed: int,
+    count: int,
+    *,
+    operators: dict[str, str],
+    records: int,
+    attempts_from: int = 0,
+    subtasks: int = 2,
+) -> list[Fault]:
     """``count`` faults drawn from ``random.Random(seed)``: the same arguments always
     give the same list, on every machine and Python version.
 
@@ -261,13 +280,19 @@ def seeded_faults(seed: int, count: int, *, operators: dict[str, str], records: 
     """
     if not _is_int(seed):
         raise ConfigurationError(f"seeded_faults: seed must be an int, got {seed!r}")
-    for arg, value, low in (("count", count, 0), ("records", records, 0),
-                            ("attempts_from", attempts_from, 0), ("subtasks", subtasks, 1)):
+    for arg, value, low in (
+        ("count", count, 0),
+        ("records", records, 0),
+        ("attempts_from", attempts_from, 0),
+        ("subtasks", subtasks, 1),
+    ):
         if not _is_int(value) or value < low:
-            raise ConfigurationError(f"seeded_faults: {arg} must be an int >= {low}, "
-                                     f"got {value!r}")
-    if not isinstance(operators, dict) or set(operators) != set(_ROLES) or not all(
-            isinstance(v, str) and v for v in operators.values()):
+            raise ConfigurationError(f"seeded_faults: {arg} must be an int >= {low}, got {value!r}")
+    if (
+        not isinstance(operators, dict)
+        or set(operators) != set(_ROLES)
+        or not all(isinstance(v, str) and v for v in operators.values())
+    ):
         raise ConfigurationError(
             "seeded_faults: operators must map exactly 'source', 'operator' and 'sink' to "
             f"operator names, e.g. {{'source': 'Source: sequence', 'operator': 'running sum', "

@@ -92,15 +92,17 @@ class FaultSchedule:
             )
 
     # -- runtime hooks ----------------------------------------------------------------
-    def wrap_responder(self, responder: CheckpointResponder, task_key: TaskKey,
-                       attempt_number: int) -> CheckpointResponder:
+    def wrap_responder(
+        self, responder: CheckpointResponder, task_key: TaskKey, attempt_number: int
+    ) -> CheckpointResponder:
         """The responder subtask ``task_key`` answers the coordinator through in attempt
         ``attempt_number``: ``responder`` itself unless an acknowledgement fault targets
         this subtask index and attempt; then a wrapper, dormant until :meth:`install`
         finds the fault's operator (or task name) in the subtask."""
-        if not any(isinstance(f, ACK_FAULTS) and _attempt_and_subtask(f, attempt_number,
-                                                                    task_key[1])
-                   for f in self.faults):
+        if not any(
+            isinstance(f, ACK_FAULTS) and _attempt_and_subtask(f, attempt_number, task_key[1])
+            for f in self.faults
+        ):
             return responder
         return FaultyResponder(responder, task_key)
 
@@ -133,9 +135,7 @@ def inject_faults(env: Any, *faults: Fault) -> FaultSchedule:
     from ..api.environment import StreamEnvironment
 
     if not isinstance(env, StreamEnvironment):
-        raise ConfigurationError(
-            f"inject_faults needs a lockgate StreamEnvironment, got {env!r}"
-        )
+        raise ConfigurationError(f"inject_faults needs a lockgate StreamEnvironment, got {env!r}")
     schedule = FaultSchedule(*faults)
     env._faults = schedule
     return schedule
@@ -147,9 +147,12 @@ def _attempt_and_subtask(fault: Fault, attempt_number: int, subtask: int) -> boo
 
 
 def _where(fault: Fault, op: StreamOperator, subtask: int, detail: str) -> InjectedFault:
-    return InjectedFault(f"injected fault {fault!r}: {detail} (operator '{op.name}', "
-                         f"subtask {subtask}, attempt {fault.attempt})",
-                         operator=op.name, subtask=subtask)
+    return InjectedFault(
+        f"injected fault {fault!r}: {detail} (operator '{op.name}', "
+        f"subtask {subtask}, attempt {fault.attempt})",
+        operator=op.name,
+        subtask=subtask,
+    )
 
 
 # -- acknowledgements -------------------------------------------------------------------
@@ -186,8 +189,7 @@ class FaultyResponder:
             return  # dropped, or handed to the timer
         self.inner.acknowledge(ack)
 
-    def decline(self, task: TaskKey, checkpoint_id: int,
-                reason: CheckpointFailureReason) -> None:
+    def decline(self, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self.inner.decline(task, checkpoint_id, reason)
 
     def __getattr__(self, name: str) -> Any:
@@ -197,8 +199,11 @@ class FaultyResponder:
 
 
 def _install_ack_fault(task: StreamTask, fault: Fault) -> None:
-    names = {task.name} | {op.name for op in task.chain.operators} | {
-        op.uid for op in task.chain.operators}
+    names = (
+        {task.name}
+        | {op.name for op in task.chain.operators}
+        | {op.uid for op in task.chain.operators}
+    )
     if fault.operator not in names:
         return
     responder = getattr(task.checkpointer, "responder", None)
@@ -227,8 +232,9 @@ def _install_operator_fault(task: StreamTask, op: StreamOperator, fault: Fault) 
         _install_commit(op, fault, sub)
 
 
-def _install_at_record(task: StreamTask, op: StreamOperator,
-                       fault: FailAtRecord | KillWorker, sub: int) -> None:
+def _install_at_record(
+    task: StreamTask, op: StreamOperator, fault: FailAtRecord | KillWorker, sub: int
+) -> None:
     from ..runtime.operators.io import SourceOperator
 
     seen = [0]
@@ -264,8 +270,9 @@ def _install_at_record(task: StreamTask, op: StreamOperator,
     _replace_process_batch(task, op, process, process_with_fault)
 
 
-def _replace_process_batch(task: StreamTask, op: StreamOperator,
-                           old: Callable[..., None], new: Callable[..., None]) -> None:
+def _replace_process_batch(
+    task: StreamTask, op: StreamOperator, old: Callable[..., None], new: Callable[..., None]
+) -> None:
     """Make ``new`` the operator's ``process_batch``: as its attribute (the task calls
     the head through it) and in the outputs of the operators chained in front of it,
     which hold the method they call."""
@@ -335,8 +342,9 @@ def _aligning(handler: Any) -> bool:
     return pending is not None
 
 
-def _install_alignment(task: StreamTask, op: StreamOperator, fault: FailDuringAlignment,
-                       sub: int) -> None:
+def _install_alignment(
+    task: StreamTask, op: StreamOperator, fault: FailDuringAlignment, sub: int
+) -> None:
     if op is not task.chain.head or task.input_gate is None:
         raise ConfigurationError(
             f"{fault!r}: operator '{op.name}' must be the first operator of a task with "
@@ -345,17 +353,16 @@ def _install_alignment(task: StreamTask, op: StreamOperator, fault: FailDuringAl
         )
     handler = task.barrier_handler
     if handler is None:
-        raise ConfigurationError(
-            f"{fault!r} needs checkpoints: call env.enable_checkpointing(...)"
-        )
+        raise ConfigurationError(f"{fault!r} needs checkpoints: call env.enable_checkpointing(...)")
     process = op.process_batch
     fired = [False]
 
     def process_with_fault(batch: Any, input_index: int = 0) -> None:
         if not fired[0] and _aligning(handler):
             fired[0] = True
-            raise _where(fault, op, sub, f"batch during the alignment of "
-                                         f"{_describe_pending(handler)}")
+            raise _where(
+                fault, op, sub, f"batch during the alignment of {_describe_pending(handler)}"
+            )
         process(batch, input_index)
 
     _replace_process_batch(task, op, process, process_with_fault)
@@ -371,8 +378,13 @@ def _install_alignment(task: StreamTask, op: StreamOperator, fault: FailDuringAl
             _original(channel, barrier)
             if not fired[0] and _aligning(handler):
                 fired[0] = True
-                raise _where(fault, op, sub, f"barrier on channel {channel} during the "
-                                             f"alignment of {_describe_pending(handler)}")
+                raise _where(
+                    fault,
+                    op,
+                    sub,
+                    f"barrier on channel {channel} during the "
+                    f"alignment of {_describe_pending(handler)}",
+                )
 
         setattr(handler, name, on_barrier_with_fault)
 
@@ -391,8 +403,12 @@ def _install_commit(op: StreamOperator, fault: FailCommit, sub: int) -> None:
     def notify_with_fault(checkpoint_id: int) -> None:
         notices[0] += 1
         if notices[0] == fault.checkpoint:
-            raise _where(fault, op, sub, f"completion notice {notices[0]} (checkpoint "
-                                         f"{checkpoint_id}) before the commit")
+            raise _where(
+                fault,
+                op,
+                sub,
+                f"completion notice {notices[0]} (checkpoint {checkpoint_id}) before the commit",
+            )
         notify(checkpoint_id)
 
     op.notify_checkpoint_complete = notify_with_fault  # type: ignore[method-assign]

@@ -198,10 +198,16 @@ def merge_session_windows(
     unchanged = np.zeros(num, dtype=bool)
     unchanged[existing_to_result[~retired]] = True
     return SessionMerge(
-        key=res_key, start=res_start, end=res_end,
-        existing_to_result=existing_to_result, new_to_result=new_to_result,
-        state_id=state_id, merged_from=merged_from, merged_into=merged_into,
-        changed=~unchanged, retired=retired,
+        key=res_key,
+        start=res_start,
+        end=res_end,
+        existing_to_result=existing_to_result,
+        new_to_result=new_to_result,
+        state_id=state_id,
+        merged_from=merged_from,
+        merged_into=merged_into,
+        changed=~unchanged,
+        retired=retired,
     )
 
 
@@ -293,8 +299,7 @@ class SessionWindowSet:
 
     def snapshot(self) -> list[tuple[int, int, int, int]]:
         """``(start, end, state_start, state_end)`` per window, by start."""
-        return [(w.start, w.end, s.start, s.end) for w in self._windows
-                for s in (self._state[w],)]
+        return [(w.start, w.end, s.start, s.end) for w in self._windows for s in (self._state[w],)]
 
     @classmethod
     def from_snapshot(cls, rows: Iterable[tuple[int, int, int, int]]) -> SessionWindowSet:

@@ -22,14 +22,15 @@ def check_timestamp(value: Any, what: str) -> int:
     elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return check_timestamp(int(value), what)
     else:
-        hint = (" (round it, e.g. int(ts))" if isinstance(value, (float, np.floating))
-                else "")
+        hint = " (round it, e.g. int(ts))" if isinstance(value, (float, np.floating)) else ""
         raise ConfigurationError(
             f"{what} needs a timestamp in epoch milliseconds as an int, got {value!r} "
-            f"({type(value).__name__}){hint}")
+            f"({type(value).__name__}){hint}"
+        )
     raise ConfigurationError(
         f"{what} needs a timestamp between {MIN_WATERMARK} and {MAX_WATERMARK} "
-        f"(int64 milliseconds), got {value}")
+        f"(int64 milliseconds), got {value}"
+    )
 
 
 def timestamp_array(timestamps: Any, what: str) -> np.ndarray:
@@ -39,12 +40,14 @@ def timestamp_array(timestamps: Any, what: str) -> np.ndarray:
         if not pa.types.is_integer(timestamps.type) or timestamps.null_count:
             raise ConfigurationError(
                 f"{what} needs integer timestamps without nulls, got an Arrow column of "
-                f"type {timestamps.type} with {timestamps.null_count} nulls")
+                f"type {timestamps.type} with {timestamps.null_count} nulls"
+            )
         timestamps = timestamps.to_numpy(zero_copy_only=False)
     arr = np.asarray(timestamps) if not isinstance(timestamps, np.ndarray) else timestamps
     if arr.ndim != 1:
-        raise ConfigurationError(f"{what} needs a flat sequence of timestamps, got shape "
-                                 f"{arr.shape}")
+        raise ConfigurationError(
+            f"{what} needs a flat sequence of timestamps, got shape {arr.shape}"
+        )
     if arr.dtype.kind == "u":
         if len(arr) and arr.max() > MAX_WATERMARK:
             raise ConfigurationError(f"{what}: timestamp {arr.max()} is above {MAX_WATERMARK}")
@@ -56,25 +59,29 @@ def timestamp_array(timestamps: Any, what: str) -> np.ndarray:
     if arr.dtype == object:  # Python ints beyond int64, or mixed types: check one by one
         return np.array([check_timestamp(v, what) for v in arr], dtype=np.int64)
     raise ConfigurationError(
-        f"{what} needs integer timestamps (epoch milliseconds), got {arr.dtype} values")
+        f"{what} needs integer timestamps (epoch milliseconds), got {arr.dtype} values"
+    )
 
 
 def key_column(keys: Any, where: str) -> list[Any] | np.ndarray:
     """Keys as a list, or a 1-d numpy array of numbers (reordered natively, stored as
     Python values)."""
     if isinstance(keys, (pa.Array, pa.ChunkedArray)):
-        if keys.null_count or not (pa.types.is_integer(keys.type)
-                                   or pa.types.is_floating(keys.type)):
+        if keys.null_count or not (
+            pa.types.is_integer(keys.type) or pa.types.is_floating(keys.type)
+        ):
             return keys.to_pylist()
         keys = keys.to_numpy(zero_copy_only=False)
     if isinstance(keys, np.ndarray):
         if keys.ndim != 1:
-            raise ConfigurationError(f"{where} needs a flat sequence of keys, got shape "
-                                     f"{keys.shape}")
+            raise ConfigurationError(
+                f"{where} needs a flat sequence of keys, got shape {keys.shape}"
+            )
         return keys if keys.dtype.kind in "iuf" else keys.tolist()
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
         raise ConfigurationError(
-            f"{where} needs a sequence of keys (a list, numpy or Arrow array), got {keys!r}")
+            f"{where} needs a sequence of keys (a list, numpy or Arrow array), got {keys!r}"
+        )
     return keys if isinstance(keys, list) else list(keys)
 
 

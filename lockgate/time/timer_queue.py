@@ -118,8 +118,13 @@ class TimerQueue:
         self._size += 1
         return True
 
-    def add_many(self, timestamps: np.ndarray, keys: Sequence[Any] | np.ndarray,
-                 namespaces: Sequence[Any] | None = None, namespace: Any = None) -> int:
+    def add_many(
+        self,
+        timestamps: np.ndarray,
+        keys: Sequence[Any] | np.ndarray,
+        namespaces: Sequence[Any] | None = None,
+        namespace: Any = None,
+    ) -> int:
         """Queue ``(timestamps[i], keys[i], namespaces[i])`` for every i, in that order
         (``namespace`` for all when ``namespaces`` is None); returns how many were new.
         ``timestamps`` is an int64 array; ``keys`` a list or a 1-d numpy array."""
@@ -147,8 +152,9 @@ class TimerQueue:
             start = end
         return added
 
-    def _add_each(self, timestamps: Iterable[int], keys: Iterable[Any],
-                  namespaces: Iterable[Any]) -> int:
+    def _add_each(
+        self, timestamps: Iterable[int], keys: Iterable[Any], namespaces: Iterable[Any]
+    ) -> int:
         """``add`` inlined for a loop; new timestamps are pushed on the heap at the end
         (also when a key turns out unhashable half way)."""
         buckets = self._buckets
@@ -319,5 +325,9 @@ class TimerQueue:
 
 def timers_of(view: FrozenView) -> list[InternalTimer]:
     """The timers of a queue's buckets (or a frozen view) in firing order."""
-    return [InternalTimer(t, key, ns)
-            for t in sorted(view) for ns, keys in view[t].items() for key in keys]
+    return [
+        InternalTimer(t, key, ns)
+        for t in sorted(view)
+        for ns, keys in view[t].items()
+        for key in keys
+    ]

@@ -45,12 +45,20 @@ class TimerSnapshot:
 
     __slots__ = ("_size", "_views", "max_parallelism", "name")
 
-    def __init__(self, name: str, max_parallelism: int, event_time: FrozenView,
-                 processing_time: FrozenView, size: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_parallelism: int,
+        event_time: FrozenView,
+        processing_time: FrozenView,
+        size: int,
+    ) -> None:
         self.name = name
         self.max_parallelism = max_parallelism
-        self._views: dict[str, FrozenView] | None = {EVENT_TIME: event_time,
-                                                     PROCESSING_TIME: processing_time}
+        self._views: dict[str, FrozenView] | None = {
+            EVENT_TIME: event_time,
+            PROCESSING_TIME: processing_time,
+        }
         self._size = size
 
     def size_hint(self) -> int:
@@ -68,20 +76,23 @@ class TimerSnapshot:
         if views is None:
             raise ConfigurationError(
                 f"timer service '{self.name}': this timer snapshot was released; it "
-                "cannot be materialized any more")
+                "cannot be materialized any more"
+            )
         groups: dict[int, dict[str, list[TimerEntry]]] = {}
         for queue, view in views.items():
             for kg, entries in _grouped(view, self.max_parallelism):
                 groups.setdefault(kg, {EVENT_TIME: [], PROCESSING_TIME: []})[queue] = entries
-        return {"format": TIMER_SNAPSHOT_FORMAT, "version": TIMER_SNAPSHOT_VERSION,
-                "max_parallelism": self.max_parallelism,
-                "key_groups": dict(sorted(groups.items()))}
+        return {
+            "format": TIMER_SNAPSHOT_FORMAT,
+            "version": TIMER_SNAPSHOT_VERSION,
+            "max_parallelism": self.max_parallelism,
+            "key_groups": dict(sorted(groups.items())),
+        }
 
 
 def _grouped(view: FrozenView, max_parallelism: int) -> Iterator[tuple[int, list[TimerEntry]]]:
     """``(key_group, entries in firing order)`` for the timers of one frozen queue."""
-    entries = [(t, key, ns)
-               for t in sorted(view) for ns, keys in view[t].items() for key in keys]
+    entries = [(t, key, ns) for t in sorted(view) for ns, keys in view[t].items() for key in keys]
     n = len(entries)
     if n == 0:
         return
@@ -94,8 +105,9 @@ def _grouped(view: FrozenView, max_parallelism: int) -> Iterator[tuple[int, list
         yield int(sorted_kgs[start]), ordered[start:end]
 
 
-def restored_entries(snapshots: Any, key_groups: range, max_parallelism: int,
-                     where: str) -> Iterator[tuple[str, list[TimerEntry]]]:
+def restored_entries(
+    snapshots: Any, key_groups: range, max_parallelism: int, where: str
+) -> Iterator[tuple[str, list[TimerEntry]]]:
     """``(queue, entries)`` of every key group in ``key_groups`` of every payload,
     after checking each payload's format, version and max parallelism and each entry's
     shape. Key groups outside the range are skipped without being read."""
@@ -108,7 +120,8 @@ def restored_entries(snapshots: Any, key_groups: range, max_parallelism: int,
             if not isinstance(queues, Mapping):
                 raise ConfigurationError(
                     f"{here}: key group {kg!r} holds a {type(queues).__name__}, not a "
-                    f"mapping of {EVENT_TIME!r}/{PROCESSING_TIME!r} to timer lists")
+                    f"mapping of {EVENT_TIME!r}/{PROCESSING_TIME!r} to timer lists"
+                )
             for queue in QUEUES:
                 entries = queues.get(queue, ())
                 yield queue, _checked_entries(entries, f"{here}, key group {kg}, {queue}")
@@ -116,22 +129,27 @@ def restored_entries(snapshots: Any, key_groups: range, max_parallelism: int,
 
 def _check_payload(snap: Any, where: str, max_parallelism: int) -> Mapping[Any, Any]:
     if not isinstance(snap, Mapping) or snap.get("format") != TIMER_SNAPSHOT_FORMAT:
-        shown = (f"format {snap.get('format')!r}" if isinstance(snap, Mapping)
-                 else f"a {type(snap).__name__}")
+        shown = (
+            f"format {snap.get('format')!r}"
+            if isinstance(snap, Mapping)
+            else f"a {type(snap).__name__}"
+        )
         raise ConfigurationError(
             f"{where} is {shown}, not a timer snapshot (a dict with format "
-            f"{TIMER_SNAPSHOT_FORMAT!r} from InternalTimerService.snapshot())")
+            f"{TIMER_SNAPSHOT_FORMAT!r} from InternalTimerService.snapshot())"
+        )
     version = snap.get("version")
     if version != TIMER_SNAPSHOT_VERSION:
         raise ConfigurationError(
             f"{where} has version {version!r}; this version of lockgate reads timer "
-            f"snapshots of version {TIMER_SNAPSHOT_VERSION}")
-    check_restored_max_parallelism(snap.get("max_parallelism"), max_parallelism, where,
-                                   "timers")
+            f"snapshots of version {TIMER_SNAPSHOT_VERSION}"
+        )
+    check_restored_max_parallelism(snap.get("max_parallelism"), max_parallelism, where, "timers")
     groups = snap.get("key_groups")
     if not isinstance(groups, Mapping):
         raise ConfigurationError(
-            f"{where} has no 'key_groups' mapping (found {type(groups).__name__})")
+            f"{where} has no 'key_groups' mapping (found {type(groups).__name__})"
+        )
     return groups
 
 
@@ -139,9 +157,11 @@ def _checked_entries(entries: Any, where: str) -> list[TimerEntry]:
     if not isinstance(entries, (list, tuple)):
         raise ConfigurationError(
             f"{where} is a {type(entries).__name__}, not a list of "
-            "(timestamp, key, namespace) timers")
+            "(timestamp, key, namespace) timers"
+        )
     for e in entries:
-        if (not isinstance(e, tuple) or len(e) != 3 or type(e[0]) is not int):
+        if not isinstance(e, tuple) or len(e) != 3 or type(e[0]) is not int:
             raise ConfigurationError(
-                f"{where} holds {e!r}; timers are (timestamp: int, key, namespace) tuples")
+                f"{where} holds {e!r}; timers are (timestamp: int, key, namespace) tuples"
+            )
     return list(entries)

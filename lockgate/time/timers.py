@@ -75,9 +75,14 @@ class InternalTimerService:
     processing time (default the system clock).
     """
 
-    def __init__(self, name: str = "timers", max_parallelism: int = DEFAULT_MAX_PARALLELISM,
-                 *, clock: Clock | None = None,
-                 on_earlier_processing_time: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self,
+        name: str = "timers",
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        *,
+        clock: Clock | None = None,
+        on_earlier_processing_time: Callable[[int], Any] | None = None,
+    ) -> None:
         self.name = name
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.clock: Clock = SystemClock() if clock is None else clock
@@ -113,14 +118,14 @@ class InternalTimerService:
         except TypeError as e:
             raise self._unhashable(key, namespace, e) from e
 
-    def register_processing_time_timer(self, key: Any, timestamp: int,
-                                       namespace: Any = None) -> bool:
+    def register_processing_time_timer(
+        self, key: Any, timestamp: int, namespace: Any = None
+    ) -> bool:
         """Queue the processing-time timer ``(timestamp, key, namespace)``; False if it
         was already queued. Calls ``on_earlier_processing_time`` if it became the
         earliest one."""
         if type(timestamp) is not int:
-            timestamp = check_timestamp(
-                timestamp, f"{self._where}: register_processing_time_timer")
+            timestamp = check_timestamp(timestamp, f"{self._where}: register_processing_time_timer")
         hook = self.on_earlier_processing_time
         head = self._processing.peek_timestamp() if hook is not None else None
         try:
@@ -141,21 +146,24 @@ class InternalTimerService:
         except TypeError as e:
             raise self._unhashable(key, namespace, e) from e
 
-    def delete_processing_time_timer(self, key: Any, timestamp: int,
-                                     namespace: Any = None) -> bool:
+    def delete_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> bool:
         """Remove the processing-time timer ``(timestamp, key, namespace)``; False if it
         was not queued. (The scheduled wake-up may then find nothing due: harmless.)"""
         if type(timestamp) is not int:
-            timestamp = check_timestamp(
-                timestamp, f"{self._where}: delete_processing_time_timer")
+            timestamp = check_timestamp(timestamp, f"{self._where}: delete_processing_time_timer")
         try:
             return self._processing.remove(timestamp, key, namespace)
         except TypeError as e:
             raise self._unhashable(key, namespace, e) from e
 
-    def register_event_time_timers(self, keys: Sequence[Any] | Any, timestamps: Any,
-                                   namespace: Any = None, *,
-                                   namespaces: Sequence[Any] | Any | None = None) -> int:
+    def register_event_time_timers(
+        self,
+        keys: Sequence[Any] | Any,
+        timestamps: Any,
+        namespace: Any = None,
+        *,
+        namespaces: Sequence[Any] | Any | None = None,
+    ) -> int:
         """Queue ``(timestamps[i], keys[i], namespace)`` for every i; returns how many
         were new. ``namespaces`` (one per key) overrides ``namespace``. ``keys`` and
         ``namespaces`` may be lists, numpy or Arrow arrays (numpy and Arrow values are
@@ -165,33 +173,56 @@ class InternalTimerService:
         in one call: ``namespace=window``) timers are grouped by timestamp with numpy and
         deduplicated in bulk by C-level dict updates, which makes one timer per
         (key, window) cheap; with ``namespaces`` they are added one by one."""
-        return self._register_many(self._event, keys, timestamps, namespace, namespaces,
-                                   "register_event_time_timers")[0]
+        return self._register_many(
+            self._event, keys, timestamps, namespace, namespaces, "register_event_time_timers"
+        )[0]
 
-    def register_processing_time_timers(self, keys: Sequence[Any] | Any, timestamps: Any,
-                                        namespace: Any = None, *,
-                                        namespaces: Sequence[Any] | Any | None = None) -> int:
+    def register_processing_time_timers(
+        self,
+        keys: Sequence[Any] | Any,
+        timestamps: Any,
+        namespace: Any = None,
+        *,
+        namespaces: Sequence[Any] | Any | None = None,
+    ) -> int:
         """The bulk form of :meth:`register_processing_time_timer` (see
         :meth:`register_event_time_timers`)."""
         hook = self.on_earlier_processing_time
         head = self._processing.peek_timestamp() if hook is not None else None
         added, earliest = self._register_many(
-            self._processing, keys, timestamps, namespace, namespaces,
-            "register_processing_time_timers")
-        if added and hook is not None and earliest is not None and (
-                head is None or earliest < head):
+            self._processing,
+            keys,
+            timestamps,
+            namespace,
+            namespaces,
+            "register_processing_time_timers",
+        )
+        if (
+            added
+            and hook is not None
+            and earliest is not None
+            and (head is None or earliest < head)
+        ):
             hook(earliest)
         return added
 
-    def _register_many(self, queue: TimerQueue, keys: Any, timestamps: Any, namespace: Any,
-                       namespaces: Any, what: str) -> tuple[int, int | None]:
+    def _register_many(
+        self,
+        queue: TimerQueue,
+        keys: Any,
+        timestamps: Any,
+        namespace: Any,
+        namespaces: Any,
+        what: str,
+    ) -> tuple[int, int | None]:
         where = f"{self._where}: {what}"
         arr = timestamp_array(timestamps, where)
         key_col = key_column(keys, where)
         n = len(key_col)
         if len(arr) != n:
             raise ConfigurationError(
-                f"{where} got {n} keys but {len(arr)} timestamps; give one timestamp per key")
+                f"{where} got {n} keys but {len(arr)} timestamps; give one timestamp per key"
+            )
         if n == 0:
             return 0, None
         ns_list = None
@@ -200,12 +231,14 @@ class InternalTimerService:
             if len(ns_list) != n:
                 raise ConfigurationError(
                     f"{where} got {n} keys but {len(ns_list)} namespaces; give one namespace "
-                    "per key (or one namespace for all with namespace=...)")
+                    "per key (or one namespace for all with namespace=...)"
+                )
         try:
             added = queue.add_many(arr, key_col, ns_list, namespace)
         except TypeError as e:
             raise UnsupportedKeyError(
-                f"{where}: every key and namespace of a timer must be hashable ({e})") from e
+                f"{where}: every key and namespace of a timer must be hashable ({e})"
+            ) from e
         return added, int(arr.min())
 
     # -- firing (M-W6) --------------------------------------------------------------------
@@ -219,7 +252,8 @@ class InternalTimerService:
         if watermark < self._watermark:
             raise CorruptStreamError(
                 f"{self._where}: watermark {watermark} is below the current watermark "
-                f"{self._watermark}; watermarks must not go back")
+                f"{self._watermark}; watermarks must not go back"
+            )
         self._enter_firing("advance_watermark")
         self._watermark = watermark
         try:
@@ -269,8 +303,9 @@ class InternalTimerService:
         never change it (copy-on-write). Materialize it on any thread."""
         self._check_not_firing("snapshot_view")
         size = len(self._event) + len(self._processing)
-        return TimerSnapshot(self.name, self.max_parallelism, self._event.freeze(),
-                             self._processing.freeze(), size)
+        return TimerSnapshot(
+            self.name, self.max_parallelism, self._event.freeze(), self._processing.freeze(), size
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """``snapshot_view().materialize()``: the picklable payload grouped by key group
@@ -288,25 +323,30 @@ class InternalTimerService:
         if not isinstance(key_groups, range):
             raise ConfigurationError(
                 f"{self._where}: restore needs the subtask's key groups as a range, got "
-                f"{key_groups!r}")
+                f"{key_groups!r}"
+            )
         if isinstance(snapshots, Mapping):
             raise ConfigurationError(
                 f"{self._where}: restore needs a list of timer snapshots, got one snapshot; "
-                "wrap it in a list")
+                "wrap it in a list"
+            )
         loaded: list[tuple[str, list[tuple[int, Any, Any]]]] = list(
-            restored_entries(snapshots, key_groups, self.max_parallelism, self._where))
+            restored_entries(snapshots, key_groups, self.max_parallelism, self._where)
+        )
         for queue_name, entries in loaded:
             if not entries:
                 continue
             queue = self._event if queue_name == EVENT_TIME else self._processing
             try:
-                queue.add_many(np.fromiter((e[0] for e in entries), dtype=np.int64,
-                                           count=len(entries)),
-                               [e[1] for e in entries], [e[2] for e in entries])
+                queue.add_many(
+                    np.fromiter((e[0] for e in entries), dtype=np.int64, count=len(entries)),
+                    [e[1] for e in entries],
+                    [e[2] for e in entries],
+                )
             except TypeError as e:
                 raise UnsupportedKeyError(
-                    f"{self._where}: a restored timer has an unhashable key or namespace "
-                    f"({e})") from e
+                    f"{self._where}: a restored timer has an unhashable key or namespace ({e})"
+                ) from e
         hook = self.on_earlier_processing_time
         head = self._processing.peek_timestamp()
         if hook is not None and head is not None:
@@ -330,12 +370,14 @@ class InternalTimerService:
         if self._firing:
             raise TimerServiceBusyError(
                 f"{self._where}: {what} was called while timers are firing; a timer "
-                "callback may only register, delete and read timers and time")
+                "callback may only register, delete and read timers and time"
+            )
 
     def _unhashable(self, key: Any, namespace: Any, error: TypeError) -> LockgateError:
         return UnsupportedKeyError(
             f"{self._where}: a timer needs a hashable key and namespace, got key {key!r} "
-            f"and namespace {namespace!r} ({error})")
+            f"and namespace {namespace!r} ({error})"
+        )
 
 
 class TimerService:
@@ -349,12 +391,12 @@ class TimerService:
 
     def __init__(self, service: InternalTimerService, current_key: Callable[[], Any]) -> None:
         if not isinstance(service, InternalTimerService):
-            raise ConfigurationError(
-                f"TimerService needs an InternalTimerService, got {service!r}")
+            raise ConfigurationError(f"TimerService needs an InternalTimerService, got {service!r}")
         if not callable(current_key):
             raise ConfigurationError(
                 "TimerService needs a current_key provider (a callable returning the "
-                f"current key), got {current_key!r}")
+                f"current key), got {current_key!r}"
+            )
         self._service = service
         self._current_key = current_key
 

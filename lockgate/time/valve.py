@@ -58,26 +58,28 @@ def _count(value: object, what: str) -> int:
 
 def _index(value: object, size: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral) or not 0 <= int(value) < size:
-        raise ConfigurationError(
-            f"{what} must be an int from 0 to {size - 1}, got {value!r}")
+        raise ConfigurationError(f"{what} must be an int from 0 to {size - 1}, got {value!r}")
     return int(value)
 
 
 def _timestamp(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigurationError(
-            f"a watermark timestamp must be an int of milliseconds, got {value!r}")
+            f"a watermark timestamp must be an int of milliseconds, got {value!r}"
+        )
     ts = int(value)
     if not MIN_WATERMARK <= ts <= MAX_WATERMARK:
         raise ConfigurationError(
-            f"a watermark timestamp must lie in [MIN_WATERMARK, MAX_WATERMARK], got {ts}")
+            f"a watermark timestamp must lie in [MIN_WATERMARK, MAX_WATERMARK], got {ts}"
+        )
     return ts
 
 
 def _status(value: object) -> StreamStatus:
     if not isinstance(value, StreamStatus):
         raise ConfigurationError(
-            f"a stream status must be StreamStatus.IDLE or StreamStatus.ACTIVE, got {value!r}")
+            f"a stream status must be StreamStatus.IDLE or StreamStatus.ACTIVE, got {value!r}"
+        )
     return value
 
 
@@ -225,7 +227,8 @@ class StatusWatermarkValve:
         if c.finished:
             raise CorruptStreamError(
                 f"channel {channel} of the watermark valve already finished; it cannot carry "
-                "more watermarks or statuses")
+                "more watermarks or statuses"
+            )
         return c
 
     def _activate(self, c: _Channel) -> list[ValveOutput]:

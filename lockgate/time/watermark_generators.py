@@ -171,8 +171,9 @@ class WatermarksWithIdleness:
     Empty batches are not activity.
     """
 
-    def __init__(self, generator: WatermarkGenerator, timeout: Duration,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, generator: WatermarkGenerator, timeout: Duration, clock: Clock | None = None
+    ) -> None:
         self.timeout_ms = to_millis(timeout, "idleness timeout", allow_zero=False)
         self.generator = generator
         self.clock: Clock = clock if clock is not None else SystemClock()

@@ -47,8 +47,13 @@ class _SplitOutput:
 
     __slots__ = ("_activated", "_changed", "_immediate", "_state")
 
-    def __init__(self, state: _SplitState, immediate: bool, changed: Callable[[], None],
-                 activated: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        state: _SplitState,
+        immediate: bool,
+        changed: Callable[[], None],
+        activated: Callable[[], None],
+    ) -> None:
         self._state = state
         self._immediate = immediate
         self._changed = changed
@@ -238,8 +243,9 @@ class PerSplitWatermarks:
     when a split is exhausted and :meth:`finish` when the source ends.
     """
 
-    def __init__(self, strategy: WatermarkStrategy, output: WatermarkOutput,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self, strategy: WatermarkStrategy, output: WatermarkOutput, clock: Clock | None = None
+    ) -> None:
         self.strategy = strategy
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.multiplexer = WatermarkOutputMultiplexer(output)
@@ -266,7 +272,8 @@ class PerSplitWatermarks:
                 raise ConfigurationError(
                     f"{self.strategy!r} generates watermarks, but it has no timestamp "
                     "assigner and the records carry no event timestamps: call "
-                    ".with_timestamp_assigner(column_name or fn(record) -> int ms) on it")
+                    ".with_timestamp_assigner(column_name or fn(record) -> int ms) on it"
+                )
             # no watermarks and no event times: only activity matters (idleness)
             self.on_timestamps(split_id, np.zeros(min(num_rows(batch), 1), dtype=np.int64))
             return None

@@ -58,8 +58,9 @@ class InvalidTimestampError(MalformedRecordError):
     (a source may replace it with a file and line).
     """
 
-    def __init__(self, message: str, *, location: str, raw: object = None,
-                 position: int = -1) -> None:
+    def __init__(
+        self, message: str, *, location: str, raw: object = None, position: int = -1
+    ) -> None:
         super().__init__(message, location=location, raw=raw)
         self.position = position
 
@@ -168,8 +169,10 @@ class WatermarkStrategy:
         else:
             assert self.generator_factory is not None
             generator = self.generator_factory()
-            if not (callable(getattr(generator, "on_events", None))
-                    and callable(getattr(generator, "on_periodic_emit", None))):
+            if not (
+                callable(getattr(generator, "on_events", None))
+                and callable(getattr(generator, "on_periodic_emit", None))
+            ):
                 raise ConfigurationError(
                     f"the generator factory {self.generator_factory!r} returned {generator!r}, "
                     "which is not a WatermarkGenerator; it must have on_events(timestamps, "
@@ -238,8 +241,12 @@ def timestamps_of(batch: Batch, assigner: TimestampAssigner) -> np.ndarray:
 def _column_timestamps(batch: pa.RecordBatch, column: str) -> np.ndarray:
     index = batch.schema.get_field_index(column)
     if index < 0:
-        hint = (" (its records are bare values of a scalar batch: use a function assigner such "
-                "as lambda v: v)" if is_scalar_schema(batch.schema) else "")
+        hint = (
+            " (its records are bare values of a scalar batch: use a function assigner such "
+            "as lambda v: v)"
+            if is_scalar_schema(batch.schema)
+            else ""
+        )
         raise ConfigurationError(
             f"the event-time column {column!r} is not in the batch; its columns are "
             f"{batch.schema.names}{hint}. Pass an existing column to with_timestamp_assigner"
@@ -278,8 +285,9 @@ def _scale(raw: np.ndarray, factor: int, column: str) -> np.ndarray:
     out_of_range = np.flatnonzero((raw > bound) | (raw < -bound))
     if len(out_of_range):
         p = int(out_of_range[0])
-        raise _invalid(p, f"its event time in column {column!r} overflows int64 milliseconds",
-                       int(raw[p]))
+        raise _invalid(
+            p, f"its event time in column {column!r} overflows int64 milliseconds", int(raw[p])
+        )
     return raw * factor
 
 
@@ -291,15 +299,18 @@ def _row_field_timestamps(batch: RowBatch, column: str) -> np.ndarray:
             raise _invalid(
                 position,
                 f"it is a {type(row).__name__}, not a dict with the event-time field {column!r}; "
-                "use a function assigner for such records", row)
+                "use a function assigner for such records",
+                row,
+            )
         if column not in row:
             raise _invalid(position, f"it has no event-time field {column!r}", row)
         values.append(row[column])
     return _ints_to_array(values, rows, f"the event-time field {column!r}", datetimes=True)
 
 
-def _ints_to_array(values: list[Any], rows: list[Any], source: str, *,
-                   datetimes: bool) -> np.ndarray:
+def _ints_to_array(
+    values: list[Any], rows: list[Any], source: str, *, datetimes: bool
+) -> np.ndarray:
     """``values`` as int64, or the error naming the first record with an unusable one."""
     if set(map(type, values)) <= {int}:
         try:
@@ -311,8 +322,9 @@ def _ints_to_array(values: list[Any], rows: list[Any], source: str, *,
         ms = _as_millis(value, datetimes)
         if ms is None or not MIN_WATERMARK <= ms <= MAX_WATERMARK:
             expected = "an int of epoch milliseconds" + (" or a datetime" if datetimes else "")
-            problem = ("beyond int64" if ms is not None
-                       else f"{type(value).__name__}, not {expected}")
+            problem = (
+                "beyond int64" if ms is not None else f"{type(value).__name__}, not {expected}"
+            )
             raise _invalid(position, f"{source} gave {value!r} ({problem})", rows[position])
         converted.append(ms)
     return np.array(converted, dtype=np.int64)
@@ -349,5 +361,6 @@ def check_watermark_strategy(strategy: Any) -> WatermarkStrategy:
         raise ConfigurationError(
             "a watermark strategy must be an lg.WatermarkStrategy, e.g. "
             "lg.WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1))"
-            f".with_timestamp_assigner('ts'), got {strategy!r}")
+            f".with_timestamp_assigner('ts'), got {strategy!r}"
+        )
     return strategy

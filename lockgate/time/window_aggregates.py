@@ -90,8 +90,9 @@ class WindowAggregate:
                 f"unknown window aggregate {self.kind!r}; use one of {', '.join(KINDS)}"
             )
         if self.column is None and self.kind != "count":
-            raise ConfigurationError(f"lg.agg.{self.kind} needs a column name, e.g. "
-                                     f"lg.agg.{self.kind}('v')")
+            raise ConfigurationError(
+                f"lg.agg.{self.kind} needs a column name, e.g. lg.agg.{self.kind}('v')"
+            )
         if self.column is not None and not (isinstance(self.column, str) and self.column):
             raise ConfigurationError(
                 f"lg.agg.{self.kind}: the column must be a non-empty string, got {self.column!r}"
@@ -179,8 +180,11 @@ def group_keys_and_windows(key_codes: np.ndarray, window_start: np.ndarray) -> W
     """
     keys = np.asarray(key_codes)
     starts = np.asarray(window_start)
-    if keys.ndim != 1 or starts.ndim != 1 or len(keys) != len(starts) or (
-        len(keys) and (keys.dtype.kind not in "iu" or starts.dtype.kind not in "iu")
+    if (
+        keys.ndim != 1
+        or starts.ndim != 1
+        or len(keys) != len(starts)
+        or (len(keys) and (keys.dtype.kind not in "iu" or starts.dtype.kind not in "iu"))
     ):
         raise ConfigurationError(
             "group_keys_and_windows needs two 1-D integer arrays of one length (int key "
@@ -342,8 +346,9 @@ def _typed_result(values: np.ndarray, has: np.ndarray, type_: pa.DataType | None
     mask = ~has
     if _is_temporal(type_):
         storage = _storage_type(type_)
-        return pa.array(values.astype(storage.to_pandas_dtype()), type=storage,
-                        mask=mask).view(type_)
+        return pa.array(values.astype(storage.to_pandas_dtype()), type=storage, mask=mask).view(
+            type_
+        )
     if values.dtype.kind == "O":
         return pa.array(values, type=type_, mask=mask)
     return pa.array(values, mask=mask)
@@ -444,8 +449,12 @@ _KIND: dict[str, _Kind] = {
 
 
 def _is_temporal(t: pa.DataType) -> bool:
-    return (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t)
-            or pa.types.is_duration(t))
+    return (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_duration(t)
+    )
 
 
 def _storage_type(t: pa.DataType) -> pa.DataType:
@@ -468,14 +477,18 @@ def _column(data: pa.RecordBatch | pa.Table, spec: WindowAggregate) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-def _read(spec: WindowAggregate, col: pa.Array) -> tuple[np.ndarray, np.ndarray,
-                                                         pa.DataType | None]:
+def _read(
+    spec: WindowAggregate, col: pa.Array
+) -> tuple[np.ndarray, np.ndarray, pa.DataType | None]:
     """Values (nulls filled), validity and value type of ``col`` for ``spec``."""
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
     t = col.type
-    valid = (np.ones(len(col), bool) if col.null_count == 0
-             else col.is_valid().to_numpy(zero_copy_only=False))
+    valid = (
+        np.ones(len(col), bool)
+        if col.null_count == 0
+        else col.is_valid().to_numpy(zero_copy_only=False)
+    )
     if spec.kind == "count":
         return np.zeros(0, np.int8), valid, None
     if pa.types.is_null(t):
@@ -483,12 +496,15 @@ def _read(spec: WindowAggregate, col: pa.Array) -> tuple[np.ndarray, np.ndarray,
     numeric = _is_numeric(t)
     temporal = _is_temporal(t)
     allowed = {
-        "sum": numeric, "mean": numeric, "min": numeric or temporal,
-        "max": numeric or temporal, "first": True, "last": True,
+        "sum": numeric,
+        "mean": numeric,
+        "min": numeric or temporal,
+        "max": numeric or temporal,
+        "first": True,
+        "last": True,
     }[spec.kind]
     if not allowed:
-        needs = "numeric or bool" if spec.kind in ("sum", "mean") else \
-            "numeric, bool or temporal"
+        needs = "numeric or bool" if spec.kind in ("sum", "mean") else "numeric, bool or temporal"
         raise ConfigurationError(
             f"{spec!r} needs a {needs} column, but {spec.column!r} is {t}; use "
             "first/last, or a user AggregateFunction"
@@ -497,14 +513,14 @@ def _read(spec: WindowAggregate, col: pa.Array) -> tuple[np.ndarray, np.ndarray,
         col = col.view(_storage_type(t))
     if numeric or temporal:
         if col.null_count:
-            col = pc.fill_null(col, pa.scalar(False if pa.types.is_boolean(t) else 0,
-                                              col.type))
+            col = pc.fill_null(col, pa.scalar(False if pa.types.is_boolean(t) else 0, col.type))
         return col.to_numpy(zero_copy_only=False), valid, t
     return col.to_numpy(zero_copy_only=False), valid, t
 
 
-def _promote(a: pa.DataType | None, b: pa.DataType | None, spec: WindowAggregate
-             ) -> pa.DataType | None:
+def _promote(
+    a: pa.DataType | None, b: pa.DataType | None, spec: WindowAggregate
+) -> pa.DataType | None:
     if a is None or (b is not None and a.equals(b)):
         return b if a is None else a
     if b is None:
@@ -532,8 +548,12 @@ class Accumulators:
 
     __slots__ = ("aggregation", "fields", "types")
 
-    def __init__(self, aggregation: WindowAggregation, fields: Sequence[Fields],
-                 types: Sequence[pa.DataType | None]) -> None:
+    def __init__(
+        self,
+        aggregation: WindowAggregation,
+        fields: Sequence[Fields],
+        types: Sequence[pa.DataType | None],
+    ) -> None:
         self.aggregation = aggregation
         self.fields: tuple[Fields, ...] = tuple(fields)
         self.types: tuple[pa.DataType | None, ...] = tuple(types)
@@ -551,8 +571,9 @@ class Accumulators:
         return f"Accumulators({len(self)} rows of {list(self.aggregation.names)})"
 
     def _map(self, fn: Callable[[np.ndarray], np.ndarray]) -> Accumulators:
-        return Accumulators(self.aggregation,
-                            [tuple(fn(f) for f in fs) for fs in self.fields], self.types)
+        return Accumulators(
+            self.aggregation, [tuple(fn(f) for f in fs) for fs in self.fields], self.types
+        )
 
     def take(self, indices: np.ndarray | Sequence[int]) -> Accumulators:
         """The rows at ``indices``, in that order."""
@@ -568,20 +589,28 @@ class Accumulators:
                 f"accumulators of {list(other.aggregation.names)}"
             )
         a_fields, b_fields, types = [], [], []
-        for spec, af, bf, at, bt in zip(self.aggregation.aggregates, self.fields,
-                                        other.fields, self.types, other.types):
+        for spec, af, bf, at, bt in zip(
+            self.aggregation.aggregates, self.fields, other.fields, self.types, other.types
+        ):
             t = _promote(at, bt, spec)
             k = _KIND[spec.kind].value_fields
             if k and af[0].dtype != bf[0].dtype:
-                dtype = (bf[0].dtype if at is None else af[0].dtype if bt is None
-                         else np.result_type(af[0].dtype, bf[0].dtype))
+                dtype = (
+                    bf[0].dtype
+                    if at is None
+                    else af[0].dtype
+                    if bt is None
+                    else np.result_type(af[0].dtype, bf[0].dtype)
+                )
                 af = (af[0].astype(dtype),) + af[1:]
                 bf = (bf[0].astype(dtype),) + bf[1:]
             a_fields.append(af)
             b_fields.append(bf)
             types.append(t)
-        return (Accumulators(self.aggregation, a_fields, types),
-                Accumulators(self.aggregation, b_fields, types))
+        return (
+            Accumulators(self.aggregation, a_fields, types),
+            Accumulators(self.aggregation, b_fields, types),
+        )
 
     def merge(self, other: Accumulators) -> Accumulators:
         """Row ``i`` of the result combines row ``i`` of both (``self`` counts as
@@ -592,8 +621,10 @@ class Accumulators:
                 f"merge needs accumulators of one length, got {len(self)} and {len(other)}"
             )
         a, b = self._aligned(other)
-        fields = [_KIND[s.kind].merge(af, bf)
-                  for s, af, bf in zip(self.aggregation.aggregates, a.fields, b.fields)]
+        fields = [
+            _KIND[s.kind].merge(af, bf)
+            for s, af, bf in zip(self.aggregation.aggregates, a.fields, b.fields)
+        ]
         return Accumulators(self.aggregation, fields, a.types)
 
     def reduce(self, group_ids: np.ndarray, num_groups: int) -> Accumulators:
@@ -604,8 +635,10 @@ class Accumulators:
             raise ConfigurationError(
                 f"reduce needs one group id per row: {len(group)} ids for {len(self)} rows"
             )
-        fields = [_KIND[s.kind].reduce(fs, group, num_groups)
-                  for s, fs in zip(self.aggregation.aggregates, self.fields)]
+        fields = [
+            _KIND[s.kind].reduce(fs, group, num_groups)
+            for s, fs in zip(self.aggregation.aggregates, self.fields)
+        ]
         return Accumulators(self.aggregation, fields, self.types)
 
     def merge_into(self, rows: np.ndarray | Sequence[int], other: Accumulators) -> None:
@@ -648,8 +681,10 @@ class Accumulators:
                 ref, aligned[i] = ref._aligned(aligned[i])
             aligned[0] = ref
         fields = [
-            tuple(np.concatenate([p.fields[a][f] for p in aligned])
-                  for f in range(len(first.fields[a])))
+            tuple(
+                np.concatenate([p.fields[a][f] for p in aligned])
+                for f in range(len(first.fields[a]))
+            )
             for a in range(len(first.fields))
         ]
         return Accumulators(first.aggregation, fields, aligned[0].types)
@@ -746,8 +781,9 @@ class WindowAggregation:
         (sliding windows). ``timestamps`` (one per record, int ms) are needed
         by first/last. Rows in a group combine in their order (arrival order).
         """
-        table = to_arrow(data, operator="a window aggregate") if isinstance(data, RowBatch) \
-            else data
+        table = (
+            to_arrow(data, operator="a window aggregate") if isinstance(data, RowBatch) else data
+        )
         n_records = table.num_rows
         group = np.asarray(group_ids, dtype=np.int64)
         picks = None if rows is None else np.asarray(rows, dtype=np.int64)
@@ -811,11 +847,13 @@ class WindowAggregation:
         codes = np.asarray(key_codes)
         picked = codes[rows]
         groups = group_keys_and_windows(picked, starts)
-        acc = self.partial(data, groups.group_ids, groups.num_groups, rows=rows,
-                           timestamps=timestamps)
+        acc = self.partial(
+            data, groups.group_ids, groups.num_groups, rows=rows, timestamps=timestamps
+        )
         first = groups.first_row
-        return WindowPartials(picked[first].astype(np.int64, copy=False), starts[first],
-                              ends[first], acc)
+        return WindowPartials(
+            picked[first].astype(np.int64, copy=False), starts[first], ends[first], acc
+        )
 
 
 def window_result_batch(

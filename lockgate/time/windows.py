@@ -86,8 +86,7 @@ class TimeWindow:
         return TimeWindow(min(self.start, other.start), max(self.end, other.end))
 
     def __contains__(self, timestamp: object) -> bool:
-        return isinstance(timestamp, (int, np.integer)) and bool(
-            self.start <= timestamp < self.end)
+        return isinstance(timestamp, (int, np.integer)) and bool(self.start <= timestamp < self.end)
 
     def __repr__(self) -> str:
         return f"TimeWindow({self.start}, {self.end})"
@@ -178,7 +177,8 @@ class WindowAssigner(abc.ABC):
                 hint = (
                     " (the minimum int64 marks a record without a timestamp: assign "
                     "timestamps and watermarks before an event-time window)"
-                    if self.is_event_time and bad == _INT64_MIN else ""
+                    if self.is_event_time and bad == _INT64_MIN
+                    else ""
                 )
                 raise ConfigurationError(
                     f"{type(self).__name__} cannot window timestamp {bad}: its window "
@@ -211,8 +211,10 @@ class _Tumbling(WindowAssigner):
         """Windows of ``size`` (a timedelta or int ms) starting at ``k * size + offset``;
         ``offset`` (may be negative, ``|offset| < size``) shifts them, e.g. to a time zone."""
         name = cls.__name__
-        return cls(to_millis(size, f"{name} size", allow_zero=False),
-                   _offset_millis(offset, f"{name} offset"))
+        return cls(
+            to_millis(size, f"{name} size", allow_zero=False),
+            _offset_millis(offset, f"{name} offset"),
+        )
 
     def assign(self, timestamps: np.ndarray) -> WindowAssignment:
         ts = self._timestamps(timestamps, self.size, self.size)
@@ -243,9 +245,11 @@ class _Sliding(WindowAssigner):
         a record is in every window that holds its timestamp. ``slide > size``
         leaves gaps no window covers."""
         name = cls.__name__
-        return cls(to_millis(size, f"{name} size", allow_zero=False),
-                   to_millis(slide, f"{name} slide", allow_zero=False),
-                   _offset_millis(offset, f"{name} offset"))
+        return cls(
+            to_millis(size, f"{name} size", allow_zero=False),
+            to_millis(slide, f"{name} slide", allow_zero=False),
+            _offset_millis(offset, f"{name} offset"),
+        )
 
     @property
     def windows_per_record(self) -> int:

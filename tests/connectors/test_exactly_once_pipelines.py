@@ -79,15 +79,27 @@ def published(folder: str) -> list[tuple[int, int, int]]:
     return sorted(out, key=lambda r: (r[1], r[2]))
 
 
-def build(executor, tmp_path, source, table: str, *, faults=(), rate: float | None = RATE,
-          name: str = "source") -> lg.StreamEnvironment:
+def build(
+    executor,
+    tmp_path,
+    source,
+    table: str,
+    *,
+    faults=(),
+    rate: float | None = RATE,
+    name: str = "source",
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(150)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=FAULTS + 5, delay=0))
     stream = env.from_source(RateLimitedSource(source, rate) if rate else source, name=name)
-    totals = (stream.uid("source").key_by(key_of)
-              .process(RunningTotal(), name="running total").uid("totals"))
+    totals = (
+        stream.uid("source")
+        .key_by(key_of)
+        .process(RunningTotal(), name="running total")
+        .uid("totals")
+    )
     totals.sink_to(PostgresSink(DSN, table), name="pg").uid("pg")
     totals.sink_to(FileSink(str(tmp_path / "out"), format="jsonl"), name="files").uid("files")
     if faults:
@@ -111,6 +123,7 @@ def assert_exactly(tmp_path, table: str, values: range) -> None:
 
 # ------------------------------------------------------------------------------- Redis
 
+
 @pytest.fixture
 def redis_streams():
     import redis
@@ -132,6 +145,7 @@ def redis_source(streams):
 
 
 # -------------------------------------------------------------------------------- NATS
+
 
 @pytest.fixture
 def nats_stream():
@@ -167,8 +181,9 @@ def nats_stream():
 
 
 def nats_source(stream, subjects):
-    return lg.connectors.NatsJetStreamSource(NATS_URL, stream, subjects, format="json",
-                                             bounded=True)
+    return lg.connectors.NatsJetStreamSource(
+        NATS_URL, stream, subjects, format="json", bounded=True
+    )
 
 
 # ---------------------------------------------------- Redis or NATS -> PostgreSQL and files
@@ -184,11 +199,13 @@ def broker_source(request):
 
 @pytest.mark.hang_guard(400)
 def test_m_x1_a_broker_to_postgres_and_files_is_exactly_once_through_20_seeded_failures(
-        executor, tmp_path, pg_table, broker_source) -> None:
+    executor, tmp_path, pg_table, broker_source
+) -> None:
     name, source = broker_source
     table = pg_table("k bigint, v bigint, total bigint")
-    faults = seeded_faults(21 if name == "redis" else 22, FAULTS, operators=roles(name),
-                           records=FAULT_RECORDS)
+    faults = seeded_faults(
+        21 if name == "redis" else 22, FAULTS, operators=roles(name), records=FAULT_RECORDS
+    )
     env = build(executor, tmp_path, source, table, faults=faults, name=name)
     result = env.execute(f"{name} exactly once")
     assert result.attempts == FAULTS + 1, f"every fault fires once: {result.attempts} attempts"
@@ -198,11 +215,18 @@ def test_m_x1_a_broker_to_postgres_and_files_is_exactly_once_through_20_seeded_f
 @pytest.mark.spark
 @pytest.mark.hang_guard(200)
 def test_m_r1_a_broker_job_survives_a_killed_python_worker(
-        spark_executor, tmp_path, pg_table, broker_source) -> None:
+    spark_executor, tmp_path, pg_table, broker_source
+) -> None:
     name, source = broker_source
     table = pg_table("k bigint, v bigint, total bigint")
-    env = build(spark_executor, tmp_path, source, table, name=name,
-                faults=[KillWorker("running total", record=8_000, attempt=0, subtask=1)])
+    env = build(
+        spark_executor,
+        tmp_path,
+        source,
+        table,
+        name=name,
+        faults=[KillWorker("running total", record=8_000, attempt=0, subtask=1)],
+    )
     assert env.execute(f"{name} kill a worker").attempts == 2
     assert_exactly(tmp_path, table, range(2 * SPLIT))
 
@@ -217,8 +241,9 @@ def write_file(folder, i: int) -> None:
     """File ``i`` with values i*FILE_RECORDS .. (i+1)*FILE_RECORDS-1, created atomically."""
     hidden = os.path.join(folder, f".f-{i:04d}.jsonl")
     with open(hidden, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records(i * FILE_RECORDS,
-                                                           (i + 1) * FILE_RECORDS))
+        f.writelines(
+            json.dumps(r) + "\n" for r in records(i * FILE_RECORDS, (i + 1) * FILE_RECORDS)
+        )
     os.rename(hidden, os.path.join(folder, f"f-{i:04d}.jsonl"))
 
 
@@ -230,22 +255,37 @@ def run_watched_folder(executor, tmp_path, table: str, faults, attempts: int) ->
     folder = tmp_path / "incoming"
     folder.mkdir()
     write_file(folder, 0)
-    env = build(executor, tmp_path, FileSource(folder, monitor_interval=0.05), table,
-                faults=faults, name="files in")
+    env = build(
+        executor,
+        tmp_path,
+        FileSource(folder, monitor_interval=0.05),
+        table,
+        faults=faults,
+        name="files in",
+    )
     client = env.execute_async("watched folder exactly once")
     total = FILES * FILE_RECORDS
     try:
         for i in range(1, FILES):
             # files keep arriving while the job runs: one more after every checkpoint
             seen = completed(client)
-            wait_until(lambda seen=seen: completed(client) > seen or client.done(),
-                       f"a checkpoint completes before file {i} arrives", timeout_s=60)
+            wait_until(
+                lambda seen=seen: completed(client) > seen or client.done(),
+                f"a checkpoint completes before file {i} arrives",
+                timeout_s=60,
+            )
             assert not client.done(), f"the job ended early: {client.wait(1)}"
             write_file(folder, i)
-        wait_until(lambda: len(table_rows(table)) >= total or client.done(),
-                   f"all {total} rows are committed", timeout_s=120)
-        wait_until(lambda: len(published(str(tmp_path / "out"))) >= total or client.done(),
-                   f"all {total} records are published", timeout_s=60)
+        wait_until(
+            lambda: len(table_rows(table)) >= total or client.done(),
+            f"all {total} rows are committed",
+            timeout_s=120,
+        )
+        wait_until(
+            lambda: len(published(str(tmp_path / "out"))) >= total or client.done(),
+            f"all {total} records are published",
+            timeout_s=60,
+        )
     finally:
         client.cancel()
     result = client.wait(60)
@@ -256,7 +296,8 @@ def run_watched_folder(executor, tmp_path, table: str, faults, attempts: int) ->
 
 @pytest.mark.hang_guard(400)
 def test_m_x1_a_watched_folder_to_postgres_and_files_is_exactly_once_through_seeded_failures(
-        executor, tmp_path, pg_table) -> None:
+    executor, tmp_path, pg_table
+) -> None:
     table = pg_table("k bigint, v bigint, total bigint")
     faults = seeded_faults(23, FAULTS, operators=roles("files in"), records=FILE_RECORDS // 2)
     run_watched_folder(executor, tmp_path, table, faults, attempts=FAULTS + 1)
@@ -265,8 +306,13 @@ def test_m_x1_a_watched_folder_to_postgres_and_files_is_exactly_once_through_see
 @pytest.mark.spark
 @pytest.mark.hang_guard(200)
 def test_m_r1_a_watched_folder_job_survives_a_killed_python_worker(
-        spark_executor, tmp_path, pg_table) -> None:
+    spark_executor, tmp_path, pg_table
+) -> None:
     table = pg_table("k bigint, v bigint, total bigint")
-    run_watched_folder(spark_executor, tmp_path, table,
-                       [KillWorker("running total", record=2_000, attempt=0, subtask=1)],
-                       attempts=2)
+    run_watched_folder(
+        spark_executor,
+        tmp_path,
+        table,
+        [KillWorker("running total", record=2_000, attempt=0, subtask=1)],
+        attempts=2,
+    )

@@ -81,15 +81,26 @@ class Collect(ReaderOutput):
         return [r["id"] for r in self.records]
 
 
-def new_reader(source: FileSource, clock: lg.ManualClock, index: int, parallelism: int,
-               restored: list[list[Any]] | None = None) -> SourceReader:
+def new_reader(
+    source: FileSource,
+    clock: lg.ManualClock,
+    index: int,
+    parallelism: int,
+    restored: list[list[Any]] | None = None,
+) -> SourceReader:
     """A reader of subtask ``index`` of ``parallelism``, given its splits the way the
     source operator gives them: fresh, or restored from the snapshots of the old
     subtasks (``restored[j]``: old subtask j's), every one of them when the reader
     ``restores_every_split``."""
-    ctx = RuntimeContext(task_name="files", operator_name="files", operator_uid="files",
-                         subtask_index=index, parallelism=parallelism, max_parallelism=128,
-                         clock=clock)
+    ctx = RuntimeContext(
+        task_name="files",
+        operator_name="files",
+        operator_uid="files",
+        subtask_index=index,
+        parallelism=parallelism,
+        max_parallelism=128,
+        clock=clock,
+    )
     reader = source.create_reader(ctx)
     if restored is None:
         reader.add_splits(assign_splits(source.create_splits(parallelism), index, parallelism))
@@ -121,12 +132,25 @@ def pickled(value: Any) -> Any:
 # --------------------------------------------------------------------------- configuration
 
 
-@pytest.mark.parametrize("interval", [0, -1, 0.0, -0.5, datetime.timedelta(0),
-                                      datetime.timedelta(seconds=-1), "1s", True,
-                                      float("nan"), float("inf")],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "interval",
+    [
+        0,
+        -1,
+        0.0,
+        -0.5,
+        datetime.timedelta(0),
+        datetime.timedelta(seconds=-1),
+        "1s",
+        True,
+        float("nan"),
+        float("inf"),
+    ],
+    ids=repr,
+)
 def test_a_bad_monitor_interval_is_rejected_naming_the_argument_and_value(
-        tmp_path: Path, interval: Any) -> None:
+    tmp_path: Path, interval: Any
+) -> None:
     with pytest.raises(lg.ConfigurationError) as err:
         FileSource(tmp_path, monitor_interval=interval)
     assert "monitor_interval" in str(err.value)
@@ -142,9 +166,11 @@ def test_watching_a_path_that_is_a_file_is_rejected_asking_for_a_folder(tmp_path
 
 
 def test_monitor_interval_takes_seconds_or_a_timedelta_and_makes_the_source_unbounded(
-        tmp_path: Path) -> None:
-    assert FileSource(tmp_path, monitor_interval=datetime.timedelta(milliseconds=50)
-                      ).monitor_interval == pytest.approx(0.05)
+    tmp_path: Path,
+) -> None:
+    assert FileSource(
+        tmp_path, monitor_interval=datetime.timedelta(milliseconds=50)
+    ).monitor_interval == pytest.approx(0.05)
     watching = FileSource(tmp_path, monitor_interval=2)
     assert watching.monitor_interval == 2.0 and watching.bounded is False
     copy = pickled(watching)
@@ -171,7 +197,8 @@ def test_without_monitor_interval_the_source_stays_bounded_and_unchanged(tmp_pat
 
 
 def test_files_added_after_the_start_are_read_at_the_next_listing_not_before(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     put(tmp_path, "a.jsonl", range(3))
     (tmp_path / ".hidden.jsonl").write_text('{"id": -1}\n')
     (tmp_path / "_SUCCESS").write_text("")
@@ -206,7 +233,8 @@ def test_files_added_after_the_start_are_read_at_the_next_listing_not_before(
 
 
 def test_files_are_read_in_name_order_and_a_rewritten_file_is_never_read_again(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     put(tmp_path, "c.jsonl", range(20, 22))
     put(tmp_path, "a.jsonl", range(2))
     put(tmp_path, "b.jsonl", range(10, 12))
@@ -251,11 +279,13 @@ def test_two_subtasks_together_read_every_file_exactly_once(tmp_path: Path) -> N
 
 
 def test_a_malformed_line_fails_with_file_and_line_or_goes_to_the_dead_letters(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     clock = lg.ManualClock()
     failing = new_reader(FileSource(tmp_path, monitor_interval=INTERVAL_S), clock, 0, 1)
-    dead = new_reader(FileSource(tmp_path, monitor_interval=INTERVAL_S, on_error="dead_letter"),
-                      clock, 0, 1)
+    dead = new_reader(
+        FileSource(tmp_path, monitor_interval=INTERVAL_S, on_error="dead_letter"), clock, 0, 1
+    )
     drain(failing, Collect())
     tmp = tmp_path / ".bad.tmp"
     tmp.write_text('{"id": 1}\n{"id": \n{"id": 3}\n')
@@ -273,11 +303,19 @@ def test_a_malformed_line_fails_with_file_and_line_or_goes_to_the_dead_letters(
 # --------------------------------------------------------------------------- checkpoints
 
 
-@pytest.mark.parametrize(("fmt", "new_parallelism"), [
-    ("jsonl", 2), ("jsonl", 3), ("jsonl", 1), ("csv", 3), ("parquet", 1),
-])
+@pytest.mark.parametrize(
+    ("fmt", "new_parallelism"),
+    [
+        ("jsonl", 2),
+        ("jsonl", 3),
+        ("jsonl", 1),
+        ("csv", 3),
+        ("parquet", 1),
+    ],
+)
 def test_m_x1_m_r1_a_restore_reads_every_remaining_record_once_also_at_another_parallelism(
-        tmp_path: Path, fmt: str, new_parallelism: int) -> None:
+    tmp_path: Path, fmt: str, new_parallelism: int
+) -> None:
     """M-X1: the watching source is replayable: its snapshot holds each unfinished file
     with its read position and the names of the finished ones. M-R1: new readers, at 2,
     3 or 1 subtasks, rewind to exactly those positions; with what the old readers
@@ -309,22 +347,27 @@ def test_m_x1_m_r1_a_restore_reads_every_remaining_record_once_also_at_another_p
     for n, name in enumerate(late):
         put(tmp_path, name, range(10_000 + 100 * n, 10_000 + 100 * n + 10), fmt)
 
-    new = [new_reader(source, clock, i, new_parallelism, restored=snapshots)
-           for i in range(new_parallelism)]
+    new = [
+        new_reader(source, clock, i, new_parallelism, restored=snapshots)
+        for i in range(new_parallelism)
+    ]
     after = [Collect() for _ in new]
     for reader, out in zip(new, after):
         drain(reader, out)
 
     got = sorted(i for out in before + after for i in out.ids())
-    expected = sorted([i for n in range(12) for i in range(100 * n, 100 * n + 10)]
-                      + [i for n in range(4) for i in range(10_000 + 100 * n, 10_000 + 100 * n + 10)])
+    expected = sorted(
+        [i for n in range(12) for i in range(100 * n, 100 * n + 10)]
+        + [i for n in range(4) for i in range(10_000 + 100 * n, 10_000 + 100 * n + 10)]
+    )
     assert got == expected, "every record exactly once"
     read_after = [s for out in after for s in out.finished]
     assert len(read_after) == len(set(read_after))
     assert not finished_before & set(read_after), "no finished file is read again"
     for i, out in enumerate(after):
         assert {s.removeprefix("file:") for s in out.finished} <= set(
-            owned(names + late, i, new_parallelism)), "each new subtask reads its own share"
+            owned(names + late, i, new_parallelism)
+        ), "each new subtask reads its own share"
     # the new readers' snapshots again cover every file exactly once
     final = [pickled(reader.snapshot_positions()) for reader in new]
     names_done = [n for snap in final for d in snap if isinstance(d, DoneFiles) for n in d.names]
@@ -334,8 +377,13 @@ def test_m_x1_m_r1_a_restore_reads_every_remaining_record_once_also_at_another_p
 
 def test_restored_state_of_another_source_is_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(lg.ConfigurationError, match="cannot restore"):
-        new_reader(FileSource(tmp_path, monitor_interval=INTERVAL_S), lg.ManualClock(), 0, 1,
-                   restored=[["not a file split"]])
+        new_reader(
+            FileSource(tmp_path, monitor_interval=INTERVAL_S),
+            lg.ManualClock(),
+            0,
+            1,
+            restored=[["not a file split"]],
+        )
 
 
 # --------------------------------------------------------------------------- jobs
@@ -358,9 +406,12 @@ def watching_job(executor: Any, tmp_path: Path, parallelism: int) -> lg.StreamEn
     env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
-    (env.from_source(FileSource(tmp_path / "in", monitor_interval=0.05), name="watched")
+    (
+        env.from_source(FileSource(tmp_path / "in", monitor_interval=0.05), name="watched")
         .uid("watched")
-        .sink_to(FileSink(str(tmp_path / "out"), format="jsonl"), name="files").uid("files"))
+        .sink_to(FileSink(str(tmp_path / "out"), format="jsonl"), name="files")
+        .uid("files")
+    )
     return env
 
 
@@ -375,25 +426,39 @@ def write_batch(folder: Path, first: int, files: int, per_file: int = 25) -> lis
 def wait_published(client: lg.JobClient, out: Path, expected: list[int], what: str) -> None:
     """Wait (bounded) until ``expected`` is published, then two more checkpoints, so a
     duplicate would have been published too; fails early if the job ended."""
-    wait_until(lambda: client.done() or sorted(published(out)) == sorted(expected)
-               or len(published(out)) > len(expected), what, timeout_s=60)
+    wait_until(
+        lambda: (
+            client.done()
+            or sorted(published(out)) == sorted(expected)
+            or len(published(out)) > len(expected)
+        ),
+        what,
+        timeout_s=60,
+    )
     assert not client.done(), "the watching job runs until it is cancelled"
     seen = completed(client)
-    wait_until(lambda: client.done() or completed(client) >= seen + 2,
-               "two more checkpoints completed", timeout_s=30)
+    wait_until(
+        lambda: client.done() or completed(client) >= seen + 2,
+        "two more checkpoints completed",
+        timeout_s=30,
+    )
 
 
 @pytest.mark.hang_guard(120)
 def test_m_x1_a_watching_job_reads_files_written_while_it_runs_exactly_once(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     """M-X1: watching source (replayable, positions in checkpoints) -> exactly-once
     FileSink, parallelism 2: files that appear while the job runs are published once."""
     (tmp_path / "in").mkdir()
     expected = write_batch(tmp_path / "in", 0, 3)
     client = watching_job(executor, tmp_path, 2).execute_async("watch a folder")
     try:
-        wait_until(lambda: client.done() or len(published(tmp_path / "out")) >= len(expected),
-                   "the files there at the start were published", timeout_s=60)
+        wait_until(
+            lambda: client.done() or len(published(tmp_path / "out")) >= len(expected),
+            "the files there at the start were published",
+            timeout_s=60,
+        )
         for first in (3, 8, 13):
             expected += write_batch(tmp_path / "in", first, 5)
             (tmp_path / "in" / ".half-written.jsonl").write_text('{"id": -1}\n')
@@ -406,7 +471,8 @@ def test_m_x1_a_watching_job_reads_files_written_while_it_runs_exactly_once(
 
 @pytest.mark.hang_guard(180)
 def test_m_r1_a_savepoint_restored_at_another_parallelism_reads_the_new_files_once(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     """M-R1: a job stopped with a savepoint and restored at another parallelism (3
     locally, 1 on Spark's two slots) reads the files that appeared meanwhile and none it
     had read: the published output holds every record exactly once."""

@@ -92,8 +92,9 @@ def open_reader() -> Iterator[Callable[..., SourceReader]]:
     every reader is closed at teardown (which must stop its event-loop thread)."""
     readers: list[SourceReader] = []
 
-    def open_(source: NatsJetStreamSource, splits: list[Any], subtask: int = 0,
-              parallelism: int = 1) -> SourceReader:
+    def open_(
+        source: NatsJetStreamSource, splits: list[Any], subtask: int = 0, parallelism: int = 1
+    ) -> SourceReader:
         reader = source.create_reader(context(subtask, parallelism))
         readers.append(reader)
         reader.add_splits(splits)
@@ -105,8 +106,14 @@ def open_reader() -> Iterator[Callable[..., SourceReader]]:
 
 
 def context(subtask: int = 0, parallelism: int = 1) -> RuntimeContext:
-    return RuntimeContext(task_name="t", operator_name="nats", operator_uid="nats",
-                          subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    return RuntimeContext(
+        task_name="t",
+        operator_name="nats",
+        operator_uid="nats",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+    )
 
 
 def read_to_end(reader: SourceReader, out: RecordingOutput, max_polls: int = 1000) -> None:
@@ -128,7 +135,8 @@ def vs(records: list[Any]) -> list[int]:
 
 
 def test_a_bounded_source_reads_every_message_in_sequence_order_then_ends_M_X1(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     """M-X1: the split records the last sequence emitted; the whole stream arrives once, in
     order."""
     name = jetstream.new()
@@ -146,7 +154,8 @@ def test_a_bounded_source_reads_every_message_in_sequence_order_then_ends_M_X1(
 
 
 def test_a_bounded_split_ends_at_the_last_sequence_when_it_was_created(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     name = jetstream.new()
     jetstream.publish(json_messages(f"{name}.a", range(5)))
     source = NatsJetStreamSource(NATS_URL, name, bounded=True, batch_size=2)
@@ -163,7 +172,8 @@ def test_a_bounded_split_ends_at_the_last_sequence_when_it_was_created(
 
 
 def test_a_new_reader_resumes_at_the_sequence_after_the_last_emitted_M_R1(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     """M-R1: a reader given the snapshotted splits rewinds to their positions: no message
     is lost and none is read twice."""
     name = jetstream.new()
@@ -187,7 +197,8 @@ def test_a_new_reader_resumes_at_the_sequence_after_the_last_emitted_M_R1(
 
 
 def test_re_adding_a_split_rewinds_the_same_reader_to_its_position_M_R1(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     """M-R1: a split added again (e.g. on restore) gets a new consumer at its position."""
     name = jetstream.new()
     jetstream.publish(json_messages(f"{name}.a", range(6)))
@@ -204,7 +215,8 @@ def test_re_adding_a_split_rewinds_the_same_reader_to_its_position_M_R1(
 
 
 def test_an_unbounded_reader_picks_up_messages_published_after_it_started(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     name = jetstream.new()
     source = NatsJetStreamSource(NATS_URL, name, f"{name}.a", poll_timeout_ms=20)
     assert source.bounded is False
@@ -226,8 +238,13 @@ def test_an_unbounded_reader_picks_up_messages_published_after_it_started(
 def test_each_subject_is_a_split_read_round_robin(jetstream, open_reader) -> None:
     name = jetstream.new()
     a, b = f"{name}.a", f"{name}.b"
-    jetstream.publish([m for pair in zip(json_messages(a, range(6)),
-                                         json_messages(b, range(100, 106))) for m in pair])
+    jetstream.publish(
+        [
+            m
+            for pair in zip(json_messages(a, range(6)), json_messages(b, range(100, 106)))
+            for m in pair
+        ]
+    )
     source = NatsJetStreamSource(NATS_URL, name, [a, b], batch_size=2, bounded=True)
     splits = source.create_splits(2)
     assert [s.subject for s in splits] == [a, b]
@@ -236,8 +253,9 @@ def test_each_subject_is_a_split_read_round_robin(jetstream, open_reader) -> Non
     read_to_end(reader, out)
     assert [split for split, _ in out.batches] == [a, b, a, b, a, b], "no split starves"
     assert vs([r for split, rows in out.batches if split == a for r in rows]) == list(range(6))
-    assert vs([r for split, rows in out.batches if split == b for r in rows]) == \
-        list(range(100, 106))
+    assert vs([r for split, rows in out.batches if split == b for r in rows]) == list(
+        range(100, 106)
+    )
     assert sorted(out.finished) == [a, b]
 
 
@@ -254,8 +272,10 @@ def test_an_empty_stream_or_subject_ends_a_bounded_read(jetstream, open_reader) 
     empty = jetstream.new()
     source = NatsJetStreamSource(NATS_URL, empty, bounded=True)
     assert source.create_splits(1)[0].finished
-    assert open_reader(source, source.create_splits(1)).poll(RecordingOutput()) is \
-        InputStatus.END_OF_INPUT
+    assert (
+        open_reader(source, source.create_splits(1)).poll(RecordingOutput())
+        is InputStatus.END_OF_INPUT
+    )
 
     name = jetstream.new()
     jetstream.publish(json_messages(f"{name}.a", range(3)))
@@ -267,7 +287,8 @@ def test_an_empty_stream_or_subject_ends_a_bounded_read(jetstream, open_reader) 
 
 
 def test_subtasks_beyond_the_number_of_subjects_get_no_split_and_do_not_fail(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     name = jetstream.new()
     bounded = NatsJetStreamSource(NATS_URL, name, [f"{name}.a", f"{name}.b"], bounded=True)
     assert bounded.max_parallelism() is None
@@ -316,7 +337,8 @@ BAD_MESSAGES = [
 
 @pytest.mark.parametrize(("fmt", "bad", "error"), BAD_MESSAGES)
 def test_a_malformed_message_fails_with_its_stream_sequence_and_subject(
-        jetstream, open_reader, fmt, bad, error) -> None:
+    jetstream, open_reader, fmt, bad, error
+) -> None:
     name = jetstream.new()
     seqs = jetstream.publish([(f"{name}.a", b"1"), (f"{name}.bad", bad), (f"{name}.a", b"3")])
     source = NatsJetStreamSource(NATS_URL, name, format=fmt, bounded=True)
@@ -330,10 +352,12 @@ def test_a_malformed_message_fails_with_its_stream_sequence_and_subject(
 
 @pytest.mark.parametrize(("fmt", "bad", "error"), BAD_MESSAGES)
 def test_with_dead_letter_a_malformed_message_goes_to_the_side_output_and_the_rest_flows(
-        jetstream, open_reader, fmt, bad, error) -> None:
+    jetstream, open_reader, fmt, bad, error
+) -> None:
     name = jetstream.new()
-    seqs = jetstream.publish([(f"{name}.a", b"1"), (f"{name}.bad", bad), (f"{name}.a", b"3"),
-                              (f"{name}.bad", bad)])
+    seqs = jetstream.publish(
+        [(f"{name}.a", b"1"), (f"{name}.bad", bad), (f"{name}.a", b"3"), (f"{name}.bad", bad)]
+    )
     source = NatsJetStreamSource(NATS_URL, name, format=fmt, on_error="dead_letter")
     assert source.side_outputs == ("dead-letter",)
     reader = open_reader(source, source.create_splits(1))
@@ -341,8 +365,10 @@ def test_with_dead_letter_a_malformed_message_goes_to_the_side_output_and_the_re
     assert reader.poll(out) is InputStatus.MORE_AVAILABLE
     good = [1, 3] if fmt == "json" else ["1", "3"]
     assert [r if fmt == "json" else r["data"] for r in out.records] == good
-    assert [(d["stream"], d["sequence"], d["subject"]) for d in out.dead] == \
-        [(name, seqs[1], f"{name}.bad"), (name, seqs[3], f"{name}.bad")]
+    assert [(d["stream"], d["sequence"], d["subject"]) for d in out.dead] == [
+        (name, seqs[1], f"{name}.bad"),
+        (name, seqs[3], f"{name}.bad"),
+    ]
     for d, seq in zip(out.dead, (seqs[1], seqs[3])):
         assert d["location"] == f"nats stream {name!r} sequence {seq} (subject {name}.bad)"
         assert error in d["error"] and d["raw"]
@@ -353,25 +379,28 @@ def test_with_dead_letter_a_malformed_message_goes_to_the_side_output_and_the_re
 # --------------------------------------------------------------------------------- arguments
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [
-    ({"url": "redis://127.0.0.1:4222"}, "url"),
-    ({"url": "127.0.0.1:4222"}, "url"),
-    ({"stream": ""}, "stream"),
-    ({"stream": "a.b"}, "stream"),
-    ({"stream": "a b"}, "stream"),
-    ({"subject": ""}, "subject"),
-    ({"subject": []}, "subject"),
-    ({"subject": ["a", "a"]}, "subject"),
-    ({"subject": 5}, "subject"),
-    ({"format": "fields"}, "format"),
-    ({"start_sequence": 0}, "start_sequence"),
-    ({"start_sequence": 1.0}, "start_sequence"),
-    ({"start_sequence": True}, "start_sequence"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"on_error": "skip"}, "on_error"),
-    ({"bounded": 1}, "bounded"),
-    ({"poll_timeout_ms": -1}, "poll_timeout_ms"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"url": "redis://127.0.0.1:4222"}, "url"),
+        ({"url": "127.0.0.1:4222"}, "url"),
+        ({"stream": ""}, "stream"),
+        ({"stream": "a.b"}, "stream"),
+        ({"stream": "a b"}, "stream"),
+        ({"subject": ""}, "subject"),
+        ({"subject": []}, "subject"),
+        ({"subject": ["a", "a"]}, "subject"),
+        ({"subject": 5}, "subject"),
+        ({"format": "fields"}, "format"),
+        ({"start_sequence": 0}, "start_sequence"),
+        ({"start_sequence": 1.0}, "start_sequence"),
+        ({"start_sequence": True}, "start_sequence"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"on_error": "skip"}, "on_error"),
+        ({"bounded": 1}, "bounded"),
+        ({"poll_timeout_ms": -1}, "poll_timeout_ms"),
+    ],
+)
 def test_bad_arguments_raise_a_configuration_error_naming_the_argument(kwargs, named) -> None:
     args: dict[str, Any] = {"url": NATS_URL, "stream": "S", **kwargs}
     with pytest.raises(ConfigurationError) as err:
@@ -404,13 +433,18 @@ def test_an_unreachable_server_fails_when_the_reader_opens_naming_the_url() -> N
 
 
 def test_the_source_pickles_without_a_connection_and_declares_its_shape(
-        jetstream, open_reader) -> None:
+    jetstream, open_reader
+) -> None:
     name = jetstream.new()
     source = NatsJetStreamSource(NATS_URL, name, ["a", "b"], bounded=True)
     open_reader(source, [])  # the connection and its thread stay with the reader
     copy = pickle.loads(pickle.dumps(source))
-    assert (copy.url, copy.stream, copy.subjects, copy.bounded) == \
-        (NATS_URL, name, ("a", "b"), True)
+    assert (copy.url, copy.stream, copy.subjects, copy.bounded) == (
+        NATS_URL,
+        name,
+        ("a", "b"),
+        True,
+    )
     assert copy.side_outputs == ()
     assert NatsJetStreamSource(NATS_URL, name).subjects == (None,)
 
@@ -421,8 +455,13 @@ def test_the_source_pickles_without_a_connection_and_declares_its_shape(
 def test_a_job_reads_two_subjects_with_two_subtasks(jetstream, executor) -> None:
     name = jetstream.new()
     a, b = f"{name}.a", f"{name}.b"
-    jetstream.publish([m for pair in zip(json_messages(a, range(30)),
-                                         json_messages(b, range(100, 130))) for m in pair])
+    jetstream.publish(
+        [
+            m
+            for pair in zip(json_messages(a, range(30)), json_messages(b, range(100, 130)))
+            for m in pair
+        ]
+    )
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     source = NatsJetStreamSource(NATS_URL, name, [a, b], bounded=True, batch_size=7)
     out = env.from_source(source, name="nats").execute_and_collect(executor=executor)
@@ -432,37 +471,45 @@ def test_a_job_reads_two_subjects_with_two_subtasks(jetstream, executor) -> None
 
 def test_a_job_sends_malformed_messages_to_the_dead_letter_output(jetstream, executor) -> None:
     name = jetstream.new()
-    seqs = jetstream.publish([(f"{name}.a", b'{"v": 1}'), (f"{name}.a", b"nope"),
-                              (f"{name}.a", b'{"v": 3}')])
+    seqs = jetstream.publish(
+        [(f"{name}.a", b'{"v": 1}'), (f"{name}.a", b"nope"), (f"{name}.a", b'{"v": 3}')]
+    )
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     records = env.from_source(
-        NatsJetStreamSource(NATS_URL, name, bounded=True, on_error="dead_letter"), name="nats")
+        NatsJetStreamSource(NATS_URL, name, bounded=True, on_error="dead_letter"), name="nats"
+    )
     dead = records.get_side_output(lg.DEAD_LETTER).map(lambda d: ("dead", d))
     out = records.map(lambda r: ("good", r)).union(dead).execute_and_collect(executor=executor)
     assert [r for tag, r in out if tag == "good"] == [{"v": 1}, {"v": 3}]
     letters = [d for tag, d in out if tag == "dead"]
-    assert [(d["sequence"], d["subject"], d["raw"]) for d in letters] == \
-        [(seqs[1], f"{name}.a", "nope")]
+    assert [(d["sequence"], d["subject"], d["raw"]) for d in letters] == [
+        (seqs[1], f"{name}.a", "nope")
+    ]
     assert letters[0]["location"] == f"nats stream {name!r} sequence {seqs[1]} (subject {name}.a)"
 
 
 def test_a_job_with_a_malformed_message_fails_naming_stream_and_sequence(
-        jetstream, executor) -> None:
+    jetstream, executor
+) -> None:
     name = jetstream.new()
     seqs = jetstream.publish([(f"{name}.a", b"1"), (f"{name}.a", b"{")])
     env = lg.StreamEnvironment(parallelism=1, executor=executor)
     env.from_source(NatsJetStreamSource(NATS_URL, name, bounded=True), name="nats").sink_to(
-        lg.connectors.DiscardingSink())
+        lg.connectors.DiscardingSink()
+    )
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("malformed nats", executor=executor)
     assert isinstance(err.value.__cause__, MalformedRecordError)
-    assert err.value.__cause__.location == \
-        f"nats stream {name!r} sequence {seqs[1]} (subject {name}.a)"
+    assert (
+        err.value.__cause__.location
+        == f"nats stream {name!r} sequence {seqs[1]} (subject {name}.a)"
+    )
     assert err.value.reason is lg.FailureReason.MALFORMED_INPUT
 
 
 def test_a_failed_job_restores_the_sequences_of_its_checkpoint_exactly_once_M_R1(
-        jetstream, executor, caplog) -> None:
+    jetstream, executor, caplog
+) -> None:
     """M-R1, M-X1: attempt 0 fails after checkpoints recorded the last sequence read per
     subject; attempt 1 rewinds every split to them (new consumers from the next sequence),
     so each message reaches the exactly-once collecting sink once."""
@@ -473,13 +520,17 @@ def test_a_failed_job_restores_the_sequences_of_its_checkpoint_exactly_once_M_R1
     env.enable_checkpointing(50)
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
     source = NatsJetStreamSource(NATS_URL, name, [a, b], bounded=True, batch_size=50)
-    out = (env.from_source(RateLimitedSource(source, 20_000), name="nats").uid("nats")
-           .map_batches(lambda b: b, name="slow"))
+    out = (
+        env.from_source(RateLimitedSource(source, 20_000), name="nats")
+        .uid("nats")
+        .map_batches(lambda b: b, name="slow")
+    )
     inject_faults(env, FailAtRecord("slow", record=1500, attempt=0, subtask=0))
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         records = out.execute_and_collect("nats restore", executor=executor)
-    assert any(" restores " in r.getMessage() for r in caplog.records), \
+    assert any(" restores " in r.getMessage() for r in caplog.records), (
         "attempt 1 restored a checkpoint"
+    )
     assert sorted(vs(records)) == list(range(3000)) + list(range(10_000, 13_000))
 
 
@@ -487,7 +538,8 @@ def test_a_job_on_a_missing_stream_fails_naming_it_and_leaves_no_thread(executor
     name = f"LGTEST_MISSING_{uuid.uuid4().hex}"
     env = lg.StreamEnvironment(parallelism=1, executor=executor)
     env.from_source(NatsJetStreamSource(NATS_URL, name, bounded=True), name="nats").sink_to(
-        lg.connectors.DiscardingSink())
+        lg.connectors.DiscardingSink()
+    )
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("missing stream", executor=executor)
     assert repr(name) in str(err.value) and "nats stream add" in str(err.value)

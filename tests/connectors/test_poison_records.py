@@ -39,13 +39,22 @@ BIG_INT = '{"v": ' + "7" * 5000 + "}"  # int() refuses more than 4,300 digits: V
 DEEP = "[" * 200_000 + "]" * 200_000  # deeper than the recursion limit: RecursionError
 HUGE = json.dumps({"pad": "x" * (2 * LIMIT)})  # valid JSON, but over LIMIT
 #: each poison record, and what its dead letter's error says
-POISON = {"big int": (BIG_INT, "4300 digits"), "deep": (DEEP, "RecursionError"),
-          "huge": (HUGE, "over max_record_bytes")}
+POISON = {
+    "big int": (BIG_INT, "4300 digits"),
+    "deep": (DEEP, "RecursionError"),
+    "huge": (HUGE, "over max_record_bytes"),
+}
 
 
 def context() -> RuntimeContext:
-    return RuntimeContext(task_name="t", operator_name="src", operator_uid="src",
-                          subtask_index=0, parallelism=1, max_parallelism=128)
+    return RuntimeContext(
+        task_name="t",
+        operator_name="src",
+        operator_uid="src",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
 
 
 def read_all(source: Any, out: RecordingOutput, max_polls: int = 10_000) -> None:
@@ -104,8 +113,9 @@ def test_poison_json_lines_reach_the_dead_letters_with_file_and_line(tmp_path: P
 
 
 @pytest.mark.parametrize("name", list(POISON))
-def test_with_on_error_fail_a_poison_line_fails_naming_file_and_line(tmp_path: Path,
-                                                                     name: str) -> None:
+def test_with_on_error_fail_a_poison_line_fails_naming_file_and_line(
+    tmp_path: Path, name: str
+) -> None:
     f = tmp_path / "one.jsonl"
     f.write_text('{"v": 1}\n' + POISON[name][0] + "\n", encoding="utf-8")
     with pytest.raises(MalformedRecordError) as err:
@@ -116,7 +126,8 @@ def test_with_on_error_fail_a_poison_line_fails_naming_file_and_line(tmp_path: P
 
 @pytest.mark.parametrize("line_end", [b"\n", b"\r\n"])
 def test_an_oversized_line_is_skipped_in_pieces_and_the_next_line_is_read(
-        tmp_path: Path, line_end: bytes) -> None:
+    tmp_path: Path, line_end: bytes
+) -> None:
     """A line of 3.5 MiB (limit 1 MiB): the reader keeps a 1 KiB prefix, skips the rest
     in pieces, and reads on; a reader restored after it skips it the same way. A line of
     exactly the limit is decoded."""
@@ -124,8 +135,18 @@ def test_an_oversized_line_is_skipped_in_pieces_and_the_next_line_is_read(
     size = 3 * LIMIT + LIMIT // 2
     exact = json.dumps({"pad": "e" * (LIMIT - 11)}).encode()
     assert len(exact) == LIMIT
-    f.write_bytes(b'{"v": 0}' + line_end + b'"' + b"y" * (size - 2) + b'"' + line_end
-                  + exact + line_end + b'{"v": 3}' + line_end)
+    f.write_bytes(
+        b'{"v": 0}'
+        + line_end
+        + b'"'
+        + b"y" * (size - 2)
+        + b'"'
+        + line_end
+        + exact
+        + line_end
+        + b'{"v": 3}'
+        + line_end
+    )
     source = FileSource(f, on_error="dead_letter", max_record_bytes=LIMIT)
     out = RecordingOutput()
     read_all(source, out)
@@ -151,8 +172,9 @@ def test_an_oversized_line_is_skipped_in_pieces_and_the_next_line_is_read(
 def test_csv_poison_rows_reach_the_dead_letters(tmp_path: Path) -> None:
     """An integer field of 5,000 digits was silently read as the float inf before."""
     f = tmp_path / "poison.csv"
-    f.write_text("v,w\n1,a\n" + "9" * 5000 + ",b\n3," + "z" * (2 * LIMIT) + "\n4,d\n",
-                 encoding="utf-8")
+    f.write_text(
+        "v,w\n1,a\n" + "9" * 5000 + ",b\n3," + "z" * (2 * LIMIT) + "\n4,d\n", encoding="utf-8"
+    )
     out = RecordingOutput()
     read_all(FileSource(f, format="csv", on_error="dead_letter", max_record_bytes=LIMIT), out)
     assert [r["v"] for r in out.records] == [1, 4]
@@ -163,7 +185,8 @@ def test_csv_poison_rows_reach_the_dead_letters(tmp_path: Path) -> None:
 
 
 def test_a_corrupt_parquet_file_reaches_the_dead_letters_and_the_next_file_is_read(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     (tmp_path / "a.parquet").write_bytes(b"PAR1 this is not parquet at all PAR1")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -191,24 +214,29 @@ def test_a_corrupt_parquet_file_reaches_the_dead_letters_and_the_next_file_is_re
 def test_a_bad_max_record_bytes_is_refused_naming_it(tmp_path: Path, bad: Any) -> None:
     f = tmp_path / "x.jsonl"
     f.write_text("{}\n")
-    for make in (lambda: FileSource(f, max_record_bytes=bad),
-                 lambda: RedisStreamSource(REDIS_URL, "s", max_record_bytes=bad),
-                 lambda: NatsJetStreamSource(NATS_URL, "S", max_record_bytes=bad)):
+    for make in (
+        lambda: FileSource(f, max_record_bytes=bad),
+        lambda: RedisStreamSource(REDIS_URL, "s", max_record_bytes=bad),
+        lambda: NatsJetStreamSource(NATS_URL, "S", max_record_bytes=bad),
+    ):
         with pytest.raises(ConfigurationError, match="max_record_bytes must be an int >= 1"):
             make()
 
 
-def test_m_x1_a_job_routes_poison_lines_to_the_dead_letter_output(tmp_path: Path,
-                                                                   executor: Any) -> None:
+def test_m_x1_a_job_routes_poison_lines_to_the_dead_letter_output(
+    tmp_path: Path, executor: Any
+) -> None:
     """On both executors: every good record out, each poison line in the dead-letter
     output with its position (read through a file:// URL, issue 18 item 11)."""
     f, where = poison_file(tmp_path)
     env = lg.StreamEnvironment(parallelism=1)
     records = env.from_source(
         FileSource(f.as_uri(), on_error="dead_letter", max_record_bytes=LIMIT, batch_size=7),
-        name="files")
+        name="files",
+    )
     dead = records.get_side_output(lg.DEAD_LETTER).map(
-        lambda d: ("dead", {k: d[k] for k in ("location", "file", "line", "error")}))
+        lambda d: ("dead", {k: d[k] for k in ("location", "file", "line", "error")})
+    )
     out = records.map(lambda r: ("good", r)).union(dead).execute_and_collect(executor=executor)
     assert sorted(r["v"] for tag, r in out if tag == "good") == list(range(30))
     letters = sorted((d for tag, d in out if tag == "dead"), key=lambda d: d["line"])
@@ -232,12 +260,14 @@ def stream() -> Iterator[tuple[redis.Redis, str]]:
 
 @pytest.mark.parametrize("fmt", ["json", "fields"])
 def test_poison_redis_entries_reach_the_dead_letters_with_stream_and_id(
-        stream: tuple[redis.Redis, str], fmt: str) -> None:
+    stream: tuple[redis.Redis, str], fmt: str
+) -> None:
     client, name = stream
     values = [json.dumps({"v": 0}), BIG_INT, DEEP, HUGE, json.dumps({"v": 4})]
     ids = [client.xadd(name, {"data": v}).decode() for v in values]  # type: ignore[union-attr]
-    source = RedisStreamSource(REDIS_URL, name, format=fmt, bounded=True,
-                               on_error="dead_letter", max_record_bytes=LIMIT)
+    source = RedisStreamSource(
+        REDIS_URL, name, format=fmt, bounded=True, on_error="dead_letter", max_record_bytes=LIMIT
+    )
     out = RecordingOutput()
     read_all(source, out)
     letters = {d["id"]: d for d in out.dead}
@@ -256,12 +286,12 @@ def test_poison_redis_entries_reach_the_dead_letters_with_stream_and_id(
 
 
 def test_a_poison_redis_entry_with_on_error_fail_names_stream_and_id(
-        stream: tuple[redis.Redis, str]) -> None:
+    stream: tuple[redis.Redis, str],
+) -> None:
     client, name = stream
     entry = client.xadd(name, {"data": DEEP}).decode()  # type: ignore[union-attr]
     with pytest.raises(MalformedRecordError) as err:
-        read_all(RedisStreamSource(REDIS_URL, name, format="json", bounded=True),
-                 RecordingOutput())
+        read_all(RedisStreamSource(REDIS_URL, name, format="json", bounded=True), RecordingOutput())
     assert err.value.location == f"redis stream {name!r} id {entry}"
 
 
@@ -275,6 +305,7 @@ def _js(action: Any) -> Any:
             return await action(nc.jetstream())
         finally:
             await nc.close()
+
     return asyncio.run(main())
 
 
@@ -295,7 +326,8 @@ def nats_stream() -> Iterator[str]:
 
 
 def test_poison_nats_messages_reach_the_dead_letters_with_stream_and_sequence(
-        nats_stream: str) -> None:
+    nats_stream: str,
+) -> None:
     name = nats_stream
     limit = 300_000  # under NATS's default max_payload of 1 MiB, which DEEP (400 kB) is not
     deep = "[" * 100_000 + "]" * 100_000  # 200 kB, still deeper than the recursion limit
@@ -306,8 +338,9 @@ def test_poison_nats_messages_reach_the_dead_letters_with_stream_and_sequence(
         return [(await js.publish(f"{name}.a", v.encode())).seq for v in values]
 
     seqs = _js(publish)
-    source = NatsJetStreamSource(NATS_URL, name, bounded=True, on_error="dead_letter",
-                                 max_record_bytes=limit)
+    source = NatsJetStreamSource(
+        NATS_URL, name, bounded=True, on_error="dead_letter", max_record_bytes=limit
+    )
     out = RecordingOutput()
     read_all(source, out)
     assert out.records == [{"v": 0}, {"v": 4}]
@@ -319,14 +352,22 @@ def test_poison_nats_messages_reach_the_dead_letters_with_stream_and_sequence(
     assert "4300 digits" in letters[seqs[1]]["error"]
     assert "RecursionError" in letters[seqs[2]]["error"]
     assert len(letters[seqs[3]]["raw"]) == OVERSIZED_PREFIX_BYTES
-    assert f"record of {len(big)} bytes is over max_record_bytes={limit}" in \
-        letters[seqs[3]]["error"]
+    assert (
+        f"record of {len(big)} bytes is over max_record_bytes={limit}" in letters[seqs[3]]["error"]
+    )
 
 
-@pytest.mark.parametrize("bad", [b"2," + b"z" * 200_000 + b"\n", b"\xff\xfe,q\n",
-                                 b"9" * 20 + b"," + b"z" * (LIMIT + 1) + b"\n"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"2," + b"z" * 200_000 + b"\n",
+        b"\xff\xfe,q\n",
+        b"9" * 20 + b"," + b"z" * (LIMIT + 1) + b"\n",
+    ],
+)
 def test_m_r1_a_csv_reader_restored_after_a_poison_row_reads_on_without_reporting_it_again(
-        tmp_path: Path, bad: bytes) -> None:
+    tmp_path: Path, bad: bytes
+) -> None:
     """The poison row (a field over the csv module's field limit, bad UTF-8, a line over
     max_record_bytes) was reported before the checkpoint; the restored reader skips it
     and neither fails on it nor reports the next good row in its place."""

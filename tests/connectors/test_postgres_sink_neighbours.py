@@ -37,15 +37,28 @@ WAIT_S = 60.0
 
 
 def all_prepared() -> list[str]:
-    return [r[0] for r in query(
-        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid")]
+    return [
+        r[0]
+        for r in query(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY gid"
+        )
+    ]
 
 
-def ctx(job: str, run: str, attempt: int = 0, subtask: int = 0,
-        parallelism: int = 1) -> RuntimeContext:
-    return RuntimeContext(task_name="t", operator_name="pg", operator_uid="pg",
-                          subtask_index=subtask, parallelism=parallelism, max_parallelism=128,
-                          attempt_number=attempt, job_name=job, run_id=run)
+def ctx(
+    job: str, run: str, attempt: int = 0, subtask: int = 0, parallelism: int = 1
+) -> RuntimeContext:
+    return RuntimeContext(
+        task_name="t",
+        operator_name="pg",
+        operator_uid="pg",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+        attempt_number=attempt,
+        job_name=job,
+        run_id=run,
+    )
 
 
 def rows(n0: int, n1: int) -> RowBatch:
@@ -60,16 +73,16 @@ def run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def writer(sink: PostgresSink, c: RuntimeContext, states: Any = (),
-           every_state: Any = None) -> TwoPhaseCommitWriter:
+def writer(
+    sink: PostgresSink, c: RuntimeContext, states: Any = (), every_state: Any = None
+) -> TwoPhaseCommitWriter:
     w = sink.create_writer(c)
     assert isinstance(w, TwoPhaseCommitWriter)
     w.initialize_state(list(states), every_state=every_state)
     return w
 
 
-def prepare_one(sink: PostgresSink, c: RuntimeContext, n0: int) -> tuple[TwoPhaseCommitWriter,
-                                                                         Any]:
+def prepare_one(sink: PostgresSink, c: RuntimeContext, n0: int) -> tuple[TwoPhaseCommitWriter, Any]:
     """A writer with one transaction prepared for checkpoint 1 (not committed)."""
     w = writer(sink, c)
     w.write(rows(n0, n0 + 10))
@@ -79,10 +92,14 @@ def prepare_one(sink: PostgresSink, c: RuntimeContext, n0: int) -> tuple[TwoPhas
 # ---------------------------------------------------------------- item 11: the id limit
 
 
-@pytest.mark.parametrize("prefix", ["é" * 100, "x" * (MAX_PREFIX_BYTES + 1)],
-                         ids=["100-two-byte-characters", "one-byte-too-many"])
+@pytest.mark.parametrize(
+    "prefix",
+    ["é" * 100, "x" * (MAX_PREFIX_BYTES + 1)],
+    ids=["100-two-byte-characters", "one-byte-too-many"],
+)
 def test_issue18_11_a_prefix_too_long_for_postgres_ids_is_refused_when_the_sink_is_built(
-        prefix: str) -> None:
+    prefix: str,
+) -> None:
     """'é' * 100 is 100 characters (accepted before) but 200 bytes: no id made from it
     fits PostgreSQL's 200-byte limit, which failed only at the first PREPARE."""
     with pytest.raises(ConfigurationError, match="transaction_prefix must be at most"):
@@ -98,8 +115,14 @@ def test_issue18_11_the_longest_prefix_accepted_prepares_and_commits(pg_table) -
     table = pg_table("v bigint")
     """With the longest run id, attempt and checkpoint numbers the id has 199 bytes."""
     sink = PostgresSink(DSN, table, transaction_prefix="lgtest-" + "p" * (MAX_PREFIX_BYTES - 7))
-    w = writer(sink, ctx("longest", uuid.uuid4().hex[:MAX_RUN_BYTES].ljust(MAX_RUN_BYTES, "r"),
-                         attempt=9_999_999_999))
+    w = writer(
+        sink,
+        ctx(
+            "longest",
+            uuid.uuid4().hex[:MAX_RUN_BYTES].ljust(MAX_RUN_BYTES, "r"),
+            attempt=9_999_999_999,
+        ),
+    )
     try:
         w.write(rows(0, 10))
         at_end = w.snapshot_state(10**19)
@@ -113,45 +136,57 @@ def test_issue18_11_the_longest_prefix_accepted_prepares_and_commits(pg_table) -
 # ------------------------------------------------- item 1: recovery keeps to its own ids
 
 
-@pytest.mark.parametrize("mine, theirs", [
-    ("lgtest-x", "lgtest-x-b"),      # like 'lockgate' against the default 'lockgate-<hash>'
-    ("lgtest-sales", "lgtest-sales-eu"),
-    ("lgtest-same", "lgtest-same"),  # two runs of one job (same name and uid)
-])
+@pytest.mark.parametrize(
+    "mine, theirs",
+    [
+        ("lgtest-x", "lgtest-x-b"),  # like 'lockgate' against the default 'lockgate-<hash>'
+        ("lgtest-sales", "lgtest-sales-eu"),
+        ("lgtest-same", "lgtest-same"),  # two runs of one job (same name and uid)
+    ],
+)
 def test_issue18_1_m_x2_recovery_never_rolls_back_another_jobs_prepared_transactions(
-        pg_table, mine: str, theirs: str) -> None:
+    pg_table, mine: str, theirs: str
+) -> None:
     """A neighbour (another job, or another run with the same prefix) has a transaction
     prepared; this job restarts (attempt 1 recovers, subtask 0 rolls back lingering
     transactions). The neighbour's transaction must survive and commit."""
     table = pg_table("v bigint")
-    neighbour, _ = prepare_one(PostgresSink(DSN, table, transaction_prefix=theirs),
-                               ctx("neighbour", run_id()), 1000)
+    neighbour, _ = prepare_one(
+        PostgresSink(DSN, table, transaction_prefix=theirs), ctx("neighbour", run_id()), 1000
+    )
     try:
         mine_run = run_id()
-        crashed, at_1 = prepare_one(PostgresSink(DSN, table, transaction_prefix=mine),
-                                    ctx("mine", mine_run), 0)
+        crashed, at_1 = prepare_one(
+            PostgresSink(DSN, table, transaction_prefix=mine), ctx("mine", mine_run), 0
+        )
         crashed.close()
-        restarted = writer(PostgresSink(DSN, table, transaction_prefix=mine),
-                           ctx("mine", mine_run, attempt=1), [at_1])
+        restarted = writer(
+            PostgresSink(DSN, table, transaction_prefix=mine),
+            ctx("mine", mine_run, attempt=1),
+            [at_1],
+        )
         restarted.close()
         assert values(table) == list(range(10)), "the restored checkpoint is committed"
         neighbour.notify_checkpoint_complete(1)
     finally:
         neighbour.close()
     assert values(table) == list(range(10)) + list(range(1000, 1010)), (
-        "the neighbour's prepared transaction was rolled back by another job's recovery")
+        "the neighbour's prepared transaction was rolled back by another job's recovery"
+    )
 
 
 def test_issue18_1_m_x2_a_restored_run_commits_and_cleans_up_after_the_run_it_restores(
-        pg_table) -> None:
+    pg_table,
+) -> None:
     """Run A prepares for checkpoints 1 and 2 and dies (checkpoint 1 completed, its
     notice never arrived). Run B restores checkpoint 1: it commits A's transaction of 1
     (named in the state) and rolls back A's transaction of 2 (A is gone), but not the
     transaction of run C, which shares the prefix and is still running."""
     table = pg_table("v bigint")
     prefix = "lgtest-lineage"
-    run_c, c_at_1 = prepare_one(PostgresSink(DSN, table, transaction_prefix=prefix),
-                                ctx("job", run_id()), 1000)
+    run_c, c_at_1 = prepare_one(
+        PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()), 1000
+    )
     try:
         run_a = writer(PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()))
         run_a.write(rows(0, 10))
@@ -161,12 +196,14 @@ def test_issue18_1_m_x2_a_restored_run_commits_and_cleans_up_after_the_run_it_re
         run_a.close()  # the crash: its connections (and its run lock) are gone
         assert len([g for g in all_prepared() if g.startswith(prefix)]) == 3
 
-        run_b = writer(PostgresSink(DSN, table, transaction_prefix=prefix),
-                       ctx("job", run_id()), [at_1])
+        run_b = writer(
+            PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()), [at_1]
+        )
         run_b.close()
         assert values(table) == list(range(10))
         assert [g for g in all_prepared() if g.startswith(prefix + ":")] == [
-            c_at_1["pending"][0][1].gid], "only run C's transaction may remain"
+            c_at_1["pending"][0][1].gid
+        ], "only run C's transaction may remain"
         run_c.notify_checkpoint_complete(1)
     finally:
         run_c.close()
@@ -175,29 +212,34 @@ def test_issue18_1_m_x2_a_restored_run_commits_and_cleans_up_after_the_run_it_re
 
 
 def test_issue18_1_m_x2_a_fresh_run_leaves_what_a_dead_run_of_its_prefix_prepared(
-        pg_table, caplog: pytest.LogCaptureFixture) -> None:
+    pg_table, caplog: pytest.LogCaptureFixture
+) -> None:
     """A run that died without settling left a transaction prepared for a checkpoint that
     completed (a restore from it would commit it). A fresh run with the same prefix does
     not restore that checkpoint: it must not roll the transaction back, and says so."""
     table = pg_table("v bigint")
     prefix = "lgtest-dead"
-    dead, at_1 = prepare_one(PostgresSink(DSN, table, transaction_prefix=prefix),
-                             ctx("job", run_id()), 0)
+    dead, at_1 = prepare_one(
+        PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()), 0
+    )
     dead.close()
     gid = at_1["pending"][0][1].gid
     with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres_sink"):
         writer(PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id())).close()
     assert gid in all_prepared(), "a fresh run rolled back another run's transaction"
-    assert any(gid in r.getMessage() and "held by no running job" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
-    restored = writer(PostgresSink(DSN, table, transaction_prefix=prefix),
-                      ctx("job", run_id()), [at_1])  # restoring its checkpoint commits it
+    assert any(
+        gid in r.getMessage() and "held by no running job" in r.getMessage() for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    restored = writer(
+        PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()), [at_1]
+    )  # restoring its checkpoint commits it
     restored.close()
     assert values(table) == list(range(10))
 
 
 def test_issue18_1_m_x2_a_restore_leaves_the_transactions_of_a_restored_run_still_running(
-        pg_table) -> None:
+    pg_table,
+) -> None:
     """Restoring a checkpoint of a run that is still running (a fork) commits what the
     checkpoint names but never rolls back what that live run prepared later."""
     table = pg_table("v bigint")
@@ -208,8 +250,9 @@ def test_issue18_1_m_x2_a_restore_leaves_the_transactions_of_a_restored_run_stil
         at_1 = live.snapshot_state(1)
         live.write(rows(10, 20))
         live.snapshot_state(2)
-        fork = writer(PostgresSink(DSN, table, transaction_prefix=prefix),
-                      ctx("job", run_id()), [at_1])
+        fork = writer(
+            PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id()), [at_1]
+        )
         fork.close()
         live.notify_checkpoint_complete(2)  # its own commit of 1 finds the marker
     finally:
@@ -283,11 +326,18 @@ def job(sink: PostgresSink, n: int, restarts: int = 0) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
     env.enable_checkpointing(100)
     env.set_restart_strategy(
-        lg.RestartStrategy.fixed_delay(attempts=restarts, delay=0) if restarts
-        else lg.RestartStrategy.none())
-    (env.from_source(SequenceSource(0, n, rows_per_second=50_000, batch_size=500)).uid("numbers")
-        .map(lambda x: {"v": x}, name="to row").uid("to row")
-        .sink_to(sink, name="pg").uid("pg"))
+        lg.RestartStrategy.fixed_delay(attempts=restarts, delay=0)
+        if restarts
+        else lg.RestartStrategy.none()
+    )
+    (
+        env.from_source(SequenceSource(0, n, rows_per_second=50_000, batch_size=500))
+        .uid("numbers")
+        .map(lambda x: {"v": x}, name="to row")
+        .uid("to row")
+        .sink_to(sink, name="pg")
+        .uid("pg")
+    )
     return env
 
 
@@ -303,12 +353,16 @@ def held_victim(table: str, name: str, prefix: str | None) -> tuple[lg.JobClient
     return client, gate
 
 
-@pytest.mark.parametrize("victim_prefix, neighbour_prefix", [
-    (None, "lockgate"),                   # the default 'lockgate-<hash>' against 'lockgate'
-    ("lgtest-sales-eu", "lgtest-sales"),  # one prefix starting another
-])
+@pytest.mark.parametrize(
+    "victim_prefix, neighbour_prefix",
+    [
+        (None, "lockgate"),  # the default 'lockgate-<hash>' against 'lockgate'
+        ("lgtest-sales-eu", "lgtest-sales"),  # one prefix starting another
+    ],
+)
 def test_issue18_1_m_x1_a_neighbour_job_finishing_beside_a_running_job_takes_nothing_from_it(
-        pg_table, victim_prefix: str | None, neighbour_prefix: str) -> None:
+    pg_table, victim_prefix: str | None, neighbour_prefix: str
+) -> None:
     """Job B (6,000 rows) holds a prepared transaction while job A runs to its end
     beside it; A's end settles (rolls back) its own lingering transactions. B must still
     end with every one of its rows (before the fix: FINISHED with rows missing)."""
@@ -316,7 +370,8 @@ def test_issue18_1_m_x1_a_neighbour_job_finishing_beside_a_running_job_takes_not
     victim, gate = held_victim(table, "victim job", victim_prefix)
     try:
         job(PostgresSink(DSN, other, transaction_prefix=neighbour_prefix), 3_000).execute(
-            "neighbour job")
+            "neighbour job"
+        )
         assert gate.gid in all_prepared(), "job A rolled back job B's prepared transaction"
     finally:
         gate.release.set()
@@ -326,7 +381,8 @@ def test_issue18_1_m_x1_a_neighbour_job_finishing_beside_a_running_job_takes_not
 
 
 def test_issue18_16_m_x1_a_second_job_with_the_same_name_runs_beside_the_first_and_says_so(
-        pg_table, caplog: pytest.LogCaptureFixture) -> None:
+    pg_table, caplog: pytest.LogCaptureFixture
+) -> None:
     """Two jobs named alike share the default transaction prefix. The second one logs
     that it shares it with a running run and keeps to its own transactions; the first
     keeps every row."""
@@ -344,18 +400,19 @@ def test_issue18_16_m_x1_a_second_job_with_the_same_name_runs_beside_the_first_a
     said = [r.getMessage() for r in caplog.records if "same transaction prefix" in r.getMessage()]
     assert said and "'twin job'" in said[0] and gate.gid.split(":")[0] in said[0], (
         f"the second job with the same name must say it shares the prefix; logged: "
-        f"{[r.getMessage() for r in caplog.records]}")
+        f"{[r.getMessage() for r in caplog.records]}"
+    )
 
 
-def test_issue18_1_m_x3_a_job_whose_prepared_transaction_was_rolled_back_fails(
-        pg_table) -> None:
+def test_issue18_1_m_x3_a_job_whose_prepared_transaction_was_rolled_back_fails(pg_table) -> None:
     """Something outside the job rolls back its prepared transaction before the commit:
     the job must fail naming the lost transaction (before the fix it FINISHED with those
     rows missing), also after a restart (the restored commit cannot prove it either)."""
     table = pg_table("v bigint")
     GATES[table] = gate = Gate()
-    client = job(HeldSink(DSN, table, transaction_prefix="lgtest-victim"), 6_000,
-                 restarts=1).execute_async("victim job")
+    client = job(
+        HeldSink(DSN, table, transaction_prefix="lgtest-victim"), 6_000, restarts=1
+    ).execute_async("victim job")
     try:
         assert gate.held.wait(WAIT_S), "the job prepared no transaction"
         query(f"ROLLBACK PREPARED '{gate.gid}'")

@@ -27,9 +27,15 @@ class Counter(ReaderOutput):
 
 def reader_at(clock: ManualClock, rate: float, parallelism: int = 1):
     source = RateLimitedSource(SequenceSource(0, 10_000, batch_size=10), rate)
-    ctx = RuntimeContext(task_name="t", operator_name="src", operator_uid="src",
-                         subtask_index=0, parallelism=parallelism, max_parallelism=128,
-                         clock=clock)
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="src",
+        operator_uid="src",
+        subtask_index=0,
+        parallelism=parallelism,
+        max_parallelism=128,
+        clock=clock,
+    )
     reader = source.create_reader(ctx)
     reader.add_splits(source.create_splits(parallelism)[:1])
     return reader
@@ -83,11 +89,14 @@ def test_a_job_through_the_wrapper_gets_every_record(executor) -> None:
     assert sorted(got) == list(range(3_000))
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    ((object(), 10), "wraps a lockgate source"),
-    ((SequenceSource(0, 1), 0), "rows_per_second must be a positive number"),
-    ((SequenceSource(0, 1), True), "rows_per_second must be a positive number"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((object(), 10), "wraps a lockgate source"),
+        ((SequenceSource(0, 1), 0), "rows_per_second must be a positive number"),
+        ((SequenceSource(0, 1), True), "rows_per_second must be a positive number"),
+    ],
+)
 def test_bad_arguments_are_refused(args, needle) -> None:
     with pytest.raises(lg.ConfigurationError, match=needle):
         RateLimitedSource(*args)

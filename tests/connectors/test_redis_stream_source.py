@@ -64,10 +64,17 @@ def open_reader() -> Iterator[Callable[..., SourceReader]]:
     every reader is closed at teardown."""
     readers: list[SourceReader] = []
 
-    def open_(source: RedisStreamSource, splits: list[Any], subtask: int = 0,
-              parallelism: int = 1) -> SourceReader:
-        ctx = RuntimeContext(task_name="t", operator_name="redis", operator_uid="redis",
-                             subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    def open_(
+        source: RedisStreamSource, splits: list[Any], subtask: int = 0, parallelism: int = 1
+    ) -> SourceReader:
+        ctx = RuntimeContext(
+            task_name="t",
+            operator_name="redis",
+            operator_uid="redis",
+            subtask_index=subtask,
+            parallelism=parallelism,
+            max_parallelism=128,
+        )
         reader = source.create_reader(ctx)
         readers.append(reader)
         reader.add_splits(splits)
@@ -92,7 +99,9 @@ def numbered(n: int, start: int = 0) -> list[dict[str, str]]:
 # --------------------------------------------------------------------------------- reading
 
 
-def test_a_bounded_source_reads_every_entry_in_id_order_then_ends_M_X1(streams, open_reader) -> None:
+def test_a_bounded_source_reads_every_entry_in_id_order_then_ends_M_X1(
+    streams, open_reader
+) -> None:
     """M-X1: the split records the last id emitted; the whole stream arrives once, in order."""
     name = streams.new()
     streams.add(name, *numbered(25))
@@ -108,7 +117,8 @@ def test_a_bounded_source_reads_every_entry_in_id_order_then_ends_M_X1(streams, 
 
 
 def test_a_bounded_split_ends_at_the_last_entry_that_existed_when_it_was_created(
-        streams, open_reader) -> None:
+    streams, open_reader
+) -> None:
     name = streams.new()
     ids = streams.add(name, *numbered(5))
     source = RedisStreamSource(REDIS_URL, name, bounded=True, batch_size=2)
@@ -186,7 +196,8 @@ def test_start_id_reads_the_entries_after_it(streams, open_reader) -> None:
 
 
 def test_an_empty_or_missing_stream_gives_an_already_finished_bounded_split(
-        streams, open_reader) -> None:
+    streams, open_reader
+) -> None:
     name = streams.new()
     source = RedisStreamSource(REDIS_URL, name, bounded=True)
     splits = source.create_splits(1)
@@ -196,7 +207,8 @@ def test_an_empty_or_missing_stream_gives_an_already_finished_bounded_split(
 
 
 def test_subtasks_beyond_the_number_of_streams_get_no_split_and_do_not_fail(
-        streams, open_reader) -> None:
+    streams, open_reader
+) -> None:
     a, b = streams.new(), streams.new()
     bounded = RedisStreamSource(REDIS_URL, [a, b], bounded=True)
     assert bounded.max_parallelism() is None
@@ -214,16 +226,24 @@ def test_fields_format_gives_the_fields_as_text_with_the_entry_id(streams, open_
     source = RedisStreamSource(REDIS_URL, name, bounded=True, id_field="_id")
     out = RecordingOutput()
     read_to_end(open_reader(source, source.create_splits(1)), out)
-    assert out.records == [{"name": "név", "count": "3", "_id": ids[0]},
-                           {"empty": "", "_id": ids[1]}]
+    assert out.records == [
+        {"name": "név", "count": "3", "_id": ids[0]},
+        {"empty": "", "_id": ids[1]},
+    ]
 
 
 def test_json_format_parses_the_field_and_adds_the_id_to_dicts_only(streams, open_reader) -> None:
     name = streams.new()
-    ids = streams.add(name, {"payload": '{"a": [1, 2]}', "other": "x"}, {"payload": "[1, 2]"},
-                      {"payload": "7"}, {"payload": "null"})
-    source = RedisStreamSource(REDIS_URL, name, format="json", field="payload", bounded=True,
-                               id_field="id")
+    ids = streams.add(
+        name,
+        {"payload": '{"a": [1, 2]}', "other": "x"},
+        {"payload": "[1, 2]"},
+        {"payload": "7"},
+        {"payload": "null"},
+    )
+    source = RedisStreamSource(
+        REDIS_URL, name, format="json", field="payload", bounded=True, id_field="id"
+    )
     out = RecordingOutput()
     read_to_end(open_reader(source, source.create_splits(1)), out)
     assert out.records == [{"a": [1, 2], "id": ids[0]}, [1, 2], 7, None]
@@ -241,8 +261,9 @@ BAD_ENTRIES = [
 
 
 @pytest.mark.parametrize(("fmt", "bad", "error"), BAD_ENTRIES)
-def test_a_malformed_entry_fails_with_its_stream_and_id(streams, open_reader, fmt, bad,
-                                                         error) -> None:
+def test_a_malformed_entry_fails_with_its_stream_and_id(
+    streams, open_reader, fmt, bad, error
+) -> None:
     name = streams.new()
     ids = streams.add(name, {"data": "1"}, bad, {"data": "3"})
     source = RedisStreamSource(REDIS_URL, name, format=fmt, bounded=True)
@@ -256,7 +277,8 @@ def test_a_malformed_entry_fails_with_its_stream_and_id(streams, open_reader, fm
 
 @pytest.mark.parametrize(("fmt", "bad", "error"), BAD_ENTRIES)
 def test_with_dead_letter_a_malformed_entry_goes_to_the_side_output_and_the_rest_flows(
-        streams, open_reader, fmt, bad, error) -> None:
+    streams, open_reader, fmt, bad, error
+) -> None:
     name = streams.new()
     ids = streams.add(name, {"data": "1"}, bad, {"data": "3"}, bad)
     source = RedisStreamSource(REDIS_URL, name, format=fmt, on_error="dead_letter")
@@ -277,25 +299,28 @@ def test_with_dead_letter_a_malformed_entry_goes_to_the_side_output_and_the_rest
 # --------------------------------------------------------------------------------- arguments
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [
-    ({"url": "http://127.0.0.1:6379"}, "url"),
-    ({"url": "127.0.0.1:6379"}, "url"),
-    ({"stream": ""}, "stream"),
-    ({"stream": []}, "stream"),
-    ({"stream": ["a", ""]}, "stream"),
-    ({"stream": ["a", "a"]}, "stream"),
-    ({"format": "csv"}, "format"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"batch_size": 1.5}, "batch_size"),
-    ({"on_error": "skip"}, "on_error"),
-    ({"start_id": "$"}, "start_id"),
-    ({"start_id": "12-x"}, "start_id"),
-    ({"start_id": "-1"}, "start_id"),
-    ({"bounded": "yes"}, "bounded"),
-    ({"id_field": ""}, "id_field"),
-    ({"field": ""}, "field"),
-    ({"poll_interval_ms": 0}, "poll_interval_ms"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"url": "http://127.0.0.1:6379"}, "url"),
+        ({"url": "127.0.0.1:6379"}, "url"),
+        ({"stream": ""}, "stream"),
+        ({"stream": []}, "stream"),
+        ({"stream": ["a", ""]}, "stream"),
+        ({"stream": ["a", "a"]}, "stream"),
+        ({"format": "csv"}, "format"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 1.5}, "batch_size"),
+        ({"on_error": "skip"}, "on_error"),
+        ({"start_id": "$"}, "start_id"),
+        ({"start_id": "12-x"}, "start_id"),
+        ({"start_id": "-1"}, "start_id"),
+        ({"bounded": "yes"}, "bounded"),
+        ({"id_field": ""}, "id_field"),
+        ({"field": ""}, "field"),
+        ({"poll_interval_ms": 0}, "poll_interval_ms"),
+    ],
+)
 def test_bad_arguments_raise_a_configuration_error_naming_the_argument(kwargs, named) -> None:
     args: dict[str, Any] = {"url": REDIS_URL, "stream": "s", **kwargs}
     with pytest.raises(ConfigurationError) as err:
@@ -307,15 +332,24 @@ def test_good_arguments_of_every_kind_are_accepted() -> None:
     for url in ("redis://localhost", "rediss://h:1/2", "unix:///tmp/redis.sock"):
         RedisStreamSource(url, ("a", "b"), start_id="0")
     assert RedisStreamSource(REDIS_URL, "s", start_id="0").start_id == "0-0"
-    assert RedisStreamSource(REDIS_URL, "s", start_id="1700000000000-3").start_id == \
-        "1700000000000-3"
+    assert (
+        RedisStreamSource(REDIS_URL, "s", start_id="1700000000000-3").start_id == "1700000000000-3"
+    )
 
 
 def test_an_unreachable_redis_fails_when_the_reader_opens_naming_the_url() -> None:
     source = RedisStreamSource("redis://127.0.0.1:1/0", "s")
     with pytest.raises(ConfigurationError) as err:
-        source.create_reader(RuntimeContext(task_name="t", operator_name="r", operator_uid="r",
-                                            subtask_index=0, parallelism=1, max_parallelism=128))
+        source.create_reader(
+            RuntimeContext(
+                task_name="t",
+                operator_name="r",
+                operator_uid="r",
+                subtask_index=0,
+                parallelism=1,
+                max_parallelism=128,
+            )
+        )
     assert "redis://127.0.0.1:1/0" in str(err.value) and "start Redis" in str(err.value)
     assert err.value.__cause__ is not None
 
@@ -347,8 +381,9 @@ def test_a_job_reads_two_streams_with_two_subtasks(streams, executor) -> None:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     source = RedisStreamSource(REDIS_URL, [a, b], bounded=True, batch_size=7, id_field="id")
     out = env.from_source(source, name="redis").execute_and_collect(executor=executor)
-    expected = [{**r, "id": i} for r, i in zip(numbered(30), ids_a)] + \
-               [{**r, "id": i} for r, i in zip(numbered(20, start=100), ids_b)]
+    expected = [{**r, "id": i} for r, i in zip(numbered(30), ids_a)] + [
+        {**r, "id": i} for r, i in zip(numbered(20, start=100), ids_b)
+    ]
 
     def order(r: dict[str, str]) -> int:
         return int(r["n"])  # unique over both streams (entry ids may coincide across streams)
@@ -363,7 +398,8 @@ def test_a_job_sends_malformed_entries_to_the_dead_letter_output(streams, execut
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     records = env.from_source(
         RedisStreamSource(REDIS_URL, name, format="json", bounded=True, on_error="dead_letter"),
-        name="redis")
+        name="redis",
+    )
     dead = records.get_side_output(lg.DEAD_LETTER).map(lambda d: ("dead", d))
     out = records.map(lambda r: ("good", r)).union(dead).execute_and_collect(executor=executor)
     assert [r for tag, r in out if tag == "good"] == [{"v": 1}, {"v": 3}]
@@ -376,8 +412,9 @@ def test_a_job_with_a_malformed_entry_fails_naming_stream_and_id(streams, execut
     name = streams.new()
     ids = streams.add(name, {"data": "1"}, {"data": "{"})
     env = lg.StreamEnvironment(parallelism=1, executor=executor)
-    env.from_source(RedisStreamSource(REDIS_URL, name, format="json", bounded=True),
-                    name="redis").sink_to(lg.connectors.DiscardingSink())
+    env.from_source(
+        RedisStreamSource(REDIS_URL, name, format="json", bounded=True), name="redis"
+    ).sink_to(lg.connectors.DiscardingSink())
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("malformed redis", executor=executor)
     assert isinstance(err.value.__cause__, MalformedRecordError)
@@ -386,7 +423,8 @@ def test_a_job_with_a_malformed_entry_fails_naming_stream_and_id(streams, execut
 
 
 def test_a_failed_job_restores_the_stream_positions_of_its_checkpoint_exactly_once_M_R1(
-        streams, executor, caplog) -> None:
+    streams, executor, caplog
+) -> None:
     """M-R1, M-X1: attempt 0 fails after checkpoints recorded the last id read per stream;
     attempt 1 rewinds every stream to them, so each entry reaches the exactly-once
     collecting sink once."""
@@ -397,12 +435,17 @@ def test_a_failed_job_restores_the_stream_positions_of_its_checkpoint_exactly_on
     env.enable_checkpointing(50)
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
     source = RedisStreamSource(REDIS_URL, [a, b], bounded=True, batch_size=50)
-    out = (env.from_source(RateLimitedSource(source, 20_000), name="redis").uid("redis")
-           .map_batches(lambda b: b, name="slow"))
+    out = (
+        env.from_source(RateLimitedSource(source, 20_000), name="redis")
+        .uid("redis")
+        .map_batches(lambda b: b, name="slow")
+    )
     inject_faults(env, FailAtRecord("slow", record=1500, attempt=0, subtask=0))
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         records = out.execute_and_collect("redis restore", executor=executor)
-    assert any(" restores " in r.getMessage() for r in caplog.records), \
+    assert any(" restores " in r.getMessage() for r in caplog.records), (
         "attempt 1 restored a checkpoint"
+    )
     assert sorted(records, key=lambda r: int(r["n"])) == numbered(3000) + numbered(
-        3000, start=10_000)
+        3000, start=10_000
+    )

@@ -86,13 +86,15 @@ def reports(probe: FileProbe) -> dict[int, tuple[list[int], int]]:
 
 
 def test_ordered_output_keeps_input_order_though_completions_are_shuffled_M_W7(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     n, per = 400, 200  # each subtask reads 200 consecutive numbers: 25 whole groups
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=2)
     numbers = env.from_collection(list(range(n)), name="numbers").uid("numbers")
-    out = AsyncDataStream.ordered_wait(numbers, ReverseGroups(n, 8, probe),
-                                       timeout=30_000, capacity=16, name="lookup").uid("lookup")
+    out = AsyncDataStream.ordered_wait(
+        numbers, ReverseGroups(n, 8, probe), timeout=30_000, capacity=16, name="lookup"
+    ).uid("lookup")
     records = out.execute_and_collect("ordered", executor=executor)
     for s in (0, 1):
         mine = [r["i"] for r in records if r["subtask"] == s]
@@ -125,7 +127,8 @@ class StampWatermark(lg.KeyedProcessFunction):
 
 
 def test_unordered_output_never_moves_a_record_across_a_watermark_M_W7(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     """Each record sees the same watermark downstream of the async operator as upstream
     of it: no record left before a watermark it followed or after one it preceded."""
     n = 300
@@ -134,12 +137,22 @@ def test_unordered_output_never_moves_a_record_across_a_watermark_M_W7(
     strategy = WatermarkStrategy.for_generator(punctuated).with_timestamp_assigner("ts")
     # a watermark (the batch's highest time) after every batch of 3 records
     source = lg.connectors.CollectionSource([{"i": i, "ts": i} for i in range(n)], batch_size=3)
-    events = (env.from_source(source, name="events", watermark_strategy=strategy).uid("events")
-              .key_by(lambda r: 0).process(StampWatermark("wm_in"), name="before").uid("before"))
-    looked_up = AsyncDataStream.unordered_wait(events, ReverseGroups(n, 4, probe),
-                                               timeout=30_000, capacity=16).uid("lookup")
-    out = (looked_up.key_by(lambda r: 0).process(StampWatermark("wm_out"), name="after")
-           .uid("after").execute_and_collect("unordered", executor=executor))
+    events = (
+        env.from_source(source, name="events", watermark_strategy=strategy)
+        .uid("events")
+        .key_by(lambda r: 0)
+        .process(StampWatermark("wm_in"), name="before")
+        .uid("before")
+    )
+    looked_up = AsyncDataStream.unordered_wait(
+        events, ReverseGroups(n, 4, probe), timeout=30_000, capacity=16
+    ).uid("lookup")
+    out = (
+        looked_up.key_by(lambda r: 0)
+        .process(StampWatermark("wm_out"), name="after")
+        .uid("after")
+        .execute_and_collect("unordered", executor=executor)
+    )
     assert sorted(r["i"] for r in out) == list(range(n)), "every record once"
     moved = [r for r in out if r["wm_in"] != r["wm_out"]]
     assert not moved, f"records moved across a watermark: {moved[:5]}"
@@ -155,7 +168,8 @@ def test_unordered_output_never_moves_a_record_across_a_watermark_M_W7(
 
 @pytest.mark.parametrize("mode", ["ordered", "unordered"])
 def test_no_more_requests_than_the_capacity_are_in_flight_M_W7(
-        executor: Any, tmp_path: Path, mode: str) -> None:
+    executor: Any, tmp_path: Path, mode: str
+) -> None:
     """A group of ``capacity`` requests completes only when all of it started: the most
     in flight is exactly the capacity; more would mean the queue did not hold input
     back."""
@@ -163,8 +177,9 @@ def test_no_more_requests_than_the_capacity_are_in_flight_M_W7(
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=1)
     numbers = env.from_collection(list(range(n)), name="numbers").uid("numbers")
-    out = WAITS[mode](numbers, ReverseGroups(n, capacity, probe), timeout=30_000,
-                      capacity=capacity).uid("lookup")
+    out = WAITS[mode](
+        numbers, ReverseGroups(n, capacity, probe), timeout=30_000, capacity=capacity
+    ).uid("lookup")
     records = out.execute_and_collect("capacity", executor=executor)
     assert sorted(r["i"] for r in records) == list(range(n))
     [(completed, most)] = reports(probe).values()
@@ -185,7 +200,8 @@ def test_a_request_past_its_timeout_fails_the_job_naming_the_record(executor: An
     env = lg.StreamEnvironment(parallelism=1)
     numbers = env.from_collection(list(range(20)), name="numbers").uid("numbers")
     AsyncDataStream.ordered_wait(numbers, hang_on_7, timeout=50, name="lookup").uid(
-        "lookup").sink_to(lg.connectors.DiscardingSink()).uid("sink")
+        "lookup"
+    ).sink_to(lg.connectors.DiscardingSink()).uid("sink")
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("timeout", executor=executor)
     assert err.value.operator == "lookup"
@@ -208,8 +224,9 @@ class FallbackOnTimeout(AsyncFunction):
 def test_a_timeout_fallback_supplies_the_results_in_their_place(executor: Any) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     numbers = env.from_collection(list(range(60)), name="numbers").uid("numbers")
-    out = AsyncDataStream.ordered_wait(numbers, FallbackOnTimeout(), timeout=50,
-                                       capacity=60).uid("lookup")
+    out = AsyncDataStream.ordered_wait(numbers, FallbackOnTimeout(), timeout=50, capacity=60).uid(
+        "lookup"
+    )
     records = out.execute_and_collect("fallback", executor=executor)
     assert records == [f"fallback {i}" if i % 10 == 3 else i for i in range(60)]
 
@@ -250,25 +267,32 @@ class SlowSquare(AsyncFunction):
 
 def read_parts(folder: Path) -> list[list[dict[str, Any]]]:
     """The records of each part file the exactly-once FileSink published."""
-    return [[json.loads(line) for line in part.read_text().splitlines() if line]
-            for part in sorted(folder.glob("part-*"))]
+    return [
+        [json.loads(line) for line in part.read_text().splitlines() if line]
+        for part in sorted(folder.glob("part-*"))
+    ]
 
 
 @pytest.mark.hang_guard(180)
 @pytest.mark.parametrize("mode", ["ordered", "unordered"])
 def test_a_failure_with_requests_in_flight_loses_and_duplicates_nothing_M_R1_M_T4(
-        executor: Any, tmp_path: Path, mode: str) -> None:
+    executor: Any, tmp_path: Path, mode: str
+) -> None:
     n = 4000
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(50)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    numbers = (env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=4000),
-                               name="numbers").uid("numbers")
-               .map(Saw(probe), name="saw").uid("saw"))
-    squares = WAITS[mode](numbers, SlowSquare(probe), timeout=30_000, capacity=20,
-                          name="square").uid("square")
+    numbers = (
+        env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=4000), name="numbers")
+        .uid("numbers")
+        .map(Saw(probe), name="saw")
+        .uid("saw")
+    )
+    squares = WAITS[mode](
+        numbers, SlowSquare(probe), timeout=30_000, capacity=20, name="square"
+    ).uid("square")
     squares.sink_to(lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")).uid("sink")
     # subtask 0 takes 0..1999 at 2000 a second: it fails 0.75 s in, after several
     # checkpoints (Spark's first ones complete later than the local executor's)
@@ -284,6 +308,7 @@ def test_a_failure_with_requests_in_flight_loses_and_duplicates_nothing_M_R1_M_T
     # records requested after the restart that the source did not send again: the
     # checkpoint held them in flight and the restore issued them again
     items = probe.items
-    reissued = {v for kind, v in items if kind == "request"} - {v for kind, v in items
-                                                                 if kind == "in"}
+    reissued = {v for kind, v in items if kind == "request"} - {
+        v for kind, v in items if kind == "in"
+    }
     assert reissued, "the checkpoint the job restored had requests in flight"

@@ -42,11 +42,18 @@ BUFFER = 1000
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_behind_a_slow_sink_the_producer_blocks_and_queued_data_stays_under_the_bound(make_env, parallelism) -> None:
-    env = make_env(parallelism=parallelism, channel_capacity_bytes=CAPACITY, buffer_max_bytes=BUFFER)
+def test_behind_a_slow_sink_the_producer_blocks_and_queued_data_stays_under_the_bound(
+    make_env, parallelism
+) -> None:
+    env = make_env(
+        parallelism=parallelism, channel_capacity_bytes=CAPACITY, buffer_max_bytes=BUFFER
+    )
     n = 40_000
-    (env.from_source(SequenceSource(0, n, batch_size=500), name="numbers")
-        .rebalance().sink_to(SlowSink(), name="slow sink"))
+    (
+        env.from_source(SequenceSource(0, n, batch_size=500), name="numbers")
+        .rebalance()
+        .sink_to(SlowSink(), name="slow sink")
+    )
     executor = lg.LocalExecutor()
     result = env.execute("backpressure", executor=executor)
 
@@ -62,15 +69,20 @@ def test_behind_a_slow_sink_the_producer_blocks_and_queued_data_stays_under_the_
         assert ch.peak_bytes <= ch.capacity_bytes, f"channel {key} held {ch.peak_bytes} bytes"
     assert sum(ch.backpressured for ch in channels.values()) > 0, "the producer never waited"
     assert max(ch.peak_bytes for ch in channels.values()) > CAPACITY // 2, (
-        "the channels filled up, so the bound was what held the producer back")
+        "the channels filled up, so the bound was what held the producer back"
+    )
 
 
 def test_a_slow_sink_behind_a_key_by_bounds_every_channel_too(make_env) -> None:
     env = make_env(parallelism=2, channel_capacity_bytes=CAPACITY, buffer_max_bytes=BUFFER)
     n = 20_000
-    (env.from_source(SequenceSource(0, n, batch_size=250))
-        .key_by(lambda x: x % 101).process(lambda v, ctx: [v]).disable_chaining()
-        .sink_to(SlowSink(), name="slow sink"))
+    (
+        env.from_source(SequenceSource(0, n, batch_size=250))
+        .key_by(lambda x: x % 101)
+        .process(lambda v, ctx: [v])
+        .disable_chaining()
+        .sink_to(SlowSink(), name="slow sink")
+    )
     executor = lg.LocalExecutor()
     result = env.execute("keyed backpressure", executor=executor)
     assert result.records_in("slow sink") == n
@@ -82,12 +94,18 @@ def test_a_slow_sink_behind_a_key_by_bounds_every_channel_too(make_env) -> None:
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(1, 2), indirect=["executor"])
 @pytest.mark.parametrize("keyed", [False, True], ids=["rebalance", "key_by"])
 def test_behind_a_slow_sink_every_record_arrives_exactly_once(
-        make_env, executor, parallelism, keyed) -> None:
-    env = make_env(parallelism=parallelism, channel_capacity_bytes=CAPACITY, buffer_max_bytes=BUFFER)
+    make_env, executor, parallelism, keyed
+) -> None:
+    env = make_env(
+        parallelism=parallelism, channel_capacity_bytes=CAPACITY, buffer_max_bytes=BUFFER
+    )
     n = 20_000
     numbers = env.from_source(SequenceSource(0, n, batch_size=250), name="numbers")
-    routed = (numbers.key_by(lambda x: x % 101).process(lambda v, ctx: [v]) if keyed
-              else numbers.rebalance())
+    routed = (
+        numbers.key_by(lambda x: x % 101).process(lambda v, ctx: [v])
+        if keyed
+        else numbers.rebalance()
+    )
     routed.sink_to(SlowSink(), name="slow sink")
     result = env.execute("backpressure", executor=executor)
     assert result.records_in("slow sink") == n

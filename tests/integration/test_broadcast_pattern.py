@@ -51,8 +51,12 @@ class GatedSource(Source):
     position (phase, offset) is checkpointed, so a restored source goes on where it was,
     with the phases of the new job."""
 
-    def __init__(self, probe: FileProbe, phases: list[tuple[list[Any], list[Any]]],
-                 end_gate: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        probe: FileProbe,
+        phases: list[tuple[list[Any], list[Any]]],
+        end_gate: list[Any] | None = None,
+    ) -> None:
         self.probe = probe
         self.phases = phases
         self.end_gate = end_gate
@@ -128,8 +132,13 @@ class Scale(BroadcastProcessFunction):
         rules = ctx.get_broadcast_state(RULES)
         factor = rules.get("factor")
         self.probe.add(("done", r["v"]))
-        return {"k": r["k"], "v": r["v"], "version": rules.get("version", 0),
-                "result": None if factor is None else r["v"] * factor, "subtask": self.subtask}
+        return {
+            "k": r["k"],
+            "v": r["v"],
+            "version": rules.get("version", 0),
+            "result": None if factor is None else r["v"] * factor,
+            "subtask": self.subtask,
+        }
 
     def process_element(self, value: dict[str, int], ctx: Any) -> Any:
         yield self.apply(value, ctx)
@@ -168,6 +177,7 @@ class KeyedScale(KeyedBroadcastProcessFunction):
         self.scale.learn(value, ctx)
         out: list[dict[str, Any]] = []
         if value["reset"]:
+
             def reset(key: Any, state: Any) -> None:
                 out.append({"reset": key, "count": state.value()})
                 state.clear()
@@ -182,9 +192,11 @@ BACKENDS = {
     "rocksdb": lambda: lg.RocksDBStateBackend(incremental=True),
 }
 #: (keyed, state backend) of each job variant
-VARIANTS = [pytest.param(False, "hashmap", id="non-keyed"),
-            pytest.param(True, "hashmap", id="keyed-hashmap"),
-            pytest.param(True, "rocksdb", id="keyed-rocksdb")]
+VARIANTS = [
+    pytest.param(False, "hashmap", id="non-keyed"),
+    pytest.param(True, "hashmap", id="keyed-hashmap"),
+    pytest.param(True, "rocksdb", id="keyed-rocksdb"),
+]
 
 
 def rules_arrived(version: int, parallelism: int) -> list[Any]:
@@ -195,23 +207,35 @@ def done(values: range) -> list[Any]:
     return [("done", v) for v in values]
 
 
-def build(env: lg.StreamEnvironment, probe: FileProbe, keyed: bool,
-          rule_phases: list[tuple[list[Any], list[Any]]], rules_end: list[Any] | None,
-          data_phases: list[tuple[list[Any], list[Any]]], data_end: list[Any] | None,
-          ) -> lg.DataStream:
+def build(
+    env: lg.StreamEnvironment,
+    probe: FileProbe,
+    keyed: bool,
+    rule_phases: list[tuple[list[Any], list[Any]]],
+    rules_end: list[Any] | None,
+    data_phases: list[tuple[list[Any], list[Any]]],
+    data_end: list[Any] | None,
+) -> lg.DataStream:
     """rules (uid ``rules``) -> broadcast; data (uid ``data``) -> [key_by] -> connect ->
     Scale / KeyedScale (name and uid ``rules-op``)."""
-    rules = env.from_source(GatedSource(probe, rule_phases, rules_end), name="rules").uid(
-        "rules").set_parallelism(1)
-    data = env.from_source(GatedSource(probe, data_phases, data_end), name="data").uid(
-        "data").set_parallelism(1)
+    rules = (
+        env.from_source(GatedSource(probe, rule_phases, rules_end), name="rules")
+        .uid("rules")
+        .set_parallelism(1)
+    )
+    data = (
+        env.from_source(GatedSource(probe, data_phases, data_end), name="data")
+        .uid("data")
+        .set_parallelism(1)
+    )
     connected = (data.key_by("k") if keyed else data).connect(rules.broadcast(RULES))
     fn = KeyedScale(probe) if keyed else Scale(probe)
     return connected.process(fn, name=OP).uid(OP)
 
 
-def new_env(tmp_path: Path, parallelism: int, backend: str, name: str, *,
-            checkpoints: bool = True) -> lg.StreamEnvironment:
+def new_env(
+    tmp_path: Path, parallelism: int, backend: str, name: str, *, checkpoints: bool = True
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=parallelism, max_parallelism=MAX_PARALLELISM)
     if checkpoints:
         env.enable_checkpointing(50)
@@ -254,7 +278,8 @@ def check_counts(outputs: list[dict[str, Any]], values: range, start: dict[int, 
 # -- rules change the processing of later records -------------------------------------------
 @pytest.mark.parametrize("keyed", [False, True], ids=["non-keyed", "keyed"])
 def test_broadcast_rules_change_how_later_records_are_processed_in_every_subtask(
-        executor: Any, keyed: bool, tmp_path: Path) -> None:
+    executor: Any, keyed: bool, tmp_path: Path
+) -> None:
     """Rule 1 (factor 10) reaches every subtask before the first records; rule 2 (factor
     100, with a reset of every key's count in the keyed variant) comes after they were
     processed and before the next ones."""
@@ -263,13 +288,17 @@ def test_broadcast_rules_change_how_later_records_are_processed_in_every_subtask
     first, second = range(0, 16), range(16, 32)
     env = new_env(tmp_path, p, "hashmap", "semantics", checkpoints=False)
     out = build(
-        env, probe, keyed,
+        env,
+        probe,
+        keyed,
         rule_phases=[([], [rule(1, 10)]), (done(first), [rule(2, 100, reset=True)])],
         rules_end=[],
-        data_phases=[(rules_arrived(1, p), records(first)),
-                     (rules_arrived(2, p), records(second))],
-        data_end=[])
-    outputs: list[dict[str, Any]] = out.execute_and_collect("broadcast semantics", executor=executor)
+        data_phases=[(rules_arrived(1, p), records(first)), (rules_arrived(2, p), records(second))],
+        data_end=[],
+    )
+    outputs: list[dict[str, Any]] = out.execute_and_collect(
+        "broadcast semantics", executor=executor
+    )
 
     results = by_value(outputs)
     assert sorted(results) == list(first) + list(second)
@@ -283,8 +312,9 @@ def test_broadcast_rules_change_how_later_records_are_processed_in_every_subtask
         check_counts(outputs, first, {})
         check_counts(outputs, second, {})  # the reset cleared every count
         per_key = {k: sum(1 for v in first if v % KEYS == k) for k in range(KEYS)}
-        assert sorted((o["reset"], o["count"]) for o in resets) == sorted(per_key.items()), \
+        assert sorted((o["reset"], o["count"]) for o in resets) == sorted(per_key.items()), (
             "apply_to_keyed_state visited every key once, in the subtask owning it"
+        )
     else:
         assert resets == []
 
@@ -293,7 +323,8 @@ def test_broadcast_rules_change_how_later_records_are_processed_in_every_subtask
 @pytest.mark.hang_guard(120)
 @pytest.mark.parametrize(("keyed", "backend"), VARIANTS)
 def test_broadcast_state_survives_an_injected_failure_exactly_once_M_T4_M_R1(
-        executor: Any, keyed: bool, backend: str, tmp_path: Path) -> None:
+    executor: Any, keyed: bool, backend: str, tmp_path: Path
+) -> None:
     """The rule is broadcast once, a checkpoint completes after the first records, then
     the operator fails while processing the second ones. The restarted job restores the
     rule from the checkpoint (its source does not send it again): every second record is
@@ -305,20 +336,32 @@ def test_broadcast_state_survives_an_injected_failure_exactly_once_M_T4_M_R1(
     # index 1 + len(first) is past what any subtask sees before the second records
     inject_faults(env, FailAtRecord(OP, record=1 + len(first), subtask=None))
     folder = tmp_path / "out"
-    build(env, probe, keyed,
-          rule_phases=[([], [rule(1, 10)])], rules_end=[("go",)],
-          data_phases=[(rules_arrived(1, p), records(first)), ([("go",)], records(second))],
-          data_end=[],
-          ).sink_to(lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
+    build(
+        env,
+        probe,
+        keyed,
+        rule_phases=[([], [rule(1, 10)])],
+        rules_end=[("go",)],
+        data_phases=[(rules_arrived(1, p), records(first)), ([("go",)], records(second))],
+        data_end=[],
+    ).sink_to(lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
 
     client = env.execute_async("broadcast failure", executor=executor)
     try:
-        wait_until(lambda: set(done(first)) <= set(probe.items),
-                   "the first records were processed", timeout_s=60)
+        wait_until(
+            lambda: set(done(first)) <= set(probe.items),
+            "the first records were processed",
+            timeout_s=60,
+        )
         processed_at = time.time() * 1000
-        wait_until(lambda: any(s.status == "completed" and s.trigger_timestamp > processed_at
-                               for s in client.checkpoints()),
-                   "a checkpoint after the first records completed", timeout_s=60)
+        wait_until(
+            lambda: any(
+                s.status == "completed" and s.trigger_timestamp > processed_at
+                for s in client.checkpoints()
+            ),
+            "a checkpoint after the first records completed",
+            timeout_s=60,
+        )
         probe.add(("go",))
         result = client.wait(90)
     except BaseException:
@@ -330,8 +373,9 @@ def test_broadcast_state_survives_an_injected_failure_exactly_once_M_T4_M_R1(
     outputs = read_sink(folder)
     results = by_value(outputs)
     assert sorted(results) == list(first) + list(second), "every record output exactly once"
-    assert all((o["version"], o["result"]) == (1, o["v"] * 10) for o in results.values()), \
+    assert all((o["version"], o["result"]) == (1, o["v"] * 10) for o in results.values()), (
         "the rule restored from the checkpoint scaled every record after the failure"
+    )
     assert {results[v]["subtask"] for v in second} == {0, 1}
     if keyed:
         check_counts(outputs, range(0, 72), {})
@@ -341,7 +385,8 @@ def test_broadcast_state_survives_an_injected_failure_exactly_once_M_T4_M_R1(
 @pytest.mark.hang_guard(120)
 @pytest.mark.parametrize(("keyed", "backend"), VARIANTS)
 def test_a_savepoint_restores_broadcast_state_into_every_subtask_at_another_parallelism_M_S1(
-        executor: Any, keyed: bool, backend: str, tmp_path: Path) -> None:
+    executor: Any, keyed: bool, backend: str, tmp_path: Path
+) -> None:
     """Stage one (parallelism 2) learns the rule and processes the first records, then
     stops with a savepoint, which holds the rule (read offline, M-S1). Stage two restores
     it at parallelism 3 (1 on Spark's two slots) without sending the rule again: every
@@ -359,11 +404,15 @@ def test_a_savepoint_restores_broadcast_state_into_every_subtask_at_another_para
 
     env = new_env(tmp_path, p1, backend, "one")
     build(env, probe, keyed, rule_phases, None, data_phases[:1], None).sink_to(
-        lg.connectors.FileSink(str(tmp_path / "out-one"), format="jsonl")).uid("sink")
+        lg.connectors.FileSink(str(tmp_path / "out-one"), format="jsonl")
+    ).uid("sink")
     client = env.execute_async("broadcast savepoint, stage one", executor=executor)
     try:
-        wait_until(lambda: set(done(first)) <= set(probe.items),
-                   "stage one processed its records", timeout_s=60)
+        wait_until(
+            lambda: set(done(first)) <= set(probe.items),
+            "stage one processed its records",
+            timeout_s=60,
+        )
         location = client.stop_with_savepoint(str(tmp_path / "sp"), timeout=60)
         stopped = client.wait(60)
     except BaseException:
@@ -376,16 +425,19 @@ def test_a_savepoint_restores_broadcast_state_into_every_subtask_at_another_para
     env2 = new_env(tmp_path, p2, backend, "two")
     folder = tmp_path / "out-two"
     build(env2, probe, keyed, rule_phases, [], data_phases, []).sink_to(
-        lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
+        lg.connectors.FileSink(str(folder), format="jsonl")
+    ).uid("sink")
     env2.execute("broadcast savepoint, stage two", executor=executor, restore_from=location)
 
     outputs = read_sink(folder)
     results = by_value(outputs)
     assert sorted(results) == list(second), "stage two went on after the first records"
-    assert all((o["version"], o["result"]) == (1, o["v"] * 10) for o in results.values()), \
+    assert all((o["version"], o["result"]) == (1, o["v"] * 10) for o in results.values()), (
         "the restored rule scaled every record"
-    assert {o["subtask"] for o in results.values()} == set(range(p2)), \
+    )
+    assert {o["subtask"] for o in results.values()} == set(range(p2)), (
         "every subtask of stage two held the broadcast state"
+    )
     if keyed:
         before = {k: sum(1 for v in first if v % KEYS == k) for k in range(KEYS)}
         check_counts(outputs, second, before)

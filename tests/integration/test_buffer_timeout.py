@@ -31,13 +31,17 @@ class ProbeSink(Sink):
 
 
 def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_a_manual_clock(
-        make_env, probe) -> None:
+    make_env, probe
+) -> None:
     clock = lg.ManualClock()
     executor = lg.LocalExecutor(clock=clock)
     env = make_env(parallelism=1, buffer_timeout_ms=100)
-    (env.from_source(SequenceSource(0, 3, rows_per_second=1))
+    (
+        env.from_source(SequenceSource(0, 3, rows_per_second=1))
         .map(lambda x: (probe.bump("emitted"), x)[1], name="emitted")
-        .sink_to(ProbeSink(probe), name="sink").disable_chaining())
+        .sink_to(ProbeSink(probe), name="sink")
+        .disable_chaining()
+    )
 
     outcome: dict[str, object] = {}
     done = threading.Event()
@@ -54,11 +58,15 @@ def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_
     job.start()
     try:
         for i in range(3):
-            wait_until(lambda i=i: probe.count("emitted") == i + 1,
-                       f"the source emits record {i} once its rate allows it")
+            wait_until(
+                lambda i=i: probe.count("emitted") == i + 1,
+                f"the source emits record {i} once its rate allows it",
+            )
             clock.advance(100)
-            wait_until(lambda i=i: len(probe) == i + 1,
-                       f"record {i} reaches the sink once the 100 ms buffer timeout passed")
+            wait_until(
+                lambda i=i: len(probe) == i + 1,
+                f"record {i} reaches the sink once the 100 ms buffer timeout passed",
+            )
             assert probe.items == list(range(i + 1))
             clock.advance(900)  # the source may emit one record per second
         assert done.wait(10), "the job ends after the last record"
@@ -70,7 +78,8 @@ def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_
 
 
 def test_a_rate_limited_source_on_the_real_clock_reaches_the_sink_before_it_ends(
-        make_env, file_probe, executor) -> None:
+    make_env, file_probe, executor
+) -> None:
     """The first record reaches the sink while the source is still emitting: without the buffer
     timeout everything would wait in the output buffer until the source ended."""
     env = make_env(parallelism=1, buffer_timeout_ms=5)
@@ -90,12 +99,16 @@ def test_a_rate_limited_source_on_the_real_clock_reaches_the_sink_before_it_ends
         def create_writer(self, ctx):
             return FirstArrival()
 
-    (env.from_source(SequenceSource(0, n, rows_per_second=40))
+    (
+        env.from_source(SequenceSource(0, n, rows_per_second=40))
         .map(lambda x: (probe.bump("emitted"), x)[1])
-        .sink_to(FirstArrivalSink()).disable_chaining())
+        .sink_to(FirstArrivalSink())
+        .disable_chaining()
+    )
     result = env.execute("real clock", executor=executor)
     assert result.status is lg.JobStatus.FINISHED
     [(_, emitted_then), *records] = probe.items
     assert records == list(range(n))
     assert emitted_then < n, (
-        "the first record waited in the buffer until the source had emitted everything")
+        "the first record waited in the buffer until the source had emitted everything"
+    )

@@ -97,19 +97,26 @@ def gate(request: pytest.FixtureRequest) -> Any:
 
 
 def abandoned_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if "did not stop within" in r.getMessage() and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if "did not stop within" in r.getMessage() and r.levelno == logging.WARNING
+    ]
 
 
 def test_m_r1_cancel_of_a_job_whose_map_blocks_forever_ends_within_the_cancel_timeout(
-        gate: Gate, caplog: pytest.LogCaptureFixture) -> None:
+    gate: Gate, caplog: pytest.LogCaptureFixture
+) -> None:
     """``client.cancel()`` of a job whose map never returns: ``wait()`` returns a CANCELED
     result within the cancellation timeout, naming the stuck task (result and a warning
     with its thread's stack). Before, ``wait()`` never returned."""
     caplog.set_level(logging.WARNING, logger="lockgate")
     env = lg.StreamEnvironment(parallelism=1)
-    (env.from_source(SequenceSource(0, ENDLESS, batch_size=100))
-        .map(BlockForever(gate), name="stuck map").sink_to(DiscardingSink(), name="sink"))
+    (
+        env.from_source(SequenceSource(0, ENDLESS, batch_size=100))
+        .map(BlockForever(gate), name="stuck map")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     client = env.execute_async("stuck map job", executor=lg.LocalExecutor(cancel_timeout_s=1.0))
     assert gate.entered.wait(30), "the map never got a record"
     started = time.monotonic()
@@ -125,12 +132,14 @@ def test_m_r1_cancel_of_a_job_whose_map_blocks_forever_ends_within_the_cancel_ti
     assert "stuck map" in stuck and "(0)" in stuck
     [warning] = abandoned_warnings(caplog)
     assert stuck in warning and "abandoned" in warning
-    assert "in map" in warning and "self.gate.release.wait()" in warning, \
+    assert "in map" in warning and "self.gate.release.wait()" in warning, (
         "the warning shows where the thread is stuck"
+    )
 
 
 def test_m_r1_m_c6_a_failing_job_whose_other_task_hangs_ends_and_is_failed_once(
-        gate: Gate, caplog: pytest.LogCaptureFixture) -> None:
+    gate: Gate, caplog: pytest.LogCaptureFixture
+) -> None:
     """With checkpoints, a map that blocks forever (its own task) makes checkpoint 1
     expire; with no failure tolerated the coordinator fails the job: the source task
     stops, the map task is abandoned after the timeout, and ``execute`` raises a
@@ -143,11 +152,15 @@ def test_m_r1_m_c6_a_failing_job_whose_other_task_hangs_ends_and_is_failed_once(
     env.checkpoint_config.timeout = 300
     env.checkpoint_config.tolerable_failures = 0
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=0, delay=0))
-    (env.from_source(SequenceSource(0, ENDLESS, batch_size=100), name="numbers")
-        .rebalance().map(BlockForever(gate), name="stuck map")
-        .sink_to(DiscardingSink(), name="sink"))
-    client = env.execute_async("failing with a stuck task",
-                               executor=lg.LocalExecutor(cancel_timeout_s=2.0))
+    (
+        env.from_source(SequenceSource(0, ENDLESS, batch_size=100), name="numbers")
+        .rebalance()
+        .map(BlockForever(gate), name="stuck map")
+        .sink_to(DiscardingSink(), name="sink")
+    )
+    client = env.execute_async(
+        "failing with a stuck task", executor=lg.LocalExecutor(cancel_timeout_s=2.0)
+    )
     assert gate.entered.wait(30), "the map never got a record"
     started = time.monotonic()
     with pytest.raises(lg.JobFailedError) as err:
@@ -156,8 +169,7 @@ def test_m_r1_m_c6_a_failing_job_whose_other_task_hangs_ends_and_is_failed_once(
     assert err.value.reason is lg.FailureReason.CHECKPOINT
     # checkpoint 1 expires 300 ms after its trigger, then the map gets 2 s to stop
     assert elapsed < 0.1 + 0.3 + 2.0 + 2.0, f"the failing job took {elapsed:.2f} s to end"
-    failing = [r.getMessage() for r in caplog.records
-               if r.getMessage().startswith("failing job")]
+    failing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("failing job")]
     assert len(failing) == 1, f"'failing job' logged {len(failing)} times: {failing}"
     [warning] = abandoned_warnings(caplog)
     assert "'stuck map -> sink (0)'" in warning and "self.gate.release.wait()" in warning

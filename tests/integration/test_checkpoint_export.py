@@ -48,13 +48,15 @@ def retained_incremental_checkpoint(tmp_path: Any) -> str:
     checkpoint = CompletedCheckpoint.from_metadata(fs.read_metadata(newest))
     shared = [s for h in checkpoint.handles() for s in h.shared]
     assert shared and all(s.path.startswith(f"{SHARED_FOLDER}/") for s in shared), (
-        "an incremental RocksDB checkpoint references files outside its chk-<id> folder")
+        "an incremental RocksDB checkpoint references files outside its chk-<id> folder"
+    )
     return os.path.join(storage, f"chk-{newest}")
 
 
 @pytest.mark.hang_guard(180)
 def test_m_s3_m_r4_an_exported_incremental_checkpoint_restores_after_its_storage_is_deleted(
-        executor: Any, tmp_path: Any, capsys: Any) -> None:
+    executor: Any, tmp_path: Any, capsys: Any
+) -> None:
     chk = retained_incremental_checkpoint(tmp_path)
     dest = str(tmp_path / "exported")
     assert cli.main(["checkpoint", "export", chk, dest]) == 0
@@ -62,14 +64,16 @@ def test_m_s3_m_r4_an_exported_incremental_checkpoint_restores_after_its_storage
     shutil.rmtree(tmp_path / "checkpoints")  # nothing may refer back to it
 
     restored = incremental_sums(executor, tmp_path, str(tmp_path / "checkpoints-2")).execute(
-        "restored from the export", restore_from=dest)
+        "restored from the export", restore_from=dest
+    )
     assert restored.status is lg.JobStatus.FINISHED
     assert by_value(published(str(tmp_path / "out"))) == expected_records(N)
     assert not os.path.exists(tmp_path / "checkpoints"), "the source storage stays gone"
 
 
-JOB = job_file("env.set_state_backend(lg.RocksDBStateBackend(incremental=True))",
-               "restore an export")
+JOB = job_file(
+    "env.set_state_backend(lg.RocksDBStateBackend(incremental=True))", "restore an export"
+)
 
 
 @pytest.mark.hang_guard(180)
@@ -80,7 +84,18 @@ def test_m_r3_lockgate_run_restore_takes_an_exported_checkpoint(tmp_path: Any) -
     shutil.rmtree(tmp_path / "checkpoints")
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    rc = cli.main(["run", "--executor", "local", "--restore", dest, str(job),
-                   str(tmp_path / "out"), str(tmp_path / "checkpoints-2"), str(N)])
+    rc = cli.main(
+        [
+            "run",
+            "--executor",
+            "local",
+            "--restore",
+            dest,
+            str(job),
+            str(tmp_path / "out"),
+            str(tmp_path / "checkpoints-2"),
+            str(N),
+        ]
+    )
     assert rc == 0
     assert by_value(published(str(tmp_path / "out"))) == expected_records(N)

@@ -154,16 +154,24 @@ def held_sink_job(storage: str, gate: Gate, *, restore_from: str | None = None) 
     env.checkpoint_config.storage = storage
     env.checkpoint_config.retained = 1000  # the checkpoint the test looks at stays
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    (env.from_source(SequenceSource(0, N, rows_per_second=10_000, batch_size=200))
+    (
+        env.from_source(SequenceSource(0, N, rows_per_second=10_000, batch_size=200))
         .uid("numbers")
-        .map(FailWhenHeld(gate)).uid("records").key_by(key_of).process(RunningSum()).uid("sums")
-        .sink_to(HoldingSink(gate)).uid("sink"))
+        .map(FailWhenHeld(gate))
+        .uid("records")
+        .key_by(key_of)
+        .process(RunningSum())
+        .uid("sums")
+        .sink_to(HoldingSink(gate))
+        .uid("sink")
+    )
     return env.execute_async("held late write", restore_from=restore_from)
 
 
 @pytest.mark.hang_guard(120)
 def test_m_t3_m_e2_a_late_async_part_of_a_failed_attempt_never_touches_the_next_attempts_files(
-        tmp_path: Any) -> None:
+    tmp_path: Any,
+) -> None:
     """M-T3, M-E2: attempt 0's asynchronous part of its first checkpoint is held until
     attempt 1 has completed a checkpoint of the same operator, then released: it writes
     (and, cancelled, deletes) its state file late. Attempt 1's checkpoint still restores
@@ -179,12 +187,14 @@ def test_m_t3_m_e2_a_late_async_part_of_a_failed_attempt_never_touches_the_next_
         try:
             wait_until(gate.held.is_set, "attempt 0's first sink snapshot is held", 30)
             fs = FileSystemCheckpointStorage(storage)
-            wait_until(lambda: bool(fs.completed_ids()),
-                       "attempt 1 has completed a checkpoint", 60)
+            wait_until(lambda: bool(fs.completed_ids()), "attempt 1 has completed a checkpoint", 60)
             first = min(fs.completed_ids())
             gate.release.set()
-            wait_until(lambda: gate.held_task is not None and not gate.held_task.is_alive(),
-                       "attempt 0's sink thread ended (its late write and delete are done)", 30)
+            wait_until(
+                lambda: gate.held_task is not None and not gate.held_task.is_alive(),
+                "attempt 0's sink thread ended (its late write and delete are done)",
+                30,
+            )
             result = client.wait(60)
         finally:
             gate.release.set()
@@ -200,8 +210,9 @@ def test_m_t3_m_e2_a_late_async_part_of_a_failed_attempt_never_touches_the_next_
         never_holds = Gate(f"never-holds-{id(tmp_path)}")
         never_holds.release.set()
         never_holds.failed.set()
-        restored = held_sink_job(storage, never_holds,
-                                 restore_from=f"{storage}/chk-{first}").wait(60)
+        restored = held_sink_job(storage, never_holds, restore_from=f"{storage}/chk-{first}").wait(
+            60
+        )
         [again] = restored.sink_results["sink"]
         assert by_value(again) == expected_sums(N), "restored: exactly the same output"
     finally:
@@ -254,18 +265,34 @@ class _IdRecordingWriter(SinkWriter):
         return self.records
 
 
-def id_run(executor: Any, storage: str, probe: FileProbe, run: int,
-           decline_in: tuple[int, ...], restarts: int = 0) -> Any:
+def id_run(
+    executor: Any,
+    storage: str,
+    probe: FileProbe,
+    run: int,
+    decline_in: tuple[int, ...],
+    restarts: int = 0,
+) -> Any:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(50)
     env.checkpoint_config.storage = storage
     env.checkpoint_config.tolerable_failures = 2
-    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=restarts, delay=0)
-                             if restarts else lg.RestartStrategy.none())
-    (env.from_source(SequenceSource(0, N, rows_per_second=20_000, batch_size=200))
+    env.set_restart_strategy(
+        lg.RestartStrategy.fixed_delay(attempts=restarts, delay=0)
+        if restarts
+        else lg.RestartStrategy.none()
+    )
+    (
+        env.from_source(SequenceSource(0, N, rows_per_second=20_000, batch_size=200))
         .uid("numbers")
-        .map(to_record).uid("records").key_by(key_of).process(RunningSum()).uid("sums")
-        .sink_to(IdRecordingSink(probe, run, decline_in)).uid("sink"))
+        .map(to_record)
+        .uid("records")
+        .key_by(key_of)
+        .process(RunningSum())
+        .uid("sums")
+        .sink_to(IdRecordingSink(probe, run, decline_in))
+        .uid("sink")
+    )
     return env.execute(f"ids, run {run}")
 
 
@@ -275,7 +302,8 @@ def ids_of(probe: FileProbe, run: int, attempt: int) -> set[int]:
 
 @pytest.mark.hang_guard(180)
 def test_m_e2_a_run_never_reuses_the_ids_of_an_earlier_run_whose_checkpoints_never_completed(
-        executor: Any, tmp_path: Any, file_probe: FileProbe) -> None:
+    executor: Any, tmp_path: Any, file_probe: FileProbe
+) -> None:
     """M-E2: run 1 triggers checkpoints that all fail, then fails (none completed, so the
     storage has no ``_metadata`` and no ``_latest``); run 2 on the same storage takes
     only new ids, completes checkpoints and its output is exact."""
@@ -291,7 +319,8 @@ def test_m_e2_a_run_never_reuses_the_ids_of_an_earlier_run_whose_checkpoints_nev
     second_run = ids_of(file_probe, 2, 0)
     assert second_run and min(second_run) > max(first_run), (
         f"run 2 reused checkpoint ids of run 1: run 1 {sorted(first_run)}, "
-        f"run 2 {sorted(second_run)}")
+        f"run 2 {sorted(second_run)}"
+    )
     assert fs.completed_ids() and min(fs.completed_ids()) > max(first_run)
     records = [r for part in result.sink_results["sink"] for r in part]
     assert by_value(records) == expected_sums(N)
@@ -299,16 +328,19 @@ def test_m_e2_a_run_never_reuses_the_ids_of_an_earlier_run_whose_checkpoints_nev
 
 @pytest.mark.hang_guard(180)
 def test_m_e2_the_next_attempt_never_reuses_the_ids_of_a_failed_attempts_checkpoints(
-        executor: Any, tmp_path: Any, file_probe: FileProbe) -> None:
+    executor: Any, tmp_path: Any, file_probe: FileProbe
+) -> None:
     """M-E2: attempt 0 triggers checkpoints that all fail, then fails; attempt 1 of the
     same run takes only new ids (none of attempt 0's completed, so nothing on storage
     names them but the id reservation) and the output is exact."""
-    result = id_run(executor, str(tmp_path / "checkpoints"), file_probe, run=1,
-                    decline_in=(0,), restarts=1)
+    result = id_run(
+        executor, str(tmp_path / "checkpoints"), file_probe, run=1, decline_in=(0,), restarts=1
+    )
     assert result.attempts == 2
     failed, next_attempt = ids_of(file_probe, 1, 0), ids_of(file_probe, 1, 1)
     assert failed and next_attempt and min(next_attempt) > max(failed), (
         f"attempt 1 reused checkpoint ids of attempt 0: {sorted(failed)} then "
-        f"{sorted(next_attempt)}")
+        f"{sorted(next_attempt)}"
+    )
     records = [r for part in result.sink_results["sink"] for r in part]
     assert by_value(records) == expected_sums(N)

@@ -29,10 +29,12 @@ def numbers_job(storage: str | None, n: int, rate: int | None = None) -> lg.Stre
     env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = storage
-    source = (SequenceSource(0, n, rows_per_second=rate, batch_size=100) if rate
-              else SequenceSource(0, n))
-    env.from_source(source).uid("numbers").map(lambda x: x + 1).uid("plus one") \
-        .sink_to(CollectSink()).uid("collect")
+    source = (
+        SequenceSource(0, n, rows_per_second=rate, batch_size=100) if rate else SequenceSource(0, n)
+    )
+    env.from_source(source).uid("numbers").map(lambda x: x + 1).uid("plus one").sink_to(
+        CollectSink()
+    ).uid("collect")
     return env
 
 
@@ -44,12 +46,13 @@ def retained_checkpoints(storage: str, name: str) -> None:
 
 
 @pytest.mark.hang_guard(60)
-def test_item3_a_fresh_run_on_a_storage_with_checkpoints_of_its_job_warns(
-        tmp_path, caplog) -> None:
+def test_item3_a_fresh_run_on_a_storage_with_checkpoints_of_its_job_warns(tmp_path, caplog) -> None:
     storage = str(tmp_path / "checkpoints")
     retained_checkpoints(storage, "sums")
-    with caplog.at_level(logging.WARNING, logger="lockgate.api.environment"), \
-            pytest.warns(UserWarning, match="starts from empty state") as caught:
+    with (
+        caplog.at_level(logging.WARNING, logger="lockgate.api.environment"),
+        pytest.warns(UserWarning, match="starts from empty state") as caught,
+    ):
         result = numbers_job(storage, 100).execute("sums")
     assert result.status is lg.JobStatus.FINISHED
     text = str(caught[0].message)
@@ -69,7 +72,8 @@ def test_item3_no_warning_when_resuming_or_for_another_job(tmp_path) -> None:
 
 @pytest.mark.hang_guard(60)
 def test_item11_the_temporary_checkpoint_storage_is_removed_when_the_job_ends(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
@@ -87,7 +91,8 @@ def test_item11_the_temporary_checkpoint_storage_is_removed_when_the_job_ends(
 
 @pytest.mark.hang_guard(60)
 def test_item11_retained_checkpoints_keep_the_temporary_storage(
-        tmp_path, monkeypatch, caplog) -> None:
+    tmp_path, monkeypatch, caplog
+) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))

@@ -44,13 +44,15 @@ def completed(client: lg.JobClient) -> list[lg.CheckpointStats]:
     return [c for c in client.checkpoints() if c.status == "completed"]
 
 
-def cancel_after_checkpoints(client: lg.JobClient, count: int, what: str,
-                             timeout_s: float = 30) -> lg.JobExecutionResult:
+def cancel_after_checkpoints(
+    client: lg.JobClient, count: int, what: str, timeout_s: float = 30
+) -> lg.JobExecutionResult:
     """Wait (bounded) until ``count`` checkpoints completed, then cancel the job and return
     its result (the job is cancelled even when the wait fails)."""
     try:
-        wait_until(lambda: len(completed(client)) >= count or client.done(), what,
-                   timeout_s=timeout_s)
+        wait_until(
+            lambda: len(completed(client)) >= count or client.done(), what, timeout_s=timeout_s
+        )
     finally:
         client.cancel()
     return client.wait(60)
@@ -66,18 +68,26 @@ def running_sums_job(executor, storage: str, **cfg) -> lg.JobClient:
     env.checkpoint_config.storage = storage
     for name, value in cfg.items():
         setattr(env.checkpoint_config, name, value)
-    (env.from_source(SequenceSource(0, 10**12, rows_per_second=50_000, batch_size=1000))
+    (
+        env.from_source(SequenceSource(0, 10**12, rows_per_second=50_000, batch_size=1000))
         .uid("numbers")
-        .map(to_record).key_by(key_of).process(RunningSum()).uid("sums")
-        .sink_to(DiscardingSink()).uid("sink"))
+        .map(to_record)
+        .key_by(key_of)
+        .process(RunningSum())
+        .uid("sums")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
     return env.execute_async("checkpointed running sums")
 
 
 def test_m_c7_m_c8_a_running_job_completes_checkpoints_continuously_and_keeps_retained_ones(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     root = str(tmp_path / "ckpt")
-    client = running_sums_job(executor, root, retained=3,
-                              externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION)
+    client = running_sums_job(
+        executor, root, retained=3, externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
+    )
     result = cancel_after_checkpoints(client, 5, "five checkpoints completed", timeout_s=60)
     assert result.status is lg.JobStatus.CANCELED
     done = completed(client)
@@ -114,8 +124,9 @@ def test_m_c7_m_c8_a_running_job_completes_checkpoints_continuously_and_keeps_re
 def test_checkpoints_go_to_s3_through_the_same_storage_layer(executor, moto_server) -> None:
     # credentials in the URL: Spark's Python workers may predate the fixture's environment
     url = moto_server.url(path=f"jobs/{uuid.uuid4().hex}", with_credentials=True)
-    client = running_sums_job(executor, url, retained=2,
-                              externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION)
+    client = running_sums_job(
+        executor, url, retained=2, externalized=lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
+    )
     cancel_after_checkpoints(client, 3, "three checkpoints on S3", timeout_s=60)
     ids = [c.checkpoint_id for c in completed(client)]
     storage = open_storage(url)
@@ -123,7 +134,10 @@ def test_checkpoints_go_to_s3_through_the_same_storage_layer(executor, moto_serv
     assert storage.read_latest() == ids[-1]
     meta = storage.read_metadata(ids[-1])
     h = meta["operators"]["numbers"]["0"]
-    assert storage.read_state(StateHandle(h["path"], h["size"], h["checksum"]))["operator"] == "numbers"
+    assert (
+        storage.read_state(StateHandle(h["path"], h["size"], h["checksum"]))["operator"]
+        == "numbers"
+    )
 
 
 def test_m_s3_cancelling_deletes_the_checkpoints_unless_they_are_retained(tmp_path) -> None:
@@ -134,8 +148,9 @@ def test_m_s3_cancelling_deletes_the_checkpoints_unless_they_are_retained(tmp_pa
 
 
 def test_m_b9_at_least_once_checkpoints_complete_too(executor, tmp_path) -> None:
-    client = running_sums_job(executor, str(tmp_path / "ckpt"),
-                              mode=lg.CheckpointingMode.AT_LEAST_ONCE)
+    client = running_sums_job(
+        executor, str(tmp_path / "ckpt"), mode=lg.CheckpointingMode.AT_LEAST_ONCE
+    )
     cancel_after_checkpoints(client, 3, "three checkpoints", timeout_s=60)
     assert len(completed(client)) >= 3
 
@@ -146,30 +161,42 @@ def slow_map(batch):
 
 
 def test_m_b7_unaligned_checkpoints_complete_under_backpressure_and_persist_in_flight_data(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200)
     cfg = env.checkpoint_config
     cfg.storage = str(tmp_path / "ckpt")
     cfg.unaligned = True
     env.set_buffer_timeout(0)
-    (env.from_source(SequenceSource(0, 10**12, batch_size=500)).uid("numbers")
-        .rebalance().map_batches(slow_map).uid("slow")
-        .sink_to(DiscardingSink()).uid("sink"))
+    (
+        env.from_source(SequenceSource(0, 10**12, batch_size=500))
+        .uid("numbers")
+        .rebalance()
+        .map_batches(slow_map)
+        .uid("slow")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
     client = env.execute_async("backpressured")
-    cancel_after_checkpoints(client, 3, "three unaligned checkpoints under backpressure", timeout_s=60)
+    cancel_after_checkpoints(
+        client, 3, "three unaligned checkpoints under backpressure", timeout_s=60
+    )
     done = completed(client)
     assert len(done) >= 3
     assert all(m.unaligned for c in done for m in c.subtasks.values())
     assert sum(c.persisted_inflight_bytes for c in done) > 0
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"unaligned": True, "mode": lg.CheckpointingMode.AT_LEAST_ONCE}, "EXACTLY_ONCE"),
-    ({"unaligned": True, "max_concurrent": 2}, "max_concurrent"),
-    ({"retained": 0}, "retained"),
-    ({"aligned_timeout": 100}, "unaligned"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"unaligned": True, "mode": lg.CheckpointingMode.AT_LEAST_ONCE}, "EXACTLY_ONCE"),
+        ({"unaligned": True, "max_concurrent": 2}, "max_concurrent"),
+        ({"retained": 0}, "retained"),
+        ({"aligned_timeout": 100}, "unaligned"),
+    ],
+)
 def test_invalid_checkpoint_settings_are_rejected_when_the_job_is_built(bad, message) -> None:
     env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
     env.enable_checkpointing(100, bad.pop("mode", lg.CheckpointingMode.EXACTLY_ONCE))

@@ -14,7 +14,8 @@ from lockgate import cli
 def job_file(state_backend: str = "", job_name: str = "cli restore") -> str:
     """The text of a job file: a keyed running sum into an exactly-once FileSink, with
     checkpoints every 200 ms in ``argv[2]``, ``state_backend`` (a statement, or nothing)."""
-    return textwrap.dedent('''
+    return (
+        textwrap.dedent("""
     import sys
     import lockgate as lg
     from lockgate.connectors import FileSink, SequenceSource
@@ -41,14 +42,16 @@ def job_file(state_backend: str = "", job_name: str = "cli restore") -> str:
         .key_by(lambda r: r["k"]).process(RunningSum(), name="running sum").uid("sums")
         .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
     env.execute({job_name!r})
-''').replace("{state_backend}", state_backend).replace("{job_name!r}", repr(job_name))
+""")
+        .replace("{state_backend}", state_backend)
+        .replace("{job_name!r}", repr(job_name))
+    )
 
 
 JOB = job_file()
 
 
-def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint(
-        tmp_path) -> None:
+def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint(tmp_path) -> None:
     n = 2 * SPLIT
     client = unbounded_sums(lg.LocalExecutor(), tmp_path, n).execute_async("to cancel")
     cancel_after_checkpoints(client, 2, "two checkpoints completed")
@@ -56,14 +59,26 @@ def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint
     job = tmp_path / "job.py"
     job.write_text(JOB)
     storage = str(tmp_path / "checkpoints")
-    rc = cli.main(["run", "--executor", "local", "--restore", storage, str(job),
-                   str(tmp_path / "out"), storage, str(n)])
+    rc = cli.main(
+        [
+            "run",
+            "--executor",
+            "local",
+            "--restore",
+            storage,
+            str(job),
+            str(tmp_path / "out"),
+            storage,
+            str(n),
+        ]
+    )
     assert rc == 0
     assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
 
 
 def test_lockgate_run_restore_rejects_a_missing_folder_and_a_lone_allow_flag(
-        tmp_path, capsys) -> None:
+    tmp_path, capsys
+) -> None:
     job = tmp_path / "job.py"
     job.write_text("print('never runs')\n")
     rc = cli.main(["run", "--restore", str(tmp_path / "nowhere"), str(job)])

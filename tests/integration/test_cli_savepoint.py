@@ -36,8 +36,9 @@ class FakeControl:
             raise self.error
         return os.path.join(path, "savepoint-1")
 
-    def stop_with_savepoint(self, path: str, drain: bool = False,
-                            timeout: float | None = None) -> str:
+    def stop_with_savepoint(
+        self, path: str, drain: bool = False, timeout: float | None = None
+    ) -> str:
         self.calls.append(("stop", path, drain, timeout))
         if self.error is not None:
             raise self.error
@@ -80,7 +81,8 @@ def test_lockgate_list_shows_id_name_pid_and_start_of_each_running_job(home, cap
 
 
 def test_m_s1_lockgate_savepoint_prints_the_folder_the_job_returns(
-        home, capsys, tmp_path, monkeypatch) -> None:
+    home, capsys, tmp_path, monkeypatch
+) -> None:
     control = FakeControl()
     monkeypatch.chdir(tmp_path)
     with register_job("sums", control) as registration:
@@ -90,16 +92,16 @@ def test_m_s1_lockgate_savepoint_prints_the_folder_the_job_returns(
         assert registration.job_id is not None
         rc, _, _ = run_cli(capsys, "savepoint", registration.job_id, "s3://bucket/sp")
         assert rc == 0
-    assert control.calls == [("savepoint", str(tmp_path / "sp"), 30.0),
-                             ("savepoint", "s3://bucket/sp", None)], \
-        "a local path reaches the job absolute, a URL unchanged"
+    assert control.calls == [
+        ("savepoint", str(tmp_path / "sp"), 30.0),
+        ("savepoint", "s3://bucket/sp", None),
+    ], "a local path reaches the job absolute, a URL unchanged"
 
 
 def test_lockgate_stop_with_a_savepoint_or_cancelling(home, capsys, tmp_path) -> None:
     control = FakeControl()
     with register_job("sums", control):
-        rc, out, _ = run_cli(capsys, "stop", "sums", "--savepoint", str(tmp_path / "sp"),
-                             "--drain")
+        rc, out, _ = run_cli(capsys, "stop", "sums", "--savepoint", str(tmp_path / "sp"), "--drain")
         assert (rc, out) == (0, os.path.join(str(tmp_path), "sp", "savepoint-2") + "\n")
         rc, out, _ = run_cli(capsys, "stop", "sums")
         assert rc == 0 and out.startswith("cancelling job ")
@@ -136,7 +138,7 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(home, capsys, tmp_path) -> No
 
 # ----------------------------------------------------------------------- a real job
 
-JOB = textwrap.dedent('''
+JOB = textwrap.dedent("""
     import sys
     import lockgate as lg
     from lockgate.connectors import FileSink, SequenceSource
@@ -160,7 +162,7 @@ JOB = textwrap.dedent('''
         .key_by(lambda r: r["k"]).process(RunningSum(), name="running sum").uid("sums")
         .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
     env.execute(name)
-''')
+""")
 
 NAME = "cli savepoint job"
 
@@ -171,13 +173,16 @@ def _log(path) -> str:
 
 def _completed_checkpoint(storage: str) -> bool:
     return os.path.isdir(storage) and any(
-        os.path.exists(os.path.join(storage, d, "_metadata")) for d in os.listdir(storage)
-        if d.startswith("chk-"))
+        os.path.exists(os.path.join(storage, d, "_metadata"))
+        for d in os.listdir(storage)
+        if d.startswith("chk-")
+    )
 
 
 @pytest.mark.hang_guard(180)
 def test_m_s1_savepoint_and_stop_with_savepoint_of_a_job_run_by_lockgate_run(
-        home, capsys, tmp_path) -> None:
+    home, capsys, tmp_path
+) -> None:
     """A job started with ``lockgate run`` in another process is listed, gives a savepoint
     while it keeps running, and stops with a second one; the first savepoint stays (M-S1)."""
     job = tmp_path / "job.py"
@@ -186,19 +191,40 @@ def test_m_s1_savepoint_and_stop_with_savepoint_of_a_job_run_by_lockgate_run(
     log = tmp_path / "job.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lockgate.cli", "run", "--executor", "local", str(job),
-             str(tmp_path / "out"), storage, NAME],
-            stdout=out, stderr=subprocess.STDOUT, cwd=str(tmp_path),
-            env={**os.environ, job_registry.HOME_ENV: home})
+            [
+                sys.executable,
+                "-m",
+                "lockgate.cli",
+                "run",
+                "--executor",
+                "local",
+                str(job),
+                str(tmp_path / "out"),
+                storage,
+                NAME,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(tmp_path),
+            env={**os.environ, job_registry.HOME_ENV: home},
+        )
     try:
+
         def listed() -> bool:
             return NAME in run_cli(capsys, "list")[1]
 
-        wait_until(lambda: proc.poll() is not None or _completed_checkpoint(storage),
-                   f"the job completed a checkpoint (job log: {log})", timeout_s=60)
+        wait_until(
+            lambda: proc.poll() is not None or _completed_checkpoint(storage),
+            f"the job completed a checkpoint (job log: {log})",
+            timeout_s=60,
+        )
         assert proc.poll() is None, f"the job ended early (exit {proc.returncode}):\n{_log(log)}"
-        wait_until(listed, "'lockgate list' shows the running job (is env.execute wired to "
-                           "job_registry.register_job?)", timeout_s=10)
+        wait_until(
+            listed,
+            "'lockgate list' shows the running job (is env.execute wired to "
+            "job_registry.register_job?)",
+            timeout_s=10,
+        )
 
         rc, out, err = run_cli(capsys, "savepoint", NAME, str(sp1), "--timeout", "60")
         assert rc == 0, f"lockgate savepoint failed: {err}\njob log:\n{_log(log)}"

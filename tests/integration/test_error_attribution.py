@@ -49,13 +49,19 @@ def assert_traceback_once(error: lg.JobFailedError, caplog, frame: str) -> None:
 
 
 def test_a_map_returning_none_fails_at_the_map_naming_it_and_the_input_record(
-        make_env, executor, caplog) -> None:
+    make_env, executor, caplog
+) -> None:
     """source -> map (None for 7) -> key_by('k') -> sink: the map is named (not the
     source, not a KeyError of key_by on a valid record), with the input record."""
     caplog.set_level(logging.DEBUG)
     env = make_env(parallelism=1)
-    (env.from_source(SequenceSource(0, 20)).map(none_for_seven, name="nullable map")
-        .key_by("k").process(lambda v, ctx: [v]).sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 20))
+        .map(none_for_seven, name="nullable map")
+        .key_by("k")
+        .process(lambda v, ctx: [v])
+        .sink_to(DiscardingSink())
+    )
     error = failing_job(env, executor)
     text = str(error)
     assert error.operator == "nullable map", text
@@ -69,11 +75,17 @@ def test_a_map_returning_none_fails_at_the_map_naming_it_and_the_input_record(
 
 
 def test_a_record_key_by_cannot_key_names_the_producer_and_the_key_by_quoting_it_truncated(
-        make_env, executor, caplog) -> None:
+    make_env, executor, caplog
+) -> None:
     caplog.set_level(logging.DEBUG)
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, 20)).map(long_string_for_seven, name="stringly map")
-        .key_by("k").process(lambda v, ctx: [v]).sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 20))
+        .map(long_string_for_seven, name="stringly map")
+        .key_by("k")
+        .process(lambda v, ctx: [v])
+        .sink_to(DiscardingSink())
+    )
     error = failing_job(env, executor)
     text = str(error)
     assert error.operator == "stringly map", text
@@ -88,11 +100,17 @@ def test_a_record_key_by_cannot_key_names_the_producer_and_the_key_by_quoting_it
 
 
 def test_a_key_selector_that_raises_names_the_producer_the_key_by_and_the_record(
-        make_env, executor, caplog) -> None:
+    make_env, executor, caplog
+) -> None:
     caplog.set_level(logging.DEBUG)
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, 20)).map(without_k_for_seven, name="partial map")
-        .key_by(pick_k).process(lambda v, ctx: [v]).sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 20))
+        .map(without_k_for_seven, name="partial map")
+        .key_by(pick_k)
+        .process(lambda v, ctx: [v])
+        .sink_to(DiscardingSink())
+    )
     error = failing_job(env, executor)
     text = str(error)
     assert error.operator == "partial map", text
@@ -100,7 +118,8 @@ def test_a_key_selector_that_raises_names_the_producer_the_key_by_and_the_record
     assert "Source" not in text.split("\n")[0], text
     assert "in pick_k" in text, "the user's traceback is shown"
     assert isinstance(error.__cause__, KeyError) and error.__cause__.args == ("k",), (
-        "the cause is the user's own exception")
+        "the cause is the user's own exception"
+    )
     assert_traceback_once(error, caplog, "pick_k")
 
 
@@ -115,13 +134,19 @@ def explode_at_seven(x):
 
 
 def test_the_users_traceback_is_printed_once_in_the_error_and_not_again_in_the_log(
-        make_env, executor, caplog) -> None:
+    make_env, executor, caplog
+) -> None:
     """On Spark the slot's own exception (which Spark logs, and which reaches the driver's
     log through py4j) no longer chains the user's: the JobFailedError carries it, once."""
     caplog.set_level(logging.DEBUG)
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, 20)).map(explode_at_seven, name="explosive")
-        .key_by(lambda x: x % 2).process(lambda v, ctx: [v]).sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 20))
+        .map(explode_at_seven, name="explosive")
+        .key_by(lambda x: x % 2)
+        .process(lambda v, ctx: [v])
+        .sink_to(DiscardingSink())
+    )
     error = failing_job(env, executor)
     text = str(error)
     assert error.operator == "explosive"
@@ -131,6 +156,7 @@ def test_the_users_traceback_is_printed_once_in_the_error_and_not_again_in_the_l
 
 
 # ------------------------------------------------------------------ NaN keys (item 11)
+
 
 def _nans() -> list[float]:
     """Distinct NaN objects, with different bits: quiet, negative, with a payload."""
@@ -160,11 +186,13 @@ def test_every_nan_key_shares_one_state_entry(make_env, executor, key) -> None:
     out = keyed.process(KeyedCount()).execute_and_collect(executor=executor)
     nan_counts = sorted(n for k, n in out if k == "nan")
     assert nan_counts == list(range(1, len(nans) + 1)), (
-        f"every NaN record must count in one state entry, got counts {nan_counts}")
+        f"every NaN record must count in one state entry, got counts {nan_counts}"
+    )
     assert ("nan", len(nans)) in out and (1.5, 1) in out
 
 
 # ------------------------------------------------- non-iterable results (item 11)
+
 
 def five(*_):
     return 5
@@ -182,7 +210,8 @@ class FiveKeyed(lg.KeyedProcessFunction):
 
 @pytest.mark.parametrize("kind", ["flat_map", "process", "keyed process"])
 def test_a_non_iterable_result_names_the_operator_and_what_it_returned(
-        make_env, executor, kind) -> None:
+    make_env, executor, kind
+) -> None:
     env = make_env(parallelism=1)
     stream = env.from_source(SequenceSource(0, 20))
     if kind == "flat_map":

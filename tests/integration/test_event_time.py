@@ -37,13 +37,19 @@ class TimerPerRecord(lg.KeyedProcessFunction):
         return None
 
     def on_timer(self, timestamp: int, ctx: Any) -> Any:
-        yield {"k": ctx.current_key, "timer": timestamp,
-               "watermark": ctx.timer_service().current_watermark()}
+        yield {
+            "k": ctx.current_key,
+            "timer": timestamp,
+            "watermark": ctx.timer_service().current_watermark(),
+        }
 
 
 def strategy() -> WatermarkStrategy:
-    return (WatermarkStrategy.for_bounded_out_of_orderness(20)
-            .with_timestamp_assigner("ts").with_periodic_emit_interval(10))
+    return (
+        WatermarkStrategy.for_bounded_out_of_orderness(20)
+        .with_timestamp_assigner("ts")
+        .with_periodic_emit_interval(10)
+    )
 
 
 def expected_timers(n: int) -> dict[int, list[int]]:
@@ -56,11 +62,17 @@ def expected_timers(n: int) -> dict[int, list[int]]:
 
 def timers_job(env: lg.StreamEnvironment, n: int, *, mid_stream: bool = False) -> lg.DataStream:
     if mid_stream:
-        stream = (env.from_sequence(0, n).uid("numbers").map(record, name="records")
-                  .assign_timestamps_and_watermarks(strategy()).uid("timestamps"))
+        stream = (
+            env.from_sequence(0, n)
+            .uid("numbers")
+            .map(record, name="records")
+            .assign_timestamps_and_watermarks(strategy())
+            .uid("timestamps")
+        )
     else:
-        stream = (env.from_collection([record(i) for i in range(n)], name="records",
-                                      watermark_strategy=strategy()).uid("records"))
+        stream = env.from_collection(
+            [record(i) for i in range(n)], name="records", watermark_strategy=strategy()
+        ).uid("records")
     return stream.key_by("k").process(TimerPerRecord(), name="timers").uid("timers")
 
 
@@ -75,50 +87,63 @@ def check_timers(out: list[dict[str, Any]], n: int) -> None:
 
 @pytest.mark.parametrize("mid_stream", [False, True], ids=["source", "mid-stream"])
 def test_event_time_timers_fire_once_in_time_order_with_their_key_M_W6(
-        executor: Any, mid_stream: bool) -> None:
+    executor: Any, mid_stream: bool
+) -> None:
     env = lg.StreamEnvironment(parallelism=2)
     out = timers_job(env, 2000, mid_stream=mid_stream).execute_and_collect(
-        "timers", executor=executor)
+        "timers", executor=executor
+    )
     check_timers(out, 2000)
 
 
-def test_timers_fire_before_the_watermark_that_made_them_due_moves_on_M_W6(
-        executor: Any) -> None:
+def test_timers_fire_before_the_watermark_that_made_them_due_moves_on_M_W6(executor: Any) -> None:
     """Downstream of the timers, every timer output arrives before a watermark past it:
     a second keyed function sees each output's time above its current watermark."""
 
     class Late(lg.KeyedProcessFunction):
         def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
-            yield {"late": ctx.timer_service().current_watermark() >= value["timer"],
-                   **value}
+            yield {"late": ctx.timer_service().current_watermark() >= value["timer"], **value}
 
     env = lg.StreamEnvironment(parallelism=2)
-    out = (timers_job(env, 1000).key_by("k").process(Late(), name="late").uid("late")
-           .execute_and_collect("timers then watermark", executor=executor))
+    out = (
+        timers_job(env, 1000)
+        .key_by("k")
+        .process(Late(), name="late")
+        .uid("late")
+        .execute_and_collect("timers then watermark", executor=executor)
+    )
     assert out and not any(o["late"] for o in out)
 
 
 @pytest.mark.hang_guard(180)
 def test_timers_are_checkpointed_and_fire_exactly_once_after_a_failure_M_T4_M_W6(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(50)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     n = 20000
-    stream = (env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=40000),
-                              name="numbers").uid("numbers")
-              .map(record, name="records").uid("records")
-              .assign_timestamps_and_watermarks(strategy()).uid("timestamps"))
+    stream = (
+        env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=40000), name="numbers")
+        .uid("numbers")
+        .map(record, name="records")
+        .uid("records")
+        .assign_timestamps_and_watermarks(strategy())
+        .uid("timestamps")
+    )
     stream.key_by("k").process(TimerPerRecord(), name="timers").uid("timers").sink_to(
-        lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")).uid("sink")
+        lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")
+    ).uid("sink")
     inject_faults(env, FailAtRecord("timers", record=n // 3, subtask=0))
     result = env.execute("timers with a failure", executor=executor)
     assert result.attempts == 2
     # part-<subtask>-<n>: in write order per subtask only when n sorts as a number
     # (part-0-10 sorts before part-0-9 as text)
-    parts = sorted((tmp_path / "out").glob("part-*"),
-                   key=lambda p: tuple(int(x) for x in p.name.split(".")[0].split("-")[1:]))
+    parts = sorted(
+        (tmp_path / "out").glob("part-*"),
+        key=lambda p: tuple(int(x) for x in p.name.split(".")[0].split("-")[1:]),
+    )
     out = [json.loads(line) for p in parts for line in p.read_text().splitlines() if line]
     check_timers(out, n)
 
@@ -134,8 +159,9 @@ class ProcessingTimer(lg.KeyedProcessFunction):
         return None
 
     def on_timer(self, timestamp: int, ctx: Any) -> Any:
-        self.probe.add(("fired", ctx.current_key, timestamp,
-                        ctx.timer_service().current_processing_time()))
+        self.probe.add(
+            ("fired", ctx.current_key, timestamp, ctx.timer_service().current_processing_time())
+        )
         return None
 
 
@@ -144,9 +170,15 @@ def test_processing_time_timers_follow_the_injectable_clock_M_W6(tmp_path: Path)
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=1)
     env.set_buffer_timeout(0)  # the manual clock never reaches a buffer timeout: flush at once
-    (env.from_source(lg.connectors.SequenceSource(0, 2, bounded=False), name="n").uid("n")
-        .key_by(lambda v: v % 2).process(ProcessingTimer(probe), name="pt").uid("pt")
-        .sink_to(lg.connectors.DiscardingSink()).uid("sink"))
+    (
+        env.from_source(lg.connectors.SequenceSource(0, 2, bounded=False), name="n")
+        .uid("n")
+        .key_by(lambda v: v % 2)
+        .process(ProcessingTimer(probe), name="pt")
+        .uid("pt")
+        .sink_to(lg.connectors.DiscardingSink())
+        .uid("sink")
+    )
     client = env.execute_async("processing time", executor=lg.LocalExecutor(clock=clock))
     try:
         wait_until(lambda: len(probe.items) == 2, "both keys registered a timer", timeout_s=30)
@@ -170,32 +202,56 @@ class Pass(lg.KeyedProcessFunction):
 def _lagging_pair(env: lg.StreamEnvironment, idleness_ms: int | None = None) -> None:
     """Two unbounded sources into one keyed operator: event time 0..9,900 on one input,
     0..9 on the other (which holds the operator back, unless it goes idle)."""
-    ahead = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts") \
+    ahead = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_timestamp_assigner("ts")
         .with_periodic_emit_interval(10)
+    )
     behind = ahead if idleness_ms is None else ahead.with_idleness(idleness_ms)
-    fast = (env.from_source(lg.connectors.SequenceSource(0, 100, bounded=False), name="fast")
-            .uid("fast").map(lambda i: {"k": 0, "ts": i * 100}, name="fast-records")
-            .uid("fast-records").assign_timestamps_and_watermarks(ahead).uid("fast-ts"))
-    slow = (env.from_source(lg.connectors.SequenceSource(0, 10, bounded=False), name="slow")
-            .uid("slow").map(lambda i: {"k": 1, "ts": i}, name="slow-records")
-            .uid("slow-records").assign_timestamps_and_watermarks(behind).uid("slow-ts"))
-    (fast.union(slow).key_by("k").process(Pass(), name="joined").uid("joined")
-        .sink_to(lg.connectors.DiscardingSink()).uid("sink"))
+    fast = (
+        env.from_source(lg.connectors.SequenceSource(0, 100, bounded=False), name="fast")
+        .uid("fast")
+        .map(lambda i: {"k": 0, "ts": i * 100}, name="fast-records")
+        .uid("fast-records")
+        .assign_timestamps_and_watermarks(ahead)
+        .uid("fast-ts")
+    )
+    slow = (
+        env.from_source(lg.connectors.SequenceSource(0, 10, bounded=False), name="slow")
+        .uid("slow")
+        .map(lambda i: {"k": 1, "ts": i}, name="slow-records")
+        .uid("slow-records")
+        .assign_timestamps_and_watermarks(behind)
+        .uid("slow-ts")
+    )
+    (
+        fast.union(slow)
+        .key_by("k")
+        .process(Pass(), name="joined")
+        .uid("joined")
+        .sink_to(lg.connectors.DiscardingSink())
+        .uid("sink")
+    )
 
 
 @pytest.mark.hang_guard(120)
 def test_the_watermark_diagnostic_shows_each_operators_watermark_and_what_holds_it_back(
-        executor: Any) -> None:
+    executor: Any,
+) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     _lagging_pair(env)
     client = env.execute_async("diagnostic", executor=executor)
     try:
+
         def joined() -> Any:
             return next((w for w in client.watermarks() if w.operator == "joined"), None)
 
         # monotonous timestamps: the watermark is the highest timestamp seen minus 1
-        wait_until(lambda: (joined() is not None and joined().watermark == 8),
-                   "the joined operator's watermark is the slow input's (8)", timeout_s=60)
+        wait_until(
+            lambda: joined() is not None and joined().watermark == 8,
+            "the joined operator's watermark is the slow input's (8)",
+            timeout_s=60,
+        )
         entry = joined()
         assert "channel" in entry.held_back_by
         fast = next(w for w in client.watermarks() if w.uid == "fast-ts")
@@ -223,37 +279,58 @@ def test_an_idle_input_stops_holding_the_watermark_back_M_W2_M_W4(executor: Any)
     _lagging_pair(env, idleness_ms=100)
     client = env.execute_async("idleness", executor=executor)
     try:
-        wait_until(lambda: any(w.operator == "joined" and w.watermark == 9899
-                               for w in client.watermarks()),
-                   "the joined operator's watermark follows the active input", timeout_s=60)
+        wait_until(
+            lambda: any(
+                w.operator == "joined" and w.watermark == 9899 for w in client.watermarks()
+            ),
+            "the joined operator's watermark follows the active input",
+            timeout_s=60,
+        )
     finally:
         client.cancel()
         client.wait(60)
 
 
 def test_a_strategy_without_an_assigner_uses_the_timestamps_records_carry_M_W1(
-        executor: Any) -> None:
+    executor: Any,
+) -> None:
     """DESIGN §4's form: assign_timestamps_and_watermarks(for_bounded_out_of_orderness(d)
     .with_idleness(...)) after a source that assigned the timestamps."""
     from datetime import timedelta
 
     env = lg.StreamEnvironment(parallelism=2)
-    stream = (env.from_collection([record(i) for i in range(1000)], name="records",
-                                  watermark_strategy=strategy()).uid("records")
-              .map(lambda r: r, name="same").uid("same")
-              .assign_timestamps_and_watermarks(
-                  WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=20))
-                  .with_idleness(timedelta(seconds=5))).uid("again"))
-    out = (stream.key_by("k").process(TimerPerRecord(), name="timers").uid("timers")
-           .execute_and_collect("reused timestamps", executor=executor))
+    stream = (
+        env.from_collection(
+            [record(i) for i in range(1000)], name="records", watermark_strategy=strategy()
+        )
+        .uid("records")
+        .map(lambda r: r, name="same")
+        .uid("same")
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_bounded_out_of_orderness(
+                timedelta(milliseconds=20)
+            ).with_idleness(timedelta(seconds=5))
+        )
+        .uid("again")
+    )
+    out = (
+        stream.key_by("k")
+        .process(TimerPerRecord(), name="timers")
+        .uid("timers")
+        .execute_and_collect("reused timestamps", executor=executor)
+    )
     check_timers(out, 1000)
 
 
-def test_a_strategy_without_an_assigner_on_records_without_time_says_how_to_fix_it(
-        ) -> None:
+def test_a_strategy_without_an_assigner_on_records_without_time_says_how_to_fix_it() -> None:
     env = lg.StreamEnvironment(parallelism=1)
-    (env.from_collection([1, 2, 3]).uid("n")
+    (
+        env.from_collection([1, 2, 3])
+        .uid("n")
         .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps())
-        .uid("wm").sink_to(lg.connectors.DiscardingSink()).uid("sink"))
+        .uid("wm")
+        .sink_to(lg.connectors.DiscardingSink())
+        .uid("sink")
+    )
     with pytest.raises(lg.JobFailedError, match="with_timestamp_assigner"):
         env.execute("no time", executor=lg.LocalExecutor())

@@ -62,8 +62,9 @@ def leftovers(folder: str) -> list[str]:
     return glob.glob(os.path.join(folder, ".*"))
 
 
-def checkpoints_with_finished(root: str, uid: str,
-                              subtasks: tuple[int, ...] | None = None) -> list[int]:
+def checkpoints_with_finished(
+    root: str, uid: str, subtasks: tuple[int, ...] | None = None
+) -> list[int]:
     """Ids of the completed checkpoints in ``root`` that record every subtask of operator
     ``uid`` as finished (or, with ``subtasks``, those subtasks)."""
     storage = open_storage(root)
@@ -74,7 +75,13 @@ def checkpoints_with_finished(root: str, uid: str,
         except (OSError, ValueError):  # discarded meanwhile
             continue
         entry = meta.finished_operators.get(uid)
-        if subtasks is None and is_fully_finished(entry) or subtasks is not None and entry is not None and set(subtasks) <= set(entry[1]):
+        if (
+            subtasks is None
+            and is_fully_finished(entry)
+            or subtasks is not None
+            and entry is not None
+            and set(subtasks) <= set(entry[1])
+        ):
             found.append(checkpoint_id)
     return found
 
@@ -96,8 +103,9 @@ class FailAfterShortFinished(lg.MapFunction):
     those of its subtasks) as finished: a failure *after* the short input ended and
     checkpoints went on without it (an observed event, not a time)."""
 
-    def __init__(self, storage: str, uid: str = "short",
-                 subtasks: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, storage: str, uid: str = "short", subtasks: tuple[int, ...] | None = None
+    ) -> None:
         self.storage = storage
         self.uid = uid
         self.subtasks = subtasks
@@ -109,15 +117,20 @@ class FailAfterShortFinished(lg.MapFunction):
     def map(self, value: Any) -> Any:
         self.seen += 1
         v = value["v"] if isinstance(value, dict) else value
-        if (self.attempt == 0 and self.seen % 200 == 0 and v >= LONG_START
-                and len(checkpoints_with_finished(self.storage, self.uid, self.subtasks)) >= 2):
+        if (
+            self.attempt == 0
+            and self.seen % 200 == 0
+            and v >= LONG_START
+            and len(checkpoints_with_finished(self.storage, self.uid, self.subtasks)) >= 2
+        ):
             raise InjectedFault("injected: the short input finished two checkpoints ago")
         return value
 
 
 @pytest.mark.hang_guard(180)
 def test_flip147_m_c3_m_r1_checkpoints_go_on_after_a_source_ended_and_a_restore_does_not_rerun_it(
-        executor: Any, tmp_path: Any, caplog: Any) -> None:
+    executor: Any, tmp_path: Any, caplog: Any
+) -> None:
     probe = FileProbe(tmp_path / "short.count")
     root = str(tmp_path / "checkpoints")
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
@@ -125,30 +138,46 @@ def test_flip147_m_c3_m_r1_checkpoints_go_on_after_a_source_ended_and_a_restore_
     env.checkpoint_config.storage = root
     env.checkpoint_config.retained = 100
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    short = (env.from_source(SequenceSource(0, SHORT, batch_size=50), name="short").uid("short")
-             .map(CountShort(probe), name="count short").uid("count-short"))
+    short = (
+        env.from_source(SequenceSource(0, SHORT, batch_size=50), name="short")
+        .uid("short")
+        .map(CountShort(probe), name="count short")
+        .uid("count-short")
+    )
     long = env.from_source(
         SequenceSource(LONG_START, LONG_START + LONG, rows_per_second=12_000, batch_size=100),
-        name="long").uid("long")
-    (short.union(long).map(FailAfterShortFinished(root), name="gate").uid("gate")
-        .sink_to(FileSink(str(tmp_path / "out")), name="files").uid("files"))
+        name="long",
+    ).uid("long")
+    (
+        short.union(long)
+        .map(FailAfterShortFinished(root), name="gate")
+        .uid("gate")
+        .sink_to(FileSink(str(tmp_path / "out")), name="files")
+        .uid("files")
+    )
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         result = env.execute("short and long")
     assert result.attempts == 2, (
         "the failure fires once two checkpoints recorded the short source as finished: "
-        "the long source ended first, or checkpoints stopped when the short one ended")
+        "the long source ended first, or checkpoints stopped when the short one ended"
+    )
     assert probe.count("short") == SHORT, (
         f"the short source emitted {probe.count('short')} records in all attempts, expected "
-        f"{SHORT}: the restore read it again instead of deploying it as finished")
+        f"{SHORT}: the restore read it again instead of deploying it as finished"
+    )
     out = published(str(tmp_path / "out"))
     assert sorted(out) == list(range(SHORT)) + list(range(LONG_START, LONG_START + LONG))
     assert leftovers(str(tmp_path / "out")) == []
-    [restored] = [r.getMessage().rsplit(" restores ", 1)[1] for r in caplog.records
-                  if " restores " in r.getMessage()]
+    [restored] = [
+        r.getMessage().rsplit(" restores ", 1)[1]
+        for r in caplog.records
+        if " restores " in r.getMessage()
+    ]
     spec = resolve_restore_path(restored)
     assert spec.fully_finished("short") and spec.fully_finished("count-short")
     assert not spec.fully_finished("long") and "short" not in spec.operators, (
-        "a finished operator leaves no state in the checkpoints after it finished")
+        "a finished operator leaves no state in the checkpoints after it finished"
+    )
 
 
 class TaskCommitsOnly(FileSink):
@@ -182,34 +211,46 @@ def key_of(record: dict[str, int]) -> int:
     return record["k"]
 
 
-def bounded_file_job(executor: Any, tmp_path: Any, probe: FileProbe, *,
-                     checkpoints: bool) -> lg.StreamEnvironment:
+def bounded_file_job(
+    executor: Any, tmp_path: Any, probe: FileProbe, *, checkpoints: bool
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     if checkpoints:
         # an interval far longer than the job: only the final checkpoints can commit
         env.enable_checkpointing(timedelta(minutes=10))
         env.checkpoint_config.storage = str(tmp_path / "checkpoints")
-    (env.from_source(SequenceSource(0, 5_000, batch_size=250)).uid("numbers")
-        .map(to_record, name="records").uid("records")
-        .key_by(key_of).map(lambda r: r, name="keyed").uid("keyed")
-        .sink_to(TaskCommitsOnly(str(tmp_path / "out"), probe, refuse_driver=checkpoints),
-                 name="files").uid("files"))
+    (
+        env.from_source(SequenceSource(0, 5_000, batch_size=250))
+        .uid("numbers")
+        .map(to_record, name="records")
+        .uid("records")
+        .key_by(key_of)
+        .map(lambda r: r, name="keyed")
+        .uid("keyed")
+        .sink_to(
+            TaskCommitsOnly(str(tmp_path / "out"), probe, refuse_driver=checkpoints), name="files"
+        )
+        .uid("files")
+    )
     return env
 
 
 @pytest.mark.hang_guard(120)
 def test_flip147_m_x2_a_bounded_jobs_final_checkpoint_commits_the_file_sink_in_the_tasks(
-        executor: Any, tmp_path: Any) -> None:
+    executor: Any, tmp_path: Any
+) -> None:
     probe = FileProbe(tmp_path / "commits")
     client = bounded_file_job(executor, tmp_path, probe, checkpoints=True).execute_async(
-        "final checkpoint")
+        "final checkpoint"
+    )
     result = client.wait(90)
     assert result.status is lg.JobStatus.FINISHED and result.attempts == 1
     assert sorted(r["v"] for r in published(str(tmp_path / "out"))) == list(range(5_000))
     assert leftovers(str(tmp_path / "out")) == []
     commits = probe.items
     assert [c for c in commits if c[0] == "driver"] == [], (
-        f"the driver tried to commit: {commits}; the final checkpoint commits in the tasks")
+        f"the driver tried to commit: {commits}; the final checkpoint commits in the tasks"
+    )
     assert sum(n for where, n in commits if where == "task") == 5_000
     completed = [c for c in client.checkpoints() if c.status == "completed"]
     assert completed, "the tasks ended through a completed final checkpoint"
@@ -219,7 +260,8 @@ def test_flip147_m_x2_a_bounded_jobs_final_checkpoint_commits_the_file_sink_in_t
 
 @pytest.mark.hang_guard(120)
 def test_flip147_without_checkpoints_a_bounded_job_ends_and_the_driver_commits_at_its_end(
-        executor: Any, tmp_path: Any) -> None:
+    executor: Any, tmp_path: Any
+) -> None:
     probe = FileProbe(tmp_path / "commits")
     result = bounded_file_job(executor, tmp_path, probe, checkpoints=False).execute("no ckpt")
     assert result.status is lg.JobStatus.FINISHED
@@ -234,7 +276,8 @@ def collected_values(result: lg.JobExecutionResult, uid: str) -> list[Any]:
 
 @pytest.mark.hang_guard(180)
 def test_flip147_a_collect_sink_restored_as_finished_still_returns_its_records(
-        executor: Any, tmp_path: Any) -> None:
+    executor: Any, tmp_path: Any
+) -> None:
     """The short source's own CollectSink finishes with it; the restore deploys it as
     finished (it runs nothing): the records it reported when it finished stand in."""
     root = str(tmp_path / "checkpoints")
@@ -243,13 +286,23 @@ def test_flip147_a_collect_sink_restored_as_finished_still_returns_its_records(
     env.checkpoint_config.storage = root
     env.checkpoint_config.retained = 100
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    (env.from_source(SequenceSource(0, SHORT, batch_size=50), name="short").uid("short")
-        .sink_to(CollectSink(), name="short out").uid("short-out"))
-    (env.from_source(
-        SequenceSource(LONG_START, LONG_START + LONG, rows_per_second=12_000, batch_size=100),
-        name="long").uid("long")
-        .map(FailAfterShortFinished(root), name="gate").uid("gate")
-        .sink_to(CollectSink(), name="long out").uid("long-out"))
+    (
+        env.from_source(SequenceSource(0, SHORT, batch_size=50), name="short")
+        .uid("short")
+        .sink_to(CollectSink(), name="short out")
+        .uid("short-out")
+    )
+    (
+        env.from_source(
+            SequenceSource(LONG_START, LONG_START + LONG, rows_per_second=12_000, batch_size=100),
+            name="long",
+        )
+        .uid("long")
+        .map(FailAfterShortFinished(root), name="gate")
+        .uid("gate")
+        .sink_to(CollectSink(), name="long out")
+        .uid("long-out")
+    )
     result = env.execute("collect after finish")
     assert result.attempts == 2
     assert collected_values(result, "short-out") == list(range(SHORT))
@@ -258,7 +311,8 @@ def test_flip147_a_collect_sink_restored_as_finished_still_returns_its_records(
 
 @pytest.mark.hang_guard(180)
 def test_flip147_a_collect_sink_subtask_that_finished_before_a_failure_keeps_its_records(
-        executor: Any, tmp_path: Any) -> None:
+    executor: Any, tmp_path: Any
+) -> None:
     """Source, map and CollectSink chained, at parallelism 2: subtask 0 reads a short file
     and finishes, subtask 1 a long one and fails later. The restored checkpoint records
     subtask 0 as finished (partly finished operators: it left no state); the records it
@@ -267,18 +321,23 @@ def test_flip147_a_collect_sink_subtask_that_finished_before_a_failure_keeps_its
     folder.mkdir()
     long = 30_000
     (folder / "a.jsonl").write_text("".join(f'{{"v": {i}}}\n' for i in range(SHORT)))
-    (folder / "b.jsonl").write_text(
-        "".join(f'{{"v": {LONG_START + i}}}\n' for i in range(long)))
+    (folder / "b.jsonl").write_text("".join(f'{{"v": {LONG_START + i}}}\n' for i in range(long)))
     root = str(tmp_path / "checkpoints")
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = root
     env.checkpoint_config.retained = 100
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    (env.from_source(RateLimitedSource(FileSource(str(folder), batch_size=100), 20_000),
-                     name="files in").uid("files-in")
-        .map(FailAfterShortFinished(root, "files-in", (0,)), name="gate").uid("gate")
-        .sink_to(CollectSink(), name="out").uid("out"))
+    (
+        env.from_source(
+            RateLimitedSource(FileSource(str(folder), batch_size=100), 20_000), name="files in"
+        )
+        .uid("files-in")
+        .map(FailAfterShortFinished(root, "files-in", (0,)), name="gate")
+        .uid("gate")
+        .sink_to(CollectSink(), name="out")
+        .uid("out")
+    )
     result = env.execute("partly finished")
     assert result.attempts == 2
     values = sorted(r["v"] for part in result.sink_results["out"] for r in part)
@@ -316,28 +375,47 @@ class PendingUntilTheHourEnds(lg.KeyedProcessFunction):
 
 @pytest.mark.hang_guard(180)
 def test_flip147_m_w1_stop_with_savepoint_drain_fires_every_window_and_timer_and_finishes(
-        executor: Any, tmp_path: Any) -> None:
+    executor: Any, tmp_path: Any
+) -> None:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
-    events = (env.from_source(SequenceSource(0, 10**9, rows_per_second=20_000, batch_size=200),
-                              name="numbers").uid("numbers")
-              .map_batches(keyed_events, name="events").uid("events")
-              .assign_timestamps_and_watermarks(
-                  lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
-                  .with_timestamp_assigner("ts")).uid("timestamps"))
-    (events.key_by("k").window(lg.TumblingEventTimeWindows.of(timedelta(hours=1)))
-        .aggregate(lg.agg.count(), name="windows").uid("windows")
-        .sink_to(CollectSink(), name="window out").uid("window-out"))
-    (events.key_by("k").process(PendingUntilTheHourEnds(), name="pending").uid("pending")
-        .sink_to(CollectSink(), name="timer out").uid("timer-out"))
+    events = (
+        env.from_source(
+            SequenceSource(0, 10**9, rows_per_second=20_000, batch_size=200), name="numbers"
+        )
+        .uid("numbers")
+        .map_batches(keyed_events, name="events")
+        .uid("events")
+        .assign_timestamps_and_watermarks(
+            lg.WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_assigner("ts")
+        )
+        .uid("timestamps")
+    )
+    (
+        events.key_by("k")
+        .window(lg.TumblingEventTimeWindows.of(timedelta(hours=1)))
+        .aggregate(lg.agg.count(), name="windows")
+        .uid("windows")
+        .sink_to(CollectSink(), name="window out")
+        .uid("window-out")
+    )
+    (
+        events.key_by("k")
+        .process(PendingUntilTheHourEnds(), name="pending")
+        .uid("pending")
+        .sink_to(CollectSink(), name="timer out")
+        .uid("timer-out")
+    )
     client = env.execute_async("drain")
     try:
-        wait_until(lambda: any(c.status == "completed" for c in client.checkpoints())
-                   or client.done(), "a checkpoint completed", timeout_s=90)
+        wait_until(
+            lambda: any(c.status == "completed" for c in client.checkpoints()) or client.done(),
+            "a checkpoint completed",
+            timeout_s=90,
+        )
         assert not client.done(), "the unbounded job ended by itself"
-        location = client.stop_with_savepoint(str(tmp_path / "savepoint"), drain=True,
-                                               timeout=90)
+        location = client.stop_with_savepoint(str(tmp_path / "savepoint"), drain=True, timeout=90)
     finally:
         if not client.done():
             client.cancel()
@@ -347,9 +425,11 @@ def test_flip147_m_w1_stop_with_savepoint_drain_fires_every_window_and_timer_and
     spec = resolve_restore_path(location)
     storage = open_storage(spec.storage_url)
     starts = {s.split_id: s.next for s in SequenceSource(0, 10**9).create_splits(2)}
-    read = sum(split.next - starts[split.split_id]
-               for handle in spec.operators["numbers"].values()
-               for split in storage.read_state(handle)["state"]["splits"])
+    read = sum(
+        split.next - starts[split.split_id]
+        for handle in spec.operators["numbers"].values()
+        for split in storage.read_state(handle)["state"]["splits"]
+    )
     assert read > 0
     windows = sum(r["count"] for part in result.sink_results["window-out"] for r in part)
     timers = sum(r["n"] for part in result.sink_results["timer-out"] for r in part)

@@ -30,7 +30,9 @@ def explode_at_1000(x):
 FAILURE_BUDGET_S = {"local": 1.0, "spark": 5.0}
 
 
-def run_failing(env: lg.StreamEnvironment, executor, name: str = "failing job") -> lg.JobFailedError:
+def run_failing(
+    env: lg.StreamEnvironment, executor, name: str = "failing job"
+) -> lg.JobFailedError:
     budget = FAILURE_BUDGET_S["spark" if is_spark(executor) else "local"]
     started = time.monotonic()
     with pytest.raises(lg.JobFailedError) as err:
@@ -43,10 +45,16 @@ def run_failing(env: lg.StreamEnvironment, executor, name: str = "failing job") 
 
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(1, 2), indirect=["executor"])
 def test_a_user_exception_fails_the_job_naming_operator_and_subtask_fast(
-        make_env, executor, parallelism) -> None:
+    make_env, executor, parallelism
+) -> None:
     env = make_env(parallelism=parallelism)
-    (env.from_source(SequenceSource(0, ENDLESS)).map(explode_at_1000).name("explosive")
-        .rebalance().sink_to(DiscardingSink(), name="sink"))
+    (
+        env.from_source(SequenceSource(0, ENDLESS))
+        .map(explode_at_1000)
+        .name("explosive")
+        .rebalance()
+        .sink_to(DiscardingSink(), name="sink")
+    )
     error = run_failing(env, executor)
     text = str(error)
     assert "explosive" in text
@@ -68,7 +76,8 @@ def test_the_failing_subtask_is_named_when_it_is_not_the_first(make_env, executo
 
     env = make_env(parallelism=2)
     env.from_source(SequenceSource(0, ENDLESS)).map(explode_in_upper_half, name="m").sink_to(
-        DiscardingSink())
+        DiscardingSink()
+    )
     error = run_failing(env, executor)
     assert error.subtask == 1
     assert "subtask 2/2" in str(error)
@@ -83,7 +92,9 @@ def test_an_exception_in_open_fails_the_job_naming_the_operator(make_env, execut
             return value
 
     env = make_env(parallelism=2)
-    env.from_source(SequenceSource(0, ENDLESS)).map(BadOpen(), name="opener").sink_to(DiscardingSink())
+    env.from_source(SequenceSource(0, ENDLESS)).map(BadOpen(), name="opener").sink_to(
+        DiscardingSink()
+    )
     error = run_failing(env, executor)
     assert error.operator == "opener"
     assert isinstance(error.__cause__, BoomError)
@@ -109,21 +120,26 @@ def test_an_exception_in_a_sink_writer_fails_the_job_naming_the_sink(make_env, e
     assert "disk full" in str(error)
 
 
-def test_an_exception_in_a_key_selector_fails_the_job_naming_the_keyed_operator(make_env, executor) -> None:
+def test_an_exception_in_a_key_selector_fails_the_job_naming_the_keyed_operator(
+    make_env, executor
+) -> None:
     def bad_key(x):
         if x == 3:
             raise BoomError("no key")
         return x
 
     env = make_env(parallelism=1)
-    env.from_source(SequenceSource(0, ENDLESS)).map(lambda x: x, name="pre").key_by(bad_key).process(
-        lambda v, c: [v], name="keyed").sink_to(DiscardingSink())
+    env.from_source(SequenceSource(0, ENDLESS)).map(lambda x: x, name="pre").key_by(
+        bad_key
+    ).process(lambda v, c: [v], name="keyed").sink_to(DiscardingSink())
     error = run_failing(env, executor)
     assert isinstance(error.__cause__, BoomError)
     assert "no key" in str(error)
 
 
-def test_a_failure_downstream_of_a_blocked_producer_still_stops_every_thread(make_env, probe) -> None:
+def test_a_failure_downstream_of_a_blocked_producer_still_stops_every_thread(
+    make_env, probe
+) -> None:
     """The producer is blocked on a full channel when the consumer fails; cancelling must wake it.
     Local only: it watches the LocalExecutor's channels from inside the job."""
     executor = lg.LocalExecutor()
@@ -139,8 +155,12 @@ def test_a_failure_downstream_of_a_blocked_producer_still_stops_every_thread(mak
         raise BoomError("consumer gives up")
 
     env = make_env(parallelism=1, channel_capacity_bytes=4096, buffer_max_bytes=1024)
-    (env.from_source(SequenceSource(0, ENDLESS)).rebalance()
-        .map_batches(fail_once_the_producer_blocks, name="slow consumer").sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, ENDLESS))
+        .rebalance()
+        .map_batches(fail_once_the_producer_blocks, name="slow consumer")
+        .sink_to(DiscardingSink())
+    )
     started = time.monotonic()
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("blocked producer", executor=executor)
@@ -192,8 +212,12 @@ class Lifecycle(lg.MapFunction):
 def test_close_runs_on_every_subtask_after_a_failure_too(make_env, file_probe, executor) -> None:
     probe = file_probe
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, ENDLESS)).map(Lifecycle(probe, fail_at=1000), name="life")
-        .rebalance().sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, ENDLESS))
+        .map(Lifecycle(probe, fail_at=1000), name="life")
+        .rebalance()
+        .sink_to(DiscardingSink())
+    )
     error = run_failing(env, executor)
     events = sorted(e for e in probe.items if e[1] != "mapped")
     assert events == [(0, "close"), (0, "open"), (1, "close"), (1, "open")]
@@ -201,11 +225,15 @@ def test_close_runs_on_every_subtask_after_a_failure_too(make_env, file_probe, e
 
 
 def test_a_function_is_opened_before_its_first_record_and_closed_after_its_last(
-        make_env, file_probe, executor) -> None:
+    make_env, file_probe, executor
+) -> None:
     probe = file_probe
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, 10_000)).map(Lifecycle(probe), name="life")
-        .sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 10_000))
+        .map(Lifecycle(probe), name="life")
+        .sink_to(DiscardingSink())
+    )
     env.execute("lifecycle", executor=executor)
     for s in (0, 1):
         assert [e[1] for e in probe.items if e[0] == s] == ["open", "mapped", "close"]

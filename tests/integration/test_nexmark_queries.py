@@ -36,7 +36,8 @@ def nexmark_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("query", ["q0", "q1", "q2", "q5", "q7", "q8", "q12"])
 def test_the_lockgate_query_gives_the_expected_result_M_W6_M_X1(
-        query: str, executor: Any, nexmark_data: Path, tmp_path: Path) -> None:
+    query: str, executor: Any, nexmark_data: Path, tmp_path: Path
+) -> None:
     env = lg.StreamEnvironment(parallelism=2)
     env.set_restart_strategy(lg.RestartStrategy.none())
     env.enable_checkpointing(100, mode=lg.CheckpointingMode.EXACTLY_ONCE)

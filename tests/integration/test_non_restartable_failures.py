@@ -23,7 +23,8 @@ from lockgate.connectors.postgres_transactions import TransactionLostError
 NOT_RESTARTABLE = {
     "configuration": lambda: lg.ConfigurationError("table 'totals' has no column 'v'"),
     "transaction-lost": lambda: TransactionLostError(
-        "PostgresSink: prepared transaction 'p:1' is gone and was never committed"),
+        "PostgresSink: prepared transaction 'p:1' is gone and was never committed"
+    ),
 }
 
 
@@ -43,18 +44,23 @@ class FailOn(lg.MapFunction):
 def failing_job(executor, at: int, make, strategy: lg.RestartStrategy) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.set_restart_strategy(strategy)
-    (env.from_source(SequenceSource(0, 2_000, batch_size=100)).uid("numbers")
-        .map(FailOn(at, make), name="poison").uid("poison")
-        .sink_to(CollectSink(), name="collect").uid("collect"))
+    (
+        env.from_source(SequenceSource(0, 2_000, batch_size=100))
+        .uid("numbers")
+        .map(FailOn(at, make), name="poison")
+        .uid("poison")
+        .sink_to(CollectSink(), name="collect")
+        .uid("collect")
+    )
     return env
 
 
 @pytest.mark.parametrize("kind", sorted(NOT_RESTARTABLE))
 def test_m_r2_a_non_restartable_error_ends_the_job_at_once_whatever_the_strategy(
-        executor, kind) -> None:
+    executor, kind
+) -> None:
     make = NOT_RESTARTABLE[kind]
-    env = failing_job(executor, 700, make,
-                      lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
+    env = failing_job(executor, 700, make, lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     with pytest.raises(lg.JobFailedError) as info:
         env.execute(f"not restartable {kind}")
     error = info.value
@@ -67,15 +73,19 @@ def test_m_r2_a_non_restartable_error_ends_the_job_at_once_whatever_the_strategy
 
 
 def test_m_r2_a_deterministic_failure_restarts_saying_how_often_it_repeated(
-        executor, caplog) -> None:
+    executor, caplog
+) -> None:
     caplog.set_level(logging.WARNING, logger="lockgate.recovery.failover")
     # unlimited, like the default, with short waits
     strategy = lg.RestartStrategy.exponential_delay(initial=1, max=20, jitter=0.0)
     env = failing_job(executor, 500, lambda: ValueError("poison record 500"), strategy)
     client = env.execute_async("poison forever")
     try:
-        wait_until(lambda: any(c.count >= 3 for c in client.restart_causes()) or client.done(),
-                   "the poison record failed three attempts", timeout_s=90)
+        wait_until(
+            lambda: any(c.count >= 3 for c in client.restart_causes()) or client.done(),
+            "the poison record failed three attempts",
+            timeout_s=90,
+        )
     finally:
         client.cancel()
         result = client.wait(60)
@@ -90,5 +100,6 @@ def test_m_r2_a_deterministic_failure_restarts_saying_how_often_it_repeated(
     assert len(lines) >= 3, lines
     for n, line in enumerate(lines[:3], start=1):
         times = "1 time" if n == 1 else f"{n} times"
-        assert (f"the same error at operator 'poison' repeated {times} in a row "
-                f"({n} in this run)") in line, line
+        assert (
+            f"the same error at operator 'poison' repeated {times} in a row ({n} in this run)"
+        ) in line, line

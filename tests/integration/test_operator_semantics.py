@@ -45,7 +45,11 @@ class SubtaskTagger(lg.ProcessFunction):
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(1, 2, 3), indirect=["executor"])
 def test_map_applies_the_function_to_every_record(make_env, executor, parallelism) -> None:
     env = make_env(parallelism=parallelism)
-    out = env.from_source(SequenceSource(0, 1000)).map(lambda x: x * 2).execute_and_collect(executor=executor)
+    out = (
+        env.from_source(SequenceSource(0, 1000))
+        .map(lambda x: x * 2)
+        .execute_and_collect(executor=executor)
+    )
     assert sorted(out) == [2 * i for i in range(1000)]
 
 
@@ -64,7 +68,11 @@ def test_map_function_objects_are_opened_and_their_map_method_called(make_env, e
 
 def test_filter_keeps_exactly_the_records_whose_predicate_is_true(make_env, executor) -> None:
     env = make_env(parallelism=2)
-    out = env.from_source(SequenceSource(0, 500)).filter(lambda x: x % 7 == 0).execute_and_collect(executor=executor)
+    out = (
+        env.from_source(SequenceSource(0, 500))
+        .filter(lambda x: x % 7 == 0)
+        .execute_and_collect(executor=executor)
+    )
     assert sorted(out) == [i for i in range(500) if i % 7 == 0]
 
 
@@ -74,19 +82,29 @@ def test_filter_function_objects_use_their_filter_method(make_env, executor) -> 
             return value % 2 == 1
 
     env = make_env(parallelism=1)
-    assert env.from_collection([1, 2, 3, 4]).filter(Odd()).execute_and_collect(executor=executor) == [1, 3]
+    assert env.from_collection([1, 2, 3, 4]).filter(Odd()).execute_and_collect(
+        executor=executor
+    ) == [1, 3]
 
 
 def test_an_expression_filter_runs_on_whole_batches_of_dict_records(make_env, executor) -> None:
     env = make_env(parallelism=2)
     records = [{"name": f"r{i}", "value": i} for i in range(20)]
-    out = env.from_collection(records).filter(pc.field("value") > 5, name="gt5").execute_and_collect(executor=executor)
+    out = (
+        env.from_collection(records)
+        .filter(pc.field("value") > 5, name="gt5")
+        .execute_and_collect(executor=executor)
+    )
     assert sorted(out, key=lambda r: r["value"]) == records[6:]
 
 
 def test_an_expression_filter_on_bare_values_uses_the_value_column(make_env, executor) -> None:
     env = make_env(parallelism=1)
-    out = env.from_source(SequenceSource(0, 20)).filter(pc.field("value") > 5).execute_and_collect(executor=executor)
+    out = (
+        env.from_source(SequenceSource(0, 20))
+        .filter(pc.field("value") > 5)
+        .execute_and_collect(executor=executor)
+    )
     assert out == list(range(6, 20))
 
 
@@ -102,14 +120,21 @@ def test_an_expression_filter_is_stateless_in_snapshots_M_T4(make_env, executor,
     env = make_env(parallelism=2)
     env.enable_checkpointing(600_000)
     env.checkpoint_config.storage = str(tmp_path / "chk")
-    (env.from_source(SequenceSource(0, 100, bounded=False), name="n").uid("n")
-        .filter(pc.field("value") > 5, name="gt5").uid("gt5")
-        .map_batches(seen, name="seen").uid("seen")
-        .sink_to(DiscardingSink()).uid("sink"))
+    (
+        env.from_source(SequenceSource(0, 100, bounded=False), name="n")
+        .uid("n")
+        .filter(pc.field("value") > 5, name="gt5")
+        .uid("gt5")
+        .map_batches(seen, name="seen")
+        .uid("seen")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
     client = env.execute_async("expression-filter-snapshot", executor=executor)
     try:
-        wait_until(lambda: sum(probe.items) == 94, "every value above 5 passed the filter",
-                   timeout_s=60)
+        wait_until(
+            lambda: sum(probe.items) == 94, "every value above 5 passed the filter", timeout_s=60
+        )
         location = client.trigger_savepoint(str(tmp_path / "sp"), timeout=60)
         assert client.running
     finally:
@@ -120,24 +145,38 @@ def test_an_expression_filter_is_stateless_in_snapshots_M_T4(make_env, executor,
 
 def test_flat_map_emits_zero_or_more_records_per_record_in_order(make_env, executor) -> None:
     env = make_env(parallelism=1)
-    out = env.from_collection(["a b", "", "c d e"]).flat_map(str.split).execute_and_collect(executor=executor)
+    out = (
+        env.from_collection(["a b", "", "c d e"])
+        .flat_map(str.split)
+        .execute_and_collect(executor=executor)
+    )
     assert out == ["a", "b", "c", "d", "e"]
 
 
 def test_flat_map_returning_none_emits_nothing(make_env, executor) -> None:
     env = make_env(parallelism=1)
-    out = env.from_collection([1, 2, 3]).flat_map(lambda x: [x] if x != 2 else None).execute_and_collect(executor=executor)
+    out = (
+        env.from_collection([1, 2, 3])
+        .flat_map(lambda x: [x] if x != 2 else None)
+        .execute_and_collect(executor=executor)
+    )
     assert out == [1, 3]
 
 
-def test_map_batches_sees_whole_arrow_batches_and_keeps_bare_values_bare(make_env, executor) -> None:
+def test_map_batches_sees_whole_arrow_batches_and_keeps_bare_values_bare(
+    make_env, executor
+) -> None:
     env = make_env(parallelism=1)
 
     def double(batch: pa.RecordBatch) -> pa.RecordBatch:
         assert isinstance(batch, pa.RecordBatch)
         return pa.RecordBatch.from_arrays([pc.multiply(batch.column(0), 2)], names=["value"])
 
-    out = env.from_source(SequenceSource(0, 100)).map_batches(double).execute_and_collect(executor=executor)
+    out = (
+        env.from_source(SequenceSource(0, 100))
+        .map_batches(double)
+        .execute_and_collect(executor=executor)
+    )
     assert out == [2 * i for i in range(100)]
 
 
@@ -151,12 +190,21 @@ def test_map_batches_may_return_a_table_or_none(make_env, executor) -> None:
     out = env.from_collection(records).map_batches(to_table).execute_and_collect(executor=executor)
     assert out == [r for r in records if r["k"] == 0]
     env2 = make_env(parallelism=1)
-    assert env2.from_collection(records).map_batches(lambda b: None).execute_and_collect(executor=executor) == []
+    assert (
+        env2.from_collection(records)
+        .map_batches(lambda b: None)
+        .execute_and_collect(executor=executor)
+        == []
+    )
 
 
-def test_map_batches_returning_something_else_fails_the_job_naming_the_operator(make_env, executor) -> None:
+def test_map_batches_returning_something_else_fails_the_job_naming_the_operator(
+    make_env, executor
+) -> None:
     env = make_env(parallelism=1)
-    env.from_collection([1, 2]).map_batches(lambda b: [1], name="bad batches").sink_to(DiscardingSink())
+    env.from_collection([1, 2]).map_batches(lambda b: [1], name="bad batches").sink_to(
+        DiscardingSink()
+    )
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("bad map_batches", executor=executor)
     assert "bad batches" in str(err.value)
@@ -169,8 +217,9 @@ def test_union_carries_every_record_of_every_input(make_env, executor) -> None:
     b = env.from_source(SequenceSource(0, 30)).map(lambda x: ("b", x))
     c = env.from_collection([("c", 0)])
     out = a.union(b, c).execute_and_collect(executor=executor)
-    assert Counter(out) == Counter([("a", i) for i in range(50)] + [("b", i) for i in range(30)]
-                                   + [("c", 0)])
+    assert Counter(out) == Counter(
+        [("a", i) for i in range(50)] + [("b", i) for i in range(30)] + [("c", 0)]
+    )
 
 
 def test_union_keeps_the_order_of_each_input_channel(make_env, executor) -> None:
@@ -183,7 +232,9 @@ def test_union_keeps_the_order_of_each_input_channel(make_env, executor) -> None
 
 
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(2, 3), indirect=["executor"])
-def test_rebalance_spreads_records_over_every_downstream_subtask(make_env, executor, parallelism) -> None:
+def test_rebalance_spreads_records_over_every_downstream_subtask(
+    make_env, executor, parallelism
+) -> None:
     env = make_env(parallelism=parallelism)
     src = env.from_source(SequenceSource(0, 300, batch_size=10)).set_parallelism(1)
     out = src.rebalance().process(SubtaskTagger()).execute_and_collect(executor=executor)
@@ -193,7 +244,9 @@ def test_rebalance_spreads_records_over_every_downstream_subtask(make_env, execu
 
 
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(2, 3), indirect=["executor"])
-def test_broadcast_sends_every_record_to_every_downstream_subtask(make_env, executor, parallelism) -> None:
+def test_broadcast_sends_every_record_to_every_downstream_subtask(
+    make_env, executor, parallelism
+) -> None:
     env = make_env(parallelism=parallelism)
     src = env.from_collection(list(range(10))).set_parallelism(1)
     out = src.broadcast().process(SubtaskTagger()).execute_and_collect(executor=executor)
@@ -205,8 +258,13 @@ def test_broadcast_sends_every_record_to_every_downstream_subtask(make_env, exec
 def test_forward_keeps_records_in_their_subtask(make_env, executor) -> None:
     env = make_env(parallelism=2)
     first = env.from_source(SequenceSource(0, 100)).process(SubtaskTagger())
-    out = first.forward().map(lambda t: t).disable_chaining().process(
-        _PairTagger()).execute_and_collect(executor=executor)
+    out = (
+        first.forward()
+        .map(lambda t: t)
+        .disable_chaining()
+        .process(_PairTagger())
+        .execute_and_collect(executor=executor)
+    )
     assert all(before == after for before, after, _ in out)
     assert len(out) == 100
 
@@ -236,17 +294,24 @@ def test_process_function_yields_outputs_and_emits_to_side_outputs(make_env, exe
     out = main.map(lambda x: ("main", x)).union(side).execute_and_collect(executor=executor)
     assert sorted(x for t, x in out if t == "side") == list(range(10))
     assert sorted(x for t, x in out if t == "main") == sorted(
-        [v for i in range(10, 20) for v in (i, -i)])
+        [v for i in range(10, 20) for v in (i, -i)]
+    )
 
 
 def test_a_plain_callable_works_as_a_process_function(make_env, executor) -> None:
     env = make_env(parallelism=1)
-    out = env.from_collection([1, 2]).process(lambda v, ctx: [v, v * 10]).execute_and_collect(executor=executor)
+    out = (
+        env.from_collection([1, 2])
+        .process(lambda v, ctx: [v, v * 10])
+        .execute_and_collect(executor=executor)
+    )
     assert out == [1, 10, 2, 20]
 
 
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(1, 2), indirect=["executor"])
-def test_arbitrary_python_objects_flow_through_map_filter_and_key_by(make_env, executor, parallelism) -> None:
+def test_arbitrary_python_objects_flow_through_map_filter_and_key_by(
+    make_env, executor, parallelism
+) -> None:
     env = make_env(parallelism=parallelism)
     points = [Point(i, f"p{i}") for i in range(200)]
 
@@ -259,36 +324,46 @@ def test_arbitrary_python_objects_flow_through_map_filter_and_key_by(make_env, e
             self.seen.update(n)
             yield (ctx.current_key, n, value)
 
-    out = (env.from_collection(points)
-           .map(lambda p: Point(p.x, p.label.upper()))
-           .filter(lambda p: p.x % 2 == 0)
-           .key_by(lambda p: p.x % 5)
-           .process(Tally())
-           .execute_and_collect(executor=executor))
+    out = (
+        env.from_collection(points)
+        .map(lambda p: Point(p.x, p.label.upper()))
+        .filter(lambda p: p.x % 2 == 0)
+        .key_by(lambda p: p.x % 5)
+        .process(Tally())
+        .execute_and_collect(executor=executor)
+    )
     assert sorted((p for _, _, p in out), key=lambda p: p.x) == [
-        Point(i, f"P{i}") for i in range(0, 200, 2)]
+        Point(i, f"P{i}") for i in range(0, 200, 2)
+    ]
     assert all(isinstance(p, Point) for _, _, p in out)
     assert all(key == p.x % 5 for key, _, p in out)
     final = Counter(key for key, _, _ in out)
     assert {k: max(n for kk, n, _ in out if kk == k) for k in final} == dict(final)
 
 
-def test_objects_arrow_cannot_hold_fail_a_columnar_operator_with_its_name(make_env, executor) -> None:
+def test_objects_arrow_cannot_hold_fail_a_columnar_operator_with_its_name(
+    make_env, executor
+) -> None:
     env = make_env(parallelism=1)
     env.from_collection([Point(1, "a")]).map_batches(lambda b: b, name="vectorized").sink_to(
-        DiscardingSink())
+        DiscardingSink()
+    )
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("opaque to arrow", executor=executor)
     assert "vectorized" in str(err.value)
     assert "Point" in str(err.value)
 
 
-def test_execute_returns_a_finished_result_with_record_counts_per_operator(make_env, executor) -> None:
+def test_execute_returns_a_finished_result_with_record_counts_per_operator(
+    make_env, executor
+) -> None:
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, 1000), name="numbers")
+    (
+        env.from_source(SequenceSource(0, 1000), name="numbers")
         .filter(lambda x: x % 2 == 0, name="evens")
         .flat_map(lambda x: [x, x], name="twice")
-        .sink_to(DiscardingSink(), name="sink"))
+        .sink_to(DiscardingSink(), name="sink")
+    )
     result = env.execute("counted", executor=executor)
     assert result.status is lg.JobStatus.FINISHED
     assert result.job_name == "counted"
@@ -301,7 +376,9 @@ def test_execute_returns_a_finished_result_with_record_counts_per_operator(make_
     assert set(result.record_counts) == {"numbers", "evens", "twice", "sink"}
 
 
-def test_record_counts_of_operators_sharing_a_name_are_kept_apart_by_uid(make_env, executor) -> None:
+def test_record_counts_of_operators_sharing_a_name_are_kept_apart_by_uid(
+    make_env, executor
+) -> None:
     env = make_env(parallelism=1)
     s = env.from_collection([1, 2, 3])
     s.map(lambda x: x).uid("first").sink_to(DiscardingSink()).uid("sink1")
@@ -313,7 +390,9 @@ def test_record_counts_of_operators_sharing_a_name_are_kept_apart_by_uid(make_en
         result.records_out("missing")
 
 
-def test_records_emitted_to_a_side_output_are_not_counted_as_main_output(make_env, executor) -> None:
+def test_records_emitted_to_a_side_output_are_not_counted_as_main_output(
+    make_env, executor
+) -> None:
     tag = lg.OutputTag("odd")
 
     def split(value, ctx):
@@ -336,15 +415,23 @@ def test_records_emitted_to_a_side_output_are_not_counted_as_main_output(make_en
 def test_the_runtime_context_in_open_describes_the_subtask(make_env, executor, parallelism) -> None:
     class Describe(lg.ProcessFunction):
         def open(self, ctx: lg.RuntimeContext) -> None:
-            self.info = (ctx.subtask_index, ctx.parallelism, ctx.max_parallelism,
-                         ctx.attempt_number, ctx.task_name)
+            self.info = (
+                ctx.subtask_index,
+                ctx.parallelism,
+                ctx.max_parallelism,
+                ctx.attempt_number,
+                ctx.task_name,
+            )
 
         def process_element(self, value, ctx):
             yield self.info
 
     env = make_env(parallelism=parallelism, max_parallelism=64)
-    out = (env.from_source(SequenceSource(0, 300), name="numbers")
-           .process(Describe(), name="describe").execute_and_collect(executor=executor))
+    out = (
+        env.from_source(SequenceSource(0, 300), name="numbers")
+        .process(Describe(), name="describe")
+        .execute_and_collect(executor=executor)
+    )
     infos = set(out)
     assert {i[0] for i in infos} == set(range(parallelism))
     for _subtask, p, max_parallelism, attempt, task_name in infos:
@@ -366,14 +453,21 @@ def test_every_subtask_gets_its_own_copy_of_a_function_object(make_env, executor
             yield (self.subtask, len(self.seen))
 
     env = make_env(parallelism=2)
-    out = env.from_source(SequenceSource(0, 100)).process(Remember()).execute_and_collect(executor=executor)
+    out = (
+        env.from_source(SequenceSource(0, 100))
+        .process(Remember())
+        .execute_and_collect(executor=executor)
+    )
     for s in (0, 1):
         lengths = [n for sub, n in out if sub == s]
         assert lengths == list(range(1, len(lengths) + 1)), "no state leaks between subtasks"
 
 
-def test_close_is_called_on_function_objects_after_the_last_record(make_env, file_probe, executor) -> None:
+def test_close_is_called_on_function_objects_after_the_last_record(
+    make_env, file_probe, executor
+) -> None:
     probe = file_probe
+
     class Closing(lg.MapFunction):
         def __init__(self, probe):
             self.probe = probe
@@ -396,7 +490,9 @@ def test_close_is_called_on_function_objects_after_the_last_record(make_env, fil
 
 def test_execute_and_collect_limit_cuts_the_returned_records(make_env, executor) -> None:
     env = make_env(parallelism=1)
-    assert env.from_source(SequenceSource(0, 100)).execute_and_collect(executor=executor, limit=5) == [0, 1, 2, 3, 4]
+    assert env.from_source(SequenceSource(0, 100)).execute_and_collect(
+        executor=executor, limit=5
+    ) == [0, 1, 2, 3, 4]
 
 
 def test_execute_and_collect_leaves_the_environment_reusable(make_env, executor) -> None:
@@ -418,10 +514,20 @@ def test_print_prefixes_each_line_with_the_prefix_and_subtask_number(make_env, c
 @pytest.mark.parametrize(("executor", "parallelism"), on_executors(2, 3), indirect=["executor"])
 def test_an_empty_source_finishes_the_job_with_no_records(make_env, executor, parallelism) -> None:
     env = make_env(parallelism=parallelism)
-    assert env.from_source(SequenceSource(5, 5)).map(lambda x: x).execute_and_collect(executor=executor) == []
+    assert (
+        env.from_source(SequenceSource(5, 5))
+        .map(lambda x: x)
+        .execute_and_collect(executor=executor)
+        == []
+    )
     env2 = make_env(parallelism=parallelism)
-    assert env2.from_collection([]).key_by(lambda x: x).process(
-        lambda v, c: [v]).execute_and_collect(executor=executor) == []
+    assert (
+        env2.from_collection([])
+        .key_by(lambda x: x)
+        .process(lambda v, c: [v])
+        .execute_and_collect(executor=executor)
+        == []
+    )
 
 
 def test_a_union_of_a_stream_with_itself_delivers_every_record_twice(make_env, executor) -> None:
@@ -440,7 +546,8 @@ def test_the_executor_given_to_the_environment_runs_its_jobs(make_env) -> None:
 
 @pytest.mark.spark
 def test_a_spark_executor_given_to_the_environment_runs_its_jobs_in_other_processes(
-        spark_executor) -> None:
+    spark_executor,
+) -> None:
     env = lg.StreamEnvironment(parallelism=2, executor=spark_executor)
     pids = env.from_source(SequenceSource(0, 10)).map(lambda x: os.getpid()).execute_and_collect()
     assert len(pids) == 10

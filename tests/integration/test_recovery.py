@@ -79,17 +79,32 @@ def by_value(records: list[dict]) -> list[dict]:
     return sorted(records, key=lambda r: (r["v"], r["sum"]))
 
 
-def sum_job(executor, tmp_path, *, mode=lg.CheckpointingMode.EXACTLY_ONCE, unaligned=False,
-            n=2 * SPLIT, dedupe=False, faults=(), strategy=None) -> lg.StreamEnvironment:
+def sum_job(
+    executor,
+    tmp_path,
+    *,
+    mode=lg.CheckpointingMode.EXACTLY_ONCE,
+    unaligned=False,
+    n=2 * SPLIT,
+    dedupe=False,
+    faults=(),
+    strategy=None,
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200, mode)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(strategy or lg.RestartStrategy.fixed_delay(attempts=50, delay=0))
-    (env.from_source(SequenceSource(0, n, rows_per_second=RATE, batch_size=500)).uid("numbers")
+    (
+        env.from_source(SequenceSource(0, n, rows_per_second=RATE, batch_size=500))
+        .uid("numbers")
         .map(to_record, name="to record")
-        .key_by(key_of).process(RunningSum(dedupe), name="running sum").uid("sums")
-        .sink_to(FileSink(str(tmp_path / "out"), format="jsonl"), name="files").uid("files"))
+        .key_by(key_of)
+        .process(RunningSum(dedupe), name="running sum")
+        .uid("sums")
+        .sink_to(FileSink(str(tmp_path / "out"), format="jsonl"), name="files")
+        .uid("files")
+    )
     if faults:
         inject_faults(env, *faults)
     return env
@@ -98,18 +113,19 @@ def sum_job(executor, tmp_path, *, mode=lg.CheckpointingMode.EXACTLY_ONCE, unali
 ROLES = {"source": "Source: sequence", "operator": "running sum", "sink": "files"}
 
 
-
 @pytest.mark.hang_guard(300)
 @pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
 def test_m_r1_m_x2_seeded_failures_leave_exactly_the_failure_free_output(
-        executor, tmp_path, unaligned) -> None:
+    executor, tmp_path, unaligned
+) -> None:
     seed = 5 if unaligned else 4
     faults = seeded_faults(seed, FAULTS, operators=ROLES, records=4_000)
     env = sum_job(executor, tmp_path, unaligned=unaligned, faults=faults)
     result = env.execute("recovery equivalence")
     assert result.attempts == FAULTS + 1, (
         f"every seeded fault fires in its own attempt: expected {FAULTS + 1} attempts, "
-        f"got {result.attempts}")
+        f"got {result.attempts}"
+    )
     out = published(str(tmp_path / "out"))
     expected = expected_records(2 * SPLIT)
     assert len(out) == len(expected), f"{len(out)} records published, expected {len(expected)}"
@@ -119,18 +135,19 @@ def test_m_r1_m_x2_seeded_failures_leave_exactly_the_failure_free_output(
 
 
 @pytest.mark.hang_guard(300)
-def test_m_x1_at_least_once_checkpoints_lose_nothing_and_only_duplicate(
-        executor, tmp_path) -> None:
+def test_m_x1_at_least_once_checkpoints_lose_nothing_and_only_duplicate(executor, tmp_path) -> None:
     faults = seeded_faults(11, 5, operators=ROLES, records=4_000)
-    env = sum_job(executor, tmp_path, mode=lg.CheckpointingMode.AT_LEAST_ONCE, dedupe=True,
-                  faults=faults)
+    env = sum_job(
+        executor, tmp_path, mode=lg.CheckpointingMode.AT_LEAST_ONCE, dedupe=True, faults=faults
+    )
     result = env.execute("recovery at least once")
     assert result.attempts == 6
     out = published(str(tmp_path / "out"))
     expected = expected_records(2 * SPLIT)
     as_tuples = {(r["k"], r["v"], r["sum"]) for r in out}
     assert as_tuples == {(r["k"], r["v"], r["sum"]) for r in expected}, (
-        "at-least-once output must hold every failure-free record and nothing else")
+        "at-least-once output must hold every failure-free record and nothing else"
+    )
     assert len(out) >= len(expected)
 
 
@@ -143,7 +160,8 @@ def small_job(executor, tmp_path, strategy, faults, n=20_000) -> lg.StreamEnviro
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.set_restart_strategy(strategy)
     env.from_source(SequenceSource(0, n, rows_per_second=20_000, batch_size=200)).map(
-        lambda x: x + 1, name="plus one").sink_to(CollectSink(), name="collect").uid("collect")
+        lambda x: x + 1, name="plus one"
+    ).sink_to(CollectSink(), name="collect").uid("collect")
     inject_faults(env, *faults)
     return env
 
@@ -153,19 +171,24 @@ def collected(result: lg.JobExecutionResult) -> list:
 
 
 def test_m_r2_a_failed_attempt_restarts_and_the_job_finishes_with_every_record_once(
-        executor, tmp_path) -> None:
-    env = small_job(executor, tmp_path, lg.RestartStrategy.fixed_delay(attempts=2, delay=10),
-                    [FailAtRecord("plus one", record=6_000, attempt=0, subtask=1)])
+    executor, tmp_path
+) -> None:
+    env = small_job(
+        executor,
+        tmp_path,
+        lg.RestartStrategy.fixed_delay(attempts=2, delay=10),
+        [FailAtRecord("plus one", record=6_000, attempt=0, subtask=1)],
+    )
     result = env.execute("restart once")
     assert result.attempts == 2
     assert collected(result) == list(range(1, 20_001))
 
 
 def test_m_r2_when_the_strategy_gives_up_the_error_names_the_last_cause_and_the_attempts(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     faults = [FailAtRecord("plus one", record=500, attempt=a) for a in range(3)]
-    env = small_job(executor, tmp_path, lg.RestartStrategy.fixed_delay(attempts=2, delay=0),
-                    faults)
+    env = small_job(executor, tmp_path, lg.RestartStrategy.fixed_delay(attempts=2, delay=0), faults)
     with pytest.raises(lg.JobFailedError) as info:
         env.execute("gives up")
     error = info.value
@@ -198,9 +221,13 @@ def test_m_r2_runtime_context_attempt_number_counts_attempts(executor, tmp_path)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     env.from_source(SequenceSource(0, 20_000, rows_per_second=20_000, batch_size=200)).map(
-        AttemptTag(), name="tag").sink_to(CollectSink(), name="collect").uid("collect")
-    inject_faults(env, FailAtRecord("tag", record=6_000, attempt=0),
-                  FailAtRecord("tag", record=3_000, attempt=1))
+        AttemptTag(), name="tag"
+    ).sink_to(CollectSink(), name="collect").uid("collect")
+    inject_faults(
+        env,
+        FailAtRecord("tag", record=6_000, attempt=0),
+        FailAtRecord("tag", record=3_000, attempt=1),
+    )
     result = env.execute("attempt numbers")
     records = [r for part in result.sink_results["collect"] for r in part]
     assert result.attempts == 3
@@ -211,9 +238,14 @@ def test_m_r2_runtime_context_attempt_number_counts_attempts(executor, tmp_path)
 @pytest.mark.spark
 @pytest.mark.hang_guard(120)
 def test_m_r1_killing_a_slots_python_worker_mid_job_recovers_by_itself(
-        spark_executor, tmp_path) -> None:
-    env = sum_job(spark_executor, tmp_path, n=60_000,
-                  faults=[KillWorker("running sum", record=8_000, attempt=0, subtask=1)])
+    spark_executor, tmp_path
+) -> None:
+    env = sum_job(
+        spark_executor,
+        tmp_path,
+        n=60_000,
+        faults=[KillWorker("running sum", record=8_000, attempt=0, subtask=1)],
+    )
     result = env.execute("kill a worker")
     assert result.attempts == 2
     assert by_value(published(str(tmp_path / "out"))) == expected_records(60_000)
@@ -231,7 +263,8 @@ def unbounded_sums(executor, tmp_path, n: int) -> lg.StreamEnvironment:
 
 @pytest.mark.hang_guard(120)
 def test_m_r3_m_s3_a_checkpoint_retained_after_cancellation_restores_to_the_correct_result(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     n = 2 * SPLIT
     client = unbounded_sums(executor, tmp_path, n).execute_async("to cancel")
     result = cancel_after_checkpoints(client, 3, "three checkpoints completed")
@@ -240,15 +273,15 @@ def test_m_r3_m_s3_a_checkpoint_retained_after_cancellation_restores_to_the_corr
     assert len(chk_folders(storage)) == 2, "RETAIN_ON_CANCELLATION keeps the retained ones"
     before = published(str(tmp_path / "out"))
     assert len(before) < n, "cancelled before the end"
-    restored = unbounded_sums(executor, tmp_path, n).execute(
-        "restored", restore_from=storage)
+    restored = unbounded_sums(executor, tmp_path, n).execute("restored", restore_from=storage)
     assert restored.status is lg.JobStatus.FINISHED
     assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
 
 
 @pytest.mark.hang_guard(120)
 def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_only_when_allowed(
-        executor, tmp_path, caplog) -> None:
+    executor, tmp_path, caplog
+) -> None:
     """Issue 18 item 2: the damaged newest checkpoint completed, so the FileSink (two-phase
     commit) may have committed its output; falling back replays it (duplicates). The
     restore fails saying so, unless ``allow_replaying_committed_output``."""
@@ -265,7 +298,8 @@ def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_only_wh
     before = published(str(tmp_path / "out"))
     with pytest.raises(lg.RestoreError, match="allow_replaying_committed_output") as refused:
         unbounded_sums(executor, tmp_path, n).execute(
-            "restored", restore_from=os.path.join(storage, newest))
+            "restored", restore_from=os.path.join(storage, newest)
+        )
     message = str(refused.value)
     assert f"checkpoint {newest[4:]} " in message and "'files'" in message, message
     assert published(str(tmp_path / "out")) == before, "the refused restore wrote output"
@@ -274,10 +308,12 @@ def test_m_r3_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_only_wh
     with caplog.at_level(logging.WARNING, logger="lockgate.recovery.restore"):
         restored = env.execute("restored", restore_from=os.path.join(storage, newest))
     assert restored.status is lg.JobStatus.FINISHED
-    assert any(newest in r.getMessage() and "falling back" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
-    assert any("allow_replaying_committed_output=True" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(
+        newest in r.getMessage() and "falling back" in r.getMessage() for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    assert any("allow_replaying_committed_output=True" in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
     # The state comes from the older checkpoint, so every record is right and none is
     # missing; the output the cancelled run committed after that checkpoint (with the
     # newest one) is written once more: the user accepted those duplicates.
@@ -302,7 +338,8 @@ def test_m_r3_restoring_a_damaged_checkpoint_with_nothing_older_fails_clearly(tm
         os.remove(path)
     with pytest.raises(lg.RestoreError, match="no older intact checkpoint"):
         sum_job(lg.LocalExecutor(), tmp_path, n=2_000).execute(
-            "restore", restore_from=str(storage / newest))
+            "restore", restore_from=str(storage / newest)
+        )
 
 
 def test_m_r3_restore_from_a_folder_without_checkpoints_fails_clearly(tmp_path) -> None:
@@ -312,7 +349,8 @@ def test_m_r3_restore_from_a_folder_without_checkpoints_fails_clearly(tmp_path) 
 
 
 def test_m_s2_state_of_an_operator_the_job_no_longer_has_fails_the_restore_unless_allowed(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     client = unbounded_sums(lg.LocalExecutor(), tmp_path, 2 * SPLIT).execute_async("old job")
     cancel_after_checkpoints(client, 1, "a checkpoint completed")
     storage = str(tmp_path / "checkpoints")
@@ -331,7 +369,8 @@ def test_m_s2_state_of_an_operator_the_job_no_longer_has_fails_the_restore_unles
 
 @pytest.mark.hang_guard(120)
 def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_restore(
-        executor, tmp_path, caplog) -> None:
+    executor, tmp_path, caplog
+) -> None:
     from test_checkpointing import slow_map
 
     from lockgate.checkpoint.channel_state import decode
@@ -349,20 +388,33 @@ def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_rest
     cfg.retained = 100
     env.set_buffer_timeout(0)
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    (env.from_source(SequenceSource(0, n, batch_size=500)).uid("numbers")
-        .rebalance().map_batches(slow_map, name="slow").uid("slow")
-        .sink_to(CollectSink(), name="collect").uid("collect"))
+    (
+        env.from_source(SequenceSource(0, n, batch_size=500))
+        .uid("numbers")
+        .rebalance()
+        .map_batches(slow_map, name="slow")
+        .uid("slow")
+        .sink_to(CollectSink(), name="collect")
+        .uid("collect")
+    )
     inject_faults(env, FailAtRecord("slow", record=120_000, attempt=0, subtask=0))
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         result = env.execute("replay in-flight data")
     assert result.attempts == 2
     assert collected(result) == list(range(n)), "every record exactly once"
-    restored = [r.getMessage().rsplit(" restores ", 1)[1] for r in caplog.records
-                if " restores " in r.getMessage()]
+    restored = [
+        r.getMessage().rsplit(" restores ", 1)[1]
+        for r in caplog.records
+        if " restores " in r.getMessage()
+    ]
     assert restored, "the second attempt restored a checkpoint"
     spec = resolve_restore_path(restored[0])
     storage = open_storage(spec.storage_url)
-    in_flight = sum(len(recorded.batches) for uid, by in spec.operators.items()
-                    if uid.startswith("channels:") for h in by.values()
-                    for recorded in decode(storage.read_state(h)))
+    in_flight = sum(
+        len(recorded.batches)
+        for uid, by in spec.operators.items()
+        if uid.startswith("channels:")
+        for h in by.values()
+        for recorded in decode(storage.read_state(h))
+    )
     assert in_flight > 0, "the restored checkpoint held in-flight batches to replay"

@@ -31,9 +31,10 @@ def s3_root(url: str) -> str:
 def s3_files(server: MotoServer, url: str) -> list[str]:
     """Objects (not directory markers) under the storage root, relative to it."""
     root = s3_root(url)
-    infos = server.filesystem().get_file_info(pafs.FileSelector(root, recursive=True,
-                                                                allow_not_found=True))
-    return sorted(i.path[len(root) + 1:] for i in infos if i.type == pafs.FileType.File)
+    infos = server.filesystem().get_file_info(
+        pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    )
+    return sorted(i.path[len(root) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
 
 def test_url_form_opens_an_s3_filesystem(s3_url: str) -> None:
@@ -56,7 +57,8 @@ def test_state_and_metadata_round_trip_on_s3(moto_server: MotoServer, s3_url: st
     assert storage.read_metadata(3) == {"checkpoint_id": 3, "handles": sorted(handles)}
     assert storage.completed_ids() == [3]
     assert s3_files(moto_server, s3_url) == sorted(
-        ["chk-3/_metadata"] + [h.path for h in handles.values()])
+        ["chk-3/_metadata"] + [h.path for h in handles.values()]
+    )
 
 
 def test_m_c7_completed_ids_on_s3_list_only_folders_with_metadata(s3_url: str) -> None:
@@ -69,7 +71,8 @@ def test_m_c7_completed_ids_on_s3_list_only_folders_with_metadata(s3_url: str) -
 
 
 def test_m_c7_metadata_on_s3_is_one_put_without_temporary_objects(
-        moto_server: MotoServer, s3_url: str) -> None:
+    moto_server: MotoServer, s3_url: str
+) -> None:
     storage = FileSystemCheckpointStorage(s3_url)
     storage.write_metadata(1, {"id": 1})
     storage.write_latest(1)
@@ -113,7 +116,8 @@ def test_an_unpickled_s3_storage_reads_and_writes(s3_url: str) -> None:
 
 
 def test_a_corrupt_s3_object_raises_corrupt_checkpoint_error(
-        moto_server: MotoServer, s3_url: str) -> None:
+    moto_server: MotoServer, s3_url: str
+) -> None:
     storage = FileSystemCheckpointStorage(s3_url)
     handle = storage.write_state(1, "op-0", "x" * 100)
     path = s3_root(s3_url) + "/" + handle.path
@@ -126,21 +130,22 @@ def test_a_corrupt_s3_object_raises_corrupt_checkpoint_error(
     with pytest.raises(CorruptCheckpointError, match="chk-1/op-0"):
         storage.read_state(handle)
     with fs.open_output_stream(path) as out:
-        out.write(bytes(data[:HEADER_SIZE + 3]))
+        out.write(bytes(data[: HEADER_SIZE + 3]))
     with pytest.raises(CorruptCheckpointError, match="truncated"):
         storage.read_state(handle)
 
 
 def test_credentials_in_the_url_work_without_the_environment(
-        moto_server: MotoServer, monkeypatch: Any) -> None:
+    moto_server: MotoServer, monkeypatch: Any
+) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
     storage = FileSystemCheckpointStorage(
-        moto_server.url(path="with-credentials", with_credentials=True))
+        moto_server.url(path="with-credentials", with_credentials=True)
+    )
     storage.write_metadata(1, {})
     assert storage.completed_ids() == [1]
-    assert s3_files(moto_server, moto_server.url(path="with-credentials")) == [
-        f"chk-1/{METADATA}"]
+    assert s3_files(moto_server, moto_server.url(path="with-credentials")) == [f"chk-1/{METADATA}"]
 
 
 def test_a_missing_bucket_raises_configuration_error(moto_server: MotoServer) -> None:

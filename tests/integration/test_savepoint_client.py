@@ -30,26 +30,33 @@ class Summing(lg.KeyedProcessFunction):
         yield {"k": ctx.current_key, "total": self.total.value()}
 
 
-def job(tmp_path: Path, probe: FileProbe, *, checkpointing: bool = True,
-        end: int = 1000) -> lg.StreamEnvironment:
+def job(
+    tmp_path: Path, probe: FileProbe, *, checkpointing: bool = True, end: int = 1000
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2)
     if checkpointing:
         env.enable_checkpointing(200)
         env.checkpoint_config.storage = str(tmp_path / "chk")
-    (env.from_source(lg.connectors.SequenceSource(0, end, bounded=False), name="numbers")
+    (
+        env.from_source(lg.connectors.SequenceSource(0, end, bounded=False), name="numbers")
         .uid("numbers")
         .key_by(lambda v: v % 4)
-        .process(Summing(probe, end // 4), name="sums").uid("sums")
-        .sink_to(lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl",
-                                        exactly_once=checkpointing)).uid("sink"))
+        .process(Summing(probe, end // 4), name="sums")
+        .uid("sums")
+        .sink_to(
+            lg.connectors.FileSink(
+                str(tmp_path / "out"), format="jsonl", exactly_once=checkpointing
+            )
+        )
+        .uid("sink")
+    )
     return env
 
 
 def started(env: lg.StreamEnvironment, probe: FileProbe, executor: Any) -> lg.JobClient:
     client = env.execute_async("savepoints", executor=executor)
     try:
-        wait_until(lambda: len(set(probe.items)) == 4, "every key saw its records",
-                   timeout_s=60)
+        wait_until(lambda: len(set(probe.items)) == 4, "every key saw its records", timeout_s=60)
     except BaseException:
         client.cancel()
         raise
@@ -65,7 +72,8 @@ EXPECTED = {k: sum(v for v in range(1000) if v % 4 == k) for k in range(4)}
 
 
 def test_trigger_savepoint_writes_a_self_contained_folder_and_the_job_goes_on_M_S1(
-        executor: Any, tmp_path: Path) -> None:
+    executor: Any, tmp_path: Path
+) -> None:
     probe = FileProbe(tmp_path / "probe")
     client = started(job(tmp_path, probe), probe, executor)
     try:
@@ -79,9 +87,12 @@ def test_trigger_savepoint_writes_a_self_contained_folder_and_the_job_goes_on_M_
         assert (Path(location) / METADATA).is_file()
         assert totals(location) == EXPECTED
     # the job's storage keeps no copy (M-S1: the folder is self-contained) ...
-    assert not any(p.name.startswith("chk-") and (p / METADATA).exists()
-                   and lg.savepoint.read(str(p)).is_savepoint
-                   for p in (tmp_path / "chk").iterdir())
+    assert not any(
+        p.name.startswith("chk-")
+        and (p / METADATA).exists()
+        and lg.savepoint.read(str(p)).is_savepoint
+        for p in (tmp_path / "chk").iterdir()
+    )
     # ... and a moved folder still restores
     moved = tmp_path / "elsewhere" / "sp"
     shutil.copytree(first, moved)
@@ -114,8 +125,9 @@ def test_savepoints_need_checkpointing_and_say_how_to_enable_it(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("bad", ["", "memory://sp", None, 3])
-def test_a_bad_savepoint_folder_is_refused_before_anything_happens(bad: Any,
-                                                                   tmp_path: Path) -> None:
+def test_a_bad_savepoint_folder_is_refused_before_anything_happens(
+    bad: Any, tmp_path: Path
+) -> None:
     env = job(tmp_path, FileProbe(tmp_path / "probe"))
     c = env.execute_async("bad folder", executor=lg.LocalExecutor())
     try:

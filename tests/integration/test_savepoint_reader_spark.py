@@ -38,11 +38,19 @@ def _keyed(states: dict[str, tuple[str, dict[Any, Any]]]) -> dict[str, Any]:
 def _subtask(i: int) -> dict[str, Any]:
     return {
         "lockgate_state": 1,
-        "keyed": _keyed({"count": ("value", COUNTS[i]), "seen": ("list", LISTS[i]),
-                         "attributes": ("map", MAPS[i]), "total": ("reducing", COUNTS[i]),
-                         "average": ("aggregating", AVERAGES[i])}),
-        "operator": {"buffer": {"mode": "split", "items": [f"p{i}", f"q{i}"]},
-                     "offsets": {"mode": "union", "items": [i * 10]}},
+        "keyed": _keyed(
+            {
+                "count": ("value", COUNTS[i]),
+                "seen": ("list", LISTS[i]),
+                "attributes": ("map", MAPS[i]),
+                "total": ("reducing", COUNTS[i]),
+                "average": ("aggregating", AVERAGES[i]),
+            }
+        ),
+        "operator": {
+            "buffer": {"mode": "split", "items": [f"p{i}", f"q{i}"]},
+            "offsets": {"mode": "union", "items": [i * 10]},
+        },
         "broadcast": {"rules": {"max": 10, "min": 1}},
         "function": {"seen_records": 5 + i},
     }
@@ -51,15 +59,19 @@ def _subtask(i: int) -> dict[str, Any]:
 @pytest.fixture
 def savepoint(tmp_path: Any) -> str:
     storage = FileSystemCheckpointStorage(str(tmp_path / "sp"))
-    operators = {"counter": [_subtask(0), _subtask(1)],
-                 "source": [{"splits": [("file-0", 120)]}, {"splits": [("file-1", 40)]}],
-                 "mixed": [_keyed({"v": ("value", {"a": 1, "b": "x"})})]}
+    operators = {
+        "counter": [_subtask(0), _subtask(1)],
+        "source": [{"splits": [("file-0", 120)]}, {"splits": [("file-1", 40)]}],
+        "mixed": [_keyed({"v": ("value", {"a": 1, "b": "x"})})],
+    }
     handles: dict[str, dict[int, Any]] = {}
     for uid, states in operators.items():
         for subtask, state in enumerate(states):
             handles.setdefault(uid, {})[subtask] = storage.write_state(
-                4, f"op-{uid}-{subtask}", {"operator": uid, "subtask": subtask, "state": state,
-                                           "parallelism": len(states)})
+                4,
+                f"op-{uid}-{subtask}",
+                {"operator": uid, "subtask": subtask, "state": state, "parallelism": len(states)},
+            )
     checkpoint = CompletedCheckpoint(4, 1, 2, operator_states=handles, is_savepoint=True)
     return storage.write_metadata(4, checkpoint.to_metadata())
 
@@ -87,15 +99,18 @@ def merged(parts: tuple[dict[Any, Any], ...]) -> dict[Any, Any]:
 
 
 def test_m_t4_keyed_value_list_map_and_reducing_state_equal_the_state_written(
-        spark: Any, savepoint: str) -> None:
+    spark: Any, savepoint: str
+) -> None:
     assert collected(spark, savepoint, "counter", "count") == expected(
-        sorted(merged(COUNTS).items()))
+        sorted(merged(COUNTS).items())
+    )
     assert collected(spark, savepoint, "counter", "total") == expected(
-        sorted(merged(COUNTS).items()))
-    assert collected(spark, savepoint, "counter", "seen") == expected(
-        sorted(merged(LISTS).items()))
+        sorted(merged(COUNTS).items())
+    )
+    assert collected(spark, savepoint, "counter", "seen") == expected(sorted(merged(LISTS).items()))
     assert collected(spark, savepoint, "counter", "attributes") == expected(
-        sorted(merged(MAPS).items()))
+        sorted(merged(MAPS).items())
+    )
 
 
 def test_m_t4_map_state_is_a_spark_map_column(spark: Any, savepoint: str) -> None:
@@ -107,7 +122,8 @@ def test_m_t4_map_state_is_a_spark_map_column(spark: Any, savepoint: str) -> Non
 
 
 def test_aggregating_state_shows_the_accumulator_and_tuple_keys_are_structs(
-        spark: Any, savepoint: str) -> None:
+    spark: Any, savepoint: str
+) -> None:
     assert collected(spark, savepoint, "counter", "average") == [
         {"key": {"_1": "k", "_2": 1}, "namespace": None, "value": {"_1": 6, "_2": 3}},
         {"key": {"_1": "k", "_2": 2}, "namespace": None, "value": {"_1": 5, "_2": 1}},
@@ -115,20 +131,25 @@ def test_aggregating_state_shows_the_accumulator_and_tuple_keys_are_structs(
 
 
 def test_m_t4_operator_union_and_broadcast_state_equal_the_state_written(
-        spark: Any, savepoint: str) -> None:
+    spark: Any, savepoint: str
+) -> None:
     assert collected(spark, savepoint, "counter", "buffer") == expected(
-        [(None, "p0"), (None, "q0"), (None, "p1"), (None, "q1")])
+        [(None, "p0"), (None, "q0"), (None, "p1"), (None, "q1")]
+    )
     assert collected(spark, savepoint, "counter", "offsets") == expected([(None, 0), (None, 10)])
     assert collected(spark, savepoint, "counter", "rules") == expected([("max", 10), ("min", 1)])
 
 
-def test_m_t4_raw_and_function_state_give_one_row_per_subtask(
-        spark: Any, savepoint: str) -> None:
+def test_m_t4_raw_and_function_state_give_one_row_per_subtask(spark: Any, savepoint: str) -> None:
     assert collected(spark, savepoint, "source", "_raw") == expected(
-        [(0, {"splits": [{"_1": "file-0", "_2": 120}]}),
-         (1, {"splits": [{"_1": "file-1", "_2": 40}]})])  # tuples are structs
+        [
+            (0, {"splits": [{"_1": "file-0", "_2": 120}]}),
+            (1, {"splits": [{"_1": "file-1", "_2": 40}]}),
+        ]
+    )  # tuples are structs
     assert collected(spark, savepoint, "counter", "_function") == expected(
-        [(0, {"seen_records": 5}), (1, {"seen_records": 6})])
+        [(0, {"seen_records": 5}), (1, {"seen_records": 6})]
+    )
 
 
 def test_spark_rows_equal_the_arrow_rows(spark: Any, savepoint: str) -> None:
@@ -138,8 +159,9 @@ def test_spark_rows_equal_the_arrow_rows(spark: Any, savepoint: str) -> None:
             if uid == "mixed":
                 continue
             frame = sp.state(uid, state.name)
-            assert [r.asDict(recursive=True) for r in frame.to_spark(spark).collect()] == \
-                frame.to_arrow().to_pylist(maps_as_pydicts="strict"), f"{uid}/{state.name}"
+            assert [
+                r.asDict(recursive=True) for r in frame.to_spark(spark).collect()
+            ] == frame.to_arrow().to_pylist(maps_as_pydicts="strict"), f"{uid}/{state.name}"
 
 
 def test_values_spark_cannot_type_raise_naming_the_state(spark: Any, savepoint: str) -> None:

@@ -65,7 +65,8 @@ def tamper(folder: str, marker: str) -> None:
 
 @pytest.mark.hang_guard(180)
 def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     n = 2 * SPLIT
     client = signed_sums(executor, tmp_path, n).execute_async("signed")
     cancel_after_checkpoints(client, 3, "three checkpoints completed")
@@ -85,22 +86,26 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
     tamper(os.path.join(copy, newest), marker)
     with pytest.raises(lg.RestoreError, match="not signed"):
         signed_sums(executor, tmp_path, n).execute(
-            "tampered", restore_from=os.path.join(copy, newest))
+            "tampered", restore_from=os.path.join(copy, newest)
+        )
     assert not os.path.exists(marker), "a tampered state file was unpickled"
     # another key refuses the genuine checkpoint too
     with pytest.raises(lg.RestoreError, match="signing key"):
         signed_sums(executor, tmp_path, n, key="another key of 32 bytes.........").execute(
-            "other key", restore_from=os.path.join(storage, newest))
+            "other key", restore_from=os.path.join(storage, newest)
+        )
 
     restored = signed_sums(executor, tmp_path, n).execute(
-        "restored", restore_from=os.path.join(storage, newest))
+        "restored", restore_from=os.path.join(storage, newest)
+    )
     assert restored.status is lg.JobStatus.FINISHED
     assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
 
 
 @pytest.mark.hang_guard(180)
 def test_m_r4_signed_incremental_rocksdb_checkpoints_export_and_restore_with_the_key(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     """Shared SST files carry their HMAC in the (signed) handles; the export checks them,
     re-signs the state files it rewrites and restores with the key; a forged shared file
     is refused."""
@@ -113,14 +118,16 @@ def test_m_r4_signed_incremental_rocksdb_checkpoints_export_and_restore_with_the
         env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
         return env
 
-    cancel_after_checkpoints(job().execute_async("signed rocksdb"), 3,
-                             "three checkpoints completed")
+    cancel_after_checkpoints(
+        job().execute_async("signed rocksdb"), 3, "three checkpoints completed"
+    )
     storage = str(tmp_path / "checkpoints")
     newest = os.path.join(storage, chk_folders(storage)[-1])
     with open(os.path.join(newest, "_metadata"), "rb") as f:
         metadata = json.loads(decode_file(f.read(), KIND_JSON, "_metadata")[0])
-    shared = [s for by in metadata["operators"].values() for h in by.values()
-              for s in h.get("shared", ())]
+    shared = [
+        s for by in metadata["operators"].values() for h in by.values() for s in h.get("shared", ())
+    ]
     assert shared and all(len(s["mac"]) == 64 for s in shared), shared
     exported = export_checkpoint(newest, str(tmp_path / "export"), signing_key=KEY)
 

@@ -40,8 +40,9 @@ class AllKinds(lg.KeyedProcessFunction):
     the job ran at: every subtask gets all markers back on restore). ``done_at``
     (key -> count): report the key to ``probe`` when its count reaches that number."""
 
-    def __init__(self, probe: FileProbe | None = None,
-                 done_at: dict[int, int] | None = None) -> None:
+    def __init__(
+        self, probe: FileProbe | None = None, done_at: dict[int, int] | None = None
+    ) -> None:
         self.probe = probe
         self.done_at = done_at or {}
 
@@ -70,9 +71,15 @@ class AllKinds(lg.KeyedProcessFunction):
             self.processed.add(1)
         if self.probe is not None and self.done_at.get(ctx.current_key) == c:
             self.probe.add(ctx.current_key)
-        yield {"k": ctx.current_key, "count": c, "n_values": len(self.values.get()),
-               "by_mod": sorted(self.by_mod.items()), "max": self.maximum.get(),
-               "mean": self.mean.get(), "markers": self.markers.get()}
+        yield {
+            "k": ctx.current_key,
+            "count": c,
+            "n_values": len(self.values.get()),
+            "by_mod": sorted(self.by_mod.items()),
+            "max": self.maximum.get(),
+            "mean": self.mean.get(),
+            "markers": self.markers.get(),
+        }
 
 
 def to_record(i: int) -> dict[str, int]:
@@ -83,12 +90,23 @@ def expected_state(values: range | list[int]) -> dict[int, dict[str, Any]]:
     by_key: dict[int, list[int]] = defaultdict(list)
     for i in values:
         by_key[i % KEYS].append(i)
-    return {k: {"count": len(vs), "values": sorted(vs), "by_mod": dict(Counter(v % 3 for v in vs)),
-                "max": max(vs), "mean": sum(vs) / len(vs)} for k, vs in by_key.items()}
+    return {
+        k: {
+            "count": len(vs),
+            "values": sorted(vs),
+            "by_mod": dict(Counter(v % 3 for v in vs)),
+            "max": max(vs),
+            "mean": sum(vs) / len(vs),
+        }
+        for k, vs in by_key.items()
+    }
 
 
-def check_outputs(outputs: list[dict[str, Any]], expected: dict[int, dict[str, Any]],
-                  first_count: dict[int, int] | None = None) -> None:
+def check_outputs(
+    outputs: list[dict[str, Any]],
+    expected: dict[int, dict[str, Any]],
+    first_count: dict[int, int] | None = None,
+) -> None:
     """Each key's outputs carry the counts first..final exactly once (exactly-once state
     and output) and the last one shows the expected state."""
     by_key: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -112,9 +130,15 @@ BACKENDS = {
 }
 
 
-def build(env: lg.StreamEnvironment, ranges: list[tuple[int, int]], *, bounded: bool = True,
-          probe: FileProbe | None = None, done_at: dict[int, int] | None = None,
-          rows_per_second: float | None = None) -> lg.DataStream:
+def build(
+    env: lg.StreamEnvironment,
+    ranges: list[tuple[int, int]],
+    *,
+    bounded: bool = True,
+    probe: FileProbe | None = None,
+    done_at: dict[int, int] | None = None,
+    rows_per_second: float | None = None,
+) -> lg.DataStream:
     """Sources ``src-<i>`` (one per range; unbounded unless ``bounded``: a task that
     finishes ends checkpointing, so a job to be stopped with a savepoint keeps every
     source running) ->
@@ -122,8 +146,9 @@ def build(env: lg.StreamEnvironment, ranges: list[tuple[int, int]], *, bounded: 
     streams = []
     for i, (lo, hi) in enumerate(ranges):
         last = i == len(ranges) - 1
-        src = lg.connectors.SequenceSource(lo, hi, bounded=bounded,
-                                           rows_per_second=rows_per_second if last else None)
+        src = lg.connectors.SequenceSource(
+            lo, hi, bounded=bounded, rows_per_second=rows_per_second if last else None
+        )
         streams.append(env.from_source(src, name=f"src-{i}").uid(f"src-{i}"))
     stream = streams[0].union(*streams[1:]) if len(streams) > 1 else streams[0]
     records = stream.map(to_record, name="records").uid("records")
@@ -142,12 +167,12 @@ def new_env(tmp_path: Any, parallelism: int, backend: str, name: str) -> lg.Stre
 @pytest.mark.hang_guard(240)
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_every_state_kind_survives_an_injected_failure_M_T4_M_R1(
-        executor: Any, backend: str, tmp_path: Any) -> None:
+    executor: Any, backend: str, tmp_path: Any
+) -> None:
     env = new_env(tmp_path, 2, backend, "failure")
     inject_faults(env, FailAtRecord("all-kinds", record=3000, subtask=0))
     folder = tmp_path / "out"
-    build(env, [(0, 8000)]).sink_to(
-        lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
+    build(env, [(0, 8000)]).sink_to(lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
     result = env.execute("every kind, one failure", executor=executor)
     assert result.attempts == 2, "the injected failure restarted the job once"
     outputs = read_sink(folder)
@@ -163,9 +188,16 @@ def read_sink(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def stage_env(tmp_path: Path, parallelism: int, backend: str, name: str,
-              ranges: list[tuple[int, int]], *, bounded: bool,
-              probe: FileProbe | None = None) -> tuple[lg.StreamEnvironment, Path]:
+def stage_env(
+    tmp_path: Path,
+    parallelism: int,
+    backend: str,
+    name: str,
+    ranges: list[tuple[int, int]],
+    *,
+    bounded: bool,
+    probe: FileProbe | None = None,
+) -> tuple[lg.StreamEnvironment, Path]:
     """The job over ``ranges`` into an exactly-once FileSink; with ``probe``, each key is
     reported once it has seen all its records of ``ranges``."""
     env = new_env(tmp_path, parallelism, backend, name)
@@ -182,12 +214,21 @@ def spread(ranges: list[tuple[int, int]]) -> list[int]:
     return [i for lo, hi in ranges for i in range(lo, hi)]
 
 
-def run_until_processed(env: lg.StreamEnvironment, executor: Any, name: str,
-                        probe: FileProbe, *, restore_from: str | None = None) -> lg.JobClient:
+def run_until_processed(
+    env: lg.StreamEnvironment,
+    executor: Any,
+    name: str,
+    probe: FileProbe,
+    *,
+    restore_from: str | None = None,
+) -> lg.JobClient:
     client = env.execute_async(name, executor=executor, restore_from=restore_from)
     try:
-        wait_until(lambda: len(set(probe.items)) >= KEYS,
-                   f"job '{name}' processed all its records", timeout_s=120)
+        wait_until(
+            lambda: len(set(probe.items)) >= KEYS,
+            f"job '{name}' processed all its records",
+            timeout_s=120,
+        )
     except BaseException:
         client.cancel()
         raise
@@ -214,16 +255,17 @@ def keyed_frame(location: str, name: str) -> dict[Any, Any]:
     return dict(zip(frame["key"], frame["value"]))
 
 
-def check_savepoint_state(location: str, expected: dict[int, dict[str, Any]],
-                          records: int) -> None:
+def check_savepoint_state(location: str, expected: dict[int, dict[str, Any]], records: int) -> None:
     """The savepoint read into pandas equals the live state at the savepoint (M-S1)."""
     assert keyed_frame(location, "count") == {k: e["count"] for k, e in expected.items()}
     assert {k: sorted(v) for k, v in keyed_frame(location, "values").items()} == {
-        k: e["values"] for k, e in expected.items()}
+        k: e["values"] for k, e in expected.items()
+    }
     assert keyed_frame(location, "by_mod") == {k: e["by_mod"] for k, e in expected.items()}
     assert keyed_frame(location, "max") == {k: e["max"] for k, e in expected.items()}
     assert keyed_frame(location, "mean") == {
-        k: (sum(e["values"]), e["count"]) for k, e in expected.items()}
+        k: (sum(e["values"]), e["count"]) for k, e in expected.items()
+    }
     processed = lg.savepoint.read(location).state(UID, "processed").to_pandas()
     assert sum(processed["value"]) == records
     markers = lg.savepoint.read(location).state(UID, "markers").to_pandas()
@@ -233,7 +275,8 @@ def check_savepoint_state(location: str, expected: dict[int, dict[str, Any]],
 @pytest.mark.hang_guard(300)
 @pytest.mark.parametrize(("first", "second"), [("hashmap", "rocksdb"), ("rocksdb", "hashmap")])
 def test_a_savepoint_holds_the_live_state_and_restores_into_either_backend_M_S1(
-        executor: Any, first: str, second: str, tmp_path: Path) -> None:
+    executor: Any, first: str, second: str, tmp_path: Path
+) -> None:
     probe = FileProbe(tmp_path / "probe")
     env, _ = stage_env(tmp_path, 2, first, "one", [(0, 4000)], bounded=False, probe=probe)
     client = run_until_processed(env, executor, "savepoint stage one", probe)
@@ -244,17 +287,20 @@ def test_a_savepoint_holds_the_live_state_and_restores_into_either_backend_M_S1(
         rows = lg.savepoint.read(location).state(UID, "count").to_spark(executor.spark).collect()
         assert {r["key"]: r["value"] for r in rows} == {k: e["count"] for k, e in before.items()}
 
-    env2, folder = stage_env(tmp_path, 2, second, "two", [(0, 4000), (4000, 8000)],
-                             bounded=True)
+    env2, folder = stage_env(tmp_path, 2, second, "two", [(0, 4000), (4000, 8000)], bounded=True)
     env2.execute("savepoint stage two", executor=executor, restore_from=location)
-    check_outputs(read_sink(folder), expected_state(range(0, 8000)),
-                  first_count={k: e["count"] + 1 for k, e in before.items()})
+    check_outputs(
+        read_sink(folder),
+        expected_state(range(0, 8000)),
+        first_count={k: e["count"] + 1 for k, e in before.items()},
+    )
 
 
 @pytest.mark.hang_guard(360)
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_restored_at_parallelism_1_then_3_then_2_the_keyed_results_equal_the_uninterrupted_run(
-        executor: Any, backend: str, tmp_path: Path) -> None:
+    executor: Any, backend: str, tmp_path: Path
+) -> None:
     """Rescaling (M-R3, M-T4): keyed state moves by key group, split operator state is
     dealt out without loss. 1 -> 3 through a savepoint, 3 -> 2 through a retained
     checkpoint (the backend's own format: incremental for RocksDB). The test suite's
@@ -272,9 +318,14 @@ def test_restored_at_parallelism_1_then_3_then_2_the_keyed_results_equal_the_uni
     client = run_until_processed(env, executor, "p3", probe_b, restore_from=sp)
     processed_at = time.time() * 1000
     try:
-        wait_until(lambda: any(
-            s.status == "completed" and s.trigger_timestamp > processed_at
-            for s in client.checkpoints()), "a checkpoint after the last record", timeout_s=60)
+        wait_until(
+            lambda: any(
+                s.status == "completed" and s.trigger_timestamp > processed_at
+                for s in client.checkpoints()
+            ),
+            "a checkpoint after the last record",
+            timeout_s=60,
+        )
     finally:
         client.cancel()
     assert client.wait(60).status is lg.JobStatus.CANCELED
@@ -283,11 +334,15 @@ def test_restored_at_parallelism_1_then_3_then_2_the_keyed_results_equal_the_uni
     env, folder = stage_env(tmp_path, third, backend, "p2", [a, b, c], bounded=True)
     env.execute("p2", executor=executor, restore_from=storage)
     outputs = read_sink(folder)
-    check_outputs(outputs, expected_state(range(0, 9000)),
-                  first_count={k: e["count"] + 1 for k, e in expected_state(range(0, 6000)).items()})
+    check_outputs(
+        outputs,
+        expected_state(range(0, 9000)),
+        first_count={k: e["count"] + 1 for k, e in expected_state(range(0, 6000)).items()},
+    )
     # union list state reached every subtask of every run (M-T4)
     assert {tuple(o["markers"]) for o in outputs} == {
-        tuple(sorted({f"p{first}", f"p{second}", f"p{third}"}))}
+        tuple(sorted({f"p{first}", f"p{second}", f"p{third}"}))
+    }
 
 
 # -- uid mapping (M-S2) -------------------------------------------------------------------
@@ -313,16 +368,23 @@ class Counting(lg.MapFunction):
         return record
 
 
-def counters_job(env: lg.StreamEnvironment, order: tuple[str, ...], *, more: int = 0,
-                 probe: FileProbe | None = None) -> lg.DataStream:
+def counters_job(
+    env: lg.StreamEnvironment,
+    order: tuple[str, ...],
+    *,
+    more: int = 0,
+    probe: FileProbe | None = None,
+) -> lg.DataStream:
     """numbers [0, 100) (unbounded when ``probe`` is given), plus ``more`` new records
     from a second source, through one Counting map per tag of ``order`` (uid
     ``count-<tag>``)."""
-    stream = env.from_source(lg.connectors.SequenceSource(0, 100, bounded=probe is None),
-                             name="numbers").uid("numbers")
+    stream = env.from_source(
+        lg.connectors.SequenceSource(0, 100, bounded=probe is None), name="numbers"
+    ).uid("numbers")
     if more:
-        stream = stream.union(env.from_source(
-            lg.connectors.SequenceSource(100, 100 + more), name="more").uid("more"))
+        stream = stream.union(
+            env.from_source(lg.connectors.SequenceSource(100, 100 + more), name="more").uid("more")
+        )
     for tag in order:
         stream = stream.map(Counting(tag, probe, 100), name=f"count-{tag}").uid(f"count-{tag}")
     return stream
@@ -336,25 +398,32 @@ def ab_savepoint(tmp_path: Path) -> str:
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "uid-chk")
     counters_job(env, ("a", "b"), probe=probe).sink_to(
-        lg.connectors.FileSink(str(tmp_path / "uid-out"), format="jsonl")).uid("sink")
+        lg.connectors.FileSink(str(tmp_path / "uid-out"), format="jsonl")
+    ).uid("sink")
     client = env.execute_async("uid rules", executor=lg.LocalExecutor())
     try:
-        wait_until(lambda: set(probe.items) == {"a", "b"}, "both counters saw 100 records",
-                   timeout_s=60)
+        wait_until(
+            lambda: set(probe.items) == {"a", "b"}, "both counters saw 100 records", timeout_s=60
+        )
     except BaseException:
         client.cancel()
         raise
     return stop_with_savepoint(client, tmp_path / "sp-ab")
 
 
-def _restored_counts(tmp_path: Path, location: str, order: tuple[str, ...], executor: Any,
-                     allow: bool = False) -> dict[str, list[int]]:
+def _restored_counts(
+    tmp_path: Path, location: str, order: tuple[str, ...], executor: Any, allow: bool = False
+) -> dict[str, list[int]]:
     env = lg.StreamEnvironment(parallelism=1)
     stream = counters_job(env, order, more=50)
     folder = tmp_path / ("restored-" + "".join(order))
     stream.sink_to(lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
-    env.execute("uid rules, restored", executor=executor, restore_from=location,
-                allow_non_restored_state=allow)
+    env.execute(
+        "uid rules, restored",
+        executor=executor,
+        restore_from=location,
+        allow_non_restored_state=allow,
+    )
     counts: dict[str, list[int]] = defaultdict(list)
     for r in read_sink(folder):
         for tag in order:
@@ -363,37 +432,46 @@ def _restored_counts(tmp_path: Path, location: str, order: tuple[str, ...], exec
 
 
 def test_reordered_operators_restore_their_state_by_uid_M_S2(
-        ab_savepoint: str, executor: Any, tmp_path: Path) -> None:
+    ab_savepoint: str, executor: Any, tmp_path: Path
+) -> None:
     counts = _restored_counts(tmp_path, ab_savepoint, ("b", "a"), executor)
     assert counts == {"a": list(range(101, 151)), "b": list(range(101, 151))}
 
 
 def test_an_added_operator_starts_with_empty_state_M_S2(
-        ab_savepoint: str, executor: Any, tmp_path: Path) -> None:
+    ab_savepoint: str, executor: Any, tmp_path: Path
+) -> None:
     counts = _restored_counts(tmp_path, ab_savepoint, ("a", "b", "c"), executor)
-    assert counts == {"a": list(range(101, 151)), "b": list(range(101, 151)),
-                      "c": list(range(1, 51))}
+    assert counts == {
+        "a": list(range(101, 151)),
+        "b": list(range(101, 151)),
+        "c": list(range(1, 51)),
+    }
 
 
 def test_state_of_a_removed_operator_fails_the_restore_naming_its_uid_M_S2(
-        ab_savepoint: str, tmp_path: Path) -> None:
+    ab_savepoint: str, tmp_path: Path
+) -> None:
     with pytest.raises(lg.RestoreError, match=r"count-b"):
         _restored_counts(tmp_path, ab_savepoint, ("a",), lg.LocalExecutor())
 
 
 def test_allow_non_restored_state_drops_the_state_of_a_removed_operator_M_S2(
-        ab_savepoint: str, executor: Any, tmp_path: Path) -> None:
+    ab_savepoint: str, executor: Any, tmp_path: Path
+) -> None:
     counts = _restored_counts(tmp_path, ab_savepoint, ("a",), executor, allow=True)
     assert counts == {"a": list(range(101, 151))}
 
 
 def test_operators_without_an_explicit_uid_are_warned_about_M_S2(
-        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     env.enable_checkpointing(1000)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.from_sequence(0, 10).uid("numbers").map(Counting("x"), name="unnamed-uid").sink_to(
-        lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")).uid("sink")
+        lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")
+    ).uid("sink")
     with caplog.at_level(logging.WARNING, logger="lockgate"):
         plan = env.get_execution_plan("warned")
     warned = [r.getMessage() for r in caplog.records if "explicit uid" in r.getMessage()]
@@ -402,5 +480,5 @@ def test_operators_without_an_explicit_uid_are_warned_about_M_S2(
     assert "numbers" not in warned[0] and "'sink'" not in warned[0]
     generated = [u for u, n in plan.operator_names.items() if n == "unnamed-uid"]
     assert generated and generated == [
-        u for u, n in env.get_execution_plan("again").operator_names.items()
-        if n == "unnamed-uid"], "the generated uid is stable"
+        u for u, n in env.get_execution_plan("again").operator_names.items() if n == "unnamed-uid"
+    ], "the generated uid is stable"

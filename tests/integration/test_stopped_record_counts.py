@@ -17,10 +17,16 @@ def endless_job(executor, tmp_path) -> lg.JobClient:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
-    (env.from_source(SequenceSource(0, TOTAL, rows_per_second=20_000, batch_size=500),
-                     name="numbers").uid("numbers")
-        .map(lambda x: x + 1, name="plus one").uid("plus-one")
-        .sink_to(DiscardingSink(), name="discard").uid("discard"))
+    (
+        env.from_source(
+            SequenceSource(0, TOTAL, rows_per_second=20_000, batch_size=500), name="numbers"
+        )
+        .uid("numbers")
+        .map(lambda x: x + 1, name="plus one")
+        .uid("plus-one")
+        .sink_to(DiscardingSink(), name="discard")
+        .uid("discard")
+    )
     return env.execute_async("stopped early")
 
 
@@ -41,11 +47,11 @@ def assert_counts_up_to_the_stop(result: lg.JobExecutionResult) -> None:
 
 @pytest.mark.hang_guard(120)
 def test_m_s1_a_cancelled_job_reports_its_record_counts_up_to_the_cancel(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     client = endless_job(executor, tmp_path)
     try:
-        wait_until(lambda: a_checkpoint_completed(client), "a checkpoint completed",
-                   timeout_s=60)
+        wait_until(lambda: a_checkpoint_completed(client), "a checkpoint completed", timeout_s=60)
     finally:
         client.cancel()
     result = client.wait(60)
@@ -55,11 +61,11 @@ def test_m_s1_a_cancelled_job_reports_its_record_counts_up_to_the_cancel(
 
 @pytest.mark.hang_guard(120)
 def test_m_s1_a_job_stopped_with_a_savepoint_reports_its_record_counts_up_to_the_stop(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     client = endless_job(executor, tmp_path)
     try:
-        wait_until(lambda: a_checkpoint_completed(client), "a checkpoint completed",
-                   timeout_s=60)
+        wait_until(lambda: a_checkpoint_completed(client), "a checkpoint completed", timeout_s=60)
         location = client.stop_with_savepoint(str(tmp_path / "savepoint"), timeout=60)
     finally:
         client.cancel()

@@ -30,24 +30,36 @@ class SlowToOpen(lg.MapFunction):
 
 
 def test_m_c1_a_task_slower_to_initialize_than_the_checkpoint_timeout_expires_no_checkpoint(
-        executor) -> None:
+    executor,
+) -> None:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(100)
     env.checkpoint_config.timeout = TIMEOUT_MS
     env.checkpoint_config.tolerable_failures = 0
     env.set_restart_strategy(lg.RestartStrategy.none())
-    (env.from_source(SequenceSource(0, 4_000, rows_per_second=4_000)).uid("numbers")
-        .rebalance().map(SlowToOpen(), name="slow to open").uid("slow")
-        .sink_to(CollectSink(), name="collect").uid("collect"))
+    (
+        env.from_source(SequenceSource(0, 4_000, rows_per_second=4_000))
+        .uid("numbers")
+        .rebalance()
+        .map(SlowToOpen(), name="slow to open")
+        .uid("slow")
+        .sink_to(CollectSink(), name="collect")
+        .uid("collect")
+    )
     client = env.execute_async("slow to initialize")
     result = client.wait(180)
     assert result.status is lg.JobStatus.FINISHED and result.attempts == 1, (
-        "a checkpoint triggered while a task was still initializing expired")
+        "a checkpoint triggered while a task was still initializing expired"
+    )
     stats = client.checkpoints()
-    expired = [c for c in stats if c.status == "failed"
-               and c.failure_reason == CheckpointFailureReason.TIMEOUT.value]
+    expired = [
+        c
+        for c in stats
+        if c.status == "failed" and c.failure_reason == CheckpointFailureReason.TIMEOUT.value
+    ]
     assert not expired, f"checkpoints expired: {expired}"
     assert any(c.status == "completed" for c in stats), (
-        f"no checkpoint completed once every task ran: {stats}")
+        f"no checkpoint completed once every task ran: {stats}"
+    )
     records = sorted(x for part in result.sink_results["collect"] for x in part)
     assert records == list(range(1, 4_001)), "every record exactly once"

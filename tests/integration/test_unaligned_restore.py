@@ -62,14 +62,16 @@ def slow(batch):
     return batch
 
 
-def build_env(parallelism: int, storage: str, out: str, n: int, *, executor=None,
-              added: str | None = None) -> lg.StreamEnvironment:
+def build_env(
+    parallelism: int, storage: str, out: str, n: int, *, executor=None, added: str | None = None
+) -> lg.StreamEnvironment:
     """The job at ``parallelism``; ``added="upstream"``: a stateless map between the source
     and "to record" (chained into the source task, the key_by edge keeps its ends);
     ``added="on edge"``: a stateless map between "to record" and the key_by, so the edge
     that carries the in-flight records now starts at another operator."""
-    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor,
-                               config=lg.ExecutionConfig(**CONFIG))
+    env = lg.StreamEnvironment(
+        parallelism=parallelism, executor=executor, config=lg.ExecutionConfig(**CONFIG)
+    )
     env.enable_checkpointing(100)
     cfg = env.checkpoint_config
     cfg.storage = storage
@@ -83,9 +85,15 @@ def build_env(parallelism: int, storage: str, out: str, n: int, *, executor=None
     records = numbers.map(to_record, name="to record").uid("to-record")
     if added == "on edge":
         records = records.map(identity, name="added").uid("added")
-    (records.key_by(key_of).process(RunningSum(), name="running sum").uid("sums")
-        .map_batches(slow, name="slow").uid("slow")
-        .sink_to(FileSink(out, format="jsonl"), name="files").uid("files"))
+    (
+        records.key_by(key_of)
+        .process(RunningSum(), name="running sum")
+        .uid("sums")
+        .map_batches(slow, name="slow")
+        .uid("slow")
+        .sink_to(FileSink(out, format="jsonl"), name="files")
+        .uid("files")
+    )
     return env
 
 
@@ -98,24 +106,28 @@ class Checkpointed:
         self.n = parallelism * SPLIT
         self.out = str(root / "out")
         self.storage = str(root / "checkpoints")
-        client = build_env(parallelism, self.storage, self.out, self.n,
-                           executor=executor).execute_async("unaligned, to cancel")
+        client = build_env(
+            parallelism, self.storage, self.out, self.n, executor=executor
+        ).execute_async("unaligned, to cancel")
         try:
-            wait_until(lambda: client.done() or len(self._with_in_flight(client)) >= WITH_IN_FLIGHT,
-                       f"{WITH_IN_FLIGHT} completed unaligned checkpoints held in-flight data",
-                       timeout_s=90)
+            wait_until(
+                lambda: client.done() or len(self._with_in_flight(client)) >= WITH_IN_FLIGHT,
+                f"{WITH_IN_FLIGHT} completed unaligned checkpoints held in-flight data",
+                timeout_s=90,
+            )
         finally:
             client.cancel()
         result = client.wait(60)
         assert result.status is lg.JobStatus.CANCELED, (
-            f"the first run should have been cancelled under backpressure, it ended "
-            f"{result.status}")
+            f"the first run should have been cancelled under backpressure, it ended {result.status}"
+        )
         done = [c for c in client.checkpoints() if c.status == "completed"]
         newest = max(done, key=lambda c: c.checkpoint_id)
         # the newest: the output the cancelled run committed is exactly its output
         assert newest.persisted_inflight_bytes > 0, (
             f"checkpoint {newest.checkpoint_id} (the one restored) persisted no in-flight data: "
-            "the test would not exercise channel state")
+            "the test would not exercise channel state"
+        )
         self.checkpoint = newest
         self.path = os.path.join(self.storage, f"chk-{newest.checkpoint_id}")
         assert os.path.isdir(self.path), f"{self.path} was not retained"
@@ -127,8 +139,11 @@ class Checkpointed:
 
     @staticmethod
     def _with_in_flight(client: lg.JobClient) -> list[lg.CheckpointStats]:
-        return [c for c in client.checkpoints()
-                if c.status == "completed" and c.persisted_inflight_bytes > 0]
+        return [
+            c
+            for c in client.checkpoints()
+            if c.status == "completed" and c.persisted_inflight_bytes > 0
+        ]
 
     def reset(self) -> None:
         """Put the output and checkpoint folders back as the cancelled run left them."""
@@ -139,8 +154,7 @@ class Checkpointed:
     def restore(self, executor, parallelism: int, added: str | None = None) -> None:
         """Restore in this process at ``parallelism``; the output must be exact."""
         self.reset()
-        env = build_env(parallelism, self.storage, self.out, self.n, executor=executor,
-                        added=added)
+        env = build_env(parallelism, self.storage, self.out, self.n, executor=executor, added=added)
         result = env.execute(f"restored at parallelism {parallelism}", restore_from=self.path)
         assert result.status is lg.JobStatus.FINISHED
         self.check(f"restored at parallelism {parallelism}" + (f", added {added}" if added else ""))
@@ -151,7 +165,8 @@ class Checkpointed:
         assert len(out) == len(expected), (
             f"{what}: {len(out)} records published, expected {len(expected)} "
             f"(checkpoint {self.checkpoint.checkpoint_id} held "
-            f"{self.checkpoint.persisted_inflight_bytes} bytes in flight)")
+            f"{self.checkpoint.persisted_inflight_bytes} bytes in flight)"
+        )
         assert out == expected, f"{what}: the output differs from the failure-free run"
 
 
@@ -161,7 +176,8 @@ def _restore_parallelisms(executor) -> list[int]:
 
 @pytest.mark.hang_guard(420)
 def test_m_b7_m_r3_m_s3_a_retained_unaligned_checkpoint_restores_in_a_new_environment_at_any_parallelism(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     """Checkpoint at parallelism 2; restore in a new StreamEnvironment of the same process
     at parallelism 1, 2 and 3 (Spark: up to its 2 slots), and at 2 with a stateless operator
     added upstream: every in-flight record is replayed exactly once, in order per key."""
@@ -180,11 +196,18 @@ def test_m_b7_m_r3_a_checkpoint_taken_at_parallelism_3_restores_at_1_2_and_3(tmp
 
 
 def test_m_b7_an_operator_inserted_on_the_edge_with_in_flight_data_fails_the_restore_before_running(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     checkpointed = Checkpointed(lg.LocalExecutor(), tmp_path, parallelism=2)
     checkpointed.reset()
-    env = build_env(2, checkpointed.storage, checkpointed.out, checkpointed.n,
-                    executor=lg.LocalExecutor(), added="on edge")
+    env = build_env(
+        2,
+        checkpointed.storage,
+        checkpointed.out,
+        checkpointed.n,
+        executor=lg.LocalExecutor(),
+        added="on edge",
+    )
     before = sorted(os.listdir(checkpointed.out))
     with pytest.raises(lg.RestoreError) as error:
         env.execute("restored with an operator on the edge", restore_from=checkpointed.path)
@@ -209,7 +232,8 @@ print(result.status.name)
 
 @pytest.mark.hang_guard(420)
 def test_m_b7_m_r3_a_retained_unaligned_checkpoint_restores_in_a_new_process(
-        executor, tmp_path) -> None:
+    executor, tmp_path
+) -> None:
     """The job file runs with ``python``, on the executor the test runs (``LOCKGATE_EXECUTOR``,
     Spark on a ``local[2]`` session of its own), at parallelism 1."""
     checkpointed = Checkpointed(executor, tmp_path, parallelism=2)
@@ -222,9 +246,21 @@ def test_m_b7_m_r3_a_retained_unaligned_checkpoint_restores_in_a_new_process(
     else:
         env["LOCKGATE_EXECUTOR"] = "local"
     done = subprocess.run(
-        [sys.executable, str(job), checkpointed.out, checkpointed.storage, str(checkpointed.n),
-         "1", checkpointed.path],
-        env=env, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+        [
+            sys.executable,
+            str(job),
+            checkpointed.out,
+            checkpointed.storage,
+            str(checkpointed.n),
+            "1",
+            checkpointed.path,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, f"the job file failed:\n{done.stdout}\n{done.stderr[-4000:]}"
     assert done.stdout.strip().splitlines()[-1] == "FINISHED", done.stdout
     checkpointed.check("restored in a new process at parallelism 1")

@@ -65,20 +65,33 @@ class Installed:
         return self.venv / "bin" / "lockgate"
 
 
-def run(cmd: list[str | Path], *, cwd: Path, timeout_s: float,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    cmd: list[str | Path], *, cwd: Path, timeout_s: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``cmd``; fail the test with its output if it exits non-zero or outlives
     ``timeout_s``."""
     argv = [str(c) for c in cmd]
     try:
-        proc = subprocess.run(argv, check=False, cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv,
+            check=False,
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{' '.join(argv)} did not finish within {timeout_s:g}s\n"
-                    f"stdout:\n{e.stdout!r}\nstderr:\n{e.stderr!r}")
+        pytest.fail(
+            f"{' '.join(argv)} did not finish within {timeout_s:g}s\n"
+            f"stdout:\n{e.stdout!r}\nstderr:\n{e.stderr!r}"
+        )
     if proc.returncode != 0:
-        pytest.fail(f"{' '.join(argv)} exited {proc.returncode}\n"
-                    f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        pytest.fail(
+            f"{' '.join(argv)} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
     return proc
 
 
@@ -86,8 +99,11 @@ def clean_env(venv: Path, home: Path) -> dict[str, str]:
     """The environment of a user who activated ``venv``: no ``PYTHON*`` variable (the test
     run's PYTHONPATH names tests/), no ``LOCKGATE_*`` variable of the test run, no other
     virtual environment."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "LOCKGATE_", "VIRTUAL_ENV", "__PYVENV"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "LOCKGATE_", "VIRTUAL_ENV", "__PYVENV"))
+    }
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
     env["PYTHONNOUSERSITE"] = "1"
@@ -109,7 +125,7 @@ def copy_source(dest: Path) -> None:
         shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
     init = dest / "lockgate" / "__init__.py"
     text, found = VERSION_LINE.subn(f'__version__ = "{VERSION}"', init.read_text())
-    assert found == 1, "lockgate/__init__.py must hold one line __version__ = \"X.Y.Z\""
+    assert found == 1, 'lockgate/__init__.py must hold one line __version__ = "X.Y.Z"'
     init.write_text(text)
 
 
@@ -122,17 +138,27 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     home.mkdir()
     # sdist first, then the wheel built from the unpacked sdist: a file the sdist lacks
     # fails the wheel build
-    run([sys.executable, "-m", "build", "--outdir", dist, src], cwd=root,
-        timeout_s=BUILD_TIMEOUT_S)
+    run([sys.executable, "-m", "build", "--outdir", dist, src], cwd=root, timeout_s=BUILD_TIMEOUT_S)
     wheels = sorted(dist.glob("lockgate-*.whl"))
     sdists = sorted(dist.glob("lockgate-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"python -m build made {os.listdir(dist)}"
     env = clean_env(venv, home)
     # the venv module creates it from the base interpreter, not from .venv
     run([sys.executable, "-m", "venv", venv], cwd=work, timeout_s=VENV_TIMEOUT_S, env=env)
-    run([venv / "bin" / "python", "-m", "pip", "install", "--quiet",
-         "--disable-pip-version-check", wheels[0]], cwd=work, timeout_s=INSTALL_TIMEOUT_S,
-        env=env)
+    run(
+        [
+            venv / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            wheels[0],
+        ],
+        cwd=work,
+        timeout_s=INSTALL_TIMEOUT_S,
+        env=env,
+    )
     return Installed(wheel=wheels[0], sdist=sdists[0], venv=venv, work=work, env=env)
 
 
@@ -156,12 +182,18 @@ def test_wheel_holds_the_package_with_py_typed_and_no_tests(installed: Installed
         assert "lockgate = lockgate.cli:main" in whl.read(entry_points).decode()
 
 
-def test_sdist_holds_readme_changelog_contributing_and_license_files(
-        installed: Installed) -> None:
+def test_sdist_holds_readme_changelog_contributing_and_license_files(installed: Installed) -> None:
     with tarfile.open(installed.sdist) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    for required in ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "pyproject.toml",
-                     "PKG-INFO", "lockgate/__init__.py", "lockgate/py.typed"):
+    for required in (
+        "README.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+        "pyproject.toml",
+        "PKG-INFO",
+        "lockgate/__init__.py",
+        "lockgate/py.typed",
+    ):
         assert required in names, f"the sdist lacks {required}"
     licenses = sorted(p.name for p in REPO.iterdir() if p.name.upper().startswith("LICEN"))
     for name in licenses:
@@ -170,11 +202,19 @@ def test_sdist_holds_readme_changelog_contributing_and_license_files(
 
 
 def test_lockgate_is_imported_from_the_venv_not_the_checkout(installed: Installed) -> None:
-    probe = ("import json, importlib.metadata as m, lockgate; print(json.dumps("
-             "{'file': lockgate.__file__, 'version': lockgate.__version__,"
-             " 'dist': m.version('lockgate')}))")
-    out = json.loads(run([installed.python, "-c", probe], cwd=installed.work,
-                         timeout_s=RUN_TIMEOUT_S, env=installed.env).stdout)
+    probe = (
+        "import json, importlib.metadata as m, lockgate; print(json.dumps("
+        "{'file': lockgate.__file__, 'version': lockgate.__version__,"
+        " 'dist': m.version('lockgate')}))"
+    )
+    out = json.loads(
+        run(
+            [installed.python, "-c", probe],
+            cwd=installed.work,
+            timeout_s=RUN_TIMEOUT_S,
+            env=installed.env,
+        ).stdout
+    )
     where = Path(out["file"]).resolve()
     assert where.is_relative_to(installed.venv.resolve()), where
     assert not where.is_relative_to(REPO), where
@@ -182,11 +222,19 @@ def test_lockgate_is_imported_from_the_venv_not_the_checkout(installed: Installe
 
 
 def test_lockgate_cli_runs_from_the_venv(installed: Installed) -> None:
-    helped = run([installed.lockgate, "--help"], cwd=installed.work, timeout_s=RUN_TIMEOUT_S,
-                 env=installed.env)
+    helped = run(
+        [installed.lockgate, "--help"],
+        cwd=installed.work,
+        timeout_s=RUN_TIMEOUT_S,
+        env=installed.env,
+    )
     assert "run" in helped.stdout and "checkpoint" in helped.stdout, helped.stdout
-    version = run([installed.lockgate, "--version"], cwd=installed.work,
-                  timeout_s=RUN_TIMEOUT_S, env=installed.env)
+    version = run(
+        [installed.lockgate, "--version"],
+        cwd=installed.work,
+        timeout_s=RUN_TIMEOUT_S,
+        env=installed.env,
+    )
     assert version.stdout.strip() == f"lockgate {VERSION}"
 
 
@@ -224,14 +272,19 @@ print(json.dumps({"status": result.status.value, "lockgate": lg.__file__}))
 
 
 def test_a_job_runs_with_the_installed_lockgate_outside_the_repository(
-        installed: Installed) -> None:
+    installed: Installed,
+) -> None:
     """`lockgate run --executor local job.py` from the venv, cwd outside the checkout."""
     n = 1000
     job = installed.work / "job.py"
     job.write_text(textwrap.dedent(JOB))
     out_dir = installed.work / "out"
-    done = run([installed.lockgate, "run", "--executor", "local", job, out_dir, str(n)],
-               cwd=installed.work, timeout_s=RUN_TIMEOUT_S, env=installed.env)
+    done = run(
+        [installed.lockgate, "run", "--executor", "local", job, out_dir, str(n)],
+        cwd=installed.work,
+        timeout_s=RUN_TIMEOUT_S,
+        env=installed.env,
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["status"] == "FINISHED", done.stdout
     assert Path(report["lockgate"]).resolve().is_relative_to(installed.venv.resolve())

@@ -154,13 +154,15 @@ class StandaloneCluster:
     # -- lifecycle -------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({
-            "SPARK_HOME": spark_home(),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_LOG_DIR": str(self.folder / "logs"),
-            "SPARK_WORKER_DIR": str(self.folder / "work"),
-            "PYSPARK_PYTHON": sys.executable,
-        })
+        env.update(
+            {
+                "SPARK_HOME": spark_home(),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_LOG_DIR": str(self.folder / "logs"),
+                "SPARK_WORKER_DIR": str(self.folder / "work"),
+                "PYSPARK_PYTHON": sys.executable,
+            }
+        )
         return env
 
     def _spawn(self, name: str, args: list[str]) -> _Started:
@@ -168,8 +170,12 @@ class StandaloneCluster:
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [os.path.join(spark_home(), "bin", "spark-class"), *args],
-                env=self.env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.folder,
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.folder,
             )
         started = _Started(name, process, log)
         with self._lock:
@@ -179,16 +185,38 @@ class StandaloneCluster:
     def start(self) -> StandaloneCluster:
         (self.folder / "work").mkdir(parents=True, exist_ok=True)
         try:
-            self._spawn("master", [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
-                                   "--webui-port", str(self.webui_port)])
+            self._spawn(
+                "master",
+                [
+                    MASTER_CLASS,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--webui-port",
+                    str(self.webui_port),
+                ],
+            )
             for i in range(self.workers):
                 work = self.folder / "work" / f"worker-{i}"
                 work.mkdir(parents=True, exist_ok=True)
-                self._spawn(f"worker-{i}", [
-                    WORKER_CLASS, "--host", "127.0.0.1", "--cores", str(self.cores),
-                    "--memory", self.memory, "--webui-port", str(free_port()),
-                    "--work-dir", str(work), self.master_url,
-                ])
+                self._spawn(
+                    f"worker-{i}",
+                    [
+                        WORKER_CLASS,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        str(self.cores),
+                        "--memory",
+                        self.memory,
+                        "--webui-port",
+                        str(free_port()),
+                        "--work-dir",
+                        str(work),
+                        self.master_url,
+                    ],
+                )
             self._await_workers()
         except BaseException:
             self.stop()
@@ -202,8 +230,10 @@ class StandaloneCluster:
         while True:
             for s in self._started:
                 if s.process.poll() is not None:
-                    raise ClusterError(f"{s.name} exited with {s.process.returncode} while the "
-                                       f"cluster started\n{self.log_tail(s.name)}")
+                    raise ClusterError(
+                        f"{s.name} exited with {s.process.returncode} while the "
+                        f"cluster started\n{self.log_tail(s.name)}"
+                    )
             try:
                 last = self.status()
             except (OSError, ValueError) as e:  # the master's web UI is not up yet
@@ -216,7 +246,8 @@ class StandaloneCluster:
                 raise ClusterError(
                     f"after {self.start_timeout_s:.0f}s the master at {self.status_url} did not "
                     f"list {self.workers} ALIVE workers; last status: {last!r}\n"
-                    + "\n".join(self.log_tail(s.name) for s in self._started))
+                    + "\n".join(self.log_tail(s.name) for s in self._started)
+                )
             pause.wait(0.5)
 
     def stop(self, timeout_s: float = 15.0) -> None:

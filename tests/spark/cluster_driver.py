@@ -52,8 +52,11 @@ class SumWithPid(lg.KeyedProcessFunction):
 
 
 def build_sums(env: lg.StreamEnvironment, n: int, rate: float | None = None) -> lg.DataStream:
-    return (env.from_source(SequenceSource(0, n, rows_per_second=rate), name="numbers")
-            .key_by(lambda x: x % 11).process(SumWithPid(), name="sums"))
+    return (
+        env.from_source(SequenceSource(0, n, rows_per_second=rate), name="numbers")
+        .key_by(lambda x: x % 11)
+        .process(SumWithPid(), name="sums")
+    )
 
 
 def final_sums(records: list[dict[str, Any]]) -> dict[int, int]:
@@ -84,14 +87,17 @@ def _run(executor: Any, name: str, job: Any) -> None:
     except lg.JobFailedError as e:
         done.set()
         watcher.join(5)
-        say("failed", error_type=type(e).__name__, reason=e.reason.name,
-            message=str(e)[:2000])
+        say("failed", error_type=type(e).__name__, reason=e.reason.name, message=str(e)[:2000])
         return
     except Exception as e:  # noqa: BLE001 - reported to the test
         done.set()
         watcher.join(5)
-        say("failed", error_type=type(e).__name__, reason=None,
-            message="".join(traceback.format_exception(e))[-4000:])
+        say(
+            "failed",
+            error_type=type(e).__name__,
+            reason=None,
+            message="".join(traceback.format_exception(e))[-4000:],
+        )
         return
     done.set()
     watcher.join(5)
@@ -114,8 +120,11 @@ def main(master: str) -> None:
             n, rate = int(command[1]), float(command[2])
             env = lg.StreamEnvironment(parallelism=2)
             stream = build_sums(env, n, rate)
-            _run(executor, "sums",
-                 lambda s=stream: s.execute_and_collect("sums on the cluster", executor=executor))
+            _run(
+                executor,
+                "sums",
+                lambda s=stream: s.execute_and_collect("sums on the cluster", executor=executor),
+            )
         elif command[0] == "endless":
             env = lg.StreamEnvironment(parallelism=2)
             build_sums(env, 10**12, 20_000).sink_to(DiscardingSink())

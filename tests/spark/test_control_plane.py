@@ -76,8 +76,16 @@ Messages = Callable[[Any, Path], list[list[bytes]]]
 def wrong_secret(control: Any, tmp: Path) -> list[list[bytes]]:
     forger = MessageAuth(new_secret())
     trip = pickle.dumps(Tripwire(str(tmp / "unpickled")))
-    failure = pickle.dumps({"task": "forged", "subtask": 0, "error_type": "Forged",
-                            "message": "forged", "traceback": "", "operator": None})
+    failure = pickle.dumps(
+        {
+            "task": "forged",
+            "subtask": 0,
+            "error_type": "Forged",
+            "message": "forged",
+            "traceback": "",
+            "operator": None,
+        }
+    )
     return [
         forger.seal(header("failed", control.generation), failure),
         forger.seal(header("heartbeat", control.generation), trip),
@@ -96,8 +104,10 @@ def malformed(control: Any, tmp: Path) -> list[list[bytes]]:
         [b"a", b"b", b"c", b"d", b"e"],
         auth.seal(b"not json {", pickle.dumps(None)),
         auth.seal(json.dumps(["a", "list"]).encode(), pickle.dumps(None)),
-        auth.seal(json.dumps({"type": "heartbeat", "gen": str(gen), "slot": 0}).encode(),
-                  pickle.dumps(None)),
+        auth.seal(
+            json.dumps({"type": "heartbeat", "gen": str(gen), "slot": 0}).encode(),
+            pickle.dumps(None),
+        ),
         auth.seal(header("heartbeat", gen, slot=7), pickle.dumps(None)),  # no such slot
         auth.seal(header("heartbeat", gen), b"\x80\x05not a pickle"),
     ]
@@ -107,8 +117,16 @@ def stale(control: Any, tmp: Path) -> list[list[bytes]]:
     auth = control.auth
     gen = control.generation
     trip = pickle.dumps(Tripwire(str(tmp / "unpickled")))
-    failure = pickle.dumps({"task": "stale", "subtask": 0, "error_type": "Stale",
-                            "message": "from an old attempt", "traceback": "", "operator": None})
+    failure = pickle.dumps(
+        {
+            "task": "stale",
+            "subtask": 0,
+            "error_type": "Stale",
+            "message": "from an old attempt",
+            "traceback": "",
+            "operator": None,
+        }
+    )
     return [
         auth.seal(header("failed", gen - 1), failure),
         auth.seal(header("heartbeat", gen - 1, slot=1), trip),
@@ -116,37 +134,55 @@ def stale(control: Any, tmp: Path) -> list[list[bytes]]:
     ]
 
 
-@pytest.mark.parametrize(("make_messages", "counter"), [
-    (wrong_secret, "unauthenticated"),
-    (malformed, "malformed"),
-    (stale, "stale"),
-], ids=["wrong secret", "malformed", "stale generation"])
+@pytest.mark.parametrize(
+    ("make_messages", "counter"),
+    [
+        (wrong_secret, "unauthenticated"),
+        (malformed, "malformed"),
+        (stale, "stale"),
+    ],
+    ids=["wrong secret", "malformed", "stale generation"],
+)
 def test_a_rejected_control_message_is_counted_and_the_job_carries_on(
-        make_env, spark_executor, tmp_path, make_messages: Messages, counter: str) -> None:
+    make_env, spark_executor, tmp_path, make_messages: Messages, counter: str
+) -> None:
     env = make_env(parallelism=2)
-    stream = (env.from_source(SequenceSource(0, N, rows_per_second=RATE))
-              .key_by(lambda x: x % 7).process(RunningSum()))
+    stream = (
+        env.from_source(SequenceSource(0, N, rows_per_second=RATE))
+        .key_by(lambda x: x % 7)
+        .process(RunningSum())
+    )
     job = BackgroundJob(lambda: stream.execute_and_collect("target", executor=spark_executor))
     try:
-        wait_until(lambda: spark_executor.running.is_set() or job.done.is_set(),
-                   "every slot registered", timeout_s=30)
+        wait_until(
+            lambda: spark_executor.running.is_set() or job.done.is_set(),
+            "every slot registered",
+            timeout_s=30,
+        )
         control = spark_executor.control
         assert control is not None and not job.done.is_set(), job.error
         before = dict(control.rejected)
         messages = make_messages(control, tmp_path)
         for frames in messages:
             send(control.endpoint, frames)
-        wait_until(lambda: control.rejected[counter] - before.get(counter, 0) == len(messages),
-                   f"the driver counts {len(messages)} rejected '{counter}' messages "
-                   f"(counted: {dict(control.rejected)})", timeout_s=5)
+        wait_until(
+            lambda: control.rejected[counter] - before.get(counter, 0) == len(messages),
+            f"the driver counts {len(messages)} rejected '{counter}' messages "
+            f"(counted: {dict(control.rejected)})",
+            timeout_s=5,
+        )
         assert not job.done.is_set(), "the job was still running when the messages were rejected"
         others = {k: v - before.get(k, 0) for k, v in control.rejected.items() if k != counter}
         assert not any(others.values()), f"counted under another reason: {others}"
         rejected_at = max(control.last_heartbeat.values())
-        wait_until(lambda: len(control.last_heartbeat) == 2
-                   and min(control.last_heartbeat.values()) > rejected_at,
-                   "both slots' heartbeats are still accepted after the rejected messages",
-                   timeout_s=5)
+        wait_until(
+            lambda: (
+                len(control.last_heartbeat) == 2
+                and min(control.last_heartbeat.values()) > rejected_at
+            ),
+            "both slots' heartbeats are still accepted after the rejected messages",
+            timeout_s=5,
+        )
     finally:
         ended = job.wait(30)
     assert ended, "the job did not finish"

@@ -19,19 +19,23 @@ from lockgate.executor.spark.signals import PipeWaker
 def test_a_message_that_cannot_be_pickled_is_dropped_and_the_heartbeats_go_on() -> None:
     secret = new_secret()
     server = ControlServer("127.0.0.1", MessageAuth(secret), 3, num_slots=1)
-    client = ControlClient(server.endpoint, MessageAuth(secret), 3, 0,
-                           lambda type_, payload: None, heartbeat_s=0.02)
+    client = ControlClient(
+        server.endpoint, MessageAuth(secret), 3, 0, lambda type_, payload: None, heartbeat_s=0.02
+    )
     try:
         wait_until(lambda: 0 in server.last_heartbeat, "the first heartbeat arrived")
         lock = threading.Lock()  # pickle refuses a lock
         client.send(ACK, {"unpicklable": lock})
         wait_until(lambda: client.send_errors == 1, "the bad message was dropped")
         after = server.last_heartbeat[0]
-        wait_until(lambda: server.last_heartbeat[0] > after,
-                   "a heartbeat arrived after the bad message")
+        wait_until(
+            lambda: server.last_heartbeat[0] > after, "a heartbeat arrived after the bad message"
+        )
         client.send(ACK, "fine")
-        wait_until(lambda: any(True for _ in iter_events(server, ACK)),
-                   "a good message after the bad one arrived")
+        wait_until(
+            lambda: any(True for _ in iter_events(server, ACK)),
+            "a good message after the bad one arrived",
+        )
     finally:
         client.close()
         server.close()

@@ -33,9 +33,12 @@ class RunningSum(lg.KeyedProcessFunction):
 
 
 def running_sums(env: lg.StreamEnvironment, tmp: Path) -> Any:
-    return (env.from_source(SequenceSource(0, 20_000), name="numbers")
-            .map(lambda x: {"k": x % 13, "v": x}, name="to rows")
-            .key_by("k").process(RunningSum(), name="sums"))
+    return (
+        env.from_source(SequenceSource(0, 20_000), name="numbers")
+        .map(lambda x: {"k": x % 13, "v": x}, name="to rows")
+        .key_by("k")
+        .process(RunningSum(), name="sums")
+    )
 
 
 def stateless_mix(env: lg.StreamEnvironment, tmp: Path) -> Any:
@@ -58,12 +61,19 @@ def arrow_batches(env: lg.StreamEnvironment, tmp: Path) -> Any:
         values = batch.column(0).to_pylist()
         return pa.RecordBatch.from_pydict({"k": [f"k{v % 17}" for v in values], "v": values})
 
-    return (env.from_source(SequenceSource(0, 10_000)).map_batches(to_columns)
-            .key_by("k").process(lambda r, ctx: [(ctx.current_key, r["v"])]))
+    return (
+        env.from_source(SequenceSource(0, 10_000))
+        .map_batches(to_columns)
+        .key_by("k")
+        .process(lambda r, ctx: [(ctx.current_key, r["v"])])
+    )
 
 
-PIPELINES = {"running sums": running_sums, "stateless mix": stateless_mix,
-             "arrow batches": arrow_batches}
+PIPELINES = {
+    "running sums": running_sums,
+    "stateless mix": stateless_mix,
+    "arrow batches": arrow_batches,
+}
 
 
 def _canonical(name: str, records: list[Any]) -> Any:
@@ -74,14 +84,16 @@ def _canonical(name: str, records: list[Any]) -> Any:
         for r in records:
             finals[r["k"]] = max(finals.get(r["k"], 0), r["total"])
         return len(records), finals
-    return Counter(json.dumps(r, sort_keys=True) if isinstance(r, dict) else repr(r)
-                   for r in records)
+    return Counter(
+        json.dumps(r, sort_keys=True) if isinstance(r, dict) else repr(r) for r in records
+    )
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
 @pytest.mark.parametrize("name", list(PIPELINES))
 def test_a_pipeline_gives_the_same_records_and_counts_on_both_executors(
-        spark_executor, tmp_path, name, parallelism) -> None:
+    spark_executor, tmp_path, name, parallelism
+) -> None:
     outcomes = {}
     for label, executor in (("local", lg.LocalExecutor()), ("spark", spark_executor)):
         env = lg.StreamEnvironment(parallelism=parallelism)
@@ -98,7 +110,9 @@ def test_a_pipeline_gives_the_same_records_and_counts_on_both_executors(
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
-def test_file_sink_writes_the_same_part_files_on_both_executors(spark_executor, tmp_path, fmt) -> None:
+def test_file_sink_writes_the_same_part_files_on_both_executors(
+    spark_executor, tmp_path, fmt
+) -> None:
     records = [{"id": i, "name": f"név-{i}", "score": i / 4} for i in range(200)]
     contents = {}
     for label, executor in (("local", lg.LocalExecutor()), ("spark", spark_executor)):
@@ -110,9 +124,12 @@ def test_file_sink_writes_the_same_part_files_on_both_executors(spark_executor, 
     assert list(contents["local"]) == ["part-0-0." + fmt, "part-1-0." + fmt]
     if fmt == "parquet":  # the writer's metadata may differ; compare the tables
         import pyarrow.parquet as pq
+
         for name in contents["local"]:
-            assert (pq.read_table(tmp_path / "spark" / name).to_pylist()
-                    == pq.read_table(tmp_path / "local" / name).to_pylist())
+            assert (
+                pq.read_table(tmp_path / "spark" / name).to_pylist()
+                == pq.read_table(tmp_path / "local" / name).to_pylist()
+            )
     else:
         assert contents["spark"] == contents["local"]
 
@@ -128,7 +145,8 @@ def fail_in_map(env: lg.StreamEnvironment, tmp: Path) -> None:
         return x
 
     env.from_source(SequenceSource(0, 10**12)).map(explode, name="explosive").sink_to(
-        DiscardingSink())
+        DiscardingSink()
+    )
 
 
 def unhashable_key(env: lg.StreamEnvironment, tmp: Path) -> None:
@@ -136,7 +154,8 @@ def unhashable_key(env: lg.StreamEnvironment, tmp: Path) -> None:
         pass
 
     env.from_collection([1]).key_by(lambda x: Custom()).process(
-        lambda v, c: [v], name="keyed").sink_to(DiscardingSink())
+        lambda v, c: [v], name="keyed"
+    ).sink_to(DiscardingSink())
 
 
 def malformed_file(env: lg.StreamEnvironment, tmp: Path) -> None:
@@ -147,13 +166,18 @@ def malformed_file(env: lg.StreamEnvironment, tmp: Path) -> None:
 
 def bad_key_column(env: lg.StreamEnvironment, tmp: Path) -> None:
     env.from_collection([{"a": 1}, {"a": 2}]).key_by("nope").process(
-        lambda v, c: [v], name="keyed").sink_to(DiscardingSink())
+        lambda v, c: [v], name="keyed"
+    ).sink_to(DiscardingSink())
 
 
 #: name -> (parallelism, job); each job fails in exactly one subtask, so which one is reported
 #: does not depend on timing
-FAILURES = {"user code": (2, fail_in_map), "unhashable key": (2, unhashable_key),
-            "malformed input": (1, malformed_file), "missing key column": (1, bad_key_column)}
+FAILURES = {
+    "user code": (2, fail_in_map),
+    "unhashable key": (2, unhashable_key),
+    "malformed input": (1, malformed_file),
+    "missing key column": (1, bad_key_column),
+}
 
 
 def _headline(error: BaseException) -> str:
@@ -168,7 +192,9 @@ def _without_reprs(text: str) -> str:
 
 
 @pytest.mark.parametrize("name", list(FAILURES))
-def test_a_failure_is_reported_the_same_way_on_both_executors(spark_executor, tmp_path, name) -> None:
+def test_a_failure_is_reported_the_same_way_on_both_executors(
+    spark_executor, tmp_path, name
+) -> None:
     seen: dict[str, dict[str, Any]] = {}
     for label, executor in (("local", lg.LocalExecutor()), ("spark", spark_executor)):
         parallelism, build = FAILURES[name]
@@ -177,7 +203,12 @@ def test_a_failure_is_reported_the_same_way_on_both_executors(spark_executor, tm
         with pytest.raises(lg.JobFailedError) as err:
             env.execute("failing", executor=executor)
         e = err.value
-        seen[label] = {"headline": _headline(e), "reason": e.reason, "operator": e.operator,
-                       "subtask": e.subtask, "cause": type(e.__cause__).__name__,
-                       "cause text": _without_reprs(str(e.__cause__))}
+        seen[label] = {
+            "headline": _headline(e),
+            "reason": e.reason,
+            "operator": e.operator,
+            "subtask": e.subtask,
+            "cause": type(e.__cause__).__name__,
+            "cause text": _without_reprs(str(e.__cause__)),
+        }
     assert seen["spark"] == seen["local"]

@@ -35,15 +35,22 @@ class BlockForever:
 
 
 def test_m_r1_cancel_of_a_spark_job_whose_map_never_returns_ends_it_and_its_worker(
-        make_env: Any, spark_executor: Any, tmp_path: Any) -> None:
+    make_env: Any, spark_executor: Any, tmp_path: Any
+) -> None:
     marker = str(tmp_path / "entered")
     env = make_env(parallelism=1)
-    (env.from_source(SequenceSource(0, ENDLESS, batch_size=100), name="numbers")
-        .map(BlockForever(marker), name="stuck map").sink_to(DiscardingSink(), name="sink"))
+    (
+        env.from_source(SequenceSource(0, ENDLESS, batch_size=100), name="numbers")
+        .map(BlockForever(marker), name="stuck map")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     client = env.execute_async("stuck map on spark", executor=spark_executor)
     try:
-        wait_until(lambda: os.path.exists(marker) or client.done(),
-                   "the map got its first record", timeout_s=60)
+        wait_until(
+            lambda: os.path.exists(marker) or client.done(),
+            "the map got its first record",
+            timeout_s=60,
+        )
         assert not client.done(), f"the job ended by itself: {client.wait(0)!r}"
         pids = dict(spark_executor.slot_pids)
         assert pids, "the slot registered its Python worker"

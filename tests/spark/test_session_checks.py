@@ -57,10 +57,14 @@ def test_a_session_with_speculation_is_refused_naming_the_setting() -> None:
     assert "spark.speculation=false" in str(err.value)
 
 
-@pytest.mark.parametrize("settings", [
-    {},
-    {"spark.dynamicAllocation.enabled": "false", "spark.speculation": "false"},
-], ids=["defaults", "explicitly off"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"spark.dynamicAllocation.enabled": "false", "spark.speculation": "false"},
+    ],
+    ids=["defaults", "explicitly off"],
+)
 def test_a_session_without_dynamic_allocation_or_speculation_is_accepted(settings) -> None:
     check_session(FakeContext(settings))
 
@@ -75,7 +79,9 @@ def test_execute_refuses_a_dynamic_allocation_session_before_submitting_anything
 
 
 @pytest.mark.spark
-def test_a_plan_needing_more_slots_than_the_session_offers_is_refused_at_once(spark_executor) -> None:
+def test_a_plan_needing_more_slots_than_the_session_offers_is_refused_at_once(
+    spark_executor,
+) -> None:
     executor = SparkExecutor(spark=spark_executor.spark, slot_wait_timeout_s=1)
     env = lg.StreamEnvironment(parallelism=3)
     env.from_source(SequenceSource(0, 10)).rebalance().sink_to(DiscardingSink())
@@ -95,8 +101,11 @@ def test_a_second_executor_on_the_shared_session_runs_jobs_too(spark_executor) -
     """Two SparkExecutors on one session (e.g. a user's and the default one) both work."""
     other = SparkExecutor(spark=spark_executor.spark)
     env = lg.StreamEnvironment(parallelism=2)
-    out = env.from_source(SequenceSource(0, 50)).map(lambda x: x + 1).execute_and_collect(
-        executor=other)
+    out = (
+        env.from_source(SequenceSource(0, 50))
+        .map(lambda x: x + 1)
+        .execute_and_collect(executor=other)
+    )
     assert sorted(out) == list(range(1, 51))
     env2 = lg.StreamEnvironment(parallelism=2)
     out2 = env2.from_source(SequenceSource(0, 50)).execute_and_collect(executor=spark_executor)

@@ -58,8 +58,9 @@ def test_the_watchdog_reports_every_threads_stack_once_per_stall_period_and_rear
     reports: list[dict[str, Any]] = []
     watchdog = SlotWatchdog(lambda: beat[0], reports.append, stall_after_s=10.0, clock=clock)
     entered, release = threading.Event(), threading.Event()
-    worker = threading.Thread(target=blocked_in_a_lock, args=(entered, release),
-                              name="test worker stuck in a lock")
+    worker = threading.Thread(
+        target=blocked_in_a_lock, args=(entered, release), name="test worker stuck in a lock"
+    )
     worker.start()
     try:
         assert entered.wait(5)
@@ -98,18 +99,24 @@ def wedged_heartbeat_diagnostic(wedged: threading.Event, release: threading.Even
 
 
 def test_a_slot_whose_control_thread_is_stuck_sends_its_stacks_and_the_driver_error_has_them(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.WARNING, logger="lockgate.executor.spark.control")
     secret = new_secret()
     server = ControlServer("127.0.0.1", MessageAuth(secret), 7, num_slots=1)
-    client = ControlClient(server.endpoint, MessageAuth(secret), 7, 0,
-                           lambda type_, payload: None, heartbeat_s=0.05)
+    client = ControlClient(
+        server.endpoint, MessageAuth(secret), 7, 0, lambda type_, payload: None, heartbeat_s=0.05
+    )
     reporter = ControlReporter(server.endpoint, MessageAuth(secret), 7, 0)
     # dump_path=None: no faulthandler layer in the test process (the hang guard owns it)
-    watchdog = SlotWatchdog(lambda: client.last_beat,
-                            lambda payload: reporter.send(STACKS, payload),
-                            stall_after_s=0.5, check_s=0.05, label="slot 0",
-                            on_stop=reporter.close)
+    watchdog = SlotWatchdog(
+        lambda: client.last_beat,
+        lambda payload: reporter.send(STACKS, payload),
+        stall_after_s=0.5,
+        check_s=0.05,
+        label="slot 0",
+        on_stop=reporter.close,
+    )
     wedged, release = threading.Event(), threading.Event()
     try:
         watchdog.start()
@@ -118,8 +125,11 @@ def test_a_slot_whose_control_thread_is_stuck_sends_its_stacks_and_the_driver_er
         client.heartbeat_payload = lambda: wedged_heartbeat_diagnostic(wedged, release)
         assert wedged.wait(5)
         silent_from = server.last_heartbeat[0]
-        wait_until(lambda: 0 in server.stack_reports, "the watchdog's STACKS reached the driver",
-                   timeout_s=10)
+        wait_until(
+            lambda: 0 in server.stack_reports,
+            "the watchdog's STACKS reached the driver",
+            timeout_s=10,
+        )
         report = server.stack_reports[0]
         assert server.last_heartbeat[0] == silent_from, "a STACKS report is no heartbeat"
         stacks = report.payload["stacks"]
@@ -149,8 +159,11 @@ def test_the_driver_error_says_when_no_stacks_came_and_why() -> None:
         text = str(silent_slot_error("quiet", server, 1, 61.0))
         assert "slot 1 sent no heartbeat for 61.0s" in text
         assert "never registered" in text and "no thread dump from slot 1" in text
-        server.registrations[1] = {"pid": 2**22 + 12345, "host": "another-host",
-                                   "stack_dump": "/tmp/x.stacks"}
+        server.registrations[1] = {
+            "pid": 2**22 + 12345,
+            "host": "another-host",
+            "stack_dump": "/tmp/x.stacks",
+        }
         text = str(silent_slot_error("quiet", server, 1, 61.0))
         assert "faulthandler wrote one to /tmp/x.stacks on another-host" in text
     finally:
@@ -175,14 +188,19 @@ FROZEN_CHILD = textwrap.dedent("""
 
 
 def test_a_frozen_interpreters_stacks_are_written_by_faulthandler_into_the_dump_file(
-        tmp_path: Any) -> None:
+    tmp_path: Any,
+) -> None:
     dump = tmp_path / "slot-3.stacks"
-    child = subprocess.Popen([sys.executable, "-c", FROZEN_CHILD, str(dump)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_CHILD, str(dump)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline() == "freezing\n"
-        wait_until(lambda: read_freeze_dump(str(dump)) is not None,
-                   "faulthandler wrote the frozen child's stacks", timeout_s=15)
+        wait_until(
+            lambda: read_freeze_dump(str(dump)) is not None,
+            "faulthandler wrote the frozen child's stacks",
+            timeout_s=15,
+        )
         text = read_freeze_dump(str(dump))
         assert text is not None
         assert "lockgate slot 3" in text
@@ -215,19 +233,24 @@ def freeze_the_whole_interpreter() -> None:
 @pytest.mark.spark
 @pytest.mark.hang_guard(120)
 def test_a_spark_slot_frozen_with_the_gil_held_fails_the_job_with_its_thread_stacks(
-        spark_executor: Any, caplog: pytest.LogCaptureFixture) -> None:
+    spark_executor: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     from lockgate.executor.spark import SparkExecutor
 
     caplog.set_level(logging.ERROR, logger="lockgate.executor.spark.executor")
     spark_executor.warm_up(2)  # the slots start at once (a short timeout covers the start)
     # the shared session, a short heartbeat timeout: the slot's stacks are due after 4 s
-    executor = SparkExecutor(spark=spark_executor.spark, heartbeat_timeout_s=8.0,
-                             ship_package=False)
+    executor = SparkExecutor(
+        spark=spark_executor.spark, heartbeat_timeout_s=8.0, ship_package=False
+    )
     env = lg.StreamEnvironment(parallelism=2)
-    (env.from_source(SequenceSource(0, ENDLESS, rows_per_second=2_000, batch_size=10),
-                     name="numbers")
+    (
+        env.from_source(
+            SequenceSource(0, ENDLESS, rows_per_second=2_000, batch_size=10), name="numbers"
+        )
         .map(FreezeOneSlot(), name="freeze")
-        .sink_to(DiscardingSink(), name="sink"))
+        .sink_to(DiscardingSink(), name="sink")
+    )
     job = BackgroundJob(lambda: env.execute("frozen slot", executor=executor))
     try:
         assert job.wait(90), "the frozen slot was not detected"

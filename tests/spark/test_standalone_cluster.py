@@ -43,12 +43,17 @@ class Driver:
         self._log_file = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [sys.executable, str(HERE / "cluster_driver.py"), master_url],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file,
-            env=env, cwd=HERE, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            env=env,
+            cwd=HERE,
+            start_new_session=True,
         )
         self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, name="test cluster driver reader",
-                                        daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, name="test cluster driver reader", daemon=True
+        )
         self._reader.start()
 
     def _read(self) -> None:
@@ -56,7 +61,7 @@ class Driver:
         for raw in self.process.stdout:
             line = raw.decode(errors="replace")
             if line.startswith(PREFIX):
-                self.messages.put(json.loads(line[len(PREFIX):]))
+                self.messages.put(json.loads(line[len(PREFIX) :]))
         self.messages.put({"kind": "exited", "code": self.process.wait()})
 
     def send(self, command: str) -> None:
@@ -135,7 +140,8 @@ def driver(cluster: StandaloneCluster) -> Iterator[Driver]:
 
 
 def test_a_keyed_job_runs_its_slots_on_two_executors_and_matches_the_local_result(
-        cluster: StandaloneCluster, driver: Driver) -> None:
+    cluster: StandaloneCluster, driver: Driver
+) -> None:
     n, rate = 3000, 1000  # about 3 s: time enough to look at the slots' processes
     driver.send(f"sums {n} {rate}")
     running = driver.expect("running", 150, "both slots of the job registered")
@@ -146,7 +152,8 @@ def test_a_keyed_job_runs_its_slots_on_two_executors_and_matches_the_local_resul
     first, second = hosts[0], hosts[1]
     assert first is not None and second is not None, (
         f"every slot's Python worker runs under an executor JVM of the cluster: slots {slot_pids}, "
-        f"their executors {hosts}, the cluster's executors {executors}")
+        f"their executors {hosts}, the cluster's executors {executors}"
+    )
     assert first != second, f"the two slots share executor {first}"
     assert executors[first] != executors[second], "the two executors share a worker"
 
@@ -154,7 +161,8 @@ def test_a_keyed_job_runs_its_slots_on_two_executors_and_matches_the_local_resul
     records = result["records"]
     assert len(records) == n
     assert {r["pid"] for r in records} == set(slot_pids.values()), (
-        "the keyed records were computed in the two slots' Python workers")
+        "the keyed records were computed in the two slots' Python workers"
+    )
 
     env = lg.StreamEnvironment(parallelism=2)
     local = build_sums(env, n).execute_and_collect(executor=lg.LocalExecutor())
@@ -163,12 +171,15 @@ def test_a_keyed_job_runs_its_slots_on_two_executors_and_matches_the_local_resul
 
 
 def test_killing_one_executor_jvm_fails_the_job_within_10s_leaving_no_python_worker(
-        cluster: StandaloneCluster, driver: Driver) -> None:
+    cluster: StandaloneCluster, driver: Driver
+) -> None:
     driver.send("endless")
     running = driver.expect("running", 150, "both slots of the endless job registered")
     slot_pids = {int(k): v for k, v in running["slot_pids"].items()}
     victim = cluster.executor_of(slot_pids[0])
-    assert victim is not None, f"slot 0 (pid {slot_pids[0]}) runs under none of {cluster.executor_pids()}"
+    assert victim is not None, (
+        f"slot 0 (pid {slot_pids[0]}) runs under none of {cluster.executor_pids()}"
+    )
 
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)

@@ -23,20 +23,27 @@ ENDLESS = 10**12
 
 def _endless_keyed_job(make_env) -> lg.StreamEnvironment:
     env = make_env(parallelism=2)
-    (env.from_source(SequenceSource(0, ENDLESS, rows_per_second=20_000), name="numbers")
-        .key_by(lambda x: x % 10).process(lambda v, ctx: [v], name="keyed")
-        .sink_to(DiscardingSink(), name="sink"))
+    (
+        env.from_source(SequenceSource(0, ENDLESS, rows_per_second=20_000), name="numbers")
+        .key_by(lambda x: x % 10)
+        .process(lambda v, ctx: [v], name="keyed")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     return env
 
 
 @pytest.mark.parametrize("victim", [0, 1])
 def test_killing_one_slots_python_worker_fails_the_job_within_10s_leaving_no_worker(
-        make_env, spark_executor, victim) -> None:
+    make_env, spark_executor, victim
+) -> None:
     env = _endless_keyed_job(make_env)
     job = BackgroundJob(lambda: env.execute("victim", executor=spark_executor))
     try:
-        wait_until(lambda: spark_executor.running.is_set() or job.done.is_set(),
-                   "every slot of the job registered", timeout_s=30)
+        wait_until(
+            lambda: spark_executor.running.is_set() or job.done.is_set(),
+            "every slot of the job registered",
+            timeout_s=30,
+        )
         assert not job.done.is_set(), f"the endless job ended by itself: {job.error!r}"
         pids = dict(spark_executor.slot_pids)
         assert sorted(pids) == [0, 1]
@@ -57,8 +64,11 @@ def test_killing_one_slots_python_worker_fails_the_job_within_10s_leaving_no_wor
     assert error.reason is lg.FailureReason.TASK_LOST, error.reason
     survivors = [p for p in pids.values() if process_alive(p)]
     assert not survivors, f"Python workers of the failed job still running: {survivors}"
-    left = [f for p in pids.values()
-            for f in glob.glob(os.path.join(tempfile.gettempdir(), f"lockgate-slot-*-pid{p}.stacks"))]
+    left = [
+        f
+        for p in pids.values()
+        for f in glob.glob(os.path.join(tempfile.gettempdir(), f"lockgate-slot-*-pid{p}.stacks"))
+    ]
     assert not left, f"the killed slots' watchdog dump files were left behind: {left}"
     assert spark_executor.control is None and not spark_executor.running.is_set()
 

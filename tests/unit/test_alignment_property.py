@@ -65,17 +65,26 @@ class Scenario:
 
     def delivered(self) -> list[int]:
         """Checkpoints whose barrier some channel carries."""
-        return sorted({e.checkpoint_id for seq in self.channels for e in seq
-                       if isinstance(e, el.CheckpointBarrier)})
+        return sorted(
+            {
+                e.checkpoint_id
+                for seq in self.channels
+                for e in seq
+                if isinstance(e, el.CheckpointBarrier)
+            }
+        )
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, alternating: bool = False, channels: tuple[int, int] = (2, 4)
-              ) -> Scenario:
+def scenarios(
+    draw: st.DrawFn, alternating: bool = False, channels: tuple[int, int] = (2, 4)
+) -> Scenario:
     n = draw(st.integers(*channels))
     k = draw(st.integers(1, 4))
-    kinds = [draw(st.sampled_from(["savepoint", "aligned", "unaligned"])) if alternating
-             else "aligned" for _ in range(k)]
+    kinds = [
+        draw(st.sampled_from(["savepoint", "aligned", "unaligned"])) if alternating else "aligned"
+        for _ in range(k)
+    ]
     next_id = 0
     channels: list[list[Any]] = []
     for _ in range(n):
@@ -142,9 +151,14 @@ def execute(sc: Scenario, mode: CheckpointingMode, unaligned: bool, data: st.Dat
     clock = ManualClock(0)
     channels = [LocalChannel(1 << 30, name=f"in{i}") for i in range(sc.n)]
     gate = InputGate(list(channels), [0] * sc.n, threading.Event())
-    handler = create_barrier_handler(mode, unaligned=unaligned,
-                                     aligned_timeout_ms=TIMEOUT_MS if unaligned else 0,
-                                     num_channels=sc.n, actions=actions, clock=clock)
+    handler = create_barrier_handler(
+        mode,
+        unaligned=unaligned,
+        aligned_timeout_ms=TIMEOUT_MS if unaligned else 0,
+        num_channels=sc.n,
+        actions=actions,
+        clock=clock,
+    )
     cgate = CheckpointedInputGate(gate, handler, actions)
     fed = [0] * sc.n
 
@@ -200,7 +214,8 @@ def execute(sc: Scenario, mode: CheckpointingMode, unaligned: bool, data: st.Dat
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.data())
 def test_m_b4_an_aligned_snapshot_holds_exactly_the_records_in_front_of_its_barriers(
-        sc: Scenario, data: st.DataObject) -> None:
+    sc: Scenario, data: st.DataObject
+) -> None:
     run = execute(sc, CheckpointingMode.EXACTLY_ONCE, unaligned=False, data=data)
     assert run.triggers == sc.delivered()
     assert run.aborts == []
@@ -211,7 +226,8 @@ def test_m_b4_an_aligned_snapshot_holds_exactly_the_records_in_front_of_its_barr
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.data())
 def test_m_b2_a_tracked_snapshot_holds_at_least_the_records_in_front_of_its_barriers(
-        sc: Scenario, data: st.DataObject) -> None:
+    sc: Scenario, data: st.DataObject
+) -> None:
     run = execute(sc, CheckpointingMode.AT_LEAST_ONCE, unaligned=False, data=data)
     assert run.triggers == sc.delivered()
     assert run.aborts == []
@@ -222,7 +238,8 @@ def test_m_b2_a_tracked_snapshot_holds_at_least_the_records_in_front_of_its_barr
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(alternating=True), st.data())
 def test_m_b7_an_unaligned_snapshot_plus_its_inflight_records_is_exactly_the_records_in_front_of_its_barriers(
-        sc: Scenario, data: st.DataObject) -> None:
+    sc: Scenario, data: st.DataObject
+) -> None:
     run = execute(sc, CheckpointingMode.EXACTLY_ONCE, unaligned=True, data=data)
     delivered = sc.delivered()
     assert run.triggers == delivered
@@ -244,7 +261,8 @@ def test_m_b7_an_unaligned_snapshot_plus_its_inflight_records_is_exactly_the_rec
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(channels=(1, 1)), st.data())
 def test_m_b9_with_one_input_channel_tracking_is_exactly_once_too(
-        sc: Scenario, data: st.DataObject) -> None:
+    sc: Scenario, data: st.DataObject
+) -> None:
     run = execute(sc, CheckpointingMode.AT_LEAST_ONCE, unaligned=False, data=data)
     assert run.triggers == sc.delivered()
     for cid in run.triggers:

@@ -47,11 +47,14 @@ def test_sequence_source_with_start_above_end_names_both() -> None:
     assert "start <= end" in str(err.value) and "5 > 1" in str(err.value)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"start": 0, "end": 10, "rows_per_second": 0}, "rows_per_second"),
-    ({"start": 0, "end": 10, "batch_size": 0}, "batch_size"),
-    ({"start": 0.5, "end": 10}, "start must be an int"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"start": 0, "end": 10, "rows_per_second": 0}, "rows_per_second"),
+        ({"start": 0, "end": 10, "batch_size": 0}, "batch_size"),
+        ({"start": 0.5, "end": 10}, "start must be an int"),
+    ],
+)
 def test_sequence_source_rejects_bad_settings(kwargs, needle) -> None:
     with pytest.raises(lg.ConfigurationError, match=needle):
         SequenceSource(**kwargs)
@@ -69,8 +72,9 @@ def test_file_source_rejects_an_unknown_format_and_on_error(tmp_path) -> None:
     f.write_text("{}\n")
     with pytest.raises(lg.ConfigurationError, match="jsonl, csv, parquet"):
         FileSource(f, format="xml")
-    with pytest.raises(lg.ConfigurationError,
-                       match=r"on_error must be 'fail' \(.*\) or 'dead_letter'.*'ignore'"):
+    with pytest.raises(
+        lg.ConfigurationError, match=r"on_error must be 'fail' \(.*\) or 'dead_letter'.*'ignore'"
+    ):
         FileSource(f, on_error="ignore")
 
 
@@ -125,8 +129,9 @@ def test_union_rejects_a_stream_of_another_environment(stream) -> None:
         stream.union(other)
 
 
-@pytest.mark.parametrize("method,arg", [("uid", ""), ("name", ""), ("set_parallelism", 0),
-                                        ("set_max_parallelism", 0)])
+@pytest.mark.parametrize(
+    "method,arg", [("uid", ""), ("name", ""), ("set_parallelism", 0), ("set_max_parallelism", 0)]
+)
 def test_operator_settings_reject_bad_values(stream, method, arg) -> None:
     with pytest.raises(lg.ConfigurationError):
         getattr(stream.map(ident), method)(arg)

@@ -121,18 +121,31 @@ class FakeRestore:
 class Harness:
     """One operator subtask with the test thread as its task thread."""
 
-    def __init__(self, fn: Any, *, capacity: int = 10, ordered: bool = True,
-                 timeout_ms: float = 60_000, restored: FakeRestore | None = None,
-                 subtask: int = 0, parallelism: int = 1) -> None:
+    def __init__(
+        self,
+        fn: Any,
+        *,
+        capacity: int = 10,
+        ordered: bool = True,
+        timeout_ms: float = 60_000,
+        restored: FakeRestore | None = None,
+        subtask: int = 0,
+        parallelism: int = 1,
+    ) -> None:
         self.signal = threading.Event()
         self.mailbox = Mailbox(self.signal)
         self.plan: deque[Callable[[], None]] = deque()  # actions to run while waiting
         self.waits = 0  # how often the operator waited
         self.mails = 0  # how many mails ran (a completion is one)
         self.op = AsyncWaitOperator(fn, timeout_ms, capacity, ordered)
-        ctx = lg.RuntimeContext(task_name="t", operator_name="lookup", operator_uid="lookup",
-                                subtask_index=subtask, parallelism=parallelism,
-                                max_parallelism=128)
+        ctx = lg.RuntimeContext(
+            task_name="t",
+            operator_name="lookup",
+            operator_uid="lookup",
+            subtask_index=subtask,
+            parallelism=parallelism,
+            max_parallelism=128,
+        )
         ctx.mailbox = self.mailbox
         ctx.run_mail_until = self.run_mail_until
         self.out = Recorder()
@@ -152,8 +165,10 @@ class Harness:
             if self.plan:
                 self.plan.popleft()()
             if not self.signal.wait(WAIT_S):
-                pytest.fail(f"the operator waited {WAIT_S}s and no mail came "
-                            f"(planned actions left: {len(self.plan)})")
+                pytest.fail(
+                    f"the operator waited {WAIT_S}s and no mail came "
+                    f"(planned actions left: {len(self.plan)})"
+                )
 
     def run_mails(self) -> None:
         """Run the mails queued now (a turn of the task loop)."""
@@ -168,8 +183,9 @@ class Harness:
             self.plan = saved
 
     def records(self, *values: Any, stamps: list[int] | None = None) -> None:
-        self.op.process_batch(RowBatch(list(values), None if stamps is None
-                                       else np.asarray(stamps, dtype=np.int64)))
+        self.op.process_batch(
+            RowBatch(list(values), None if stamps is None else np.asarray(stamps, dtype=np.int64))
+        )
 
     def watermark(self, ts: int) -> None:
         self.op.process_watermark(Watermark(ts))
@@ -209,7 +225,8 @@ def w(ts: int) -> tuple[Any, ...]:
 
 
 def test_ordered_results_leave_in_input_order_with_their_records_timestamps_M_W7(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     h = harnesses(gate.fn, ordered=True)
     h.records("a", "b", "c", stamps=[5, 7, 9])
     gate.release("c", ["c1", "c2"])
@@ -227,7 +244,8 @@ def queue_of(h: Harness) -> Any:
 
 
 def test_records_without_timestamps_give_results_without_timestamps(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     h = harnesses(gate.fn)
     h.records(1, 2)
     gate.release(1)
@@ -237,7 +255,8 @@ def test_records_without_timestamps_give_results_without_timestamps(
 
 
 def test_unordered_results_leave_as_they_complete_but_never_across_a_watermark_M_W7(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     h = harnesses(gate.fn, ordered=False)
     h.records("a", "b", stamps=[1, 2])
     h.watermark(2)
@@ -254,7 +273,8 @@ def test_unordered_results_leave_as_they_complete_but_never_across_a_watermark_M
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 def test_a_watermark_with_nothing_pending_in_front_leaves_at_once_M_W7(
-        gate: Gate, harnesses: Any, ordered: bool) -> None:
+    gate: Gate, harnesses: Any, ordered: bool
+) -> None:
     h = harnesses(gate.fn, ordered=ordered)
     h.watermark(10)
     assert h.out.take() == [w(10)]
@@ -271,7 +291,8 @@ def test_a_watermark_with_nothing_pending_in_front_leaves_at_once_M_W7(
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 def test_a_full_queue_makes_the_operator_wait_and_start_no_more_requests_M_W7(
-        gate: Gate, harnesses: Any, ordered: bool) -> None:
+    gate: Gate, harnesses: Any, ordered: bool
+) -> None:
     h = harnesses(gate.fn, capacity=2, ordered=ordered)
     seen: list[list[Any]] = []
 
@@ -282,6 +303,7 @@ def test_a_full_queue_makes_the_operator_wait_and_start_no_more_requests_M_W7(
             # the operator waits in this thread, so nothing else can have been submitted
             seen.append(gate.started_now())
             gate.release(record)
+
         return act
 
     # the batch does not fit: the operator waits with 0 and 1 in, then 1 and 2, ...
@@ -310,7 +332,8 @@ def test_a_watermark_takes_a_place_in_the_queue_too_M_W7(gate: Gate, harnesses: 
 
 
 def test_held_back_completed_records_still_occupy_the_ordered_queue_M_W7(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     h = harnesses(gate.fn, capacity=2, ordered=True)
     h.records(0, 1)
     gate.release(1)
@@ -354,8 +377,7 @@ class HangsWithFallback(Hangs):
         return [f"fallback {record}"]
 
 
-def test_a_request_past_its_timeout_fails_the_task_naming_the_record(
-        harnesses: Any) -> None:
+def test_a_request_past_its_timeout_fails_the_task_naming_the_record(harnesses: Any) -> None:
     h = harnesses(Hangs(), timeout_ms=20)
     h.records(3, 4)
     with pytest.raises(UserFunctionError) as err:
@@ -432,7 +454,8 @@ def stored(payload: Any) -> list[Any]:
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 def test_the_snapshot_holds_every_input_whose_results_have_not_left_M_T3_M_T4(
-        gate: Gate, harnesses: Any, ordered: bool) -> None:
+    gate: Gate, harnesses: Any, ordered: bool
+) -> None:
     h = harnesses(gate.fn, ordered=ordered)
     h.records("a", "b", stamps=[1, 2])
     h.watermark(2)
@@ -444,12 +467,16 @@ def test_the_snapshot_holds_every_input_whose_results_have_not_left_M_T3_M_T4(
     view = h.op.snapshot_state(1)
     if ordered:
         assert left == []
-        expected = [("record", "a", 1), ("record", "b", 2), ("watermark", 2),
-                    ("record", "c", 3), ("record", "d", 4)]
+        expected = [
+            ("record", "a", 1),
+            ("record", "b", 2),
+            ("watermark", 2),
+            ("record", "c", 3),
+            ("record", "d", 4),
+        ]
     else:
         assert left == [r("b", 2)], "b left: its results are not in flight any more"
-        expected = [("record", "a", 1), ("watermark", 2), ("record", "c", 3),
-                    ("record", "d", 4)]
+        expected = [("record", "a", 1), ("watermark", 2), ("record", "c", 3), ("record", "d", 4)]
     gate.release("a")
     h.until(lambda: h.mails == 3)
     assert h.out.take()[:1] == [r("a", 1)]
@@ -464,7 +491,8 @@ def test_an_empty_queue_still_writes_a_snapshot_M_T4(gate: Gate, harnesses: Any)
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
 def test_a_restore_issues_the_stored_inputs_again_before_new_input_M_R1(
-        gate: Gate, harnesses: Any, ordered: bool) -> None:
+    gate: Gate, harnesses: Any, ordered: bool
+) -> None:
     first = harnesses(gate.fn, ordered=ordered)
     first.records("a", "b", stamps=[1, 2])
     first.watermark(2)
@@ -491,11 +519,13 @@ def test_a_restore_issues_the_stored_inputs_again_before_new_input_M_R1(
     assert again.started_now() == ["b", "c", "d"]
     # b before the restored watermark, c and d after it; each once
     assert h.out.take() == [r("b", 2), w(2)] + (
-        [r("c", 3), r("d", 4)] if ordered else [r("d", 4), r("c", 3)])
+        [r("c", 3), r("d", 4)] if ordered else [r("d", 4), r("c", 3)]
+    )
 
 
 def test_restored_inputs_beyond_the_capacity_wait_in_order_before_new_input_M_R1(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     first = harnesses(gate.fn, capacity=4)
     first.records(0, 1, 2, 3)
     payload = snapshot_payload(first)
@@ -507,8 +537,14 @@ def test_restored_inputs_beyond_the_capacity_wait_in_order_before_new_input_M_R1
     again.arrived(0)
     again.arrived(1)
     assert again.started_now() == [0, 1], "as many as fit"
-    h.plan.extend([lambda: again.release(0), lambda: again.release(1),
-                   lambda: again.release(2), lambda: again.release(3)])
+    h.plan.extend(
+        [
+            lambda: again.release(0),
+            lambda: again.release(1),
+            lambda: again.release(2),
+            lambda: again.release(3),
+        ]
+    )
     h.records(4)  # waits until 2 and 3 went in ahead of it
     assert again.started_now()[:4] == [0, 1, 2, 3]
     again.release(4)
@@ -517,7 +553,8 @@ def test_restored_inputs_beyond_the_capacity_wait_in_order_before_new_input_M_R1
 
 
 def test_a_restore_at_another_parallelism_deals_out_records_once_and_drops_watermarks_M_R1(
-        gate: Gate, harnesses: Any) -> None:
+    gate: Gate, harnesses: Any
+) -> None:
     payloads = {}
     for subtask, values in enumerate([(0, 1, 2), (3, 4)]):
         h = harnesses(gate.fn, subtask=subtask, parallelism=2)
@@ -528,15 +565,18 @@ def test_a_restore_at_another_parallelism_deals_out_records_once_and_drops_water
 
     dealt = []
     for subtask in range(3):
-        h = harnesses(Gate().fn, restored=FakeRestore(payloads, subtask, 3),
-                      subtask=subtask, parallelism=3)
+        h = harnesses(
+            Gate().fn, restored=FakeRestore(payloads, subtask, 3), subtask=subtask, parallelism=3
+        )
         dealt.append(stored(snapshot_payload(h)))  # before the first mail issued them
-    assert dealt == [[("record", 0, 0), ("record", 1, 1)], [("record", 2, 2), ("record", 3, 3)],
-                     [("record", 4, 4)]]
+    assert dealt == [
+        [("record", 0, 0), ("record", 1, 1)],
+        [("record", 2, 2), ("record", 3, 3)],
+        [("record", 4, 4)],
+    ]
 
 
-def test_a_snapshot_while_waiting_for_room_mid_batch_is_refused(
-        gate: Gate, harnesses: Any) -> None:
+def test_a_snapshot_while_waiting_for_room_mid_batch_is_refused(gate: Gate, harnesses: Any) -> None:
     h = harnesses(gate.fn, capacity=1)
     errors: list[BaseException] = []
 
@@ -585,8 +625,11 @@ def test_the_api_validates_its_arguments() -> None:
         with pytest.raises(ConfigurationError, match=message):
             AsyncDataStream.ordered_wait(*args)
     for capacity in (0, -1, True, 1.5):
-        with pytest.raises(ConfigurationError, match=r"capacity of AsyncDataStream.unordered_wait"
-                                                     r" must be an int >= 1"):
+        with pytest.raises(
+            ConfigurationError,
+            match=r"capacity of AsyncDataStream.unordered_wait"
+            r" must be an int >= 1",
+        ):
             AsyncDataStream.unordered_wait(stream, lookup, 100, capacity=capacity)
     with pytest.raises(ConfigurationError, match=r"name must be a non-empty string"):
         AsyncDataStream.ordered_wait(stream, lookup, 100, name="")
@@ -594,8 +637,9 @@ def test_the_api_validates_its_arguments() -> None:
 
 def test_the_api_builds_an_unchained_operator_with_the_settings() -> None:
     env = lg.StreamEnvironment(parallelism=1)
-    out = AsyncDataStream.unordered_wait(env.from_collection([1]), lookup,
-                                         timedelta(seconds=2), capacity=7, name="enrich")
+    out = AsyncDataStream.unordered_wait(
+        env.from_collection([1]), lookup, timedelta(seconds=2), capacity=7, name="enrich"
+    )
     t = out.transformation
     assert t.name == "enrich" and t.chainable is False
     assert t.factory is not None

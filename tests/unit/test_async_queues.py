@@ -26,8 +26,10 @@ from lockgate.runtime.async_queue import (
     UnorderedElementQueue,
 )
 
-QUEUES = [pytest.param(OrderedElementQueue, id="ordered"),
-          pytest.param(UnorderedElementQueue, id="unordered")]
+QUEUES = [
+    pytest.param(OrderedElementQueue, id="ordered"),
+    pytest.param(UnorderedElementQueue, id="unordered"),
+]
 
 
 class Out:
@@ -58,8 +60,9 @@ def w(ts: int) -> tuple[Any, ...]:
 # ----------------------------------------------------------------------------- ordered
 
 
-def test_m_w7_an_ordered_queue_emits_results_in_input_order_when_later_records_complete_first(
-) -> None:
+def test_m_w7_an_ordered_queue_emits_results_in_input_order_when_later_records_complete_first() -> (
+    None
+):
     q, out = OrderedElementQueue(10), Out()
     a, b, c = q.add_record("a"), q.add_record("b"), q.add_record("c")
     c.complete(["C"])
@@ -73,8 +76,7 @@ def test_m_w7_an_ordered_queue_emits_results_in_input_order_when_later_records_c
     assert q.is_empty()
 
 
-def test_m_w7_an_ordered_queue_holds_a_watermark_until_every_record_before_it_has_left(
-) -> None:
+def test_m_w7_an_ordered_queue_holds_a_watermark_until_every_record_before_it_has_left() -> None:
     q, out = OrderedElementQueue(10), Out()
     a = q.add_record("a")
     q.add_watermark(Watermark(5))
@@ -86,8 +88,7 @@ def test_m_w7_an_ordered_queue_holds_a_watermark_until_every_record_before_it_ha
     assert out.take() == [r("a", "A"), w(5), r("b", "B")]
 
 
-def test_m_w7_an_ordered_queue_emits_a_completed_record_behind_a_watermark_with_it(
-) -> None:
+def test_m_w7_an_ordered_queue_emits_a_completed_record_behind_a_watermark_with_it() -> None:
     q, out = OrderedElementQueue(10), Out()
     q.add_watermark(Watermark(1))
     a = q.add_record("a")
@@ -114,8 +115,9 @@ def test_m_w7_an_unordered_queue_emits_a_segments_records_in_completion_order() 
     assert q.is_empty()
 
 
-def test_m_w7_an_unordered_queue_holds_a_record_completed_behind_a_watermark_until_the_watermark_left(
-) -> None:
+def test_m_w7_an_unordered_queue_holds_a_record_completed_behind_a_watermark_until_the_watermark_left() -> (
+    None
+):
     q, out = UnorderedElementQueue(10), Out()
     a = q.add_record("a")
     q.add_watermark(Watermark(7))
@@ -147,7 +149,8 @@ def test_m_w7_an_unordered_queue_gives_each_of_two_watermarks_a_segment_of_its_o
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_m_w7_a_watermark_with_nothing_in_front_of_it_leaves_at_the_next_emit(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(4), Out()
     q.add_watermark(Watermark(3))
     assert q.has_completed()
@@ -158,7 +161,8 @@ def test_m_w7_a_watermark_with_nothing_in_front_of_it_leaves_at_the_next_emit(
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_m_w7_a_watermark_arrival_emits_records_completed_before_it_arrived(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(4), Out()
     q.add_record("a").complete(["A"])  # completed, but nothing emitted it yet
     q.add_watermark(Watermark(3))
@@ -171,7 +175,8 @@ def test_m_w7_a_watermark_arrival_emits_records_completed_before_it_arrived(
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_m_w7_a_full_queue_refuses_records_and_watermarks_until_an_entry_left(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(2), Out()
     a = q.add_record("a")
     q.add_watermark(Watermark(1))
@@ -193,14 +198,16 @@ def test_m_w7_a_full_queue_refuses_records_and_watermarks_until_an_entry_left(
 @pytest.mark.parametrize("queue_type", QUEUES)
 @pytest.mark.parametrize("capacity", [0, -1, True, 1.5, "3", None])
 def test_a_queue_rejects_a_capacity_that_is_not_a_positive_int(
-        queue_type: type[ElementQueue], capacity: Any) -> None:
+    queue_type: type[ElementQueue], capacity: Any
+) -> None:
     with pytest.raises(ConfigurationError, match="capacity"):
         queue_type(capacity)
 
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_a_queue_rejects_a_watermark_that_is_not_a_watermark(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q = queue_type(2)
     with pytest.raises(ConfigurationError, match="Watermark"):
         q.add_watermark(5)  # type: ignore[arg-type]
@@ -219,7 +226,8 @@ def test_completions_reject_what_is_not_an_exception_or_a_completion() -> None:
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_the_first_completion_of_an_entry_wins_and_later_ones_are_ignored(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(2), Out()
     a = q.add_record("a")
     assert a.complete(["first"]) is True
@@ -231,7 +239,8 @@ def test_the_first_completion_of_an_entry_wins_and_later_ones_are_ignored(
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_a_failed_record_raises_its_error_when_it_would_leave_and_stays_in_the_queue(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(4), Out()
     a, b = q.add_record("a"), q.add_record("b")
     a.complete(["A"])
@@ -251,7 +260,8 @@ def test_a_failed_record_raises_its_error_when_it_would_leave_and_stays_in_the_q
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_m_w7_pending_inputs_lists_unemitted_records_and_watermarks_in_input_order(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     q, out = queue_type(10), Out()
     a = q.add_record("a")
     q.add_watermark(Watermark(1))
@@ -268,8 +278,9 @@ def test_m_w7_pending_inputs_lists_unemitted_records_and_watermarks_in_input_ord
     assert q.pending_inputs() == []
 
 
-def test_m_w7_an_unordered_queue_drops_emitted_records_from_pending_inputs_but_keeps_the_rest(
-) -> None:
+def test_m_w7_an_unordered_queue_drops_emitted_records_from_pending_inputs_but_keeps_the_rest() -> (
+    None
+):
     q, out = UnorderedElementQueue(10), Out()
     q.add_record("a")
     q.add_record("b").complete([])
@@ -280,7 +291,8 @@ def test_m_w7_an_unordered_queue_drops_emitted_records_from_pending_inputs_but_k
 
 @pytest.mark.parametrize("queue_type", QUEUES)
 def test_m_w7_a_queue_restored_from_pending_inputs_emits_what_the_original_would_have(
-        queue_type: type[ElementQueue]) -> None:
+    queue_type: type[ElementQueue],
+) -> None:
     def fill(q: ElementQueue, inputs: list[Any]) -> dict[Any, RecordEntry]:
         entries = {}
         for element in inputs:
@@ -307,8 +319,15 @@ def test_m_w7_a_queue_restored_from_pending_inputs_emits_what_the_original_would
             reissued[record].complete([record.upper()])
     restored.emit_completed(out)
     assert before_checkpoint + out.take() == [
-        r("z", "Z"), r("a", "A"), w(1), *([r("c", "C"), r("b", "B")] if queue_type is UnorderedElementQueue
-                              else [r("b", "B"), r("c", "C")])]
+        r("z", "Z"),
+        r("a", "A"),
+        w(1),
+        *(
+            [r("c", "C"), r("b", "B")]
+            if queue_type is UnorderedElementQueue
+            else [r("b", "B"), r("c", "C")]
+        ),
+    ]
 
 
 # --------------------------------------------------------- property against a reference
@@ -350,8 +369,10 @@ class Reference:
                 if kind2 == "w":
                     break
                 segment.append(value2)
-            ready = sorted((rid for rid in segment if rid in self.completed_at),
-                           key=self.completed_at.__getitem__)
+            ready = sorted(
+                (rid for rid in segment if rid in self.completed_at),
+                key=self.completed_at.__getitem__,
+            )
             for rid in ready:
                 out.append(r(rid, *results_of(rid)))
                 self.inputs.remove(("r", rid))
@@ -382,7 +403,8 @@ def watermarks_in_front(sequence: list[tuple[Any, ...]]) -> dict[Any, int]:
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), capacity=st.integers(1, 6))
 def test_m_w7_random_completion_orders_and_watermarks_match_the_reference_model(
-        ordered: bool, data: st.DataObject, capacity: int) -> None:
+    ordered: bool, data: st.DataObject, capacity: int
+) -> None:
     q: ElementQueue = OrderedElementQueue(capacity) if ordered else UnorderedElementQueue(capacity)
     ref = Reference(ordered, capacity)
     out = Out()
@@ -425,8 +447,9 @@ def test_m_w7_random_completion_orders_and_watermarks_match_the_reference_model(
         assert q.pending_inputs() == ref.pending()
 
     # complete everything left, in a random order, and drain
-    rest = data.draw(st.permutations(sorted(rid for rid, e in entries.items() if not e.done)),
-                     label="rest")
+    rest = data.draw(
+        st.permutations(sorted(rid for rid, e in entries.items() if not e.done)), label="rest"
+    )
     for rid in rest:
         entries[rid].complete(results_of(rid))
         ref.complete(rid)

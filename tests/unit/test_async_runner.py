@@ -39,6 +39,7 @@ class TaskThread:
             self.threads.add(threading.current_thread())
             self.completions[record] = completion
             self.order.append(record)
+
         return done
 
     def run_until(self, predicate: Callable[[], bool], what: str) -> None:
@@ -113,7 +114,8 @@ def async_io_threads() -> list[threading.Thread]:
 
 
 def test_the_results_of_an_async_def_function_reach_on_complete_in_the_task_thread(
-        task: TaskThread) -> None:
+    task: TaskThread,
+) -> None:
     loop_threads: list[threading.Thread] = []
 
     async def lookup(record: int) -> list[int]:
@@ -129,7 +131,8 @@ def test_the_results_of_an_async_def_function_reach_on_complete_in_the_task_thre
 
 
 def test_completions_arrive_in_the_order_requests_finish_not_the_order_they_started(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     async def fn(record: str) -> list[str]:
         return [await gate.wait(record)]
 
@@ -146,10 +149,13 @@ def test_completions_arrive_in_the_order_requests_finish_not_the_order_they_star
     assert [task.completions[k].results for k in "abc"] == [["A"], ["B"], ["C"]]
 
 
-@pytest.mark.parametrize(("returned", "results"), [
-    (None, []), ((x for x in [1, 2]), [1, 2]), ((3,), [3]), ({"k"}, ["k"])])
+@pytest.mark.parametrize(
+    ("returned", "results"),
+    [(None, []), ((x for x in [1, 2]), [1, 2]), ((3,), [3]), ({"k"}, ["k"])],
+)
 def test_a_function_may_return_any_iterable_of_results_or_none_for_no_results(
-        task: TaskThread, returned: Any, results: list[Any]) -> None:
+    task: TaskThread, returned: Any, results: list[Any]
+) -> None:
     async def fn(record: Any) -> Any:
         return returned
 
@@ -160,7 +166,8 @@ def test_a_function_may_return_any_iterable_of_results_or_none_for_no_results(
 
 @pytest.mark.parametrize("returned", ["text", b"bytes", {"a": 1}, 5])
 def test_a_function_returning_a_single_record_fails_the_record_with_a_type_error(
-        task: TaskThread, returned: Any) -> None:
+    task: TaskThread, returned: Any
+) -> None:
     async def fn(record: Any) -> Any:
         return returned
 
@@ -172,7 +179,8 @@ def test_a_function_returning_a_single_record_fails_the_record_with_a_type_error
 
 
 def test_an_exception_from_the_function_fails_the_record_with_that_exception(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     async def fn(record: str) -> list[str]:
         return [await gate.wait(record)]
 
@@ -187,15 +195,15 @@ def test_an_exception_from_the_function_fails_the_record_with_that_exception(
 
 
 def test_a_callable_that_returns_no_awaitable_fails_the_record_with_a_type_error(
-        task: TaskThread) -> None:
+    task: TaskThread,
+) -> None:
     with AsyncRunner(lambda record: [record], task.mailbox.put) as runner:
         runner.submit("a", task.on_complete("a"))
         error = task.completion("a").error
     assert isinstance(error, TypeError) and "awaitable" in str(error)
 
 
-def test_a_lambda_returning_a_coroutine_runs_like_an_async_def_function(
-        task: TaskThread) -> None:
+def test_a_lambda_returning_a_coroutine_runs_like_an_async_def_function(task: TaskThread) -> None:
     async def double(x: int) -> list[int]:
         return [2 * x]
 
@@ -227,7 +235,8 @@ def test_an_async_function_without_async_invoke_fails_the_record(task: TaskThrea
 
 
 def test_a_request_past_its_timeout_is_cancelled_and_fails_with_an_error_naming_the_record(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     with AsyncRunner(gate.wait, task.mailbox.put, timeout_ms=1) as runner:
         runner.submit("order-17", task.on_complete("order-17"))
         error = task.completion("order-17").error
@@ -239,7 +248,8 @@ def test_a_request_past_its_timeout_is_cancelled_and_fails_with_an_error_naming_
 
 
 def test_a_timed_out_request_uses_the_results_of_the_users_timeout_fallback(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     class WithFallback(AsyncFunction):
         async def async_invoke(self, record: str) -> list[str]:
             return [await gate.wait(record)]
@@ -254,7 +264,8 @@ def test_a_timed_out_request_uses_the_results_of_the_users_timeout_fallback(
 
 
 def test_a_timeout_fallback_may_be_async_and_its_exception_fails_the_record(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     class AsyncFallback(AsyncFunction):
         async def async_invoke(self, record: str) -> list[str]:
             return [await gate.wait(record)]
@@ -272,7 +283,8 @@ def test_a_timeout_fallback_may_be_async_and_its_exception_fails_the_record(
 
 
 def test_a_result_that_arrives_within_the_timeout_wins_and_the_fallback_is_not_called(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     calls: list[str] = []
 
     class WithFallback(AsyncFunction):
@@ -291,7 +303,8 @@ def test_a_result_that_arrives_within_the_timeout_wins_and_the_fallback_is_not_c
 
 
 def test_a_timeout_error_raised_by_the_function_itself_is_not_mistaken_for_the_timeout(
-        task: TaskThread) -> None:
+    task: TaskThread,
+) -> None:
     calls: list[str] = []
 
     class Raises(AsyncFunction):
@@ -309,7 +322,8 @@ def test_a_timeout_error_raised_by_the_function_itself_is_not_mistaken_for_the_t
 
 
 def test_user_code_cancelling_its_own_request_or_fallback_fails_the_record(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     class CancelsItself(AsyncFunction):
         async def async_invoke(self, record: str) -> list[str]:
             if record == "invoke":
@@ -331,7 +345,8 @@ def test_user_code_cancelling_its_own_request_or_fallback_fails_the_record(
 
 
 def test_close_cancels_pending_requests_delivers_nothing_more_and_ends_the_loop_thread(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     runner = AsyncRunner(gate.wait, task.mailbox.put, name="closing")
     runner.start()
     runner.submit("a", task.on_complete("a"))
@@ -346,8 +361,7 @@ def test_close_cancels_pending_requests_delivers_nothing_more_and_ends_the_loop_
     runner.close()  # idempotent
 
 
-def test_a_completion_posted_before_close_is_not_delivered_after_close(
-        task: TaskThread) -> None:
+def test_a_completion_posted_before_close_is_not_delivered_after_close(task: TaskThread) -> None:
     async def fn(record: str) -> list[str]:
         return [record]
 
@@ -388,8 +402,7 @@ def test_close_also_cancels_tasks_the_users_function_started(task: TaskThread) -
     assert async_io_threads() == []
 
 
-def test_a_runner_closed_before_it_started_has_no_thread_and_cannot_start(
-        task: TaskThread) -> None:
+def test_a_runner_closed_before_it_started_has_no_thread_and_cannot_start(task: TaskThread) -> None:
     async def fn(record: Any) -> list[Any]:
         return []
 
@@ -426,8 +439,11 @@ async def agen_lookup(record: Any) -> Any:
     yield record
 
 
-@pytest.mark.parametrize("fn", [42, "lookup", sync_lookup, agen_lookup],
-                         ids=["int", "str", "sync-def", "async-generator"])
+@pytest.mark.parametrize(
+    "fn",
+    [42, "lookup", sync_lookup, agen_lookup],
+    ids=["int", "str", "sync-def", "async-generator"],
+)
 def test_a_runner_rejects_what_is_not_an_async_function(task: TaskThread, fn: Any) -> None:
     with pytest.raises(ConfigurationError, match="async"):
         AsyncRunner(fn, task.mailbox.put)
@@ -435,7 +451,8 @@ def test_a_runner_rejects_what_is_not_an_async_function(task: TaskThread, fn: An
 
 @pytest.mark.parametrize("timeout_ms", [0, -5, True, "10", float("nan"), float("inf")])
 def test_a_runner_rejects_a_timeout_that_is_not_a_positive_number_of_ms(
-        task: TaskThread, timeout_ms: Any) -> None:
+    task: TaskThread, timeout_ms: Any
+) -> None:
     async def fn(record: Any) -> list[Any]:
         return []
 
@@ -455,7 +472,8 @@ def test_a_runner_rejects_a_post_that_is_not_callable() -> None:
 
 
 def test_m_w7_runner_completions_settle_queue_entries_and_a_watermark_waits_for_its_segment(
-        task: TaskThread, gate: Gate) -> None:
+    task: TaskThread, gate: Gate
+) -> None:
     """How the operator will combine the two: submit per entry, settle in the mail."""
     queue = UnorderedElementQueue(4)
     emitted: list[Any] = []
@@ -473,6 +491,7 @@ def test_m_w7_runner_completions_settle_queue_entries_and_a_watermark_waits_for_
             entry.settle(completion)
             settled.append(entry.record)
             queue.emit_completed(Out())
+
         return done
 
     async def fn(record: str) -> list[str]:

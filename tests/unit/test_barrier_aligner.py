@@ -60,14 +60,18 @@ def test_m_b4_the_aligner_never_captures_channel_state() -> None:
     assert actions.calls == []
 
 
-def test_m_b4_a_second_barrier_of_the_same_checkpoint_on_a_blocked_channel_is_a_corrupt_stream() -> None:
+def test_m_b4_a_second_barrier_of_the_same_checkpoint_on_a_blocked_channel_is_a_corrupt_stream() -> (
+    None
+):
     h, _, _ = aligner(2)
     h.on_barrier(1, barrier(7))
     with pytest.raises(CorruptStreamError, match=r"channel 1 .*checkpoint 7"):
         h.on_barrier(1, barrier(7))
 
 
-def test_m_b4_a_newer_barrier_while_aligning_aborts_the_current_one_as_subsumed_and_aligns_the_new_one() -> None:
+def test_m_b4_a_newer_barrier_while_aligning_aborts_the_current_one_as_subsumed_and_aligns_the_new_one() -> (
+    None
+):
     h, actions, _ = aligner(3)
     h.on_barrier(0, barrier(1))
     h.on_barrier(1, barrier(1))
@@ -91,7 +95,9 @@ def test_m_b4_an_older_barrier_is_ignored_and_its_channel_keeps_flowing() -> Non
     assert blocked(h) == [False, False] and actions.triggered == [5]
 
 
-def test_m_b4_with_one_channel_the_aligner_never_blocks_and_triggers_only_newer_checkpoints() -> None:
+def test_m_b4_with_one_channel_the_aligner_never_blocks_and_triggers_only_newer_checkpoints() -> (
+    None
+):
     h, actions, _ = aligner(1)
     h.on_barrier(0, barrier(1))
     assert blocked(h) == [False]
@@ -199,7 +205,9 @@ def test_m_b6_closed_channels_count_for_every_later_checkpoint() -> None:
 # M-B10 ---------------------------------------------------------------------------------
 
 
-def test_m_b10_alignment_duration_is_first_barrier_to_trigger_and_start_delay_is_arrival_minus_trigger_time() -> None:
+def test_m_b10_alignment_duration_is_first_barrier_to_trigger_and_start_delay_is_arrival_minus_trigger_time() -> (
+    None
+):
     h, actions, clock = aligner(2)
     h.on_barrier(0, barrier(1, ts=9_750))  # arrives at 10_000: 250 ms after the trigger
     clock.advance(30)

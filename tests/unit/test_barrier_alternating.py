@@ -23,16 +23,20 @@ ALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=False)
 SAVEPOINT = CheckpointOptions(CheckpointType.SAVEPOINT)
 
 
-
 def barrier(cid: int, options: CheckpointOptions = UNALIGNED, ts: int = 5_000) -> CheckpointBarrier:
     return CheckpointBarrier(cid, ts, options)
 
 
-def handler(n: int, timeout_ms: int = 0
-            ) -> tuple[AlternatingBarrierHandler, RecordingActions, ManualClock]:
+def handler(
+    n: int, timeout_ms: int = 0
+) -> tuple[AlternatingBarrierHandler, RecordingActions, ManualClock]:
     actions = RecordingActions()
     clock = ManualClock(5_000)
-    return AlternatingBarrierHandler(n, actions, clock, aligned_timeout_ms=timeout_ms), actions, clock
+    return (
+        AlternatingBarrierHandler(n, actions, clock, aligned_timeout_ms=timeout_ms),
+        actions,
+        clock,
+    )
 
 
 def blocked(h: AlternatingBarrierHandler) -> list[bool]:
@@ -46,7 +50,9 @@ def captures(h: AlternatingBarrierHandler) -> list[int | None]:
 # M-B7: unaligned checkpoints ---------------------------------------------------------------
 
 
-def test_m_b7_the_first_unaligned_barrier_triggers_the_snapshot_at_once_and_blocks_nothing() -> None:
+def test_m_b7_the_first_unaligned_barrier_triggers_the_snapshot_at_once_and_blocks_nothing() -> (
+    None
+):
     h, actions, _ = handler(3)
     h.on_barrier(1, barrier(1, ts=4_900))
     assert actions.calls == [("trigger", 1, AlignmentInfo(0.0, 100.0, True))]
@@ -96,7 +102,9 @@ def test_m_b7_a_second_barrier_on_a_channel_that_already_delivered_it_is_a_corru
         h.on_barrier(0, barrier(3))
 
 
-def test_m_b7_a_newer_barrier_while_capturing_aborts_the_previous_as_subsumed_without_completing_it() -> None:
+def test_m_b7_a_newer_barrier_while_capturing_aborts_the_previous_as_subsumed_without_completing_it() -> (
+    None
+):
     h, actions, _ = handler(2)
     h.on_barrier(0, barrier(1))
     h.on_barrier(0, barrier(2))
@@ -182,7 +190,9 @@ def test_m_b8_an_aligned_checkpoint_completing_in_time_is_aligned() -> None:
     assert h.next_deadline_ms() is None
 
 
-def test_m_b8_a_timed_out_alignment_whose_missing_channels_closed_completes_its_channel_state() -> None:
+def test_m_b8_a_timed_out_alignment_whose_missing_channels_closed_completes_its_channel_state() -> (
+    None
+):
     h, actions, clock = handler(2, timeout_ms=10)
     h.on_barrier(0, barrier(1, ALIGNED))
     clock.advance(10)
@@ -221,13 +231,17 @@ def test_m_b5_alternating_a_marker_cancels_an_alignment() -> None:
     assert actions.calls == [("abort", 1, Reason.CANCELLED_UPSTREAM)]
 
 
-def test_m_b5_alternating_a_newer_marker_while_capturing_aborts_both_and_cancels_the_newer() -> None:
+def test_m_b5_alternating_a_newer_marker_while_capturing_aborts_both_and_cancels_the_newer() -> (
+    None
+):
     h, actions, _ = handler(2)
     h.on_barrier(0, barrier(1))
     h.on_cancellation_marker(0, CancellationMarker(2))
     assert captures(h) == [None, None]
-    assert actions.calls[1:] == [("abort", 1, Reason.SUBSUMED),
-                                 ("abort", 2, Reason.CANCELLED_UPSTREAM)]
+    assert actions.calls[1:] == [
+        ("abort", 1, Reason.SUBSUMED),
+        ("abort", 2, Reason.CANCELLED_UPSTREAM),
+    ]
     h.on_barrier(1, barrier(2))
     assert actions.kinds()[-1] == ("abort", 2)  # cancelled: no snapshot
 

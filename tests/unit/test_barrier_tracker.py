@@ -92,7 +92,9 @@ def test_m_b2_with_one_channel_every_new_barrier_triggers_at_once() -> None:
     assert t.pending == []
 
 
-def test_m_b2_records_behind_a_barrier_on_a_fast_channel_flow_while_the_slow_one_catches_up() -> None:
+def test_m_b2_records_behind_a_barrier_on_a_fast_channel_flow_while_the_slow_one_catches_up() -> (
+    None
+):
     # The tracker is consulted only for control elements; nothing it says stops a channel.
     t, actions, _ = tracker(2)
     t.on_barrier(0, barrier(1))
@@ -112,8 +114,11 @@ def test_m_b3_a_marker_drops_and_aborts_every_older_entry_once() -> None:
     t.on_barrier(0, barrier(2))
     t.on_barrier(0, barrier(3))
     t.on_cancellation_marker(1, CancellationMarker(3))
-    assert actions.aborted == [(1, Reason.SUBSUMED), (2, Reason.SUBSUMED),
-                               (3, Reason.CANCELLED_UPSTREAM)]
+    assert actions.aborted == [
+        (1, Reason.SUBSUMED),
+        (2, Reason.SUBSUMED),
+        (3, Reason.CANCELLED_UPSTREAM),
+    ]
     assert t.pending == [(3, 2, True)]
 
 

@@ -75,13 +75,19 @@ def test_the_read_only_view_reads_live_entries_and_refuses_every_write() -> None
     entries["b"] = 2  # what process_broadcast_element writes shows at once
     assert view.items() == [("a", 1), ("b", 2)] and list(view) == ["a", "b"]
     writes = [
-        lambda: view.put("c", 3), lambda: view.put_all({"c": 3}), lambda: view.remove("a"),
-        view.clear, lambda: view.__setitem__("c", 3), lambda: view.__delitem__("a"),
+        lambda: view.put("c", 3),
+        lambda: view.put_all({"c": 3}),
+        lambda: view.remove("a"),
+        view.clear,
+        lambda: view.__setitem__("c", 3),
+        lambda: view.__delitem__("a"),
     ]
     for write in writes:
-        with pytest.raises(lg.ConfigurationError,
-                           match=r"read-only in process_element.*only writable in "
-                                 r"process_broadcast_element"):
+        with pytest.raises(
+            lg.ConfigurationError,
+            match=r"read-only in process_element.*only writable in "
+            r"process_broadcast_element",
+        ):
             write()
     assert entries == {"a": 1, "b": 2}, "a refused write changes nothing"
 
@@ -90,9 +96,11 @@ def test_the_store_knows_only_declared_states_and_map_descriptors() -> None:
     store = BroadcastStateStore("rules-op", [RULES, LIMITS])
     store.writable(RULES).put("k", 1)
     assert store.read_only(lg.MapStateDescriptor("rules"))["k"] == 1, "looked up by name"
-    with pytest.raises(lg.ConfigurationError,
-                       match=r"operator 'rules-op': no broadcast state named 'other'.*"
-                             r"declares 'rules', 'limits'"):
+    with pytest.raises(
+        lg.ConfigurationError,
+        match=r"operator 'rules-op': no broadcast state named 'other'.*"
+        r"declares 'rules', 'limits'",
+    ):
         store.read_only(lg.MapStateDescriptor("other"))
     with pytest.raises(lg.ConfigurationError, match=r"needs the lg\.MapStateDescriptor"):
         store.writable(lg.ValueStateDescriptor("rules"))  # type: ignore[arg-type]
@@ -113,8 +121,9 @@ def test_a_store_snapshot_is_a_deep_copy_and_restore_replaces_the_entries_M_T3()
     view = other.read_only(RULES)
     other.restore(copy.deepcopy(snap))
     assert view.items() == [("r", {"factor": 2})], "views made before restore see it"
-    assert other.snapshot() == {"rules": {"r": {"factor": 2}}, "limits": {}}, \
+    assert other.snapshot() == {"rules": {"r": {"factor": 2}}, "limits": {}}, (
         "an undeclared restored state is kept"
+    )
     with pytest.raises(lg.ConfigurationError, match=r"restored broadcast state 'rules' is a list"):
         other.restore({"rules": [1]})
     with pytest.raises(lg.ConfigurationError, match=r"restored broadcast state is a str"):
@@ -171,11 +180,13 @@ def test_the_job_graph_gives_the_broadcast_input_index_1_and_broadcast_partition
     bs = env.from_collection([1]).uid("rules").broadcast(RULES)
     data = env.from_collection([1, 2]).uid("data")
     data.key_by(lambda v: v).connect(bs).process(KeyedRules()).uid("op").sink_to(
-        lg.connectors.DiscardingSink()).uid("sink")
+        lg.connectors.DiscardingSink()
+    ).uid("sink")
     graph = env.get_job_graph()
     op = next(n for n in graph.nodes.values() if n.uid == "op")
-    into = sorted((e for e in graph.edges.values() if e.target == op.id),
-                  key=lambda e: e.input_index)
+    into = sorted(
+        (e for e in graph.edges.values() if e.target == op.id), key=lambda e: e.input_index
+    )
     assert [graph.nodes[e.source].uid for e in into] == ["data", "rules"]
     assert [e.input_index for e in into] == [0, 1]
     assert type(into[0].partitioning).__name__ == "KeyGroupPartitioning"
@@ -183,11 +194,14 @@ def test_the_job_graph_gives_the_broadcast_input_index_1_and_broadcast_partition
     assert not any(e.chained for e in into)
 
 
-@pytest.mark.parametrize(("args", "match"), [
-    ((lg.ListStateDescriptor("x"),), r"broadcast state is a map; pass lg\.MapStateDescriptor"),
-    (("rules",), r"MapStateDescriptor.*got 'rules'"),
-    ((RULES, lg.MapStateDescriptor("rules")), r"two broadcast state descriptors are named"),
-])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((lg.ListStateDescriptor("x"),), r"broadcast state is a map; pass lg\.MapStateDescriptor"),
+        (("rules",), r"MapStateDescriptor.*got 'rules'"),
+        ((RULES, lg.MapStateDescriptor("rules")), r"two broadcast state descriptors are named"),
+    ],
+)
 def test_broadcast_rejects_bad_descriptors(args: tuple[Any, ...], match: str) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     with pytest.raises(lg.ConfigurationError, match=match):
@@ -205,8 +219,9 @@ def test_broadcast_rejects_a_descriptor_with_ttl() -> None:
 def test_connect_takes_only_broadcast_streams() -> None:
     env = lg.StreamEnvironment(parallelism=1)
     a, b = env.from_collection([1]), env.from_collection([2])
-    with pytest.raises(lg.ConfigurationError,
-                       match=r"got a DataStream: only broadcast streams can be connected"):
+    with pytest.raises(
+        lg.ConfigurationError, match=r"got a DataStream: only broadcast streams can be connected"
+    ):
         a.connect(b)  # type: ignore[arg-type]
     with pytest.raises(lg.ConfigurationError, match=r"only broadcast streams"):
         a.key_by(lambda v: v).connect(b.broadcast())  # type: ignore[arg-type]
@@ -226,8 +241,9 @@ def test_process_needs_both_methods_and_the_matching_function_kind() -> None:
     data = env.from_collection([1])
     with pytest.raises(lg.ConfigurationError, match=r"does not define process_broadcast_element"):
         data.connect(bs).process(OnlyElements())
-    with pytest.raises(lg.ConfigurationError,
-                       match=r"does not define process_element or process_broadcast_element"):
+    with pytest.raises(
+        lg.ConfigurationError, match=r"does not define process_element or process_broadcast_element"
+    ):
         data.connect(bs).process(lambda v, ctx: [v])
     with pytest.raises(lg.ConfigurationError, match=r"pass an instance: Rules\(\.\.\.\)"):
         data.connect(bs).process(Rules)
@@ -280,11 +296,23 @@ class FakeRestore:
 BACKENDS = {"hashmap": lg.HashMapStateBackend, "rocksdb": lambda: lg.RocksDBStateBackend()}
 
 
-def run_operator(op: Any, *, subtask: int = 0, parallelism: int = 1,
-                 restored: FakeRestore | None = None, backend: str = "hashmap") -> ListOutput:
+def run_operator(
+    op: Any,
+    *,
+    subtask: int = 0,
+    parallelism: int = 1,
+    restored: FakeRestore | None = None,
+    backend: str = "hashmap",
+) -> ListOutput:
     ctx = lg.RuntimeContext(
-        task_name="t", operator_name="bc", operator_uid="bc", subtask_index=subtask,
-        parallelism=parallelism, max_parallelism=128, state_backend=BACKENDS[backend]())
+        task_name="t",
+        operator_name="bc",
+        operator_uid="bc",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+        state_backend=BACKENDS[backend](),
+    )
     out = ListOutput()
     op.setup("bc", "bc", ctx, out)
     op.initialize_state(restored)
@@ -316,11 +344,14 @@ def test_input_1_writes_broadcast_state_that_input_0_reads() -> None:
     op = BroadcastProcessOperator(Tagger(), [RULES])
     out = run_operator(op)
     op.process_batch(RowBatch([{"kind": "a", "v": 1}]), 0)
-    op.process_batch(RowBatch([{"kind": "a", "rule": "double"},
-                               {"kind": "b", "rule": "side"}]), 1)
+    op.process_batch(RowBatch([{"kind": "a", "rule": "double"}, {"kind": "b", "rule": "side"}]), 1)
     op.process_batch(RowBatch([{"kind": "a", "v": 2}, {"kind": "b", "v": 3}]), 0)
-    assert out.records == [{"v": 1, "rule": "none"}, {"learned": "a"}, {"learned": "b"},
-                           {"v": 2, "rule": "double"}]
+    assert out.records == [
+        {"v": 1, "rule": "none"},
+        {"learned": "a"},
+        {"learned": "b"},
+        {"v": 2, "rule": "double"},
+    ]
     assert out.side == {"odd": [{"kind": "b", "v": 3}]}
     assert op.counters.records_in == 5
     op.close()
@@ -339,11 +370,11 @@ class WritesOnTheWrongSide(BroadcastProcessFunction):
 def test_bad_usage_fails_with_the_operator_and_a_clear_cause() -> None:
     op = BroadcastProcessOperator(WritesOnTheWrongSide(), [RULES])
     run_operator(op)
-    with pytest.raises(lg.UserFunctionError,
-                       match=r"operator 'bc'.*read-only in process_element"):
+    with pytest.raises(lg.UserFunctionError, match=r"operator 'bc'.*read-only in process_element"):
         op.process_batch(RowBatch([1]), 0)
-    with pytest.raises(lg.UserFunctionError,
-                       match=r"no broadcast state named 'undeclared'.*declares 'rules'"):
+    with pytest.raises(
+        lg.UserFunctionError, match=r"no broadcast state named 'undeclared'.*declares 'rules'"
+    ):
         op.process_batch(RowBatch([1]), 1)
     op.close()
 
@@ -351,8 +382,9 @@ def test_bad_usage_fails_with_the_operator_and_a_clear_cause() -> None:
 def test_the_snapshot_holds_deep_copies_of_broadcast_and_operator_state_M_T3_M_T4() -> None:
     op = BroadcastProcessOperator(Tagger(), [RULES])
     run_operator(op)
-    assert payload_part(op.snapshot_state(1).materialize(), "broadcast") is None, \
+    assert payload_part(op.snapshot_state(1).materialize(), "broadcast") is None, (
         "no broadcast state yet"
+    )
     op.process_batch(RowBatch([{"kind": "a", "rule": ["x"]}]), 1)
     op.process_batch(RowBatch([{"kind": "a", "v": 1}]), 0)
     snap = op.snapshot_state(2)
@@ -378,7 +410,8 @@ def test_a_function_without_other_state_snapshots_only_its_broadcast_state() -> 
 
 @pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(2, 2), (2, 3), (3, 1)])
 def test_every_restored_subtask_gets_the_broadcast_state_M_R1(
-        old_parallelism: int, new_parallelism: int) -> None:
+    old_parallelism: int, new_parallelism: int
+) -> None:
     """Each new subtask i takes old subtask i % old parallelism's broadcast part; split
     operator state is dealt out without loss."""
     payloads = {}
@@ -392,8 +425,12 @@ def test_every_restored_subtask_gets_the_broadcast_state_M_R1(
     seen: list[int] = []
     for i in range(new_parallelism):
         op = BroadcastProcessOperator(Tagger(), [RULES])
-        out = run_operator(op, subtask=i, parallelism=new_parallelism,
-                           restored=FakeRestore(payloads, i, new_parallelism))
+        out = run_operator(
+            op,
+            subtask=i,
+            parallelism=new_parallelism,
+            restored=FakeRestore(payloads, i, new_parallelism),
+        )
         op.process_batch(RowBatch([{"kind": "b", "v": 100}]), 0)
         assert out.records == [{"v": 100, "rule": "r2"}], f"subtask {i}"
         seen.extend(op.operator_state.snapshot()["seen"]["items"][:-1])
@@ -404,8 +441,16 @@ def test_every_restored_subtask_gets_the_broadcast_state_M_R1(
 def test_restore_reads_the_broadcast_part_of_old_subtask_i_mod_old_parallelism() -> None:
     """Tell the old subtasks' parts apart (they are equal in a real job) to see which
     one each new subtask took."""
-    payloads = {j: {"lockgate_state": 1, "keyed": None, "operator": None,
-                    "broadcast": {"rules": {"from": j}}, "function": None} for j in range(2)}
+    payloads = {
+        j: {
+            "lockgate_state": 1,
+            "keyed": None,
+            "operator": None,
+            "broadcast": {"rules": {"from": j}},
+            "function": None,
+        }
+        for j in range(2)
+    }
     took = []
     for i in range(3):
         op = BroadcastProcessOperator(Tagger(), [RULES])
@@ -456,18 +501,28 @@ def test_keyed_variant_scopes_state_and_applies_a_function_to_every_key(backend:
     op.process_batch(RowBatch([7]), 0)
     op.process_batch(RowBatch(["reset"]), 1)
     op.process_batch(RowBatch([5]), 0)
-    assert out.records == [(1, 1, 1), (2, 2, 1), (1, 4, 2), (1, 70, 3),
-                           ("reset", 1, 3), ("reset", 2, 1), (2, 50, 1)]
-    with pytest.raises(lg.UserFunctionError,
-                       match=r"keyed state was used in process_broadcast_element.*"
-                             r"apply_to_keyed_state"):
+    assert out.records == [
+        (1, 1, 1),
+        (2, 2, 1),
+        (1, 4, 2),
+        (1, 70, 3),
+        ("reset", 1, 3),
+        ("reset", 2, 1),
+        (2, 50, 1),
+    ]
+    with pytest.raises(
+        lg.UserFunctionError,
+        match=r"keyed state was used in process_broadcast_element.*"
+        r"apply_to_keyed_state",
+    ):
         op.process_batch(RowBatch(["misuse"]), 1)
     op.close()
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_keyed_variant_restores_keyed_and_broadcast_state_at_another_parallelism(
-        backend: str) -> None:
+    backend: str,
+) -> None:
     keys = list(range(12))
     op = KeyedBroadcastProcessOperator(KeyedCounter(), [RULES], KeySelector(lambda v: v))
     run_operator(op, backend=backend)
@@ -481,8 +536,9 @@ def test_keyed_variant_restores_keyed_and_broadcast_state_at_another_parallelism
     outputs: list[Any] = []
     for i in range(2):
         op = KeyedBroadcastProcessOperator(KeyedCounter(), [RULES], KeySelector(lambda v: v))
-        out = run_operator(op, subtask=i, parallelism=2, backend=backend,
-                           restored=FakeRestore({0: payload}, i, 2))
+        out = run_operator(
+            op, subtask=i, parallelism=2, backend=backend, restored=FakeRestore({0: payload}, i, 2)
+        )
         owned = [k for k in keys if lg.subtask_for_key(k, 2, 128) == i]
         op.process_batch(RowBatch(owned), 0)
         op.process_batch(RowBatch(["reset"]), 1)
@@ -490,8 +546,9 @@ def test_keyed_variant_restores_keyed_and_broadcast_state_at_another_parallelism
         op.close()
     counted = sorted(r for r in outputs if r[0] != "reset")
     assert counted == [(k, 3 * k, 2) for k in keys], "factor 3 and count 1 were restored"
-    assert sorted(r for r in outputs if r[0] == "reset") == [("reset", k, 2) for k in keys], \
+    assert sorted(r for r in outputs if r[0] == "reset") == [("reset", k, 2) for k in keys], (
         "apply_to_keyed_state visits each key once, in the subtask that owns it"
+    )
 
 
 class BadApply(KeyedBroadcastProcessFunction):
@@ -507,14 +564,19 @@ class BadApply(KeyedBroadcastProcessFunction):
         return None
 
 
-@pytest.mark.parametrize(("descriptor", "function", "match"), [
-    (COUNT, "not callable", r"apply_to_keyed_state needs a function \(key, state\)"),
-    ("count", lambda k, s: None, r"needs a state descriptor such as lg\.ValueStateDescriptor"),
-])
-def test_apply_to_keyed_state_rejects_bad_arguments(descriptor: Any, function: Any,
-                                                    match: str) -> None:
-    op = KeyedBroadcastProcessOperator(BadApply(descriptor, function), [RULES],
-                                       KeySelector(lambda v: v))
+@pytest.mark.parametrize(
+    ("descriptor", "function", "match"),
+    [
+        (COUNT, "not callable", r"apply_to_keyed_state needs a function \(key, state\)"),
+        ("count", lambda k, s: None, r"needs a state descriptor such as lg\.ValueStateDescriptor"),
+    ],
+)
+def test_apply_to_keyed_state_rejects_bad_arguments(
+    descriptor: Any, function: Any, match: str
+) -> None:
+    op = KeyedBroadcastProcessOperator(
+        BadApply(descriptor, function), [RULES], KeySelector(lambda v: v)
+    )
     run_operator(op)
     with pytest.raises(lg.UserFunctionError, match=match):
         op.process_batch(RowBatch([1]), 1)

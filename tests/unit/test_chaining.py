@@ -21,17 +21,29 @@ def source(env: lg.StreamEnvironment, name: str = "src") -> lg.DataStream:
     return env.from_collection(list(range(10)), name=name)
 
 
-def test_forward_edges_between_operators_of_equal_parallelism_chain_into_one_vertex(make_env) -> None:
+def test_forward_edges_between_operators_of_equal_parallelism_chain_into_one_vertex(
+    make_env,
+) -> None:
     env = make_env(parallelism=2)
-    (source(env).map(ident, name="m").filter(bool, name="f").flat_map(lambda x: [x], name="fm")
-        .sink_to(DiscardingSink(), name="sink"))
+    (
+        source(env)
+        .map(ident, name="m")
+        .filter(bool, name="f")
+        .flat_map(lambda x: [x], name="fm")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     assert env.get_job_graph().chains() == [["src", "m", "f", "fm", "sink"]]
 
 
 def test_key_by_breaks_the_chain(make_env) -> None:
     env = make_env(parallelism=2)
-    (source(env).map(ident, name="m").key_by(lambda x: x % 3)
-        .map(ident, name="after").sink_to(DiscardingSink(), name="sink"))
+    (
+        source(env)
+        .map(ident, name="m")
+        .key_by(lambda x: x % 3)
+        .map(ident, name="after")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     assert chains(env) == {("src", "m"), ("after", "sink")}
 
 
@@ -44,7 +56,8 @@ def test_key_by_breaks_the_chain_even_at_parallelism_one(make_env) -> None:
 def test_rebalance_breaks_the_chain(make_env) -> None:
     env = make_env(parallelism=2)
     source(env).map(ident, name="m").rebalance().map(ident, name="after").sink_to(
-        DiscardingSink(), name="sink")
+        DiscardingSink(), name="sink"
+    )
     assert chains(env) == {("src", "m"), ("after", "sink")}
 
 
@@ -56,8 +69,14 @@ def test_broadcast_breaks_the_chain(make_env) -> None:
 
 def test_a_change_of_parallelism_breaks_the_chain(make_env) -> None:
     env = make_env(parallelism=2)
-    (source(env).map(ident, name="wide").map(ident, name="narrow").set_parallelism(1)
-        .sink_to(DiscardingSink(), name="sink").set_parallelism(1))
+    (
+        source(env)
+        .map(ident, name="wide")
+        .map(ident, name="narrow")
+        .set_parallelism(1)
+        .sink_to(DiscardingSink(), name="sink")
+        .set_parallelism(1)
+    )
     assert chains(env) == {("src", "wide"), ("narrow", "sink")}
 
 
@@ -91,8 +110,14 @@ def test_disable_operator_chaining_puts_every_operator_in_its_own_vertex(make_en
 
 def test_disable_chaining_isolates_one_operator_and_keeps_its_neighbours_chained(make_env) -> None:
     env = make_env(parallelism=2)
-    (source(env).map(ident, name="a").map(ident, name="b").disable_chaining()
-        .map(ident, name="c").sink_to(DiscardingSink(), name="sink"))
+    (
+        source(env)
+        .map(ident, name="a")
+        .map(ident, name="b")
+        .disable_chaining()
+        .map(ident, name="c")
+        .sink_to(DiscardingSink(), name="sink")
+    )
     assert chains(env) == {("src", "a"), ("b",), ("c", "sink")}
 
 
@@ -142,5 +167,7 @@ def test_unchained_edges_carry_the_partitioning_in_the_execution_plan(make_env) 
     s.rebalance().map(ident, name="r").sink_to(DiscardingSink(), name="s2")
     s.broadcast().map(ident, name="b").sink_to(DiscardingSink(), name="s3")
     plan = env.get_execution_plan("plan")
-    by_target = {plan.vertex(e.target_vertex).name: e.partitioning.name for e in plan.edges.values()}
+    by_target = {
+        plan.vertex(e.target_vertex).name: e.partitioning.name for e in plan.edges.values()
+    }
     assert by_target == {"k -> s1": "hash", "r -> s2": "rebalance", "b -> s3": "broadcast"}

@@ -62,8 +62,9 @@ def emit(value, ctx):
     return [value]
 
 
-def build(parallelism: int, route: str = "key_by", *, added: str | None = None,
-          consumer: str = "consumer") -> ExecutionPlan:
+def build(
+    parallelism: int, route: str = "key_by", *, added: str | None = None, consumer: str = "consumer"
+) -> ExecutionPlan:
     """numbers -> "to-record" -> (route) -> ``consumer`` -> sink. ``added="upstream"``: a
     map between the source and "to-record"; ``added="on edge"``: one between "to-record"
     and the route."""
@@ -117,17 +118,27 @@ class Checkpoint:
                     continue
                 p, c = info.producer_subtask, info.consumer_subtask
                 keys = self._keys(info, per_side * 2, value)
-                rows_in = [{"k": k, "v": value + n, "side": INPUT, "ch": (p, c)}
-                           for n, k in enumerate(keys[:per_side])]
+                rows_in = [
+                    {"k": k, "v": value + n, "side": INPUT, "ch": (p, c)}
+                    for n, k in enumerate(keys[:per_side])
+                ]
                 value += per_side
                 inputs.setdefault((vid, i), {})[index] = [freeze(RowBatch(rows_in))]
-                producer = next((pv, j) for (pv, j), lay in layouts.items() if j == p and any(
-                    o.edge == EDGE for out in lay.outputs for o in out))
-                w, t = next((w, t) for w, out in enumerate(layouts[producer].outputs)
-                            for t, o in enumerate(out)
-                            if o.edge == EDGE and o.consumer_subtask == c)
-                rows_out = [{"k": k, "v": value + n, "side": OUTPUT, "ch": (p, c)}
-                            for n, k in enumerate(keys[per_side:])]
+                producer = next(
+                    (pv, j)
+                    for (pv, j), lay in layouts.items()
+                    if j == p and any(o.edge == EDGE for out in lay.outputs for o in out)
+                )
+                w, t = next(
+                    (w, t)
+                    for w, out in enumerate(layouts[producer].outputs)
+                    for t, o in enumerate(out)
+                    if o.edge == EDGE and o.consumer_subtask == c
+                )
+                rows_out = [
+                    {"k": k, "v": value + n, "side": OUTPUT, "ch": (p, c)}
+                    for n, k in enumerate(keys[per_side:])
+                ]
                 value += per_side
                 outputs.setdefault(producer, []).append((w, t, freeze(RowBatch(rows_out))))
                 self.records[(p, c)] = rows_in + rows_out
@@ -176,23 +187,31 @@ def assert_each_once_in_channel_order(checkpoint: Checkpoint, got: dict[int, lis
         for channel in checkpoint.records:
             of_channel = [r["v"] for r in rows if r["ch"] == channel]
             assert of_channel == sorted(of_channel), (
-                f"channel {channel}: input side first, then output side, in channel order")
+                f"channel {channel}: input side first, then output side, in channel order"
+            )
 
 
 # ------------------------------------------------------------------------- the file format
 
 
-def test_m_b7_channel_state_names_each_channel_by_the_uids_at_its_edge_ends_and_its_subtasks(
-        ) -> None:
+def test_m_b7_channel_state_names_each_channel_by_the_uids_at_its_edge_ends_and_its_subtasks() -> (
+    None
+):
     plan = build(2)
     consumer = next(v for v in plan.vertices if v.operators[0].uid == "consumer")
     layout = subtask_channels(plan, consumer, 1)
     assert layout.owner == "consumer" and layout.subtask == 1
     assert [(c.edge, c.producer_subtask, c.consumer_subtask) for c in layout.inputs] == [
-        (EDGE, 0, 1), (EDGE, 1, 1)]
+        (EDGE, 0, 1),
+        (EDGE, 1, 1),
+    ]
     info = layout.inputs[0]
-    assert (info.producer_parallelism, info.consumer_parallelism, info.partitioning,
-            info.max_parallelism) == (2, 2, "hash", MAX_P)
+    assert (
+        info.producer_parallelism,
+        info.consumer_parallelism,
+        info.partitioning,
+        info.max_parallelism,
+    ) == (2, 2, "hash", MAX_P)
     payload = encode(1, layout, {1: [freeze(RowBatch([{"k": 1}]))]}, [])
     [recorded] = decode(payload)
     assert recorded.side == INPUT and recorded.channel == layout.inputs[1]
@@ -202,15 +221,20 @@ def test_m_b7_channel_state_names_each_channel_by_the_uids_at_its_edge_ends_and_
     again_consumer = next(v for v in again.vertices if v.operators[0].uid == "consumer")
     assert again_consumer.id != consumer.id
     named = subtask_channels(again, again_consumer, 1)
-    assert (named.owner, named.inputs, named.outputs) == (layout.owner, layout.inputs,
-                                                          layout.outputs)
+    assert (named.owner, named.inputs, named.outputs) == (
+        layout.owner,
+        layout.inputs,
+        layout.outputs,
+    )
 
 
 def test_m_b7_a_file_of_the_earlier_format_decodes_with_unnamed_channels() -> None:
     legacy = {"vertex": 4, "subtask": 0, "inputs": {1: [b"x"]}, "outputs": [(0, 1, b"y")]}
     recorded = decode(legacy)
     assert [(r.side, r.channel, r.batches) for r in recorded] == [
-        (INPUT, None, (b"x",)), (OUTPUT, None, (b"y",))]
+        (INPUT, None, (b"x",)),
+        (OUTPUT, None, (b"y",)),
+    ]
 
 
 # ----------------------------------------------------------------------- where records go
@@ -221,26 +245,33 @@ def edge(partitioning, consumers: int) -> ConsumedEdge:
 
 
 def old_channels(kind: str, producers: int, consumers: int) -> list[ChannelInfo]:
-    pairs = ([(i, i) for i in range(producers)] if kind == "forward" else
-             [(p, c) for p in range(producers) for c in range(consumers)])
+    pairs = (
+        [(i, i) for i in range(producers)]
+        if kind == "forward"
+        else [(p, c) for p in range(producers) for c in range(consumers)]
+    )
     return [ChannelInfo(EDGE, p, c, producers, consumers, kind, MAX_P) for p, c in pairs]
 
 
 def test_m_r3_at_the_same_parallelism_every_old_channel_keeps_its_consumer_subtask() -> None:
-    for kind, spec in (("forward", ForwardPartitioning()), ("rebalance", RebalancePartitioning()),
-                       ("broadcast", BroadcastPartitioning())):
+    for kind, spec in (
+        ("forward", ForwardPartitioning()),
+        ("rebalance", RebalancePartitioning()),
+        ("broadcast", BroadcastPartitioning()),
+    ):
         replay = plan_edge(edge(spec, 2), old_channels(kind, 2, 2))
         assert not replay.by_key
         assert all(new == c for (p, c), new in replay.targets.items()), kind
 
 
-def test_m_r3_at_another_parallelism_each_old_channel_goes_whole_to_exactly_one_new_subtask(
-        ) -> None:
+def test_m_r3_at_another_parallelism_each_old_channel_goes_whole_to_exactly_one_new_subtask() -> (
+    None
+):
     replay = plan_edge(edge(RebalancePartitioning(), 2), old_channels("rebalance", 2, 3))
     assert not replay.by_key
     assert sorted(replay.targets) == [(p, c) for p in range(2) for c in range(3)]
     assert Counter(replay.targets.values()) == {0: 3, 1: 3}, "dealt out evenly"
-    for (p, c) in replay.targets:
+    for p, c in replay.targets:
         assert sum(replay.takes((p, c), s) for s in range(2)) == 1
 
 
@@ -255,7 +286,8 @@ def test_m_r3_a_keyed_edge_at_another_parallelism_splits_records_by_key_group() 
 
 @pytest.mark.parametrize(("old_p", "new_p"), [(2, 1), (2, 2), (2, 3), (3, 2)])
 def test_m_b7_m_r3_keyed_in_flight_records_reach_the_owner_of_their_key_group_once_each(
-        tmp_path, old_p, new_p) -> None:
+    tmp_path, old_p, new_p
+) -> None:
     checkpoint = Checkpoint(tmp_path, build(old_p))
     got = replayed(checkpoint.spec, build(new_p))
     assert_each_once_in_channel_order(checkpoint, got)
@@ -266,7 +298,8 @@ def test_m_b7_m_r3_keyed_in_flight_records_reach_the_owner_of_their_key_group_on
 
 @pytest.mark.parametrize(("old_p", "new_p"), [(3, 1), (3, 2), (2, 3)])
 def test_m_b7_m_r3_rebalanced_in_flight_records_are_dealt_out_by_whole_channels_once_each(
-        tmp_path, old_p, new_p) -> None:
+    tmp_path, old_p, new_p
+) -> None:
     checkpoint = Checkpoint(tmp_path, build(old_p, "rebalance"))
     got = replayed(checkpoint.spec, build(new_p, "rebalance"))
     assert_each_once_in_channel_order(checkpoint, got)
@@ -275,8 +308,7 @@ def test_m_b7_m_r3_rebalanced_in_flight_records_are_dealt_out_by_whole_channels_
         assert len(holders) == 1, f"old channel {channel} split over {holders}"
 
 
-def test_m_b7_a_stateless_operator_added_upstream_keeps_the_edge_and_its_records(
-        tmp_path) -> None:
+def test_m_b7_a_stateless_operator_added_upstream_keeps_the_edge_and_its_records(tmp_path) -> None:
     checkpoint = Checkpoint(tmp_path, build(2))
     new = build(3, added="upstream")
     check_restorable(new, checkpoint.spec)
@@ -288,10 +320,16 @@ def test_m_b7_a_rebalance_edge_now_chained_takes_its_records_inside_the_task(tmp
     # forward edge chained into one task: the records go to the chained operator
     checkpoint = Checkpoint(tmp_path, build(2, "rebalance"))
     env = lg.StreamEnvironment(parallelism=2, max_parallelism=MAX_P)
-    (env.from_source(SequenceSource(0, 10)).uid("numbers")
-        .map(to_record, name="to record").uid("to-record")
-        .map(identity, name="consumer").uid("consumer")
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(SequenceSource(0, 10))
+        .uid("numbers")
+        .map(to_record, name="to record")
+        .uid("to-record")
+        .map(identity, name="consumer")
+        .uid("consumer")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     new = env.get_execution_plan("chained")
     check_restorable(new, checkpoint.spec)
     [vertex] = [v for v in new.vertices if v.is_source]
@@ -307,22 +345,29 @@ def test_m_b7_a_rebalance_edge_now_chained_takes_its_records_inside_the_task(tmp
 
 
 def test_m_b7_an_operator_inserted_between_the_edge_ends_fails_before_running_naming_both_uids(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     checkpoint = Checkpoint(tmp_path, build(2))
     with pytest.raises(lg.RestoreError) as error:
         check_restorable(build(2, added="on edge"), checkpoint.spec)
     message = str(error.value)
-    for part in ("uid 'to-record'", "uid 'consumer'", "no longer connected",
-                 "from uid 'added'", "stop_with_savepoint", "aligned"):
+    for part in (
+        "uid 'to-record'",
+        "uid 'consumer'",
+        "no longer connected",
+        "from uid 'added'",
+        "stop_with_savepoint",
+        "aligned",
+    ):
         assert part in message, f"{part!r} missing from: {message}"
 
 
 def test_m_b7_a_broadcast_edge_at_another_consumer_parallelism_fails_naming_the_edge(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     checkpoint = Checkpoint(tmp_path, build(2, "broadcast"))
     check_restorable(build(2, "broadcast"), checkpoint.spec)
-    assert_each_once_in_channel_order(
-        checkpoint, replayed(checkpoint.spec, build(2, "broadcast")))
+    assert_each_once_in_channel_order(checkpoint, replayed(checkpoint.spec, build(2, "broadcast")))
     with pytest.raises(lg.RestoreError, match=r"uid 'to-record'.*uid 'consumer'.*broadcast"):
         check_restorable(build(3, "broadcast"), checkpoint.spec)
     with pytest.raises(lg.RestoreError, match="was a broadcast edge"):
@@ -330,22 +375,28 @@ def test_m_b7_a_broadcast_edge_at_another_consumer_parallelism_fails_naming_the_
 
 
 def test_m_b7_records_for_a_removed_consumer_fail_unless_non_restored_state_is_allowed(
-        tmp_path, caplog) -> None:
+    tmp_path, caplog
+) -> None:
     checkpoint = Checkpoint(tmp_path, build(2))
     other = build(2, consumer="other")
     with pytest.raises(lg.RestoreError, match="no operator with uid 'consumer'"):
         check_restorable(other, checkpoint.spec)
     with caplog.at_level(logging.WARNING, logger="lockgate.recovery.channel_state"):
         check_restorable(other, checkpoint.spec, allow_non_restored_state=True)
-    assert any("dropping" in r.getMessage() and "uid 'consumer'" in r.getMessage()
-               for r in caplog.records), "the drop is logged with the edge"
+    assert any(
+        "dropping" in r.getMessage() and "uid 'consumer'" in r.getMessage() for r in caplog.records
+    ), "the drop is logged with the edge"
 
 
 def test_m_b7_channel_state_without_channel_names_is_refused(tmp_path) -> None:
     storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
     legacy = {"vertex": 4, "subtask": 0, "inputs": {0: [freeze(RowBatch([1]))]}, "outputs": []}
     handle = storage.write_state(1, "channels-4-0", legacy)
-    spec = RestoreSpec(storage.url, 1, {"channels:4": {0: handle}},
-                       channels=tuple(summarize("channels:4", 0, legacy)))
+    spec = RestoreSpec(
+        storage.url,
+        1,
+        {"channels:4": {0: handle}},
+        channels=tuple(summarize("channels:4", 0, legacy)),
+    )
     with pytest.raises(lg.RestoreError, match="does not name their channels"):
         check_restorable(build(2), spec)

@@ -36,32 +36,55 @@ def make_incremental_checkpoint(root: str, checkpoint_id: int = 4) -> FileSystem
     uploader = SharedStateUploader(storage, checkpoint_id, "sums/0", {"db/000007.sst": old})
     assert uploader.reuse("db/000007.sst") == old
     new = uploader.upload("db/000009.sst", SST["000009.sst"], "000009.sst")
-    native = {"format": NATIVE_FORMAT, "version": 1, "max_parallelism": 128,
-              "storage_url": storage.url, "states": {"total": {"kind": "value", "id": 1}},
-              "sst": {"000007.sst": old, "000009.sst": new},
-              "private": {"CURRENT": b"MANIFEST-000011\n"}, "key_group_span": (0, 128)}
-    sums = storage.write_state(checkpoint_id, "op-sums-0", {
-        "operator": "sums", "subtask": 0, "parallelism": 1,
-        "state": {"keyed": native, "timers": None}})
+    native = {
+        "format": NATIVE_FORMAT,
+        "version": 1,
+        "max_parallelism": 128,
+        "storage_url": storage.url,
+        "states": {"total": {"kind": "value", "id": 1}},
+        "sst": {"000007.sst": old, "000009.sst": new},
+        "private": {"CURRENT": b"MANIFEST-000011\n"},
+        "key_group_span": (0, 128),
+    }
+    sums = storage.write_state(
+        checkpoint_id,
+        "op-sums-0",
+        {
+            "operator": "sums",
+            "subtask": 0,
+            "parallelism": 1,
+            "state": {"keyed": native, "timers": None},
+        },
+    )
     sums = sums.__class__(sums.path, sums.size, sums.checksum, uploader.referenced())
-    source = storage.write_state(checkpoint_id, "op-numbers-0", {
-        "operator": "numbers", "subtask": 0, "parallelism": 1, "state": {"next": 42}})
+    source = storage.write_state(
+        checkpoint_id,
+        "op-numbers-0",
+        {"operator": "numbers", "subtask": 0, "parallelism": 1, "state": {"next": 42}},
+    )
     master = storage.write_state(checkpoint_id, "master-offsets", {"topic": 3})
-    checkpoint = CompletedCheckpoint(checkpoint_id, 1000, 2000,
-                                     {"sums": {0: sums}, "numbers": {0: source}},
-                                     {"offsets": master}, job_name="sums")
+    checkpoint = CompletedCheckpoint(
+        checkpoint_id,
+        1000,
+        2000,
+        {"sums": {0: sums}, "numbers": {0: source}},
+        {"offsets": master},
+        job_name="sums",
+    )
     storage.write_metadata(checkpoint_id, checkpoint.to_metadata())
     storage.write_latest(checkpoint_id)
     return storage
 
 
 def files_under(root: str) -> list[str]:
-    return sorted(os.path.relpath(os.path.join(d, n), root)
-                  for d, _, names in os.walk(root) for n in names)
+    return sorted(
+        os.path.relpath(os.path.join(d, n), root) for d, _, names in os.walk(root) for n in names
+    )
 
 
 def test_m_s3_m_r4_an_export_holds_every_file_and_restores_after_the_source_is_deleted(
-        tmp_path: Any) -> None:
+    tmp_path: Any,
+) -> None:
     source = make_incremental_checkpoint(str(tmp_path / "ckpt"))
     dest = str(tmp_path / "export")
     done = export_checkpoint(str(tmp_path / "ckpt" / "chk-4"), dest)
@@ -101,8 +124,9 @@ def test_the_newest_checkpoint_of_a_storage_and_an_export_of_an_export(tmp_path:
 
 def test_the_cli_exports_and_prints_where_and_what(tmp_path: Any, capsys: Any) -> None:
     make_incremental_checkpoint(str(tmp_path / "ckpt"))
-    rc = cli.main(["checkpoint", "export", str(tmp_path / "ckpt" / "chk-4"),
-                   str(tmp_path / "export")])
+    rc = cli.main(
+        ["checkpoint", "export", str(tmp_path / "ckpt" / "chk-4"), str(tmp_path / "export")]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "exported checkpoint 4" in out and str(tmp_path / "export") in out
@@ -124,13 +148,13 @@ def test_an_existing_non_empty_destination_is_refused(tmp_path: Any, capsys: Any
 
 
 def test_missing_and_incomplete_checkpoints_are_named_in_the_error(
-        tmp_path: Any, capsys: Any) -> None:
+    tmp_path: Any, capsys: Any
+) -> None:
     rc = cli.main(["checkpoint", "export", str(tmp_path / "nowhere"), str(tmp_path / "x")])
     assert rc == 2 and "no such folder" in capsys.readouterr().err
     storage = make_incremental_checkpoint(str(tmp_path / "ckpt"))
     storage.write_state(5, "op-sums-0", "never completed")
-    rc = cli.main(["checkpoint", "export", str(tmp_path / "ckpt" / "chk-5"),
-                   str(tmp_path / "x")])
+    rc = cli.main(["checkpoint", "export", str(tmp_path / "ckpt" / "chk-5"), str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert rc == 1 and "chk-5" in err and "no _metadata" in err
     (tmp_path / "empty-storage").mkdir()
@@ -143,7 +167,8 @@ def test_missing_and_incomplete_checkpoints_are_named_in_the_error(
 
 @pytest.mark.parametrize("victim", ["shared", "state"])
 def test_a_damaged_file_fails_the_export_naming_it_and_leaves_no_metadata(
-        tmp_path: Any, capsys: Any, victim: str) -> None:
+    tmp_path: Any, capsys: Any, victim: str
+) -> None:
     storage = make_incremental_checkpoint(str(tmp_path / "ckpt"))
     checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(4))
     handle = checkpoint.operator_states["sums"][0]
@@ -163,7 +188,8 @@ def test_a_damaged_file_fails_the_export_naming_it_and_leaves_no_metadata(
 
 
 def test_a_payload_the_export_cannot_read_says_how_to_fix_it(
-        tmp_path: Any, monkeypatch: Any) -> None:
+    tmp_path: Any, monkeypatch: Any
+) -> None:
     make_incremental_checkpoint(str(tmp_path / "ckpt"))
 
     def unreadable(data: bytes) -> Any:

@@ -57,10 +57,13 @@ def _clear() -> None:
 
 
 def write_checkpoint(storage, checkpoint_id: int, states: dict[str, object]) -> str:
-    handles = {uid: {0: storage.write_state(checkpoint_id, f"op-{uid}-0", state)}
-               for uid, state in states.items()}
-    completed = CompletedCheckpoint(checkpoint_id, 1, 2, operator_states=handles,
-                                    job_name="signed job")
+    handles = {
+        uid: {0: storage.write_state(checkpoint_id, f"op-{uid}-0", state)}
+        for uid, state in states.items()
+    }
+    completed = CompletedCheckpoint(
+        checkpoint_id, 1, 2, operator_states=handles, job_name="signed job"
+    )
     return storage.write_metadata(checkpoint_id, completed.to_metadata())
 
 

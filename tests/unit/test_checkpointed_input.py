@@ -56,14 +56,26 @@ class PausableChannel(LocalChannel):
         self.events.append("resume")
 
 
-def setup(n: int, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE, *,
-          unaligned: bool = False, timeout: int = 0, channels: list[LocalChannel] | None = None):
+def setup(
+    n: int,
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
+    *,
+    unaligned: bool = False,
+    timeout: int = 0,
+    channels: list[LocalChannel] | None = None,
+):
     chans = channels or [LocalChannel(1 << 20, name=f"in{i}") for i in range(n)]
     gate = InputGate(list(chans), [0] * n, threading.Event())
     actions = RecordingActions()
     clock = ManualClock(0)
-    handler = create_barrier_handler(mode, unaligned=unaligned, aligned_timeout_ms=timeout,
-                                     num_channels=n, actions=actions, clock=clock)
+    handler = create_barrier_handler(
+        mode,
+        unaligned=unaligned,
+        aligned_timeout_ms=timeout,
+        num_channels=n,
+        actions=actions,
+        clock=clock,
+    )
     return CheckpointedInputGate(gate, handler, actions), chans, actions, clock
 
 
@@ -82,13 +94,27 @@ def batch(*rows: int) -> RowBatch:
 # what poll returns ------------------------------------------------------------------------
 
 
-def test_barriers_and_markers_go_to_the_handler_and_everything_else_is_returned_in_order_m_e1() -> None:
+def test_barriers_and_markers_go_to_the_handler_and_everything_else_is_returned_in_order_m_e1() -> (
+    None
+):
     cgate, (c0,), actions, _ = setup(1)
-    for e in (batch(1), el.Watermark(5), el.StreamStatus.IDLE, el.CheckpointBarrier(1, 0),
-              el.CancellationMarker(2), batch(2), el.END_OF_PARTITION):
+    for e in (
+        batch(1),
+        el.Watermark(5),
+        el.StreamStatus.IDLE,
+        el.CheckpointBarrier(1, 0),
+        el.CancellationMarker(2),
+        batch(2),
+        el.END_OF_PARTITION,
+    ):
         c0.put(e)
-    assert drain(cgate) == [(0, [1]), (0, el.Watermark(5)), (0, el.StreamStatus.IDLE),
-                            (0, [2]), (0, el.END_OF_PARTITION)]
+    assert drain(cgate) == [
+        (0, [1]),
+        (0, el.Watermark(5)),
+        (0, el.StreamStatus.IDLE),
+        (0, [2]),
+        (0, el.END_OF_PARTITION),
+    ]
     assert actions.calls == [("trigger", 1, False), ("abort", 2, Reason.CANCELLED_UPSTREAM)]
     assert cgate.finished
 
@@ -96,7 +122,9 @@ def test_barriers_and_markers_go_to_the_handler_and_everything_else_is_returned_
 # M-B4 / M-B6 through the gate -----------------------------------------------------------------
 
 
-def test_m_b4_records_behind_a_barrier_wait_in_their_channel_until_the_alignment_completes() -> None:
+def test_m_b4_records_behind_a_barrier_wait_in_their_channel_until_the_alignment_completes() -> (
+    None
+):
     cgate, (c0, c1), actions, _ = setup(2)
     c0.put(el.CheckpointBarrier(1, 0))
     c0.put(batch(10))
@@ -146,7 +174,9 @@ def test_the_input_gate_skips_a_blocked_channel_and_keeps_its_elements_in_order(
 # M-B7 through the gate ----------------------------------------------------------------------
 
 
-def test_m_b7_batches_of_capturing_channels_are_recorded_as_inflight_before_they_are_returned() -> None:
+def test_m_b7_batches_of_capturing_channels_are_recorded_as_inflight_before_they_are_returned() -> (
+    None
+):
     cgate, (c0, c1), actions, _ = setup(2, unaligned=True)
     c0.put(el.CheckpointBarrier(1, 0, UNALIGNED))
     c1.put(batch(20))
@@ -161,7 +191,9 @@ def test_m_b7_batches_of_capturing_channels_are_recorded_as_inflight_before_they
     assert not cgate.capturing
 
 
-def test_m_b8_on_time_through_the_gate_switches_a_timed_out_alignment_and_releases_the_channel() -> None:
+def test_m_b8_on_time_through_the_gate_switches_a_timed_out_alignment_and_releases_the_channel() -> (
+    None
+):
     cgate, (c0, c1), actions, clock = setup(2, unaligned=True, timeout=100)
     c0.put(el.CheckpointBarrier(1, 0, ALIGNED))
     c0.put(batch(10))
@@ -232,8 +264,14 @@ def test_with_no_checkpoint_in_progress_batches_do_not_consult_the_handler() -> 
 
 
 def make(mode: CheckpointingMode, unaligned: bool, timeout: int = 0) -> object:
-    return create_barrier_handler(mode, unaligned=unaligned, aligned_timeout_ms=timeout,
-                                  num_channels=2, actions=RecordingActions(), clock=ManualClock())
+    return create_barrier_handler(
+        mode,
+        unaligned=unaligned,
+        aligned_timeout_ms=timeout,
+        num_channels=2,
+        actions=RecordingActions(),
+        clock=ManualClock(),
+    )
 
 
 def test_m_b1_at_least_once_uses_the_tracker() -> None:

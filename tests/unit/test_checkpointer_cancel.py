@@ -26,15 +26,15 @@ class HungView:
         return {"late": True}
 
 
-def test_m_t3_close_is_bounded_while_an_async_write_hangs_and_the_late_write_is_dropped(
-        ) -> None:
+def test_m_t3_close_is_bounded_while_an_async_write_hangs_and_the_late_write_is_dropped() -> None:
     view = HungView()
     cp, op, writer, [channel], storage, responder, log = make(view=view)
     try:
         cp.trigger_source(BARRIER)
         wait_for(view.entered, "the asynchronous part started")
-        closer = threading.Thread(target=cp.close, kwargs={"timeout_s": 0.3}, daemon=True,
-                                  name="test closer")
+        closer = threading.Thread(
+            target=cp.close, kwargs={"timeout_s": 0.3}, daemon=True, name="test closer"
+        )
         started = time.monotonic()
         closer.start()
         closer.join(5)
@@ -48,8 +48,9 @@ def test_m_t3_close_is_bounded_while_an_async_write_hangs_and_the_late_write_is_
     assert [p for p in storage.files if p.startswith("chk-1/")] == []
 
 
-def test_m_t3_a_cancelled_task_snapshots_nothing_more_and_its_write_in_progress_is_dropped(
-        ) -> None:
+def test_m_t3_a_cancelled_task_snapshots_nothing_more_and_its_write_in_progress_is_dropped() -> (
+    None
+):
     view = HungView()
     cp, op, writer, [channel], storage, responder, log = make(view=view)
     try:

@@ -19,13 +19,17 @@ from lockgate.connectors import DiscardingSink, FileSink, PostgresSink, Sequence
 from pg_fixtures import DSN
 
 
-def unbounded_job(sink: lg.connectors.base.Sink, *, bounded: bool = False,
-                  checkpointing: bool = False) -> lg.StreamEnvironment:
+def unbounded_job(
+    sink: lg.connectors.base.Sink, *, bounded: bool = False, checkpointing: bool = False
+) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=1)
     if checkpointing:
         env.enable_checkpointing(timedelta(seconds=1))
-    (env.from_source(SequenceSource(0, 10, bounded=bounded), name="numbers")
-        .sink_to(sink, name="out"))
+    (
+        env.from_source(SequenceSource(0, 10, bounded=bounded), name="numbers").sink_to(
+            sink, name="out"
+        )
+    )
     return env
 
 
@@ -41,12 +45,16 @@ def refusal(env: lg.StreamEnvironment) -> str:
     return str(from_graph.value)
 
 
-@pytest.mark.parametrize("sink", [
-    pytest.param(lambda tmp: FileSink(str(tmp / "out")), id="FileSink"),
-    pytest.param(lambda tmp: PostgresSink(DSN, "never_written"), id="PostgresSink"),
-])
+@pytest.mark.parametrize(
+    "sink",
+    [
+        pytest.param(lambda tmp: FileSink(str(tmp / "out")), id="FileSink"),
+        pytest.param(lambda tmp: PostgresSink(DSN, "never_written"), id="PostgresSink"),
+    ],
+)
 def test_m_x2_an_exactly_once_sink_in_an_unbounded_job_without_checkpoints_is_refused(
-        sink, tmp_path: Path) -> None:
+    sink, tmp_path: Path
+) -> None:
     msg = refusal(unbounded_job(sink(tmp_path)))
     assert "'out'" in msg and "exactly-once sink" in msg
     assert "'numbers'" in msg, "the message names the unbounded source"
@@ -55,49 +63,57 @@ def test_m_x2_an_exactly_once_sink_in_an_unbounded_job_without_checkpoints_is_re
     assert not (tmp_path / "out").exists(), "nothing ran"
 
 
-@pytest.mark.parametrize("sink", [
-    pytest.param(lambda tmp: FileSink(str(tmp / "out"), exactly_once=False),
-                 id="FileSink-at-least-once"),
-    pytest.param(lambda tmp: PostgresSink(DSN, "t", mode="append"), id="PostgresSink-append"),
-    pytest.param(lambda tmp: PostgresSink(DSN, "t", mode="upsert", key="k"),
-                 id="PostgresSink-upsert"),
-    pytest.param(lambda tmp: DiscardingSink(), id="DiscardingSink"),
-])
+@pytest.mark.parametrize(
+    "sink",
+    [
+        pytest.param(
+            lambda tmp: FileSink(str(tmp / "out"), exactly_once=False), id="FileSink-at-least-once"
+        ),
+        pytest.param(lambda tmp: PostgresSink(DSN, "t", mode="append"), id="PostgresSink-append"),
+        pytest.param(
+            lambda tmp: PostgresSink(DSN, "t", mode="upsert", key="k"), id="PostgresSink-upsert"
+        ),
+        pytest.param(lambda tmp: DiscardingSink(), id="DiscardingSink"),
+    ],
+)
 def test_an_at_least_once_sink_in_an_unbounded_job_without_checkpoints_is_accepted(
-        sink, tmp_path: Path) -> None:
+    sink, tmp_path: Path
+) -> None:
     unbounded_job(sink(tmp_path)).get_job_graph()
 
 
 def test_m_x2_an_exactly_once_sink_is_accepted_with_checkpoints_or_a_bounded_job(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     unbounded_job(FileSink(str(tmp_path / "a")), checkpointing=True).get_job_graph()
     unbounded_job(FileSink(str(tmp_path / "b")), bounded=True).get_job_graph()
 
 
-def test_a_bounded_exactly_once_sink_beside_an_unbounded_source_is_refused(
-        tmp_path: Path) -> None:
+def test_a_bounded_exactly_once_sink_beside_an_unbounded_source_is_refused(tmp_path: Path) -> None:
     """The driver commits a bounded sink's last transaction only when the whole job has
     ended, which an unbounded job without checkpoints never does."""
     env = lg.StreamEnvironment(parallelism=1)
     env.from_source(SequenceSource(0, 10), name="bounded").sink_to(
-        FileSink(str(tmp_path / "out")), name="files")
+        FileSink(str(tmp_path / "out")), name="files"
+    )
     env.from_source(SequenceSource(0, 10, bounded=False), name="forever").sink_to(
-        DiscardingSink(), name="discard")
+        DiscardingSink(), name="discard"
+    )
     msg = refusal(env)
     assert "'files'" in msg and "'forever'" in msg
 
 
 @pytest.mark.parametrize("interval", [5, 1, 99])
 def test_a_bare_int_checkpoint_interval_under_100_warns_that_it_is_milliseconds(
-        interval: int) -> None:
+    interval: int,
+) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     with pytest.warns(UserWarning, match=rf"every {interval} ms.*timedelta\(seconds={interval}\)"):
         env.enable_checkpointing(interval)
     assert env.checkpoint_config.interval == interval, "the value itself is kept (ms)"
 
 
-@pytest.mark.parametrize("interval", [100, 5000, timedelta(milliseconds=5),
-                                      timedelta(seconds=5)])
+@pytest.mark.parametrize("interval", [100, 5000, timedelta(milliseconds=5), timedelta(seconds=5)])
 def test_an_interval_of_100_ms_or_more_or_a_timedelta_does_not_warn(interval: object) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     with warnings.catch_warnings():

@@ -29,10 +29,16 @@ SINKS = CommittedOutputGuard({"files": "file sink"})
 
 
 def checkpoint(storage, checkpoint_id: int, uids: list[str]) -> None:
-    handles = {uid: {0: storage.write_state(checkpoint_id, f"op-{uid}-0", {"n": checkpoint_id})}
-               for uid in uids}
-    storage.write_metadata(checkpoint_id, CompletedCheckpoint(
-        checkpoint_id, 1, 2, operator_states=handles, job_name="j").to_metadata())
+    handles = {
+        uid: {0: storage.write_state(checkpoint_id, f"op-{uid}-0", {"n": checkpoint_id})}
+        for uid in uids
+    }
+    storage.write_metadata(
+        checkpoint_id,
+        CompletedCheckpoint(
+            checkpoint_id, 1, 2, operator_states=handles, job_name="j"
+        ).to_metadata(),
+    )
 
 
 def damage(root: str, checkpoint_id: int, what: str = "op-") -> None:
@@ -52,8 +58,7 @@ def root(tmp_path) -> str:
     return root
 
 
-def test_restore_from_refuses_to_fall_back_past_a_damaged_checkpoint_of_a_2pc_sink(
-        root) -> None:
+def test_restore_from_refuses_to_fall_back_past_a_damaged_checkpoint_of_a_2pc_sink(root) -> None:
     damage(root, 2)
     with pytest.raises(RestoreError) as refused:
         resolve_restore_path(os.path.join(root, "chk-2"), guard=SINKS)
@@ -84,11 +89,14 @@ def test_an_unreadable_metadata_counts_as_committed(root) -> None:
 def test_allowed_it_falls_back_with_a_warning(root, caplog) -> None:
     damage(root, 2)
     with caplog.at_level(logging.WARNING, logger="lockgate.recovery.restore"):
-        spec = resolve_restore_path(os.path.join(root, "chk-2"),
-                                    guard=CommittedOutputGuard(SINKS.sinks, allow=True))
+        spec = resolve_restore_path(
+            os.path.join(root, "chk-2"), guard=CommittedOutputGuard(SINKS.sinks, allow=True)
+        )
     assert spec.checkpoint_id == 1
-    assert any("allow_replaying_committed_output=True" in r.getMessage()
-               and "file sink" in r.getMessage() for r in caplog.records)
+    assert any(
+        "allow_replaying_committed_output=True" in r.getMessage() and "file sink" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_a_damaged_checkpoint_without_2pc_sinks_still_falls_back(tmp_path) -> None:

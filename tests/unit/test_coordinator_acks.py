@@ -78,8 +78,11 @@ def test_m_c5_a_stray_repeat_of_an_ack_after_completion_does_not_delete_complete
 def test_acks_record_subtask_metrics_in_the_stats() -> None:
     h = make_harness()
     checkpoint_id = h.trigger()
-    h.ack(checkpoint_id, SINKS[0], SubtaskCheckpointMetrics(alignment_ms=3.0,
-                                                            persisted_inflight_bytes=10))
+    h.ack(
+        checkpoint_id,
+        SINKS[0],
+        SubtaskCheckpointMetrics(alignment_ms=3.0, persisted_inflight_bytes=10),
+    )
     [stats] = h.coordinator.stats()
     assert stats.status == "in_progress" and stats.subtasks[SINKS[0]].alignment_ms == 3.0
 
@@ -106,8 +109,10 @@ def test_concurrent_acks_from_many_threads_complete_the_checkpoint_exactly_once(
     assert len(results) == 8
     assert [r for r in results if r is AckResult.SUCCESS] == [AckResult.SUCCESS] * 4
     # the repeats: DUPLICATE while pending, UNKNOWN after completion (state kept either way)
-    assert {r for r in results if r is not AckResult.SUCCESS} <= {AckResult.DUPLICATE,
-                                                                   AckResult.UNKNOWN}
+    assert {r for r in results if r is not AckResult.SUCCESS} <= {
+        AckResult.DUPLICATE,
+        AckResult.UNKNOWN,
+    }
     assert h.gateway.completed == [checkpoint_id]
     assert all(hd.path in h.storage.files for by in handles.values() for hd in by.values())
 

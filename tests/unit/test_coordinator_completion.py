@@ -47,7 +47,10 @@ def test_m_c7_completion_writes_metadata_with_every_operator_state_handle() -> N
     assert metadata["is_savepoint"] is False
     src0 = handles[SOURCES[0]]["src"]
     assert metadata["operators"]["src"]["0"] == {
-        "path": src0.path, "size": src0.size, "checksum": src0.checksum}
+        "path": src0.path,
+        "size": src0.size,
+        "checksum": src0.checksum,
+    }
     assert set(metadata["operators"]) == {"src", "sum"}
     assert set(metadata["operators"]["sum"]) == {"0", "1"}
     assert metadata["stats"]["status"] == "completed"
@@ -122,7 +125,9 @@ def test_m_c7_the_next_periodic_trigger_comes_at_least_min_pause_after_completio
     h.coordinator.shutdown()
 
 
-def test_m_c7_a_periodic_trigger_skipped_while_one_was_pending_comes_right_after_completion() -> None:
+def test_m_c7_a_periodic_trigger_skipped_while_one_was_pending_comes_right_after_completion() -> (
+    None
+):
     h = make_harness(interval=100, min_pause=0, max_concurrent=1, timeout=10_000)
     h.coordinator.start()
     h.advance(100)
@@ -171,8 +176,12 @@ def test_completed_stats_have_duration_state_size_inflight_bytes_and_subtask_met
     for n, task in enumerate(TASKS):
         handles = h.handles(checkpoint_id, task)
         sizes += sum(hd.size for hd in handles.values())
-        h.ack(checkpoint_id, task, SubtaskCheckpointMetrics(persisted_inflight_bytes=n + 1),
-              handles=handles)
+        h.ack(
+            checkpoint_id,
+            task,
+            SubtaskCheckpointMetrics(persisted_inflight_bytes=n + 1),
+            handles=handles,
+        )
     [stats] = h.coordinator.stats()
     master = h.coordinator.latest_completed().master_states["offsets"]  # type: ignore[union-attr]
     assert stats.status == "completed" and stats.duration_ms == 40.0
@@ -258,8 +267,9 @@ def test_m_c9_master_hook_state_is_stored_and_listed_in_the_metadata() -> None:
     h = make_harness(hooks=[hook, empty])
     checkpoint_id = h.trigger()
     assert hook.triggered == [(checkpoint_id, START_MS)]
-    assert [p for p in h.storage.files
-            if p.startswith(f"chk-{checkpoint_id}/master-offsets.")], "written at trigger time"
+    assert [p for p in h.storage.files if p.startswith(f"chk-{checkpoint_id}/master-offsets.")], (
+        "written at trigger time"
+    )
     h.ack_all(checkpoint_id)
     metadata = h.storage.read_metadata(checkpoint_id)
     assert set(metadata["master_states"]) == {"offsets"}

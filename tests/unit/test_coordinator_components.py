@@ -36,9 +36,17 @@ from lockgate.core.elements import CheckpointOptions
 
 R = CheckpointFailureReason
 
-GO = TriggerFacts(shut_down=False, periodic_stopped=False, forced=False, pending=0,
-                  max_concurrent=1, last_completion_ms=None, min_pause_ms=0, now_ms=1000,
-                  tasks_not_running=0)
+GO = TriggerFacts(
+    shut_down=False,
+    periodic_stopped=False,
+    forced=False,
+    pending=0,
+    max_concurrent=1,
+    last_completion_ms=None,
+    min_pause_ms=0,
+    now_ms=1000,
+    tasks_not_running=0,
+)
 
 # ------------------------------------------------------------------ request decider (M-C1)
 
@@ -46,34 +54,50 @@ GO = TriggerFacts(shut_down=False, periodic_stopped=False, forced=False, pending
 def test_m_c1_decider_lets_a_trigger_go_when_every_precondition_holds() -> None:
     assert decide_trigger(GO) is None
     assert decide_trigger(dataclasses.replace(GO, pending=1, max_concurrent=2)) is None
-    assert decide_trigger(dataclasses.replace(
-        GO, last_completion_ms=900, min_pause_ms=100, now_ms=1000)) is None
+    assert (
+        decide_trigger(
+            dataclasses.replace(GO, last_completion_ms=900, min_pause_ms=100, now_ms=1000)
+        )
+        is None
+    )
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ({"shut_down": True}, R.COORDINATOR_SHUTDOWN),
-    ({"periodic_stopped": True}, R.PERIODIC_STOPPED),
-    ({"pending": 1, "max_concurrent": 1}, R.TOO_MANY_CONCURRENT),
-    ({"last_completion_ms": 950, "min_pause_ms": 100}, R.MIN_PAUSE),
-    ({"tasks_not_running": 1}, R.TASK_NOT_RUNNING),
-], ids=lambda v: v.name if isinstance(v, R) else "")
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"shut_down": True}, R.COORDINATOR_SHUTDOWN),
+        ({"periodic_stopped": True}, R.PERIODIC_STOPPED),
+        ({"pending": 1, "max_concurrent": 1}, R.TOO_MANY_CONCURRENT),
+        ({"last_completion_ms": 950, "min_pause_ms": 100}, R.MIN_PAUSE),
+        ({"tasks_not_running": 1}, R.TASK_NOT_RUNNING),
+    ],
+    ids=lambda v: v.name if isinstance(v, R) else "",
+)
 def test_m_c1_decider_cancels_a_periodic_trigger_for_each_failed_precondition(
-        change: dict[str, object], reason: CheckpointFailureReason) -> None:
+    change: dict[str, object], reason: CheckpointFailureReason
+) -> None:
     assert decide_trigger(dataclasses.replace(GO, **change)) is reason  # type: ignore[arg-type]
 
 
 def test_m_c1_forced_triggers_skip_the_concurrency_pause_and_periodic_checks_only() -> None:
-    forced = dataclasses.replace(GO, forced=True, pending=5, max_concurrent=1,
-                                 last_completion_ms=999, min_pause_ms=1000,
-                                 periodic_stopped=True)
+    forced = dataclasses.replace(
+        GO,
+        forced=True,
+        pending=5,
+        max_concurrent=1,
+        last_completion_ms=999,
+        min_pause_ms=1000,
+        periodic_stopped=True,
+    )
     assert decide_trigger(forced) is None
     assert decide_trigger(dataclasses.replace(forced, shut_down=True)) is R.COORDINATOR_SHUTDOWN
     assert decide_trigger(dataclasses.replace(forced, tasks_not_running=2)) is R.TASK_NOT_RUNNING
 
 
 def test_m_c1_decider_checks_shutdown_first() -> None:
-    everything = dataclasses.replace(GO, shut_down=True, periodic_stopped=True, pending=3,
-                                     tasks_not_running=1)
+    everything = dataclasses.replace(
+        GO, shut_down=True, periodic_stopped=True, pending=3, tasks_not_running=1
+    )
     assert decide_trigger(everything) is R.COORDINATOR_SHUTDOWN
 
 
@@ -187,12 +211,17 @@ def _pending() -> PendingCheckpoint:
 
 
 def _ack(task: tuple[int, int], uid: str = "op", checkpoint_id: int = 5) -> TaskAcknowledgement:
-    return TaskAcknowledgement(task, checkpoint_id,
-                               {uid: StateHandle(f"chk-5/{uid}-{task[1]}", 10, 1)},
-                               SubtaskCheckpointMetrics(sync_ms=1.0))
+    return TaskAcknowledgement(
+        task,
+        checkpoint_id,
+        {uid: StateHandle(f"chk-5/{uid}-{task[1]}", 10, 1)},
+        SubtaskCheckpointMetrics(sync_ms=1.0),
+    )
 
 
-def test_m_c2_pending_checkpoint_moves_tasks_from_waiting_to_acknowledged_and_collects_state() -> None:
+def test_m_c2_pending_checkpoint_moves_tasks_from_waiting_to_acknowledged_and_collects_state() -> (
+    None
+):
     pending = _pending()
     assert pending.acknowledge(_ack((1, 1), "sum")) is AckResult.SUCCESS
     assert pending.tasks_to_acknowledge == {(0, 0), (1, 0)}
@@ -223,10 +252,14 @@ def test_m_c5_pending_checkpoint_answers_duplicate_unknown_and_discarded() -> No
 # ------------------------------------------------------------------ failure manager (M-C6)
 
 
-@pytest.mark.parametrize("reason", [R.DECLINED, R.TIMEOUT, R.ASYNC_FAILED, R.FINALIZE_FAILED,
-                                    R.TRIGGER_FAILED, R.ID_UNAVAILABLE], ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "reason",
+    [R.DECLINED, R.TIMEOUT, R.ASYNC_FAILED, R.FINALIZE_FAILED, R.TRIGGER_FAILED, R.ID_UNAVAILABLE],
+    ids=lambda r: r.name,
+)
 def test_m_c6_failures_that_count_fail_the_job_beyond_the_tolerated_number(
-        reason: CheckpointFailureReason) -> None:
+    reason: CheckpointFailureReason,
+) -> None:
     manager = CheckpointFailureManager(tolerable_failures=2)
     assert not manager.handle_failure(reason, 1)
     assert not manager.handle_failure(reason, 2)
@@ -234,12 +267,22 @@ def test_m_c6_failures_that_count_fail_the_job_beyond_the_tolerated_number(
     assert manager.exceeded_count == 3 and manager.last_reason is reason
 
 
-@pytest.mark.parametrize("reason", [R.SUBSUMED, R.MIN_PAUSE, R.TOO_MANY_CONCURRENT,
-                                    R.COORDINATOR_SHUTDOWN, R.PERIODIC_STOPPED,
-                                    R.TASK_NOT_RUNNING, R.CANCELLED_UPSTREAM],
-                         ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "reason",
+    [
+        R.SUBSUMED,
+        R.MIN_PAUSE,
+        R.TOO_MANY_CONCURRENT,
+        R.COORDINATOR_SHUTDOWN,
+        R.PERIODIC_STOPPED,
+        R.TASK_NOT_RUNNING,
+        R.CANCELLED_UPSTREAM,
+    ],
+    ids=lambda r: r.name,
+)
 def test_m_c6_reasons_that_are_not_checkpoint_failures_never_count(
-        reason: CheckpointFailureReason) -> None:
+    reason: CheckpointFailureReason,
+) -> None:
     manager = CheckpointFailureManager(tolerable_failures=0)
     assert not any(manager.handle_failure(reason, i) for i in range(1, 10))
     assert manager.consecutive_failures == 0
@@ -263,11 +306,17 @@ def test_m_c6_with_zero_tolerable_failures_the_first_failure_fails_the_job() -> 
 # ------------------------------------------------------------------ completed store (M-C8)
 
 
-def _completed(storage: MemoryCheckpointStorage, checkpoint_id: int,
-               savepoint: bool = False) -> CompletedCheckpoint:
+def _completed(
+    storage: MemoryCheckpointStorage, checkpoint_id: int, savepoint: bool = False
+) -> CompletedCheckpoint:
     handle = storage.write_state(checkpoint_id, "op-0", f"state {checkpoint_id}")
-    checkpoint = CompletedCheckpoint(checkpoint_id, 1000 + checkpoint_id, 2000 + checkpoint_id,
-                                     {"op": {0: handle}}, is_savepoint=savepoint)
+    checkpoint = CompletedCheckpoint(
+        checkpoint_id,
+        1000 + checkpoint_id,
+        2000 + checkpoint_id,
+        {"op": {0: handle}},
+        is_savepoint=savepoint,
+    )
     storage.write_metadata(checkpoint_id, checkpoint.to_metadata())
     return checkpoint
 
@@ -361,7 +410,11 @@ def test_metadata_round_trips_through_from_metadata() -> None:
     back = CompletedCheckpoint.from_metadata(checkpoint.to_metadata())
     assert back.operator_states == checkpoint.operator_states
     assert back.master_states == checkpoint.master_states
-    assert (back.checkpoint_id, back.trigger_timestamp, back.completion_timestamp) == (3, 1003, 2003)
+    assert (back.checkpoint_id, back.trigger_timestamp, back.completion_timestamp) == (
+        3,
+        1003,
+        2003,
+    )
     with pytest.raises(ValueError, match="format version"):
         CompletedCheckpoint.from_metadata({**checkpoint.to_metadata(), "format_version": 99})
 
@@ -384,10 +437,18 @@ def test_stats_tracker_reports_in_progress_completed_and_failed_checkpoints() ->
     tracker.report_failed(2, R.TIMEOUT)
     one, two = tracker.snapshot()
     assert (one.status, one.duration_ms, one.state_size, one.persisted_inflight_bytes) == (
-        "completed", 40.0, 123, 12)
+        "completed",
+        40.0,
+        123,
+        12,
+    )
     assert set(one.subtasks) == {(0, 0), (0, 1)}
     assert (two.status, two.failure_reason, two.is_savepoint, two.duration_ms) == (
-        "failed", R.TIMEOUT.value, True, 50.0)
+        "failed",
+        R.TIMEOUT.value,
+        True,
+        50.0,
+    )
 
 
 def test_stats_tracker_keeps_the_newest_entries_and_hands_out_copies() -> None:

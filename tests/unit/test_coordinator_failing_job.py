@@ -15,7 +15,8 @@ from lockgate.checkpoint.types import CheckpointFailureReason as R
 
 
 def test_m_c4_m_c6_a_failed_job_is_failed_once_and_never_triggered_again(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     h = make_harness(interval=100, timeout=150, tolerable_failures=0)
     h.coordinator.start()
     caplog.set_level(logging.ERROR, logger="lockgate.checkpoint.coordinator.coordinator")
@@ -25,8 +26,9 @@ def test_m_c4_m_c6_a_failed_job_is_failed_once_and_never_triggered_again(
     h.advance(150)  # checkpoint 1 expires: over the tolerable failures, the job fails
     assert h.gateway.calls.count("fail_job") == 1
     h.advance(5000)  # 50 intervals: nothing more is triggered, the job is not failed again
-    assert {b.checkpoint_id for b in h.gateway.barriers()} == {first}, \
+    assert {b.checkpoint_id for b in h.gateway.barriers()} == {first}, (
         "the coordinator kept triggering after failing the job"
+    )
     assert h.gateway.calls.count("fail_job") == 1
     failing = [r for r in caplog.records if r.getMessage().startswith("failing job")]
     assert len(failing) == 1, [r.getMessage() for r in failing]

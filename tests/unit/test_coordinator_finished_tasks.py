@@ -41,8 +41,9 @@ def test_m_c3_flip147_a_finished_source_is_not_triggered_and_checkpoints_go_on()
     assert stored.finished_operators == {"src": (2, (0,))}
 
 
-def test_m_c3_flip147_once_every_upstream_task_finished_the_next_running_tasks_are_triggered(
-        ) -> None:
+def test_m_c3_flip147_once_every_upstream_task_finished_the_next_running_tasks_are_triggered() -> (
+    None
+):
     h = make_harness(topology=TOPOLOGY)
     for source in SOURCES:
         h.coordinator.task_finished(source)
@@ -219,8 +220,7 @@ def test_flip147_plan_counts_tasks_neither_running_nor_finished() -> None:
 
 
 def test_flip147_an_operator_is_fully_finished_when_every_subtask_finished() -> None:
-    spec = RestoreSpec("memory://x", 7, finished_operators={
-        "src": (2, (0, 1)), "sum": (2, (1,))})
+    spec = RestoreSpec("memory://x", 7, finished_operators={"src": (2, (0, 1)), "sum": (2, (1,))})
     assert spec.fully_finished("src")
     assert not spec.fully_finished("sum"), "subtask 0 still ran: it restores normally"
     assert not spec.fully_finished("other")

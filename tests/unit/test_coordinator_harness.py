@@ -70,8 +70,9 @@ class RecordingGateway:
         self.calls.append(f"complete {checkpoint_id}")
         self.completed.append(checkpoint_id)
 
-    def notify_checkpoint_aborted(self, checkpoint_id: int,
-                                  reason: CheckpointFailureReason) -> None:
+    def notify_checkpoint_aborted(
+        self, checkpoint_id: int, reason: CheckpointFailureReason
+    ) -> None:
         self.calls.append(f"abort {checkpoint_id}")
         self.aborted.append((checkpoint_id, reason))
 
@@ -137,19 +138,29 @@ class Harness:
         assert isinstance(result, int), f"trigger was cancelled: {result}"
         return result
 
-    def handles(self, checkpoint_id: int, task: TaskKey, size_hint: str = "") -> dict[str, StateHandle]:
+    def handles(
+        self, checkpoint_id: int, task: TaskKey, size_hint: str = ""
+    ) -> dict[str, StateHandle]:
         """Write the state of ``task`` for ``checkpoint_id`` into storage; its handles."""
         uid = UIDS[task[0]]
         state = f"state of {uid}[{task[1]}] at checkpoint {checkpoint_id}{size_hint}"
         return {uid: self.storage.write_state(checkpoint_id, f"{uid}-{task[1]}", state)}
 
-    def ack(self, checkpoint_id: int, task: TaskKey,
-            metrics: SubtaskCheckpointMetrics | None = None,
-            handles: dict[str, StateHandle] | None = None) -> AckResult:
+    def ack(
+        self,
+        checkpoint_id: int,
+        task: TaskKey,
+        metrics: SubtaskCheckpointMetrics | None = None,
+        handles: dict[str, StateHandle] | None = None,
+    ) -> AckResult:
         if handles is None:
             handles = self.handles(checkpoint_id, task)
-        ack = TaskAcknowledgement(task, checkpoint_id, handles,
-                                  metrics if metrics is not None else SubtaskCheckpointMetrics())
+        ack = TaskAcknowledgement(
+            task,
+            checkpoint_id,
+            handles,
+            metrics if metrics is not None else SubtaskCheckpointMetrics(),
+        )
         return self.coordinator.receive_acknowledge(ack)
 
     def ack_all(self, checkpoint_id: int, tasks: Iterable[TaskKey] = TASKS) -> list[AckResult]:
@@ -186,9 +197,18 @@ def make_harness(
     gateway = RecordingGateway()
     hooks = list(hooks)
     coordinator = CheckpointCoordinator(
-        cfg, job_name="test job", source_tasks=SOURCES, tasks=TASKS, gateway=gateway,
-        storage=storage, clock=clock, scheduler=scheduler, hooks=hooks, id_counter=id_counter,
-        topology=topology)
+        cfg,
+        job_name="test job",
+        source_tasks=SOURCES,
+        tasks=TASKS,
+        gateway=gateway,
+        storage=storage,
+        clock=clock,
+        scheduler=scheduler,
+        hooks=hooks,
+        id_counter=id_counter,
+        topology=topology,
+    )
     if running:
         for task in TASKS:
             coordinator.task_running(task)

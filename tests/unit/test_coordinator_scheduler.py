@@ -35,7 +35,9 @@ def test_manual_scheduler_runs_due_actions_in_time_order_and_ties_in_scheduling_
     assert ran == ["a1", "a2", "b", "c"]
 
 
-def test_manual_scheduler_advance_runs_each_action_at_its_own_due_time_and_those_it_schedules() -> None:
+def test_manual_scheduler_advance_runs_each_action_at_its_own_due_time_and_those_it_schedules() -> (
+    None
+):
     clock = ManualClock()
     scheduler = ManualScheduler(clock)
     seen: list[tuple[str, float]] = []
@@ -129,7 +131,9 @@ def test_thread_scheduler_follows_a_manual_clock() -> None:
         scheduler.shutdown()
 
 
-def test_a_coordinator_on_a_thread_scheduler_triggers_periodically_and_joins_it_on_shutdown() -> None:
+def test_a_coordinator_on_a_thread_scheduler_triggers_periodically_and_joins_it_on_shutdown() -> (
+    None
+):
     from test_coordinator_harness import SOURCES, TASKS, RecordingGateway
 
     from lockgate.checkpoint.config import CheckpointConfig
@@ -156,9 +160,15 @@ def test_a_coordinator_on_a_thread_scheduler_triggers_periodically_and_joins_it_
     scheduler = ThreadScheduler(clock)
     gateway = SignallingGateway()
     coordinator = CheckpointCoordinator(
-        CheckpointConfig(interval=100, timeout=10_000), job_name="threads",
-        source_tasks=SOURCES, tasks=TASKS, gateway=gateway, storage=MemoryCheckpointStorage(),
-        clock=clock, scheduler=scheduler)
+        CheckpointConfig(interval=100, timeout=10_000),
+        job_name="threads",
+        source_tasks=SOURCES,
+        tasks=TASKS,
+        gateway=gateway,
+        storage=MemoryCheckpointStorage(),
+        clock=clock,
+        scheduler=scheduler,
+    )
     try:
         for task in TASKS:
             coordinator.task_running(task)

@@ -159,7 +159,8 @@ def test_m_c1_flip147_a_task_finishing_counts_as_finished_for_pending_checkpoint
     assert second_pending is not None and second_pending.finished_tasks == {SINKS[1]}
     first_pending = h.coordinator.pending_checkpoint(first)
     assert first_pending is not None and first_pending.finished_tasks == set(), (
-        "it acknowledged the first before finishing: its state is recorded there")
+        "it acknowledged the first before finishing: its state is recorded there"
+    )
 
 
 def test_m_c1_a_new_id_that_cannot_be_obtained_cancels_the_trigger() -> None:
@@ -351,7 +352,9 @@ def test_m_c1_periodic_triggers_start_one_interval_after_start_and_repeat() -> N
     h.coordinator.shutdown()
 
 
-def test_m_c1_a_periodic_trigger_skipped_for_too_many_concurrent_is_no_failure_and_the_next_is_scheduled() -> None:
+def test_m_c1_a_periodic_trigger_skipped_for_too_many_concurrent_is_no_failure_and_the_next_is_scheduled() -> (
+    None
+):
     h = make_harness(interval=100, max_concurrent=1, timeout=10_000, tolerable_failures=0)
     h.coordinator.start()
     h.advance(100)

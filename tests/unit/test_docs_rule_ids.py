@@ -62,14 +62,17 @@ def test_every_rule_id_cited_in_code_tests_and_bench_is_defined_in_docs_mechanis
     missing = {rule: files for rule, files in cited.items() if rule not in defined}
     assert not missing, (
         "rule ids cited but not defined (as a heading or table row) in docs/mechanisms.md: "
-        + "; ".join(f"{rule} (cited in {', '.join(files[:3])})"
-                    for rule, files in sorted(missing.items())))
+        + "; ".join(
+            f"{rule} (cited in {', '.join(files[:3])})" for rule, files in sorted(missing.items())
+        )
+    )
 
 
 def test_every_relative_link_in_readme_and_docs_points_at_an_existing_file():
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    assert len(docs) >= 4, "expected README.md and docs/architecture.md, mechanisms.md, " \
-                           "operations.md"
+    assert len(docs) >= 4, (
+        "expected README.md and docs/architecture.md, mechanisms.md, operations.md"
+    )
     broken = {str(d.relative_to(ROOT)): links for d in docs if (links := broken_relative_links(d))}
     assert not broken, f"relative links to missing files: {broken}"
 
@@ -89,8 +92,10 @@ def test_the_checks_catch_an_undefined_id_and_a_broken_link(tmp_path):
     assert defined_rule_ids(md) == {q1, q2}
     (tmp_path / "there.md").write_text("x")
     doc = tmp_path / "doc.md"
-    doc.write_text("[ok](there.md) [gone](missing.md#a) [url](https://example.com/x) "
-                   "[anchor](#top) `[code](nowhere.md)`\n```\n[fenced](nowhere.md)\n```\n")
+    doc.write_text(
+        "[ok](there.md) [gone](missing.md#a) [url](https://example.com/x) "
+        "[anchor](#top) `[code](nowhere.md)`\n```\n[fenced](nowhere.md)\n```\n"
+    )
     assert broken_relative_links(doc) == ["missing.md#a"]
     (tmp_path / "lockgate").mkdir()
     (tmp_path / "lockgate" / "m.py").write_text(f'"""Cites {q3} and {q1}."""\n')

@@ -65,20 +65,30 @@ def mod7(x):
     return x % 7
 
 
-def sequence_job(faults, *, n: int = 1000, batch_size: int | None = None,
-                 map_fn=plus_one, sink=None) -> lg.graph.execution_plan.ExecutionPlan:
+def sequence_job(
+    faults, *, n: int = 1000, batch_size: int | None = None, map_fn=plus_one, sink=None
+) -> lg.graph.execution_plan.ExecutionPlan:
     """source -> "plus one" -> "out", one chained task, parallelism 1, no checkpoints."""
     env = lg.StreamEnvironment(parallelism=1)
-    (env.from_source(SequenceSource(0, n, batch_size=batch_size))
-        .map(map_fn, name="plus one").sink_to(sink or CollectSink(), name="out"))
+    (
+        env.from_source(SequenceSource(0, n, batch_size=batch_size))
+        .map(map_fn, name="plus one")
+        .sink_to(sink or CollectSink(), name="out")
+    )
     inject_faults(env, *faults)
     return env.get_execution_plan("faulty")
 
 
-def checkpointed_job(faults, *, parallelism: int = 1, keyed: bool = False,
-                     mode: lg.CheckpointingMode = lg.CheckpointingMode.EXACTLY_ONCE,
-                     rows: int = 4000, restarts: lg.RestartStrategy | None = None,
-                     **settings: Any):
+def checkpointed_job(
+    faults,
+    *,
+    parallelism: int = 1,
+    keyed: bool = False,
+    mode: lg.CheckpointingMode = lg.CheckpointingMode.EXACTLY_ONCE,
+    rows: int = 4000,
+    restarts: lg.RestartStrategy | None = None,
+    **settings: Any,
+):
     """A rate-limited source (1 s of data) checkpointed every 50 ms; ``keyed``: a
     ``key_by`` puts "keyed" at the head of a second task with one input channel per
     source subtask. ``restarts``: the restart strategy (default: none, one attempt)."""
@@ -109,8 +119,9 @@ def run_failing(plan, attempt_number: int = 0) -> lg.JobFailedError:
 
 def run_client(plan) -> lg.JobClient:
     """Run ``plan`` in the background, for its checkpoint statistics."""
-    return lg.JobClient(plan.job_name,
-                        lambda handle: lg.LocalExecutor().execute(plan, handle=handle))
+    return lg.JobClient(
+        plan.job_name, lambda handle: lg.LocalExecutor().execute(plan, handle=handle)
+    )
 
 
 class ListOutput(Output):
@@ -134,8 +145,14 @@ class Stub(StreamOperator):
         super().__init__()
         self.calls: list[tuple[str, Any]] = []
         self.views: list[View] = []
-        ctx = RuntimeContext(task_name="task", operator_name=name, operator_uid=f"uid-{name}",
-                             subtask_index=subtask, parallelism=2, max_parallelism=128)
+        ctx = RuntimeContext(
+            task_name="task",
+            operator_name=name,
+            operator_uid=f"uid-{name}",
+            subtask_index=subtask,
+            parallelism=2,
+            max_parallelism=128,
+        )
         self.setup(name, f"uid-{name}", ctx, ListOutput())
 
     def process_batch(self, batch, input_index: int = 0) -> None:
@@ -165,13 +182,21 @@ class View:
         self.released = True
 
 
-def fake_task(*operators: StreamOperator, subtask: int = 0, name: str = "task",
-              inputs: bool = False, handler: Any = None, checkpointer: Any = None) -> Any:
+def fake_task(
+    *operators: StreamOperator,
+    subtask: int = 0,
+    name: str = "task",
+    inputs: bool = False,
+    handler: Any = None,
+    checkpointer: Any = None,
+) -> Any:
     """The parts of a StreamTask that ``FaultSchedule.install`` looks at."""
     return SimpleNamespace(
-        name=name, subtask_index=subtask,
+        name=name,
+        subtask_index=subtask,
         chain=SimpleNamespace(operators=list(operators), head=operators[0]),
-        input_gate=object() if inputs else None, barrier_handler=handler,
+        input_gate=object() if inputs else None,
+        barrier_handler=handler,
         checkpointer=checkpointer,
     )
 
@@ -228,7 +253,8 @@ def test_m_r1_a_fault_fires_in_its_own_attempt_only() -> None:
 
 
 def test_m_r1_fail_at_record_stops_a_chained_operator_before_the_batch_holding_the_record(
-        probe) -> None:
+    probe,
+) -> None:
     def seen(x):
         probe.add(x)
         return x
@@ -263,20 +289,25 @@ def test_m_r1_a_fault_fires_only_in_its_subtask() -> None:
 
 
 def test_m_r2_a_restarted_job_runs_each_attempts_fault_once_then_finishes() -> None:
-    faults = [FailAtRecord("plus one", 300, attempt=0), FailSnapshot("plus one", 2, attempt=1),
-              FailCommit("sink", 1, attempt=2)]
+    faults = [
+        FailAtRecord("plus one", 300, attempt=0),
+        FailSnapshot("plus one", 2, attempt=1),
+        FailCommit("sink", 1, attempt=2),
+    ]
     plan = checkpointed_job(faults, restarts=lg.RestartStrategy.fixed_delay(3, 0))
     result = run(plan)
     assert result.status is lg.JobStatus.FINISHED and result.attempts == 4
 
 
 def test_m_r2_seeded_faults_restart_a_job_once_per_fault() -> None:
-    faults = seeded_faults(11, 5, operators={"source": SOURCE, "operator": "keyed",
-                                             "sink": "sink"}, records=200)
+    faults = seeded_faults(
+        11, 5, operators={"source": SOURCE, "operator": "keyed", "sink": "sink"}, records=200
+    )
     # the alignment fault of attempt 2 gets barriers delayed on one channel, to align for long
     delayed = DelayBarriers(SOURCE, 100, checkpoint=1, attempt=2, subtask=1)
-    plan = checkpointed_job([*faults, delayed], parallelism=2, keyed=True,
-                            restarts=lg.RestartStrategy.fixed_delay(5, 0))
+    plan = checkpointed_job(
+        [*faults, delayed], parallelism=2, keyed=True, restarts=lg.RestartStrategy.fixed_delay(5, 0)
+    )
     result = run(plan)
     assert result.status is lg.JobStatus.FINISHED
     assert result.attempts == 6, "every one of the 5 faults failed one attempt"
@@ -290,8 +321,11 @@ def test_m_r1_a_fault_fires_at_most_once_per_attempt_and_subtask() -> None:
         op.process_batch(rows(10, 20))
     op.process_batch(rows(20, 30))
     op.process_batch(rows(10, 20))  # counts only go up: the record is never reached again
-    assert op.calls == [("batch", list(range(10))), ("batch", list(range(20, 30))),
-                        ("batch", list(range(10, 20)))]
+    assert op.calls == [
+        ("batch", list(range(10))),
+        ("batch", list(range(20, 30))),
+        ("batch", list(range(10, 20))),
+    ]
 
 
 def test_m_r1_a_schedule_matches_operators_by_uid_and_every_subtask_with_none() -> None:
@@ -319,8 +353,10 @@ def test_m_r1_without_a_matching_fault_install_changes_nothing() -> None:
     before = {op: dict(vars(op)) for op in (head, tail)}
     responder = Responder()
     schedule = FaultSchedule(
-        FailAtRecord("tail", 3, attempt=1), FailSnapshot("tail", subtask=1),
-        FailCommit("elsewhere"), DropAcknowledgement("tail", attempt=2),
+        FailAtRecord("tail", 3, attempt=1),
+        FailSnapshot("tail", subtask=1),
+        FailCommit("elsewhere"),
+        DropAcknowledgement("tail", attempt=2),
         DelayAcknowledgement("tail", 10, subtask=1),
     )
     assert schedule.wrap_responder(responder, (4, 0), 0) is responder
@@ -331,9 +367,14 @@ def test_m_r1_without_a_matching_fault_install_changes_nothing() -> None:
 
 def test_m_r1_a_schedule_pickles_and_behaves_the_same_in_a_copy_of_the_plan() -> None:
     schedule = FaultSchedule(
-        FailAtRecord("plus one", 500, attempt=1), KillWorker("x", 3), FailSnapshot("x", 2, "async"),
-        DropAcknowledgement("x"), DelayAcknowledgement("x", 5.5), DelayBarriers("x", 1),
-        FailDuringAlignment("x", subtask=None), FailCommit("x", 3),
+        FailAtRecord("plus one", 500, attempt=1),
+        KillWorker("x", 3),
+        FailSnapshot("x", 2, "async"),
+        DropAcknowledgement("x"),
+        DelayAcknowledgement("x", 5.5),
+        DelayBarriers("x", 1),
+        FailDuringAlignment("x", subtask=None),
+        FailCommit("x", 3),
     )
     assert cloudpickle.loads(cloudpickle.dumps(schedule)) == schedule
     assert pickle.loads(pickle.dumps(schedule)) == schedule
@@ -345,8 +386,7 @@ def test_m_r1_a_schedule_pickles_and_behaves_the_same_in_a_copy_of_the_plan() ->
     assert (str(error), error.operator, error.subtask) == ("boom", "op", 1)
 
 
-def test_m_r1_kill_worker_is_refused_in_process_and_kills_the_worker_otherwise(
-        monkeypatch) -> None:
+def test_m_r1_kill_worker_is_refused_in_process_and_kills_the_worker_otherwise(monkeypatch) -> None:
     op = Stub("op")
     with pytest.raises(lg.ConfigurationError, match="SparkExecutor"):
         install([KillWorker("op", 5, attempt=3)], fake_task(op), in_process=True)
@@ -395,8 +435,9 @@ def test_m_t3_fail_snapshot_async_fails_materialize_and_releases_the_real_view()
 def test_m_t3_an_async_snapshot_fault_makes_the_subtask_decline_the_checkpoint() -> None:
     op = Stub("op")
     responder = Responder()
-    checkpointer = SubtaskCheckpointer((3, 0), "task", [op], [], MemoryCheckpointStorage(),
-                                       responder, lg.SystemClock())
+    checkpointer = SubtaskCheckpointer(
+        (3, 0), "task", [op], [], MemoryCheckpointStorage(), responder, lg.SystemClock()
+    )
     install([FailSnapshot("op", 1, "async")], fake_task(op, checkpointer=checkpointer))
     try:
         checkpointer.trigger_snapshot(el.CheckpointBarrier(9, 0), AlignmentInfo(0.0, 0.0, False))
@@ -407,8 +448,9 @@ def test_m_t3_an_async_snapshot_fault_makes_the_subtask_decline_the_checkpoint()
         checkpointer.close()
 
 
-def test_m_c6_a_sync_snapshot_fault_declines_the_checkpoint_and_fails_the_job_without_tolerance(
-        ) -> None:
+def test_m_c6_a_sync_snapshot_fault_declines_the_checkpoint_and_fails_the_job_without_tolerance() -> (
+    None
+):
     # the task declines (it does not fail); with tolerable_failures = 0 the coordinator
     # fails the job on that one failed checkpoint
     error = run_failing(checkpointed_job([FailSnapshot("plus one", checkpoint=2)]))
@@ -416,8 +458,7 @@ def test_m_c6_a_sync_snapshot_fault_declines_the_checkpoint_and_fails_the_job_wi
     assert "synchronous snapshot part failed" in str(error)
 
 
-def test_m_c6_an_async_snapshot_fault_fails_the_checkpoint_and_the_job_without_tolerance(
-        ) -> None:
+def test_m_c6_an_async_snapshot_fault_fails_the_checkpoint_and_the_job_without_tolerance() -> None:
     error = run_failing(checkpointed_job([FailSnapshot(SOURCE, checkpoint=2, phase="async")]))
     assert error.reason is lg.FailureReason.CHECKPOINT
     assert "asynchronous snapshot part failed" in str(error)
@@ -434,8 +475,11 @@ def test_m_c5_drop_acknowledgement_swallows_the_nth_ack_of_the_attempt_only() ->
     assert schedule.wrap_responder(inner, (3, 0), 1) is inner  # another attempt
     assert schedule.wrap_responder(inner, (3, 1), 0) is inner  # another subtask
     op = Stub("op")
-    schedule.install(fake_task(op, checkpointer=SimpleNamespace(responder=wrapped)),
-                     attempt_number=0, in_process=True)
+    schedule.install(
+        fake_task(op, checkpointer=SimpleNamespace(responder=wrapped)),
+        attempt_number=0,
+        in_process=True,
+    )
     for checkpoint_id in (4, 5, 6):
         wrapped.acknowledge(ack(checkpoint_id))
     wrapped.decline((3, 0), 7, CheckpointFailureReason.DECLINED)
@@ -447,8 +491,11 @@ def test_m_c5_an_ack_fault_stays_dormant_in_a_task_without_its_operator() -> Non
     inner = Responder()
     schedule = FaultSchedule(DropAcknowledgement("elsewhere"))
     wrapped = schedule.wrap_responder(inner, (3, 0), 0)
-    schedule.install(fake_task(Stub("op"), checkpointer=SimpleNamespace(responder=wrapped)),
-                     attempt_number=0, in_process=True)
+    schedule.install(
+        fake_task(Stub("op"), checkpointer=SimpleNamespace(responder=wrapped)),
+        attempt_number=0,
+        in_process=True,
+    )
     wrapped.acknowledge(ack(1))
     assert inner.acks == [1]
 
@@ -457,9 +504,11 @@ def test_m_c5_delay_acknowledgement_delivers_the_nth_ack_late_without_holding_ot
     inner = Responder()
     schedule = FaultSchedule(DelayAcknowledgement("task", delay_ms=50, checkpoint=1))
     wrapped = schedule.wrap_responder(inner, (3, 0), 0)
-    schedule.install(fake_task(Stub("op"), name="task",
-                               checkpointer=SimpleNamespace(responder=wrapped)),
-                     attempt_number=0, in_process=True)
+    schedule.install(
+        fake_task(Stub("op"), name="task", checkpointer=SimpleNamespace(responder=wrapped)),
+        attempt_number=0,
+        in_process=True,
+    )
     assert isinstance(wrapped, FaultyResponder)
     sent = time.monotonic()
     wrapped.acknowledge(ack(1))
@@ -472,10 +521,12 @@ def test_m_c5_delay_acknowledgement_delivers_the_nth_ack_late_without_holding_ot
     assert inner.acks == [2, 1]
 
 
-def test_m_c4_a_dropped_acknowledgement_lets_its_checkpoint_expire_and_later_ones_complete(
-        ) -> None:
-    plan = checkpointed_job([DropAcknowledgement("plus one", checkpoint=1)], timeout=200,
-                            tolerable_failures=3)
+def test_m_c4_a_dropped_acknowledgement_lets_its_checkpoint_expire_and_later_ones_complete() -> (
+    None
+):
+    plan = checkpointed_job(
+        [DropAcknowledgement("plus one", checkpoint=1)], timeout=200, tolerable_failures=3
+    )
     client = run_client(plan)
     client.wait(30)
     stats = client.checkpoints()
@@ -509,13 +560,15 @@ def test_m_b4_delay_barriers_blocks_the_nth_barrier_before_it_is_forwarded() -> 
 
 
 def test_m_b10_barriers_delayed_on_one_channel_make_downstream_alignment_wait() -> None:
-    plan = checkpointed_job([DelayBarriers(SOURCE, delay_ms=300, checkpoint=2, subtask=1)],
-                            parallelism=2, keyed=True)
+    plan = checkpointed_job(
+        [DelayBarriers(SOURCE, delay_ms=300, checkpoint=2, subtask=1)], parallelism=2, keyed=True
+    )
     keyed_vertex = next(v.id for v in plan.vertices if v.name.startswith("keyed"))
     client = run_client(plan)
     client.wait(30)
-    slow = [s for s in client.checkpoints() if s.status == "completed"
-            and (s.duration_ms or 0) >= 300]
+    slow = [
+        s for s in client.checkpoints() if s.status == "completed" and (s.duration_ms or 0) >= 300
+    ]
     assert slow, "no checkpoint waited for the delayed barrier"
     alignments = [m.alignment_ms for key, m in slow[0].subtasks.items() if key[0] == keyed_vertex]
     assert len(alignments) == 2 and min(alignments) >= 150, alignments
@@ -526,8 +579,9 @@ def test_m_b4_fail_during_alignment_fires_on_the_barrier_that_starts_an_alignmen
     aligner = BarrierAligner(2, SimpleNamespace(), lg.SystemClock())
     install([FailDuringAlignment("head")], fake_task(head, inputs=True, handler=aligner))
     head.process_batch(rows(0, 2))
-    with pytest.raises(InjectedFault, match="barrier on channel 0 during the alignment of "
-                                            "checkpoint 4"):
+    with pytest.raises(
+        InjectedFault, match="barrier on channel 0 during the alignment of checkpoint 4"
+    ):
         aligner.on_barrier(0, el.CheckpointBarrier(4, 0))  # channel 0 blocked, 1 flowing
     head.process_batch(rows(2, 4))  # at most once
     assert head.calls == [("batch", [0, 1]), ("batch", [2, 3])]
@@ -555,8 +609,10 @@ def test_m_b4_fail_during_alignment_fails_a_running_job(mode) -> None:
 
 def test_m_b4_fail_during_alignment_needs_the_head_of_a_checkpointed_task_with_inputs() -> None:
     with pytest.raises(lg.ConfigurationError, match="must be the first operator"):
-        install([FailDuringAlignment("tail")], fake_task(Stub("head"), Stub("tail"),
-                                                          inputs=True, handler=object()))
+        install(
+            [FailDuringAlignment("tail")],
+            fake_task(Stub("head"), Stub("tail"), inputs=True, handler=object()),
+        )
     with pytest.raises(lg.ConfigurationError, match="must be the first operator"):
         install([FailDuringAlignment("head")], fake_task(Stub("head")))
     with pytest.raises(lg.ConfigurationError, match="enable_checkpointing"):
@@ -597,9 +653,13 @@ def test_m_r1_seeded_faults_are_deterministic_one_per_attempt_and_cycle_the_kind
     assert seeded_faults(7, 4, operators=OPERATORS, records=1000, attempts_from=2) == faults[:4]
     assert [f.attempt for f in faults] == list(range(2, 12))
     kinds = [(type(f).__name__, f.operator) for f in faults[:5]]
-    assert kinds == [("FailAtRecord", SOURCE), ("FailAtRecord", "running sum"),
-                     ("FailDuringAlignment", "running sum"), ("FailSnapshot", "running sum"),
-                     ("FailCommit", "files")]
+    assert kinds == [
+        ("FailAtRecord", SOURCE),
+        ("FailAtRecord", "running sum"),
+        ("FailDuringAlignment", "running sum"),
+        ("FailSnapshot", "running sum"),
+        ("FailCommit", "files"),
+    ]
     assert [type(f) for f in faults[5:]] == [type(f) for f in faults[:5]]
     assert all(f.phase == "async" for f in faults if isinstance(f, FailSnapshot))
     assert all(100 <= f.record <= 900 for f in faults if isinstance(f, FailAtRecord))
@@ -622,34 +682,42 @@ def test_inject_faults_attaches_a_schedule_to_the_environment() -> None:
 def test_a_schedule_checks_its_operators_against_a_plan() -> None:
     plan = sequence_job([])
     uid = next(u for u, n in plan.operator_names.items() if n == "plus one")
-    FaultSchedule(FailAtRecord("plus one", 1), FailCommit(uid),
-                  DropAcknowledgement(plan.vertices[0].name)).check(plan)
+    FaultSchedule(
+        FailAtRecord("plus one", 1), FailCommit(uid), DropAcknowledgement(plan.vertices[0].name)
+    ).check(plan)
     with pytest.raises(lg.ConfigurationError, match="'plus two'.*does not have"):
         FaultSchedule(FailAtRecord("plus two", 1)).check(plan)
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda: FailAtRecord("", 1), "FailAtRecord: operator must be a non-empty"),
-    (lambda: FailAtRecord(None, 1), "FailAtRecord: operator must be .*got None"),
-    (lambda: FailAtRecord("op", -1), "FailAtRecord: record must be an int >= 0, got -1"),
-    (lambda: FailAtRecord("op", 1.5), "FailAtRecord: record must be an int >= 0, got 1.5"),
-    (lambda: KillWorker("op", True), "KillWorker: record must be an int >= 0, got True"),
-    (lambda: FailAtRecord("op", 1, attempt=-1), "FailAtRecord: attempt must be .*got -1"),
-    (lambda: FailAtRecord("op", 1, subtask=-2), "FailAtRecord: subtask must be .*got -2"),
-    (lambda: FailSnapshot("op", 0), "FailSnapshot: checkpoint must be an int >= 1, got 0"),
-    (lambda: FailSnapshot("op", phase="later"),
-     "FailSnapshot: phase must be 'sync' or 'async', got 'later'"),
-    (lambda: DropAcknowledgement("op", 0), "DropAcknowledgement: checkpoint must be"),
-    (lambda: DelayAcknowledgement("op", -5),
-     "DelayAcknowledgement: delay_ms must be a number of milliseconds >= 0, got -5"),
-    (lambda: DelayBarriers("op", "1s"), "DelayBarriers: delay_ms must be .*got '1s'"),
-    (lambda: DelayBarriers("op", 10, checkpoint=0), "DelayBarriers: checkpoint must be"),
-    (lambda: FailDuringAlignment("op", attempt=None), "FailDuringAlignment: attempt must be"),
-    (lambda: FailCommit("op", -1), "FailCommit: checkpoint must be an int >= 1, got -1"),
-    (lambda: seeded_faults(1, -1, operators=OPERATORS, records=10), "count must be"),
-    (lambda: seeded_faults(1, 1, operators={"source": "s"}, records=10), "operators must map"),
-    (lambda: seeded_faults("1", 1, operators=OPERATORS, records=10), "seed must be an int"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: FailAtRecord("", 1), "FailAtRecord: operator must be a non-empty"),
+        (lambda: FailAtRecord(None, 1), "FailAtRecord: operator must be .*got None"),
+        (lambda: FailAtRecord("op", -1), "FailAtRecord: record must be an int >= 0, got -1"),
+        (lambda: FailAtRecord("op", 1.5), "FailAtRecord: record must be an int >= 0, got 1.5"),
+        (lambda: KillWorker("op", True), "KillWorker: record must be an int >= 0, got True"),
+        (lambda: FailAtRecord("op", 1, attempt=-1), "FailAtRecord: attempt must be .*got -1"),
+        (lambda: FailAtRecord("op", 1, subtask=-2), "FailAtRecord: subtask must be .*got -2"),
+        (lambda: FailSnapshot("op", 0), "FailSnapshot: checkpoint must be an int >= 1, got 0"),
+        (
+            lambda: FailSnapshot("op", phase="later"),
+            "FailSnapshot: phase must be 'sync' or 'async', got 'later'",
+        ),
+        (lambda: DropAcknowledgement("op", 0), "DropAcknowledgement: checkpoint must be"),
+        (
+            lambda: DelayAcknowledgement("op", -5),
+            "DelayAcknowledgement: delay_ms must be a number of milliseconds >= 0, got -5",
+        ),
+        (lambda: DelayBarriers("op", "1s"), "DelayBarriers: delay_ms must be .*got '1s'"),
+        (lambda: DelayBarriers("op", 10, checkpoint=0), "DelayBarriers: checkpoint must be"),
+        (lambda: FailDuringAlignment("op", attempt=None), "FailDuringAlignment: attempt must be"),
+        (lambda: FailCommit("op", -1), "FailCommit: checkpoint must be an int >= 1, got -1"),
+        (lambda: seeded_faults(1, -1, operators=OPERATORS, records=10), "count must be"),
+        (lambda: seeded_faults(1, 1, operators={"source": "s"}, records=10), "operators must map"),
+        (lambda: seeded_faults("1", 1, operators=OPERATORS, records=10), "seed must be an int"),
+    ],
+)
 def test_fault_arguments_are_validated_naming_fault_argument_and_value(make, message) -> None:
     with pytest.raises(lg.ConfigurationError, match=message):
         make()

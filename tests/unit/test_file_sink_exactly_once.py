@@ -28,8 +28,14 @@ A, B, C = RECORDS[:10], RECORDS[10:20], RECORDS[20:]
 
 
 def context(subtask: int = 0, parallelism: int = 1) -> RuntimeContext:
-    return RuntimeContext(task_name="sink task", operator_name="files", operator_uid="files",
-                          subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    return RuntimeContext(
+        task_name="sink task",
+        operator_name="files",
+        operator_uid="files",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+    )
 
 
 def batch(fmt: str, records: list[dict[str, Any]]) -> Batch:
@@ -44,8 +50,9 @@ def subtask_copy(sink: FileSink) -> FileSink:
     return copy
 
 
-def writer_of(sink: FileSink, subtask: int = 0, parallelism: int = 1,
-              states: list[Any] | None = None) -> TwoPhaseCommitWriter[FileTransaction]:
+def writer_of(
+    sink: FileSink, subtask: int = 0, parallelism: int = 1, states: list[Any] | None = None
+) -> TwoPhaseCommitWriter[FileTransaction]:
     writer = subtask_copy(sink).create_writer(context(subtask, parallelism))
     assert isinstance(writer, TwoPhaseCommitWriter)
     writer.initialize_state(states or [])
@@ -107,7 +114,8 @@ def test_m_x2_nothing_is_visible_until_the_checkpoint_completes(tmp_path, fmt) -
 @pytest.mark.parametrize("cp1_committed", [True, False], ids=["cp1-notified", "cp1-not-notified"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_m_x2_a_failure_and_restore_publish_exactly_the_records_of_a_failure_free_run(
-        tmp_path, fmt, cp1_committed) -> None:
+    tmp_path, fmt, cp1_committed
+) -> None:
     reference = tmp_path / "reference"
     failure_free_run(reference, fmt)
 
@@ -119,9 +127,9 @@ def test_m_x2_a_failure_and_restore_publish_exactly_the_records_of_a_failure_fre
     if cp1_committed:
         writer.notify_checkpoint_complete(1)
     writer.write(batch(fmt, B))
-    writer.snapshot_state(2)                # checkpoint 2 never completes
+    writer.snapshot_state(2)  # checkpoint 2 never completes
     writer.write(batch(fmt, C[:4]))
-    writer.close()                          # the task fails
+    writer.close()  # the task fails
     assert len(temps(out)) >= 2
 
     # The job restarts from checkpoint 1; the source replays B and C.
@@ -171,7 +179,9 @@ def test_m_x3_a_commit_whose_data_file_is_gone_fails_naming_it(tmp_path) -> None
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_m_x2_the_driver_publishes_the_last_transaction_after_the_end_of_input(tmp_path, fmt) -> None:
+def test_m_x2_the_driver_publishes_the_last_transaction_after_the_end_of_input(
+    tmp_path, fmt
+) -> None:
     out = tmp_path / "out"
     sink = FileSink(out, format=fmt)
     writer = writer_of(sink)
@@ -213,7 +223,9 @@ def test_m_s3_a_fresh_start_skips_and_keeps_pending_files_of_another_run(tmp_pat
     assert retained.exists() and other_subtask.exists()
 
 
-def test_m_x2_a_restore_deletes_only_this_subtasks_files_begun_after_the_checkpoint(tmp_path) -> None:
+def test_m_x2_a_restore_deletes_only_this_subtasks_files_begun_after_the_checkpoint(
+    tmp_path,
+) -> None:
     out = tmp_path / "out"
     sink = FileSink(out)
     writer = writer_of(sink)
@@ -223,8 +235,8 @@ def test_m_x2_a_restore_deletes_only_this_subtasks_files_begun_after_the_checkpo
     writer.snapshot_state(2)
     writer.write(batch("jsonl", C))
     writer.close()
-    older = out / ".part-0-0.csv.inprogress"       # numbered before the restored state
-    other = out / ".part-1-5.jsonl.inprogress"     # another subtask's
+    older = out / ".part-0-0.csv.inprogress"  # numbered before the restored state
+    other = out / ".part-1-5.jsonl.inprogress"  # another subtask's
     older.write_text("")
     other.write_text("")
     writer_of(sink, states=[cp1])
@@ -266,7 +278,7 @@ def test_m_x2_a_column_that_is_none_at_first_is_typed_by_a_later_batch(tmp_path,
     sink = FileSink(out, format=fmt)
     writer = writer_of(sink)
     writer.write(RowBatch(records[:2]))
-    writer.snapshot_state(1)   # checkpoint 1's file keeps a null column
+    writer.snapshot_state(1)  # checkpoint 1's file keeps a null column
     writer.notify_checkpoint_complete(1)
     writer.write(RowBatch(records[:2]))
     writer.write(RowBatch(records[2:]))
@@ -274,7 +286,9 @@ def test_m_x2_a_column_that_is_none_at_first_is_typed_by_a_later_batch(tmp_path,
     assert parts(out) == [f"part-0-0.{fmt}", f"part-0-1.{fmt}"]
     file_format: Any = fmt
     if fmt == "csv":  # an empty CSV field is None, as FileSource reads it
-        file_format = ds.CsvFileFormat(convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+        file_format = ds.CsvFileFormat(
+            convert_options=pacsv.ConvertOptions(strings_can_be_null=True)
+        )
     second = ds.dataset(out / f"part-0-1.{fmt}", format=file_format).to_table().to_pylist()
     assert second == records
 

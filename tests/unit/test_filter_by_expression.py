@@ -13,16 +13,25 @@ from lockgate.core.batch import timestamps_of, with_timestamps
 from lockgate.runtime.operators.basic import filter_by_expression
 
 
-@pytest.mark.parametrize(("expression", "kept"), [
-    (pc.field("keep"), [0, 3, 6, 9]),
-    (pc.field("v") > 100, []),
-    (pc.field("v") >= 0, list(range(10))),
-])
+@pytest.mark.parametrize(
+    ("expression", "kept"),
+    [
+        (pc.field("keep"), [0, 3, 6, 9]),
+        (pc.field("v") > 100, []),
+        (pc.field("v") >= 0, list(range(10))),
+    ],
+)
 def test_it_keeps_the_rows_whose_predicate_is_true_with_their_timestamps(
-        expression: pc.Expression, kept: list[int]) -> None:
+    expression: pc.Expression, kept: list[int]
+) -> None:
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(np.arange(10)), pa.array([f"s{i}" for i in range(10)]),
-         pa.array(np.arange(10) % 3 == 0)], names=["v", "s", "keep"])
+        [
+            pa.array(np.arange(10)),
+            pa.array([f"s{i}" for i in range(10)]),
+            pa.array(np.arange(10) % 3 == 0),
+        ],
+        names=["v", "s", "keep"],
+    )
     batch = with_timestamps(batch, np.arange(10, dtype=np.int64) * 7)
     batch = batch.replace_schema_metadata({"origin": "test"})
     out = filter_by_expression(batch, expression)

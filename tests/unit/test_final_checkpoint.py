@@ -56,21 +56,39 @@ def plan_of(source: SequenceSource, *, checkpoints: bool = True, timeout: int = 
         env.enable_checkpointing(60_000)
         env.checkpoint_config.storage = "memory://final"
         env.checkpoint_config.timeout = timeout
-    (env.from_source(source, name="src").uid("src").rebalance()
-        .map(lambda x: x, name="m").uid("m").rebalance()
-        .sink_to(DiscardingSink(), name="sink").uid("sink"))
+    (
+        env.from_source(source, name="src")
+        .uid("src")
+        .rebalance()
+        .map(lambda x: x, name="m")
+        .uid("m")
+        .rebalance()
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
     plan = env.get_execution_plan("final checkpoint")
     return plan, {v.name: v for v in plan.vertices}
 
 
-def make_task(plan: Any, vertex: Any, inputs: list[LocalChannel] = (),  # type: ignore[assignment]
-              clock: Any = None) -> tuple[Any, list[LocalChannel], Responder]:
+def make_task(
+    plan: Any,
+    vertex: Any,
+    inputs: list[LocalChannel] = (),  # type: ignore[assignment]
+    clock: Any = None,
+) -> tuple[Any, list[LocalChannel], Responder]:
     outputs = {eid: [LocalChannel(1 << 20, name=f"out {eid}")] for eid in vertex.out_edges}
     responder = Responder()
-    task = build_task(plan, vertex, 0, output_channels=outputs,
-                      input_channels=[(c, 0) for c in inputs], signal=threading.Event(),
-                      clock=clock or lg.SystemClock(), storage=MemoryCheckpointStorage(),
-                      responder=responder)
+    task = build_task(
+        plan,
+        vertex,
+        0,
+        output_channels=outputs,
+        input_channels=[(c, 0) for c in inputs],
+        signal=threading.Event(),
+        clock=clock or lg.SystemClock(),
+        storage=MemoryCheckpointStorage(),
+        responder=responder,
+    )
     return task, [c for chans in outputs.values() for c in chans], responder
 
 
@@ -126,8 +144,12 @@ def test_flip147_a_source_ends_only_after_a_checkpoint_it_took_at_its_end_comple
         running.stop()
     assert running.error is None and task.finished
     got = drain(out)
-    assert got[-4:] == [el.Watermark(el.MAX_WATERMARK), el.END_OF_DATA, barrier(3),
-                        el.END_OF_PARTITION]
+    assert got[-4:] == [
+        el.Watermark(el.MAX_WATERMARK),
+        el.END_OF_DATA,
+        barrier(3),
+        el.END_OF_PARTITION,
+    ]
     assert [x for e in got if isinstance(e, list) for x in e] == list(range(10))
 
 
@@ -197,8 +219,7 @@ def test_flip147_m_b6_a_directly_triggered_task_snapshots_once_every_input_ended
         running.stop()
     assert running.error is None and task.finished
     got = drain(out)
-    assert got[-4:] == [el.END_OF_DATA, el.CancellationMarker(9), barrier(10),
-                        el.END_OF_PARTITION]
+    assert got[-4:] == [el.END_OF_DATA, el.CancellationMarker(9), barrier(10), el.END_OF_PARTITION]
 
 
 def test_flip147_m_w1_a_task_restored_as_finished_runs_nothing_and_ends_at_once() -> None:
@@ -212,14 +233,22 @@ def test_flip147_m_w1_a_task_restored_as_finished_runs_nothing_and_ends_at_once(
     assert responder.acks == [] and responder.declines == [] and responder.reports == []
     assert responder.running == [], "a task restored as finished never runs (FLIP-147)"
     assert task.chain.source is not None and task.chain.source.reader is None, (
-        "the source was never opened: it does not read its input again")
+        "the source was never opened: it does not read its input again"
+    )
 
 
 def test_flip147_without_checkpoints_a_task_ends_right_after_its_end_of_data() -> None:
     plan, v = plan_of(SequenceSource(0, 3), checkpoints=False)
     outputs = {eid: [LocalChannel(1 << 20)] for eid in v["src"].out_edges}
-    task = build_task(plan, v["src"], 0, output_channels=outputs, input_channels=[],
-                      signal=threading.Event(), clock=lg.SystemClock())
+    task = build_task(
+        plan,
+        v["src"],
+        0,
+        output_channels=outputs,
+        input_channels=[],
+        signal=threading.Event(),
+        clock=lg.SystemClock(),
+    )
     task.run()
     [out] = [c for chans in outputs.values() for c in chans]
     assert drain(out)[-2:] == [el.END_OF_DATA, el.END_OF_PARTITION]
@@ -232,7 +261,8 @@ def test_flip147_m_t1_a_draining_savepoint_ends_the_source_first_then_snapshots(
     try:
         wait_until(lambda: len(out) > 0, "the source emits")
         savepoint = el.CheckpointBarrier(
-            2, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT, drain=True))
+            2, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT, drain=True)
+        )
         task.trigger_checkpoint(savepoint)
         wait_until(lambda: responder.acks == [2], "the savepoint is acknowledged")
         assert responder.reports == [(task.key, 0)]
@@ -242,8 +272,12 @@ def test_flip147_m_t1_a_draining_savepoint_ends_the_source_first_then_snapshots(
         running.stop()
     assert running.error is None and task.finished
     got = drain(out)
-    assert got[-4:] == [el.Watermark(el.MAX_WATERMARK), el.END_OF_DATA, savepoint,
-                        el.END_OF_PARTITION]
+    assert got[-4:] == [
+        el.Watermark(el.MAX_WATERMARK),
+        el.END_OF_DATA,
+        savepoint,
+        el.END_OF_PARTITION,
+    ]
 
 
 def test_flip147_a_task_not_yet_running_declines_a_trigger_m_t2() -> None:

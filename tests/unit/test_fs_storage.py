@@ -71,10 +71,14 @@ def flip_byte(path: str, offset: int) -> None:
 # --------------------------------------------------------------------------- round trip
 
 
-def test_state_round_trips_through_a_file_per_handle(storage: FileSystemCheckpointStorage,
-                                                     root: str) -> None:
-    states = {"op-abc-0": {"count": 3, "keys": ["a", "b"]}, "op-abc-1": [1.5, None, b"\x00"],
-              "op-def-0": None}
+def test_state_round_trips_through_a_file_per_handle(
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
+    states = {
+        "op-abc-0": {"count": 3, "keys": ["a", "b"]},
+        "op-abc-1": [1.5, None, b"\x00"],
+        "op-def-0": None,
+    }
     handles = {name: storage.write_state(3, name, state) for name, state in states.items()}
     for name, handle in handles.items():
         assert re.fullmatch(rf"chk-3/{name}\.[0-9a-f]{{16}}", handle.path), handle.path
@@ -89,8 +93,9 @@ def test_a_state_handle_read_by_another_storage_object_for_the_same_url(root: st
     assert FileSystemCheckpointStorage(root).read_state(handle) == {"x": 1}
 
 
-def test_files_start_with_the_documented_header(storage: FileSystemCheckpointStorage,
-                                                root: str) -> None:
+def test_files_start_with_the_documented_header(
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     handle = storage.write_state(1, "op-0", "state")
     storage.write_metadata(1, {"a": 1})
     with open(os.path.join(root, handle.path), "rb") as f:
@@ -106,25 +111,36 @@ def test_files_start_with_the_documented_header(storage: FileSystemCheckpointSto
 
 
 def test_layout_is_one_folder_per_checkpoint_with_metadata_and_a_pointer_at_the_root(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     storage.write_state(1, "op-a-0", 1)
     storage.write_state(1, "op-a-1", 2)
     storage.write_metadata(1, {"id": 1})
     storage.write_state(2, "op-a-0", 3)
     storage.write_latest(1)
     assert without_tokens(files_under(root)) == [
-        "_latest", "chk-1/_metadata", "chk-1/op-a-0", "chk-1/op-a-1", "chk-2/op-a-0"]
+        "_latest",
+        "chk-1/_metadata",
+        "chk-1/op-a-0",
+        "chk-1/op-a-1",
+        "chk-2/op-a-0",
+    ]
 
 
 def test_metadata_round_trips_as_json(storage: FileSystemCheckpointStorage) -> None:
-    metadata = {"checkpoint_id": 4, "handles": [{"path": "chk-4/op-0", "size": 10}],
-                "savepoint": False, "name": "ünïcode"}
+    metadata = {
+        "checkpoint_id": 4,
+        "handles": [{"path": "chk-4/op-0", "size": 10}],
+        "savepoint": False,
+        "name": "ünïcode",
+    }
     storage.write_metadata(4, metadata)
     assert storage.read_metadata(4) == metadata
 
 
 def test_metadata_that_is_not_json_compatible_is_rejected_by_both_storages(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     handle = StateHandle("chk-1/op-0", 1, 2)
     for s in (storage, MemoryCheckpointStorage()):
         with pytest.raises(TypeError):
@@ -133,13 +149,15 @@ def test_metadata_that_is_not_json_compatible_is_rejected_by_both_storages(
 
 
 def test_reading_metadata_of_a_missing_checkpoint_raises_file_not_found(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint 9 has no metadata"):
         storage.read_metadata(9)
 
 
-def test_write_metadata_returns_the_checkpoint_folder(storage: FileSystemCheckpointStorage,
-                                                      root: str, tmp_path: Any) -> None:
+def test_write_metadata_returns_the_checkpoint_folder(
+    storage: FileSystemCheckpointStorage, root: str, tmp_path: Any
+) -> None:
     assert storage.write_metadata(7, {}) == os.path.join(root, "chk-7")
     url_storage = FileSystemCheckpointStorage(f"file://{tmp_path}/u")
     assert url_storage.write_metadata(2, {}) == f"file://{tmp_path}/u/chk-2"
@@ -147,7 +165,8 @@ def test_write_metadata_returns_the_checkpoint_folder(storage: FileSystemCheckpo
 
 
 def test_state_names_cannot_escape_the_checkpoint_folder(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     for name in ("../x", "", "a//b", METADATA):
         with pytest.raises(ValueError):
             storage.write_state(1, name, 0)
@@ -159,7 +178,8 @@ def test_state_names_cannot_escape_the_checkpoint_folder(
 
 
 def test_m_c7_a_folder_without_metadata_is_not_a_completed_checkpoint(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     storage.write_state(1, "op-0", "s")
     storage.write_state(2, "op-0", "s")
     assert storage.completed_ids() == []
@@ -170,7 +190,8 @@ def test_m_c7_a_folder_without_metadata_is_not_a_completed_checkpoint(
 
 
 def test_m_c7_metadata_is_moved_into_place_and_leaves_no_temporary_file(
-        storage: FileSystemCheckpointStorage, root: str, monkeypatch: Any) -> None:
+    storage: FileSystemCheckpointStorage, root: str, monkeypatch: Any
+) -> None:
     renames: list[tuple[str, str]] = []
     real_replace = os.replace
 
@@ -189,7 +210,8 @@ def test_m_c7_metadata_is_moved_into_place_and_leaves_no_temporary_file(
 
 
 def test_m_c7_a_metadata_write_that_fails_leaves_neither_metadata_nor_a_temporary_file(
-        storage: FileSystemCheckpointStorage, root: str, monkeypatch: Any) -> None:
+    storage: FileSystemCheckpointStorage, root: str, monkeypatch: Any
+) -> None:
     def failing_replace(src: str, dst: str) -> None:
         raise OSError("disk full")
 
@@ -201,8 +223,9 @@ def test_m_c7_a_metadata_write_that_fails_leaves_neither_metadata_nor_a_temporar
     assert storage.completed_ids() == []
 
 
-def test_m_c7_completed_ids_ignore_other_names(storage: FileSystemCheckpointStorage,
-                                               root: str) -> None:
+def test_m_c7_completed_ids_ignore_other_names(
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     storage.write_metadata(3, {})
     storage.write_metadata(10, {})
     for name in ("chk-x", "chk-007", "chk--1", "savepoint-1", "chk-4.tmp"):
@@ -222,7 +245,8 @@ def test_completed_ids_of_an_empty_storage_is_empty(storage: FileSystemCheckpoin
 
 
 def test_a_flipped_payload_byte_raises_corrupt_checkpoint_error_naming_the_file(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     handle = storage.write_state(1, "op-0", {"k": "v" * 100})
     flip_byte(os.path.join(root, handle.path), HEADER_SIZE + 20)
     with pytest.raises(CorruptCheckpointError, match=r"chk-1/op-0.*CRC32"):
@@ -230,7 +254,8 @@ def test_a_flipped_payload_byte_raises_corrupt_checkpoint_error_naming_the_file(
 
 
 def test_a_flipped_magic_byte_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     handle = storage.write_state(1, "op-0", 1)
     flip_byte(os.path.join(root, handle.path), 0)
     with pytest.raises(CorruptCheckpointError, match="not a lockgate checkpoint file"):
@@ -238,17 +263,20 @@ def test_a_flipped_magic_byte_raises_corrupt_checkpoint_error(
 
 
 def test_corrupt_metadata_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     storage.write_metadata(1, {"some": "metadata"})
     flip_byte(os.path.join(root, "chk-1", METADATA), HEADER_SIZE + 3)
     with pytest.raises(CorruptCheckpointError, match="_metadata"):
         storage.read_metadata(1)
 
 
-@pytest.mark.parametrize("keep", [0, 3, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 5],
-                         ids=lambda k: f"keep{k}")
+@pytest.mark.parametrize(
+    "keep", [0, 3, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 5], ids=lambda k: f"keep{k}"
+)
 def test_a_truncated_file_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str, keep: int) -> None:
+    storage: FileSystemCheckpointStorage, root: str, keep: int
+) -> None:
     handle = storage.write_state(1, "op-0", list(range(100)))
     path = os.path.join(root, handle.path)
     with open(path, "r+b") as f:
@@ -258,7 +286,8 @@ def test_a_truncated_file_raises_corrupt_checkpoint_error(
 
 
 def test_bytes_after_the_payload_raise_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     storage.write_metadata(1, {})
     with open(os.path.join(root, "chk-1", METADATA), "ab") as f:
         f.write(b"junk")
@@ -267,7 +296,8 @@ def test_bytes_after_the_payload_raise_corrupt_checkpoint_error(
 
 
 def test_an_unknown_newer_format_version_is_named_in_the_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     handle = storage.write_state(1, "op-0", 1)
     path = os.path.join(root, handle.path)
     with open(path, "r+b") as f:
@@ -284,7 +314,8 @@ def test_a_file_of_the_wrong_kind_is_rejected() -> None:
 
 
 def test_a_state_file_that_does_not_match_its_handle_is_rejected(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     handle = storage.write_state(1, "op-0", "first")
     other = storage.write_state(1, "op-0", "second")
     with open(os.path.join(root, other.path), "rb") as f:
@@ -297,12 +328,14 @@ def test_a_state_file_that_does_not_match_its_handle_is_rejected(
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_m_t3_writing_the_same_state_name_twice_makes_two_files_and_never_overwrites(
-        kind: str, root: str) -> None:
+    kind: str, root: str
+) -> None:
     """M-T3, M-E2: a late asynchronous part of a failed attempt writing (and then
     deleting) ``op-<uid>-<subtask>`` of the same checkpoint id never touches the file
     another writer made under that name."""
-    storage: Any = FileSystemCheckpointStorage(root) if kind == "file" \
-        else MemoryCheckpointStorage()
+    storage: Any = (
+        FileSystemCheckpointStorage(root) if kind == "file" else MemoryCheckpointStorage()
+    )
     mine = storage.write_state(1, "op-sums-0", "attempt 1")
     late = storage.write_state(1, "op-sums-0", "attempt 0, late")
     assert mine.path != late.path
@@ -311,7 +344,8 @@ def test_m_t3_writing_the_same_state_name_twice_makes_two_files_and_never_overwr
 
 
 def test_a_missing_state_file_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     with pytest.raises(CorruptCheckpointError, match="chk-1/op-0 is missing"):
         storage.read_state(StateHandle("chk-1/op-0", 30, 1234))
 
@@ -323,8 +357,9 @@ def test_corrupt_checkpoint_error_is_a_lockgate_error() -> None:
 # --------------------------------------------------------------------------- discard
 
 
-def test_discard_deletes_the_checkpoint_folder(storage: FileSystemCheckpointStorage,
-                                               root: str) -> None:
+def test_discard_deletes_the_checkpoint_folder(
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     for cid in (1, 2):
         storage.write_state(cid, "op-0", cid)
         storage.write_metadata(cid, {})
@@ -343,8 +378,9 @@ def test_discard_of_a_missing_checkpoint_is_fine(storage: FileSystemCheckpointSt
     assert storage.completed_ids() == []
 
 
-def test_discard_handle_deletes_one_state_file(storage: FileSystemCheckpointStorage,
-                                               root: str) -> None:
+def test_discard_handle_deletes_one_state_file(
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     kept = storage.write_state(1, "op-0", "kept")
     late = storage.write_state(1, "op-1", "late")
     storage.discard_handle(late)
@@ -367,7 +403,8 @@ def test_m_c8_latest_pointer_survives_a_new_storage_object_for_the_same_url(root
 
 
 def test_m_c8_a_corrupt_latest_pointer_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     storage.write_latest(12)
     flip_byte(os.path.join(root, LATEST), HEADER_SIZE + 2)
     with pytest.raises(CorruptCheckpointError, match="_latest"):
@@ -375,7 +412,8 @@ def test_m_c8_a_corrupt_latest_pointer_raises_corrupt_checkpoint_error(
 
 
 def test_m_c8_a_latest_pointer_without_an_id_raises_corrupt_checkpoint_error(
-        storage: FileSystemCheckpointStorage, root: str) -> None:
+    storage: FileSystemCheckpointStorage, root: str
+) -> None:
     with open(os.path.join(root, LATEST), "wb") as f:
         f.write(encode_file(b'{"checkpoint": 3}', fs_storage.KIND_JSON))
     with pytest.raises(CorruptCheckpointError, match="checkpoint_id"):
@@ -386,7 +424,8 @@ def test_m_c8_a_latest_pointer_without_an_id_raises_corrupt_checkpoint_error(
 
 
 def test_pickles_as_its_url_only_and_works_after_unpickling(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     handle = storage.write_state(1, "op-0", {"a": 1})  # the filesystem is open now
     data = pickle.dumps(storage)
     assert len(data) < 300
@@ -399,7 +438,8 @@ def test_pickles_as_its_url_only_and_works_after_unpickling(
 
 
 def test_an_unpickled_storage_opens_its_filesystem_once_across_threads(
-        storage: FileSystemCheckpointStorage) -> None:
+    storage: FileSystemCheckpointStorage,
+) -> None:
     copy = pickle.loads(pickle.dumps(storage))
     start = threading.Barrier(8)
     handles: list[StateHandle] = []
@@ -425,7 +465,8 @@ def test_an_unpickled_storage_opens_its_filesystem_once_across_threads(
 
 
 def test_a_relative_path_is_made_absolute_when_the_storage_is_created(
-        tmp_path: Any, monkeypatch: Any) -> None:
+    tmp_path: Any, monkeypatch: Any
+) -> None:
     monkeypatch.chdir(tmp_path)
     storage = FileSystemCheckpointStorage("rel/ckpt")
     assert storage.url == str(tmp_path / "rel" / "ckpt")
@@ -449,7 +490,10 @@ def test_m_c7_other_pyarrow_filesystems_write_metadata_through_a_temporary_file(
 
     infos = storage.filesystem.get_file_info(pafs.FileSelector("ckpt", recursive=True))
     assert sorted(i.path for i in infos if i.type == pafs.FileType.File) == [
-        "ckpt/_latest", "ckpt/chk-1/_metadata", f"ckpt/{handle.path}"]
+        "ckpt/_latest",
+        "ckpt/chk-1/_metadata",
+        f"ckpt/{handle.path}",
+    ]
     assert storage.read_state(handle) == [1, 2]
     assert storage.completed_ids() == [1] and storage.read_latest() == 1
     storage.discard(1)
@@ -552,8 +596,12 @@ def test_a_checkpoint_folder_copies_through_the_raw_api(any_storage: Any, tmp_pa
 
 @pytest.mark.parametrize("rel", ["", "/abs", "a//b", "a/../b", "./a", "a/", 3])
 def test_raw_file_paths_must_be_plain_relative_paths(any_storage: Any, rel: Any) -> None:
-    for call in (lambda: any_storage.write_file(rel, b""), lambda: any_storage.read_file(rel),
-                 lambda: any_storage.delete_file(rel), lambda: any_storage.exists(rel)):
+    for call in (
+        lambda: any_storage.write_file(rel, b""),
+        lambda: any_storage.read_file(rel),
+        lambda: any_storage.delete_file(rel),
+        lambda: any_storage.exists(rel),
+    ):
         with pytest.raises(ConfigurationError, match="relative to the storage root"):
             call()
     if rel != "":

@@ -41,7 +41,8 @@ def test_two_operators_with_one_uid_are_rejected_naming_both(make_env) -> None:
 def test_an_operator_parallelism_above_max_parallelism_is_rejected(make_env) -> None:
     env = make_env(parallelism=2, max_parallelism=4)
     env.from_collection([1]).map(ident, name="too wide").set_parallelism(5).sink_to(
-        DiscardingSink(), name="sink")
+        DiscardingSink(), name="sink"
+    )
     msg = build_error(env)
     assert "'too wide'" in msg
     assert "parallelism 5 above its max_parallelism 4" in msg
@@ -59,7 +60,8 @@ def test_a_default_parallelism_above_max_parallelism_is_rejected(make_env) -> No
 def test_an_operator_max_parallelism_below_its_parallelism_is_rejected(make_env) -> None:
     env = make_env(parallelism=4)
     env.from_collection([1]).map(ident, name="narrow").set_max_parallelism(2).sink_to(
-        DiscardingSink(), name="sink")
+        DiscardingSink(), name="sink"
+    )
     msg = build_error(env)
     assert "'narrow'" in msg and "max_parallelism 2" in msg
 
@@ -103,7 +105,8 @@ def test_a_function_that_is_not_callable_is_rejected(make_env, method: str) -> N
 def test_a_keyed_process_with_a_non_callable_function_is_rejected(make_env) -> None:
     env = make_env()
     env.from_collection([1]).key_by(ident).process("nope", name="keyed").sink_to(
-        DiscardingSink(), name="sink")
+        DiscardingSink(), name="sink"
+    )
     msg = build_error(env)
     assert "'keyed'" in msg and "not callable" in msg
 
@@ -112,7 +115,8 @@ def test_a_function_capturing_a_lock_cannot_be_pickled_and_is_rejected(make_env)
     lock = threading.Lock()
     env = make_env()
     env.from_collection([1]).map(lambda x: (lock, x)[1], name="locked").sink_to(
-        DiscardingSink(), name="sink")
+        DiscardingSink(), name="sink"
+    )
     msg = build_error(env)
     assert "'locked'" in msg
     assert "cannot be pickled" in msg
@@ -137,7 +141,8 @@ def test_a_key_selector_capturing_a_lock_is_rejected(make_env) -> None:
     lock = threading.Lock()
     env = make_env()
     env.from_collection([1]).key_by(lambda x: (lock, x)[1]).process(
-        lambda v, ctx: [v], name="keyed").sink_to(DiscardingSink(), name="sink")
+        lambda v, ctx: [v], name="keyed"
+    ).sink_to(DiscardingSink(), name="sink")
     msg = build_error(env)
     assert "'keyed'" in msg and "cannot be pickled" in msg
 

@@ -61,7 +61,8 @@ class Responder:
     def wait_ack(self, checkpoint_id: int) -> TaskAcknowledgement:
         with self._cond:
             done = self._cond.wait_for(
-                lambda: checkpoint_id in self.acks or self.declines, timeout=60)
+                lambda: checkpoint_id in self.acks or self.declines, timeout=60
+            )
         assert done, f"checkpoint {checkpoint_id} was never acknowledged"
         assert not self.declines, f"a checkpoint was declined: {self.declines}"
         return self.acks[checkpoint_id]
@@ -92,8 +93,14 @@ class Job:
             self.set(k, k)
         self.responder = Responder()
         self.checkpointer = SubtaskCheckpointer(
-            (1, 0), UID, [KeyedOperator(self.backend)], [], self.storage, self.responder,
-            lg.SystemClock())
+            (1, 0),
+            UID,
+            [KeyedOperator(self.backend)],
+            [],
+            self.storage,
+            self.responder,
+            lg.SystemClock(),
+        )
         self.store = CompletedCheckpointStore(self.storage, retained)
         self.next_id = 1
 
@@ -115,10 +122,12 @@ class Job:
         barrier = el.CheckpointBarrier(checkpoint_id, 0, el.CheckpointOptions(kind))
         self.checkpointer.trigger_snapshot(barrier, AlignmentInfo(0.0, 0.0, unaligned=False))
         ack = self.responder.wait_ack(checkpoint_id)
-        completed = CompletedCheckpoint(checkpoint_id, 0, 0, {UID: {0: ack.handles[UID]}},
-                                        is_savepoint=savepoint)
+        completed = CompletedCheckpoint(
+            checkpoint_id, 0, 0, {UID: {0: ack.handles[UID]}}, is_savepoint=savepoint
+        )
         completed.external_path = self.storage.write_metadata(
-            checkpoint_id, completed.to_metadata())
+            checkpoint_id, completed.to_metadata()
+        )
         if not savepoint:
             self.store.add(completed)
         self.checkpointer.notify_complete(checkpoint_id)
@@ -130,8 +139,11 @@ class Job:
 
 
 def storage_bytes(root: str) -> int:
-    return sum(os.path.getsize(os.path.join(folder, name))
-               for folder, _, names in os.walk(root) for name in names)
+    return sum(
+        os.path.getsize(os.path.join(folder, name))
+        for folder, _, names in os.walk(root)
+        for name in names
+    )
 
 
 def restored_state(spec: RestoreSpec, tmp_path: Any, backend: str = "rocksdb") -> dict[Any, Any]:
@@ -159,7 +171,8 @@ def job(tmp_path: Any, request: Any) -> Any:
 
 @pytest.mark.parametrize("job", [(1_000_000, 2)], indirect=True)
 def test_m_r4_when_1_percent_of_keys_change_the_second_checkpoint_uploads_under_20_percent(
-        job: Job) -> None:
+    job: Job,
+) -> None:
     first, first_bytes = job.checkpoint()
     job.change(0.01, random.Random(1))
     second, second_bytes = job.checkpoint()
@@ -177,7 +190,8 @@ def test_m_r4_when_1_percent_of_keys_change_the_second_checkpoint_uploads_under_
 
 @pytest.mark.parametrize("job", [(20_000, 2)], indirect=True)
 def test_m_c8_deleting_old_checkpoints_never_breaks_the_restore_of_a_retained_one(
-        job: Job, tmp_path: Any) -> None:
+    job: Job, tmp_path: Any
+) -> None:
     rnd = random.Random(2)
     expected: dict[int, dict[int, int]] = {}
     deleted_some = False
@@ -209,8 +223,12 @@ def test_m_s1_a_savepoint_is_canonical_and_self_contained(job: Job, tmp_path: An
     assert ack.handles[UID].shared == ()
     payload = job.storage.read_state(ack.handles[UID])
     assert payload["state"]["format"] == 1
-    spec = RestoreSpec(storage_url=job.storage.url, checkpoint_id=ack.checkpoint_id,
-                       operators={UID: {0: ack.handles[UID]}}, is_savepoint=True)
+    spec = RestoreSpec(
+        storage_url=job.storage.url,
+        checkpoint_id=ack.checkpoint_id,
+        operators={UID: {0: ack.handles[UID]}},
+        is_savepoint=True,
+    )
     assert restored_state(spec, tmp_path, backend="heap") == job.model
     checkpoint, _ = job.checkpoint()  # checkpoints after the savepoint stay incremental
     assert job.storage.read_state(checkpoint.handles[UID])["state"]["format"] == NATIVE_FORMAT

@@ -28,8 +28,11 @@ print("NO ERROR")
 
 
 def _env(path: Path, java_home: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("JAVA_HOME", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAVA_HOME", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
+    }
     env["PATH"] = str(path)
     if java_home is not None:
         env["JAVA_HOME"] = str(java_home)
@@ -37,8 +40,14 @@ def _env(path: Path, java_home: Path | None) -> dict[str, str]:
 
 
 def _run(code_or_args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *code_or_args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, *code_or_args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_session_without_java_on_path_says_java_is_missing_and_suggests_local(tmp_path):
@@ -47,7 +56,7 @@ def test_session_without_java_on_path_says_java_is_missing_and_suggests_local(tm
     out = _run(["-c", CREATE_SESSION], _env(empty, None), tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "Java was not found" in out.stdout
-    assert "--executor local" in out.stdout and 'executor=lockgate.LocalExecutor()' in out.stdout
+    assert "--executor local" in out.stdout and "executor=lockgate.LocalExecutor()" in out.stdout
 
 
 def test_session_with_java_home_without_java_names_java_home(tmp_path):
@@ -63,7 +72,7 @@ def test_session_with_java_older_than_17_says_which_version_it_found(tmp_path):
     home = tmp_path / "jdk8"
     (home / "bin").mkdir(parents=True)
     java = home / "bin" / "java"
-    java.write_text('#!/bin/sh\necho \'java version "1.8.0_351"\' >&2\n')
+    java.write_text("#!/bin/sh\necho 'java version \"1.8.0_351\"' >&2\n")
     java.chmod(0o755)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -79,8 +88,9 @@ def test_cli_run_on_spark_without_java_exits_2_before_running_the_job(tmp_path):
     marker = tmp_path / "ran"
     job = tmp_path / "job.py"
     job.write_text(f"open({str(marker)!r}, 'w').close()\n")
-    out = _run(["-m", "lockgate.cli", "run", "--executor", "spark", str(job)],
-               _env(empty, None), tmp_path)
+    out = _run(
+        ["-m", "lockgate.cli", "run", "--executor", "spark", str(job)], _env(empty, None), tmp_path
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Java was not found" in out.stderr and "--executor local" in out.stderr
     assert not marker.exists(), "the job ran although Spark could not start"
@@ -92,8 +102,9 @@ def test_cli_run_local_needs_no_java(tmp_path):
     marker = tmp_path / "ran"
     job = tmp_path / "job.py"
     job.write_text(f"open({str(marker)!r}, 'w').close()\n")
-    out = _run(["-m", "lockgate.cli", "run", "--executor", "local", str(job)],
-               _env(empty, None), tmp_path)
+    out = _run(
+        ["-m", "lockgate.cli", "run", "--executor", "local", str(job)], _env(empty, None), tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert marker.exists()
 

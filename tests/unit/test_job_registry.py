@@ -47,8 +47,9 @@ class FakeControl:
             raise self.error
         return os.path.join(path, "savepoint-1")
 
-    def stop_with_savepoint(self, path: str, drain: bool = False,
-                            timeout: float | None = None) -> str:
+    def stop_with_savepoint(
+        self, path: str, drain: bool = False, timeout: float | None = None
+    ) -> str:
         self.calls.append(("stop", path, drain, timeout))
         if self.release is not None:
             assert self.release.wait(20), "the test never released the stop"
@@ -92,7 +93,10 @@ def test_register_writes_a_private_file_lists_the_job_and_close_removes_it(home)
         with open(job.path) as f:
             data = json.load(f)
         assert (data["job_id"], data["job_name"], data["pid"]) == (
-            job.job_id, "running sums", os.getpid())
+            job.job_id,
+            "running sums",
+            os.getpid(),
+        )
         assert job.endpoint.startswith("tcp://127.0.0.1:"), "never on another interface"
         assert [j.job_id for j in list_jobs()] == [job.job_id]
         assert list_jobs()[0] == job
@@ -103,7 +107,8 @@ def test_register_writes_a_private_file_lists_the_job_and_close_removes_it(home)
 
 
 def test_an_unwritable_home_logs_a_warning_and_the_job_goes_on_unregistered(
-        tmp_path, caplog) -> None:
+    tmp_path, caplog
+) -> None:
     home_file = tmp_path / "not-a-folder"
     home_file.write_text("")
     with caplog.at_level(logging.WARNING, logger=job_registry.__name__):
@@ -134,9 +139,11 @@ def test_register_rejects_a_bad_name_and_a_control_without_the_commands(home) ->
 
 
 def test_find_by_id_or_unique_name_and_errors_name_the_candidates(home) -> None:
-    with register_job("alpha", FakeControl()) as a1, \
-            register_job("alpha", FakeControl()) as a2, \
-            register_job("beta", FakeControl()) as b:
+    with (
+        register_job("alpha", FakeControl()) as a1,
+        register_job("alpha", FakeControl()) as a2,
+        register_job("beta", FakeControl()) as b,
+    ):
         assert a1.job and a2.job and b.job
         assert find_job(a1.job.job_id) == a1.job
         assert find_job(a2.job.job_id) == a2.job
@@ -145,8 +152,9 @@ def test_find_by_id_or_unique_name_and_errors_name_the_candidates(home) -> None:
             find_job("alpha")
         assert a1.job.job_id in str(e.value) and a2.job.job_id in str(e.value)
         assert b.job.job_id not in str(e.value)
-        with pytest.raises(JobNotFoundError, match="no running job has the id or name 'gamma'"
-                           ) as e:
+        with pytest.raises(
+            JobNotFoundError, match="no running job has the id or name 'gamma'"
+        ) as e:
             find_job("gamma")
         assert all(j.job_id in str(e.value) for j in (a1.job, a2.job, b.job))
     with pytest.raises(JobNotFoundError, match="no lockgate job is running"):
@@ -159,12 +167,16 @@ def test_entries_of_ended_processes_and_reused_pids_are_removed(home) -> None:
     with register_job("live", FakeControl()) as live:
         assert live.job is not None
         folder = os.path.dirname(live.job.path)
-        ended = dataclasses.replace(live.job, job_id="ended", pid=dead_pid(),
-                                    path=os.path.join(folder, "ended.json"))
+        ended = dataclasses.replace(
+            live.job, job_id="ended", pid=dead_pid(), path=os.path.join(folder, "ended.json")
+        )
         # this process's pid, but another process's start time: the pid was reused
-        reused = dataclasses.replace(live.job, job_id="reused",
-                                     pid_start=(live.job.pid_start or 0) + 1,
-                                     path=os.path.join(folder, "reused.json"))
+        reused = dataclasses.replace(
+            live.job,
+            job_id="reused",
+            pid_start=(live.job.pid_start or 0) + 1,
+            path=os.path.join(folder, "reused.json"),
+        )
         for job in (ended, reused):
             with open(job.path, "w") as f:
                 f.write(job.to_json())
@@ -197,17 +209,24 @@ def test_m_s1_commands_reach_the_control_and_their_results_come_back(home) -> No
         assert send_command(job, "savepoint", path="/sp/2", timeout=7) == "/sp/2/savepoint-1"
         assert send_command(job, "stop", path="/sp/3", drain=True) == "/sp/3/savepoint-2"
         assert send_command(job, "cancel") is None
-    assert control.calls == [("savepoint", "/sp/1", None), ("savepoint", "/sp/2", 7.0),
-                             ("stop", "/sp/3", True, None), ("cancel",)]
+    assert control.calls == [
+        ("savepoint", "/sp/1", None),
+        ("savepoint", "/sp/2", 7.0),
+        ("stop", "/sp/3", True, None),
+        ("cancel",),
+    ]
     assert registration.rejected == {}
 
 
 def test_a_failure_raised_by_the_job_comes_back_with_its_message(home) -> None:
     control = FakeControl()
     control.error = RuntimeError("checkpoint storage is full")
-    with register_job("job", control), pytest.raises(
+    with (
+        register_job("job", control),
+        pytest.raises(
             JobCommandError, match="savepoint failed: RuntimeError: checkpoint storage is full"
-    ) as e:
+        ) as e,
+    ):
         send_command(find_job("job"), "savepoint", path="/sp")
     assert e.value.error_type == "RuntimeError"
 
@@ -240,8 +259,9 @@ def test_a_request_under_a_wrong_secret_is_rejected_and_never_reaches_the_job(ho
     control = FakeControl()
     with register_job("job", control) as registration:
         forged = dataclasses.replace(find_job("job"), secret=b"\x07" * 32)
-        with pytest.raises(JobUnreachableError, match="rejected the cancel request: message "
-                                                      "authentication failed"):
+        with pytest.raises(
+            JobUnreachableError, match="rejected the cancel request: message authentication failed"
+        ):
             send_command(forged, "cancel")
         assert registration.rejected["unauthenticated"] == 1
         assert send_command(find_job("job"), "cancel") is None, "the server goes on"
@@ -259,8 +279,10 @@ def test_close_lets_a_command_in_flight_answer_and_refuses_new_ones(home) -> Non
         wait_until(lambda: len(control.calls) == 1, "the stop reached the control")
         closing = BackgroundJob(registration.close, name="test close")
         with pytest.raises(JobCommandError, match="takes no more commands"):
-            wait_until(lambda: registration._server is not None
-                       and registration._server._closing.is_set(), "close started")
+            wait_until(
+                lambda: registration._server is not None and registration._server._closing.is_set(),
+                "close started",
+            )
             send_command(job, "savepoint", path="/sp2")
         assert not closing.done.is_set(), "close waits for the stop in flight"
     finally:
@@ -288,8 +310,9 @@ def test_a_client_stops_waiting_when_the_timeout_passes(home, monkeypatch) -> No
     monkeypatch.setattr(job_registry.client, "REPLY_GRACE_S", 0.0)
     with register_job("job", control):
         try:
-            with pytest.raises(JobUnreachableError,
-                               match=r"did not answer the stop request within 0.2s"):
+            with pytest.raises(
+                JobUnreachableError, match=r"did not answer the stop request within 0.2s"
+            ):
                 send_command(find_job("job"), "stop", path="/sp", timeout=0.2)
         finally:
             control.release.set()
@@ -297,8 +320,16 @@ def test_a_client_stops_waiting_when_the_timeout_passes(home, monkeypatch) -> No
 
 
 def test_job_info_round_trips_through_json_and_rejects_malformed_files(tmp_path) -> None:
-    job = JobInfo(job_id="abc", job_name="j", pid=1, pid_start=5, endpoint="tcp://127.0.0.1:1",
-                  started_at=1.5, path=str(tmp_path / "abc.json"), secret=b"s" * 32)
+    job = JobInfo(
+        job_id="abc",
+        job_name="j",
+        pid=1,
+        pid_start=5,
+        endpoint="tcp://127.0.0.1:1",
+        started_at=1.5,
+        path=str(tmp_path / "abc.json"),
+        secret=b"s" * 32,
+    )
     assert JobInfo.from_json(job.to_json(), job.path) == job
     assert "secret" not in repr(job)
     with pytest.raises(ValueError, match="'pid'"):

@@ -30,17 +30,24 @@ def parallelisms(draw) -> tuple[int, int]:
 
 @settings(max_examples=300, deadline=None)
 @given(KEYS, st.integers(min_value=1, max_value=1 << 15))
-def test_the_key_group_of_a_key_is_its_stable_hash_modulo_max_parallelism(key, max_parallelism) -> None:
+def test_the_key_group_of_a_key_is_its_stable_hash_modulo_max_parallelism(
+    key, max_parallelism
+) -> None:
     expected = int(hash_keys([key])[0]) % max_parallelism
     assert lg.key_group_for(key, max_parallelism) == expected
 
 
 @settings(max_examples=300, deadline=None)
 @given(parallelisms(), st.data())
-def test_the_subtask_of_a_key_group_is_key_group_times_parallelism_div_max_parallelism(pm, data) -> None:
+def test_the_subtask_of_a_key_group_is_key_group_times_parallelism_div_max_parallelism(
+    pm, data
+) -> None:
     parallelism, max_parallelism = pm
     kg = data.draw(st.integers(0, max_parallelism - 1))
-    assert lg.subtask_for_key_group(kg, parallelism, max_parallelism) == kg * parallelism // max_parallelism
+    assert (
+        lg.subtask_for_key_group(kg, parallelism, max_parallelism)
+        == kg * parallelism // max_parallelism
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,12 +55,16 @@ def test_the_subtask_of_a_key_group_is_key_group_times_parallelism_div_max_paral
 def test_subtask_for_key_composes_the_two_formulas(key, pm) -> None:
     parallelism, max_parallelism = pm
     kg = lg.key_group_for(key, max_parallelism)
-    assert lg.subtask_for_key(key, parallelism, max_parallelism) == kg * parallelism // max_parallelism
+    assert (
+        lg.subtask_for_key(key, parallelism, max_parallelism) == kg * parallelism // max_parallelism
+    )
 
 
 @settings(max_examples=200, deadline=None)
 @given(parallelisms())
-def test_key_group_ranges_are_contiguous_disjoint_cover_everything_and_match_the_formula(pm) -> None:
+def test_key_group_ranges_are_contiguous_disjoint_cover_everything_and_match_the_formula(
+    pm,
+) -> None:
     parallelism, max_parallelism = pm
     ranges = [lg.key_group_range(i, parallelism, max_parallelism) for i in range(parallelism)]
     flat = [kg for r in ranges for kg in r]
@@ -73,8 +84,10 @@ def test_every_subtask_owns_a_balanced_share_of_key_groups(pm) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=50),
-       st.integers(min_value=1, max_value=4096))
+@given(
+    st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=50),
+    st.integers(min_value=1, max_value=4096),
+)
 def test_vectorized_key_groups_of_a_column_equal_those_of_each_key(keys, max_parallelism) -> None:
     column = key_groups_of_column(pa.array(keys, pa.int64()), max_parallelism)
     one_by_one = [lg.key_group_for(k, max_parallelism) for k in keys]
@@ -102,10 +115,12 @@ def test_a_key_group_outside_the_range_is_rejected(kg: int) -> None:
         lg.subtask_for_key_group(kg, 2, 128)
 
 
-@pytest.mark.parametrize("subtask,parallelism,max_parallelism",
-                         [(2, 2, 128), (-1, 2, 128), (0, 200, 128)])
-def test_a_subtask_outside_its_parallelism_has_no_key_group_range(subtask, parallelism,
-                                                                  max_parallelism) -> None:
+@pytest.mark.parametrize(
+    "subtask,parallelism,max_parallelism", [(2, 2, 128), (-1, 2, 128), (0, 200, 128)]
+)
+def test_a_subtask_outside_its_parallelism_has_no_key_group_range(
+    subtask, parallelism, max_parallelism
+) -> None:
     with pytest.raises(ValueError, match="subtask"):
         lg.key_group_range(subtask, parallelism, max_parallelism)
 

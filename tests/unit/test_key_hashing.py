@@ -19,7 +19,9 @@ import lockgate as lg
 from lockgate.core.key_hash import hash_array, hash_keys
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)  # no lone surrogates
+TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40
+)  # no lone surrogates
 FLOATS = st.floats(allow_nan=False)
 
 SAMPLE_KEYS = ["hello", "", "héllo wörld", "日本語", "🦀 emoji", "a" * 300]
@@ -44,11 +46,17 @@ print(json.dumps({
 
 
 @pytest.mark.parametrize("seed", ["0", "12345"])
-def test_a_string_key_hashes_identically_in_another_process_with_another_hash_seed(seed: str) -> None:
+def test_a_string_key_hashes_identically_in_another_process_with_another_hash_seed(
+    seed: str,
+) -> None:
     env = dict(os.environ, PYTHONHASHSEED=seed)
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(SAMPLE_KEYS)],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     )
     child = json.loads(proc.stdout)
     assert child["hashes"] == _as_list(hash_keys(SAMPLE_KEYS))
@@ -78,8 +86,10 @@ def test_hashing_an_int64_column_equals_hashing_the_python_ints(keys: list[int])
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=-128, max_value=127), min_size=1, max_size=30),
-       st.sampled_from([pa.int8(), pa.int16(), pa.int32(), pa.int64()]))
+@given(
+    st.lists(st.integers(min_value=-128, max_value=127), min_size=1, max_size=30),
+    st.sampled_from([pa.int8(), pa.int16(), pa.int32(), pa.int64()]),
+)
 def test_hashing_a_narrow_int_column_equals_hashing_the_python_ints(keys: list[int], typ) -> None:
     assert _as_list(hash_array(pa.array(keys, type=typ))) == _as_list(hash_keys(keys))
 
@@ -92,7 +102,9 @@ def test_hashing_a_string_column_equals_hashing_the_python_strings(keys: list[st
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(TEXT, max_size=20))
-def test_large_string_and_dictionary_string_columns_hash_like_plain_strings(keys: list[str]) -> None:
+def test_large_string_and_dictionary_string_columns_hash_like_plain_strings(
+    keys: list[str],
+) -> None:
     expected = _as_list(hash_keys(keys))
     assert _as_list(hash_array(pa.array(keys, type=pa.large_string()))) == expected
     assert _as_list(hash_array(pa.array(keys, type=pa.string()).dictionary_encode())) == expected
@@ -129,7 +141,8 @@ def test_a_sliced_or_chunked_column_hashes_like_its_values(keys, data) -> None:
     start = data.draw(st.integers(0, len(keys)))
     length = data.draw(st.integers(0, len(keys) - start))
     assert _as_list(hash_array(arr.slice(start, length))) == _as_list(
-        hash_keys(keys[start:start + length]))
+        hash_keys(keys[start : start + length])
+    )
     cut = data.draw(st.integers(0, len(keys)))
     chunked = pa.chunked_array([keys[:cut], keys[cut:]], type=pa.string())
     assert _as_list(hash_array(chunked)) == _as_list(hash_keys(keys))

@@ -77,6 +77,7 @@ def paused_materialize(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event
 
 # -- the constructor ----------------------------------------------------------------------
 
+
 def test_the_old_constructor_call_still_works_and_defaults_to_128_key_groups() -> None:
     b = HeapKeyedStateBackend("op")
     assert b.max_parallelism == 128
@@ -90,31 +91,34 @@ def test_an_invalid_max_parallelism_is_a_configuration_error() -> None:
 
 # -- M-T3: the synchronous part is a copy-on-write view ---------------------------------------
 
+
 def test_m_t3_the_snapshot_is_unchanged_by_updates_clears_and_new_keys_after_it() -> None:
     b = backend()
     s = b.get_state(lg.ValueStateDescriptor("count", default=0))
     for k in range(5):
         put(b, s, k, k * 10)
     snap = b.snapshot()
-    put(b, s, 0, 999)          # overwrite
+    put(b, s, 0, 999)  # overwrite
     b.current_key = 1
-    s.clear()                  # clear
-    put(b, s, 2, None)         # update(None) clears
-    put(b, s, 7, 70)           # a new key
+    s.clear()  # clear
+    put(b, s, 2, None)  # update(None) clears
+    put(b, s, 7, 70)  # a new key
     assert flat(snap.materialize(), "count") == {0: 0, 1: 10, 2: 20, 3: 30, 4: 40}
     assert {k: get(b, s, k) for k in b.keys("count")} == {0: 999, 3: 30, 4: 40, 7: 70}
     assert get(b, s, 1) == 0 and get(b, s, 2) == 0, "cleared keys read the default"
     snap.release()
 
 
-def test_m_t3_mutating_in_place_a_value_read_after_the_snapshot_does_not_change_the_snapshot() -> None:
+def test_m_t3_mutating_in_place_a_value_read_after_the_snapshot_does_not_change_the_snapshot() -> (
+    None
+):
     b = backend()
     s = b.get_state(lg.ValueStateDescriptor("seen", default=[]))
     put(b, s, "a", ["x"])
     put(b, s, "b", {"n": [1]})
     snap = b.snapshot()
     b.current_key = "a"
-    s.value().append("y")           # mutated without update()
+    s.value().append("y")  # mutated without update()
     assert s.value() == ["x", "y"], "the live state keeps the in-place mutation"
     b.current_key = "b"
     d = s.value()
@@ -146,7 +150,7 @@ def test_m_t3_the_synchronous_part_copies_no_value(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(copy, "deepcopy", no_copy)
     snap = b.snapshot()
-    put(b, s, 5, [50])                # a write needs no copy either
+    put(b, s, 5, [50])  # a write needs no copy either
     monkeypatch.undo()
     assert snap.size_hint() == 1000
     assert flat(snap.materialize(), "lists")[5] == [5]
@@ -181,7 +185,8 @@ def test_m_t3_processing_continues_while_the_snapshot_materializes_in_another_th
     assert flat(box["result"], "total") == {k: [k] for k in range(100)}
     snap.release()
     assert {k: get(b, s, k) for k in b.keys("total")} == {
-        **{k: [k, "after"] for k in range(1, 100, 2)}, **{k: [k] for k in range(100, 150)}
+        **{k: [k, "after"] for k in range(1, 100, 2)},
+        **{k: [k] for k in range(100, 150)},
     }
 
 
@@ -289,7 +294,7 @@ def test_m_t3_releasing_a_snapshot_while_it_materializes_cancels_it_and_frees_it
     worker, box = in_thread(snap.materialize)
     assert inside.wait(10)
     put(b, s, "a", 2)
-    snap.release()                       # the cancellation
+    snap.release()  # the cancellation
     assert b.outstanding_snapshots() == 1, "its layers stay frozen while materialize runs"
     go_on.set()
     worker.join(10)
@@ -341,7 +346,7 @@ def test_m_t3_random_interleavings_of_updates_snapshots_and_releases_match_a_cop
             v = st.value()
             assert v == model[name].get(key)
             if isinstance(v, list):
-                v.append(rng.randrange(100))       # in place, no update()
+                v.append(rng.randrange(100))  # in place, no update()
                 model[name][key] = copy.deepcopy(v)
         elif op < 0.8 and len(outstanding) < 4:
             outstanding.append((b.snapshot(), copy.deepcopy(model)))
@@ -362,11 +367,12 @@ def test_m_t3_random_interleavings_of_updates_snapshots_and_releases_match_a_cop
     assert {n: dict(b.entries()[n]) for n in names} == model
     for n in names:
         b.current_key = -1
-        states[n].value()                     # the task thread's next access merges
+        states[n].value()  # the task thread's next access merges
         assert type(states[n]._table) is dict and states[n]._table == model[n]
 
 
 # -- M-T4: keyed state partitioned by key group ----------------------------------------------
+
 
 def test_m_t4_materialize_groups_keys_by_their_key_group() -> None:
     b = backend(max_parallelism=8)
@@ -437,7 +443,12 @@ def test_m_t4_restore_merges_several_snapshots_when_rescaling_down() -> None:
 def test_m_t4_a_snapshot_survives_a_pickle_round_trip_into_a_new_backend() -> None:
     b = backend()
     s = b.get_state(lg.ValueStateDescriptor("v", default=0))
-    values: dict[Any, Any] = {1: {"n": [1, 2]}, "two": 2.5, (3, "x"): ("tuple", None), b"4": b"bytes"}
+    values: dict[Any, Any] = {
+        1: {"n": [1, 2]},
+        "two": 2.5,
+        (3, "x"): ("tuple", None),
+        b"4": b"bytes",
+    }
     for k, v in values.items():
         put(b, s, k, v)
     snap = b.snapshot()
@@ -452,14 +463,18 @@ def test_m_t4_a_snapshot_survives_a_pickle_round_trip_into_a_new_backend() -> No
     again.release()
 
 
-@pytest.mark.parametrize("found, shown", [
-    ({"format": 2, "max_parallelism": 128, "states": {}}, "format 2"),
-    ({"max_parallelism": 128, "states": {}}, "no 'format' entry"),
-    ({"format": "1", "max_parallelism": 128, "states": {}}, "format '1'"),
-    ([("format", 1)], "list"),
-])
+@pytest.mark.parametrize(
+    "found, shown",
+    [
+        ({"format": 2, "max_parallelism": 128, "states": {}}, "format 2"),
+        ({"max_parallelism": 128, "states": {}}, "no 'format' entry"),
+        ({"format": "1", "max_parallelism": 128, "states": {}}, "format '1'"),
+        ([("format", 1)], "list"),
+    ],
+)
 def test_m_t4_restoring_an_unknown_snapshot_format_is_an_error_saying_what_was_found(
-    found: Any, shown: str,
+    found: Any,
+    shown: str,
 ) -> None:
     b = backend()
     with pytest.raises(UnsupportedSnapshotFormatError) as err:

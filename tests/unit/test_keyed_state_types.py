@@ -89,10 +89,17 @@ KINDS = ["value", "list", "map", "reducing", "aggregating"]
 
 # -- get_state -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind, handle_type", [
-    ("value", ValueState), ("list", ListState), ("map", MapState),
-    ("reducing", ReducingState), ("aggregating", AggregatingState),
-])
+
+@pytest.mark.parametrize(
+    "kind, handle_type",
+    [
+        ("value", ValueState),
+        ("list", ListState),
+        ("map", MapState),
+        ("reducing", ReducingState),
+        ("aggregating", AggregatingState),
+    ],
+)
 def test_get_state_returns_the_handle_of_the_descriptors_kind(kind: str, handle_type: type) -> None:
     assert type(backend().get_state(descriptor(kind))) is handle_type
 
@@ -109,21 +116,27 @@ def test_a_second_get_state_of_one_name_and_kind_shares_the_values(kind: str) ->
     write(kind, second, 5)
     assert read(kind, first) == read(kind, second)
     snap = b.snapshot()
-    write(kind, first, 6)                        # both handles follow the overlay
+    write(kind, first, 6)  # both handles follow the overlay
     assert read(kind, second) == read(kind, first)
     snap.release()
     write(kind, second, 7)
     assert read(kind, first) == read(kind, second)
 
 
-@pytest.mark.parametrize("first, then", [("list", "map"), ("map", "reducing"),
-                                         ("reducing", "aggregating"), ("aggregating", "value")])
-def test_another_kind_under_a_registered_name_is_an_error_naming_both(first: str, then: str) -> None:
+@pytest.mark.parametrize(
+    "first, then",
+    [("list", "map"), ("map", "reducing"), ("reducing", "aggregating"), ("aggregating", "value")],
+)
+def test_another_kind_under_a_registered_name_is_an_error_naming_both(
+    first: str, then: str
+) -> None:
     b = backend()
     b.get_state(descriptor(first))
     with pytest.raises(lg.ConfigurationError) as err:
         b.get_state(descriptor(then))
-    assert f"registered as {first} state" in str(err.value) and f"the {then} state" in str(err.value)
+    assert f"registered as {first} state" in str(err.value) and f"the {then} state" in str(
+        err.value
+    )
     assert "keyed op" in str(err.value)
 
 
@@ -145,7 +158,9 @@ def test_a_descriptor_of_an_unknown_kind_is_an_error_listing_the_kinds() -> None
     class Bag(StateDescriptor):
         kind = "bag"
 
-    with pytest.raises(lg.ConfigurationError, match="'bag'.*value, list, map, reducing, aggregating"):
+    with pytest.raises(
+        lg.ConfigurationError, match="'bag'.*value, list, map, reducing, aggregating"
+    ):
         backend().get_state(Bag("b"))
 
 
@@ -175,6 +190,7 @@ def test_close_is_harmless_and_the_clock_keyword_is_used() -> None:
 
 # -- ListState ---------------------------------------------------------------------------------
 
+
 def test_list_state_add_add_all_update_and_get_per_key() -> None:
     b = backend()
     s = b.get_state(ListStateDescriptor("l"))
@@ -183,7 +199,7 @@ def test_list_state_add_add_all_update_and_get_per_key() -> None:
     s.add(1)
     s.add_all([2, 3])
     s.add_all(x for x in (4,))
-    s.add(None)                               # None is an element like any other
+    s.add(None)  # None is an element like any other
     b.current_key = "b"
     s.add("other")
     b.current_key = "a"
@@ -236,6 +252,7 @@ def test_list_state_add_all_and_update_need_an_iterable_of_elements(method: str,
 
 # -- MapState ----------------------------------------------------------------------------------
 
+
 def test_map_state_flink_style_methods() -> None:
     b = backend()
     s = b.get_state(MapStateDescriptor("m"))
@@ -273,7 +290,7 @@ def test_map_state_pythonic_protocol() -> None:
         del s["b"]
     del s["a"]
     assert "a" not in s and len(s) == 1
-    for k in s:                                 # changing the state while iterating is fine
+    for k in s:  # changing the state while iterating is fine
         del s[k]
     assert len(s) == 0 and b.keys("m") == [], "an empty map is absent"
 
@@ -288,11 +305,19 @@ def test_map_state_results_are_copies_of_the_map() -> None:
     assert s.items() == [("a", 1)]
 
 
-@pytest.mark.parametrize("call", [
-    lambda s: s.put([1], 1), lambda s: s.get({}), lambda s: s.contains([]),
-    lambda s: s.remove([]), lambda s: s.put_all({1: 1, 2: 2}) or s.put_all([(1, 2)]),
-    lambda s: s.__getitem__([]), lambda s: s.__setitem__([], 1), lambda s: s.__delitem__([]),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.put([1], 1),
+        lambda s: s.get({}),
+        lambda s: s.contains([]),
+        lambda s: s.remove([]),
+        lambda s: s.put_all({1: 1, 2: 2}) or s.put_all([(1, 2)]),
+        lambda s: s.__getitem__([]),
+        lambda s: s.__setitem__([], 1),
+        lambda s: s.__delitem__([]),
+    ],
+)
 def test_map_state_rejects_unhashable_keys_and_non_mappings(call: Callable[[Any], Any]) -> None:
     b = backend()
     s = b.get_state(MapStateDescriptor("lookup"))
@@ -311,8 +336,10 @@ class UnhashableKeys(dict):
 def test_map_state_put_all_with_an_unhashable_key_changes_nothing() -> None:
     host, table = Host(), CopyingTable()
     b = backend()
-    handles: list[Any] = [b.get_state(MapStateDescriptor("m")),
-                          create_handle(host, table, MapStateDescriptor("m"), "t")]
+    handles: list[Any] = [
+        b.get_state(MapStateDescriptor("m")),
+        create_handle(host, table, MapStateDescriptor("m"), "t"),
+    ]
     for s in handles:
         b.current_key = host.current_key = 1
         s.put("a", 0)
@@ -322,6 +349,7 @@ def test_map_state_put_all_with_an_unhashable_key_changes_nothing() -> None:
 
 
 # -- ReducingState and AggregatingState ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("fn", [lambda a, b: a + b, Concat()])
 def test_reducing_state_reduces_added_values_with_a_callable_or_a_reduce_function(fn: Any) -> None:
@@ -383,6 +411,7 @@ def test_reduce_and_aggregate_function_errors_reach_the_caller_and_leave_state_u
 
 # -- the table protocol (what the RocksDB backend relies on) ------------------------------------
 
+
 def write(kind: str, s: Any, v: int) -> None:
     if kind == "value":
         s.update(v)
@@ -442,6 +471,7 @@ def test_map_and_list_removals_over_a_copying_table_are_written_back() -> None:
 
 # -- M-T3: copy-on-write snapshots isolate every kind ---------------------------------------------
 
+
 def test_m_t3_list_appends_after_a_snapshot_do_not_change_it() -> None:
     b = backend()
     s = b.get_state(ListStateDescriptor("l"))
@@ -493,7 +523,7 @@ def test_m_t3_in_place_accumulators_and_reduced_values_after_a_snapshot_do_not_c
     avg.add(2)
     red.add([1])
     snap = b.snapshot()
-    avg.add(4)                      # Average.add changes the accumulator list in place
+    avg.add(4)  # Average.add changes the accumulator list in place
     red.add([2])
     got = snap.materialize()
     assert flat(got, "avg") == {"a": [2, 1]} and flat(got, "red") == {"a": [1]}
@@ -503,7 +533,8 @@ def test_m_t3_in_place_accumulators_and_reduced_values_after_a_snapshot_do_not_c
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_m_t3_the_synchronous_part_copies_nothing_for_any_kind(
-    kind: str, monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     b = backend()
     s = b.get_state(descriptor(kind))
@@ -522,6 +553,7 @@ def test_m_t3_the_synchronous_part_copies_nothing_for_any_kind(
 
 
 # -- M-T4: restore of every kind ---------------------------------------------------------------
+
 
 def filled(kind: str, keys: range, max_parallelism: int = 128) -> HeapKeyedStateBackend:
     b = backend(max_parallelism)
@@ -575,27 +607,40 @@ def test_m_t4_restore_into_a_registered_state_of_another_kind_is_an_error() -> N
     data = materialized(filled("list", range(3)))
     b = backend()
     b.get_state(descriptor("map"))
-    with pytest.raises(lg.ConfigurationError, match="'s' is list state in the snapshot but is "
-                                                    "registered as map state"):
+    with pytest.raises(
+        lg.ConfigurationError,
+        match="'s' is list state in the snapshot but is registered as map state",
+    ):
         b.restore([data], range(128))
 
 
-@pytest.mark.parametrize("kind, stored, found", [
-    ("list", 5, "int"), ("map", [1], "list"), ("list", {"a": 1}, "dict")])
+@pytest.mark.parametrize(
+    "kind, stored, found", [("list", 5, "int"), ("map", [1], "list"), ("list", {"a": 1}, "dict")]
+)
 def test_m_t4_restoring_list_or_map_entries_of_the_wrong_shape_is_an_error(
-    kind: str, stored: Any, found: str,
+    kind: str,
+    stored: Any,
+    found: str,
 ) -> None:
-    bad = {"format": 1, "max_parallelism": 128,
-           "states": {"s": {"kind": kind, "key_groups": {key_group_for("k"): {"k": stored}}}}}
+    bad = {
+        "format": 1,
+        "max_parallelism": 128,
+        "states": {"s": {"kind": kind, "key_groups": {key_group_for("k"): {"k": stored}}}},
+    }
     with pytest.raises(UnsupportedSnapshotFormatError, match=f"{kind} state 's' holds a {found}"):
         backend().restore([bad], range(128))
 
 
 def test_m_t4_restored_empty_lists_and_maps_are_no_entries() -> None:
     kg = key_group_for("k")
-    data = {"format": 1, "max_parallelism": 128, "states": {
-        "l": {"kind": "list", "key_groups": {kg: {"k": [], "j": [1]}}},
-        "m": {"kind": "map", "key_groups": {kg: {"k": {}}}}}}
+    data = {
+        "format": 1,
+        "max_parallelism": 128,
+        "states": {
+            "l": {"kind": "list", "key_groups": {kg: {"k": [], "j": [1]}}},
+            "m": {"kind": "map", "key_groups": {kg: {"k": {}}}},
+        },
+    }
     b = backend()
     b.restore([data], range(128))
     assert b.keys("l") == ["j"] and b.keys("m") == []
@@ -603,8 +648,19 @@ def test_m_t4_restored_empty_lists_and_maps_are_no_entries() -> None:
 
 # -- a model: every kind against plain dicts, with snapshots and restores ---------------------
 
-OPS = ["write", "write", "write2", "replace", "remove", "clear", "read", "read",
-       "snapshot", "check", "restore"]
+OPS = [
+    "write",
+    "write",
+    "write2",
+    "replace",
+    "remove",
+    "clear",
+    "read",
+    "read",
+    "snapshot",
+    "check",
+    "restore",
+]
 
 
 def apply_op(kind: str, s: Any, model: dict[Any, Any], key: Any, op: str, arg: int) -> None:  # noqa: C901 (one branch per state operation of the model)
@@ -647,7 +703,7 @@ def apply_op(kind: str, s: Any, model: dict[Any, Any], key: Any, op: str, arg: i
             if (arg % 4) in m:
                 v = s[arg % 4]
                 if isinstance(v, list):
-                    v.append(arg)                # in place, then written back
+                    v.append(arg)  # in place, then written back
                     s[arg % 4] = v
                     m[arg % 4] = [*m[arg % 4], arg]
         elif op == "remove":
@@ -684,10 +740,14 @@ def expected_read(kind: str, stored: Any) -> Any:
 
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.integers(0, 30)),
-                    max_size=80))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(OPS), st.integers(0, 5), st.integers(0, 30)), max_size=80
+    )
+)
 def test_m_t3_m_t4_each_kind_matches_a_dict_model_across_snapshots_and_restores(
-    kind: str, ops: list[tuple[str, int, int]],
+    kind: str,
+    ops: list[tuple[str, int, int]],
 ) -> None:
     b = backend(max_parallelism=8)
     s = b.get_state(descriptor(kind))
@@ -728,5 +788,7 @@ def test_m_t3_m_t4_each_kind_matches_a_dict_model_across_snapshots_and_restores(
 
 
 def test_the_handle_base_class_is_shared() -> None:
-    assert all(issubclass(t, KeyedStateHandle)
-               for t in (ValueState, ListState, MapState, ReducingState, AggregatingState))
+    assert all(
+        issubclass(t, KeyedStateHandle)
+        for t in (ValueState, ListState, MapState, ReducingState, AggregatingState)
+    )

@@ -32,11 +32,17 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["lockgate.core"]),
     ("time", ["lockgate.time"]),
     # where state is written: the state backends upload through it, as Flink's do
-    ("checkpoint-storage", [
-        "lockgate.checkpoint.storage", "lockgate.checkpoint.fs_storage",
-        "lockgate.checkpoint.storage_options", "lockgate.checkpoint.shared_registry",
-        "lockgate.checkpoint.types", "lockgate.checkpoint.config",
-    ]),
+    (
+        "checkpoint-storage",
+        [
+            "lockgate.checkpoint.storage",
+            "lockgate.checkpoint.fs_storage",
+            "lockgate.checkpoint.storage_options",
+            "lockgate.checkpoint.shared_registry",
+            "lockgate.checkpoint.types",
+            "lockgate.checkpoint.config",
+        ],
+    ),
     ("state", ["lockgate.state"]),
     ("graph", ["lockgate.graph"]),
     # barriers, coordinator, channel state, savepoint files, export
@@ -138,21 +144,27 @@ def upward_imports(root: pathlib.Path) -> list[Import]:
 
 
 def describe(imp: Import) -> str:
-    return (f"{imp.importer}:{imp.line} imports {imp.imported}"
-            f"{' (under TYPE_CHECKING)' if imp.type_checking else ''}: layer "
-            f"{LAYERS[layer_of(imp.importer)][0]!r} may not import layer "
-            f"{LAYERS[layer_of(imp.imported)][0]!r}")
+    return (
+        f"{imp.importer}:{imp.line} imports {imp.imported}"
+        f"{' (under TYPE_CHECKING)' if imp.type_checking else ''}: layer "
+        f"{LAYERS[layer_of(imp.importer)][0]!r} may not import layer "
+        f"{LAYERS[layer_of(imp.imported)][0]!r}"
+    )
 
 
 def test_no_module_imports_a_higher_layer() -> None:
     """Every import in lockgate/ goes to the same or a lower layer, but the listed
     exceptions."""
-    bad = [imp for imp in upward_imports(PACKAGE_ROOT)
-           if (imp.importer, imp.imported) not in EXCEPTIONS]
+    bad = [
+        imp
+        for imp in upward_imports(PACKAGE_ROOT)
+        if (imp.importer, imp.imported) not in EXCEPTIONS
+    ]
     assert not bad, (
         "imports against the layers of tests/unit/test_layers.py (docs/architecture.md, "
         "Layers); move the code down or depend the other way:\n"
-        + "\n".join(describe(imp) for imp in bad))
+        + "\n".join(describe(imp) for imp in bad)
+    )
 
 
 def test_every_listed_exception_is_still_needed() -> None:
@@ -173,38 +185,56 @@ def _write(root: pathlib.Path, rel: str, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.mark.parametrize(("bad_import", "imported", "type_only"), [
-    ("from ..runtime.task import StreamTask\n", "lockgate.runtime.task", False),
-    ("from lockgate.runtime import task\n", "lockgate.runtime.task", False),
-    ("import lockgate.executor.local\n", "lockgate.executor.local", False),
-    ("def f():\n    from ..api import environment\n", "lockgate.api.environment", False),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-     "    from ..runtime.task import StreamTask\n", "lockgate.runtime.task", True),
-])
-def test_the_check_flags_a_wrong_import(tmp_path: pathlib.Path, bad_import: str,
-                                        imported: str, type_only: bool) -> None:
+@pytest.mark.parametrize(
+    ("bad_import", "imported", "type_only"),
+    [
+        ("from ..runtime.task import StreamTask\n", "lockgate.runtime.task", False),
+        ("from lockgate.runtime import task\n", "lockgate.runtime.task", False),
+        ("import lockgate.executor.local\n", "lockgate.executor.local", False),
+        ("def f():\n    from ..api import environment\n", "lockgate.api.environment", False),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from ..runtime.task import StreamTask\n",
+            "lockgate.runtime.task",
+            True,
+        ),
+    ],
+)
+def test_the_check_flags_a_wrong_import(
+    tmp_path: pathlib.Path, bad_import: str, imported: str, type_only: bool
+) -> None:
     """The test of the test: a core module importing upward, in any of the forms
     (relative, absolute, ``from pkg import module``, in a function, type-only), is
     reported; the same tree without it is clean."""
     root = tmp_path / "lockgate"
-    for rel in ("__init__.py", "errors.py", "core/__init__.py", "runtime/__init__.py",
-                "executor/__init__.py", "executor/local.py", "api/__init__.py",
-                "api/environment.py"):
+    for rel in (
+        "__init__.py",
+        "errors.py",
+        "core/__init__.py",
+        "runtime/__init__.py",
+        "executor/__init__.py",
+        "executor/local.py",
+        "api/__init__.py",
+        "api/environment.py",
+    ):
         _write(root, rel, "")
     _write(root, "core/ok.py", "from ..errors import LockgateError\nfrom . import ok\n")
     _write(root, "runtime/task.py", "from ..core.ok import x\nimport lockgate.errors\n")
     assert upward_imports(root) == []
 
     _write(root, "core/bad.py", bad_import)
-    found = [imp for imp in upward_imports(root) if imp.imported != "lockgate.runtime"
-             and imp.imported != "lockgate.api"]
+    found = [
+        imp
+        for imp in upward_imports(root)
+        if imp.imported != "lockgate.runtime" and imp.imported != "lockgate.api"
+    ]
     assert [(imp.importer, imp.imported, imp.type_checking) for imp in found] == [
-        ("lockgate.core.bad", imported, type_only)]
+        ("lockgate.core.bad", imported, type_only)
+    ]
     assert "layer 'core' may not import layer" in describe(found[0])
 
 
-def test_the_check_flags_a_wrong_import_added_to_the_real_package(
-        tmp_path: pathlib.Path) -> None:
+def test_the_check_flags_a_wrong_import_added_to_the_real_package(tmp_path: pathlib.Path) -> None:
     """The same on a copy of lockgate/ itself: one upward import added to
     ``core/batch.py`` (inside a function, where it is easiest to overlook) is the one
     violation found."""
@@ -212,11 +242,12 @@ def test_the_check_flags_a_wrong_import_added_to_the_real_package(
 
     root = tmp_path / "lockgate"
     shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    assert [imp for imp in upward_imports(root)
-            if (imp.importer, imp.imported) not in EXCEPTIONS] == []
+    assert [
+        imp for imp in upward_imports(root) if (imp.importer, imp.imported) not in EXCEPTIONS
+    ] == []
     with open(root / "core" / "batch.py", "a") as f:
         f.write("\n\ndef _wrong():\n    from ..executor.local import LocalExecutor\n")
-    found = [imp for imp in upward_imports(root)
-             if (imp.importer, imp.imported) not in EXCEPTIONS]
+    found = [imp for imp in upward_imports(root) if (imp.importer, imp.imported) not in EXCEPTIONS]
     assert [(imp.importer, imp.imported) for imp in found] == [
-        ("lockgate.core.batch", "lockgate.executor.local")]
+        ("lockgate.core.batch", "lockgate.executor.local")
+    ]

@@ -28,9 +28,16 @@ def drain(channel: LocalChannel) -> list[object]:
 def test_a_barrier_never_overtakes_the_records_in_front_of_it_M_E1() -> None:
     ch = LocalChannel(1 << 20)
     sequence = [
-        batch_of(3, 0), el.Watermark(5), batch_of(3, 3), el.CheckpointBarrier(1, 10),
-        batch_of(3, 6), el.StreamStatus.IDLE, el.StreamStatus.ACTIVE, el.CancellationMarker(2),
-        RowBatch(["x"]), el.END_OF_PARTITION,
+        batch_of(3, 0),
+        el.Watermark(5),
+        batch_of(3, 3),
+        el.CheckpointBarrier(1, 10),
+        batch_of(3, 6),
+        el.StreamStatus.IDLE,
+        el.StreamStatus.ACTIVE,
+        el.CancellationMarker(2),
+        RowBatch(["x"]),
+        el.END_OF_PARTITION,
     ]
     for e in sequence:
         ch.put(e)

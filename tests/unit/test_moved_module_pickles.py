@@ -25,16 +25,26 @@ def _pickled_under(obj: Any, new: str, old: str) -> bytes:
     return data.replace(new.encode(), old.encode())
 
 
-@pytest.mark.parametrize(("obj", "new", "old"), [
-    (elements.Watermark(42), "lockgate.core.elements", "lockgate.runtime.elements"),
-    (elements.StreamStatus.IDLE, "lockgate.core.elements", "lockgate.runtime.elements"),
-    (batch.RowBatch([{"a": 1}], np.asarray([7], dtype=np.int64)),
-     "lockgate.core.batch", "lockgate.runtime.batch"),
-    (partitioners.RebalancePartitioning(), "lockgate.core.partitioners",
-     "lockgate.runtime.partitioners"),
-])
-def test_m_r3_objects_pickled_under_the_old_module_path_unpickle(obj: Any, new: str,
-                                                                 old: str) -> None:
+@pytest.mark.parametrize(
+    ("obj", "new", "old"),
+    [
+        (elements.Watermark(42), "lockgate.core.elements", "lockgate.runtime.elements"),
+        (elements.StreamStatus.IDLE, "lockgate.core.elements", "lockgate.runtime.elements"),
+        (
+            batch.RowBatch([{"a": 1}], np.asarray([7], dtype=np.int64)),
+            "lockgate.core.batch",
+            "lockgate.runtime.batch",
+        ),
+        (
+            partitioners.RebalancePartitioning(),
+            "lockgate.core.partitioners",
+            "lockgate.runtime.partitioners",
+        ),
+    ],
+)
+def test_m_r3_objects_pickled_under_the_old_module_path_unpickle(
+    obj: Any, new: str, old: str
+) -> None:
     restored = pickle.loads(_pickled_under(obj, new, old))
     assert type(restored) is type(obj)
     assert type(restored).__module__ == new

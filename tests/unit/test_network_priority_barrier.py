@@ -29,8 +29,13 @@ def pair():
     auth = MessageAuth(new_secret())
     data, data_ep = bind_pull(context, "127.0.0.1")
     prio, prio_ep = bind_pull(context, "127.0.0.1")
-    out = ZmqOutputChannel(connect_push(context, data_ep), auth, 1, "edge 1 0->1",
-                           priority_socket=connect_push(context, prio_ep))
+    out = ZmqOutputChannel(
+        connect_push(context, data_ep),
+        auth,
+        1,
+        "edge 1 0->1",
+        priority_socket=connect_push(context, prio_ep),
+    )
     inp = ZmqInputChannel(data, auth, 1, "edge 1 0->1", priority_socket=prio)
     yield out, inp
     out.close(False)
@@ -57,7 +62,8 @@ def rows_of(elements) -> list:
 
 @pytest.mark.parametrize("consumed_before", [0, 1, 3])
 def test_m_b7_the_barrier_overtakes_data_in_flight_and_nothing_sent_after_it_comes_first(
-        pair, consumed_before) -> None:
+    pair, consumed_before
+) -> None:
     out, inp = pair
     for i in range(3):
         out.put(RowBatch([i]))
@@ -73,7 +79,7 @@ def test_m_b7_the_barrier_overtakes_data_in_flight_and_nothing_sent_after_it_com
     # every record sent before the barrier is processed before it, or overtaken by it
     assert sorted(before + overtaken_rows) == [0, 1, 2]
     # the overtaken records are still delivered, right after the barrier, in order
-    after = rows_of(got[barrier_at + 1:])
+    after = rows_of(got[barrier_at + 1 :])
     assert after == overtaken_rows + ["after"]
 
 

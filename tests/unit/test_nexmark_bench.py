@@ -20,8 +20,10 @@ from process_tree import run_measured  # noqa: E402
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("part-*"))}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("part-*"))
+    }
 
 
 def test_the_same_seed_gives_the_same_files_and_another_seed_other_ones(tmp_path: Path) -> None:
@@ -52,11 +54,13 @@ def test_the_csv_copy_holds_the_same_rows_as_the_parquet_files(tmp_path: Path) -
     generate.generate(tmp_path, 10_000, seed=4, files=2)
     schema = generate.SCHEMAS["auction"]
     for part in sorted((tmp_path / "parquet" / "auction").glob("*.parquet")):
-        csv = pacsv.read_csv(part.with_suffix(".csv").as_posix().replace("/parquet/", "/csv/"),
-                             read_options=pacsv.ReadOptions(column_names=schema.names),
-                             convert_options=pacsv.ConvertOptions(
-                                 column_types={f.name: f.type for f in schema},
-                                 strings_can_be_null=False))
+        csv = pacsv.read_csv(
+            part.with_suffix(".csv").as_posix().replace("/parquet/", "/csv/"),
+            read_options=pacsv.ReadOptions(column_names=schema.names),
+            convert_options=pacsv.ConvertOptions(
+                column_types={f.name: f.type for f in schema}, strings_can_be_null=False
+            ),
+        )
         assert csv.equals(pq.read_table(part))
 
 
@@ -71,8 +75,11 @@ def test_the_checker_accepts_the_expected_rows_in_any_order_and_format(tmp_path:
     (tmp_path / "pq" / "_spark_metadata" / "0").write_text("ignored")
     assert check.compare("q5", tmp_path / "data", tmp_path / "pq")["equal"]
     (tmp_path / "csv").mkdir()
-    pacsv.write_csv(want.select(["auction", "num", "window_start", "window_end"]),
-                    tmp_path / "csv" / "part-0", pacsv.WriteOptions(include_header=False))
+    pacsv.write_csv(
+        want.select(["auction", "num", "window_start", "window_end"]),
+        tmp_path / "csv" / "part-0",
+        pacsv.WriteOptions(include_header=False),
+    )
     assert check.compare("q5", tmp_path / "data", tmp_path / "csv")["equal"]
 
 
@@ -81,8 +88,9 @@ def test_the_checker_reports_a_missing_a_changed_and_a_duplicated_row(tmp_path: 
     want = check.expected("q7", tmp_path / "data")
     cases = {
         "missing": want.slice(1),
-        "changed": want.set_column(2, "price", pa.array(
-            [want["price"][0].as_py() + 1] + want["price"].to_pylist()[1:])),
+        "changed": want.set_column(
+            2, "price", pa.array([want["price"][0].as_py() + 1] + want["price"].to_pylist()[1:])
+        ),
         "duplicated": pa.concat_tables([want, want.slice(0, 1)]),
     }
     for name, table in cases.items():
@@ -107,12 +115,20 @@ def test_the_checker_compares_q1_prices_to_the_cent_fraction(tmp_path: Path) -> 
 
 
 def test_the_process_tree_measure_counts_a_child_s_cpu_and_memory() -> None:
-    child = ("import time; b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])\n"
-             "while time.process_time() < 0.6: pass")
+    child = (
+        "import time; b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])\n"
+        "while time.process_time() < 0.6: pass"
+    )
     usage, out, _ = run_measured(
-        [sys.executable, "-c",
-         f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], "
-         "check=True); print('done')"], timeout_s=60, interval_s=0.05)
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], "
+            "check=True); print('done')",
+        ],
+        timeout_s=60,
+        interval_s=0.05,
+    )
     assert usage.returncode == 0 and out.strip() == "done" and not usage.timed_out
     assert usage.cpu_s >= 0.6
     assert usage.peak_bytes >= 200 * 2**20
@@ -120,7 +136,7 @@ def test_the_process_tree_measure_counts_a_child_s_cpu_and_memory() -> None:
 
 def test_the_process_tree_measure_kills_a_command_that_runs_too_long() -> None:
     usage, _, _ = run_measured(
-        [sys.executable, "-c", "import sys; sys.stdin = None\nwhile True: pass"],
-        timeout_s=0.5)
+        [sys.executable, "-c", "import sys; sys.stdin = None\nwhile True: pass"], timeout_s=0.5
+    )
     assert usage.timed_out
     assert usage.returncode != 0

@@ -14,15 +14,19 @@ from lockgate.job.restart_causes import RestartCause, RestartCauses
 from lockgate.recovery.non_restartable import non_restartable_cause
 
 
-@pytest.mark.parametrize("uid, problem", [
-    ("../../escape", "contains '/'"),
-    ("a\\b", "contains '\\\\\\\\'"),
-    ("..", "relative folder name"),
-    ("a\x00b", "contains '\\\\x00'"),
-    ("x" * 129, "at most 128 bytes"),
-])
+@pytest.mark.parametrize(
+    "uid, problem",
+    [
+        ("../../escape", "contains '/'"),
+        ("a\\b", "contains '\\\\\\\\'"),
+        ("..", "relative folder name"),
+        ("a\x00b", "contains '\\\\x00'"),
+        ("x" * 129, "at most 128 bytes"),
+    ],
+)
 def test_m_r2_a_uid_that_cannot_name_a_state_file_is_refused_where_it_is_set(
-        uid: str, problem: str) -> None:
+    uid: str, problem: str
+) -> None:
     env = lg.StreamEnvironment(parallelism=1)
     stream = env.from_sequence(0, 10).map(lambda x: x, name="same")
     with pytest.raises(lg.ConfigurationError, match=problem) as info:
@@ -91,10 +95,13 @@ def test_m_r2_restart_causes_count_repeats_per_operator_and_error_in_a_row() -> 
     other.operator = "lookup"
     assert causes.record(poison, 0) == RestartCause("op", "ValueError: poison record 500", 1, 1, 0)
     assert causes.record(poison, 1).describe() == (
-        "the same error at operator 'op' repeated 2 times in a row (2 in this run)")
+        "the same error at operator 'op' repeated 2 times in a row (2 in this run)"
+    )
     causes.record(other, 2)
     third = causes.record(poison, 3)
     assert (third.count, third.consecutive, third.last_attempt) == (3, 1, 3)
     assert [(c.operator, c.error, c.count, c.consecutive) for c in causes.snapshot()] == [
-        ("op", "ValueError: poison record 500", 3, 1), ("lookup", "KeyError: 'k'", 1, 0)]
+        ("op", "ValueError: poison record 500", 3, 1),
+        ("lookup", "KeyError: 'k'", 1, 0),
+    ]
     assert causes.failures == 4

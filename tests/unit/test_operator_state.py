@@ -16,8 +16,9 @@ def store_with(name: str, items: list[int], union: bool = False) -> OperatorStat
     return store
 
 
-def restored(snapshots: dict[int, dict], subtask: int, parallelism: int,
-             same: bool) -> OperatorStateStore:
+def restored(
+    snapshots: dict[int, dict], subtask: int, parallelism: int, same: bool
+) -> OperatorStateStore:
     store = OperatorStateStore("op")
     store.restore(snapshots, subtask, parallelism, same)
     return store
@@ -72,23 +73,30 @@ def test_at_the_same_parallelism_each_subtask_gets_its_own_elements_back_M_T4() 
 
 @pytest.mark.parametrize("new_parallelism", [1, 2, 3, 4, 7])
 def test_rescaled_split_state_is_dealt_out_evenly_without_loss_M_T4(new_parallelism: int) -> None:
-    old = {0: store_with("s", list(range(0, 5))).snapshot(),
-           1: store_with("s", list(range(5, 8))).snapshot(),
-           2: store_with("s", []).snapshot()}
-    parts = [restored(old, i, new_parallelism, False).get_list_state(
-        lg.ListStateDescriptor("s")).get() for i in range(new_parallelism)]
+    old = {
+        0: store_with("s", list(range(0, 5))).snapshot(),
+        1: store_with("s", list(range(5, 8))).snapshot(),
+        2: store_with("s", []).snapshot(),
+    }
+    parts = [
+        restored(old, i, new_parallelism, False).get_list_state(lg.ListStateDescriptor("s")).get()
+        for i in range(new_parallelism)
+    ]
     assert [x for p in parts for x in p] == list(range(8))
     sizes = [len(p) for p in parts]
     assert max(sizes) - min(sizes) <= 1
 
 
 def test_union_state_gives_every_subtask_all_elements_M_T4() -> None:
-    old = {0: store_with("u", [1], union=True).snapshot(),
-           1: store_with("u", [2, 3], union=True).snapshot()}
+    old = {
+        0: store_with("u", [1], union=True).snapshot(),
+        1: store_with("u", [2, 3], union=True).snapshot(),
+    }
     for parallelism, same in ((2, True), (3, False)):
         for i in range(parallelism):
             state = restored(old, i, parallelism, same).get_union_list_state(
-                lg.ListStateDescriptor("u"))
+                lg.ListStateDescriptor("u")
+            )
             assert state.get() == [1, 2, 3]
 
 
@@ -116,8 +124,14 @@ def test_even_chunks_cover_the_items_in_order() -> None:
 
 
 def test_non_keyed_functions_are_told_where_keyed_state_is_available() -> None:
-    ctx = lg.RuntimeContext(task_name="t", operator_name="m", operator_uid="m",
-                            subtask_index=0, parallelism=1, max_parallelism=128)
+    ctx = lg.RuntimeContext(
+        task_name="t",
+        operator_name="m",
+        operator_uid="m",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
     with pytest.raises(lg.ConfigurationError, match="key_by"):
         ctx.get_list_state(lg.ListStateDescriptor("s"))
     with pytest.raises(lg.ConfigurationError, match="no operator state"):

@@ -6,13 +6,38 @@ import lockgate as lg
 from lockgate import connectors
 
 FOUNDATION_NAMES = {
-    "StreamEnvironment", "DataStream", "KeyedStream", "DataStreamSink", "ExecutionConfig",
-    "MapFunction", "FilterFunction", "FlatMapFunction", "ProcessFunction", "KeyedProcessFunction",
-    "RuntimeContext", "ValueState", "ValueStateDescriptor", "OutputTag", "DEAD_LETTER",
-    "LocalExecutor", "JobExecutionResult", "JobStatus", "ManualClock", "SystemClock",
-    "key_group_for", "key_group_range", "subtask_for_key", "subtask_for_key_group",
-    "LockgateError", "ConfigurationError", "InvalidGraphError", "JobFailedError",
-    "MalformedRecordError", "UnsupportedKeyError", "UserFunctionError", "FailureReason",
+    "StreamEnvironment",
+    "DataStream",
+    "KeyedStream",
+    "DataStreamSink",
+    "ExecutionConfig",
+    "MapFunction",
+    "FilterFunction",
+    "FlatMapFunction",
+    "ProcessFunction",
+    "KeyedProcessFunction",
+    "RuntimeContext",
+    "ValueState",
+    "ValueStateDescriptor",
+    "OutputTag",
+    "DEAD_LETTER",
+    "LocalExecutor",
+    "JobExecutionResult",
+    "JobStatus",
+    "ManualClock",
+    "SystemClock",
+    "key_group_for",
+    "key_group_range",
+    "subtask_for_key",
+    "subtask_for_key_group",
+    "LockgateError",
+    "ConfigurationError",
+    "InvalidGraphError",
+    "JobFailedError",
+    "MalformedRecordError",
+    "UnsupportedKeyError",
+    "UserFunctionError",
+    "FailureReason",
     "connectors",
 }
 
@@ -28,14 +53,31 @@ def test_the_names_the_foundation_promises_are_public() -> None:
 
 
 def test_the_connectors_package_exports_its_sources_and_sinks() -> None:
-    for name in ("SequenceSource", "CollectionSource", "FileSource", "FileSink", "PrintSink",
-                 "DiscardingSink", "Source", "Sink", "SourceReader", "SinkWriter"):
+    for name in (
+        "SequenceSource",
+        "CollectionSource",
+        "FileSource",
+        "FileSink",
+        "PrintSink",
+        "DiscardingSink",
+        "Source",
+        "Sink",
+        "SourceReader",
+        "SinkWriter",
+    ):
         assert name in connectors.__all__ and hasattr(connectors, name), name
 
 
 def test_every_lockgate_error_derives_from_lockgate_error() -> None:
-    for name in ("ConfigurationError", "InvalidGraphError", "JobFailedError", "MalformedRecordError",
-                 "UnsupportedKeyError", "UserFunctionError", "CorruptStreamError"):
+    for name in (
+        "ConfigurationError",
+        "InvalidGraphError",
+        "JobFailedError",
+        "MalformedRecordError",
+        "UnsupportedKeyError",
+        "UserFunctionError",
+        "CorruptStreamError",
+    ):
         assert issubclass(getattr(lg, name), lg.LockgateError), name
 
 

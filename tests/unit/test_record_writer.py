@@ -32,13 +32,26 @@ def drain(channel: LocalChannel) -> list[object]:
     return out
 
 
-def writer(n_channels: int = 1, *, partitioning=None, timeout_ms: float = 100, max_rows: int = 1000,
-           max_bytes: int = 1 << 20, clock=None):
+def writer(
+    n_channels: int = 1,
+    *,
+    partitioning=None,
+    timeout_ms: float = 100,
+    max_rows: int = 1000,
+    max_bytes: int = 1 << 20,
+    clock=None,
+):
     clock = clock or lg.ManualClock()
     channels = [LocalChannel(1 << 24, name=f"out{i}") for i in range(n_channels)]
     spec = partitioning or (ForwardPartitioning() if n_channels == 1 else RebalancePartitioning())
-    w = RecordWriter(channels, spec.create(n_channels, 0), clock, timeout_ms=timeout_ms,
-                     max_rows=max_rows, max_bytes=max_bytes)
+    w = RecordWriter(
+        channels,
+        spec.create(n_channels, 0),
+        clock,
+        timeout_ms=timeout_ms,
+        max_rows=max_rows,
+        max_bytes=max_bytes,
+    )
     return w, channels, clock
 
 
@@ -100,7 +113,11 @@ def test_control_elements_flush_buffered_records_first_M_E1() -> None:
     w.broadcast_event(el.END_OF_PARTITION)
     out = drain(ch)
     assert [to_rows(out[0]), out[1], to_rows(out[2]), out[3]] == [
-        [0, 1, 2], el.CheckpointBarrier(1, 0), [3, 4], el.END_OF_PARTITION]
+        [0, 1, 2],
+        el.CheckpointBarrier(1, 0),
+        [3, 4],
+        el.END_OF_PARTITION,
+    ]
 
 
 def test_a_control_element_goes_to_every_channel_after_that_channels_buffer() -> None:
@@ -196,8 +213,14 @@ def test_is_available_is_false_while_any_output_channel_is_full() -> None:
     clock = lg.ManualClock()
     full, free = LocalChannel(100), LocalChannel(100)
     full.put(ints(0, 100))
-    w = RecordWriter([full, free], RebalancePartitioning().create(2, 0), clock,
-                     timeout_ms=0, max_rows=10, max_bytes=100)
+    w = RecordWriter(
+        [full, free],
+        RebalancePartitioning().create(2, 0),
+        clock,
+        timeout_ms=0,
+        max_rows=10,
+        max_bytes=100,
+    )
     assert not w.is_available()
     full.poll()
     assert w.is_available()
@@ -220,8 +243,14 @@ def test_m_t1_writing_into_a_full_channel_returns_at_once_and_the_data_waits_in_
     took it, and nothing is lost, reordered or sent twice."""
     clock = lg.ManualClock()
     ch = LocalChannel(nbytes(ints(0, 100)) * 2, name="small")
-    w = RecordWriter([ch], ForwardPartitioning().create(1, 0), clock, timeout_ms=0,
-                     max_rows=100, max_bytes=1 << 20)
+    w = RecordWriter(
+        [ch],
+        ForwardPartitioning().create(1, 0),
+        clock,
+        timeout_ms=0,
+        max_rows=100,
+        max_bytes=1 << 20,
+    )
     for i in range(5):  # five batches into a channel that holds two: no call blocks
         w.write(ints(i * 100, 100))
     assert len(ch) == 2
@@ -241,14 +270,23 @@ def test_m_t1_writing_into_a_full_channel_returns_at_once_and_the_data_waits_in_
 def test_an_unaligned_barrier_overtakes_the_batches_waiting_in_the_writer_M_B7() -> None:
     clock = lg.ManualClock()
     ch = LocalChannel(nbytes(ints(0, 100)), name="small")
-    w = RecordWriter([ch], ForwardPartitioning().create(1, 0), clock, timeout_ms=0,
-                     max_rows=100, max_bytes=1 << 20)
+    w = RecordWriter(
+        [ch],
+        ForwardPartitioning().create(1, 0),
+        clock,
+        timeout_ms=0,
+        max_rows=100,
+        max_bytes=1 << 20,
+    )
     for i in range(3):
         w.write(ints(i * 100, 100))
     barrier = el.CheckpointBarrier(7, 0, el.CheckpointOptions(unaligned=True))
     overtaken = w.broadcast_priority(barrier)
-    assert [to_rows(b) for _, b in overtaken] == [list(range(100)), list(range(100, 200)),
-                                                 list(range(200, 300))]
+    assert [to_rows(b) for _, b in overtaken] == [
+        list(range(100)),
+        list(range(100, 200)),
+        list(range(200, 300)),
+    ]
     assert ch.poll() == barrier
     got: list[int] = []  # the overtaken data still follows the barrier, once, in order
     while (element := ch.poll()) is not None:

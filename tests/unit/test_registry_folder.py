@@ -21,7 +21,8 @@ from lockgate.executor.job_registry import (
 
 @pytest.mark.parametrize("mode", [0o777, 0o733, 0o770], ids=["world", "world-wx", "group"])
 def test_item7_a_job_does_not_register_in_a_jobs_folder_others_can_write(
-        tmp_path, caplog, mode: int) -> None:
+    tmp_path, caplog, mode: int
+) -> None:
     home = tmp_path / "home"
     (home / job_registry.JOBS_FOLDER).mkdir(parents=True)
     os.chmod(home, 0o700)

@@ -72,8 +72,9 @@ def make(tmp_path: Any) -> Any:
 
     def factory(**kwargs: Any) -> RocksDBKeyedStateBackend:
         kwargs.setdefault("local_dir", str(tmp_path / "local"))
-        b = RocksDBKeyedStateBackend(kwargs.pop("name", "op"), kwargs.pop("max_parallelism", 128),
-                                     **kwargs)
+        b = RocksDBKeyedStateBackend(
+            kwargs.pop("name", "op"), kwargs.pop("max_parallelism", 128), **kwargs
+        )
         created.append(b)
         return b
 
@@ -104,9 +105,15 @@ def apply_ops(b: Any, handles: dict[str, Any], ops: list[tuple[str, Any, Any]]) 
         elif op == "agg":
             handles["aggregating"].add(arg)
         elif op == "read":
-            reads.append((handles["value"].value(), handles["list"].get(),
-                          sorted(handles["map"].items()), handles["reducing"].get(),
-                          handles["aggregating"].get()))
+            reads.append(
+                (
+                    handles["value"].value(),
+                    handles["list"].get(),
+                    sorted(handles["map"].items()),
+                    handles["reducing"].get(),
+                    handles["aggregating"].get(),
+                )
+            )
     return reads
 
 
@@ -126,8 +133,13 @@ def flat(materialized: dict[str, Any], name: str) -> dict[Any, Any]:
     return out
 
 
-def checkpoint(b: RocksDBKeyedStateBackend, storage: Any, tracker: SharedFileTracker,
-               checkpoint_id: int, owner: str = "op/0") -> tuple[Any, SharedStateUploader]:
+def checkpoint(
+    b: RocksDBKeyedStateBackend,
+    storage: Any,
+    tracker: SharedFileTracker,
+    checkpoint_id: int,
+    owner: str = "op/0",
+) -> tuple[Any, SharedStateUploader]:
     """An incremental checkpoint of ``b``: payload and uploader; confirmed complete."""
     view = b.snapshot()
     try:
@@ -142,6 +154,7 @@ def checkpoint(b: RocksDBKeyedStateBackend, storage: Any, tracker: SharedFileTra
 
 # -- the handles over RocksDB ---------------------------------------------------------------
 
+
 def test_every_state_kind_reads_back_what_the_heap_backend_reads(make: Any) -> None:
     rocks = make()
     heap = HeapKeyedStateBackend("op", 128)
@@ -154,7 +167,8 @@ def test_every_state_kind_reads_back_what_the_heap_backend_reads(make: Any) -> N
 
 
 def test_m_t4_the_canonical_snapshot_equals_the_heap_backends_for_the_same_operations(
-        make: Any) -> None:
+    make: Any,
+) -> None:
     rocks = make()
     heap = HeapKeyedStateBackend("op", 128)
     ops = random_ops(2, 3000, KEYS + [f"k{i}" for i in range(200)])
@@ -202,14 +216,18 @@ def test_state_kinds_and_ttl_settings_cannot_change_under_one_name(make: Any) ->
         b.get_state("s")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"incremental": "yes"}, "incremental"),
-    ({"subtask_index": -1}, "subtask_index"),
-    ({"local_dir": ""}, "local_dir"),
-    ({"max_parallelism": 0}, "max_parallelism"),
-])
-def test_bad_arguments_raise_configuration_error_naming_them(make: Any, kwargs: dict[str, Any],
-                                                              match: str) -> None:
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"incremental": "yes"}, "incremental"),
+        ({"subtask_index": -1}, "subtask_index"),
+        ({"local_dir": ""}, "local_dir"),
+        ({"max_parallelism": 0}, "max_parallelism"),
+    ],
+)
+def test_bad_arguments_raise_configuration_error_naming_them(
+    make: Any, kwargs: dict[str, Any], match: str
+) -> None:
     with pytest.raises(ConfigurationError, match=match):
         make(**kwargs)
 
@@ -221,8 +239,9 @@ def test_an_unwritable_local_dir_raises_configuration_error(tmp_path: Any) -> No
     assert info.value.__cause__ is not None
 
 
-def test_close_deletes_the_working_folder_and_later_use_is_refused(make: Any,
-                                                                   tmp_path: Any) -> None:
+def test_close_deletes_the_working_folder_and_later_use_is_refused(
+    make: Any, tmp_path: Any
+) -> None:
     b = make()
     s = b.get_state(ValueStateDescriptor("v"))
     b.current_key = 1
@@ -238,6 +257,7 @@ def test_close_deletes_the_working_folder_and_later_use_is_refused(make: Any,
 
 
 # -- snapshots (M-T3) ---------------------------------------------------------------------
+
 
 def test_m_t3_a_snapshot_does_not_see_writes_made_after_it(make: Any) -> None:
     b = make()
@@ -277,7 +297,8 @@ def test_m_t3_release_is_idempotent_and_deletes_the_snapshot_folder(make: Any) -
 
 
 def test_m_t3_a_release_during_materialize_stops_it_and_deletes_the_folder_after(
-        make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     b = make()
     v = b.get_state(ValueStateDescriptor("v"))
     for k in range(10_000):
@@ -338,6 +359,7 @@ def test_ttl_state_expired_at_snapshot_time_is_left_out_like_the_heap_backend(ma
 
 
 # -- restore --------------------------------------------------------------------------------
+
 
 def filled(make: Any, seed: int = 5, n: int = 3000, **kwargs: Any) -> RocksDBKeyedStateBackend:
     b = make(**kwargs)
@@ -400,7 +422,8 @@ def test_m_r4_a_native_payload_names_its_storage_or_takes_the_one_given(make: An
 
 
 def test_after_a_restore_the_first_checkpoint_uploads_everything_then_increments(
-        make: Any, tmp_path: Any) -> None:
+    make: Any, tmp_path: Any
+) -> None:
     storage = FileSystemCheckpointStorage(str(tmp_path / "ckpt"))
     tracker = SharedFileTracker()
     source = filled(make)
@@ -419,16 +442,25 @@ def split_by_subtask(snap: dict[str, Any], parallelism: int) -> list[dict[str, A
     parts = []
     for i in range(parallelism):
         kgs = key_group_range(i, parallelism, 128)
-        parts.append({**snap, "states": {
-            name: {"kind": s["kind"],
-                   "key_groups": {kg: e for kg, e in s["key_groups"].items() if kg in kgs}}
-            for name, s in snap["states"].items()}})
+        parts.append(
+            {
+                **snap,
+                "states": {
+                    name: {
+                        "kind": s["kind"],
+                        "key_groups": {kg: e for kg, e in s["key_groups"].items() if kg in kgs},
+                    }
+                    for name, s in snap["states"].items()
+                },
+            }
+        )
     return parts
 
 
 @pytest.mark.parametrize("old, new", [(2, 3), (3, 2), (2, 1), (1, 4)])
-def test_m_r3_rescaling_native_payloads_moves_whole_key_groups(make: Any, tmp_path: Any,
-                                                               old: int, new: int) -> None:
+def test_m_r3_rescaling_native_payloads_moves_whole_key_groups(
+    make: Any, tmp_path: Any, old: int, new: int
+) -> None:
     storage = FileSystemCheckpointStorage(str(tmp_path / "ckpt"))
     full = canonical(filled(make))
     payloads = []
@@ -453,7 +485,8 @@ def test_m_r3_rescaling_native_payloads_moves_whole_key_groups(make: Any, tmp_pa
 
 
 def test_m_r3_one_native_payload_restored_to_a_smaller_range_keeps_only_that_range(
-        make: Any, tmp_path: Any) -> None:
+    make: Any, tmp_path: Any
+) -> None:
     storage = MemoryCheckpointStorage()
     full = canonical(filled(make))
     payload, _ = checkpoint(filled(make), storage, SharedFileTracker(), 1)
@@ -462,7 +495,8 @@ def test_m_r3_one_native_payload_restored_to_a_smaller_range_keeps_only_that_ran
     snap = canonical(b)
     for name, state in full["states"].items():
         assert snap["states"][name]["key_groups"] == {
-            kg: e for kg, e in state["key_groups"].items() if 40 <= kg < 90}
+            kg: e for kg, e in state["key_groups"].items() if 40 <= kg < 90
+        }
 
 
 def test_restore_checks_formats_kinds_and_max_parallelism(make: Any) -> None:
@@ -476,20 +510,28 @@ def test_restore_checks_formats_kinds_and_max_parallelism(make: Any) -> None:
     with pytest.raises(ConfigurationError, match="range"):
         b.restore([], [0, 1])  # type: ignore[arg-type]
     b.get_state(ValueStateDescriptor("s"))
-    snap = {"format": 1, "max_parallelism": 128,
-            "states": {"s": {"kind": "list", "key_groups": {}}}}
+    snap = {
+        "format": 1,
+        "max_parallelism": 128,
+        "states": {"s": {"kind": "list", "key_groups": {}}},
+    }
     with pytest.raises(ConfigurationError, match="registered as value state"):
         b.restore([snap], range(128))
-    bad = {"format": 1, "max_parallelism": 128,
-           "states": {"t": {"kind": "list", "key_groups": {0: {"k": "not a list"}}}}}
+    bad = {
+        "format": 1,
+        "max_parallelism": 128,
+        "states": {"t": {"kind": "list", "key_groups": {0: {"k": "not a list"}}}},
+    }
     with pytest.raises(UnsupportedSnapshotFormatError, match="list state 't'"):
         b.restore([bad], range(128))
 
 
 def test_restored_values_keep_their_ttl_form(make: Any) -> None:
-    snap = {"format": 1, "max_parallelism": 128,
-            "states": {"s": {"kind": "value",
-                             "key_groups": {key_group_for("k", 128): {"k": 5}}}}}
+    snap = {
+        "format": 1,
+        "max_parallelism": 128,
+        "states": {"s": {"kind": "value", "key_groups": {key_group_for("k", 128): {"k": 5}}}},
+    }
     b = make()
     b.restore([snap], range(128))
     d = ValueStateDescriptor("s")
@@ -518,8 +560,14 @@ def test_without_incremental_views_have_no_materialize_to(make: Any) -> None:
 
 # -- keys and key groups ---------------------------------------------------------------------
 
-SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-           | st.floats(allow_nan=False) | st.text(max_size=20) | st.binary(max_size=20))
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+)
 KEYS_STRATEGY = SCALARS | st.tuples(SCALARS, SCALARS) | st.tuples(SCALARS, st.tuples(SCALARS))
 
 

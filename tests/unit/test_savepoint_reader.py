@@ -38,8 +38,9 @@ MAX_PARALLELISM = 128
 # --------------------------------------------------------------------------- helpers
 
 
-def write_checkpoint(root: Any, checkpoint_id: int, operators: dict[str, list[Any]], *,
-                     is_savepoint: bool = False) -> str:
+def write_checkpoint(
+    root: Any, checkpoint_id: int, operators: dict[str, list[Any]], *, is_savepoint: bool = False
+) -> str:
     """Write checkpoint ``checkpoint_id`` under ``root``: per operator uid the state ``S`` of
     each subtask (list index = subtask; None = that subtask wrote no file). Returns the
     ``chk-<id>`` folder."""
@@ -49,14 +50,26 @@ def write_checkpoint(root: Any, checkpoint_id: int, operators: dict[str, list[An
         for subtask, state in enumerate(states):
             if state is None:
                 continue
-            payload = ({"vertex": 1, "subtask": subtask, "inputs": [], "outputs": []}
-                       if uid.startswith("channels:") else
-                       {"operator": uid, "subtask": subtask, "state": state,
-                        "parallelism": len(states)})
+            payload = (
+                {"vertex": 1, "subtask": subtask, "inputs": [], "outputs": []}
+                if uid.startswith("channels:")
+                else {
+                    "operator": uid,
+                    "subtask": subtask,
+                    "state": state,
+                    "parallelism": len(states),
+                }
+            )
             handles.setdefault(uid, {})[subtask] = storage.write_state(
-                checkpoint_id, f"op-{uid.replace(':', '_')}-{subtask}", payload)
-    checkpoint = CompletedCheckpoint(checkpoint_id, 1000 + checkpoint_id, 2000 + checkpoint_id,
-                                     operator_states=handles, is_savepoint=is_savepoint)
+                checkpoint_id, f"op-{uid.replace(':', '_')}-{subtask}", payload
+            )
+    checkpoint = CompletedCheckpoint(
+        checkpoint_id,
+        1000 + checkpoint_id,
+        2000 + checkpoint_id,
+        operator_states=handles,
+        is_savepoint=is_savepoint,
+    )
     return storage.write_metadata(checkpoint_id, checkpoint.to_metadata())
 
 
@@ -85,30 +98,50 @@ AVERAGES = ({"a": (6, 3)}, {"b": (5, 1)})  # the accumulators (sum, count)
 
 
 def keyed_subtask(i: int) -> dict[str, Any]:
-    return keyed({"count": ("value", COUNTS[i]), "seen": ("list", LISTS[i]),
-                  "attributes": ("map", MAPS[i]), "total": ("reducing", SUMS[i]),
-                  "average": ("aggregating", AVERAGES[i])})
+    return keyed(
+        {
+            "count": ("value", COUNTS[i]),
+            "seen": ("list", LISTS[i]),
+            "attributes": ("map", MAPS[i]),
+            "total": ("reducing", SUMS[i]),
+            "average": ("aggregating", AVERAGES[i]),
+        }
+    )
 
 
 @pytest.fixture
 def checkpoint(tmp_path: Any) -> str:
     """One checkpoint with every state kind, at parallelism 2."""
     rules = {"max": 10, "min": 1}
-    return write_checkpoint(tmp_path / "checkpoints", 7, {
-        "counter": [typed(keyed=keyed_subtask(0),
-                          operator={"buffer": {"mode": "split", "items": ["p", "q"]},
-                                    "offsets": {"mode": "union", "items": [0]}},
-                          broadcast={"rules": rules},
-                          function={"seen_records": 5}),
-                    typed(keyed=keyed_subtask(1),
-                          operator={"buffer": {"mode": "split", "items": ["r"]},
-                                    "offsets": {"mode": "union", "items": [9, 8]}},
-                          broadcast={"rules": dict(rules)},
-                          function={"seen_records": 6})],
-        "source": [{"splits": [("file-0", 120)]}, {"splits": [("file-1", 40)]}],
-        "legacy-keyed": [keyed({"n": ("value", {"a": 1})}), keyed({"n": ("value", {"b": 2})})],
-        "channels:3": [{"in-flight": 0}, {"in-flight": 1}],
-    })
+    return write_checkpoint(
+        tmp_path / "checkpoints",
+        7,
+        {
+            "counter": [
+                typed(
+                    keyed=keyed_subtask(0),
+                    operator={
+                        "buffer": {"mode": "split", "items": ["p", "q"]},
+                        "offsets": {"mode": "union", "items": [0]},
+                    },
+                    broadcast={"rules": rules},
+                    function={"seen_records": 5},
+                ),
+                typed(
+                    keyed=keyed_subtask(1),
+                    operator={
+                        "buffer": {"mode": "split", "items": ["r"]},
+                        "offsets": {"mode": "union", "items": [9, 8]},
+                    },
+                    broadcast={"rules": dict(rules)},
+                    function={"seen_records": 6},
+                ),
+            ],
+            "source": [{"splits": [("file-0", 120)]}, {"splits": [("file-1", 40)]}],
+            "legacy-keyed": [keyed({"n": ("value", {"a": 1})}), keyed({"n": ("value", {"b": 2})})],
+            "channels:3": [{"in-flight": 0}, {"in-flight": 1}],
+        },
+    )
 
 
 def frame_rows(sp: Savepoint, uid: str, name: str) -> list[dict[str, Any]]:
@@ -128,33 +161,42 @@ def merged(parts: tuple[dict[Any, Any], ...]) -> dict[Any, Any]:
 
 
 def test_m_s1_operators_lists_every_operator_with_its_parallelism_and_state_kinds(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     sp = read(checkpoint)
     operators = sp.operators()
     assert list(operators) == ["counter", "legacy-keyed", "source"]  # no channels:3
-    assert operators["counter"] == OperatorInfo("counter", 2, (
-        StateInfo("_function", StateKind.RAW),
-        StateInfo("attributes", StateKind.MAP),
-        StateInfo("average", StateKind.AGGREGATING),
-        StateInfo("buffer", StateKind.OPERATOR_LIST),
-        StateInfo("count", StateKind.VALUE),
-        StateInfo("offsets", StateKind.UNION_LIST),
-        StateInfo("rules", StateKind.BROADCAST),
-        StateInfo("seen", StateKind.LIST),
-        StateInfo("total", StateKind.REDUCING),
-    ), MAX_PARALLELISM)
+    assert operators["counter"] == OperatorInfo(
+        "counter",
+        2,
+        (
+            StateInfo("_function", StateKind.RAW),
+            StateInfo("attributes", StateKind.MAP),
+            StateInfo("average", StateKind.AGGREGATING),
+            StateInfo("buffer", StateKind.OPERATOR_LIST),
+            StateInfo("count", StateKind.VALUE),
+            StateInfo("offsets", StateKind.UNION_LIST),
+            StateInfo("rules", StateKind.BROADCAST),
+            StateInfo("seen", StateKind.LIST),
+            StateInfo("total", StateKind.REDUCING),
+        ),
+        MAX_PARALLELISM,
+    )
     assert operators["source"] == OperatorInfo("source", 2, (StateInfo("_raw", StateKind.RAW),))
     assert operators["legacy-keyed"].state_names() == ["n"]
     assert operators["legacy-keyed"].states[0].kind == "value"  # kinds compare as strings
 
 
 def test_the_checkpoint_id_kind_and_repr_are_those_of_the_checkpoint_read(
-        checkpoint: str, tmp_path: Any) -> None:
+    checkpoint: str, tmp_path: Any
+) -> None:
     sp = read(checkpoint)
     assert sp.checkpoint_id == 7
     assert sp.is_savepoint is False
-    assert repr(sp) == (f"Savepoint(path={checkpoint!r}, checkpoint 7, "
-                        "operators=['counter', 'legacy-keyed', 'source'])")
+    assert repr(sp) == (
+        f"Savepoint(path={checkpoint!r}, checkpoint 7, "
+        "operators=['counter', 'legacy-keyed', 'source'])"
+    )
     savepoint = write_checkpoint(tmp_path / "sp", 3, {"op": [{"x": 1}]}, is_savepoint=True)
     assert read(savepoint).is_savepoint is True
     assert "savepoint 3" in repr(read(savepoint))
@@ -164,10 +206,12 @@ def test_the_checkpoint_id_kind_and_repr_are_those_of_the_checkpoint_read(
 
 
 def test_m_t4_keyed_value_state_gives_one_row_per_key_of_every_subtask_sorted_by_key(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     rows = frame_rows(read(checkpoint), "counter", "count")
-    assert rows == [{"key": k, "namespace": None, "value": v}
-                    for k, v in sorted(merged(COUNTS).items())]
+    assert rows == [
+        {"key": k, "namespace": None, "value": v} for k, v in sorted(merged(COUNTS).items())
+    ]
     table = read(checkpoint).state("counter", "count").to_arrow()
     assert table.column_names == ["key", "namespace", "value"]
     assert table.schema.field("key").type == pa.string()
@@ -182,18 +226,17 @@ def test_m_t4_keyed_list_state_gives_the_list_of_each_key(checkpoint: str) -> No
     ]
 
 
-def test_m_t4_keyed_map_state_gives_the_dict_of_each_key_as_an_arrow_map(
-        checkpoint: str) -> None:
+def test_m_t4_keyed_map_state_gives_the_dict_of_each_key_as_an_arrow_map(checkpoint: str) -> None:
     frame = read(checkpoint).state("counter", "attributes")
     table = frame.to_arrow()
     assert table.schema.field("value").type == pa.map_(pa.string(), pa.int64())
-    assert [(r["key"], dict(r["value"])) for r in table.to_pylist()] == sorted(
-        merged(MAPS).items())
+    assert [(r["key"], dict(r["value"])) for r in table.to_pylist()] == sorted(merged(MAPS).items())
     assert frame.rows == [(k, None, v) for k, v in sorted(merged(MAPS).items())]
 
 
 def test_m_t4_reducing_and_aggregating_state_give_the_value_and_the_accumulator(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     sp = read(checkpoint)
     assert sp.state("counter", "total").rows == [("a", None, 10.5), ("b", None, -1.0)]
     # aggregating state shows the accumulator ((sum, count) here), not get_result()
@@ -205,21 +248,30 @@ def test_m_t4_reducing_and_aggregating_state_give_the_value_and_the_accumulator(
 
 
 def test_the_keyed_snapshot_an_operator_saved_directly_is_read_as_keyed_state(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     assert read(checkpoint).state("legacy-keyed", "n").rows == [("a", None, 1), ("b", None, 2)]
 
 
 def test_keys_that_cannot_be_compared_keep_subtask_order(tmp_path: Any) -> None:
-    path = write_checkpoint(tmp_path, 1, {"op": [
-        keyed({"v": ("value", {"z": 1})}), keyed({"v": ("value", {3: 2})})]})
+    path = write_checkpoint(
+        tmp_path, 1, {"op": [keyed({"v": ("value", {"z": 1})}), keyed({"v": ("value", {3: 2})})]}
+    )
     assert read(path).state("op", "v").rows == [("z", None, 1), (3, None, 2)]
 
 
 def test_tuple_keys_become_struct_keys_in_arrow(tmp_path: Any) -> None:
     Point = namedtuple("Point", ["x", "y"])
-    path = write_checkpoint(tmp_path, 1, {"op": [
-        keyed({"v": ("value", {("b", 2): 1, ("a", 9): 2})}),
-        keyed({"n": ("value", {Point(1, 2): "p"})})]})
+    path = write_checkpoint(
+        tmp_path,
+        1,
+        {
+            "op": [
+                keyed({"v": ("value", {("b", 2): 1, ("a", 9): 2})}),
+                keyed({"n": ("value", {Point(1, 2): "p"})}),
+            ]
+        },
+    )
     sp = read(path)
     assert frame_rows(sp, "op", "v") == [
         {"key": {"_1": "a", "_2": 9}, "namespace": None, "value": 2},
@@ -229,7 +281,8 @@ def test_tuple_keys_become_struct_keys_in_arrow(tmp_path: Any) -> None:
 
 
 def test_keyed_values_are_stripped_of_ttl_wrappers_with_strip_ttl(
-        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[tuple[str, Any]] = []
 
     def strip_ttl(kind: str, stored: Any) -> Any:
@@ -239,18 +292,24 @@ def test_keyed_values_are_stripped_of_ttl_wrappers_with_strip_ttl(
     fake = types.ModuleType("lockgate.state.ttl")
     fake.strip_ttl = strip_ttl  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "lockgate.state.ttl", fake)
-    path = write_checkpoint(tmp_path, 1, {"op": [
-        typed(keyed=keyed({"m": ("map", {"a": {"v": {"x": 1}, "expires": 5}})}))]})
+    path = write_checkpoint(
+        tmp_path,
+        1,
+        {"op": [typed(keyed=keyed({"m": ("map", {"a": {"v": {"x": 1}, "expires": 5}})}))]},
+    )
     assert read(path).state("op", "m").rows == [("a", None, {"x": 1})]
     assert calls == [("map", {"v": {"x": 1}, "expires": 5})]
 
 
 def test_an_incremental_rocksdb_checkpoint_is_refused_pointing_to_a_savepoint(
-        tmp_path: Any) -> None:
-    path = write_checkpoint(tmp_path, 1, {"op": [
-        typed(keyed={"backend": "rocksdb", "sst_files": ["000012.sst"]})]})
-    with pytest.raises(SavepointFormatError,
-                       match=r"RocksDBStateBackend\(incremental=True\).*savepoint"):
+    tmp_path: Any,
+) -> None:
+    path = write_checkpoint(
+        tmp_path, 1, {"op": [typed(keyed={"backend": "rocksdb", "sst_files": ["000012.sst"]})]}
+    )
+    with pytest.raises(
+        SavepointFormatError, match=r"RocksDBStateBackend\(incremental=True\).*savepoint"
+    ):
         read(path)
 
 
@@ -258,39 +317,54 @@ def test_an_incremental_rocksdb_checkpoint_is_refused_pointing_to_a_savepoint(
 
 
 def test_m_t4_operator_list_state_gives_one_row_per_element_subtasks_in_order(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     sp = read(checkpoint)
-    assert sp.state("counter", "buffer").rows == [(None, None, "p"), (None, None, "q"),
-                                                   (None, None, "r")]
-    assert sp.state("counter", "offsets").rows == [(None, None, 0), (None, None, 9),
-                                                    (None, None, 8)]
+    assert sp.state("counter", "buffer").rows == [
+        (None, None, "p"),
+        (None, None, "q"),
+        (None, None, "r"),
+    ]
+    assert sp.state("counter", "offsets").rows == [
+        (None, None, 0),
+        (None, None, 9),
+        (None, None, 8),
+    ]
     table = sp.state("counter", "buffer").to_arrow()
     assert table.schema.field("key").type == pa.null()
 
 
 def test_m_t4_broadcast_state_gives_the_map_entries_of_subtask_0_once(
-        tmp_path: Any, checkpoint: str) -> None:
-    assert read(checkpoint).state("counter", "rules").rows == [("max", None, 10),
-                                                              ("min", None, 1)]
+    tmp_path: Any, checkpoint: str
+) -> None:
+    assert read(checkpoint).state("counter", "rules").rows == [("max", None, 10), ("min", None, 1)]
     # the entries come from subtask 0 only (were the two different)
-    path = write_checkpoint(tmp_path / "b", 1, {"op": [typed(broadcast={"r": {"k": 0}}),
-                                                       typed(broadcast={"r": {"other": 1}})]})
+    path = write_checkpoint(
+        tmp_path / "b",
+        1,
+        {"op": [typed(broadcast={"r": {"k": 0}}), typed(broadcast={"r": {"other": 1}})]},
+    )
     assert read(path).state("op", "r").rows == [("k", None, 0)]
 
 
 def test_m_t4_source_splits_and_function_state_are_raw_rows_keyed_by_subtask(
-        checkpoint: str) -> None:
+    checkpoint: str,
+) -> None:
     sp = read(checkpoint)
     assert sp.state("source", "_raw").rows == [
-        (0, None, {"splits": [("file-0", 120)]}), (1, None, {"splits": [("file-1", 40)]})]
+        (0, None, {"splits": [("file-0", 120)]}),
+        (1, None, {"splits": [("file-1", 40)]}),
+    ]
     assert sp.state("counter", "_function").rows == [
-        (0, None, {"seen_records": 5}), (1, None, {"seen_records": 6})]
+        (0, None, {"seen_records": 5}),
+        (1, None, {"seen_records": 6}),
+    ]
 
 
-def test_state_written_by_one_subtask_only_counts_both_in_the_parallelism(
-        tmp_path: Any) -> None:
-    path = write_checkpoint(tmp_path, 1, {"op": [None, typed(operator={
-        "l": {"mode": "split", "items": [1]}})]})
+def test_state_written_by_one_subtask_only_counts_both_in_the_parallelism(tmp_path: Any) -> None:
+    path = write_checkpoint(
+        tmp_path, 1, {"op": [None, typed(operator={"l": {"mode": "split", "items": [1]}})]}
+    )
     sp = read(path)
     assert sp.operators()["op"].parallelism == 2
     assert sp.state("op", "l").rows == [(None, None, 1)]
@@ -313,7 +387,8 @@ def test_to_pandas_gives_the_exact_python_values(checkpoint: str) -> None:
     df = sp.state("counter", "count").to_pandas()
     assert list(df.columns) == ["key", "namespace", "value"]
     assert list(df.itertuples(index=False, name=None)) == [
-        (k, None, v) for k, v in sorted(merged(COUNTS).items())]
+        (k, None, v) for k, v in sorted(merged(COUNTS).items())
+    ]
     assert [type(v) for v in df["value"]] == [int, int, int, int, type(None)]  # no NaN
     average = sp.state("counter", "average").to_pandas()
     assert list(average["value"]) == [(6, 3), (5, 1)]  # tuples stay tuples
@@ -324,7 +399,8 @@ def test_to_pandas_gives_the_exact_python_values(checkpoint: str) -> None:
 
 
 def test_to_pandas_without_pandas_says_how_to_install_it(
-        checkpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
     with pytest.raises(MissingDependencyError, match="pip install pandas"):
         read(checkpoint).state("counter", "count").to_pandas()
@@ -347,8 +423,10 @@ def test_an_empty_state_is_an_empty_table_with_the_three_columns(tmp_path: Any) 
 
 def test_an_unknown_operator_or_state_is_refused_listing_what_exists(checkpoint: str) -> None:
     sp = read(checkpoint)
-    with pytest.raises(ConfigurationError,
-                       match=r"no operator with uid 'nope'.*\['counter', 'legacy-keyed', 'source'\]"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"no operator with uid 'nope'.*\['counter', 'legacy-keyed', 'source'\]",
+    ):
         sp.state("nope", "count")
     with pytest.raises(ConfigurationError, match=r"no state named 'nope'.*'_function'.*'total'"):
         sp.state("counter", "nope")

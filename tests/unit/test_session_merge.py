@@ -80,8 +80,7 @@ def test_vectorized_merge_equals_a_naive_interval_merge_per_key(old_raw, new) ->
         lead = min(members, key=lambda i: old[i][1])
         assert m.state_id[r] == lead
         pairs = sorted(zip(m.merged_from.tolist(), m.merged_into.tolist()))
-        assert [p for p in pairs if p[1] == lead] == sorted((i, lead) for i in members
-                                                            if i != lead)
+        assert [p for p in pairs if p[1] == lead] == sorted((i, lead) for i in members if i != lead)
     assert len(m.merged_from) == len(old) - int((m.state_id != NO_STATE).sum())
 
     # timers: retired = existing windows whose bounds changed; changed = results that
@@ -99,8 +98,9 @@ def test_windows_that_touch_merge_and_windows_one_millisecond_apart_do_not() -> 
 
 
 def test_a_new_window_bridging_two_sessions_merges_their_states_into_the_earlier_one() -> None:
-    m = merge_session_windows([1, 1], [0, 20], [10, 30], [1], [8], [22],
-                              existing_state_id=[100, 200])
+    m = merge_session_windows(
+        [1, 1], [0, 20], [10, 30], [1], [8], [22], existing_state_id=[100, 200]
+    )
     assert (m.start.tolist(), m.end.tolist()) == ([0], [30])
     assert m.state_id.tolist() == [100]
     assert m.merged_from.tolist() == [200] and m.merged_into.tolist() == [100]
@@ -119,7 +119,10 @@ def test_a_new_window_inside_an_existing_one_changes_nothing() -> None:
 def test_keys_never_merge_with_each_other_and_untouched_windows_are_kept() -> None:
     m = merge_session_windows([1, 2], [0, 0], [10, 10], [2, 3], [5, 5], [12, 12])
     assert list(zip(m.key.tolist(), m.start.tolist(), m.end.tolist())) == [
-        (1, 0, 10), (2, 0, 12), (3, 5, 12)]
+        (1, 0, 10),
+        (2, 0, 12),
+        (3, 5, 12),
+    ]
     assert m.state_id.tolist() == [0, 1, NO_STATE]
     assert m.changed.tolist() == [False, True, True]
     assert m.retired.tolist() == [False, True]
@@ -137,12 +140,15 @@ def test_merging_nothing_gives_nothing() -> None:
     assert len(m) == 0 and len(m.merged_from) == 0
 
 
-@pytest.mark.parametrize("args,needle", [
-    (([1], [0], [10], [1, 2], [0], [5]), "one length"),
-    (([1], [10], [10], [], [], []), "end > start"),
-    (([1.5], [0], [10], [], [], []), "integer array"),
-    (([1], [0], [10], [], [], [], [1, 2]), "state ids"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (([1], [0], [10], [1, 2], [0], [5]), "one length"),
+        (([1], [10], [10], [], [], []), "end > start"),
+        (([1.5], [0], [10], [], [], []), "integer array"),
+        (([1], [0], [10], [], [], [], [1, 2]), "state ids"),
+    ],
+)
 def test_malformed_window_arrays_are_rejected(args, needle) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         merge_session_windows(*args)
@@ -189,8 +195,9 @@ def test_a_session_set_survives_snapshot_and_pickle_with_its_state_windows() -> 
 
 def test_restoring_overlapping_windows_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="overlap or touch"):
-        SessionWindowSet({TimeWindow(0, 10): TimeWindow(0, 10),
-                          TimeWindow(10, 20): TimeWindow(10, 20)})
+        SessionWindowSet(
+            {TimeWindow(0, 10): TimeWindow(0, 10), TimeWindow(10, 20): TimeWindow(10, 20)}
+        )
 
 
 @settings(max_examples=200, deadline=None)
@@ -211,10 +218,10 @@ def test_the_per_key_set_equals_a_naive_merge_and_keeps_track_of_every_state(add
 
 
 @settings(max_examples=300, deadline=None)
-@given(old_raw=st.lists(window_st, max_size=15), new=st.lists(window_st, min_size=1,
-                                                               max_size=15))
+@given(old_raw=st.lists(window_st, max_size=15), new=st.lists(window_st, min_size=1, max_size=15))
 def test_one_by_one_and_vectorized_merges_end_with_the_same_sessions_holding_the_same_records(
-        old_raw, new) -> None:
+    old_raw, new
+) -> None:
     """Simulate what an operator does with the reports: each window's state holds the
     records (window ids) added to it; merged states are folded into the target."""
     old = naive_merge(old_raw)
@@ -222,7 +229,8 @@ def test_one_by_one_and_vectorized_merges_end_with_the_same_sessions_holding_the
     # one by one
     s = SessionWindowSet({TimeWindow(a, b): TimeWindow(a, b) for a, b in old})
     content: dict[TimeWindow, set[str]] = {
-        TimeWindow(a, b): {f"old{i}"} for i, (a, b) in enumerate(old)}
+        TimeWindow(a, b): {f"old{i}"} for i, (a, b) in enumerate(old)
+    }
     for j, (a, b) in enumerate(new):
         r = s.add(TimeWindow(a, b))
         target = content.setdefault(r.state_window, set())
@@ -233,8 +241,14 @@ def test_one_by_one_and_vectorized_merges_end_with_the_same_sessions_holding_the
     assert set().union(*content.values()) == set().union(*one_by_one.values())
 
     # vectorized
-    m = merge_session_windows([0] * len(old), [a for a, _ in old], [b for _, b in old],
-                              [0] * len(new), [a for a, _ in new], [b for _, b in new])
+    m = merge_session_windows(
+        [0] * len(old),
+        [a for a, _ in old],
+        [b for _, b in old],
+        [0] * len(new),
+        [a for a, _ in new],
+        [b for _, b in new],
+    )
     state: dict[int, set[str]] = {i: {f"old{i}"} for i in range(len(old))}
     for f, into in zip(m.merged_from.tolist(), m.merged_into.tolist()):
         state[into] |= state.pop(f)

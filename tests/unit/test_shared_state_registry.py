@@ -55,6 +55,7 @@ def existing(storage: Any, handles: list[StateHandle]) -> list[bool]:
 
 # -- the registry -----------------------------------------------------------------------------
 
+
 def test_m_r4_a_shared_file_is_deleted_only_when_no_registered_checkpoint_references_it() -> None:
     storage = MemoryCheckpointStorage()
     registry = SharedStateRegistry(storage)
@@ -81,6 +82,7 @@ def test_discard_unreferenced_spares_files_a_registered_checkpoint_uses() -> Non
 
 # -- the store: retention, recovery, shutdown (M-C8) -----------------------------------------
 
+
 def test_m_c8_retention_never_deletes_a_shared_file_a_retained_checkpoint_uses() -> None:
     storage = MemoryCheckpointStorage()
     store = CompletedCheckpointStore(storage, retained=2)
@@ -95,7 +97,8 @@ def test_m_c8_retention_never_deletes_a_shared_file_a_retained_checkpoint_uses()
                 assert all(existing(storage, list(handle.shared))), retained.checkpoint_id
     assert [c.checkpoint_id for c in store.all()] == [5, 6]
     assert sorted(storage.list_files(SHARED_FOLDER)) == sorted(
-        [base.path, own[4].path, own[5].path, own[6].path])
+        [base.path, own[4].path, own[5].path, own[6].path]
+    )
 
 
 def test_m_c8_recover_registers_the_shared_files_of_adopted_checkpoints() -> None:
@@ -115,7 +118,9 @@ def test_m_c8_recover_registers_the_shared_files_of_adopted_checkpoints() -> Non
 
 def test_recover_deletes_shared_files_no_completed_checkpoint_references() -> None:
     storage = MemoryCheckpointStorage()
-    CompletedCheckpointStore(storage, retained=2).add(checkpoint(storage, 1, [shared(storage, "a")]))
+    CompletedCheckpointStore(storage, retained=2).add(
+        checkpoint(storage, 1, [shared(storage, "a")])
+    )
     orphan = shared(storage, "of-a-task-that-died-before-acknowledging")
     CompletedCheckpointStore(storage, retained=2).recover()
     assert storage.list_files(SHARED_FOLDER) == [f"{SHARED_FOLDER}/op/0/a"]
@@ -166,13 +171,15 @@ def test_metadata_lists_shared_files_only_for_handles_that_have_them() -> None:
     without = checkpoint(storage, 2, [])
     doc = json.loads(json.dumps(with_shared.to_metadata()))
     assert doc["operators"]["op"]["0"]["shared"] == [
-        {"path": a.path, "size": a.size, "checksum": a.checksum}]
+        {"path": a.path, "size": a.size, "checksum": a.checksum}
+    ]
     assert "shared" not in without.to_metadata()["operators"]["op"]["0"]
     restored = CompletedCheckpoint.from_metadata(doc)
     assert restored.operator_states == with_shared.operator_states
 
 
 # -- the coordinator's abort path (M-C5, M-C6) --------------------------------------------------
+
 
 def ack_with_shared(h: Any, checkpoint_id: int, task: Any, files: list[StateHandle]) -> AckResult:
     [(uid, handle)] = h.handles(checkpoint_id, task).items()
@@ -210,8 +217,9 @@ def test_m_c5_a_late_acknowledgement_deletes_its_unreferenced_shared_files() -> 
     assert not h.storage.exists(stray.path)
 
 
-def test_m_c5_a_late_acknowledgement_after_shutdown_keeping_checkpoints_spares_their_files(
-        ) -> None:
+def test_m_c5_a_late_acknowledgement_after_shutdown_keeping_checkpoints_spares_their_files() -> (
+    None
+):
     h = make_harness()
     base = shared(h.storage, "base")
     first = h.trigger()
@@ -240,6 +248,7 @@ def test_a_checkpoint_reusing_a_deleted_shared_file_fails_and_its_uploads_are_de
 
 
 # -- the task side: uploader and tracker ------------------------------------------------------------
+
 
 def test_the_tracker_offers_only_files_of_a_checkpoint_known_to_be_complete() -> None:
     storage = MemoryCheckpointStorage()
@@ -301,17 +310,21 @@ def test_owner_names_become_safe_path_segments() -> None:
     assert up.storage.read_file(handle.path) == b"1"
 
 
-@pytest.mark.parametrize("args, match", [
-    ((-1, "op/0"), "checkpoint id"),
-    ((1, ""), "owner"),
-    ((True, "op/0"), "checkpoint id"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((-1, "op/0"), "checkpoint id"),
+        ((1, ""), "owner"),
+        ((True, "op/0"), "checkpoint id"),
+    ],
+)
 def test_uploader_arguments_are_checked(args: tuple[Any, ...], match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         SharedStateUploader(MemoryCheckpointStorage(), *args)
 
 
 # -- restore verifies shared files (M-R1) -----------------------------------------------------------
+
 
 def test_m_r1_restore_skips_a_checkpoint_whose_shared_file_is_damaged_or_missing() -> None:
     storage = MemoryCheckpointStorage()

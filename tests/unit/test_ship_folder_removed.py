@@ -23,8 +23,14 @@ def test_issue18_item11_the_ship_folder_goes_when_the_driver_process_ends(tmp_pa
         SparkExecutor(ship_package=True)._ship(Context())
     """)
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr
     folder = done.stdout.strip().splitlines()[-1]
     assert os.path.basename(folder).startswith("lockgate-ship-"), folder

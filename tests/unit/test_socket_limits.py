@@ -65,12 +65,15 @@ def test_item4_a_data_pull_disconnects_an_oversize_frame_and_keeps_delivering() 
     producer = None
     try:
         assert monitor.poll(10_000), "the PULL socket did not disconnect the oversize sender"
-        producer = ZmqOutputChannel(connect_push(context, endpoint), auth, 1, "ch",
-                                    max_message_bytes=64 * 1024)
+        producer = ZmqOutputChannel(
+            connect_push(context, endpoint), auth, 1, "ch", max_message_bytes=64 * 1024
+        )
         producer.put(RowBatch([1, 2, 3]))
         got: list[Any] = []
-        wait_until(lambda: bool(got.append(consumer.poll()) or [g for g in got if g]),
-                   "the well-behaved producer's batch arrives after the oversize frame")
+        wait_until(
+            lambda: bool(got.append(consumer.poll()) or [g for g in got if g]),
+            "the well-behaved producer's batch arrives after the oversize frame",
+        )
         assert [g.rows for g in got if g] == [[1, 2, 3]]
         assert consumer.dropped == 0, "the oversize frame reached the channel"
     finally:
@@ -85,11 +88,17 @@ def test_item4_a_data_pull_disconnects_an_oversize_frame_and_keeps_delivering() 
 def test_item4_a_producer_refuses_to_send_a_message_over_the_consumers_bound() -> None:
     context: Any = zmq.Context.instance()
     pull, endpoint = bind_pull(context, "127.0.0.1", 4096)
-    producer = ZmqOutputChannel(connect_push(context, endpoint), MessageAuth(new_secret()), 1,
-                                "edge 3 0->1", max_message_bytes=4096)
+    producer = ZmqOutputChannel(
+        connect_push(context, endpoint),
+        MessageAuth(new_secret()),
+        1,
+        "edge 3 0->1",
+        max_message_bytes=4096,
+    )
     try:
-        with pytest.raises(limits.MessageTooLargeError,
-                           match=r"channel edge 3 0->1 is .*channel_capacity_bytes"):
+        with pytest.raises(
+            limits.MessageTooLargeError, match=r"channel edge 3 0->1 is .*channel_capacity_bytes"
+        ):
             producer.put(RowBatch(["y" * 10_000]))
         assert producer.sent == 0
     finally:
@@ -98,17 +107,22 @@ def test_item4_a_producer_refuses_to_send_a_message_over_the_consumers_bound() -
 
 
 def test_item4_the_control_server_disconnects_an_oversize_frame_and_keeps_serving(
-        monkeypatch) -> None:
+    monkeypatch,
+) -> None:
     monkeypatch.setattr("lockgate.executor.spark.control.CONTROL_MESSAGE_LIMIT", 1 * MiB)
     secret = new_secret()
     server = ControlServer("127.0.0.1", MessageAuth(secret), 1, num_slots=1)
     client = None
     attacker = push(server.endpoint, big_message(), zmq.DEALER)
     try:
-        wait_until(lambda: server._disconnects.disconnects >= 1,
-                   "the control server disconnects the oversize sender", timeout_s=10)
-        client = ControlClient(server.endpoint, MessageAuth(secret), 1, 0,
-                               on_message=lambda t, p: None)
+        wait_until(
+            lambda: server._disconnects.disconnects >= 1,
+            "the control server disconnects the oversize sender",
+            timeout_s=10,
+        )
+        client = ControlClient(
+            server.endpoint, MessageAuth(secret), 1, 0, on_message=lambda t, p: None
+        )
         client.send(REGISTER, {"endpoints": {}})
         wait_until(lambda: 0 in server.registrations, "the slot registers")
         assert server.rejected == {}, "the oversize frame reached the control server"
@@ -120,7 +134,8 @@ def test_item4_the_control_server_disconnects_an_oversize_frame_and_keeps_servin
 
 
 def test_item4_the_job_registry_disconnects_an_oversize_request_and_keeps_serving(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     monkeypatch.setenv(job_registry.HOME_ENV, str(tmp_path / "home"))
     control = FakeControl()
     with register_job("job", control) as registration:
@@ -128,10 +143,14 @@ def test_item4_the_job_registry_disconnects_an_oversize_request_and_keeps_servin
         attacker = push(job.endpoint, [b"x" * BIG, b"m" * 16], zmq.DEALER)
         try:
             server: Any = registration._server
-            wait_until(lambda: server._disconnects.disconnects >= 1,
-                       "the job's control server disconnects the oversize sender", timeout_s=10)
+            wait_until(
+                lambda: server._disconnects.disconnects >= 1,
+                "the job's control server disconnects the oversize sender",
+                timeout_s=10,
+            )
             assert send_command(job, "savepoint", path=str(tmp_path)) == os.path.join(
-                str(tmp_path), "savepoint-1")
+                str(tmp_path), "savepoint-1"
+            )
             assert registration.rejected == {}, "the oversize request reached the job"
         finally:
             attacker.close(linger=0)

@@ -72,8 +72,11 @@ def drain(consumer: ZmqInputChannel, expected_drops: int) -> list[Any]:
             got.append(element)
         return element is None and consumer.dropped >= expected_drops
 
-    wait_until(done, f"the consumer drops {expected_drops} replayed messages "
-                     f"(dropped {consumer.dropped}, delivered {len(got)})")
+    wait_until(
+        done,
+        f"the consumer drops {expected_drops} replayed messages "
+        f"(dropped {consumer.dropped}, delivered {len(got)})",
+    )
     return got
 
 
@@ -114,9 +117,14 @@ class Slot:
     def __init__(self, server: ControlServer, secret: bytes) -> None:
         self.tap = RouterTap(server.endpoint)
         self.received: list[tuple[str, Any]] = []
-        self.client = ControlClient(self.tap.endpoint, MessageAuth(secret), server.generation, 0,
-                                    on_message=lambda t, p: self.received.append((t, p)),
-                                    heartbeat_s=3600)
+        self.client = ControlClient(
+            self.tap.endpoint,
+            MessageAuth(secret),
+            server.generation,
+            0,
+            on_message=lambda t, p: self.received.append((t, p)),
+            heartbeat_s=3600,
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -142,12 +150,17 @@ def test_item5_a_replayed_register_is_dropped_and_triggers_still_reach_the_slot(
     try:
         attacker.send_multipart(captured(slot, REGISTER))
         # dropped as a replay, or (checked first) as coming from another connection
-        wait_until(lambda: server.rejected["replayed"] + server.rejected["impersonation"] == 1,
-                   f"the replayed REGISTER is dropped (rejected: {dict(server.rejected)})")
+        wait_until(
+            lambda: server.rejected["replayed"] + server.rejected["impersonation"] == 1,
+            f"the replayed REGISTER is dropped (rejected: {dict(server.rejected)})",
+        )
         assert server.registrations[0] == {"endpoints": {}}
         server.send(0, TRIGGER, "checkpoint 1")
-        wait_until(lambda: (TRIGGER, "checkpoint 1") in slot.received,
-                   "the TRIGGER reaches the slot that registered", timeout_s=10)
+        wait_until(
+            lambda: (TRIGGER, "checkpoint 1") in slot.received,
+            "the TRIGGER reaches the slot that registered",
+            timeout_s=10,
+        )
         assert not attacker.poll(0), "the attacker received the slot's TRIGGER"
     finally:
         attacker.close(linger=0)
@@ -166,12 +179,16 @@ def test_item5_a_slot_stays_bound_to_the_connection_of_its_first_register() -> N
     try:
         header = {"type": HEARTBEAT, "gen": 1, "slot": 0, "chan": "slot", "seq": 1_000_000}
         other.send_multipart(auth.seal(json.dumps(header).encode(), pickle.dumps(None)))
-        wait_until(lambda: server.rejected["impersonation"] == 1,
-                   f"the message from another connection is dropped "
-                   f"(rejected: {dict(server.rejected)})")
+        wait_until(
+            lambda: server.rejected["impersonation"] == 1,
+            f"the message from another connection is dropped (rejected: {dict(server.rejected)})",
+        )
         server.send(0, TRIGGER, "checkpoint 2")
-        wait_until(lambda: (TRIGGER, "checkpoint 2") in slot.received,
-                   "the TRIGGER reaches the registered connection", timeout_s=10)
+        wait_until(
+            lambda: (TRIGGER, "checkpoint 2") in slot.received,
+            "the TRIGGER reaches the registered connection",
+            timeout_s=10,
+        )
         assert not other.poll(0), "the other connection received the slot's TRIGGER"
     finally:
         other.close(linger=0)
@@ -207,12 +224,15 @@ def test_item5_a_replayed_registry_command_runs_once(tmp_path, monkeypatch) -> N
         try:
             via_tap = job_registry.JobInfo(**{**job.__dict__, "endpoint": tap.endpoint})
             assert send_command(via_tap, "savepoint", path=str(tmp_path)) == os.path.join(
-                str(tmp_path), "savepoint-1")
+                str(tmp_path), "savepoint-1"
+            )
             for _ in range(2):
                 attacker.send_multipart(tap.to_server[0])
-            wait_until(lambda: registration.rejected["replayed"] == 2,
-                       f"both replays are dropped (rejected: {registration.rejected}, "
-                       f"calls: {control.calls})")
+            wait_until(
+                lambda: registration.rejected["replayed"] == 2,
+                f"both replays are dropped (rejected: {registration.rejected}, "
+                f"calls: {control.calls})",
+            )
             assert len(control.calls) == 1
         finally:
             attacker.close(linger=0)
@@ -225,8 +245,13 @@ def test_item5_a_registry_request_older_than_the_window_is_refused(tmp_path, mon
     with register_job("job", control) as registration:
         job = find_job("job")
         auth = MessageAuth(job.secret)
-        request = {"id": "old-request", "job": job.job_id, "command": "cancel", "args": {},
-                   "sent_at": time.time() - 2 * job_registry.REQUEST_WINDOW_S}
+        request = {
+            "id": "old-request",
+            "job": job.job_id,
+            "command": "cancel",
+            "args": {},
+            "sent_at": time.time() - 2 * job_registry.REQUEST_WINDOW_S,
+        }
         client = socket_to(job.endpoint, zmq.DEALER)
         try:
             client.send_multipart(auth.seal(json.dumps(request).encode()))

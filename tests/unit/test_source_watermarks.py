@@ -75,12 +75,22 @@ class ScriptedSource(Source):
 
 def run(script: list[tuple[str, Any]]) -> tuple[SourceOperator, Collector, lg.ManualClock]:
     clock = lg.ManualClock()
-    strategy = (lg.WatermarkStrategy.for_monotonous_timestamps()
-                .with_timestamp_assigner("ts").with_periodic_emit_interval(10))
+    strategy = (
+        lg.WatermarkStrategy.for_monotonous_timestamps()
+        .with_timestamp_assigner("ts")
+        .with_periodic_emit_interval(10)
+    )
     op = SourceOperator(ScriptedSource(script), watermark_strategy=strategy)
     out = Collector()
-    ctx = RuntimeContext(task_name="t", operator_name="src", operator_uid="src",
-                         subtask_index=0, parallelism=1, max_parallelism=128, clock=clock)
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="src",
+        operator_uid="src",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        clock=clock,
+    )
     op.setup("src", "src", ctx, out)
     op.initialize_state(None)
     op.open()
@@ -93,8 +103,9 @@ def step(op: SourceOperator, clock: lg.ManualClock) -> None:
 
 
 def test_a_lagging_split_holds_back_the_sources_watermark_while_it_is_active_M_W1() -> None:
-    op, out, clock = run([("a", [100]), ("b", [5]), ("a", [200]), ("b", [7]),
-                          ("b", "end"), ("a", [300])])
+    op, out, clock = run(
+        [("a", [100]), ("b", [5]), ("a", [200]), ("b", [7]), ("b", "end"), ("a", [300])]
+    )
     for _ in range(4):
         step(op, clock)
     # split b (at 5..7) holds the source back although split a reached 200

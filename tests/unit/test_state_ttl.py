@@ -83,50 +83,73 @@ def with_ttl(desc: StateDescriptor[Any], **kw: Any) -> StateDescriptor[Any]:
 
 # -- the configuration -------------------------------------------------------------------------
 
+
 def test_a_config_takes_a_timedelta_or_milliseconds_and_equal_configs_compare_equal() -> None:
     a = StateTtlConfig(timedelta(seconds=2))
     assert a.ttl_ms == 2000 and a == StateTtlConfig(2000)
     assert a != StateTtlConfig(2000, update_type="on_read_and_write")
     assert (a.update_type, a.visibility, a.time_characteristic, a.cleanup_on_snapshot) == (
-        "on_create_and_write", "never_return_expired", "processing_time", True)
+        "on_create_and_write",
+        "never_return_expired",
+        "processing_time",
+        True,
+    )
     assert pickle.loads(pickle.dumps(a)) == a
     with pytest.raises(AttributeError):
         a.ttl_ms = 5  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"ttl": 0}, "ttl must be positive"),
-    ({"ttl": -5}, "ttl must be positive"),
-    ({"ttl": timedelta(0)}, "ttl must be positive"),
-    ({"ttl": "1h"}, "ttl must be a datetime.timedelta or an int"),
-    ({"ttl": True}, "ttl must be a datetime.timedelta or an int"),
-    ({"ttl": 1, "update_type": "on_read"}, "update_type must be one of 'on_create_and_write'"),
-    ({"ttl": 1, "visibility": "always"}, "visibility must be one of 'never_return_expired'"),
-    ({"ttl": 1, "time_characteristic": "ingestion"}, "time_characteristic must be one of"),
-    ({"ttl": 1, "cleanup_on_snapshot": 1}, "cleanup_on_snapshot must be True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"ttl": 0}, "ttl must be positive"),
+        ({"ttl": -5}, "ttl must be positive"),
+        ({"ttl": timedelta(0)}, "ttl must be positive"),
+        ({"ttl": "1h"}, "ttl must be a datetime.timedelta or an int"),
+        ({"ttl": True}, "ttl must be a datetime.timedelta or an int"),
+        ({"ttl": 1, "update_type": "on_read"}, "update_type must be one of 'on_create_and_write'"),
+        ({"ttl": 1, "visibility": "always"}, "visibility must be one of 'never_return_expired'"),
+        ({"ttl": 1, "time_characteristic": "ingestion"}, "time_characteristic must be one of"),
+        ({"ttl": 1, "cleanup_on_snapshot": 1}, "cleanup_on_snapshot must be True or False"),
+    ],
+)
 def test_a_bad_config_is_a_configuration_error_naming_the_setting(
-    kwargs: dict[str, Any], message: str,
+    kwargs: dict[str, Any],
+    message: str,
 ) -> None:
     with pytest.raises(lg.ConfigurationError, match=message):
         StateTtlConfig(kwargs.pop("ttl"), **kwargs)
 
 
 def test_the_pyflink_style_builder_and_constants() -> None:
-    built = (StateTtlConfig.new_builder(timedelta(minutes=1))
-             .set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
-             .set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
-             .set_ttl_time_characteristic(StateTtlConfig.TtlTimeCharacteristic.EventTime)
-             .disable_cleanup_on_snapshot()
-             .build())
-    assert built == StateTtlConfig(60_000, update_type="on_read_and_write",
-                                   visibility="return_expired_if_not_cleaned_up",
-                                   time_characteristic="event_time", cleanup_on_snapshot=False)
-    shorthand = (StateTtlConfig.new_builder(5).update_ttl_on_read_and_write()
-                 .return_expired_if_not_cleaned_up().use_event_time().use_processing_time()
-                 .cleanup_full_snapshot().set_ttl(7).build())
-    assert shorthand == StateTtlConfig(7, update_type="on_read_and_write",
-                                       visibility="return_expired_if_not_cleaned_up")
+    built = (
+        StateTtlConfig.new_builder(timedelta(minutes=1))
+        .set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
+        .set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
+        .set_ttl_time_characteristic(StateTtlConfig.TtlTimeCharacteristic.EventTime)
+        .disable_cleanup_on_snapshot()
+        .build()
+    )
+    assert built == StateTtlConfig(
+        60_000,
+        update_type="on_read_and_write",
+        visibility="return_expired_if_not_cleaned_up",
+        time_characteristic="event_time",
+        cleanup_on_snapshot=False,
+    )
+    shorthand = (
+        StateTtlConfig.new_builder(5)
+        .update_ttl_on_read_and_write()
+        .return_expired_if_not_cleaned_up()
+        .use_event_time()
+        .use_processing_time()
+        .cleanup_full_snapshot()
+        .set_ttl(7)
+        .build()
+    )
+    assert shorthand == StateTtlConfig(
+        7, update_type="on_read_and_write", visibility="return_expired_if_not_cleaned_up"
+    )
     with pytest.raises(lg.ConfigurationError, match="update_type"):
         StateTtlConfig.new_builder(5).set_update_type("sometimes")
     with pytest.raises(lg.ConfigurationError, match="ttl must be positive"):
@@ -136,9 +159,11 @@ def test_the_pyflink_style_builder_and_constants() -> None:
 @pytest.mark.parametrize("bad", [None, 1000, timedelta(seconds=1), {"ttl": 1}])
 def test_enable_time_to_live_needs_a_state_ttl_config(bad: Any) -> None:
     desc: ValueStateDescriptor[Any] = ValueStateDescriptor("v")
-    with pytest.raises(lg.ConfigurationError,
-                       match=r"ValueStateDescriptor\('v'\).enable_time_to_live needs an "
-                             r"lg.StateTtlConfig"):
+    with pytest.raises(
+        lg.ConfigurationError,
+        match=r"ValueStateDescriptor\('v'\).enable_time_to_live needs an "
+        r"lg.StateTtlConfig",
+    ):
         desc.enable_time_to_live(bad)
     assert desc.ttl_config is None
 
@@ -146,7 +171,7 @@ def test_enable_time_to_live_needs_a_state_ttl_config(bad: Any) -> None:
 def test_handles_of_one_state_must_share_the_ttl_config() -> None:
     b = HeapKeyedStateBackend("op", clock=ManualClock())
     b.get_state(with_ttl(ValueStateDescriptor("v")))
-    b.get_state(with_ttl(ValueStateDescriptor("v")))      # an equal config is fine
+    b.get_state(with_ttl(ValueStateDescriptor("v")))  # an equal config is fine
     with pytest.raises(lg.ConfigurationError, match="'v' is already registered with TTL"):
         b.get_state(ValueStateDescriptor("v"))
     with pytest.raises(lg.ConfigurationError, match="same descriptor settings"):
@@ -160,6 +185,7 @@ def test_ttl_values_are_small_picklable_tuples() -> None:
 
 # -- processing time: value, reducing, aggregating ----------------------------------------------
 
+
 def test_processing_time_a_value_expires_ttl_after_its_write_and_is_cleaned_up_on_access(
     env: Env,
 ) -> None:
@@ -169,7 +195,7 @@ def test_processing_time_a_value_expires_ttl_after_its_write_and_is_cleaned_up_o
     assert env.stored("v") == {"a": TtlValue("x", 1_000)}
     env.clock.advance(TTL - 1)
     assert s.value() == "x"
-    env.clock.advance(1)                                  # now == stamp + ttl
+    env.clock.advance(1)  # now == stamp + ttl
     assert env.stored("v") == {"a": TtlValue("x", 1_000)}, "still stored until accessed"
     assert s.value() == "none"
     assert env.stored("v") == {}, "the read deleted the expired value"
@@ -187,7 +213,7 @@ def test_processing_time_on_create_and_write_reads_do_not_extend_the_lifetime_bu
     assert s.value() is None, "the read at +60 did not extend it"
     s.update(2)
     env.clock.advance(60)
-    s.update(3)                                           # a write restarts the lifetime
+    s.update(3)  # a write restarts the lifetime
     env.clock.advance(60)
     assert s.value() == 3
 
@@ -205,8 +231,11 @@ def test_processing_time_on_read_and_write_reads_extend_the_lifetime(env: Env) -
 
 
 def test_return_expired_if_not_cleaned_up_returns_an_expired_value_once(env: Env) -> None:
-    s = env.state(with_ttl(ValueStateDescriptor("v", default=0),
-                           visibility="return_expired_if_not_cleaned_up"))
+    s = env.state(
+        with_ttl(
+            ValueStateDescriptor("v", default=0), visibility="return_expired_if_not_cleaned_up"
+        )
+    )
     env.key("a")
     s.update(7)
     env.clock.advance(TTL * 3)
@@ -219,7 +248,7 @@ def test_processing_time_reducing_state_starts_over_after_expiry(env: Env) -> No
     env.key("a")
     s.add(1)
     env.clock.advance(50)
-    s.add(2)                                             # a write: the lifetime restarts
+    s.add(2)  # a write: the lifetime restarts
     env.clock.advance(60)
     assert s.get() == 3
     env.clock.advance(TTL)
@@ -256,6 +285,7 @@ def test_processing_time_aggregating_state_uses_a_new_accumulator_after_expiry(e
 
 # -- processing time: per list element and per map entry ----------------------------------------
 
+
 def test_list_elements_expire_one_by_one_and_an_all_expired_list_is_absent(env: Env) -> None:
     s = env.state(with_ttl(ListStateDescriptor("l")))
     env.key("a")
@@ -264,7 +294,7 @@ def test_list_elements_expire_one_by_one_and_an_all_expired_list_is_absent(env: 
     s.add_all(["t30a", "t30b"])
     env.clock.advance(40)
     s.add("t70")
-    env.clock.advance(30)                                 # now = +100: t0 expired
+    env.clock.advance(30)  # now = +100: t0 expired
     assert s.get() == ["t30a", "t30b", "t70"]
     assert [e.value for e in env.stored("l")["a"]] == ["t30a", "t30b", "t70"], "cleaned up"
     env.clock.advance(30)
@@ -283,7 +313,7 @@ def test_list_update_stamps_every_element_now_and_reads_restamp_with_on_read_and
     s.update([2, 3])
     assert env.stored("l") == {"a": [TtlValue(2, 1_080), TtlValue(3, 1_080)]}
     env.clock.advance(80)
-    assert s.get() == [2, 3]                             # a read: restamped at +160
+    assert s.get() == [2, 3]  # a read: restamped at +160
     env.clock.advance(80)
     assert s.get() == [2, 3]
     env.clock.advance(TTL)
@@ -306,13 +336,13 @@ def test_map_entries_expire_one_by_one(env: Env) -> None:
     s.put("early", 1)
     env.clock.advance(50)
     s.put_all({"late": 2, "later": 3})
-    env.clock.advance(50)                                # "early" expired
+    env.clock.advance(50)  # "early" expired
     assert "early" not in s and s.get("early", "gone") == "gone"
     with pytest.raises(KeyError):
         s["early"]
     assert s.keys() == ["late", "later"] and len(s) == 2 and not s.is_empty()
     assert s["late"] == 2 and s.items() == [("late", 2), ("later", 3)]
-    s.put("early", 9)                                    # a new write
+    s.put("early", 9)  # a new write
     env.clock.advance(50)
     assert s.items() == [("early", 9)]
     env.clock.advance(50)
@@ -326,7 +356,7 @@ def test_map_reads_restamp_only_the_entries_read_with_on_read_and_write(env: Env
     env.clock.advance(90)
     assert s.get("read") == 1
     assert s.contains("read")
-    assert s.keys() == ["read", "unread"]                # keys() does not read values
+    assert s.keys() == ["read", "unread"]  # keys() does not read values
     env.clock.advance(20)
     assert s.items() == [("read", 1)]
     env.clock.advance(90)
@@ -342,7 +372,7 @@ def test_map_return_expired_shows_an_expired_entry_once_and_del_of_it_works(env:
     env.clock.advance(TTL)
     assert s.get("x") == 1
     assert "x" not in s
-    del s["y"]                                           # visible (not cleaned up) until now
+    del s["y"]  # visible (not cleaned up) until now
     assert env.stored("m") == {}
 
 
@@ -358,6 +388,7 @@ def test_map_delete_of_an_expired_entry_is_a_key_error_when_it_is_never_returned
 
 
 # -- event time ---------------------------------------------------------------------------------
+
 
 def event_ttl(desc: StateDescriptor[Any], **kw: Any) -> StateDescriptor[Any]:
     return with_ttl(desc, time_characteristic="event_time", **kw)
@@ -386,7 +417,7 @@ def test_event_time_without_a_record_timestamp_a_write_is_stamped_with_the_water
     env.key("a")
     assert s.get() == []
     env.watermark(2_000)
-    s.add("at wm")                                       # e.g. in a timer without a timestamp
+    s.add("at wm")  # e.g. in a timer without a timestamp
     env.record_time(2_050)
     s.add("at ts")
     assert env.stored("l") == {"a": [TtlValue("at wm", 2_000), TtlValue("at ts", 2_050)]}
@@ -399,7 +430,7 @@ def test_event_time_without_a_record_timestamp_a_write_is_stamped_with_the_water
 def test_event_time_nothing_expires_before_the_first_watermark(env: Env) -> None:
     s = env.state(event_ttl(MapStateDescriptor("m")))
     env.key("a")
-    s.put("x", 1)                                         # stamped MIN_WATERMARK
+    s.put("x", 1)  # stamped MIN_WATERMARK
     assert s.items() == [("x", 1)]
     env.watermark(MIN_WATERMARK + TTL)
     assert s.items() == []
@@ -412,7 +443,7 @@ def test_event_time_on_read_and_write_restamps_with_the_current_record(env: Env)
     s.add(3)
     env.record_time(1_090)
     env.watermark(1_050)
-    assert s.get() == 3                                  # restamped 1_090
+    assert s.get() == 3  # restamped 1_090
     env.watermark(1_000 + TTL)
     assert s.get() == 3
     env.watermark(1_090 + TTL)
@@ -420,6 +451,7 @@ def test_event_time_on_read_and_write_restamps_with_the_current_record(env: Env)
 
 
 # -- cleanup on snapshot (heap) -----------------------------------------------------------------
+
 
 def heap() -> HeapKeyedStateBackend:
     return HeapKeyedStateBackend("ttl op", max_parallelism=16, clock=ManualClock(0))
@@ -437,7 +469,7 @@ def test_m_t3_materialize_leaves_out_what_was_expired_when_the_synchronous_part_
     lst = b.get_state(with_ttl(ListStateDescriptor("l")))
     m = b.get_state(with_ttl(MapStateDescriptor("m")))
     plain = b.get_state(ValueStateDescriptor("plain"))
-    for key in ("old", "young"):                         # "old" written at 0, "young" at 50
+    for key in ("old", "young"):  # "old" written at 0, "young" at 50
         b.current_key = key
         v.update(key)
         lst.add(key)
@@ -446,10 +478,10 @@ def test_m_t3_materialize_leaves_out_what_was_expired_when_the_synchronous_part_
         if key == "old":
             advance(b, 50)
     lst.add("young too")
-    m.put("old", 2)                                      # a rewrite at 50
-    advance(b, 50)                                       # now 100: the writes at 0 expired
+    m.put("old", 2)  # a rewrite at 50
+    advance(b, 50)  # now 100: the writes at 0 expired
     snap = b.snapshot()
-    advance(b, 1_000)                                    # everything expires before materialize
+    advance(b, 1_000)  # everything expires before materialize
     got = snap.materialize()
     snap.release()
     assert flat(got, "v") == {"young": TtlValue("young", 50)}
@@ -510,7 +542,7 @@ def test_m_t3_ttl_state_is_isolated_from_writes_after_the_snapshot() -> None:
     s.put("x", [1])
     snap = b.snapshot()
     advance(b, 10)
-    v = s["x"]                                           # a read: restamps
+    v = s["x"]  # a read: restamps
     v.append(2)
     s["x"] = v
     s["y"] = 0
@@ -519,7 +551,9 @@ def test_m_t3_ttl_state_is_isolated_from_writes_after_the_snapshot() -> None:
     assert b.entries()["m"] == {"k": {"x": TtlValue([1, 2], 10), "y": TtlValue(0, 10)}}
 
 
-def test_m_t3_a_ttl_wrapped_mutable_value_changed_in_place_after_a_snapshot_does_not_change_it() -> None:
+def test_m_t3_a_ttl_wrapped_mutable_value_changed_in_place_after_a_snapshot_does_not_change_it() -> (
+    None
+):
     b = heap()
     v = b.get_state(with_ttl(ValueStateDescriptor("v")))
     agg = b.get_state(with_ttl(AggregatingStateDescriptor("n", Count())))
@@ -527,8 +561,8 @@ def test_m_t3_a_ttl_wrapped_mutable_value_changed_in_place_after_a_snapshot_does
     v.update(["a"])
     agg.add("x")
     snap = b.snapshot()
-    v.value().append("b")                                # in place, no update()
-    agg.add("y")                                         # Count.add changes the list in place
+    v.value().append("b")  # in place, no update()
+    agg.add("y")  # Count.add changes the list in place
     got = snap.materialize()
     snap.release()
     assert flat(got, "v") == {"k": TtlValue(["a"], 0)}
@@ -548,6 +582,7 @@ def test_m_t3_an_immutable_ttl_wrapped_value_is_not_copied_on_read_after_a_snaps
 
 
 # -- TTL state in snapshots and restores (M-T4) -------------------------------------------------
+
 
 def test_m_t4_restored_ttl_state_keeps_its_timestamps_and_expires_on_schedule() -> None:
     b = heap()
@@ -581,8 +616,10 @@ def test_m_t4_changing_the_ttl_setting_of_restored_state_is_refused(written_with
     restored = heap()
     restored.restore([data], range(16))
     other: MapStateDescriptor[Any] = MapStateDescriptor("m")
-    with pytest.raises(lg.ConfigurationError, match="'m' holds values stored "
-                       + ("with" if written_with_ttl else "without") + " TTL"):
+    with pytest.raises(
+        lg.ConfigurationError,
+        match="'m' holds values stored " + ("with" if written_with_ttl else "without") + " TTL",
+    ):
         restored.get_state(other if written_with_ttl else with_ttl(other))
     same: MapStateDescriptor[Any] = MapStateDescriptor("m")
     ok = restored.get_state(with_ttl(same) if written_with_ttl else same)
@@ -606,16 +643,20 @@ def test_m_t4_restoring_into_registered_state_with_another_ttl_setting_is_refuse
 
 # -- strip_ttl and drop_expired -----------------------------------------------------------------
 
-@pytest.mark.parametrize("kind, stored, visible", [
-    ("value", TtlValue({"a": 1}, 5), {"a": 1}),
-    ("reducing", TtlValue(3, 5), 3),
-    ("aggregating", TtlValue([1, 2], 5), [1, 2]),
-    ("list", [TtlValue(1, 5), TtlValue(None, 6)], [1, None]),
-    ("map", {"x": TtlValue(1, 5), ("t", 1): TtlValue([2], 6)}, {"x": 1, ("t", 1): [2]}),
-    ("value", 7, 7),
-    ("list", [1, 2], [1, 2]),
-    ("map", {"x": 1}, {"x": 1}),
-])
+
+@pytest.mark.parametrize(
+    "kind, stored, visible",
+    [
+        ("value", TtlValue({"a": 1}, 5), {"a": 1}),
+        ("reducing", TtlValue(3, 5), 3),
+        ("aggregating", TtlValue([1, 2], 5), [1, 2]),
+        ("list", [TtlValue(1, 5), TtlValue(None, 6)], [1, None]),
+        ("map", {"x": TtlValue(1, 5), ("t", 1): TtlValue([2], 6)}, {"x": 1, ("t", 1): [2]}),
+        ("value", 7, 7),
+        ("list", [1, 2], [1, 2]),
+        ("map", {"x": 1}, {"x": 1}),
+    ],
+)
 def test_strip_ttl_returns_the_user_visible_value(kind: str, stored: Any, visible: Any) -> None:
     assert strip_ttl(kind, stored) == visible
 

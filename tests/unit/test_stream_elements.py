@@ -21,18 +21,28 @@ def every_control_element() -> list[object]:
         el.StreamStatus.ACTIVE,
         el.CheckpointBarrier(3, 1_700_000_000_000),
         el.CheckpointBarrier(
-            4, 1_700_000_000_001,
+            4,
+            1_700_000_000_001,
             el.CheckpointOptions(el.CheckpointType.SAVEPOINT, unaligned=False),
         ),
-        el.CheckpointBarrier(5, 1, el.CheckpointOptions(el.CheckpointType.CHECKPOINT, unaligned=True)),
+        el.CheckpointBarrier(
+            5, 1, el.CheckpointOptions(el.CheckpointType.CHECKPOINT, unaligned=True)
+        ),
         el.CancellationMarker(6),
         el.END_OF_PARTITION,
     ]
 
 
 def test_every_element_kind_of_rule_M_E1_exists_in_the_elements_module() -> None:
-    for name in ("Watermark", "StreamStatus", "CheckpointBarrier", "CancellationMarker",
-                 "END_OF_PARTITION", "CheckpointOptions", "CheckpointType"):
+    for name in (
+        "Watermark",
+        "StreamStatus",
+        "CheckpointBarrier",
+        "CancellationMarker",
+        "END_OF_PARTITION",
+        "CheckpointOptions",
+        "CheckpointType",
+    ):
         assert hasattr(el, name), f"lockgate.core.elements lacks {name} (M-E1)"
     assert {s.name for s in el.StreamStatus} == {"IDLE", "ACTIVE"}
 
@@ -61,15 +71,18 @@ def test_batches_of_both_representations_survive_pickling() -> None:
     assert pickle.loads(pickle.dumps(rows)) == rows
 
 
-@pytest.mark.parametrize("element", [e for e in every_control_element()
-                                     if dataclasses.is_dataclass(e)], ids=repr)
+@pytest.mark.parametrize(
+    "element", [e for e in every_control_element() if dataclasses.is_dataclass(e)], ids=repr
+)
 def test_control_elements_are_immutable(element: object) -> None:
     field = dataclasses.fields(element)[0].name
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(element, field, 99)
 
 
-def test_a_barrier_carries_id_timestamp_and_options_and_defaults_to_an_aligned_checkpoint_M_E2() -> None:
+def test_a_barrier_carries_id_timestamp_and_options_and_defaults_to_an_aligned_checkpoint_M_E2() -> (
+    None
+):
     b = el.CheckpointBarrier(checkpoint_id=7, timestamp=123)
     assert (b.checkpoint_id, b.timestamp) == (7, 123)
     assert b.options.type is el.CheckpointType.CHECKPOINT

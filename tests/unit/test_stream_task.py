@@ -27,8 +27,13 @@ def times_ten(x):
 def three_vertex_plan():
     """source --rebalance--> map --rebalance--> sink, all at parallelism 1."""
     env = lg.StreamEnvironment(parallelism=1)
-    (env.from_source(SequenceSource(0, 10, batch_size=3), name="src").rebalance()
-        .map(times_ten, name="m").rebalance().sink_to(DiscardingSink(), name="sink"))
+    (
+        env.from_source(SequenceSource(0, 10, batch_size=3), name="src")
+        .rebalance()
+        .map(times_ten, name="m")
+        .rebalance()
+        .sink_to(DiscardingSink(), name="sink")
+    )
     plan = env.get_execution_plan("direct")
     by_name = {v.name: v for v in plan.vertices}
     assert set(by_name) == {"src", "m", "sink"}
@@ -44,13 +49,21 @@ def drain(channel: LocalChannel) -> list[object]:
 
 def make_task(plan, vertex, inputs=()):
     outputs = {eid: [LocalChannel(1 << 20, name=f"out {eid}")] for eid in vertex.out_edges}
-    task = build_task(plan, vertex, 0, output_channels=outputs,
-                      input_channels=[(c, 0) for c in inputs], signal=threading.Event(),
-                      clock=lg.SystemClock())
+    task = build_task(
+        plan,
+        vertex,
+        0,
+        output_channels=outputs,
+        input_channels=[(c, 0) for c in inputs],
+        signal=threading.Event(),
+        clock=lg.SystemClock(),
+    )
     return task, [c for chans in outputs.values() for c in chans]
 
 
-def test_a_source_task_ends_its_output_with_exactly_one_end_of_partition_after_its_records() -> None:
+def test_a_source_task_ends_its_output_with_exactly_one_end_of_partition_after_its_records() -> (
+    None
+):
     plan, v = three_vertex_plan()
     task, [out] = make_task(plan, v["src"])
     task.run()
@@ -68,17 +81,31 @@ def test_a_source_task_ends_its_output_with_exactly_one_end_of_partition_after_i
 def test_a_task_forwards_control_elements_in_order_behind_the_records_before_them_M_E1() -> None:
     plan, v = three_vertex_plan()
     inp = LocalChannel(1 << 20)
-    for e in [scalar_batch(np.arange(3)), el.Watermark(5), el.CheckpointBarrier(1, 0),
-              scalar_batch(np.arange(3, 5)), el.StreamStatus.IDLE, el.END_OF_PARTITION]:
+    for e in [
+        scalar_batch(np.arange(3)),
+        el.Watermark(5),
+        el.CheckpointBarrier(1, 0),
+        scalar_batch(np.arange(3, 5)),
+        el.StreamStatus.IDLE,
+        el.END_OF_PARTITION,
+    ]:
         inp.put(e)
     task, [out] = make_task(plan, v["m"], [inp])
     task.run()
     got = [to_rows(e) if is_batch(e) else e for e in drain(out)]
     # watermarks and statuses pass the input's valve (M-W3, M-W4): the one channel going
     # idle makes the task idle; its end makes it active again with the maximum watermark
-    assert got == [[0, 10, 20], el.Watermark(5), el.CheckpointBarrier(1, 0), [30, 40],
-                   el.StreamStatus.IDLE, el.StreamStatus.ACTIVE, el.Watermark(el.MAX_WATERMARK),
-                   el.END_OF_DATA, el.END_OF_PARTITION]
+    assert got == [
+        [0, 10, 20],
+        el.Watermark(5),
+        el.CheckpointBarrier(1, 0),
+        [30, 40],
+        el.StreamStatus.IDLE,
+        el.StreamStatus.ACTIVE,
+        el.Watermark(el.MAX_WATERMARK),
+        el.END_OF_DATA,
+        el.END_OF_PARTITION,
+    ]
 
 
 def test_a_task_waits_for_the_end_of_partition_of_every_input_channel() -> None:
@@ -115,8 +142,13 @@ def test_cancelling_a_task_that_waits_for_input_stops_it_with_task_cancelled(pro
             self.probe.add("closed")
 
     env = lg.StreamEnvironment(parallelism=1)
-    (env.from_source(SequenceSource(0, 1), name="src").rebalance().map(Closing(probe), name="m")
-        .rebalance().sink_to(DiscardingSink()))
+    (
+        env.from_source(SequenceSource(0, 1), name="src")
+        .rebalance()
+        .map(Closing(probe), name="m")
+        .rebalance()
+        .sink_to(DiscardingSink())
+    )
     plan = env.get_execution_plan("cancel")
     vertex = next(x for x in plan.vertices if x.name == "m")
     inp = LocalChannel(1 << 20)
@@ -140,7 +172,9 @@ def test_cancelling_a_task_that_waits_for_input_stops_it_with_task_cancelled(pro
     assert probe.items == ["closed"], "operators are closed after cancellation"
 
 
-def test_the_mailbox_runs_actions_oldest_first_in_the_calling_thread_and_drops_after_close() -> None:
+def test_the_mailbox_runs_actions_oldest_first_in_the_calling_thread_and_drops_after_close() -> (
+    None
+):
     signal = threading.Event()
     box = Mailbox(signal)
     ran: list[tuple[str, str]] = []
@@ -174,7 +208,8 @@ def test_a_failing_task_still_closes_its_operators(probe, failing) -> None:
 
     env = lg.StreamEnvironment(parallelism=1)
     env.from_source(SequenceSource(0, 5), name="src").map(Fragile(probe, failing)).sink_to(
-        DiscardingSink())
+        DiscardingSink()
+    )
     plan = env.get_execution_plan("fragile")
     [vertex] = plan.vertices
     task, _ = make_task(plan, vertex)

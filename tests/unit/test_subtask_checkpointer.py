@@ -82,7 +82,14 @@ class LoggingChannel(LocalChannel):
 def make(log=None, view=None, channels=None, timeout_ms=100):
     log = [] if log is None else log
     channels = channels or [LoggingChannel(log)]
-    writer = RecordWriter(channels, ForwardPartitioning().create(1, 0), lg.SystemClock(), timeout_ms=timeout_ms, max_rows=1000, max_bytes=1 << 20)
+    writer = RecordWriter(
+        channels,
+        ForwardPartitioning().create(1, 0),
+        lg.SystemClock(),
+        timeout_ms=timeout_ms,
+        max_rows=1000,
+        max_bytes=1 << 20,
+    )
     storage = MemoryCheckpointStorage()
     responder = Responder()
     op = StatefulOperator(log, view)
@@ -163,7 +170,9 @@ def test_m_t3_the_asynchronous_part_runs_in_the_background_and_the_ack_follows_i
         cp.close()
 
 
-def test_m_t3_a_cancelled_asynchronous_part_releases_its_view_deletes_its_files_and_never_acks() -> None:
+def test_m_t3_a_cancelled_asynchronous_part_releases_its_view_deletes_its_files_and_never_acks() -> (
+    None
+):
     view = BlockingView()
     cp, op, writer, [channel], storage, responder, log = make(view=view)
     try:
@@ -186,8 +195,14 @@ def test_m_c3_completion_notices_reach_the_operators() -> None:
 
 
 def _reader(source, subtask=0, parallelism=1):
-    ctx = RuntimeContext(task_name="t", operator_name="src", operator_uid="src",
-                         subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="src",
+        operator_uid="src",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+    )
     reader = source.create_reader(ctx)
     reader.add_splits(source.create_splits(parallelism)[subtask::parallelism])
     return reader
@@ -224,11 +239,13 @@ def test_m_t4_sources_store_their_read_positions(kind, tmp_path) -> None:
     assert len(out.rows) == 8
 
 
-def test_m_b7_an_unaligned_barrier_overtakes_queued_and_buffered_output_which_is_persisted() -> None:
+def test_m_b7_an_unaligned_barrier_overtakes_queued_and_buffered_output_which_is_persisted() -> (
+    None
+):
     cp, op, writer, [channel], storage, responder, log = make()
     try:
-        channel.put(scalar_batch(np.arange(3)))    # queued in the channel
-        writer.write(RowBatch(["buffered"]))        # still in the output buffer
+        channel.put(scalar_batch(np.arange(3)))  # queued in the channel
+        writer.write(RowBatch(["buffered"]))  # still in the output buffer
         cp.trigger_snapshot(UNALIGNED, AlignmentInfo(0.0, 0.0, unaligned=True))
         first = channel.poll()
         assert first == UNALIGNED  # the barrier went ahead of the queued batch
@@ -355,19 +372,23 @@ def test_m_s1_a_savepoint_always_materializes_canonically_without_shared_files()
 def test_m_r4_only_files_of_a_checkpoint_known_complete_are_reused() -> None:
     cp, op, writer, _, storage, responder, log = make()
     try:
-        first = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
-                                el.CheckpointBarrier(1, 0))
-        second = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
-                                 el.CheckpointBarrier(2, 0))
+        first = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(1, 0)
+        )
+        second = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(2, 0)
+        )
         assert second.handles["stateful"].shared != first.handles["stateful"].shared
         cp.notify_complete(2)
-        third = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1", "b": b"2"}),
-                                el.CheckpointBarrier(3, 0))
+        third = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1", "b": b"2"}), el.CheckpointBarrier(3, 0)
+        )
         assert third.handles["stateful"].shared[0] == second.handles["stateful"].shared[0]
         assert third.metrics.state_size == third.handles["stateful"].size + 1  # only b
         cp.notify_aborted(4)  # forget: the next checkpoint uploads everything
-        fifth = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
-                                el.CheckpointBarrier(5, 0))
+        fifth = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(5, 0)
+        )
         assert fifth.handles["stateful"].shared[0] != second.handles["stateful"].shared[0]
     finally:
         cp.close()
@@ -394,14 +415,21 @@ def test_m_t3_a_cancelled_incremental_checkpoint_deletes_the_shared_files_it_upl
 def test_m_r4_a_savepoint_in_between_keeps_the_files_offered_for_reuse() -> None:
     cp, op, writer, _, storage, responder, log = make()
     try:
-        first = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
-                                el.CheckpointBarrier(1, 0))
+        first = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(1, 0)
+        )
         cp.notify_complete(1)
-        checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(
-            2, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT)))
+        checkpoint_with(
+            cp,
+            op,
+            responder,
+            IncrementalView({"a": b"1"}),
+            el.CheckpointBarrier(2, 0, el.CheckpointOptions(el.CheckpointType.SAVEPOINT)),
+        )
         cp.notify_complete(2)
-        third = checkpoint_with(cp, op, responder, IncrementalView({"a": b"1"}),
-                                el.CheckpointBarrier(3, 0))
+        third = checkpoint_with(
+            cp, op, responder, IncrementalView({"a": b"1"}), el.CheckpointBarrier(3, 0)
+        )
         assert third.handles["stateful"].shared == first.handles["stateful"].shared
     finally:
         cp.close()

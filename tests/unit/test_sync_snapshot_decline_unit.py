@@ -69,15 +69,29 @@ class Snapshotting(StreamOperator):
         return view
 
 
-def test_m_c6_a_failing_sync_snapshot_declines_releases_the_views_taken_and_cancels_downstream(
-        ) -> None:
+def test_m_c6_a_failing_sync_snapshot_declines_releases_the_views_taken_and_cancels_downstream() -> (
+    None
+):
     first, second = Snapshotting("first"), Snapshotting("second", fail_on=(1,))
     channel = LocalChannel(1 << 20)
-    writer = RecordWriter([channel], ForwardPartitioning().create(1, 0), lg.SystemClock(),
-                          timeout_ms=100, max_rows=1000, max_bytes=1 << 16)
+    writer = RecordWriter(
+        [channel],
+        ForwardPartitioning().create(1, 0),
+        lg.SystemClock(),
+        timeout_ms=100,
+        max_rows=1000,
+        max_bytes=1 << 16,
+    )
     responder = Responder()
-    cp = SubtaskCheckpointer((7, 0), "task", [first, second], [writer],
-                             MemoryCheckpointStorage(), responder, lg.SystemClock())
+    cp = SubtaskCheckpointer(
+        (7, 0),
+        "task",
+        [first, second],
+        [writer],
+        MemoryCheckpointStorage(),
+        responder,
+        lg.SystemClock(),
+    )
     try:
         cp.trigger_snapshot(el.CheckpointBarrier(1, 0), AlignmentInfo(0.0, 0.0, False))  # no raise
         assert responder.declines == [((7, 0), 1, SYNC_FAILED)]
@@ -85,7 +99,8 @@ def test_m_c6_a_failing_sync_snapshot_declines_releases_the_views_taken_and_canc
         assert first.views[0].released, "the view the first operator gave is released"
         elements = [channel.poll(), channel.poll(), channel.poll()]
         assert elements == [el.CheckpointBarrier(1, 0), el.CancellationMarker(1), None], (
-            "the barrier had left; a cancellation marker follows it")
+            "the barrier had left; a cancellation marker follows it"
+        )
         responder.answered.clear()
         cp.trigger_snapshot(el.CheckpointBarrier(2, 0), AlignmentInfo(0.0, 0.0, False))
         assert responder.answered.wait(10), "no answer to checkpoint 2"

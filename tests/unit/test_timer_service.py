@@ -32,10 +32,12 @@ from lockgate.time.timers import (
 MP = 16
 
 
-def service(max_parallelism: int = MP, clock: ManualClock | None = None,
-            **kwargs: Any) -> InternalTimerService:
-    return InternalTimerService("sessions", max_parallelism,
-                                clock=clock if clock is not None else ManualClock(), **kwargs)
+def service(
+    max_parallelism: int = MP, clock: ManualClock | None = None, **kwargs: Any
+) -> InternalTimerService:
+    return InternalTimerService(
+        "sessions", max_parallelism, clock=clock if clock is not None else ManualClock(), **kwargs
+    )
 
 
 class Recorder:
@@ -130,8 +132,7 @@ def test_M_W6_advancing_the_watermark_fires_due_timers_in_timestamp_order_only()
         svc.register_event_time_timer(key, ts)
     rec = Recorder()
     assert svc.advance_watermark(30, rec) == 4
-    assert [(t.timestamp, t.key) for t in rec.fired] == [(5, "a"), (10, "f"), (20, "b"),
-                                                         (30, "c")]
+    assert [(t.timestamp, t.key) for t in rec.fired] == [(5, "a"), (10, "f"), (20, "b"), (30, "c")]
     assert svc.current_watermark == 30
     assert svc.next_event_time() == 40
     rec2 = Recorder()
@@ -187,8 +188,8 @@ def test_timers_registered_while_firing_fire_in_the_same_advance_when_due() -> N
     def on_timer(timer: InternalTimer) -> None:
         order.append((timer.timestamp, timer.key))
         if timer.key == "a":
-            svc.register_event_time_timer("a2", 15)   # due: fires in this advance
-            svc.register_event_time_timer("a3", 10)   # same timestamp: fires after "b"
+            svc.register_event_time_timer("a2", 15)  # due: fires in this advance
+            svc.register_event_time_timer("a3", 10)  # same timestamp: fires after "b"
             svc.register_event_time_timer("late", 50)  # not due
         if timer.key == "c":
             svc.register_event_time_timer("c-early", 12)  # earlier than c: fires next
@@ -348,11 +349,11 @@ def test_the_wake_up_hook_hears_of_each_registration_that_makes_the_next_time_ea
     heard: list[int] = []
     svc = service(on_earlier_processing_time=heard.append)
     svc.register_processing_time_timer("a", 500)
-    svc.register_processing_time_timer("b", 700)    # later: no new wake-up
+    svc.register_processing_time_timer("b", 700)  # later: no new wake-up
     svc.register_processing_time_timer("c", 300)
-    svc.register_processing_time_timer("c", 300)    # duplicate: nothing new
+    svc.register_processing_time_timer("c", 300)  # duplicate: nothing new
     svc.register_processing_time_timers(["x", "y"], [900, 200])
-    svc.register_event_time_timer("e", 1)           # event time: not a wake-up
+    svc.register_event_time_timer("e", 1)  # event time: not a wake-up
     assert heard == [500, 300, 200]
 
 
@@ -381,12 +382,18 @@ def test_the_facade_reports_the_current_watermark() -> None:
 
 
 @pytest.mark.parametrize("bad", [1.5, 10.0, "10", None, True, 2**63, -(2**63) - 1, [10]])
-@pytest.mark.parametrize("method", ["register_event_time_timer",
-                                    "register_processing_time_timer",
-                                    "delete_event_time_timer",
-                                    "delete_processing_time_timer"])
-def test_the_facade_rejects_timestamps_that_are_not_int64_milliseconds(method: str,
-                                                                      bad: Any) -> None:
+@pytest.mark.parametrize(
+    "method",
+    [
+        "register_event_time_timer",
+        "register_processing_time_timer",
+        "delete_event_time_timer",
+        "delete_processing_time_timer",
+    ],
+)
+def test_the_facade_rejects_timestamps_that_are_not_int64_milliseconds(
+    method: str, bad: Any
+) -> None:
     svc = service()
     timers = svc.facade(lambda: "a")
     with pytest.raises(ConfigurationError, match=method):
@@ -445,7 +452,8 @@ def test_bulk_registration_equals_one_by_one_registration_including_dedupe() -> 
 
 @pytest.mark.parametrize("distinct_timestamps", [1, 20, 4_000])
 def test_grouped_bulk_registration_of_one_window_equals_one_by_one_registration(
-        distinct_timestamps: int) -> None:
+    distinct_timestamps: int,
+) -> None:
     """The path a window operator takes: one call per window (one namespace)."""
     rng = np.random.default_rng(distinct_timestamps)
     keys = rng.integers(0, 300, 5_000)
@@ -478,19 +486,23 @@ def test_bulk_registration_into_a_timestamp_that_already_has_timers_dedupes() ->
     assert svc.num_event_time_timers() == 100
 
 
-@pytest.mark.parametrize("keys,timestamps,namespaces,match", [
-    (["a", "b"], [1], None, "2 keys but 1 timestamps"),
-    (["a"], [1], ["w", "v"], "2 namespaces"),
-    ("abc", [1, 2, 3], None, "sequence of keys"),
-    (np.zeros((1, 1)), [1], None, "flat sequence of keys"),
-    (["a"], [1.5], None, "integer timestamps"),
-    (["a"], pa.array([None], type=pa.int64()), None, "without nulls"),
-    (["a"], [[1]], None, "flat sequence"),
-    (["a"], ["1"], None, "integer timestamps"),
-    (["a"], np.array([2**64 - 1], dtype=np.uint64), None, "above"),
-])
-def test_bulk_registration_rejects_malformed_arguments(keys: Any, timestamps: Any,
-                                                      namespaces: Any, match: str) -> None:
+@pytest.mark.parametrize(
+    "keys,timestamps,namespaces,match",
+    [
+        (["a", "b"], [1], None, "2 keys but 1 timestamps"),
+        (["a"], [1], ["w", "v"], "2 namespaces"),
+        ("abc", [1, 2, 3], None, "sequence of keys"),
+        (np.zeros((1, 1)), [1], None, "flat sequence of keys"),
+        (["a"], [1.5], None, "integer timestamps"),
+        (["a"], pa.array([None], type=pa.int64()), None, "without nulls"),
+        (["a"], [[1]], None, "flat sequence"),
+        (["a"], ["1"], None, "integer timestamps"),
+        (["a"], np.array([2**64 - 1], dtype=np.uint64), None, "above"),
+    ],
+)
+def test_bulk_registration_rejects_malformed_arguments(
+    keys: Any, timestamps: Any, namespaces: Any, match: str
+) -> None:
     svc = service()
     with pytest.raises(ConfigurationError, match=match):
         svc.register_event_time_timers(keys, timestamps, namespaces=namespaces)
@@ -517,26 +529,27 @@ def test_M_T4_the_snapshot_is_picklable_and_groups_each_timer_with_its_keys_key_
             stamps = [e[0] for e in queues[queue]]
             assert stamps == sorted(stamps)
     assert sorted(payload_timers(payload, "event_time")) == sorted(
-        tuple(t) for t in svc.event_time_timers())
+        tuple(t) for t in svc.event_time_timers()
+    )
     assert len(payload_timers(payload, "processing_time")) == 200
 
 
 def test_M_T3_a_taken_snapshot_view_never_changes_after_later_writes_and_firings() -> None:
     svc = service()
     for key in range(20):
-        svc.register_event_time_timer(key, 100)          # one shared timestamp
+        svc.register_event_time_timer(key, 100)  # one shared timestamp
         svc.register_event_time_timer(key, 1_000 + key)  # one timestamp each
         svc.register_processing_time_timer(key, 7)
     before = svc.snapshot()
     view = svc.snapshot_view()
-    svc.register_event_time_timer("new", 100)        # write into a frozen bucket
-    svc.register_event_time_timer("new", 100, "w")   # ... under a new namespace
-    svc.delete_event_time_timer(3, 100)              # delete inside a frozen bucket
-    svc.delete_event_time_timer(4, 1_004)            # delete a frozen bucket's last timer
-    svc.register_event_time_timer(4, 1_004)          # ... and recreate it
+    svc.register_event_time_timer("new", 100)  # write into a frozen bucket
+    svc.register_event_time_timer("new", 100, "w")  # ... under a new namespace
+    svc.delete_event_time_timer(3, 100)  # delete inside a frozen bucket
+    svc.delete_event_time_timer(4, 1_004)  # delete a frozen bucket's last timer
+    svc.register_event_time_timer(4, 1_004)  # ... and recreate it
     svc.register_event_time_timers(list(range(100)), [100] * 100)  # bulk into frozen
-    svc.on_processing_time(10, Recorder())           # fire a frozen bucket
-    svc.advance_watermark(1_010, Recorder())         # fire more frozen buckets
+    svc.on_processing_time(10, Recorder())  # fire a frozen bucket
+    svc.advance_watermark(1_010, Recorder())  # fire more frozen buckets
     assert view.materialize() == before
     assert view.size_hint() == 60
     assert svc.snapshot() != before
@@ -547,11 +560,14 @@ WRITES_AFTER_A_SNAPSHOT = {
     "register, new namespace": lambda s: s.register_event_time_timer("new", 100, "w"),
     "bulk, one timestamp": lambda s: s.register_event_time_timers(list(range(100)), [100] * 100),
     "bulk, grouped": lambda s: s.register_event_time_timers(
-        list(range(200)), [100 if i % 2 else 1_001 for i in range(200)]),
+        list(range(200)), [100 if i % 2 else 1_001 for i in range(200)]
+    ),
     "bulk, distinct timestamps": lambda s: s.register_event_time_timers(
-        list(range(30, 130)), [1_000 + i for i in range(100)]),
+        list(range(30, 130)), [1_000 + i for i in range(100)]
+    ),
     "bulk, per-timer namespaces": lambda s: s.register_event_time_timers(
-        [50, 51], [100, 100], namespaces=[None, "w"]),
+        [50, 51], [100, 100], namespaces=[None, "w"]
+    ),
     "delete inside a bucket": lambda s: s.delete_event_time_timer(3, 100),
     "delete a bucket's last timer": lambda s: s.delete_event_time_timer(4, 1_004),
     "fire a shared bucket": lambda s: s.advance_watermark(100, Recorder()),
@@ -595,8 +611,7 @@ def test_M_T3_a_second_snapshot_sees_the_writes_after_the_first() -> None:
     svc.register_event_time_timer("c", 10)
     svc.delete_event_time_timer("a", 10)
     assert [e[1] for e in payload_timers(first.materialize(), "event_time")] == ["a"]
-    assert sorted(e[1] for e in payload_timers(second.materialize(), "event_time")) == [
-        "a", "b"]
+    assert sorted(e[1] for e in payload_timers(second.materialize(), "event_time")) == ["a", "b"]
     assert svc.event_time_timers() == [InternalTimer(10, "b"), InternalTimer(10, "c")]
 
 
@@ -646,7 +661,8 @@ def test_M_T4_restoring_at_the_same_parallelism_restores_every_timer() -> None:
     restored.restore([pickle.loads(pickle.dumps(svc.snapshot()))], range(MP))
     assert all_timers(restored) == all_timers(svc)
     assert [t.timestamp for t in fire_all_event_time(restored)] == sorted(
-        t.timestamp for t in svc.event_time_timers())
+        t.timestamp for t in svc.event_time_timers()
+    )
 
 
 def test_M_T4_rescaling_1_to_3_splits_timers_by_key_group_and_3_to_2_merges_them() -> None:
@@ -663,7 +679,7 @@ def test_M_T4_rescaling_1_to_3_splits_timers_by_key_group_and_3_to_2_merges_them
     for q in (0, 1):
         parts = [s[q] for s in split]
         assert sum(len(p) for p in parts) == len(all_timers(original)[q])  # no duplicates
-        assert set().union(*parts) == all_timers(original)[q]                # none lost
+        assert set().union(*parts) == all_timers(original)[q]  # none lost
         assert all(parts)  # every subtask got some
     payloads = [pickle.loads(pickle.dumps(s.snapshot())) for s in three]
     two = []
@@ -705,22 +721,67 @@ def test_a_restored_service_starts_at_the_minimum_watermark_and_fires_restored_t
     assert rec.fired == [InternalTimer(10, "a")]
 
 
-@pytest.mark.parametrize("payload,match", [
-    ({"format": 1, "states": {}}, "not a timer snapshot"),
-    ("nope", "not a timer snapshot"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 2, "max_parallelism": MP,
-      "key_groups": {}}, "version 2"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": 32,
-      "key_groups": {}}, "max_parallelism 32"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": MP,
-      "key_groups": [1]}, "'key_groups' mapping"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": MP,
-      "key_groups": {0: {"event_time": [(1.5, "a", None)]}}}, "timestamp: int"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": MP,
-      "key_groups": {0: {"event_time": {"a": 1}}}}, "not a list"),
-    ({"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": MP,
-      "key_groups": {0: [1]}}, "not a mapping"),
-])
+@pytest.mark.parametrize(
+    "payload,match",
+    [
+        ({"format": 1, "states": {}}, "not a timer snapshot"),
+        ("nope", "not a timer snapshot"),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 2,
+                "max_parallelism": MP,
+                "key_groups": {},
+            },
+            "version 2",
+        ),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 1,
+                "max_parallelism": 32,
+                "key_groups": {},
+            },
+            "max_parallelism 32",
+        ),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 1,
+                "max_parallelism": MP,
+                "key_groups": [1],
+            },
+            "'key_groups' mapping",
+        ),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 1,
+                "max_parallelism": MP,
+                "key_groups": {0: {"event_time": [(1.5, "a", None)]}},
+            },
+            "timestamp: int",
+        ),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 1,
+                "max_parallelism": MP,
+                "key_groups": {0: {"event_time": {"a": 1}}},
+            },
+            "not a list",
+        ),
+        (
+            {
+                "format": TIMER_SNAPSHOT_FORMAT,
+                "version": 1,
+                "max_parallelism": MP,
+                "key_groups": {0: [1]},
+            },
+            "not a mapping",
+        ),
+    ],
+)
 def test_restore_rejects_what_is_not_a_matching_timer_snapshot(payload: Any, match: str) -> None:
     svc = service()
     with pytest.raises(ConfigurationError, match=match):
@@ -739,26 +800,37 @@ def test_restore_needs_a_key_group_range_and_a_list_of_payloads() -> None:
 
 def test_key_groups_outside_the_range_are_skipped_without_being_checked() -> None:
     svc = service()
-    bad = {"format": TIMER_SNAPSHOT_FORMAT, "version": 1, "max_parallelism": MP,
-           "key_groups": {MP - 1: "garbage"}}
+    bad = {
+        "format": TIMER_SNAPSHOT_FORMAT,
+        "version": 1,
+        "max_parallelism": MP,
+        "key_groups": {MP - 1: "garbage"},
+    }
     svc.restore([bad], range(MP - 1))
     assert svc.num_event_time_timers() == 0
 
 
 # -- property test against a reference model -------------------------------------------------
 KEYS = st.one_of(st.integers(0, 12), st.sampled_from(["a", "b", "c", "d"]))
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("reg_e"), KEYS, st.integers(0, 60), st.sampled_from([None, "w"])),
-    st.tuples(st.just("del_e"), KEYS, st.integers(0, 60), st.sampled_from([None, "w"])),
-    st.tuples(st.just("reg_p"), KEYS, st.integers(0, 60), st.just(None)),
-    st.tuples(st.just("del_p"), KEYS, st.integers(0, 60), st.just(None)),
-    st.tuples(st.just("bulk_e"), st.lists(st.tuples(KEYS, st.integers(0, 60)), max_size=80),
-              st.just(0), st.sampled_from([None, "w"])),
-    st.tuples(st.just("advance"), st.integers(0, 15), st.just(0), st.just(None)),
-    st.tuples(st.just("proc"), st.integers(0, 60), st.just(0), st.just(None)),
-    st.tuples(st.just("snapshot"), st.just(None), st.just(0), st.just(None)),
-    st.tuples(st.just("rescale"), st.integers(1, 4), st.just(0), st.just(None)),
-), max_size=60)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("reg_e"), KEYS, st.integers(0, 60), st.sampled_from([None, "w"])),
+        st.tuples(st.just("del_e"), KEYS, st.integers(0, 60), st.sampled_from([None, "w"])),
+        st.tuples(st.just("reg_p"), KEYS, st.integers(0, 60), st.just(None)),
+        st.tuples(st.just("del_p"), KEYS, st.integers(0, 60), st.just(None)),
+        st.tuples(
+            st.just("bulk_e"),
+            st.lists(st.tuples(KEYS, st.integers(0, 60)), max_size=80),
+            st.just(0),
+            st.sampled_from([None, "w"]),
+        ),
+        st.tuples(st.just("advance"), st.integers(0, 15), st.just(0), st.just(None)),
+        st.tuples(st.just("proc"), st.integers(0, 60), st.just(0), st.just(None)),
+        st.tuples(st.just("snapshot"), st.just(None), st.just(0), st.just(None)),
+        st.tuples(st.just("rescale"), st.integers(1, 4), st.just(0), st.just(None)),
+    ),
+    max_size=60,
+)
 
 
 class Model:
@@ -805,7 +877,8 @@ def rescaled(svc: InternalTimerService, parallelism: int) -> InternalTimerServic
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 def test_the_service_behaves_like_a_reference_model_across_snapshots_and_rescaling(
-        ops: list[tuple[str, Any, int, Any]]) -> None:
+    ops: list[tuple[str, Any, int, Any]],
+) -> None:
     svc = service(max_parallelism=8)
     model = Model()
     exact_ties = True  # until a rescale reorders ties (any stable order is allowed there)
@@ -860,8 +933,9 @@ def test_the_service_behaves_like_a_reference_model_across_snapshots_and_rescali
 
 
 # -- micro-benchmark (reported, not asserted) ----------------------------------------------
-def test_micro_benchmark_of_bulk_registration_and_firing(capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
+def test_micro_benchmark_of_bulk_registration_and_firing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """One timer per (key, window): 200k registrations over 20k keys and 10 window ends,
     half of them duplicates; then 100k distinct-timestamp registrations one by one."""
     n = 200_000
@@ -896,8 +970,10 @@ def test_micro_benchmark_of_bulk_registration_and_firing(capsys: pytest.CaptureF
     assert fired == added == restored.num_event_time_timers()
     assert fired_single == 100_000
     with capsys.disabled():
-        print(f"\n[timer bench] bulk register {n / bulk_s:,.0f}/s ({added:,} distinct); "
-              f"fire {fired / fire_s:,.0f}/s; single register {100_000 / single_s:,.0f}/s; "
-              f"fire distinct timestamps {fired_single / fire_single_s:,.0f}/s; "
-              f"snapshot view {view_s * 1e3:.2f} ms; materialize {materialize_s * 1e3:.0f} ms; "
-              f"restore {added / restore_s:,.0f}/s")
+        print(
+            f"\n[timer bench] bulk register {n / bulk_s:,.0f}/s ({added:,} distinct); "
+            f"fire {fired / fire_s:,.0f}/s; single register {100_000 / single_s:,.0f}/s; "
+            f"fire distinct timestamps {fired_single / fire_single_s:,.0f}/s; "
+            f"snapshot view {view_s * 1e3:.2f} ms; materialize {materialize_s * 1e3:.0f} ms; "
+            f"restore {added / restore_s:,.0f}/s"
+        )

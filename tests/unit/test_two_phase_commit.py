@@ -18,8 +18,14 @@ from lockgate.runtime.context import RuntimeContext
 
 
 def context(subtask: int = 0, parallelism: int = 1) -> RuntimeContext:
-    return RuntimeContext(task_name="sink task", operator_name="sink", operator_uid="sink",
-                          subtask_index=subtask, parallelism=parallelism, max_parallelism=128)
+    return RuntimeContext(
+        task_name="sink task",
+        operator_name="sink",
+        operator_uid="sink",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+    )
 
 
 class RecordingSink(TwoPhaseCommitSink[str]):
@@ -76,8 +82,9 @@ def new_writer(sink: RecordingSink) -> TwoPhaseCommitWriter[str]:
     return writer
 
 
-def started(sink: RecordingSink | None = None, states: list[Any] | None = None
-            ) -> tuple[RecordingSink, TwoPhaseCommitWriter[str]]:
+def started(
+    sink: RecordingSink | None = None, states: list[Any] | None = None
+) -> tuple[RecordingSink, TwoPhaseCommitWriter[str]]:
     sink = sink or RecordingSink()
     writer = new_writer(sink)
     writer.initialize_state(states or [])
@@ -90,8 +97,12 @@ def test_m_x2_a_fresh_writer_opens_the_sink_then_begins_one_transaction() -> Non
     writer = new_writer(sink)
     writer.initialize_state([])
     writer.write(RowBatch([1, 2]))
-    assert sink.calls == [("open", 0), ("finish_recovery", []), ("begin", "t0"),
-                          ("write", "t0", [1, 2])]
+    assert sink.calls == [
+        ("open", 0),
+        ("finish_recovery", []),
+        ("begin", "t0"),
+        ("write", "t0", [1, 2]),
+    ]
 
 
 def test_m_x2_the_barrier_pre_commits_begins_the_next_and_completion_commits() -> None:
@@ -100,8 +111,12 @@ def test_m_x2_the_barrier_pre_commits_begins_the_next_and_completion_commits() -
     snapshot = writer.snapshot_state(1)
     writer.write(RowBatch([2]))
     assert snapshot == {"pending": [(1, "t0")], "current": "t1"}
-    assert sink.calls == [("write", "t0", [1]), ("pre_commit", "t0"), ("begin", "t1"),
-                          ("write", "t1", [2])]
+    assert sink.calls == [
+        ("write", "t0", [1]),
+        ("pre_commit", "t0"),
+        ("begin", "t1"),
+        ("write", "t1", [2]),
+    ]
     sink.calls.clear()
     writer.notify_checkpoint_complete(1)
     assert sink.calls == [("commit", "t0")]
@@ -146,17 +161,22 @@ def test_m_x3_a_failed_commit_propagates_stays_pending_and_is_retried_on_the_nex
     assert writer.snapshot_state(3)["pending"] == [(1, "t0"), (2, "t1"), (3, "t2")]
     writer.notify_checkpoint_complete(3)
     assert [c for c in sink.calls if c[0] == "commit"] == [
-        ("commit", "t0"), ("commit", "t1"), ("commit", "t2")]
+        ("commit", "t0"),
+        ("commit", "t1"),
+        ("commit", "t2"),
+    ]
 
 
-def test_m_x2_restore_recovers_and_commits_pending_in_checkpoint_order_and_aborts_the_open_one() -> None:
+def test_m_x2_restore_recovers_and_commits_pending_in_checkpoint_order_and_aborts_the_open_one() -> (
+    None
+):
     sink, writer = started()
     writer.write(RowBatch([1]))
     writer.snapshot_state(1)
     writer.write(RowBatch([2]))
     snapshot = pickle.loads(pickle.dumps(writer.snapshot_state(2)))
     writer.write(RowBatch([3]))  # into t2, begun after checkpoint 2
-    writer.close()               # the task fails
+    writer.close()  # the task fails
     assert ("abort", "t2") not in sink.calls and ("close",) in sink.calls
 
     snapshot["pending"].reverse()  # order comes from the checkpoint ids
@@ -166,9 +186,12 @@ def test_m_x2_restore_recovers_and_commits_pending_in_checkpoint_order_and_abort
     writer.initialize_state([snapshot])
     assert restored.calls == [
         ("open", 0),
-        ("recover_and_commit", "t0"), ("commit", "t0"),
-        ("recover_and_commit", "t1"), ("commit", "t1"),
-        ("recover_and_abort", "t2"), ("abort", "t2"),
+        ("recover_and_commit", "t0"),
+        ("commit", "t0"),
+        ("recover_and_commit", "t1"),
+        ("commit", "t1"),
+        ("recover_and_abort", "t2"),
+        ("abort", "t2"),
         ("finish_recovery", ["t0", "t1", "t2"]),
         ("begin", "t3"),
     ]
@@ -180,8 +203,11 @@ def test_m_x2_restoring_several_snapshots_recovers_each() -> None:
     sink = RecordingSink()
     new_writer(sink).initialize_state([first, None, second])
     assert [c for c in sink.calls if c[0].startswith("recover")] == [
-        ("recover_and_commit", "a0"), ("recover_and_abort", "a1"),
-        ("recover_and_commit", "b0"), ("recover_and_abort", "b1")]
+        ("recover_and_commit", "a0"),
+        ("recover_and_abort", "a1"),
+        ("recover_and_commit", "b0"),
+        ("recover_and_abort", "b1"),
+    ]
 
 
 def test_m_x2_a_restore_fails_loudly_on_a_value_that_is_not_a_snapshot() -> None:

@@ -117,8 +117,14 @@ def test_a_descriptor_needs_a_name() -> None:
 
 
 def test_a_non_keyed_operator_asking_for_keyed_state_is_told_to_key_by_first() -> None:
-    ctx = RuntimeContext(task_name="t", operator_name="plain map", operator_uid="u",
-                         subtask_index=0, parallelism=1, max_parallelism=128)
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="plain map",
+        operator_uid="u",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
     with pytest.raises(lg.ConfigurationError) as err:
         ctx.get_state(lg.ValueStateDescriptor("x"))
     assert "plain map" in str(err.value) and "key_by" in str(err.value)

@@ -59,9 +59,16 @@ class TimerPerRecord(lg.KeyedProcessFunction):
 def keyed_operator() -> tuple[KeyedProcessOperator, Collect]:
     op = KeyedProcessOperator(TimerPerRecord(), KeySelector("k"))
     clock = lg.ManualClock(start_ms=0)
-    ctx = RuntimeContext(task_name="t", operator_name="p", operator_uid="p", subtask_index=0,
-                         parallelism=1, max_parallelism=128, clock=clock,
-                         processing_time_service=ProcessingTimeService(clock))
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="p",
+        operator_uid="p",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        clock=clock,
+        processing_time_service=ProcessingTimeService(clock),
+    )
     out = Collect()
     op.setup("p", "p", ctx, out)
     op.initialize_state(None)
@@ -111,32 +118,67 @@ class RecordingWriter:
 
 
 def chain_with_writer() -> tuple[OperatorChain, RecordingWriter]:
-    op_plan = OperatorPlan(id=1, uid="emit", name="emit", kind=Kind.OPERATOR, parallelism=1,
-                           max_parallelism=128, payload=cloudpickle.dumps(OperatorFactory(EmitAsTold)),
-                           edge_outputs=[(7, None)])
-    vertex = VertexPlan(id=1, name="emit", parallelism=1, max_parallelism=128,
-                        operators=[op_plan], in_edges=[], out_edges=[7], is_source=False)
+    op_plan = OperatorPlan(
+        id=1,
+        uid="emit",
+        name="emit",
+        kind=Kind.OPERATOR,
+        parallelism=1,
+        max_parallelism=128,
+        payload=cloudpickle.dumps(OperatorFactory(EmitAsTold)),
+        edge_outputs=[(7, None)],
+    )
+    vertex = VertexPlan(
+        id=1,
+        name="emit",
+        parallelism=1,
+        max_parallelism=128,
+        operators=[op_plan],
+        in_edges=[],
+        out_edges=[7],
+        is_source=False,
+    )
     writer = RecordingWriter()
-    chain = OperatorChain(vertex, 0, {7: writer},  # type: ignore[dict-item]
-                          clock=lg.ManualClock(start_ms=0))
+    chain = OperatorChain(
+        vertex,
+        0,
+        {7: writer},  # type: ignore[dict-item]
+        clock=lg.ManualClock(start_ms=0),
+    )
     chain.open()
     return chain, writer
 
 
-@pytest.mark.parametrize("elements, expected", [
-    # generated while idle: dropped; ACTIVE again lets the next one through
-    ([Watermark(1), StreamStatus.IDLE, Watermark(2), Watermark(3), StreamStatus.ACTIVE,
-      Watermark(4)],
-     [Watermark(1), StreamStatus.IDLE, StreamStatus.ACTIVE, Watermark(4)]),
-    # a status goes out once per change
-    ([StreamStatus.IDLE, StreamStatus.IDLE, StreamStatus.ACTIVE, StreamStatus.ACTIVE],
-     [StreamStatus.IDLE, StreamStatus.ACTIVE]),
-    # data is not held back (an operator announces ACTIVE before data, M-W2)
-    ([StreamStatus.IDLE, {"x": 1}, StreamStatus.ACTIVE, {"x": 2}, Watermark(9)],
-     [StreamStatus.IDLE, {"x": 1}, StreamStatus.ACTIVE, {"x": 2}, Watermark(9)]),
-])
+@pytest.mark.parametrize(
+    "elements, expected",
+    [
+        # generated while idle: dropped; ACTIVE again lets the next one through
+        (
+            [
+                Watermark(1),
+                StreamStatus.IDLE,
+                Watermark(2),
+                Watermark(3),
+                StreamStatus.ACTIVE,
+                Watermark(4),
+            ],
+            [Watermark(1), StreamStatus.IDLE, StreamStatus.ACTIVE, Watermark(4)],
+        ),
+        # a status goes out once per change
+        (
+            [StreamStatus.IDLE, StreamStatus.IDLE, StreamStatus.ACTIVE, StreamStatus.ACTIVE],
+            [StreamStatus.IDLE, StreamStatus.ACTIVE],
+        ),
+        # data is not held back (an operator announces ACTIVE before data, M-W2)
+        (
+            [StreamStatus.IDLE, {"x": 1}, StreamStatus.ACTIVE, {"x": 2}, Watermark(9)],
+            [StreamStatus.IDLE, {"x": 1}, StreamStatus.ACTIVE, {"x": 2}, Watermark(9)],
+        ),
+    ],
+)
 def test_M_W2_an_idle_task_does_not_forward_watermarks_generated_inside_it(
-        elements: list[Any], expected: list[Any]) -> None:
+    elements: list[Any], expected: list[Any]
+) -> None:
     chain, writer = chain_with_writer()
     try:
         chain.head.process_batch(elements)  # type: ignore[arg-type]

@@ -111,8 +111,9 @@ def test_when_every_split_is_idle_the_combined_output_is_idle_once_M_W2() -> Non
     assert mux.is_idle
 
 
-def test_a_split_turning_active_makes_the_combined_output_active_before_its_watermark_M_W2(
-        ) -> None:
+def test_a_split_turning_active_makes_the_combined_output_active_before_its_watermark_M_W2() -> (
+    None
+):
     mux, out = mux_with("a")
     mux.immediate_output("a").mark_idle()
     mux.immediate_output("a").emit_watermark(8)
@@ -133,8 +134,7 @@ def test_unregistering_the_lagging_split_advances_the_combined_watermark_at_once
     assert mux.split_ids == ["a"]
 
 
-def test_with_every_split_finished_and_none_left_the_combined_output_is_idle_not_max_M_W2(
-        ) -> None:
+def test_with_every_split_finished_and_none_left_the_combined_output_is_idle_not_max_M_W2() -> None:
     mux, out = mux_with("a")
     mux.immediate_output("a").emit_watermark(3)
     mux.unregister("a")
@@ -257,8 +257,7 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("register"), st.sampled_from(SPLITS)),
         st.tuples(st.just("unregister"), st.sampled_from(SPLITS)),
-        st.tuples(st.just("emit"), st.sampled_from(SPLITS), st.booleans(),
-                  st.integers(-5, 60)),
+        st.tuples(st.just("emit"), st.sampled_from(SPLITS), st.booleans(), st.integers(-5, 60)),
         st.tuples(st.just("idle"), st.sampled_from(SPLITS), st.booleans()),
         st.tuples(st.just("active"), st.sampled_from(SPLITS), st.booleans()),
         st.tuples(st.just("periodic")),
@@ -365,7 +364,8 @@ def test_the_multiplexer_behaves_like_the_reference_model_M_W1_M_W2(ops: list[tu
 @settings(max_examples=200, deadline=None)
 @given(operations)
 def test_the_combined_output_advances_strictly_and_never_emits_while_idle_M_W1_M_W2(
-        ops: list[tuple]) -> None:
+    ops: list[tuple],
+) -> None:
     out = Recorder()
     mux = WatermarkOutputMultiplexer(out)
     for op in ops:
@@ -380,7 +380,7 @@ def test_the_combined_output_advances_strictly_and_never_emits_while_idle_M_W1_M
             elif kind == "finish":
                 mux.finish()
             else:
-                output = (mux.immediate_output(op[1]) if op[2] else mux.deferred_output(op[1]))
+                output = mux.immediate_output(op[1]) if op[2] else mux.deferred_output(op[1])
                 if kind == "emit":
                     output.emit_watermark(op[3])
                 elif kind == "idle":
@@ -411,8 +411,11 @@ def batch_of(*times: int) -> pa.RecordBatch:
 
 def test_a_source_with_a_lagging_split_emits_the_minimum_of_its_splits_periodically() -> None:
     clock, out = ManualClock(), Recorder()
-    strategy = (WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_assigner("t")
-                .with_periodic_emit_interval(100))
+    strategy = (
+        WatermarkStrategy.for_bounded_out_of_orderness(10)
+        .with_timestamp_assigner("t")
+        .with_periodic_emit_interval(100)
+    )
     source = PerSplitWatermarks(strategy, out, clock)
     source.add_split("s1")
     source.add_split("s2")
@@ -431,8 +434,11 @@ def test_a_source_with_a_lagging_split_emits_the_minimum_of_its_splits_periodica
 
 def test_an_idle_split_of_a_source_stops_holding_back_its_watermark_M_W2() -> None:
     clock, out = ManualClock(), Recorder()
-    strategy = (WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("t")
-                .with_idleness(1_000))
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_timestamp_assigner("t")
+        .with_idleness(1_000)
+    )
     source = PerSplitWatermarks(strategy, out, clock)
     source.add_split("busy")
     source.add_split("quiet")
@@ -449,11 +455,15 @@ def test_an_idle_split_of_a_source_stops_holding_back_its_watermark_M_W2() -> No
     assert out.watermarks == [4, 3_999, 4_999]
 
 
-def test_a_source_whose_splits_all_go_idle_is_idle_and_becomes_active_before_new_records_M_W2(
-        ) -> None:
+def test_a_source_whose_splits_all_go_idle_is_idle_and_becomes_active_before_new_records_M_W2() -> (
+    None
+):
     clock, out = ManualClock(), Recorder()
-    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(
-        lambda r: r["t"]).with_idleness(300)
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_timestamp_assigner(lambda r: r["t"])
+        .with_idleness(300)
+    )
     source = PerSplitWatermarks(strategy, out, clock)
     source.add_split(0)
     source.on_batch(0, RowBatch([{"t": 10}]))
@@ -470,7 +480,8 @@ def test_a_source_whose_splits_all_go_idle_is_idle_and_becomes_active_before_new
 def test_punctuated_watermarks_of_a_source_reach_the_output_while_the_batch_is_seen() -> None:
     out = Recorder()
     strategy = WatermarkStrategy.for_generator(
-        lambda: PunctuatedWatermarks(lambda t: int(t.max()))).with_timestamp_assigner("t")
+        lambda: PunctuatedWatermarks(lambda t: int(t.max()))
+    ).with_timestamp_assigner("t")
     source = PerSplitWatermarks(strategy, out, ManualClock())
     source.add_split("only")
     source.on_batch("only", batch_of(3, 42))
@@ -500,8 +511,7 @@ def test_without_an_assigner_the_records_own_timestamps_drive_the_watermarks_M_W
     assert out.log[-1] == ("wm", 29)
 
 
-def test_without_an_assigner_records_without_timestamps_fail_saying_how_to_assign_them(
-) -> None:
+def test_without_an_assigner_records_without_timestamps_fail_saying_how_to_assign_them() -> None:
     source = PerSplitWatermarks(WatermarkStrategy.for_monotonous_timestamps(), Recorder())
     source.add_split("x")
     with pytest.raises(ConfigurationError, match="with_timestamp_assigner"):
@@ -510,7 +520,8 @@ def test_without_an_assigner_records_without_timestamps_fail_saying_how_to_assig
 
 def test_a_batch_of_an_unknown_split_is_a_configuration_error() -> None:
     source = PerSplitWatermarks(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("t"), Recorder())
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("t"), Recorder()
+    )
     with pytest.raises(ConfigurationError, match="not registered"):
         source.on_timestamps("ghost", np.array([1], dtype=np.int64))
 

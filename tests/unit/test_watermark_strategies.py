@@ -71,7 +71,8 @@ def test_bounded_out_of_orderness_accepts_a_timedelta_or_int_milliseconds_alike(
 
 @pytest.mark.parametrize("bad", [-1, dt.timedelta(seconds=-1), 1.5, "5s", True, None])
 def test_bounded_out_of_orderness_rejects_negative_and_non_duration_values_naming_the_setting(
-        bad: object) -> None:
+    bad: object,
+) -> None:
     with pytest.raises(ConfigurationError, match="max_out_of_orderness"):
         WatermarkStrategy.for_bounded_out_of_orderness(bad)  # type: ignore[arg-type]
 
@@ -86,8 +87,10 @@ def test_idleness_needs_a_positive_timeout(bad: object) -> None:
 def test_the_periodic_emit_interval_defaults_to_200_ms_and_can_be_set_but_not_to_zero() -> None:
     strategy = WatermarkStrategy.for_monotonous_timestamps()
     assert strategy.periodic_emit_interval_ms == DEFAULT_PERIODIC_EMIT_INTERVAL_MS == 200
-    assert strategy.with_periodic_emit_interval(
-        dt.timedelta(seconds=1)).periodic_emit_interval_ms == 1000
+    assert (
+        strategy.with_periodic_emit_interval(dt.timedelta(seconds=1)).periodic_emit_interval_ms
+        == 1000
+    )
     with pytest.raises(ConfigurationError, match="periodic emit interval"):
         strategy.with_periodic_emit_interval(0)
 
@@ -122,12 +125,22 @@ def test_strategies_are_immutable_and_with_methods_leave_the_original_unchanged(
 def test_a_strategy_survives_pickling_and_its_copy_behaves_the_same() -> None:
     batch = pa.RecordBatch.from_pylist([{"t": 7}, {"t": 3}])
     for strategy, dumps in [
-        (WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_assigner("t"),
-         pickle.dumps),
-        (WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(event_time_of)
-         .with_idleness(100), pickle.dumps),
-        (WatermarkStrategy.for_generator(lambda: PunctuatedWatermarks(lambda t: int(t.max())))
-         .with_timestamp_assigner(lambda r: r["t"] * 2), cloudpickle.dumps),
+        (
+            WatermarkStrategy.for_bounded_out_of_orderness(5).with_timestamp_assigner("t"),
+            pickle.dumps,
+        ),
+        (
+            WatermarkStrategy.for_monotonous_timestamps()
+            .with_timestamp_assigner(event_time_of)
+            .with_idleness(100),
+            pickle.dumps,
+        ),
+        (
+            WatermarkStrategy.for_generator(
+                lambda: PunctuatedWatermarks(lambda t: int(t.max()))
+            ).with_timestamp_assigner(lambda r: r["t"] * 2),
+            cloudpickle.dumps,
+        ),
     ]:
         copy = pickle.loads(dumps(strategy))
         assert copy.kind == strategy.kind
@@ -142,10 +155,14 @@ def test_a_strategy_survives_pickling_and_its_copy_behaves_the_same() -> None:
 
 
 def test_each_factory_creates_the_generator_it_names_and_idleness_wraps_it() -> None:
-    assert isinstance(WatermarkStrategy.for_bounded_out_of_orderness(3).create_generator(),
-                      BoundedOutOfOrdernessWatermarks)
-    assert isinstance(WatermarkStrategy.for_monotonous_timestamps().create_generator(),
-                      AscendingTimestampsWatermarks)
+    assert isinstance(
+        WatermarkStrategy.for_bounded_out_of_orderness(3).create_generator(),
+        BoundedOutOfOrdernessWatermarks,
+    )
+    assert isinstance(
+        WatermarkStrategy.for_monotonous_timestamps().create_generator(),
+        AscendingTimestampsWatermarks,
+    )
     assert isinstance(WatermarkStrategy.no_watermarks().create_generator(), NoWatermarks)
     wrapped = WatermarkStrategy.for_bounded_out_of_orderness(3).with_idleness(50).create_generator()
     assert isinstance(wrapped, WatermarksWithIdleness)
@@ -167,14 +184,16 @@ def test_every_split_gets_a_generator_of_its_own_so_their_maxima_do_not_mix() ->
 def test_timestamps_of_a_strategy_without_assigner_asks_for_one() -> None:
     with pytest.raises(ConfigurationError, match="with_timestamp_assigner"):
         WatermarkStrategy.for_monotonous_timestamps().timestamps_of(
-            pa.RecordBatch.from_pylist([{"t": 1}]))
+            pa.RecordBatch.from_pylist([{"t": 1}])
+        )
 
 
 # -- timestamp extraction --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arrow_type", [pa.int64(), pa.int32(), pa.uint32(), pa.int16(),
-                                        pa.uint64()])
+@pytest.mark.parametrize(
+    "arrow_type", [pa.int64(), pa.int32(), pa.uint32(), pa.int16(), pa.uint64()]
+)
 def test_an_integer_column_is_read_as_epoch_milliseconds(arrow_type: pa.DataType) -> None:
     batch = pa.RecordBatch.from_arrays([pa.array([30, 10, 20], arrow_type)], names=["t"])
     out = timestamps_of(batch, "t")
@@ -182,14 +201,18 @@ def test_an_integer_column_is_read_as_epoch_milliseconds(arrow_type: pa.DataType
     assert out.tolist() == [30, 10, 20]
 
 
-@pytest.mark.parametrize("unit,raw,expected", [
-    ("s", [2, -1], [2000, -1000]),
-    ("ms", [1_700_000_000_123, -5], [1_700_000_000_123, -5]),
-    ("us", [1_500_999, -1], [1_500, -1]),
-    ("ns", [2_999_999, -1], [2, -1]),
-])
+@pytest.mark.parametrize(
+    "unit,raw,expected",
+    [
+        ("s", [2, -1], [2000, -1000]),
+        ("ms", [1_700_000_000_123, -5], [1_700_000_000_123, -5]),
+        ("us", [1_500_999, -1], [1_500, -1]),
+        ("ns", [2_999_999, -1], [2, -1]),
+    ],
+)
 def test_arrow_timestamp_columns_of_every_unit_become_int_ms_rounded_down(
-        unit: str, raw: list[int], expected: list[int]) -> None:
+    unit: str, raw: list[int], expected: list[int]
+) -> None:
     for tz in (None, "Europe/Paris"):
         array = pa.array(raw, pa.int64()).cast(pa.timestamp(unit, tz=tz))
         batch = pa.RecordBatch.from_arrays([array], names=["when"])
@@ -245,14 +268,16 @@ def test_a_column_assigner_on_a_scalar_batch_suggests_a_function() -> None:
 
 @pytest.mark.parametrize("arrow_type", [pa.float64(), pa.string(), pa.bool_()])
 def test_a_column_of_a_type_without_event_time_is_rejected_naming_the_type(
-        arrow_type: pa.DataType) -> None:
+    arrow_type: pa.DataType,
+) -> None:
     batch = pa.RecordBatch.from_arrays([pa.array([], arrow_type)], names=["t"])
     with pytest.raises(ConfigurationError, match=str(arrow_type)):
         timestamps_of(batch, "t")
 
 
-def test_a_function_assigner_sees_dicts_of_arrow_batches_and_bare_values_of_scalar_batches(
-        ) -> None:
+def test_a_function_assigner_sees_dicts_of_arrow_batches_and_bare_values_of_scalar_batches() -> (
+    None
+):
     rows = pa.RecordBatch.from_pylist([{"t": 5, "k": "a"}, {"t": 9, "k": "b"}])
     assert timestamps_of(rows, lambda r: r["t"] + len(r["k"])).tolist() == [6, 10]
     assert timestamps_of(scalar_batch([4, 8]), lambda v: v * 10).tolist() == [40, 80]
@@ -275,54 +300,69 @@ def test_a_function_returning_no_int_is_rejected_naming_the_record_position(bad:
 
 def test_a_column_assigner_on_row_batches_reads_ints_and_datetimes_per_record() -> None:
     utc_plus_1 = dt.timezone(dt.timedelta(hours=1))
-    rows = RowBatch([
-        {"t": 1_000},
-        {"t": dt.datetime(1970, 1, 1, 0, 0, 2)},
-        {"t": dt.datetime(1970, 1, 1, 1, 0, 3, tzinfo=utc_plus_1)},
-    ])
+    rows = RowBatch(
+        [
+            {"t": 1_000},
+            {"t": dt.datetime(1970, 1, 1, 0, 0, 2)},
+            {"t": dt.datetime(1970, 1, 1, 1, 0, 3, tzinfo=utc_plus_1)},
+        ]
+    )
     assert timestamps_of(rows, "t").tolist() == [1_000, 2_000, 3_000]
 
 
 def test_a_column_assigner_agrees_on_an_arrow_batch_and_its_rows() -> None:
     array = pa.array([1_700_000_000_123_456, -1_500], pa.int64()).cast(pa.timestamp("us"))
     batch = pa.RecordBatch.from_arrays([array], names=["t"])
-    assert timestamps_of(batch, "t").tolist() == timestamps_of(
-        RowBatch(batch.to_pylist()), "t").tolist()
+    assert (
+        timestamps_of(batch, "t").tolist()
+        == timestamps_of(RowBatch(batch.to_pylist()), "t").tolist()
+    )
 
 
-@pytest.mark.parametrize("rows,match", [
-    ([{"t": 1}, (2,)], "record 1 .*tuple"),
-    ([{"t": 1}, {"t": 2}, {"u": 3}], "record 2 .*no event-time field 't'"),
-    ([{"t": "1"}], "record 0 .*str"),
-])
+@pytest.mark.parametrize(
+    "rows,match",
+    [
+        ([{"t": 1}, (2,)], "record 1 .*tuple"),
+        ([{"t": 1}, {"t": 2}, {"u": 3}], "record 2 .*no event-time field 't'"),
+        ([{"t": "1"}], "record 0 .*str"),
+    ],
+)
 def test_a_column_assigner_on_row_batches_names_the_first_unusable_record(
-        rows: list, match: str) -> None:
+    rows: list, match: str
+) -> None:
     with pytest.raises(InvalidTimestampError, match=match):
         timestamps_of(RowBatch(rows), "t")
 
 
 def test_an_empty_batch_has_an_empty_int64_array_of_event_times() -> None:
     cases: list[tuple[Batch, TimestampAssigner]] = [
-        (RowBatch([]), "t"), (RowBatch([]), event_time_of),
-        (pa.RecordBatch.from_pylist([{"t": 1}]).slice(0, 0), "t")]
+        (RowBatch([]), "t"),
+        (RowBatch([]), event_time_of),
+        (pa.RecordBatch.from_pylist([{"t": 1}]).slice(0, 0), "t"),
+    ]
     for batch, assigner in cases:
         out = timestamps_of(batch, assigner)
         assert out.dtype == np.int64 and len(out) == 0
 
 
 def test_an_invalid_timestamp_error_survives_pickling_with_its_position() -> None:
-    error = InvalidTimestampError("bad", location="record 3 of the batch", raw={"t": None},
-                                  position=3)
+    error = InvalidTimestampError(
+        "bad", location="record 3 of the batch", raw={"t": None}, position=3
+    )
     copy = pickle.loads(pickle.dumps(error))
     assert (type(copy), str(copy), copy.position, copy.location, copy.raw) == (
-        InvalidTimestampError, "bad", 3, "record 3 of the batch", {"t": None})
+        InvalidTimestampError,
+        "bad",
+        3,
+        "record 3 of the batch",
+        {"t": None},
+    )
 
 
 # -- generators ------------------------------------------------------------------------------
 
 
-def test_bounded_out_of_orderness_emits_max_seen_minus_bound_minus_one_periodically_M_W1(
-        ) -> None:
+def test_bounded_out_of_orderness_emits_max_seen_minus_bound_minus_one_periodically_M_W1() -> None:
     gen, out = BoundedOutOfOrdernessWatermarks(dt.timedelta(milliseconds=10)), Recorder()
     gen.on_events(ts(50, 100, 70), out)
     assert out.log == []  # periodic: nothing while seeing events
@@ -385,7 +425,8 @@ def test_a_punctuated_function_returning_a_non_int_is_a_configuration_error() ->
 
 def test_a_custom_generator_from_a_factory_runs_through_the_strategy() -> None:
     strategy = WatermarkStrategy.for_generator(
-        lambda: PunctuatedWatermarks(lambda t: int(t.min()))).with_timestamp_assigner("t")
+        lambda: PunctuatedWatermarks(lambda t: int(t.min()))
+    ).with_timestamp_assigner("t")
     gen, out = strategy.create_generator(), Recorder()
     gen.on_events(strategy.timestamps_of(pa.RecordBatch.from_pylist([{"t": 8}, {"t": 4}])), out)
     assert out.watermarks == [4]
@@ -396,8 +437,11 @@ def test_a_custom_generator_from_a_factory_runs_through_the_strategy() -> None:
 
 def idle_generator(timeout: int = 100) -> tuple[WatermarksWithIdleness, ManualClock, Recorder]:
     clock = ManualClock(1_000)
-    return (WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(0), timeout, clock), clock,
-            Recorder())
+    return (
+        WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(0), timeout, clock),
+        clock,
+        Recorder(),
+    )
 
 
 def test_a_generator_becomes_idle_once_timeout_passes_without_events_M_W2() -> None:
@@ -421,8 +465,9 @@ def test_idleness_is_counted_from_the_last_events_not_the_first_M_W2() -> None:
     assert "idle" not in out.log
 
 
-def test_a_split_without_any_events_goes_idle_timeout_after_its_generator_was_created_M_W2(
-        ) -> None:
+def test_a_split_without_any_events_goes_idle_timeout_after_its_generator_was_created_M_W2() -> (
+    None
+):
     gen, clock, out = idle_generator(100)
     clock.advance(100)
     gen.on_periodic_emit(out)

@@ -109,9 +109,9 @@ def test_a_watermark_is_ignored_while_the_valve_is_idle() -> None:
 def test_a_resumed_channel_behind_the_output_does_not_hold_it_back() -> None:
     """M-W3/M-W4: an unaligned active channel is left out of the minimum."""
     valve = valve_at(10, 5)
-    valve.input_status(IDLE, 1)                  # output 10
-    valve.input_status(ACTIVE, 1)                # 5 < 10: unaligned
-    assert valve.input_watermark(7, 1) == []     # still behind: unaligned, no output
+    valve.input_status(IDLE, 1)  # output 10
+    valve.input_status(ACTIVE, 1)  # 5 < 10: unaligned
+    assert valve.input_watermark(7, 1) == []  # still behind: unaligned, no output
     assert not valve.is_channel_aligned(1)
     assert valve.input_watermark(15, 0) == [wm(15)]
 
@@ -122,9 +122,9 @@ def test_a_channel_whose_watermark_catches_up_with_the_last_output_is_aligned_ag
     valve = valve_at(10, 5)
     valve.input_status(IDLE, 1)
     valve.input_status(ACTIVE, 1)
-    assert valve.input_watermark(10, 1) == []    # == last output: aligned, no advance
+    assert valve.input_watermark(10, 1) == []  # == last output: aligned, no advance
     assert valve.is_channel_aligned(1)
-    assert valve.input_watermark(30, 0) == []    # channel 1 at 10 holds the output
+    assert valve.input_watermark(30, 0) == []  # channel 1 at 10 holds the output
     assert valve.holding_back() == 1
     assert valve.input_watermark(12, 1) == [wm(12)]
 
@@ -143,8 +143,8 @@ def test_a_channel_going_idle_becomes_unaligned() -> None:
 def test_when_all_channels_go_idle_the_valve_emits_the_maximum_watermark_then_idle() -> None:
     """M-W4: the last channel going idle held the minimum: flush the maximum, then IDLE."""
     valve = valve_at(5, 9, 2)
-    assert valve.input_status(IDLE, 1) == []     # 9 did not hold the minimum 2
-    assert valve.input_status(IDLE, 0) == []     # neither did 5
+    assert valve.input_status(IDLE, 1) == []  # 9 did not hold the minimum 2
+    assert valve.input_status(IDLE, 0) == []  # neither did 5
     assert valve.input_status(IDLE, 2) == [wm(9), IDLE]
     assert valve.is_idle and valve.last_output_watermark == 9
 
@@ -156,17 +156,19 @@ def test_when_all_channels_go_idle_no_watermark_is_emitted_unless_the_maximum_ad
     assert valve.input_status(IDLE, 1) == [IDLE]
 
 
-def test_when_all_channels_go_idle_the_maximum_is_flushed_even_if_the_last_did_not_hold_it() -> None:
+def test_when_all_channels_go_idle_the_maximum_is_flushed_even_if_the_last_did_not_hold_it() -> (
+    None
+):
     """M-W4, decided: the flush is checked whenever the valve goes idle. Here channel 2
     resumed ahead of the output (aligned, but a resume emits no watermark) and goes idle
     again: Flink's "held the minimum" shortcut would leave the output at 20."""
-    valve = valve_at(10, 10, 50)                 # output 10
+    valve = valve_at(10, 10, 50)  # output 10
     valve.input_status(IDLE, 2)
     valve.input_status(IDLE, 1)
     assert valve.input_watermark(20, 0) == [wm(20)]
-    valve.input_status(ACTIVE, 1)                # 10 < 20: unaligned
-    assert valve.input_status(IDLE, 0) == []     # no aligned channel left
-    assert valve.input_status(ACTIVE, 2) == []   # 50 >= 20: aligned, no watermark
+    valve.input_status(ACTIVE, 1)  # 10 < 20: unaligned
+    assert valve.input_status(IDLE, 0) == []  # no aligned channel left
+    assert valve.input_status(ACTIVE, 2) == []  # 50 >= 20: aligned, no watermark
     assert valve.input_status(IDLE, 1) == []
     assert valve.input_status(IDLE, 2) == [wm(50), IDLE]
 
@@ -190,7 +192,7 @@ def test_an_idle_channel_holding_the_minimum_with_no_aligned_rest_emits_nothing(
     """M-W4: the recompute runs over aligned channels only; none are left."""
     valve = valve_at(10, 5)
     valve.input_status(IDLE, 1)
-    valve.input_status(ACTIVE, 1)                # unaligned (5 < 10)
+    valve.input_status(ACTIVE, 1)  # unaligned (5 < 10)
     assert valve.input_status(IDLE, 0) == []
     assert valve.holding_back() is None and not valve.is_idle
 
@@ -201,7 +203,7 @@ def test_a_channel_going_active_is_aligned_again_if_its_watermark_reaches_the_la
     valve.input_status(IDLE, 1)
     assert valve.input_status(ACTIVE, 1) == []
     assert valve.is_channel_aligned(1)
-    assert valve.input_watermark(11, 0) == []    # channel 1 at 10 holds it back
+    assert valve.input_watermark(11, 0) == []  # channel 1 at 10 holds it back
 
 
 def test_a_channel_going_active_behind_the_last_output_stays_unaligned() -> None:
@@ -260,8 +262,11 @@ def test_a_finished_channel_of_an_idle_valve_emits_active_then_max_watermark() -
 def test_a_finished_channel_rejects_further_elements() -> None:
     valve = StatusWatermarkValve(2)
     valve.channel_finished(1)
-    for feed in (lambda: valve.input_watermark(5, 1), lambda: valve.input_status(IDLE, 1),
-                 lambda: valve.channel_finished(1)):
+    for feed in (
+        lambda: valve.input_watermark(5, 1),
+        lambda: valve.input_status(IDLE, 1),
+        lambda: valve.channel_finished(1),
+    ):
         with pytest.raises(CorruptStreamError, match="channel 1"):
             feed()
 
@@ -271,7 +276,7 @@ def test_a_finished_channel_rejects_further_elements() -> None:
 
 def test_holding_back_names_the_aligned_channel_with_the_lowest_watermark() -> None:
     valve = valve_at(7, 3, 3)
-    assert valve.holding_back() == 1             # lowest index among equals
+    assert valve.holding_back() == 1  # lowest index among equals
     valve.input_status(IDLE, 1)
     assert valve.holding_back() == 2
 
@@ -296,8 +301,12 @@ def test_a_valve_rejects_a_channel_count_that_is_not_a_positive_int(n: Any) -> N
 @pytest.mark.parametrize("index", [-1, 2, True, "0", 0.0])
 def test_a_valve_rejects_a_channel_index_out_of_range(index: Any) -> None:
     valve = StatusWatermarkValve(2)
-    for feed in (lambda: valve.input_watermark(1, index), lambda: valve.input_status(IDLE, index),
-                 lambda: valve.channel_finished(index), lambda: valve.channel_watermark(index)):
+    for feed in (
+        lambda: valve.input_watermark(1, index),
+        lambda: valve.input_status(IDLE, index),
+        lambda: valve.channel_finished(index),
+        lambda: valve.channel_watermark(index),
+    ):
         with pytest.raises(ConfigurationError, match="channel index"):
             feed()
     combiner = MultiInputWatermark(2)
@@ -305,8 +314,9 @@ def test_a_valve_rejects_a_channel_index_out_of_range(index: Any) -> None:
         combiner.input_watermark(1, index)
 
 
-@pytest.mark.parametrize("ts", [1.5, "3", True, None, MAX_WATERMARK + 1, MIN_WATERMARK - 1,
-                                Watermark(3)])
+@pytest.mark.parametrize(
+    "ts", [1.5, "3", True, None, MAX_WATERMARK + 1, MIN_WATERMARK - 1, Watermark(3)]
+)
 def test_a_watermark_timestamp_must_be_an_int_of_milliseconds_in_range(ts: Any) -> None:
     with pytest.raises(ConfigurationError, match="watermark timestamp"):
         StatusWatermarkValve(1).input_watermark(ts, 0)
@@ -374,9 +384,9 @@ def test_a_resuming_input_reports_active_and_holds_the_minimum_again() -> None:
     combiner = MultiInputWatermark(2)
     combiner.input_watermark(2, 0)
     combiner.input_watermark(8, 1)
-    combiner.input_status(IDLE, 0)               # combined 8
+    combiner.input_status(IDLE, 0)  # combined 8
     assert combiner.input_status(ACTIVE, 0) == []
-    assert combiner.input_watermark(12, 1) is None   # input 0 at 2 holds it back
+    assert combiner.input_watermark(12, 1) is None  # input 0 at 2 holds it back
     assert combiner.input_watermark(10, 0) == 10
 
 
@@ -476,7 +486,8 @@ def valve_scenarios(draw: Any) -> tuple[int, list[tuple[Any, ...]]]:
 @settings(max_examples=400, deadline=None)
 @given(valve_scenarios())
 def test_the_valve_matches_the_reference_model_on_random_event_sequences(
-        scenario: tuple[int, list[tuple[Any, ...]]]) -> None:
+    scenario: tuple[int, list[tuple[Any, ...]]],
+) -> None:
     """M-W3, M-W4: same outputs and same per-channel state after every event; plus the
     guarantees: output watermarks strictly increase and never exceed a channel's watermark,
     statuses alternate starting with IDLE, and no watermark leaves an idle valve."""
@@ -486,8 +497,14 @@ def test_the_valve_matches_the_reference_model_on_random_event_sequences(
     for kind, ch, *args in events:
         if ch in model.finished:
             with pytest.raises(CorruptStreamError):
-                getattr(valve, {"wm": "input_watermark", "status": "input_status",
-                                "finish": "channel_finished"}[kind])(*args, ch)
+                getattr(
+                    valve,
+                    {
+                        "wm": "input_watermark",
+                        "status": "input_status",
+                        "finish": "channel_finished",
+                    }[kind],
+                )(*args, ch)
             continue
         if kind == "wm":
             got, expected = valve.input_watermark(args[0], ch), model.watermark(ch, args[0])
@@ -507,8 +524,11 @@ def test_the_valve_matches_the_reference_model_on_random_event_sequences(
             assert valve.is_channel_aligned(i) == (i in model.aligned)
             assert (valve.channel_status(i) is IDLE) == (i in model.idle)
         low = model.min_aligned()
-        expected_holder = (None if low is None or low == MAX_WATERMARK
-                           else min(i for i in model.aligned if model.wms[i] == low))
+        expected_holder = (
+            None
+            if low is None or low == MAX_WATERMARK
+            else min(i for i in model.aligned if model.wms[i] == low)
+        )
         assert valve.holding_back() == expected_holder
     timestamps = [e.timestamp for e in emitted if isinstance(e, Watermark)]
     assert timestamps == sorted(set(timestamps))
@@ -531,15 +551,18 @@ def test_the_valve_matches_the_reference_model_on_random_event_sequences(
 def combiner_scenarios(draw: Any) -> tuple[int, list[tuple[Any, ...]]]:
     n = draw(st.integers(1, 4))
     inp = st.integers(0, n - 1)
-    event = st.one_of(st.tuples(st.just("wm"), inp, TIMESTAMPS),
-                      st.tuples(st.just("status"), inp, st.sampled_from([IDLE, ACTIVE])))
+    event = st.one_of(
+        st.tuples(st.just("wm"), inp, TIMESTAMPS),
+        st.tuples(st.just("status"), inp, st.sampled_from([IDLE, ACTIVE])),
+    )
     return n, draw(st.lists(event, max_size=60))
 
 
 @settings(max_examples=300, deadline=None)
 @given(combiner_scenarios())
 def test_the_combiner_processes_the_running_maximum_of_the_minimum_over_active_inputs(
-        scenario: tuple[int, list[tuple[Any, ...]]]) -> None:
+    scenario: tuple[int, list[tuple[Any, ...]]],
+) -> None:
     """M-W5 from scratch: after each event, the combined watermark is the largest minimum
     over the active inputs seen at any point so far (each input at the highest watermark it
     sent), and a watermark is handed out exactly when that value grew."""

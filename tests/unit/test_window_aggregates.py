@@ -27,12 +27,20 @@ from lockgate.time.window_aggregates import (
 from lockgate.time.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 
 ALL = WindowAggregation.of(
-    agg.count(), agg.count("v"), agg.sum("v"), agg.min("v"), agg.max("v"), agg.mean("v"),
-    agg.first("v"), agg.last("v"))
+    agg.count(),
+    agg.count("v"),
+    agg.sum("v"),
+    agg.min("v"),
+    agg.max("v"),
+    agg.mean("v"),
+    agg.first("v"),
+    agg.last("v"),
+)
 
 
-def random_batch(seed: int, n: int, *, keys: int = 5, floats: bool = True,
-                 null_rate: float = 0.2) -> tuple[pa.RecordBatch, np.ndarray]:
+def random_batch(
+    seed: int, n: int, *, keys: int = 5, floats: bool = True, null_rate: float = 0.2
+) -> tuple[pa.RecordBatch, np.ndarray]:
     rng = np.random.default_rng(seed)
     values = rng.normal(size=n) if floats else rng.integers(-1000, 1000, n)
     nulls = rng.random(n) < null_rate
@@ -51,22 +59,26 @@ def pandas_expected(batch: pa.RecordBatch, ts: np.ndarray, size: int) -> pd.Data
     # first/last by timestamp, ties by arrival: a stable sort puts rows in that order
     ordered = df.sort_values(["ts", "arrival"], kind="stable")
     g = ordered.groupby(["k", "w"], sort=True)["v"]
-    return pd.DataFrame({
-        "count": g.size(),
-        "count_v": g.count(),
-        "sum_v": g.sum(min_count=1),
-        "min_v": g.min(),
-        "max_v": g.max(),
-        "mean_v": g.mean(),
-        "first_v": g.first(),
-        "last_v": g.last(),
-    }).reset_index()
+    return pd.DataFrame(
+        {
+            "count": g.size(),
+            "count_v": g.count(),
+            "sum_v": g.sum(min_count=1),
+            "min_v": g.min(),
+            "max_v": g.max(),
+            "mean_v": g.mean(),
+            "first_v": g.first(),
+            "last_v": g.last(),
+        }
+    ).reset_index()
 
 
-def ours(aggregation: WindowAggregation, batch: pa.RecordBatch, ts: np.ndarray,
-         size: int) -> pd.DataFrame:
-    p = aggregation.aggregate_batch(batch, batch.column("k").to_numpy(),
-                                    TumblingEventTimeWindows.of(size).assign(ts), ts)
+def ours(
+    aggregation: WindowAggregation, batch: pa.RecordBatch, ts: np.ndarray, size: int
+) -> pd.DataFrame:
+    p = aggregation.aggregate_batch(
+        batch, batch.column("k").to_numpy(), TumblingEventTimeWindows.of(size).assign(ts), ts
+    )
     out = pd.DataFrame({"k": p.key_code, "w": p.window_start})
     for name, col in p.accumulators.results().items():
         out[name] = col.to_pandas()
@@ -76,8 +88,9 @@ def ours(aggregation: WindowAggregation, batch: pa.RecordBatch, ts: np.ndarray,
 def assert_frames_match(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     got = got.sort_values(["k", "w"]).reset_index(drop=True)
     expected = expected.sort_values(["k", "w"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(got, expected, check_dtype=False, check_exact=False,
-                                  rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(
+        got, expected, check_dtype=False, check_exact=False, rtol=1e-9, atol=1e-9
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -94,11 +107,12 @@ def test_merging_the_partials_of_many_batches_equals_aggregating_all_at_once(see
     running: dict[tuple[int, int], int] = {}
     acc = ALL.empty(0)
     for lo in range(0, 900, 128):
-        part, part_ts = batch.slice(lo, 128), ts[lo:lo + 128]
-        p = ALL.aggregate_batch(part, part.column("k").to_numpy(), wins.assign(part_ts),
-                                part_ts)
-        slots = [running.setdefault(g, len(running))
-                 for g in zip(p.key_code.tolist(), p.window_start.tolist())]
+        part, part_ts = batch.slice(lo, 128), ts[lo : lo + 128]
+        p = ALL.aggregate_batch(part, part.column("k").to_numpy(), wins.assign(part_ts), part_ts)
+        slots = [
+            running.setdefault(g, len(running))
+            for g in zip(p.key_code.tolist(), p.window_start.tolist())
+        ]
         acc = Accumulators.concat([acc, ALL.empty(len(running) - len(acc))])
         acc.merge_into(slots, p.accumulators)
     got = pd.DataFrame({"k": [k for k, _ in running], "w": [w for _, w in running]})
@@ -134,7 +148,8 @@ def test_merge_is_associative(seeds) -> None:
     left = a.merge(b).merge(c).results()
     right = a.merge(b.merge(c)).results()
     assert {k: v.to_pylist() for k, v in left.items()} == {
-        k: v.to_pylist() for k, v in right.items()}
+        k: v.to_pylist() for k, v in right.items()
+    }
 
 
 def test_reducing_rows_equals_merging_them_in_row_order() -> None:
@@ -144,7 +159,8 @@ def test_reducing_rows_equals_merging_them_in_row_order() -> None:
     for i in range(1, len(acc)):
         folded = folded.merge(acc.take([i]))
     assert {k: v.to_pylist() for k, v in reduced.results().items()} == {
-        k: v.to_pylist() for k, v in folded.results().items()}
+        k: v.to_pylist() for k, v in folded.results().items()
+    }
 
 
 def test_merge_into_with_repeated_targets_folds_all_of_them_into_the_target() -> None:
@@ -162,7 +178,8 @@ def test_accumulators_pickle_to_equal_results() -> None:
     copy = pickle.loads(pickle.dumps(acc))
     assert copy.aggregation == acc.aggregation
     assert {k: v.to_pylist() for k, v in copy.results().items()} == {
-        k: v.to_pylist() for k, v in acc.results().items()}
+        k: v.to_pylist() for k, v in acc.results().items()
+    }
 
 
 def test_empty_windows_count_zero_and_have_null_values() -> None:
@@ -180,28 +197,40 @@ def test_first_and_last_follow_timestamps_and_break_ties_by_arrival() -> None:
     assert acc.results()["first_v"].to_pylist() == ["b"]
     assert acc.results()["last_v"].to_pylist() == ["e"]
     # across merges the running side counts as the earlier arrival
-    later = aggr.partial(pa.record_batch({"v": pa.array(["x"])}), np.zeros(1, np.int64), 1,
-                         timestamps=np.array([3]))
+    later = aggr.partial(
+        pa.record_batch({"v": pa.array(["x"])}), np.zeros(1, np.int64), 1, timestamps=np.array([3])
+    )
     merged = acc.merge(later).results()
     assert merged["first_v"].to_pylist() == ["b"] and merged["last_v"].to_pylist() == ["e"]
-    latest = aggr.partial(pa.record_batch({"v": pa.array(["y"])}), np.zeros(1, np.int64), 1,
-                          timestamps=np.array([9]))
+    latest = aggr.partial(
+        pa.record_batch({"v": pa.array(["y"])}), np.zeros(1, np.int64), 1, timestamps=np.array([9])
+    )
     assert acc.merge(latest).results()["last_v"].to_pylist() == ["y"]
 
 
 def test_columns_keep_their_types_and_sums_of_ints_stay_exact_int64() -> None:
     big = 2**60
-    batch = pa.record_batch({
-        "i32": pa.array([3, -7, 5], pa.int32()),
-        "i64": pa.array([big, big, 1], pa.int64()),
-        "u8": pa.array([200, 100, 250], pa.uint8()),
-        "b": pa.array([True, False, True]),
-        "t": pa.array([1000, 3000, 2000], pa.timestamp("ms")),
-        "s": pa.array(["p", "q", None]),
-    })
+    batch = pa.record_batch(
+        {
+            "i32": pa.array([3, -7, 5], pa.int32()),
+            "i64": pa.array([big, big, 1], pa.int64()),
+            "u8": pa.array([200, 100, 250], pa.uint8()),
+            "b": pa.array([True, False, True]),
+            "t": pa.array([1000, 3000, 2000], pa.timestamp("ms")),
+            "s": pa.array(["p", "q", None]),
+        }
+    )
     aggr = WindowAggregation.of(
-        agg.min("i32"), agg.sum("i64"), agg.sum("u8"), agg.sum("b"), agg.max("b"),
-        agg.max("t"), agg.first("t"), agg.last("s"), agg.count("s"))
+        agg.min("i32"),
+        agg.sum("i64"),
+        agg.sum("u8"),
+        agg.sum("b"),
+        agg.max("b"),
+        agg.max("t"),
+        agg.first("t"),
+        agg.last("s"),
+        agg.count("s"),
+    )
     res = aggr.partial(batch, np.zeros(3, np.int64), 1, timestamps=np.array([1, 2, 3])).results()
     assert res["min_i32"].type == pa.int32() and res["min_i32"].to_pylist() == [-7]
     assert res["sum_i64"].type == pa.int64() and res["sum_i64"].to_pylist() == [2 * big + 1]
@@ -216,10 +245,10 @@ def test_columns_keep_their_types_and_sums_of_ints_stay_exact_int64() -> None:
 def test_a_column_that_widens_between_batches_gives_results_of_the_wider_type() -> None:
     aggr = WindowAggregation.of(agg.sum("v"), agg.max("v"), agg.first("v"))
     one = np.zeros(1, np.int64)
-    ints = aggr.partial(pa.record_batch({"v": pa.array([2], pa.int64())}), one, 1,
-                        timestamps=np.array([1]))
-    floats = aggr.partial(pa.record_batch({"v": pa.array([2.5])}), one, 1,
-                          timestamps=np.array([2]))
+    ints = aggr.partial(
+        pa.record_batch({"v": pa.array([2], pa.int64())}), one, 1, timestamps=np.array([1])
+    )
+    floats = aggr.partial(pa.record_batch({"v": pa.array([2.5])}), one, 1, timestamps=np.array([2]))
     nulls = aggr.partial(pa.record_batch({"v": pa.nulls(1)}), one, 1, timestamps=np.array([0]))
     res = nulls.merge(ints).merge(floats).results()
     assert res["sum_v"].to_pylist() == [4.5] and res["max_v"].to_pylist() == [2.5]
@@ -256,7 +285,8 @@ def test_row_batches_and_scalar_batches_are_aggregated_too() -> None:
     assert res["sum_v"].to_pylist() == [5, 2]
     scalars = scalar_batch([1.5, 2.5])
     assert WindowAggregation.of(agg.sum("value")).partial(
-        scalars, np.zeros(2, np.int64), 1).results()["sum_value"].to_pylist() == [4.0]
+        scalars, np.zeros(2, np.int64), 1
+    ).results()["sum_value"].to_pylist() == [4.0]
 
 
 @pytest.mark.parametrize("span", ["dense", "hashed", "sorted"])
@@ -285,13 +315,13 @@ def test_grouping_puts_rows_in_one_group_exactly_when_key_and_window_agree(span)
 
 def test_result_batches_carry_keys_window_bounds_and_aggregates() -> None:
     acc = some_accumulators(1, 2)
-    out = window_result_batch({"k": pa.array(["a", "b"])}, np.array([0, 10]),
-                              np.array([10, 20]), acc)
+    out = window_result_batch(
+        {"k": pa.array(["a", "b"])}, np.array([0, 10]), np.array([10, 20]), acc
+    )
     assert out.schema.names == ["k", "window_start", "window_end", *ALL.names]
     assert out.column("window_end").to_pylist() == [10, 20]
     with pytest.raises(ConfigurationError, match="collide"):
-        window_result_batch({"count": pa.array([1, 2])}, np.array([0, 1]), np.array([1, 2]),
-                            acc)
+        window_result_batch({"count": pa.array([1, 2])}, np.array([0, 1]), np.array([1, 2]), acc)
 
 
 def test_default_output_names_follow_kind_and_column_and_can_be_overridden() -> None:
@@ -300,16 +330,19 @@ def test_default_output_names_follow_kind_and_column_and_can_be_overridden() -> 
     assert agg.mean("v", name="avg") == WindowAggregate("mean", "v", "avg")
 
 
-@pytest.mark.parametrize("make,needle", [
-    (lambda: WindowAggregation.of(), "at least one aggregate"),
-    (lambda: WindowAggregation.of(agg.sum("v"), agg.sum("v")), "two aggregates write"),
-    (lambda: WindowAggregation.of(agg.max("v", name="window_end")), "window bound column"),
-    (lambda: WindowAggregation.of("sum"), "takes lg.agg"),
-    (lambda: agg.sum(""), "non-empty string"),
-    (lambda: agg.sum("v", name=""), "name must be a non-empty string"),
-    (lambda: WindowAggregate("median", "v", "m"), "unknown window aggregate"),
-    (lambda: WindowAggregate("sum", None, "s"), "needs a column name"),
-])
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda: WindowAggregation.of(), "at least one aggregate"),
+        (lambda: WindowAggregation.of(agg.sum("v"), agg.sum("v")), "two aggregates write"),
+        (lambda: WindowAggregation.of(agg.max("v", name="window_end")), "window bound column"),
+        (lambda: WindowAggregation.of("sum"), "takes lg.agg"),
+        (lambda: agg.sum(""), "non-empty string"),
+        (lambda: agg.sum("v", name=""), "name must be a non-empty string"),
+        (lambda: WindowAggregate("median", "v", "m"), "unknown window aggregate"),
+        (lambda: WindowAggregate("sum", None, "s"), "needs a column name"),
+    ],
+)
 def test_bad_aggregate_declarations_are_rejected(make, needle) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         make()
@@ -332,7 +365,10 @@ def test_aggregating_a_missing_or_unsuitable_column_names_it_and_the_fix() -> No
 
 def test_dictionary_encoded_columns_aggregate_as_their_values() -> None:
     batch = pa.record_batch({"v": pa.array(["b", "a", "b"]).dictionary_encode()})
-    res = WindowAggregation.of(agg.first("v"), agg.last("v")).partial(
-        batch, np.zeros(3, np.int64), 1, timestamps=np.array([2, 1, 3])).results()
+    res = (
+        WindowAggregation.of(agg.first("v"), agg.last("v"))
+        .partial(batch, np.zeros(3, np.int64), 1, timestamps=np.array([2, 1, 3]))
+        .results()
+    )
     assert res["first_v"].to_pylist() == ["a"] and res["last_v"].to_pylist() == ["b"]
     assert res["first_v"].type == pa.string()

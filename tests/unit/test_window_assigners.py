@@ -32,8 +32,11 @@ INT64_MAX = 2**63 - 1
 
 def naive_windows(t: int, size: int, slide: int, offset: int) -> list[tuple[int, int]]:
     """Every window [s, s + size) with s = k * slide + offset that holds t, by brute force."""
-    return [(s, s + size) for s in range(t - size - slide, t + 1)
-            if (s - offset) % slide == 0 and s <= t < s + size]
+    return [
+        (s, s + size)
+        for s in range(t - size - slide, t + 1)
+        if (s - offset) % slide == 0 and s <= t < s + size
+    ]
 
 
 def pairs(assignment: WindowAssignment) -> list[tuple[int, int, int]]:
@@ -41,10 +44,14 @@ def pairs(assignment: WindowAssignment) -> list[tuple[int, int, int]]:
     return list(zip(rows.tolist(), starts.tolist(), ends.tolist()))
 
 
-def expected_pairs(timestamps: list[int], size: int, slide: int, offset: int
-                   ) -> list[tuple[int, int, int]]:
-    return [(i, s, e) for i, t in enumerate(timestamps)
-            for s, e in naive_windows(t, size, slide, offset)]
+def expected_pairs(
+    timestamps: list[int], size: int, slide: int, offset: int
+) -> list[tuple[int, int, int]]:
+    return [
+        (i, s, e)
+        for i, t in enumerate(timestamps)
+        for s, e in naive_windows(t, size, slide, offset)
+    ]
 
 
 timestamps_st = st.lists(st.integers(-10_000, 10_000), max_size=40)
@@ -71,7 +78,8 @@ def test_sliding_windows_match_the_naive_definition(ts, size, slide, data) -> No
 @settings(max_examples=100, deadline=None)
 @given(ts=timestamps_st, gap=st.integers(1, 1000))
 def test_session_assigners_give_each_record_the_window_from_its_timestamp_to_timestamp_plus_gap(
-        ts, gap) -> None:
+    ts, gap
+) -> None:
     for cls in (EventTimeSessionWindows, ProcessingTimeSessionWindows):
         got = cls.with_gap(gap).assign(np.array(ts, dtype=np.int64))
         assert pairs(got) == [(i, t, t + gap) for i, t in enumerate(ts)]
@@ -79,7 +87,8 @@ def test_session_assigners_give_each_record_the_window_from_its_timestamp_to_tim
 
 def test_a_sliding_window_gives_a_record_every_window_holding_it_oldest_first() -> None:
     rows, starts, ends = SlidingEventTimeWindows.of(
-        timedelta(seconds=10), timedelta(seconds=5)).assign(np.array([7_000, 12_500]))
+        timedelta(seconds=10), timedelta(seconds=5)
+    ).assign(np.array([7_000, 12_500]))
     assert rows.tolist() == [0, 0, 1, 1]
     assert starts.tolist() == [0, 5_000, 5_000, 10_000]
     assert ends.tolist() == [10_000, 15_000, 15_000, 20_000]
@@ -100,7 +109,8 @@ def test_a_size_that_is_not_a_multiple_of_the_slide_gives_records_different_wind
 
 def test_tumbling_windows_floor_negative_timestamps_to_the_window_before_the_epoch() -> None:
     _, starts, ends = TumblingEventTimeWindows.of(timedelta(seconds=1)).assign(
-        np.array([-1, -1000, -1001, 0, 999]))
+        np.array([-1, -1000, -1001, 0, 999])
+    )
     assert starts.tolist() == [-1000, -1000, -2000, 0, 0]
     assert ends.tolist() == [0, 0, -1000, 1000, 1000]
 
@@ -129,63 +139,81 @@ def test_assignments_are_int64_and_accept_datetime64_timestamps() -> None:
 
 
 def test_an_empty_batch_gets_no_windows() -> None:
-    for assigner in (TumblingEventTimeWindows.of(10), SlidingEventTimeWindows.of(10, 3),
-                     EventTimeSessionWindows.with_gap(5)):
+    for assigner in (
+        TumblingEventTimeWindows.of(10),
+        SlidingEventTimeWindows.of(10, 3),
+        EventTimeSessionWindows.with_gap(5),
+    ):
         rows, starts, ends = assigner.assign(np.empty(0, dtype=np.int64))
         assert len(rows) == len(starts) == len(ends) == 0
 
 
-@pytest.mark.parametrize("assigner,event_time,merging", [
-    (TumblingEventTimeWindows.of(10), True, False),
-    (TumblingProcessingTimeWindows.of(10), False, False),
-    (SlidingEventTimeWindows.of(10, 5), True, False),
-    (SlidingProcessingTimeWindows.of(10, 5), False, False),
-    (EventTimeSessionWindows.with_gap(10), True, True),
-    (ProcessingTimeSessionWindows.with_gap(10), False, True),
-])
+@pytest.mark.parametrize(
+    "assigner,event_time,merging",
+    [
+        (TumblingEventTimeWindows.of(10), True, False),
+        (TumblingProcessingTimeWindows.of(10), False, False),
+        (SlidingEventTimeWindows.of(10, 5), True, False),
+        (SlidingProcessingTimeWindows.of(10, 5), False, False),
+        (EventTimeSessionWindows.with_gap(10), True, True),
+        (ProcessingTimeSessionWindows.with_gap(10), False, True),
+    ],
+)
 def test_each_assigner_says_which_clock_it_uses_and_whether_its_windows_merge(
-        assigner, event_time, merging) -> None:
+    assigner, event_time, merging
+) -> None:
     assert assigner.is_event_time is event_time
     assert assigner.is_merging is merging
 
 
-def test_event_and_processing_time_assigners_are_different_types_that_pickle_to_equal_copies(
-        ) -> None:
+def test_event_and_processing_time_assigners_are_different_types_that_pickle_to_equal_copies() -> (
+    None
+):
     event, processing = TumblingEventTimeWindows.of(10), TumblingProcessingTimeWindows.of(10)
     assert not isinstance(processing, TumblingEventTimeWindows)
     assert event != processing
-    for assigner in (event, processing, SlidingEventTimeWindows.of(10, 5, 2),
-                     EventTimeSessionWindows.with_gap(timedelta(minutes=1))):
+    for assigner in (
+        event,
+        processing,
+        SlidingEventTimeWindows.of(10, 5, 2),
+        EventTimeSessionWindows.with_gap(timedelta(minutes=1)),
+    ):
         assert pickle.loads(pickle.dumps(assigner)) == assigner
 
 
-@pytest.mark.parametrize("make,needle", [
-    (lambda: TumblingEventTimeWindows.of(0), "size must be positive"),
-    (lambda: TumblingEventTimeWindows.of(-5), "size must be positive"),
-    (lambda: TumblingEventTimeWindows.of(1.5), "timedelta or an int of milliseconds"),
-    (lambda: TumblingEventTimeWindows.of(True), "timedelta or an int of milliseconds"),
-    (lambda: TumblingEventTimeWindows.of("1s"), "timedelta or an int of milliseconds"),
-    (lambda: TumblingEventTimeWindows.of(timedelta(microseconds=10)), "size must be positive"),
-    (lambda: TumblingEventTimeWindows.of(10, 10), "offset must lie strictly between -size"),
-    (lambda: TumblingProcessingTimeWindows.of(10, -10), "offset must lie strictly between"),
-    (lambda: TumblingEventTimeWindows.of(10, 2.0), "offset must be a datetime.timedelta"),
-    (lambda: SlidingEventTimeWindows.of(10, 0), "slide must be positive"),
-    (lambda: SlidingEventTimeWindows.of(0, 5), "size must be positive"),
-    (lambda: SlidingEventTimeWindows.of(10, 5, 5), "offset must lie strictly between -slide"),
-    (lambda: EventTimeSessionWindows.with_gap(0), "gap must be positive"),
-    (lambda: ProcessingTimeSessionWindows.with_gap(timedelta(0)), "gap must be positive"),
-    (lambda: TumblingEventTimeWindows(size=0), "size must be positive"),
-])
+@pytest.mark.parametrize(
+    "make,needle",
+    [
+        (lambda: TumblingEventTimeWindows.of(0), "size must be positive"),
+        (lambda: TumblingEventTimeWindows.of(-5), "size must be positive"),
+        (lambda: TumblingEventTimeWindows.of(1.5), "timedelta or an int of milliseconds"),
+        (lambda: TumblingEventTimeWindows.of(True), "timedelta or an int of milliseconds"),
+        (lambda: TumblingEventTimeWindows.of("1s"), "timedelta or an int of milliseconds"),
+        (lambda: TumblingEventTimeWindows.of(timedelta(microseconds=10)), "size must be positive"),
+        (lambda: TumblingEventTimeWindows.of(10, 10), "offset must lie strictly between -size"),
+        (lambda: TumblingProcessingTimeWindows.of(10, -10), "offset must lie strictly between"),
+        (lambda: TumblingEventTimeWindows.of(10, 2.0), "offset must be a datetime.timedelta"),
+        (lambda: SlidingEventTimeWindows.of(10, 0), "slide must be positive"),
+        (lambda: SlidingEventTimeWindows.of(0, 5), "size must be positive"),
+        (lambda: SlidingEventTimeWindows.of(10, 5, 5), "offset must lie strictly between -slide"),
+        (lambda: EventTimeSessionWindows.with_gap(0), "gap must be positive"),
+        (lambda: ProcessingTimeSessionWindows.with_gap(timedelta(0)), "gap must be positive"),
+        (lambda: TumblingEventTimeWindows(size=0), "size must be positive"),
+    ],
+)
 def test_bad_assigner_settings_are_rejected_with_the_setting_named(make, needle) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         make()
 
 
-@pytest.mark.parametrize("timestamps,needle", [
-    (np.array([1.5, 2.0]), "must be integers"),
-    (np.array(["a"]), "must be integers"),
-    (np.array([[1, 2]]), "1-D array"),
-])
+@pytest.mark.parametrize(
+    "timestamps,needle",
+    [
+        (np.array([1.5, 2.0]), "must be integers"),
+        (np.array(["a"]), "must be integers"),
+        (np.array([[1, 2]]), "1-D array"),
+    ],
+)
 def test_timestamps_that_are_not_integer_milliseconds_are_rejected(timestamps, needle) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         TumblingEventTimeWindows.of(10).assign(timestamps)
@@ -222,20 +250,27 @@ def test_time_windows_are_immutable_hashable_and_ordered_by_start_then_end() -> 
     w = TimeWindow(0, 10)
     assert {w: 1}[TimeWindow(0, 10)] == 1
     assert sorted([TimeWindow(5, 6), TimeWindow(0, 10), TimeWindow(0, 5)]) == [
-        TimeWindow(0, 5), TimeWindow(0, 10), TimeWindow(5, 6)]
+        TimeWindow(0, 5),
+        TimeWindow(0, 10),
+        TimeWindow(5, 6),
+    ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         w.start = 3  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(w)) == w
     assert TimeWindow(np.int64(3), np.int64(4)) == TimeWindow(3, 4)
 
 
-@pytest.mark.parametrize("start,end,needle", [
-    (10, 10, "end must be greater than start"),
-    (10, 5, "end must be greater than start"),
-    (1.0, 5, "start must be an int"),
-    (0, True, "end must be an int"),
-])
-def test_a_time_window_rejects_bounds_that_are_not_an_increasing_int_pair(start, end, needle
-                                                                            ) -> None:
+@pytest.mark.parametrize(
+    "start,end,needle",
+    [
+        (10, 10, "end must be greater than start"),
+        (10, 5, "end must be greater than start"),
+        (1.0, 5, "start must be an int"),
+        (0, True, "end must be an int"),
+    ],
+)
+def test_a_time_window_rejects_bounds_that_are_not_an_increasing_int_pair(
+    start, end, needle
+) -> None:
     with pytest.raises(ConfigurationError, match=needle):
         TimeWindow(start, end)

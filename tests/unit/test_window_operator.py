@@ -51,8 +51,9 @@ class Collect(Output):
 
     def emit_side(self, tag: str, batch: Any) -> None:
         stamps = timestamps_of(batch)
-        self.events.append(("side", tag, to_rows(user_view(batch)),
-                            None if stamps is None else list(stamps)))
+        self.events.append(
+            ("side", tag, to_rows(user_view(batch)), None if stamps is None else list(stamps))
+        )
 
     def emit_element(self, element: Any) -> None:
         self.events.append(("element", element))
@@ -85,17 +86,32 @@ class Restored:
         return list(self.payloads)
 
 
-def make(assigner: Any, contents: Any = None, *, key: Any = "k", lateness: int = 0,
-         late_tag: str | None = None, clock: Any = None, subtask: int = 0,
-         parallelism: int = 1, restored: Any = None) -> tuple[WindowOperator, Collect,
-                                                              ProcessingTimeService]:
+def make(
+    assigner: Any,
+    contents: Any = None,
+    *,
+    key: Any = "k",
+    lateness: int = 0,
+    late_tag: str | None = None,
+    clock: Any = None,
+    subtask: int = 0,
+    parallelism: int = 1,
+    restored: Any = None,
+) -> tuple[WindowOperator, Collect, ProcessingTimeService]:
     contents = contents or BuiltinContents(WindowAggregation.of(lg.agg.count()))
     op = WindowOperator(assigner, KeySelector(key), contents, lateness, late_tag)
     clock = clock or lg.ManualClock(start_ms=0)
     service = ProcessingTimeService(clock)
-    ctx = RuntimeContext(task_name="t", operator_name="win", operator_uid="win",
-                         subtask_index=subtask, parallelism=parallelism, max_parallelism=MAXP,
-                         clock=clock, processing_time_service=service)
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="win",
+        operator_uid="win",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=MAXP,
+        clock=clock,
+        processing_time_service=service,
+    )
     out = Collect()
     op.setup("win", "win", ctx, out)
     op.initialize_state(restored)
@@ -139,7 +155,9 @@ def test_a_window_fires_when_the_watermark_reaches_its_end_minus_one_M_W6() -> N
     wm(op, 999)
     got = out.results()
     assert sorted((r["k"], r["window_start"], r["window_end"], r["count"]) for r in got) == [
-        ("a", 0, 1000, 2), ("b", 0, 1000, 1)]
+        ("a", 0, 1000, 2),
+        ("b", 0, 1000, 1),
+    ]
     batches = [e for e in out.events if e[0] == "batch"]
     assert all(ts == [999] * len(rows) for _, rows, ts in batches), "results carry end - 1"
     # the results come before the watermark that fired them (M-W6)
@@ -158,8 +176,10 @@ def test_windows_fire_in_end_order_and_each_fires_once_M_W6() -> None:
 
 
 def test_sliding_windows_give_each_record_every_window_holding_it() -> None:
-    op, out, _ = make(lg.SlidingEventTimeWindows.of(3000, 1000),
-                      BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"))))
+    op, out, _ = make(
+        lg.SlidingEventTimeWindows.of(3000, 1000),
+        BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"))),
+    )
     op.process_batch(batch([{"k": "a", "ts": 2500, "v": 1}, {"k": "a", "ts": 3100, "v": 10}]))
     wm(op, MAX_WATERMARK)
     got = [(r["window_start"], r["count"], r["sum_v"]) for r in out.results()]
@@ -167,13 +187,16 @@ def test_sliding_windows_give_each_record_every_window_holding_it() -> None:
 
 
 def test_session_windows_merge_when_a_record_bridges_the_gap() -> None:
-    op, out, _ = make(lg.EventTimeSessionWindows.with_gap(100),
-                      BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.min("ts"))))
+    op, out, _ = make(
+        lg.EventTimeSessionWindows.with_gap(100),
+        BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.min("ts"))),
+    )
     op.process_batch(recs(("a", 0), ("a", 150), ("b", 0)))
     op.process_batch(recs(("a", 90)))  # [90, 190) touches [0, 100) and [150, 250)
     wm(op, MAX_WATERMARK)
-    got = sorted((r["k"], r["window_start"], r["window_end"], r["count"], r["min_ts"])
-                 for r in out.results())
+    got = sorted(
+        (r["k"], r["window_start"], r["window_end"], r["count"], r["min_ts"]) for r in out.results()
+    )
     assert got == [("a", 0, 250, 3, 0), ("b", 0, 100, 1, 0)]
 
 
@@ -234,11 +257,9 @@ def test_late_session_records_go_to_the_side_output_and_lateness_merges_sessions
     op.process_batch(recs(("a", 90)))
     assert out.take() == []  # the merged session ends at 250: not due yet
     wm(op, 249)
-    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [
-        (0, 250, 3)]
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [(0, 250, 3)]
     op.process_batch(recs(("a", 10)))  # [10, 110) merges into [0, 250): fires again at once
-    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [
-        (0, 250, 4)]
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [(0, 250, 4)]
     wm(op, 449)  # 249 + 200: gone
     op.process_batch(recs(("a", 20)))
     assert [e[2] for e in out.events if e[0] == "side"] == [[{"k": "a", "ts": 20}]]
@@ -258,7 +279,9 @@ def test_processing_time_windows_fire_on_the_clock_and_the_rest_at_the_end() -> 
     service.fire_due()
     got = out.take()
     assert sorted((r["k"], r["window_start"], r["count"]) for r in got) == [
-        ("a", 10_000, 2), ("b", 10_000, 1)]
+        ("a", 10_000, 2),
+        ("b", 10_000, 1),
+    ]
     clock.advance(1)
     op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))
     op.finish()
@@ -276,7 +299,8 @@ def test_processing_time_sessions_merge_records_closer_than_the_gap() -> None:
     clock.advance(200)
     service.fire_due()
     assert [(r["window_start"], r["window_end"], r["count"]) for r in out.results()] == [
-        (0, 220, 3)]
+        (0, 220, 3)
+    ]
 
 
 # -- result shapes -----------------------------------------------------------------------
@@ -298,50 +322,71 @@ class Mean(lg.AggregateFunction):
 
 class Describe(ProcessWindowFunction):
     def process(self, key: Any, context: Any, elements: list[Any]) -> Any:
-        yield {"key": key, "start": context.window.start, "end": context.window().end,
-               "vs": sorted(e["v"] for e in elements)}
+        yield {
+            "key": key,
+            "start": context.window.start,
+            "end": context.window().end,
+            "vs": sorted(e["v"] for e in elements),
+        }
         context.output(lg.OutputTag("seen"), len(elements))
 
 
 @pytest.mark.parametrize("kind", ["aggregate", "reduce", "process"])
 def test_user_window_functions_see_every_record_and_carry_the_window(kind: str) -> None:
-    contents = {"aggregate": AggregateFunctionContents(Mean()),
-                "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
-                "process": ProcessContents(Describe())}[kind]
+    contents = {
+        "aggregate": AggregateFunctionContents(Mean()),
+        "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
+        "process": ProcessContents(Describe()),
+    }[kind]
     op, out, _ = make(tumbling(), contents)
     op.process_batch(batch([{"k": "a", "ts": 1, "v": 1}, {"k": "a", "ts": 2, "v": 4}]))
-    op.process_batch(RowBatch([{"k": "a", "ts": 3, "v": 7}, {"k": "b", "ts": 1500, "v": 2}],
-                              np.asarray([3, 1500], dtype=np.int64)))
+    op.process_batch(
+        RowBatch(
+            [{"k": "a", "ts": 3, "v": 7}, {"k": "b", "ts": 1500, "v": 2}],
+            np.asarray([3, 1500], dtype=np.int64),
+        )
+    )
     wm(op, MAX_WATERMARK)
     got = out.results()
     stamps = [t for e in out.events if e[0] == "batch" for t in e[2]]
     assert stamps == [999, 1999]
     if kind == "aggregate":
-        assert got == [{"k": "a", "window_start": 0, "window_end": 1000, "result": 4.0},
-                       {"k": "b", "window_start": 1000, "window_end": 2000, "result": 2.0}]
+        assert got == [
+            {"k": "a", "window_start": 0, "window_end": 1000, "result": 4.0},
+            {"k": "b", "window_start": 1000, "window_end": 2000, "result": 2.0},
+        ]
     elif kind == "reduce":
-        assert [(r["k"], r["window_start"], r["window_end"], r["result"]["v"]) for r in got] \
-            == [("a", 0, 1000, 12), ("b", 1000, 2000, 2)]
+        assert [(r["k"], r["window_start"], r["window_end"], r["result"]["v"]) for r in got] == [
+            ("a", 0, 1000, 12),
+            ("b", 1000, 2000, 2),
+        ]
     else:
-        assert got == [{"key": "a", "start": 0, "end": 1000, "vs": [1, 4, 7]},
-                       {"key": "b", "start": 1000, "end": 2000, "vs": [2]}]
+        assert got == [
+            {"key": "a", "start": 0, "end": 1000, "vs": [1, 4, 7]},
+            {"key": "b", "start": 1000, "end": 2000, "vs": [2]},
+        ]
         side = [e[2:] for e in out.events if e[0] == "side"]
         assert side == [([3], [999]), ([1], [1999])], "side outputs carry end - 1 too"
 
 
 @pytest.mark.parametrize("kind", ["aggregate", "reduce", "process"])
 def test_merging_sessions_merge_the_state_of_user_functions(kind: str) -> None:
-    contents = {"aggregate": AggregateFunctionContents(Mean()),
-                "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
-                "process": ProcessContents(Describe())}[kind]
+    contents = {
+        "aggregate": AggregateFunctionContents(Mean()),
+        "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
+        "process": ProcessContents(Describe()),
+    }[kind]
     op, out, _ = make(lg.EventTimeSessionWindows.with_gap(100), contents)
     op.process_batch(batch([{"k": "a", "ts": 0, "v": 1}, {"k": "a", "ts": 150, "v": 2}]))
     op.process_batch(batch([{"k": "a", "ts": 90, "v": 6}]))  # bridges the two sessions
     wm(op, MAX_WATERMARK)
     got = out.results()
     assert len(got) == 1
-    value = {"aggregate": lambda r: r["result"], "reduce": lambda r: r["result"]["v"],
-             "process": lambda r: r["vs"]}[kind](got[0])
+    value = {
+        "aggregate": lambda r: r["result"],
+        "reduce": lambda r: r["result"]["v"],
+        "process": lambda r: r["vs"],
+    }[kind](got[0])
     assert value == {"aggregate": 3.0, "reduce": 9, "process": [1, 2, 6]}[kind]
 
 
@@ -360,11 +405,13 @@ def test_sliding_processing_time_windows_fire_each_window_on_the_clock() -> None
 
 def test_results_name_the_key_by_its_columns_or_key_for_a_function() -> None:
     op, out, _ = make(tumbling(), key=["a", "b"])
-    op.process_batch(batch([{"a": 1, "b": "x", "ts": 0}, {"a": 1, "b": "y", "ts": 0},
-                            {"a": 1, "b": "x", "ts": 5}]))
+    op.process_batch(
+        batch(
+            [{"a": 1, "b": "x", "ts": 0}, {"a": 1, "b": "y", "ts": 0}, {"a": 1, "b": "x", "ts": 5}]
+        )
+    )
     wm(op, MAX_WATERMARK)
-    assert sorted((r["a"], r["b"], r["count"]) for r in out.results()) == [
-        (1, "x", 2), (1, "y", 1)]
+    assert sorted((r["a"], r["b"], r["count"]) for r in out.results()) == [(1, "x", 2), (1, "y", 1)]
     op, out, _ = make(tumbling(), key=lambda r: r["a"] % 2)
     op.process_batch(batch([{"a": 1, "ts": 0}, {"a": 3, "ts": 0}, {"a": 4, "ts": 0}]))
     wm(op, MAX_WATERMARK)
@@ -385,8 +432,9 @@ def test_every_nan_key_is_one_key_as_the_partitioner_routes_it(key: Any) -> None
     op.process_batch(recs((float("nan"), 1)))
     wm(op, MAX_WATERMARK)
     field = "k" if isinstance(key, str) else "key"
-    got = sorted((("nan" if r[field] != r[field] else str(r[field])), r["count"])
-                 for r in out.results())
+    got = sorted(
+        (("nan" if r[field] != r[field] else str(r[field])), r["count"]) for r in out.results()
+    )
     assert got == [("1.5", 1), ("nan", 2)]
 
 
@@ -417,8 +465,9 @@ def feed(op: WindowOperator, start: int, stop: int) -> None:
 
 def contents_of(kind: str) -> Any:
     if kind == "builtin":
-        return BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"),
-                                                    lg.agg.last("v")))
+        return BuiltinContents(
+            WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"), lg.agg.last("v"))
+        )
     return AggregateFunctionContents(Mean())
 
 
@@ -435,8 +484,9 @@ def test_a_snapshot_does_not_change_when_processing_goes_on_M_T3(kind: str) -> N
     feed(op, 300, 900)  # same windows and keys: written in place without copy-on-write
     wm(op, 999)
     after = pickle.dumps(view.materialize())
-    assert pickle.loads(after)["function"]["blocks"] and \
-        canonical_state(pickle.loads(after)) == canonical_state(pickle.loads(before))
+    assert pickle.loads(after)["function"]["blocks"] and canonical_state(
+        pickle.loads(after)
+    ) == canonical_state(pickle.loads(before))
 
 
 def canonical_state(payload: Any) -> Any:
@@ -446,8 +496,10 @@ def canonical_state(payload: Any) -> Any:
         if isinstance(payload_rows, bytes):
             payload_rows = pickle.loads(payload_rows)
         else:
-            payload_rows = [tuple(map(repr, r)) for r in
-                            zip(*[a.to_pylist() for a in payload_rows.results().values()])]
+            payload_rows = [
+                tuple(map(repr, r))
+                for r in zip(*[a.to_pylist() for a in payload_rows.results().values()])
+            ]
         rows.extend(zip(b["keys"], b["start"].tolist(), [repr(p) for p in payload_rows]))
     return sorted(rows)
 
@@ -455,7 +507,8 @@ def canonical_state(payload: Any) -> Any:
 @pytest.mark.parametrize("kind", ["builtin", "aggregate"])
 @pytest.mark.parametrize("new_parallelism", [1, 2, 3])
 def test_restored_state_gives_the_results_of_an_uninterrupted_run_at_any_parallelism_M_T4(
-        kind: str, new_parallelism: int) -> None:
+    kind: str, new_parallelism: int
+) -> None:
     whole, whole_out, _ = make(tumbling(), contents_of(kind))
     feed(whole, 0, 1000)
     wm(whole, 1499)
@@ -474,11 +527,18 @@ def test_restored_state_gives_the_results_of_an_uninterrupted_run_at_any_paralle
         payloads.append(snapshot(op))
         outputs.extend(out.results())
     for s in range(new_parallelism):
-        op, out, _ = make(tumbling(), contents_of(kind), subtask=s,
-                          parallelism=new_parallelism,
-                          restored=Restored(payloads, s, new_parallelism))
-        rows = [r for r in to_rows(numbered(1000, 2000))
-                if subtask_for_key(r["k"], new_parallelism, MAXP) == s]
+        op, out, _ = make(
+            tumbling(),
+            contents_of(kind),
+            subtask=s,
+            parallelism=new_parallelism,
+            restored=Restored(payloads, s, new_parallelism),
+        )
+        rows = [
+            r
+            for r in to_rows(numbered(1000, 2000))
+            if subtask_for_key(r["k"], new_parallelism, MAXP) == s
+        ]
         op.process_batch(batch(rows))
         wm(op, MAX_WATERMARK)
         outputs.extend(out.results())
@@ -513,8 +573,9 @@ def test_processing_time_windows_are_rescheduled_after_a_restore() -> None:
     op, _, _ = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock)
     op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))
     payload = snapshot(op)
-    _, out2, service2 = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock,
-                               restored=Restored([payload], 0, 1))
+    _, out2, service2 = make(
+        lg.TumblingProcessingTimeWindows.of(1000), clock=clock, restored=Restored([payload], 0, 1)
+    )
     assert service2.next_time() == 1000
     clock.advance(999)
     service2.fire_due()
@@ -529,15 +590,22 @@ def test_restoring_state_of_another_window_function_is_refused() -> None:
     op.process_batch(recs(("a", 1)))
     payload = snapshot(op)
     with pytest.raises(ConfigurationError, match="new uid"):
-        make(tumbling(), BuiltinContents(WindowAggregation.of(lg.agg.sum("ts"))),
-             restored=Restored([payload], 0, 1))
+        make(
+            tumbling(),
+            BuiltinContents(WindowAggregation.of(lg.agg.sum("ts"))),
+            restored=Restored([payload], 0, 1),
+        )
 
 
 def test_keys_no_window_holds_are_forgotten_and_results_stay_right() -> None:
     op, out, _ = make(tumbling())
     for w in range(4):  # 5000 new keys per window: the key dictionary gets compacted
-        op.process_batch(batch([{"k": f"w{w}-{i}", "ts": w * 1000 + i % 1000}
-                                for i in range(5000)] + [{"k": "steady", "ts": w * 1000}]))
+        op.process_batch(
+            batch(
+                [{"k": f"w{w}-{i}", "ts": w * 1000 + i % 1000} for i in range(5000)]
+                + [{"k": "steady", "ts": w * 1000}]
+            )
+        )
         wm(op, w * 1000 + 999)
     assert len(op.keys) < 10_000
     got = out.results()
@@ -616,7 +684,12 @@ def test_session_windows_need_an_aggregate_function_that_merges() -> None:
 
 def test_late_data_that_nobody_reads_is_a_graph_error() -> None:
     env = lg.StreamEnvironment()
-    (keyed(env).window(tumbling()).side_output_late_data(lg.OutputTag("late"))
-        .aggregate(lg.agg.count()).sink_to(lg.connectors.DiscardingSink()))
+    (
+        keyed(env)
+        .window(tumbling())
+        .side_output_late_data(lg.OutputTag("late"))
+        .aggregate(lg.agg.count())
+        .sink_to(lg.connectors.DiscardingSink())
+    )
     with pytest.raises(lg.InvalidGraphError, match="side output 'late'"):
         env.get_job_graph()

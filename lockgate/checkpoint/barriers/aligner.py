@@ -189,7 +189,8 @@ class BarrierAligner:
             self._pending = None  # release every channel first (M-B4)
             aligned_ms = 0.0 if at_start else self._clock.monotonic_ms() - p.start_ms
             self._actions.trigger_snapshot(
-                p.barrier, AlignmentInfo(aligned_ms, p.start_delay_ms, False))
+                p.barrier, AlignmentInfo(aligned_ms, p.start_delay_ms, False)
+            )
 
     def _abort_pending(self, reason: CheckpointFailureReason) -> None:
         p = self._pending

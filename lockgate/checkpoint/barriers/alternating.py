@@ -50,8 +50,14 @@ _UNALIGNED = CheckpointOptions(CheckpointType.CHECKPOINT, unaligned=True)
 class AlternatingBarrierHandler(BarrierAligner):
     """The handler of EXACTLY_ONCE with unaligned checkpoints (M-B1)."""
 
-    def __init__(self, num_channels: int, actions: BarrierActions, clock: Clock, *,
-                 aligned_timeout_ms: float = 0) -> None:
+    def __init__(
+        self,
+        num_channels: int,
+        actions: BarrierActions,
+        clock: Clock,
+        *,
+        aligned_timeout_ms: float = 0,
+    ) -> None:
         if aligned_timeout_ms < 0:
             raise ValueError(f"aligned_timeout_ms must not be negative, got {aligned_timeout_ms}")
         super().__init__(num_channels, actions, clock)
@@ -63,8 +69,12 @@ class AlternatingBarrierHandler(BarrierAligner):
 
     def on_time(self) -> None:
         p = self._pending
-        if (p is not None and not p.unaligned and p.deadline_ms is not None
-                and self._clock.monotonic_ms() >= p.deadline_ms):
+        if (
+            p is not None
+            and not p.unaligned
+            and p.deadline_ms is not None
+            and self._clock.monotonic_ms() >= p.deadline_ms
+        ):
             self._switch_to_unaligned(p, self._clock.monotonic_ms() - p.start_ms)
 
     def on_priority_barrier(self, channel: int, barrier: CheckpointBarrier) -> None:
@@ -86,9 +96,11 @@ class AlternatingBarrierHandler(BarrierAligner):
             self._abort_pending(CheckpointFailureReason.SUBSUMED)
         self._current_id = cid
         p = CheckpointInProgress(
-            barrier=barrier, arrived=[False] * self.num_channels,
+            barrier=barrier,
+            arrived=[False] * self.num_channels,
             remaining=self.num_channels - self._num_closed,
-            start_ms=self._clock.monotonic_ms(), start_delay_ms=start_delay_ms(self._clock, barrier),
+            start_ms=self._clock.monotonic_ms(),
+            start_delay_ms=start_delay_ms(self._clock, barrier),
         )
         self._pending = p
         self._switch_to_unaligned(p, aligned_ms=0.0)

@@ -48,8 +48,9 @@ def create_barrier_handler(
         return BarrierTracker(num_channels, actions, clock)
     if mode is CheckpointingMode.EXACTLY_ONCE:
         if unaligned:
-            return AlternatingBarrierHandler(num_channels, actions, clock,
-                                             aligned_timeout_ms=aligned_timeout_ms)
+            return AlternatingBarrierHandler(
+                num_channels, actions, clock, aligned_timeout_ms=aligned_timeout_ms
+            )
         return BarrierAligner(num_channels, actions, clock)
     raise ConfigurationError(
         f"checkpointing mode must be lg.CheckpointingMode.EXACTLY_ONCE or AT_LEAST_ONCE, "

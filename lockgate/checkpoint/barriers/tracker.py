@@ -62,8 +62,14 @@ class BarrierCount:
 class BarrierTracker:
     """The at-least-once handler (M-B1: AT_LEAST_ONCE)."""
 
-    def __init__(self, num_channels: int, actions: BarrierActions, clock: Clock, *,
-                 max_tracked: int = DEFAULT_MAX_TRACKED) -> None:
+    def __init__(
+        self,
+        num_channels: int,
+        actions: BarrierActions,
+        clock: Clock,
+        *,
+        max_tracked: int = DEFAULT_MAX_TRACKED,
+    ) -> None:
         if num_channels < 1:
             raise ValueError(f"a barrier handler needs at least one channel, got {num_channels}")
         if max_tracked < 1:
@@ -110,10 +116,16 @@ class BarrierTracker:
         if cid <= self._latest_id:
             return  # not newer than the newest seen: it cannot complete any more
         self._latest_id = cid
-        self._queue.append(BarrierCount(
-            cid, 1 + self._num_closed, False, barrier,
-            self._clock.monotonic_ms(), start_delay_ms(self._clock, barrier),
-        ))
+        self._queue.append(
+            BarrierCount(
+                cid,
+                1 + self._num_closed,
+                False,
+                barrier,
+                self._clock.monotonic_ms(),
+                start_delay_ms(self._clock, barrier),
+            )
+        )
         if len(self._queue) > self.max_tracked:
             self._queue.popleft()
         if self._queue[-1].count >= self.num_channels:
@@ -130,8 +142,9 @@ class BarrierTracker:
             older = queue.popleft()
             if not older.aborted:
                 older.aborted = True
-                self._actions.abort_checkpoint(older.checkpoint_id,
-                                               CheckpointFailureReason.SUBSUMED)
+                self._actions.abort_checkpoint(
+                    older.checkpoint_id, CheckpointFailureReason.SUBSUMED
+                )
         if queue and queue[0].checkpoint_id == cid:
             entry = queue[0]
             if not entry.aborted:
@@ -159,8 +172,9 @@ class BarrierTracker:
             if entry.checkpoint_id > last:
                 entry.count += 1
         while True:
-            ready = next((pos for pos, e in enumerate(self._queue)
-                          if e.count >= self.num_channels), None)
+            ready = next(
+                (pos for pos, e in enumerate(self._queue) if e.count >= self.num_channels), None
+            )
             if ready is None:
                 return
             self._complete(ready)
@@ -179,4 +193,5 @@ class BarrierTracker:
         if not entry.aborted and entry.barrier is not None:
             waited_ms = 0.0 if at_start else self._clock.monotonic_ms() - entry.start_ms
             self._actions.trigger_snapshot(
-                entry.barrier, AlignmentInfo(waited_ms, entry.start_delay_ms, False))
+                entry.barrier, AlignmentInfo(waited_ms, entry.start_delay_ms, False)
+            )

@@ -49,8 +49,7 @@ METADATA_FORMAT_VERSION = 1
 
 def handle_json(handle: StateHandle) -> dict[str, Any]:
     """A handle as JSON; ``shared`` only when the handle references shared files."""
-    data: dict[str, Any] = {"path": handle.path, "size": handle.size,
-                            "checksum": handle.checksum}
+    data: dict[str, Any] = {"path": handle.path, "size": handle.size, "checksum": handle.checksum}
     if handle.shared:
         data["shared"] = [handle_json(s) for s in handle.shared]
     if handle.mac:
@@ -60,8 +59,13 @@ def handle_json(handle: StateHandle) -> dict[str, Any]:
 
 def _handle_from_json(data: dict[str, Any]) -> StateHandle:
     shared = tuple(_handle_from_json(s) for s in data.get("shared", ()))
-    return StateHandle(str(data["path"]), int(data["size"]), int(data["checksum"]), shared,
-                       str(data.get("mac", "")))
+    return StateHandle(
+        str(data["path"]),
+        int(data["size"]),
+        int(data["checksum"]),
+        shared,
+        str(data.get("mac", "")),
+    )
 
 
 @dataclass
@@ -113,15 +117,17 @@ class CompletedCheckpoint:
         return metadata
 
     @classmethod
-    def from_metadata(cls, metadata: dict[str, Any],
-                      external_path: str | None = None) -> CompletedCheckpoint:
+    def from_metadata(
+        cls, metadata: dict[str, Any], external_path: str | None = None
+    ) -> CompletedCheckpoint:
         """Rebuild from a ``_metadata`` document (the stats stay behind: only their
         JSON form is stored). Raises ``ValueError`` for an unknown format version."""
         version = metadata.get("format_version")
         if version != METADATA_FORMAT_VERSION:
             raise ValueError(
                 f"checkpoint metadata has format version {version!r}; this lockgate reads "
-                f"version {METADATA_FORMAT_VERSION}")
+                f"version {METADATA_FORMAT_VERSION}"
+            )
         return cls(
             checkpoint_id=int(metadata["checkpoint_id"]),
             trigger_timestamp=int(metadata["trigger_timestamp"]),
@@ -130,8 +136,10 @@ class CompletedCheckpoint:
                 uid: {int(subtask): _handle_from_json(h) for subtask, h in by_subtask.items()}
                 for uid, by_subtask in metadata.get("operators", {}).items()
             },
-            master_states={ident: _handle_from_json(h)
-                           for ident, h in metadata.get("master_states", {}).items()},
+            master_states={
+                ident: _handle_from_json(h)
+                for ident, h in metadata.get("master_states", {}).items()
+            },
             is_savepoint=bool(metadata.get("is_savepoint", False)),
             external_path=external_path,
             job_name=str(metadata.get("job_name", "")),
@@ -168,10 +176,15 @@ class CompletedCheckpointStore:
                 continue
             try:
                 checkpoint = CompletedCheckpoint.from_metadata(
-                    self.storage.read_metadata(checkpoint_id))
+                    self.storage.read_metadata(checkpoint_id)
+                )
             except Exception as e:  # noqa: BLE001 - one bad checkpoint must not stop the rest
-                log.warning("checkpoint %d in %s cannot be read and is not adopted: %s",
-                            checkpoint_id, self.storage.url, e)
+                log.warning(
+                    "checkpoint %d in %s cannot be read and is not adopted: %s",
+                    checkpoint_id,
+                    self.storage.url,
+                    e,
+                )
                 unreadable = True
                 continue
             if not checkpoint.is_savepoint:
@@ -194,7 +207,8 @@ class CompletedCheckpointStore:
         if self._checkpoints and checkpoint.checkpoint_id <= self._checkpoints[-1].checkpoint_id:
             raise ValueError(
                 f"checkpoint {checkpoint.checkpoint_id} is not newer than the newest completed "
-                f"one ({self._checkpoints[-1].checkpoint_id})")
+                f"one ({self._checkpoints[-1].checkpoint_id})"
+            )
         self.shared.check_available(checkpoint.checkpoint_id, checkpoint.handles())
         self.storage.write_latest(checkpoint.checkpoint_id)
         self._checkpoints.append(checkpoint)

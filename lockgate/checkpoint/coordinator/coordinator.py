@@ -115,8 +115,9 @@ class TaskGateway(Protocol):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Tell every task that the checkpoint is complete and durable (M-C3, M-C7)."""
 
-    def notify_checkpoint_aborted(self, checkpoint_id: int,
-                                  reason: CheckpointFailureReason) -> None:
+    def notify_checkpoint_aborted(
+        self, checkpoint_id: int, reason: CheckpointFailureReason
+    ) -> None:
         """Tell every task that the checkpoint was aborted (M-C6)."""
 
     def fail_job(self, error: BaseException) -> None:
@@ -229,13 +230,18 @@ class CheckpointCoordinator:
                 pending = self._pending.get(checkpoint_id)
                 if pending is None:
                     continue
-                if (task in self._triggered.get(checkpoint_id, ())
-                        and task in pending.tasks_to_acknowledge):
+                if (
+                    task in self._triggered.get(checkpoint_id, ())
+                    and task in pending.tasks_to_acknowledge
+                ):
                     # triggered, it ended without taking the checkpoint: no barrier left
                     # it, so tasks downstream of it may never see this checkpoint; the
                     # next one triggers them directly
-                    log.info("checkpoint %d aborted: task %s ended before it took it",
-                             checkpoint_id, task)
+                    log.info(
+                        "checkpoint %d aborted: task %s ended before it took it",
+                        checkpoint_id,
+                        task,
+                    )
                     self._abort(pending, R.TASK_NOT_RUNNING)
                     continue
                 if not pending.acknowledge_finished(task):
@@ -248,8 +254,7 @@ class CheckpointCoordinator:
             hooks = list(self._hooks)
         self._notify_hooks(hooks, completed)
 
-    def task_reached_end_of_data(self, task: TaskKey,
-                                  last_snapshot_id: int | None = None) -> None:
+    def task_reached_end_of_data(self, task: TaskKey, last_snapshot_id: int | None = None) -> None:
         """``task`` finished its operators and waits for a checkpoint to complete that it
         takes from now on, its final checkpoint (FLIP-147): any checkpoint newer than
         ``last_snapshot_id``, the newest it had snapshotted (None: unknown, then any
@@ -312,8 +317,13 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ triggering
 
-    def trigger_checkpoint(self, *, forced: bool = False, savepoint: bool = False,  # noqa: C901 (the triggering checks of M-C1/M-C4 in their documented order)
-                           drain: bool = False) -> int | CheckpointFailureReason:
+    def trigger_checkpoint(
+        self,
+        *,
+        forced: bool = False,
+        savepoint: bool = False,  # noqa: C901 (the triggering checks of M-C1/M-C4 in their documented order)
+        drain: bool = False,
+    ) -> int | CheckpointFailureReason:
         """Trigger a checkpoint (a savepoint is always forced). Returns its id, or the
         reason it was cancelled or aborted during triggering (M-C1, M-C4).
 
@@ -337,17 +347,24 @@ class CheckpointCoordinator:
             else:
                 options = CheckpointOptions(
                     CheckpointType.CHECKPOINT,
-                    unaligned=self._config.unaligned and self._config.aligned_timeout_ms == 0)
+                    unaligned=self._config.unaligned and self._config.aligned_timeout_ms == 0,
+                )
             plan = self._plan()
             pending = PendingCheckpoint(
-                checkpoint_id, timestamp, self._clock.monotonic_ms(), options,
-                set(plan.to_acknowledge), finished_tasks=set(plan.finished))
+                checkpoint_id,
+                timestamp,
+                self._clock.monotonic_ms(),
+                options,
+                set(plan.to_acknowledge),
+                finished_tasks=set(plan.finished),
+            )
             self._pending[checkpoint_id] = pending  # M-C2
             self._last_triggered_id = max(self._last_triggered_id, checkpoint_id)
             self._triggering.add(checkpoint_id)
             self._stats.report_pending(checkpoint_id, timestamp, is_savepoint=savepoint)
             self._timeouts[checkpoint_id] = self._scheduler.schedule(
-                self._timeout_ms, lambda: self._on_timeout(pending))  # M-C4
+                self._timeout_ms, lambda: self._on_timeout(pending)
+            )  # M-C4
             hooks = list(self._hooks)
 
         # master hooks (M-C9), outside the lock: user code that may take time
@@ -357,11 +374,22 @@ class CheckpointCoordinator:
             try:
                 state = hook.trigger_checkpoint(checkpoint_id, timestamp)
                 if state is not None:
-                    written.append((hook.identifier, self._storage.write_state(
-                        checkpoint_id, master_state_name(hook.identifier), state)))
+                    written.append(
+                        (
+                            hook.identifier,
+                            self._storage.write_state(
+                                checkpoint_id, master_state_name(hook.identifier), state
+                            ),
+                        )
+                    )
             except Exception as e:  # aborts the checkpoint (M-C4)
-                log.warning("master hook %r failed for checkpoint %d: %s",
-                            hook.identifier, checkpoint_id, e, exc_info=True)
+                log.warning(
+                    "master hook %r failed for checkpoint %d: %s",
+                    hook.identifier,
+                    checkpoint_id,
+                    e,
+                    exc_info=True,
+                )
                 hook_error = e
                 break
 
@@ -378,8 +406,11 @@ class CheckpointCoordinator:
                 pending.add_master_state(identifier, handle)
             reason = decide_trigger(self._facts(forced, excluding=pending))  # M-C1 re-check
             if reason is not None:
-                log.info("checkpoint %d cancelled right before its trigger: %s",
-                         checkpoint_id, reason.value)
+                log.info(
+                    "checkpoint %d cancelled right before its trigger: %s",
+                    checkpoint_id,
+                    reason.value,
+                )
                 self._abort(pending, reason)
                 return reason
             barrier = CheckpointBarrier(checkpoint_id, timestamp, options)
@@ -393,8 +424,13 @@ class CheckpointCoordinator:
                 try:
                     self._gateway.trigger_source(task, barrier)
                 except Exception as e:  # aborts the checkpoint (M-C4)
-                    log.warning("triggering checkpoint %d on task %s failed: %s",
-                                checkpoint_id, task, e, exc_info=True)
+                    log.warning(
+                        "triggering checkpoint %d on task %s failed: %s",
+                        checkpoint_id,
+                        task,
+                        e,
+                        exc_info=True,
+                    )
                     self._abort(pending, R.TRIGGER_FAILED)
                     return R.TRIGGER_FAILED
             if pending.discarded:
@@ -405,12 +441,14 @@ class CheckpointCoordinator:
 
     def _plan(self) -> CheckpointPlan:
         """Which tasks a checkpoint triggered now involves (FLIP-147, :mod:`.plan`)."""
-        return plan_checkpoint(self._all_tasks, self._sources, self._topology.upstream,
-                               self._running, self._finished)
+        return plan_checkpoint(
+            self._all_tasks, self._sources, self._topology.upstream, self._running, self._finished
+        )
 
     def _facts(self, forced: bool, excluding: PendingCheckpoint | None = None) -> TriggerFacts:
-        pending = len(self._pending) - (1 if excluding is not None
-                                        and excluding.checkpoint_id in self._pending else 0)
+        pending = len(self._pending) - (
+            1 if excluding is not None and excluding.checkpoint_id in self._pending else 0
+        )
         plan = self._plan()
         # a job whose tasks all finished has nothing left to checkpoint
         not_running = plan.not_running if plan.to_acknowledge else max(1, plan.not_running)
@@ -426,8 +464,9 @@ class CheckpointCoordinator:
             tasks_not_running=not_running,
         )
 
-    def _cancelled_before_trigger(self, reason: CheckpointFailureReason,
-                                  error: BaseException | None) -> CheckpointFailureReason:
+    def _cancelled_before_trigger(
+        self, reason: CheckpointFailureReason, error: BaseException | None
+    ) -> CheckpointFailureReason:
         if error is not None:
             log.warning("checkpoint not triggered: %s: %s", reason.value, error)
         else:
@@ -439,8 +478,9 @@ class CheckpointCoordinator:
     def _on_timeout(self, pending: PendingCheckpoint) -> None:
         with self._lock:
             if self._pending.get(pending.checkpoint_id) is pending and not pending.discarded:
-                log.info("checkpoint %d expired after %.0f ms", pending.checkpoint_id,
-                         self._timeout_ms)
+                log.info(
+                    "checkpoint %d expired after %.0f ms", pending.checkpoint_id, self._timeout_ms
+                )
                 self._abort(pending, R.TIMEOUT)
 
     # ------------------------------------------------------------------ acknowledgements
@@ -453,13 +493,20 @@ class CheckpointCoordinator:
         with self._lock:
             pending = self._pending.get(ack.checkpoint_id)
             if pending is None:
-                result = (AckResult.DISCARDED if ack.checkpoint_id in self._recently_aborted
-                          else AckResult.UNKNOWN)
+                result = (
+                    AckResult.DISCARDED
+                    if ack.checkpoint_id in self._recently_aborted
+                    else AckResult.UNKNOWN
+                )
             else:
                 result = pending.acknowledge(ack)
             if result in (AckResult.UNKNOWN, AckResult.DISCARDED):
-                log.debug("acknowledgement of checkpoint %d by %s: %s; its state is deleted",
-                          ack.checkpoint_id, ack.task, result.name)
+                log.debug(
+                    "acknowledgement of checkpoint %d by %s: %s; its state is deleted",
+                    ack.checkpoint_id,
+                    ack.task,
+                    result.name,
+                )
                 self._discard_handles(self._unreferenced(ack))
             elif result is AckResult.SUCCESS:
                 assert pending is not None
@@ -470,8 +517,7 @@ class CheckpointCoordinator:
         self._notify_hooks(hooks, [completed] if completed is not None else [])
         return result
 
-    def _notify_hooks(self, hooks: list[MasterHook],
-                      completed: list[CompletedCheckpoint]) -> None:
+    def _notify_hooks(self, hooks: list[MasterHook], completed: list[CompletedCheckpoint]) -> None:
         """Tell the master hooks about ``completed`` checkpoints (M-C9); called outside
         the lock (user code). A failing hook is logged: the checkpoint stays complete."""
         for checkpoint in completed:
@@ -479,26 +525,37 @@ class CheckpointCoordinator:
                 try:
                     hook.notify_checkpoint_complete(checkpoint.checkpoint_id)
                 except Exception as e:  # the checkpoint stays complete
-                    log.warning("master hook %r failed on completion of checkpoint %d: %s",
-                                hook.identifier, checkpoint.checkpoint_id, e, exc_info=True)
+                    log.warning(
+                        "master hook %r failed on completion of checkpoint %d: %s",
+                        hook.identifier,
+                        checkpoint.checkpoint_id,
+                        e,
+                        exc_info=True,
+                    )
 
     def _unreferenced(self, ack: TaskAcknowledgement) -> list[StateHandle]:
         """The handles of ``ack`` that no completed checkpoint references (a stray
         repeat of an acknowledgement must not delete a completed checkpoint's state)."""
-        referenced = {h.path for c in self._store.all() if c.checkpoint_id == ack.checkpoint_id
-                      for h in c.handles()}
+        referenced = {
+            h.path
+            for c in self._store.all()
+            if c.checkpoint_id == ack.checkpoint_id
+            for h in c.handles()
+        }
         return [h for h in ack.handles.values() if h.path not in referenced]
 
-    def receive_decline(self, task: TaskKey, checkpoint_id: int,
-                        reason: CheckpointFailureReason) -> None:
+    def receive_decline(
+        self, task: TaskKey, checkpoint_id: int, reason: CheckpointFailureReason
+    ) -> None:
         """``task`` cannot take checkpoint ``checkpoint_id`` (M-C6): abort it with
         ``reason`` and tell the tasks. A decline of a checkpoint that is not pending is
         ignored."""
         with self._lock:
             pending = self._pending.get(checkpoint_id)
             if pending is None or pending.discarded:
-                log.debug("decline of checkpoint %d by %s ignored: not pending",
-                          checkpoint_id, task)
+                log.debug(
+                    "decline of checkpoint %d by %s ignored: not pending", checkpoint_id, task
+                )
                 return
             log.info("checkpoint %d declined by task %s: %s", checkpoint_id, task, reason.value)
             self._abort(pending, reason)
@@ -518,8 +575,7 @@ class CheckpointCoordinator:
                 is_savepoint=pending.is_savepoint,
                 job_name=self.job_name,
                 stats=stats,
-                finished_operators=finished_operators(pending.finished_tasks,
-                                                      self._topology),
+                finished_operators=finished_operators(pending.finished_tasks, self._topology),
             )
             path = self._storage.write_metadata(checkpoint_id, completed.to_metadata())
             completed.external_path = path
@@ -606,7 +662,8 @@ class CheckpointCoordinator:
             f"{self._failures.exceeded_count} consecutive checkpoint failures, more than "
             f"checkpoint_config.tolerable_failures = {tolerable} allows; the last one: "
             f"{which} failed because {reason.value}. Raise "
-            f"checkpoint_config.tolerable_failures to tolerate more")
+            f"checkpoint_config.tolerable_failures to tolerate more"
+        )
         log.error("failing job %r: %s", self.job_name, error)
         try:
             self._gateway.fail_job(error)
@@ -636,8 +693,7 @@ class CheckpointCoordinator:
         token = self._periodic_token
         delay_ms = max(delay_ms, 0.0)
         self._periodic_due_ms = self._clock.monotonic_ms() + delay_ms
-        self._periodic_task = self._scheduler.schedule(
-            delay_ms, lambda: self._periodic_tick(token))
+        self._periodic_task = self._scheduler.schedule(delay_ms, lambda: self._periodic_tick(token))
 
     def _cancel_periodic(self) -> None:
         self._periodic_token += 1  # an action already started sees a stale token
@@ -658,8 +714,12 @@ class CheckpointCoordinator:
         except Exception:  # a bug must not end periodic checkpoints: logged, next one scheduled
             log.exception("periodic checkpoint trigger of job %r raised", self.job_name)
         with self._lock:
-            if (not self._periodic_active or self._shut_down or token != self._periodic_token
-                    or self._periodic_task is not None):
+            if (
+                not self._periodic_active
+                or self._shut_down
+                or token != self._periodic_token
+                or self._periodic_task is not None
+            ):
                 return
             self._periodic_missed = result is R.TOO_MANY_CONCURRENT
             delay = float(self._config.interval_ms)
@@ -732,22 +792,26 @@ class CheckpointCoordinator:
         """The job's checkpoint storage."""
         return self._storage
 
-    def wait_for_savepoint(self, checkpoint_id: int,
-                           timeout_s: float | None = None) -> CompletedCheckpoint:
+    def wait_for_savepoint(
+        self, checkpoint_id: int, timeout_s: float | None = None
+    ) -> CompletedCheckpoint:
         """Block until savepoint ``checkpoint_id`` completes and return it; raise
         ``CheckpointFailedError`` when it is aborted, ``TimeoutError`` after
         ``timeout_s`` seconds (None: the checkpoint timeout)."""
         limit = self._timeout_ms / 1000.0 if timeout_s is None else timeout_s
         with self._outcome:
             if not self._outcome.wait_for(
-                    lambda: checkpoint_id in self._savepoint_outcomes, timeout=limit):
+                lambda: checkpoint_id in self._savepoint_outcomes, timeout=limit
+            ):
                 raise TimeoutError(
                     f"savepoint {checkpoint_id} of job {self.job_name!r} did not complete "
-                    f"within {limit:g}s")
+                    f"within {limit:g}s"
+                )
             outcome = self._savepoint_outcomes.pop(checkpoint_id)
         if isinstance(outcome, CheckpointFailureReason):
             raise CheckpointFailedError(
-                f"savepoint {checkpoint_id} of job {self.job_name!r} failed: {outcome.value}")
+                f"savepoint {checkpoint_id} of job {self.job_name!r} failed: {outcome.value}"
+            )
         return outcome
 
     def savepoint_path(self, checkpoint_id: int) -> str | None:

@@ -26,10 +26,17 @@ from ..types import CheckpointFailureReason
 
 R = CheckpointFailureReason
 
-COUNTED_REASONS: frozenset[CheckpointFailureReason] = frozenset({
-    R.DECLINED, R.TIMEOUT, R.SYNC_FAILED, R.ASYNC_FAILED, R.FINALIZE_FAILED,
-    R.TRIGGER_FAILED, R.ID_UNAVAILABLE,
-})
+COUNTED_REASONS: frozenset[CheckpointFailureReason] = frozenset(
+    {
+        R.DECLINED,
+        R.TIMEOUT,
+        R.SYNC_FAILED,
+        R.ASYNC_FAILED,
+        R.FINALIZE_FAILED,
+        R.TRIGGER_FAILED,
+        R.ID_UNAVAILABLE,
+    }
+)
 
 
 class CheckpointFailureManager:

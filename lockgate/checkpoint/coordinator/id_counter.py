@@ -47,9 +47,11 @@ log = logging.getLogger(__name__)
 RESERVATION = "_checkpoint_ids"
 #: ids reserved per durable write
 DEFAULT_RESERVE = 32
-_DAMAGED_HINT = ("the checkpoint ids already used are unknown, so no checkpoint can be "
-                 "triggered. Delete the file to continue after the newest completed "
-                 "checkpoint (only while nothing else writes to this storage)")
+_DAMAGED_HINT = (
+    "the checkpoint ids already used are unknown, so no checkpoint can be "
+    "triggered. Delete the file to continue after the newest completed "
+    "checkpoint (only while nothing else writes to this storage)"
+)
 
 
 def read_reservation(storage: CheckpointStorage) -> int:
@@ -69,7 +71,8 @@ def read_reservation(storage: CheckpointStorage) -> int:
     if isinstance(reserved, bool) or not isinstance(reserved, int) or reserved < 0:
         raise CorruptCheckpointError(
             f"checkpoint id reservation {where} holds {value!r}, not "
-            f'{{"reserved_through": <int >= 0>}}; {_DAMAGED_HINT}')
+            f'{{"reserved_through": <int >= 0>}}; {_DAMAGED_HINT}'
+        )
     return reserved
 
 
@@ -83,16 +86,22 @@ class CheckpointIdCounter:
     """Hands out checkpoint ids, never one that was handed out before on its storage
     (see the module docstring). Thread-safe."""
 
-    def __init__(self, storage: CheckpointStorage | None = None, *, start: int | None = None,
-                 reserve: int = DEFAULT_RESERVE) -> None:
+    def __init__(
+        self,
+        storage: CheckpointStorage | None = None,
+        *,
+        start: int | None = None,
+        reserve: int = DEFAULT_RESERVE,
+    ) -> None:
         """``start``: the smallest first id (with ``storage`` the first id is also after
         every id the storage knows); without ``storage`` ids live in memory only and
         start at ``start`` or 1. ``reserve``: ids reserved per durable write (>= 1)."""
         if start is not None and start < 1:
             raise ValueError(f"checkpoint ids start at 1 or later, got {start}")
         if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 1:
-            raise ValueError(f"reserve must be an int >= 1 (ids reserved per write), "
-                             f"got {reserve!r}")
+            raise ValueError(
+                f"reserve must be an int >= 1 (ids reserved per write), got {reserve!r}"
+            )
         self._storage = storage
         self._start = start if start is not None else 1
         self._reserve = reserve
@@ -146,8 +155,13 @@ class CheckpointIdCounter:
                 write_reservation(self._storage, last)
                 self._reserved_through = last
             except Exception as e:  # noqa: BLE001 - a gap in the ids is harmless
-                log.warning("giving back the unused checkpoint ids %d..%d of %s failed: %s",
-                            last + 1, self._reserved_through, self._storage.url, e)
+                log.warning(
+                    "giving back the unused checkpoint ids %d..%d of %s failed: %s",
+                    last + 1,
+                    self._reserved_through,
+                    self._storage.url,
+                    e,
+                )
 
     def peek(self) -> int | None:
         """The id :meth:`next_id` will return, or None before the storage was read."""

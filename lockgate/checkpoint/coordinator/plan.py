@@ -61,10 +61,13 @@ class CheckpointPlan:
         return self.not_running == 0 and bool(self.to_acknowledge)
 
 
-def plan_checkpoint(tasks: Sequence[TaskKey], sources: Sequence[TaskKey],
-                    upstream: Mapping[TaskKey, frozenset[TaskKey]],
-                    running: AbstractSet[TaskKey],
-                    finished: AbstractSet[TaskKey]) -> CheckpointPlan:
+def plan_checkpoint(
+    tasks: Sequence[TaskKey],
+    sources: Sequence[TaskKey],
+    upstream: Mapping[TaskKey, frozenset[TaskKey]],
+    running: AbstractSet[TaskKey],
+    finished: AbstractSet[TaskKey],
+) -> CheckpointPlan:
     """The plan for a checkpoint of the job whose tasks are ``tasks`` (sources first,
     in trigger order) given the tasks reported ``running`` and ``finished`` (see the
     module docstring). A task in both sets counts as finished."""
@@ -89,8 +92,9 @@ def plan_checkpoint(tasks: Sequence[TaskKey], sources: Sequence[TaskKey],
     )
 
 
-def finished_operators(finished: Iterable[TaskKey], topology: JobTopology
-                       ) -> dict[str, tuple[int, tuple[int, ...]]]:
+def finished_operators(
+    finished: Iterable[TaskKey], topology: JobTopology
+) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Per operator uid of a finished task: (its vertex's parallelism, the finished
     subtasks, ascending). An operator all of whose subtasks are listed is *fully
     finished*: a restore deploys its tasks as finished (they do not run again)."""

@@ -56,8 +56,13 @@ class _Task:
 
     __slots__ = ("_cancelled", "_on_cancel", "action", "due_ms", "seq")
 
-    def __init__(self, due_ms: float, seq: int, action: Callable[[], None],
-                 on_cancel: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        due_ms: float,
+        seq: int,
+        action: Callable[[], None],
+        on_cancel: Callable[[], None] | None,
+    ) -> None:
         self.due_ms = due_ms
         self.seq = seq
         self.action = action
@@ -90,8 +95,9 @@ class _Queue:
         self._seq = itertools.count()
         self._cancelled = 0
 
-    def push(self, due_ms: float, action: Callable[[], None],
-             on_cancel: Callable[[], None]) -> _Task:
+    def push(
+        self, due_ms: float, action: Callable[[], None], on_cancel: Callable[[], None]
+    ) -> _Task:
         task = _Task(due_ms, next(self._seq), action, on_cancel)
         heapq.heappush(self._heap, task)
         return task
@@ -154,8 +160,9 @@ class ManualScheduler:
         with self._lock:
             if self._shut_down:
                 return _cancelled_task()
-            return self._queue.push(self.clock.monotonic_ms() + max(delay_ms, 0.0), action,
-                                    self._note_cancel)
+            return self._queue.push(
+                self.clock.monotonic_ms() + max(delay_ms, 0.0), action, self._note_cancel
+            )
 
     def _note_cancel(self) -> None:
         with self._lock:
@@ -233,8 +240,9 @@ class ThreadScheduler:
         with self._lock:
             if self._shut_down:
                 return _cancelled_task()
-            task = self._queue.push(self.clock.monotonic_ms() + max(delay_ms, 0.0), action,
-                                    self._note_cancel)
+            task = self._queue.push(
+                self.clock.monotonic_ms() + max(delay_ms, 0.0), action, self._note_cancel
+            )
             self._wake.set()
         return task
 

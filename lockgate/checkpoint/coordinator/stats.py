@@ -33,12 +33,14 @@ class CheckpointStatsTracker:
         self._started: dict[int, float] = {}
         self._lock = threading.Lock()
 
-    def report_pending(self, checkpoint_id: int, trigger_timestamp: int, *,
-                       is_savepoint: bool = False) -> None:
+    def report_pending(
+        self, checkpoint_id: int, trigger_timestamp: int, *, is_savepoint: bool = False
+    ) -> None:
         """A checkpoint was triggered (its clock time now is its start)."""
         with self._lock:
             self._stats[checkpoint_id] = CheckpointStats(
-                checkpoint_id, trigger_timestamp, IN_PROGRESS, is_savepoint=is_savepoint)
+                checkpoint_id, trigger_timestamp, IN_PROGRESS, is_savepoint=is_savepoint
+            )
             self._started[checkpoint_id] = self._clock.monotonic_ms()
             self._trim()
 
@@ -48,31 +50,38 @@ class CheckpointStatsTracker:
             del self._stats[oldest]
             self._started.pop(oldest, None)
 
-    def report_acknowledged(self, checkpoint_id: int, task: TaskKey,
-                            metrics: SubtaskCheckpointMetrics) -> None:
+    def report_acknowledged(
+        self, checkpoint_id: int, task: TaskKey, metrics: SubtaskCheckpointMetrics
+    ) -> None:
         """A subtask acknowledged (its metrics show while the checkpoint is in progress)."""
         with self._lock:
             stats = self._stats.get(checkpoint_id)
             if stats is not None and stats.status == IN_PROGRESS:
                 stats.subtasks[task] = copy.copy(metrics)
                 stats.persisted_inflight_bytes = sum(
-                    m.persisted_inflight_bytes for m in stats.subtasks.values())
+                    m.persisted_inflight_bytes for m in stats.subtasks.values()
+                )
 
-    def completion_stats(self, checkpoint_id: int, *, state_size: int,
-                         external_path: str | None = None) -> CheckpointStats:
+    def completion_stats(
+        self, checkpoint_id: int, *, state_size: int, external_path: str | None = None
+    ) -> CheckpointStats:
         """What the stats of ``checkpoint_id`` are if it completes now (a new object;
         nothing is recorded until :meth:`report_completed`)."""
         with self._lock:
             current = self._stats.get(checkpoint_id)
             started = self._started.get(checkpoint_id)
-            base = (copy.deepcopy(current) if current is not None
-                    else CheckpointStats(checkpoint_id, 0, IN_PROGRESS))
+            base = (
+                copy.deepcopy(current)
+                if current is not None
+                else CheckpointStats(checkpoint_id, 0, IN_PROGRESS)
+            )
             now = self._clock.monotonic_ms()
         base.status = COMPLETED
         base.duration_ms = None if started is None else now - started
         base.state_size = state_size
         base.persisted_inflight_bytes = sum(
-            m.persisted_inflight_bytes for m in base.subtasks.values())
+            m.persisted_inflight_bytes for m in base.subtasks.values()
+        )
         base.external_path = external_path
         base.failure_reason = None
         return base

@@ -39,21 +39,24 @@ REPLY_GRACE_S = 5.0
 GONE_GRACE_S = 2.0
 
 
-def _reply(auth: MessageAuth, job: JobInfo, command: str, request_id: str,
-           frames: list[bytes]) -> tuple[bool, Any]:
+def _reply(
+    auth: MessageAuth, job: JobInfo, command: str, request_id: str, frames: list[bytes]
+) -> tuple[bool, Any]:
     """(done, result) for one reply; raises the job's failure or a rejection."""
     if frames and frames[0] == REJECTED:
         raise JobUnreachableError(
             f"job {job.job_id} ({job.job_name!r}) rejected the {command} request: "
             f"{b' '.join(frames[1:]).decode(errors='replace')}; its registration file "
-            f"{job.path} does not hold the job's secret (is it stale?)")
+            f"{job.path} does not hold the job's secret (is it stale?)"
+        )
     try:
         (payload,) = auth.open(frames, 1)
         reply = json.loads(bytes(payload))
     except (AuthenticationError, MalformedMessageError, ValueError) as e:
         raise JobUnreachableError(
             f"job {job.job_id} ({job.job_name!r}) sent a reply that failed authentication "
-            f"({e}); is another process using its port {job.endpoint}?") from e
+            f"({e}); is another process using its port {job.endpoint}?"
+        ) from e
     if not isinstance(reply, dict) or reply.get("id") != request_id:
         return False, None  # an answer to an earlier request
     if reply.get("ok"):
@@ -61,11 +64,11 @@ def _reply(auth: MessageAuth, job: JobInfo, command: str, request_id: str,
     raise JobCommandError(
         f"job {job.job_id} ({job.job_name!r}): {command} failed: "
         f"{reply.get('error_type')}: {reply.get('error')}",
-        error_type=str(reply.get("error_type")))
+        error_type=str(reply.get("error_type")),
+    )
 
 
-def send_command(job: JobInfo, command: str, *, timeout: float | None = None,
-                 **args: Any) -> Any:
+def send_command(job: JobInfo, command: str, *, timeout: float | None = None, **args: Any) -> Any:
     """Run ``command`` (``savepoint``: ``path``; ``stop``: ``path``, ``drain``;
     ``cancel``) on the running ``job`` and return its result (the savepoint folder for
     ``savepoint`` and ``stop``).
@@ -84,8 +87,15 @@ def send_command(job: JobInfo, command: str, *, timeout: float | None = None,
         args["timeout"] = timeout
     auth = MessageAuth(job.secret)
     request_id = secrets.token_hex(8)
-    request = json.dumps({"id": request_id, "job": job.job_id, "command": command,
-                          "args": args, "sent_at": time.time()}).encode()
+    request = json.dumps(
+        {
+            "id": request_id,
+            "job": job.job_id,
+            "command": command,
+            "args": args,
+            "sent_at": time.time(),
+        }
+    ).encode()
     deadline = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
     socket: Any = zmq.Context.instance().socket(zmq.DEALER)
     try:
@@ -109,10 +119,12 @@ def send_command(job: JobInfo, command: str, *, timeout: float | None = None,
                 if now - gone_since > GONE_GRACE_S:
                     problem = f"stopped taking commands before answering the {command} request"
             if problem is None and deadline is not None and now > deadline:
-                problem = (f"did not answer the {command} request within {timeout}s "
-                           f"(+{REPLY_GRACE_S}s)")
+                problem = (
+                    f"did not answer the {command} request within {timeout}s (+{REPLY_GRACE_S}s)"
+                )
             if problem is not None and not socket.poll(0, zmq.POLLIN):  # no reply just now
                 raise JobUnreachableError(
-                    f"job {job.job_id} ({job.job_name!r}, pid {job.pid}) {problem}")
+                    f"job {job.job_id} ({job.job_name!r}, pid {job.pid}) {problem}"
+                )
     finally:
         socket.close(linger=0)

@@ -49,7 +49,6 @@ class JobCommandError(JobControlError):
         self.error_type = error_type
 
 
-
 @dataclass(frozen=True)
 class JobInfo:
     """One registered job, as its registration file describes it."""
@@ -66,10 +65,18 @@ class JobInfo:
     secret: bytes = field(repr=False)
 
     def to_json(self) -> str:
-        return json.dumps({
-            "version": PROTOCOL, "job_id": self.job_id, "job_name": self.job_name,
-            "pid": self.pid, "pid_start": self.pid_start, "endpoint": self.endpoint,
-            "started_at": self.started_at, "secret": self.secret.hex()})
+        return json.dumps(
+            {
+                "version": PROTOCOL,
+                "job_id": self.job_id,
+                "job_name": self.job_name,
+                "pid": self.pid,
+                "pid_start": self.pid_start,
+                "endpoint": self.endpoint,
+                "started_at": self.started_at,
+                "secret": self.secret.hex(),
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str, path: str) -> JobInfo:
@@ -78,8 +85,13 @@ class JobInfo:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         expected: dict[str, type | tuple[type, ...]] = {
-            "job_id": str, "job_name": str, "pid": int, "endpoint": str,
-            "started_at": (int, float), "secret": str}
+            "job_id": str,
+            "job_name": str,
+            "pid": int,
+            "endpoint": str,
+            "started_at": (int, float),
+            "secret": str,
+        }
         for key, kind in expected.items():
             if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
                 raise ValueError(f"field {key!r} is missing or has the wrong type")
@@ -89,9 +101,16 @@ class JobInfo:
         secret = bytes.fromhex(data["secret"])
         if len(secret) < 16:
             raise ValueError("field 'secret' is too short")
-        return cls(job_id=data["job_id"], job_name=data["job_name"], pid=data["pid"],
-                   pid_start=pid_start, endpoint=data["endpoint"],
-                   started_at=float(data["started_at"]), path=path, secret=secret)
+        return cls(
+            job_id=data["job_id"],
+            job_name=data["job_name"],
+            pid=data["pid"],
+            pid_start=pid_start,
+            endpoint=data["endpoint"],
+            started_at=float(data["started_at"]),
+            path=path,
+            secret=secret,
+        )
 
 
 # --------------------------------------------------------------------------- the registry folder
@@ -100,8 +119,7 @@ class JobInfo:
 def lockgate_home(home: str | os.PathLike[str] | None = None) -> str:
     """The lockgate home folder: ``home`` if given, else ``$LOCKGATE_HOME``, else
     ``~/.lockgate`` (absolute; not created here)."""
-    chosen = os.fspath(home) if home is not None else (
-        os.environ.get(HOME_ENV) or DEFAULT_HOME)
+    chosen = os.fspath(home) if home is not None else (os.environ.get(HOME_ENV) or DEFAULT_HOME)
     return os.path.abspath(os.path.expanduser(chosen))
 
 
@@ -134,14 +152,16 @@ def check_private_folder(home: str | os.PathLike[str] | None = None) -> None:
             raise UnsafeRegistryError(
                 f"the job registry folder {path} belongs to user {st.st_uid}, not to you "
                 f"({uid}); anyone who owns it can redirect commands: remove it or point "
-                f"{HOME_ENV} at a folder of your own")
+                f"{HOME_ENV} at a folder of your own"
+            )
         writable = st.st_mode & (0o022 if own_only else 0o002)
         if writable and not (not own_only and st.st_mode & 0o1000):
             raise UnsafeRegistryError(
                 f"the job registry folder {path} is writable by "
                 f"{'other users' if st.st_mode & 0o002 else 'its group'} (mode "
                 f"{stat.filemode(st.st_mode)}); anyone who can write there can redirect "
-                f"commands: run 'chmod go-w {path}' or point {HOME_ENV} at a private folder")
+                f"commands: run 'chmod go-w {path}' or point {HOME_ENV} at a private folder"
+            )
 
 
 def write_private(path: str, text: str) -> None:
@@ -205,8 +225,12 @@ def _read(path: str) -> JobInfo | None:
     try:
         return JobInfo.from_json(text, path)
     except ValueError as e:
-        log.warning("job registry: ignoring the malformed registration file %s (%s); "
-                    "delete it if no job uses it", path, e)
+        log.warning(
+            "job registry: ignoring the malformed registration file %s (%s); "
+            "delete it if no job uses it",
+            path,
+            e,
+        )
         return None
 
 
@@ -221,7 +245,8 @@ def list_jobs(home: str | os.PathLike[str] | None = None) -> list[JobInfo]:
         return []
     except OSError as e:
         raise JobControlError(
-            f"cannot read the job registry {folder}: {e}; check {HOME_ENV}") from e
+            f"cannot read the job registry {folder}: {e}; check {HOME_ENV}"
+        ) from e
     jobs = []
     for name in names:
         if name.startswith(".") or not name.endswith(".json"):
@@ -261,15 +286,24 @@ def find_job(ref: str, home: str | os.PathLike[str] | None = None) -> JobInfo:
     if named:
         raise JobNotFoundError(
             f"{len(named)} running jobs are named {ref!r}: {_describe(named)}; "
-            "name the job by its id")
-    running = (f"running jobs: {_describe(jobs)}" if jobs
-               else f"no lockgate job is running (registry: {jobs_folder(home)})")
+            "name the job by its id"
+        )
+    running = (
+        f"running jobs: {_describe(jobs)}"
+        if jobs
+        else f"no lockgate job is running (registry: {jobs_folder(home)})"
+    )
     raise JobNotFoundError(f"no running job has the id or name {ref!r}; {running}")
+
 
 def check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout) or timeout <= 0):
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise ConfigurationError(f"timeout must be seconds > 0 (or None), got {timeout!r}")
     return float(timeout)

@@ -62,15 +62,15 @@ class JobControl(Protocol):
         """Take a savepoint into ``path``; return its folder; raise on failure."""
         ...
 
-    def stop_with_savepoint(self, path: str, drain: bool = False,
-                            timeout: float | None = None) -> str:
+    def stop_with_savepoint(
+        self, path: str, drain: bool = False, timeout: float | None = None
+    ) -> str:
         """Take a savepoint into ``path``, then stop the job; return the savepoint folder."""
         ...
 
     def cancel(self) -> None:
         """Stop the job without a savepoint."""
         ...
-
 
 
 def _check_path(args: dict[str, Any]) -> str:
@@ -80,12 +80,9 @@ def _check_path(args: dict[str, Any]) -> str:
     return path
 
 
-
-
 def _run_command(control: JobControl, command: str, args: dict[str, Any]) -> Any:
     """Check ``args`` and run ``command`` on ``control``; returns its result."""
-    allowed = {SAVEPOINT: {"path", "timeout"}, STOP: {"path", "drain", "timeout"},
-               CANCEL: set()}
+    allowed = {SAVEPOINT: {"path", "timeout"}, STOP: {"path", "drain", "timeout"}, CANCEL: set()}
     if command not in allowed:
         raise ConfigurationError(f"unknown command {command!r}; use one of {', '.join(COMMANDS)}")
     unknown = set(args) - allowed[command]
@@ -127,16 +124,18 @@ class _ControlServer:
             self._socket: Any = self._context.socket(zmq.ROUTER)
             self._socket.setsockopt(zmq.LINGER, 0)
             bound(self._socket, REGISTRY_REQUEST_LIMIT)
-            self._disconnects = DisconnectLog(self._socket, f"job control {job_id}",
-                                              REGISTRY_REQUEST_LIMIT)
+            self._disconnects = DisconnectLog(
+                self._socket, f"job control {job_id}", REGISTRY_REQUEST_LIMIT
+            )
             port = self._socket.bind_to_random_port("tcp://127.0.0.1")
         except BaseException:
             self._context.destroy(linger=0)
             self._waker.close()
             raise
         self.endpoint = f"tcp://127.0.0.1:{port}"
-        self._thread = threading.Thread(target=self._serve, name=f"lockgate job control {job_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, name=f"lockgate job control {job_id}", daemon=True
+        )
         self._thread.start()
 
     def _serve(self) -> None:
@@ -207,13 +206,19 @@ class _ControlServer:
             return
         command, args = request.get("command"), request.get("args")
         if request.get("job") != self.job_id:
-            self._fail(identity, request_id, JobControlError(
-                f"this is job {self.job_id}, not {request.get('job')!r}"))
+            self._fail(
+                identity,
+                request_id,
+                JobControlError(f"this is job {self.job_id}, not {request.get('job')!r}"),
+            )
         elif not isinstance(command, str) or not isinstance(args, dict):
             self._fail(identity, request_id, JobControlError("a request needs a command and args"))
         elif not self._start(identity, request_id, command, args):
-            self._fail(identity, request_id, JobControlError(
-                f"job {self.job_id} is ending and takes no more commands"))
+            self._fail(
+                identity,
+                request_id,
+                JobControlError(f"job {self.job_id} is ending and takes no more commands"),
+            )
 
     def _fresh(self, identity: bytes, request_id: str, sent_at: Any) -> bool:
         """Whether an authenticated request is new: sent within ``REQUEST_WINDOW_S`` and
@@ -226,29 +231,51 @@ class _ControlServer:
             self.rejected["replayed"] += 1
             log.warning("job control: dropped a replayed request")
             return False
-        if (isinstance(sent_at, bool) or not isinstance(sent_at, (int, float))
-                or not math.isfinite(sent_at) or abs(time.time() - sent_at) > REQUEST_WINDOW_S):
+        if (
+            isinstance(sent_at, bool)
+            or not isinstance(sent_at, (int, float))
+            or not math.isfinite(sent_at)
+            or abs(time.time() - sent_at) > REQUEST_WINDOW_S
+        ):
             self.rejected["stale"] += 1
-            log.warning("job control: refused a request sent at %r, not within %.0fs of now",
-                        sent_at, REQUEST_WINDOW_S)
-            self._fail(identity, request_id, JobControlError(
-                f"the request was not sent within {REQUEST_WINDOW_S:.0f}s of the job's clock "
-                "(a replay, or a client of an older lockgate): send it again with this "
-                "version's lockgate"))
+            log.warning(
+                "job control: refused a request sent at %r, not within %.0fs of now",
+                sent_at,
+                REQUEST_WINDOW_S,
+            )
+            self._fail(
+                identity,
+                request_id,
+                JobControlError(
+                    f"the request was not sent within {REQUEST_WINDOW_S:.0f}s of the job's clock "
+                    "(a replay, or a client of an older lockgate): send it again with this "
+                    "version's lockgate"
+                ),
+            )
             return False
         # remembered past the window in both directions, so no replay can be fresh again
         self._seen[request_id] = now + 2 * REQUEST_WINDOW_S
         return True
 
     def _fail(self, identity: bytes, request_id: str, error: BaseException) -> None:
-        self._reply(identity, {"id": request_id, "ok": False,
-                               "error_type": type(error).__name__, "error": str(error)})
+        self._reply(
+            identity,
+            {
+                "id": request_id,
+                "ok": False,
+                "error_type": type(error).__name__,
+                "error": str(error),
+            },
+        )
 
-    def _start(self, identity: bytes, request_id: str, command: str,
-               args: dict[str, Any]) -> bool:
+    def _start(self, identity: bytes, request_id: str, command: str, args: dict[str, Any]) -> bool:
         """Run the command in a thread of its own; False (nothing runs) once closing."""
-        worker = threading.Thread(target=self._execute, args=(identity, request_id, command, args),
-                                  name=f"lockgate job control {self.job_id} {command}", daemon=True)
+        worker = threading.Thread(
+            target=self._execute,
+            args=(identity, request_id, command, args),
+            name=f"lockgate job control {self.job_id} {command}",
+            daemon=True,
+        )
         with self._lock:  # close() sees every command started before it
             if self._closing.is_set():
                 return False
@@ -256,8 +283,9 @@ class _ControlServer:
         worker.start()
         return True
 
-    def _execute(self, identity: bytes, request_id: str, command: str,
-                 args: dict[str, Any]) -> None:
+    def _execute(
+        self, identity: bytes, request_id: str, command: str, args: dict[str, Any]
+    ) -> None:
         try:
             result = _run_command(self._control, command, args)
         except Exception as e:  # noqa: BLE001 - the failure is the reply
@@ -279,8 +307,11 @@ class _ControlServer:
         for t in waiting:
             t.join(max(0.0, deadline - time.monotonic()))
             if t.is_alive():
-                log.warning("job control: %s still running after %.0fs; its caller gets no "
-                            "answer", t.name, timeout)
+                log.warning(
+                    "job control: %s still running after %.0fs; its caller gets no answer",
+                    t.name,
+                    timeout,
+                )
         self._stop.set()
         self._waker.wake()
         self._thread.join()
@@ -345,8 +376,9 @@ class JobRegistration:
         return f"JobRegistration({self.job_id!r}, {state})"
 
 
-def register_job(job_name: str, control: JobControl,
-                 home: str | os.PathLike[str] | None = None) -> JobRegistration:
+def register_job(
+    job_name: str, control: JobControl, home: str | os.PathLike[str] | None = None
+) -> JobRegistration:
     """Make the running job ``job_name`` controllable from other processes of this machine
     (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) until the returned
     registration is closed: commands call ``control``.
@@ -356,12 +388,16 @@ def register_job(job_name: str, control: JobControl,
     whose ``job`` is None: the job still runs, without command-line control."""
     if not isinstance(job_name, str) or not job_name:
         raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
-    missing = [m for m in ("trigger_savepoint", "stop_with_savepoint", "cancel")
-               if not callable(getattr(control, m, None))]
+    missing = [
+        m
+        for m in ("trigger_savepoint", "stop_with_savepoint", "cancel")
+        if not callable(getattr(control, m, None))
+    ]
     if missing:
         raise ConfigurationError(
             f"control must implement JobControl; {type(control).__name__} lacks "
-            f"{', '.join(missing)}")
+            f"{', '.join(missing)}"
+        )
     job_id = secrets.token_hex(6)
     server: _ControlServer | None = None
     try:
@@ -371,15 +407,27 @@ def register_job(job_name: str, control: JobControl,
         check_private_folder(home)
         secret = new_secret()
         server = _ControlServer(job_id, control, MessageAuth(secret))
-        job = JobInfo(job_id=job_id, job_name=job_name, pid=os.getpid(),
-                      pid_start=process_start(os.getpid()), endpoint=server.endpoint,
-                      started_at=time.time(), path=os.path.join(folder, f"{job_id}.json"),
-                      secret=secret)
+        job = JobInfo(
+            job_id=job_id,
+            job_name=job_name,
+            pid=os.getpid(),
+            pid_start=process_start(os.getpid()),
+            endpoint=server.endpoint,
+            started_at=time.time(),
+            path=os.path.join(folder, f"{job_id}.json"),
+            secret=secret,
+        )
         write_private(job.path, job.to_json())
     except (OSError, zmq.ZMQError, UnsafeRegistryError) as e:
-        log.warning("could not register job %r for command-line control (%s: %s); it runs, "
-                    "but 'lockgate list/savepoint/stop' cannot reach it; check %s (now %s)",
-                    job_name, type(e).__name__, e, HOME_ENV, lockgate_home(home))
+        log.warning(
+            "could not register job %r for command-line control (%s: %s); it runs, "
+            "but 'lockgate list/savepoint/stop' cannot reach it; check %s (now %s)",
+            job_name,
+            type(e).__name__,
+            e,
+            HOME_ENV,
+            lockgate_home(home),
+        )
         if server is not None:
             server.close(0)
         return JobRegistration(None, None)

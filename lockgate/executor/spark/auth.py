@@ -59,18 +59,18 @@ class MessageAuth:
         frames of one multipart message."""
         return [*parts, self.mac(*parts, context=context)]
 
-    def open(self, frames: list[Any], expected_parts: int,
-             context: bytes = b"") -> list[memoryview]:
+    def open(
+        self, frames: list[Any], expected_parts: int, context: bytes = b""
+    ) -> list[memoryview]:
         """Verify ``frames`` (``expected_parts`` parts + MAC, sealed with ``context``);
         return the parts."""
         if len(frames) != expected_parts + 1:
-            raise MalformedMessageError(
-                f"expected {expected_parts + 1} frames, got {len(frames)}"
-            )
+            raise MalformedMessageError(f"expected {expected_parts + 1} frames, got {len(frames)}")
         parts = [memoryview(f) for f in frames[:-1]]
         given = bytes(memoryview(frames[-1]))
         if len(given) != MAC_SIZE or not hmac.compare_digest(
-                given, self.mac(*parts, context=context)):
+            given, self.mac(*parts, context=context)
+        ):
             raise AuthenticationError("message authentication failed")
         return parts
 
@@ -92,7 +92,8 @@ class SequenceGuard:
         last = self._last.get(sender, 0)
         if seq <= last:
             raise ReplayedMessageError(
-                f"sequence number {seq} of {sender!r} is not above {last}: a replay")
+                f"sequence number {seq} of {sender!r} is not above {last}: a replay"
+            )
         self._last[sender] = seq
 
     def last(self, sender: Any) -> int:

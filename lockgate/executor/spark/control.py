@@ -98,14 +98,22 @@ def _parse(auth: MessageAuth, frames: list[bytes], generation: int) -> tuple[dic
         header = json.loads(bytes(header_b))
     except (ValueError, UnicodeDecodeError) as e:
         raise MalformedMessageError(f"header is not JSON: {e}") from e
-    if (not isinstance(header, dict) or not isinstance(header.get("type"), str)
-            or not isinstance(header.get("gen"), int) or not isinstance(header.get("slot"), int)):
+    if (
+        not isinstance(header, dict)
+        or not isinstance(header.get("type"), str)
+        or not isinstance(header.get("gen"), int)
+        or not isinstance(header.get("slot"), int)
+    ):
         raise MalformedMessageError(f"header lacks type/gen/slot: {header!r}")
     if header["gen"] != generation:
         raise _Stale(f"generation {header['gen']}, current {generation}")
     seq, chan = header.get("seq"), header.get("chan")
-    if (not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0
-            or chan not in (SLOT_CHANNEL, WATCHDOG_CHANNEL, DRIVER_CHANNEL)):
+    if (
+        not isinstance(seq, int)
+        or isinstance(seq, bool)
+        or seq <= 0
+        or chan not in (SLOT_CHANNEL, WATCHDOG_CHANNEL, DRIVER_CHANNEL)
+    ):
         raise MalformedMessageError(f"header lacks a sender and sequence number: {header!r}")
     return header, bytes(payload_b)
 
@@ -114,13 +122,19 @@ class _Stale(Exception):
     pass
 
 
-def _frames(auth: MessageAuth, type_: str, generation: int, slot: int, payload: Any,
-            seq: int, chan: str) -> list[Any]:
-    header = json.dumps({"type": type_, "gen": generation, "slot": slot, "chan": chan,
-                         "seq": seq}).encode()
+def _frames(
+    auth: MessageAuth, type_: str, generation: int, slot: int, payload: Any, seq: int, chan: str
+) -> list[Any]:
+    header = json.dumps(
+        {"type": type_, "gen": generation, "slot": slot, "chan": chan, "seq": seq}
+    ).encode()
     body = pickle.dumps(payload, protocol=5)
-    check_size(f"a {type_} control message", len(body), CONTROL_MESSAGE_LIMIT,
-               "set LOCKGATE_CONTROL_MAX_MESSAGE_BYTES higher on the driver and the workers")
+    check_size(
+        f"a {type_} control message",
+        len(body),
+        CONTROL_MESSAGE_LIMIT,
+        "set LOCKGATE_CONTROL_MAX_MESSAGE_BYTES higher on the driver and the workers",
+    )
     return auth.seal(header, body)
 
 
@@ -174,8 +188,9 @@ class ControlServer:
         self._disconnects = DisconnectLog(self._socket, "control server", CONTROL_MESSAGE_LIMIT)
         port = self._socket.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
-        self._thread = threading.Thread(target=self._run, name="lockgate control server",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="lockgate control server", daemon=True
+        )
         self._thread.start()
 
     def send(self, slot: int | None, type_: str, payload: Any = None) -> None:
@@ -220,8 +235,15 @@ class ControlServer:
                 if ident is None:
                     continue
                 try:
-                    frames = _frames(self.auth, type_, self.generation, s, payload,
-                                     self._sent[s] + 1, DRIVER_CHANNEL)
+                    frames = _frames(
+                        self.auth,
+                        type_,
+                        self.generation,
+                        s,
+                        payload,
+                        self._sent[s] + 1,
+                        DRIVER_CHANNEL,
+                    )
                     self._socket.send_multipart([ident, *frames], zmq.NOBLOCK)
                     self._sent[s] += 1
                 except (zmq.ZMQError, MessageTooLargeError) as e:
@@ -250,14 +272,17 @@ class ControlServer:
         slot, chan, type_ = header["slot"], header["chan"], header["type"]
         if not 0 <= slot < self.num_slots or chan == DRIVER_CHANNEL:
             self.rejected["malformed"] += 1
-            log.warning("control: dropped a message from unknown sender %s of slot %s",
-                        chan, slot)
+            log.warning("control: dropped a message from unknown sender %s of slot %s", chan, slot)
             return
         bound_to = self._identities.get(slot)
         if chan == SLOT_CHANNEL and bound_to is not None and identity != bound_to:
             self.rejected["impersonation"] += 1
-            log.warning("control: dropped a %s message of slot %s from a connection other "
-                        "than the one it registered on", type_, slot)
+            log.warning(
+                "control: dropped a %s message of slot %s from a connection other "
+                "than the one it registered on",
+                type_,
+                slot,
+            )
             return
         try:
             self._sequences.check((slot, chan), header["seq"])
@@ -276,9 +301,13 @@ class ControlServer:
             # from the slot's watchdog socket: not a sign of life of its control thread,
             # and not the identity to answer to
             self.stack_reports[slot] = ControlEvent(type_, slot, payload, now)
-            log.warning("slot %s: no heartbeat for %ss (%s); its threads:\n%s", slot,
-                        _field(payload, "silent_s"), _field(payload, "kind"),
-                        _field(payload, "stacks"))
+            log.warning(
+                "slot %s: no heartbeat for %ss (%s); its threads:\n%s",
+                slot,
+                _field(payload, "silent_s"),
+                _field(payload, "kind"),
+                _field(payload, "stacks"),
+            )
             return
         if chan == WATCHDOG_CHANNEL:  # a watchdog sends STACKS only
             self.rejected["malformed"] += 1
@@ -329,8 +358,15 @@ def _field(payload: Any, key: str) -> Any:
 class ControlClient:
     """A slot's end. ``on_message(type, payload)`` runs in the client thread."""
 
-    def __init__(self, endpoint: str, auth: MessageAuth, generation: int, slot: int,
-                 on_message: Callable[[str, Any], None], heartbeat_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        auth: MessageAuth,
+        generation: int,
+        slot: int,
+        on_message: Callable[[str, Any], None],
+        heartbeat_s: float = 1.0,
+    ) -> None:
         self.auth = auth
         self.generation = generation
         self.slot = slot
@@ -357,8 +393,9 @@ class ControlClient:
         self._socket.setsockopt(zmq.ROUTING_ID, b"lg" + secrets.token_bytes(14))
         bound(self._socket, CONTROL_MESSAGE_LIMIT)
         self._socket.connect(endpoint)
-        self._thread = threading.Thread(target=self._run, name=f"lockgate control slot {slot}",
-                                         daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lockgate control slot {slot}", daemon=True
+        )
         self._thread.start()
 
     def send(self, type_: str, payload: Any = None) -> None:
@@ -387,8 +424,12 @@ class ControlClient:
                     for frames in _drain(self._socket):
                         try:
                             header, payload_b = self._check(frames)
-                        except (AuthenticationError, MalformedMessageError, _Stale,
-                                ReplayedMessageError) as e:
+                        except (
+                            AuthenticationError,
+                            MalformedMessageError,
+                            _Stale,
+                            ReplayedMessageError,
+                        ) as e:
                             log.warning("slot %s: dropped a control message: %s", self.slot, e)
                             continue
                         try:
@@ -403,7 +444,8 @@ class ControlClient:
         header, payload_b = _parse(self.auth, frames, self.generation)
         if header["chan"] != DRIVER_CHANNEL or header["slot"] != self.slot:
             raise MalformedMessageError(
-                f"a message from {header['chan']} for slot {header['slot']}")
+                f"a message from {header['chan']} for slot {header['slot']}"
+            )
         self._sequences.check(DRIVER_CHANNEL, header["seq"])
         return header, payload_b
 
@@ -429,14 +471,14 @@ class ControlClient:
         """Send one message; a payload that cannot be pickled (or a zmq error) is logged
         and dropped, never allowed to end the thread: that would stop the heartbeats."""
         try:
-            frames = _frames(self.auth, type_, self.generation, self.slot, payload,
-                             self._seq + 1, SLOT_CHANNEL)
+            frames = _frames(
+                self.auth, type_, self.generation, self.slot, payload, self._seq + 1, SLOT_CHANNEL
+            )
             self._socket.send_multipart(frames)
             self._seq += 1
         except Exception:
             self.send_errors += 1
-            log.exception("slot %s: could not send a %s message to the driver", self.slot,
-                          type_)
+            log.exception("slot %s: could not send a %s message to the driver", self.slot, type_)
 
     def close(self) -> None:
         """Send what is queued, then stop (bounded: 5 s)."""
@@ -471,8 +513,17 @@ class ControlReporter:
             bound(self._socket, CONTROL_MESSAGE_LIMIT)
             self._socket.connect(self.endpoint)
         self._socket.send_multipart(
-            _frames(self.auth, type_, self.generation, self.slot, payload, self._seq + 1,
-                    WATCHDOG_CHANNEL), zmq.NOBLOCK)
+            _frames(
+                self.auth,
+                type_,
+                self.generation,
+                self.slot,
+                payload,
+                self._seq + 1,
+                WATCHDOG_CHANNEL,
+            ),
+            zmq.NOBLOCK,
+        )
         self._seq += 1
 
     def close(self) -> None:

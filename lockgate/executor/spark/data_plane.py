@@ -54,16 +54,24 @@ class ZmqOutputChannel:
     #: the task re-checks availability this often while this channel is full (ms)
     wake_interval_ms = 2.0
 
-    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str,
-                 priority_socket: Any = None, max_message_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        socket: Any,
+        auth: MessageAuth,
+        generation: int,
+        name: str,
+        priority_socket: Any = None,
+        max_message_bytes: int | None = None,
+    ) -> None:
         self.socket = socket
         self.priority_socket = priority_socket
         self.auth = auth
         self.generation = generation
         self.name = name
         #: the consumer's bound on one frame (its PULL sockets disconnect larger ones)
-        self.max_message_bytes = (data_message_limit() if max_message_bytes is None
-                                  else max_message_bytes)
+        self.max_message_bytes = (
+            data_message_limit() if max_message_bytes is None else max_message_bytes
+        )
         self._context = channel_context(name, priority=False)
         self._priority_context = channel_context(name, priority=True)
         #: the sequence number of the last message sent on each socket
@@ -105,11 +113,13 @@ class ZmqOutputChannel:
         if self.priority_socket is None:
             self.put(element)
             return []
-        header, body = encode(Prioritized(element, self.sent), self.generation, 0,
-                              self._priority_seq + 1)
+        header, body = encode(
+            Prioritized(element, self.sent), self.generation, 0, self._priority_seq + 1
+        )
         self._check(body)
-        self._send(self.priority_socket,
-                   self.auth.seal(header, body, context=self._priority_context))
+        self._send(
+            self.priority_socket, self.auth.seal(header, body, context=self._priority_context)
+        )
         self._priority_seq += 1
         # sockets do not order against each other: the next data message says that it
         # comes after this barrier, so the consumer never processes it before the barrier
@@ -117,10 +127,13 @@ class ZmqOutputChannel:
         return []
 
     def _check(self, body: Any) -> None:
-        check_size(f"a data message of channel {self.name}", memoryview(body).nbytes,
-                   self.max_message_bytes,
-                   "raise ExecutionConfig.channel_capacity_bytes (the bound is "
-                   "limits.DATA_HEADROOM times it) or emit smaller records")
+        check_size(
+            f"a data message of channel {self.name}",
+            memoryview(body).nbytes,
+            self.max_message_bytes,
+            "raise ExecutionConfig.channel_capacity_bytes (the bound is "
+            "limits.DATA_HEADROOM times it) or emit smaller records",
+        )
 
     def has_capacity(self) -> bool:
         return bool(self.socket.poll(0, zmq.POLLOUT))
@@ -160,8 +173,14 @@ class ZmqInputChannel:
     following a priority barrier is held back until that barrier was returned, so
     nothing sent after a barrier is ever processed before it."""
 
-    def __init__(self, socket: Any, auth: MessageAuth, generation: int, name: str,
-                 priority_socket: Any = None) -> None:
+    def __init__(
+        self,
+        socket: Any,
+        auth: MessageAuth,
+        generation: int,
+        name: str,
+        priority_socket: Any = None,
+    ) -> None:
         self.socket = socket
         self.priority_socket = priority_socket
         self.auth = auth

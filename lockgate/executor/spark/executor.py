@@ -130,11 +130,15 @@ class SparkExecutor:
         n = available if slots is None else slots
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigurationError(
-                f"SparkExecutor.warm_up slots must be an int >= 1, got {slots!r}")
+                f"SparkExecutor.warm_up slots must be an int >= 1, got {slots!r}"
+            )
         wait_for_slots(sc, n, self.slot_wait_timeout_s)
         self._ship(sc)
-        sc.setJobGroup(f"lockgate-warm-up-{uuid.uuid4().hex[:8]}",
-                       f"lockgate: start {n} Python workers", interruptOnCancel=True)
+        sc.setJobGroup(
+            f"lockgate-warm-up-{uuid.uuid4().hex[:8]}",
+            f"lockgate: start {n} Python workers",
+            interruptOnCancel=True,
+        )
         pids = sc.parallelize(range(n), n).barrier().mapPartitions(_warm_worker).collect()
         return sorted(pids)
 
@@ -142,8 +146,9 @@ class SparkExecutor:
         if self._shipped or not self.ship_package:
             return
         # the folder holding the lockgate package (this file is lockgate/executor/spark/)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
+        root = os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        )
         folder = tempfile.mkdtemp(prefix="lockgate-ship-")
         # Spark's executors fetch the archive from this folder later (new workers too):
         # it goes when the driver process ends, never before
@@ -152,17 +157,24 @@ class SparkExecutor:
         sc.addPyFile(archive)
         self._shipped = True
 
-    def execute(self, plan: ExecutionPlan, *, attempt_number: int = 0,
-                handle: JobHandle | None = None) -> JobExecutionResult:
+    def execute(
+        self, plan: ExecutionPlan, *, attempt_number: int = 0, handle: JobHandle | None = None
+    ) -> JobExecutionResult:
         """Run ``plan`` to the end, restarting failed attempts as its restart strategy
         says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
         from ...recovery.failover import run_with_restarts
 
-        return run_with_restarts(plan, self.run_attempt, handle=handle or JobHandle(),
-                                 clock=SystemClock(), first_attempt=attempt_number)
+        return run_with_restarts(
+            plan,
+            self.run_attempt,
+            handle=handle or JobHandle(),
+            clock=SystemClock(),
+            first_attempt=attempt_number,
+        )
 
-    def run_attempt(self, plan: ExecutionPlan, attempt_number: int,
-                    handle: JobHandle) -> JobExecutionResult:
+    def run_attempt(
+        self, plan: ExecutionPlan, attempt_number: int, handle: JobHandle
+    ) -> JobExecutionResult:
         """One attempt: one barrier-mode Spark job (a new generation), until every slot
         finishes or one fails."""
         started = time.monotonic()
@@ -186,18 +198,25 @@ class SparkExecutor:
         if run is not None:
             server.dispatch = _checkpoint_dispatch(run)
         handle.attach(run.coordinator if run else None, lambda: None)
-        handle.watermarks = lambda: [w for p in list(server.heartbeat_payloads.values())
-                                     for w in p.get("watermarks", [])]
-        job = SlotJob(cloudpickle.dumps(plan), server.endpoint, secret, gen,
-                      attempt_number=attempt_number,
-                      stall_after_s=stall_after(self.heartbeat_timeout_s))
+        handle.watermarks = lambda: [
+            w for p in list(server.heartbeat_payloads.values()) for w in p.get("watermarks", [])
+        ]
+        job = SlotJob(
+            cloudpickle.dumps(plan),
+            server.endpoint,
+            secret,
+            gen,
+            attempt_number=attempt_number,
+            stall_after_s=stall_after(self.heartbeat_timeout_s),
+        )
         group = f"lockgate-{plan.job_name}-{uuid.uuid4().hex[:8]}"
         outcome: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         def submit() -> None:
             try:
-                sc.setJobGroup(group, f"lockgate job '{plan.job_name}' (attempt {gen})",
-                               interruptOnCancel=True)
+                sc.setJobGroup(
+                    group, f"lockgate job '{plan.job_name}' (attempt {gen})", interruptOnCancel=True
+                )
                 rdd = sc.parallelize(range(plan.num_slots), plan.num_slots).barrier()
                 results = rdd.mapPartitions(_slot_function(job)).collect()
                 outcome.put(("ok", results))
@@ -217,8 +236,9 @@ class SparkExecutor:
             thread.join(30)
             self._await_workers_gone(master, server)
             if cancelled:
-                return cancelled_result(plan, (time.monotonic() - started) * 1000,
-                                        _counters_at_stop(server))
+                return cancelled_result(
+                    plan, (time.monotonic() - started) * 1000, _counters_at_stop(server)
+                )
             raise
         finally:
             if run is not None:
@@ -232,9 +252,16 @@ class SparkExecutor:
         sink_results = [x for r in results for x in r["results"]]
         return finished_result(plan, (time.monotonic() - started) * 1000, counters, sink_results)
 
-    def _watch(self, plan: ExecutionPlan, server: ControlServer,
-               outcome: queue.Queue[tuple[str, Any]], gen: int, handle: JobHandle,
-               run: Any, gateway: _SparkGateway) -> list[dict[str, Any]]:
+    def _watch(
+        self,
+        plan: ExecutionPlan,
+        server: ControlServer,
+        outcome: queue.Queue[tuple[str, Any]],
+        gen: int,
+        handle: JobHandle,
+        run: Any,
+        gateway: _SparkGateway,
+    ) -> list[dict[str, Any]]:
         submitted = time.monotonic()
         while True:
             if handle.cancel_requested.is_set():
@@ -279,8 +306,9 @@ class SparkExecutor:
                     log.error("%s", error)
                     raise error
 
-    def _spark_failure(self, plan: ExecutionPlan, server: ControlServer,
-                       error: BaseException) -> JobFailedError:
+    def _spark_failure(
+        self, plan: ExecutionPlan, server: ControlServer, error: BaseException
+    ) -> JobFailedError:
         # A subtask's own report carries the operator and traceback: prefer it when it came.
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
@@ -300,7 +328,9 @@ class SparkExecutor:
         failure.__cause__ = error
         return failure
 
-    def _await_workers_gone(self, master: str, server: ControlServer, timeout_s: float = 10) -> None:
+    def _await_workers_gone(
+        self, master: str, server: ControlServer, timeout_s: float = 10
+    ) -> None:
         if not is_loopback(master):
             return
         pids = [r["pid"] for r in server.registrations.values()]
@@ -325,8 +355,12 @@ def _counters_at_stop(server: ControlServer, timeout_s: float = 1.0) -> list[Any
             event = server.events.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             break
-        if (event.type == FAILED and event.slot in waiting and isinstance(event.payload, dict)
-                and "counters" in event.payload):
+        if (
+            event.type == FAILED
+            and event.slot in waiting
+            and isinstance(event.payload, dict)
+            and "counters" in event.payload
+        ):
             waiting.discard(event.slot)
             counters.extend(event.payload["counters"])
     return counters
@@ -338,8 +372,9 @@ def stall_after(heartbeat_timeout_s: float) -> float:
     return heartbeat_timeout_s / 2
 
 
-def silent_slot_error(job_name: str, server: ControlServer, slot: int,
-                      silent_s: float, *, now: float | None = None) -> JobFailedError:
+def silent_slot_error(
+    job_name: str, server: ControlServer, slot: int, silent_s: float, *, now: float | None = None
+) -> JobFailedError:
     """The ``JobFailedError`` (TASK_LOST) of a slot silent for ``silent_s``, with what is
     known of its threads: its watchdog's latest STACKS report; else, on this host, the
     faulthandler dump of a frozen interpreter; else why there is none (its Python worker
@@ -349,15 +384,18 @@ def silent_slot_error(job_name: str, server: ControlServer, slot: int,
     reg = server.registrations.get(slot) or {}
     pid, host = reg.get("pid"), reg.get("host")
     where = f"pid {pid} on {host}" if pid is not None else "never registered"
-    lines = [f"job '{job_name}' failed: slot {slot} sent no heartbeat for {silent_s:.1f}s "
-             f"(executor lost or hung; its Python worker: {where})"]
+    lines = [
+        f"job '{job_name}' failed: slot {slot} sent no heartbeat for {silent_s:.1f}s "
+        f"(executor lost or hung; its Python worker: {where})"
+    ]
     stacks: str | None = None
     report = server.stack_reports.get(slot)
     if report is not None and isinstance(report.payload, dict):
         p = report.payload
         lines.append(
             f"slot {slot}'s threads, sent by its watchdog {now - report.received_at:.1f}s ago "
-            f"({p.get('kind')}: no heartbeat for {p.get('silent_s')}s then):")
+            f"({p.get('kind')}: no heartbeat for {p.get('silent_s')}s then):"
+        )
         stacks = str(p.get("stacks"))
     dump = reg.get("stack_dump")
     if stacks is None and dump and host == socket.gethostname():
@@ -365,25 +403,31 @@ def silent_slot_error(job_name: str, server: ControlServer, slot: int,
 
         text = read_freeze_dump(dump)
         if text is not None:
-            lines.append(f"slot {slot}'s whole interpreter froze; faulthandler's dump of its "
-                         f"threads ({dump}):")
+            lines.append(
+                f"slot {slot}'s whole interpreter froze; faulthandler's dump of its "
+                f"threads ({dump}):"
+            )
             stacks = text
     if stacks is None:
         if pid is not None and host == socket.gethostname() and not _alive(pid):
-            lines.append(f"no thread dump from slot {slot}: its Python worker (pid {pid}) "
-                         "is gone")
+            lines.append(f"no thread dump from slot {slot}: its Python worker (pid {pid}) is gone")
         elif dump and host != socket.gethostname():
-            lines.append(f"no thread dump reached the driver from slot {slot}; if its "
-                         f"interpreter froze, faulthandler wrote one to {dump} on {host}")
+            lines.append(
+                f"no thread dump reached the driver from slot {slot}; if its "
+                f"interpreter froze, faulthandler wrote one to {dump} on {host}"
+            )
         else:
             lines.append(f"no thread dump from slot {slot} (its watchdog did not report)")
     server_silent = now - server.last_loop
     if server_silent > 5.0:
-        lines.append(f"the driver's control thread (which receives heartbeats) has not run "
-                     f"for {server_silent:.1f}s; its stack:\n{server.thread_stack()}")
+        lines.append(
+            f"the driver's control thread (which receives heartbeats) has not run "
+            f"for {server_silent:.1f}s; its stack:\n{server.thread_stack()}"
+        )
     message = "\n".join(lines) + (f"\n{stacks}" if stacks else "")
-    return JobFailedError(message, reason=FailureReason.TASK_LOST, subtask=slot,
-                          remote_traceback=stacks)
+    return JobFailedError(
+        message, reason=FailureReason.TASK_LOST, subtask=slot, remote_traceback=stacks
+    )
 
 
 def _discard_stack_dumps(server: ControlServer) -> None:
@@ -510,10 +554,12 @@ def _reported_failure(plan: ExecutionPlan, info: dict[str, Any]) -> JobFailedErr
     if error is None:
         error = RemoteError(info["error_type"], info["message"], info["traceback"])
         if info.get("operator") and info.get("parallelism"):
-            error = UserFunctionError(info["operator"], info["operator_subtask"],
-                                      info["parallelism"], error)
-    failure = failure_error(plan.job_name, info["task"], info["subtask"], error,
-                            tb=info["traceback"])
+            error = UserFunctionError(
+                info["operator"], info["operator_subtask"], info["parallelism"], error
+            )
+    failure = failure_error(
+        plan.job_name, info["task"], info["subtask"], error, tb=info["traceback"]
+    )
     failure.__cause__ = user_cause(error)
     return failure
 

@@ -67,7 +67,8 @@ def check_size(what: str, nbytes: int, limit: int, fix: str) -> None:
     if nbytes > limit:
         raise MessageTooLargeError(
             f"{what} is {nbytes} bytes, over the {limit}-byte limit its receiver enforces "
-            f"(it would drop the connection); {fix}")
+            f"(it would drop the connection); {fix}"
+        )
 
 
 class DisconnectLog:
@@ -92,8 +93,12 @@ class DisconnectLog:
                 return
             if event.get("event") == zmq.EVENT_DISCONNECTED:
                 self.disconnects += 1
-                log.info("%s: a peer disconnected (or was disconnected for sending a frame "
-                         "over %d bytes)", self.name, self.limit)
+                log.info(
+                    "%s: a peer disconnected (or was disconnected for sending a frame "
+                    "over %d bytes)",
+                    self.name,
+                    self.limit,
+                )
 
     def close(self) -> None:
         try:

@@ -93,32 +93,37 @@ def check_java() -> int:
         if not os.path.isfile(java) or not os.access(java, os.X_OK):
             raise ConfigurationError(
                 f"JAVA_HOME={java_home} has no executable bin/java, so Spark cannot start. "
-                f"Point JAVA_HOME at a Java {MIN_JAVA_VERSION}+ installation or unset it. "
-                + hint)
+                f"Point JAVA_HOME at a Java {MIN_JAVA_VERSION}+ installation or unset it. " + hint
+            )
         where = f"{java} (from JAVA_HOME)"
     else:
         found = shutil.which("java")
         if found is None:
-            raise ConfigurationError("Java was not found: no 'java' on PATH and JAVA_HOME "
-                                     "is not set, so Spark cannot start. " + hint)
+            raise ConfigurationError(
+                "Java was not found: no 'java' on PATH and JAVA_HOME "
+                "is not set, so Spark cannot start. " + hint
+            )
         java, where = found, f"{found} (from PATH)"
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True,
-                             timeout=60, check=False)
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ConfigurationError(f"Java at {where} does not run ({e}). " + hint) from e
     text = (out.stderr or "") + (out.stdout or "")
     if out.returncode != 0:
         raise ConfigurationError(
             f"Java at {where} does not run ('java -version' exited with {out.returncode}: "
-            f"{text.strip()[:200]}). " + hint)
+            f"{text.strip()[:200]}). " + hint
+        )
     major = java_major_version(text)
     if major is None:
         return 0  # unknown format: let Spark decide
     if major < MIN_JAVA_VERSION:
         raise ConfigurationError(
             f"Java at {where} is version {major}; Spark needs Java {MIN_JAVA_VERSION} or "
-            "newer. " + hint)
+            "newer. " + hint
+        )
     _java_checked = major
     return major
 
@@ -140,8 +145,11 @@ def java_major_version(version_output: str) -> int | None:
 
 def _submitted_master() -> str | None:
     """The master ``spark-submit --master`` configured, if this process was submitted."""
-    if "PYSPARK_SUBMIT_ARGS" not in os.environ and "SPARK_SUBMIT_OPTS" not in os.environ \
-            and not os.environ.get("SPARK_ENV_LOADED"):
+    if (
+        "PYSPARK_SUBMIT_ARGS" not in os.environ
+        and "SPARK_SUBMIT_OPTS" not in os.environ
+        and not os.environ.get("SPARK_ENV_LOADED")
+    ):
         return None
     from pyspark import SparkConf
 

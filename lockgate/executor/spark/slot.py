@@ -70,6 +70,7 @@ from .watchdog import SlotWatchdog
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class SlotJob:
     """Everything a slot needs, shipped in the Spark task closure."""
@@ -100,24 +101,35 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     auth = MessageAuth(job.secret)
     context: Any = zmq.Context.instance()
     dispatch = _SlotDispatch()
-    control = ControlClient(job.control_endpoint, auth, job.generation, slot,
-                            dispatch.on_message, job.heartbeat_s)
+    control = ControlClient(
+        job.control_endpoint, auth, job.generation, slot, dispatch.on_message, job.heartbeat_s
+    )
     dispatch.responder = _ControlResponder(control)
     watchdog = _start_watchdog(slot, job, auth, control)
     channels = SlotChannels(plan, slot, context, auth, job.generation)
     tasks = dispatch.tasks
     delivered = False
     try:
-        storage = (open_storage(plan.checkpoint.storage)
-                   if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage
-                   else None)
+        storage = (
+            open_storage(plan.checkpoint.storage)
+            if plan.checkpointing and plan.checkpoint and plan.checkpoint.storage
+            else None
+        )
         endpoints = channels.bind_inputs(_host())
-        control.send(REGISTER, {"pid": os.getpid(), "host": socket.gethostname(),
-                                "endpoints": endpoints, "stack_dump": watchdog.dump_path})
+        control.send(
+            REGISTER,
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "endpoints": endpoints,
+                "stack_dump": watchdog.dump_path,
+            },
+        )
         channels.connect(_await_start(dispatch.inbox, job.start_timeout_s))
         _build_tasks(plan, slot, job, channels, storage, dispatch)
         control.heartbeat_payload = lambda: {
-            "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]}
+            "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]
+        }
         _run_tasks(tasks, control, dispatch.cancelled, on_started=watchdog.note_threads)
         delivered = True
         control.send(FINISHED, None)
@@ -168,8 +180,9 @@ class _SlotDispatch:
             if task is not None:
                 task.trigger_checkpoint(barrier)
             elif self.responder is not None:  # not deployed yet, or not here (M-T2)
-                self.responder.decline(tuple(key), barrier.checkpoint_id,
-                                       CheckpointFailureReason.TASK_NOT_RUNNING)
+                self.responder.decline(
+                    tuple(key), barrier.checkpoint_id, CheckpointFailureReason.TASK_NOT_RUNNING
+                )
             return
         if type_ == CHECKPOINT_COMPLETE:
             for t in list(self.tasks):
@@ -186,36 +199,64 @@ class _SlotDispatch:
         self.inbox.put((type_, payload))
 
 
-def _build_tasks(plan: ExecutionPlan, slot: int, job: SlotJob, channels: SlotChannels,
-                 storage: Any, dispatch: _SlotDispatch) -> None:
+def _build_tasks(
+    plan: ExecutionPlan,
+    slot: int,
+    job: SlotJob,
+    channels: SlotChannels,
+    storage: Any,
+    dispatch: _SlotDispatch,
+) -> None:
     """Build subtask i = ``slot`` of every vertex that has one, wired by the executors'
     shared :func:`~lockgate.executor.wiring.wire_subtask`, into ``dispatch.tasks``."""
     clock = SystemClock()
     for vertex_id, i in plan.slot_subtasks(slot):
         v = plan.vertex(vertex_id)
         outputs, inputs = wire_subtask(plan, v, i, channels.out_channel, channels.in_channel)
-        sockets = [sock for c, _ in inputs if isinstance(c, ZmqInputChannel)
-                   for sock in (c.socket, c.priority_socket)]
+        sockets = [
+            sock
+            for c, _ in inputs
+            if isinstance(c, ZmqInputChannel)
+            for sock in (c.socket, c.priority_socket)
+        ]
         signal: Any = SocketSignal(sockets) if sockets else threading.Event()
-        dispatch.tasks.append(build_task(
-            plan, v, i, output_channels=outputs, input_channels=inputs, signal=signal,
-            clock=clock, attempt_number=job.attempt_number, storage=storage,
-            responder=dispatch.responder, in_process=False))
+        dispatch.tasks.append(
+            build_task(
+                plan,
+                v,
+                i,
+                output_channels=outputs,
+                input_channels=inputs,
+                signal=signal,
+                clock=clock,
+                attempt_number=job.attempt_number,
+                storage=storage,
+                responder=dispatch.responder,
+                in_process=False,
+            )
+        )
     dispatch.by_key.update((t.key, t) for t in dispatch.tasks)
 
 
-def _start_watchdog(slot: int, job: SlotJob, auth: MessageAuth,
-                    control: ControlClient) -> SlotWatchdog:
+def _start_watchdog(
+    slot: int, job: SlotJob, auth: MessageAuth, control: ControlClient
+) -> SlotWatchdog:
     """The slot's watchdog (see :mod:`.watchdog`): reports on a socket of its own, which
     its thread creates, uses and closes; its faulthandler dump goes to a file in the
     temporary folder whose path the slot registers with the driver."""
     reporter = ControlReporter(job.control_endpoint, auth, job.generation, slot)
-    dump_path = os.path.join(tempfile.gettempdir(),
-                             f"lockgate-slot-{slot}-gen{job.generation}-pid{os.getpid()}.stacks")
+    dump_path = os.path.join(
+        tempfile.gettempdir(), f"lockgate-slot-{slot}-gen{job.generation}-pid{os.getpid()}.stacks"
+    )
     watchdog = SlotWatchdog(
-        lambda: control.last_beat, lambda payload: reporter.send(STACKS, payload),
-        stall_after_s=job.stall_after_s, check_s=min(job.heartbeat_s, job.stall_after_s / 4),
-        dump_path=dump_path, label=f"slot {slot}", on_stop=reporter.close)
+        lambda: control.last_beat,
+        lambda payload: reporter.send(STACKS, payload),
+        stall_after_s=job.stall_after_s,
+        check_s=min(job.heartbeat_s, job.stall_after_s / 4),
+        dump_path=dump_path,
+        label=f"slot {slot}",
+        on_stop=reporter.close,
+    )
     watchdog.start()
     return watchdog
 
@@ -243,8 +284,7 @@ def _flush(context: Any, slot: int) -> None:
 
     threading.Thread(target=term, name=f"lockgate flush slot {slot}", daemon=True).start()
     if not done.wait(FLUSH_TIMEOUT_S):
-        log.warning("slot %s: queued messages did not leave within %.0fs", slot,
-                    FLUSH_TIMEOUT_S)
+        log.warning("slot %s: queued messages did not leave within %.0fs", slot, FLUSH_TIMEOUT_S)
 
 
 class _ControlResponder:
@@ -257,8 +297,9 @@ class _ControlResponder:
     def acknowledge(self, ack: TaskAcknowledgement) -> None:
         self.control.send(ACK, ack)
 
-    def decline(self, task: tuple[int, int], checkpoint_id: int,
-                reason: CheckpointFailureReason) -> None:
+    def decline(
+        self, task: tuple[int, int], checkpoint_id: int, reason: CheckpointFailureReason
+    ) -> None:
         self.control.send(DECLINE, (task, checkpoint_id, reason))
 
     def end_of_data(self, task: tuple[int, int], last_snapshot_id: int) -> None:
@@ -286,8 +327,9 @@ def _await_start(inbox: queue.Queue[tuple[str, Any]], timeout_s: float) -> dict[
             raise TaskCancelledError("the driver cancelled the job before it started")
 
 
-def _failure_info(error: BaseException, task_name: str, subtask: int,
-                  tb: str | None = None) -> dict[str, Any]:
+def _failure_info(
+    error: BaseException, task_name: str, subtask: int, tb: str | None = None
+) -> dict[str, Any]:
     inner = error.error if isinstance(error, UserFunctionError) else error
     try:
         pickled: bytes | None = cloudpickle.dumps(error)
@@ -304,14 +346,18 @@ def _failure_info(error: BaseException, task_name: str, subtask: int,
         "error_type": type(inner).__name__,
         "error_module": type(inner).__module__,
         "message": str(inner),
-        "traceback": tb or "".join(traceback.format_exception(type(inner), inner,
-                                                              inner.__traceback__)),
+        "traceback": tb
+        or "".join(traceback.format_exception(type(inner), inner, inner.__traceback__)),
         "pid": os.getpid(),
     }
 
 
-def _run_tasks(tasks: list[StreamTask], control: ControlClient,
-               cancelled: threading.Event, on_started: Any = None) -> None:
+def _run_tasks(
+    tasks: list[StreamTask],
+    control: ControlClient,
+    cancelled: threading.Event,
+    on_started: Any = None,
+) -> None:
     def report(task: StreamTask, error: BaseException, tb: str) -> None:
         if not isinstance(error, TaskCancelledError):
             control.send(FAILED, _failure_info(error, task.name, task.subtask_index))
@@ -320,8 +366,9 @@ def _run_tasks(tasks: list[StreamTask], control: ControlClient,
         # its sink results too: a later attempt restoring it as finished returns them
         control.send(TASK_FINISHED, (task.key, finished_task_results(task, pickled=True)))
 
-    failure = run_task_threads(tasks, join_timeout_s=5.0, on_failure=report,
-                               on_finished=finished, on_started=on_started)
+    failure = run_task_threads(
+        tasks, join_timeout_s=5.0, on_failure=report, on_finished=finished, on_started=on_started
+    )
     if failure is None:
         return
     task, error, _ = failure

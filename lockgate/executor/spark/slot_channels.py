@@ -30,8 +30,9 @@ def priority_key(key: ChannelKey) -> Any:
 class SlotChannels:
     """Makes and closes the channel ends of slot ``slot``."""
 
-    def __init__(self, plan: ExecutionPlan, slot: int, context: Any, auth: MessageAuth,
-                 generation: int) -> None:
+    def __init__(
+        self, plan: ExecutionPlan, slot: int, context: Any, auth: MessageAuth, generation: int
+    ) -> None:
         self.plan = plan
         self.slot = slot
         self.context = context
@@ -50,8 +51,9 @@ class SlotChannels:
             for p, c in edge.channel_pairs():
                 if c == self.slot and p != self.slot:
                     for key in ((edge.id, p, c), priority_key((edge.id, p, c))):
-                        sock, endpoint = bind_pull(self.context, host,
-                                                   data_message_limit(self.plan.config))
+                        sock, endpoint = bind_pull(
+                            self.context, host, data_message_limit(self.plan.config)
+                        )
                         self.pulls[key] = sock
                         endpoints[key] = endpoint
         return endpoints
@@ -63,15 +65,16 @@ class SlotChannels:
     def _local_channel(self, key: ChannelKey) -> LocalChannel:
         ch = self.local.get(key)
         if ch is None:
-            ch = self.local[key] = LocalChannel(self.plan.config.channel_capacity_bytes,
-                                                str(key))
+            ch = self.local[key] = LocalChannel(self.plan.config.channel_capacity_bytes, str(key))
         return ch
 
     def out_channel(self, key: ChannelKey) -> OutputChannel:
         if key[2] == self.slot:
             return self._local_channel(key)
         z = ZmqOutputChannel(
-            connect_push(self.context, self.addresses[key]), self.auth, self.generation,
+            connect_push(self.context, self.addresses[key]),
+            self.auth,
+            self.generation,
             str(key),
             priority_socket=connect_push(self.context, self.addresses[priority_key(key)]),
             max_message_bytes=data_message_limit(self.plan.config),
@@ -82,8 +85,13 @@ class SlotChannels:
     def in_channel(self, key: ChannelKey) -> InputChannel:
         if key[1] == self.slot:
             return self._local_channel(key)
-        z = ZmqInputChannel(self.pulls[key], self.auth, self.generation, str(key),
-                            priority_socket=self.pulls[priority_key(key)])
+        z = ZmqInputChannel(
+            self.pulls[key],
+            self.auth,
+            self.generation,
+            str(key),
+            priority_socket=self.pulls[priority_key(key)],
+        )
         self.network.append(z)
         return z
 

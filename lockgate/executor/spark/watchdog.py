@@ -75,11 +75,18 @@ class SlotWatchdog:
     in the watchdog thread when it ends (the slot closes the reporting socket there).
     """
 
-    def __init__(self, last_beat: Callable[[], float], report: Callable[[dict[str, Any]], None],
-                 *, stall_after_s: float, check_s: float | None = None,
-                 dump_path: str | None = None, label: str = "slot",
-                 clock: Callable[[], float] = time.monotonic,
-                 on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        last_beat: Callable[[], float],
+        report: Callable[[dict[str, Any]], None],
+        *,
+        stall_after_s: float,
+        check_s: float | None = None,
+        dump_path: str | None = None,
+        label: str = "slot",
+        clock: Callable[[], float] = time.monotonic,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
         if not stall_after_s > 0:
             raise ValueError(f"stall_after_s must be > 0, got {stall_after_s!r}")
         self.last_beat = last_beat
@@ -114,15 +121,23 @@ class SlotWatchdog:
         if self._next_report is not None and now < self._next_report:
             return None
         self._next_report = now + self.stall_after_s
-        payload = {"kind": "silent", "silent_s": round(silent, 1), "pid": os.getpid(),
-                   "stacks": thread_stacks()}
+        payload = {
+            "kind": "silent",
+            "silent_s": round(silent, 1),
+            "pid": os.getpid(),
+            "stacks": thread_stacks(),
+        }
         self._send(payload)
         return payload
 
     def _send(self, payload: dict[str, Any]) -> None:
         self.reports += 1
-        log.warning("%s: no heartbeat for %.1fs; its threads:\n%s", self.label,
-                    payload["silent_s"], payload["stacks"])
+        log.warning(
+            "%s: no heartbeat for %.1fs; its threads:\n%s",
+            self.label,
+            payload["silent_s"],
+            payload["stacks"],
+        )
         try:
             self.report(payload)
         except Exception:  # noqa: BLE001 - the watchdog outlives a failed report
@@ -150,14 +165,16 @@ class SlotWatchdog:
     def _write_header(self) -> None:
         dump = self._dump
         assert dump is not None
-        threads = frozenset((t.ident, t.name) for t in threading.enumerate()
-                            if t.ident is not None)
+        threads = frozenset((t.ident, t.name) for t in threading.enumerate() if t.ident is not None)
         if threads != self._header_threads:
             self._header_threads = threads
-            header = "".join(f'Thread 0x{ident:016x} is "{name}"\n'
-                             for ident, name in sorted(threads))
-            text = (f"lockgate {self.label} (pid {os.getpid()}): faulthandler dump of a "
-                    f"freeze longer than {self.stall_after_s:.1f}s; threads by id:\n{header}")
+            header = "".join(
+                f'Thread 0x{ident:016x} is "{name}"\n' for ident, name in sorted(threads)
+            )
+            text = (
+                f"lockgate {self.label} (pid {os.getpid()}): faulthandler dump of a "
+                f"freeze longer than {self.stall_after_s:.1f}s; threads by id:\n{header}"
+            )
             dump.seek(0)
             dump.truncate()
             dump.write(text)
@@ -175,16 +192,23 @@ class SlotWatchdog:
         text = dump.read()
         self._froze = True
         self._header_threads = frozenset()  # rewrite the header (drops the old dump)
-        self._send({"kind": "frozen", "silent_s": round(self.clock() - self.last_beat(), 1),
-                    "pid": os.getpid(), "stacks": text})
+        self._send(
+            {
+                "kind": "frozen",
+                "silent_s": round(self.clock() - self.last_beat(), 1),
+                "pid": os.getpid(),
+                "stacks": text,
+            }
+        )
 
     # -- the thread -------------------------------------------------------------------------
     def start(self) -> None:
         """Open the dump file (if any) and start the watchdog thread."""
         if self.dump_path is not None:
             self._dump = open(self.dump_path, "w+", encoding="utf-8")  # noqa: SIM115
-        self._thread = threading.Thread(target=self._run, name=f"lockgate watchdog {self.label}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lockgate watchdog {self.label}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:

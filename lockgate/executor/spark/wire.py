@@ -40,7 +40,8 @@ def encode(element: Any, generation: int, mark: int = 0, seq: int = 0) -> tuple[
         return _HEADER.pack(ARROW, generation, mark, seq), sink.getvalue()
     if isinstance(element, RowBatch):
         return _HEADER.pack(ROWS, generation, mark, seq), pickle.dumps(
-            (element.rows, element.timestamps), protocol=5)
+            (element.rows, element.timestamps), protocol=5
+        )
     return _HEADER.pack(ELEMENT, generation, mark, seq), pickle.dumps(element, protocol=5)
 
 

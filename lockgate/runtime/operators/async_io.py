@@ -74,8 +74,10 @@ class AsyncRequestError(LockgateError, RuntimeError):
 
     @classmethod
     def for_record(cls, record: Any, error: BaseException) -> AsyncRequestError:
-        return cls(f"the async I/O request for record {describe_record(record)} failed: "
-                   f"{type(error).__name__}: {error}")
+        return cls(
+            f"the async I/O request for record {describe_record(record)} failed: "
+            f"{type(error).__name__}: {error}"
+        )
 
 
 class _Collector:
@@ -138,20 +140,26 @@ class AsyncWaitOperator(_FunctionOperator):
         if ctx.mailbox is None or ctx.run_mail_until is None:
             raise RuntimeError(
                 f"async I/O operator '{self.name}' runs only inside a task (it needs the "
-                f"task's mailbox)")
+                f"task's mailbox)"
+            )
         self._queue = (OrderedElementQueue if self.ordered else UnorderedElementQueue)(
-            self.capacity)
+            self.capacity
+        )
         self._runner = AsyncRunner(
-            self.function, self._post, timeout_ms=self.timeout_ms,
-            name=f"{self.name} ({ctx.subtask_index + 1}/{ctx.parallelism})")
+            self.function,
+            self._post,
+            timeout_ms=self.timeout_ms,
+            name=f"{self.name} ({ctx.subtask_index + 1}/{ctx.parallelism})",
+        )
         self._runner.start()
         if self._backlog:
             # restored inputs go into the queue (and their requests out) from the first
             # mail: before any newer input, which queues up behind them in the backlog,
             # and after the task replayed its channel state, so nothing is emitted before
             # the output in-flight data it recorded
-            ctx.mailbox.put(lambda: self._drain(wait=False),
-                            f"async I/O restored inputs ({self.name})")
+            ctx.mailbox.put(
+                lambda: self._drain(wait=False), f"async I/O restored inputs ({self.name})"
+            )
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         rows = to_rows(batch)
@@ -206,16 +214,20 @@ class AsyncWaitOperator(_FunctionOperator):
             raise RuntimeError(
                 f"async I/O operator '{self.name}' was asked for a snapshot while it waited "
                 f"for room in its queue in the middle of a batch; the snapshot would not be "
-                f"consistent with its input (is it chained to a source?)")
+                f"consistent with its input (is it chained to a source?)"
+            )
         assert self._queue is not None
         inputs: list[Pending] = [*self._queue.pending_inputs(), *self._backlog]
-        stored = [("watermark", e.timestamp) if isinstance(e, Watermark)
-                  else ("record", e.value, e.timestamp) for e in inputs]
+        stored = [
+            ("watermark", e.timestamp)
+            if isinstance(e, Watermark)
+            else ("record", e.value, e.timestamp)
+            for e in inputs
+        ]
         snapshot = super().snapshot_state(checkpoint_id)
         if snapshot is None:
             snapshot = OperatorStateSnapshot()
-        snapshot.function = {STATE_KEY: {"version": STATE_VERSION,
-                                         "inputs": copy.deepcopy(stored)}}
+        snapshot.function = {STATE_KEY: {"version": STATE_VERSION, "inputs": copy.deepcopy(stored)}}
         return snapshot
 
     def restore_state(self, restored: Any) -> None:
@@ -228,8 +240,12 @@ class AsyncWaitOperator(_FunctionOperator):
         if restored.same_parallelism:
             inputs = _stored_inputs(restored.own(), self.name)
         else:
-            every = [e for state in restored.all() for e in _stored_inputs(state, self.name)
-                     if not isinstance(e, Watermark)]
+            every = [
+                e
+                for state in restored.all()
+                for e in _stored_inputs(state, self.name)
+                if not isinstance(e, Watermark)
+            ]
             inputs = even_chunk(every, ctx.subtask_index, ctx.parallelism)
         for e in inputs:
             if isinstance(e, Watermark) and e.timestamp > self.current_watermark:
@@ -265,6 +281,7 @@ class AsyncWaitOperator(_FunctionOperator):
     def _completer(self, entry: RecordEntry) -> Callable[[Completion], None]:
         def on_complete(completion: Completion) -> None:
             self._on_complete(entry, completion)
+
         return on_complete
 
     def _on_complete(self, entry: RecordEntry, completion: Completion) -> None:
@@ -272,8 +289,11 @@ class AsyncWaitOperator(_FunctionOperator):
         error = completion.error
         if error is not None:
             record = entry.record.value
-            cause = (error if isinstance(error, AsyncTimeoutError)
-                     else AsyncRequestError.for_record(record, error))
+            cause = (
+                error
+                if isinstance(error, AsyncTimeoutError)
+                else AsyncRequestError.for_record(record, error)
+            )
             raise self.user_error(cause) from error
         entry.settle(completion)
         self._emit()
@@ -314,7 +334,8 @@ def _stored_inputs(state: Any, operator: str) -> list[Pending]:
     if not isinstance(stored, dict) or stored.get("version") != STATE_VERSION:
         raise ConfigurationError(
             f"async I/O operator '{operator}': the restored in-flight inputs have an unknown "
-            f"format ({stored!r:.80}); restore with the lockgate version that wrote them")
+            f"format ({stored!r:.80}); restore with the lockgate version that wrote them"
+        )
     inputs: list[Pending] = []
     for item in stored["inputs"]:
         if item[0] == "watermark":

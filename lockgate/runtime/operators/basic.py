@@ -39,8 +39,9 @@ def single_record_error(method: str, result: object) -> TypeError:
     )
 
 
-def not_iterable_error(method: str, result: object, record: object,
-                       origin: str = "the input record") -> TypeError:
+def not_iterable_error(
+    method: str, result: object, record: object, origin: str = "the input record"
+) -> TypeError:
     """The error for a flat_map/process result that cannot be iterated (an int, a
     float, ...), naming its type and value and the input record."""
     return TypeError(
@@ -122,7 +123,10 @@ class _FunctionOperator(StreamOperator):
             states = restored.by_subtask()
         self.operator_state.restore(
             {j: payload_part(s, "operator") for j, s in states.items()},
-            ctx.subtask_index, ctx.parallelism, restored.same_parallelism)
+            ctx.subtask_index,
+            ctx.parallelism,
+            restored.same_parallelism,
+        )
 
     def keyed_snapshot(self) -> Any:
         """The keyed backend's snapshot view, or None (no keyed state)."""
@@ -150,7 +154,8 @@ class _FunctionOperator(StreamOperator):
 
 def _has_union(operator_states: Any) -> bool:
     return isinstance(operator_states, dict) and any(
-        isinstance(e, dict) and e.get("mode") == UNION for e in operator_states.values())
+        isinstance(e, dict) and e.get("mode") == UNION for e in operator_states.values()
+    )
 
 
 class MapOperator(_FunctionOperator):
@@ -220,11 +225,14 @@ def filter_by_expression(batch: pa.RecordBatch, expression: pc.Expression) -> pa
     Same result as ``batch.filter(expression)``, which runs an Acero plan on Arrow's
     CPU thread pool; here the plan runs in the calling (task) thread, which costs a
     third as much per batch (a window operator's output can be many small batches)."""
-    plan = acero.Declaration.from_sequence([
-        acero.Declaration("table_source",
-                          acero.TableSourceNodeOptions(pa.Table.from_batches([batch]))),
-        acero.Declaration("filter", acero.FilterNodeOptions(expression)),
-    ])
+    plan = acero.Declaration.from_sequence(
+        [
+            acero.Declaration(
+                "table_source", acero.TableSourceNodeOptions(pa.Table.from_batches([batch]))
+            ),
+            acero.Declaration("filter", acero.FilterNodeOptions(expression)),
+        ]
+    )
     table = plan.to_table(use_threads=False)
     if table.num_rows == 0:
         return batch.slice(0, 0)
@@ -286,8 +294,12 @@ class FilterOperator(_FunctionOperator):
             self.emit(batch.filter(pa.array(mask, type=pa.bool_())))
         else:
             timestamps = timestamps_of(batch)
-            self.emit(RowBatch([r for r, keep in zip(rows, mask) if keep],
-                               None if timestamps is None else timestamps[np.asarray(mask, bool)]))
+            self.emit(
+                RowBatch(
+                    [r for r, keep in zip(rows, mask) if keep],
+                    None if timestamps is None else timestamps[np.asarray(mask, bool)],
+                )
+            )
 
 
 class MapBatchesOperator(_FunctionOperator):
@@ -331,8 +343,9 @@ class MapBatchesOperator(_FunctionOperator):
                 )
             )
 
-    def _emit_result(self, source: pa.RecordBatch, result: pa.RecordBatch,
-                     timestamps: np.ndarray | None) -> None:
+    def _emit_result(
+        self, source: pa.RecordBatch, result: pa.RecordBatch, timestamps: np.ndarray | None
+    ) -> None:
         if (
             result.num_columns == 1
             and result.schema.names[0] == SCALAR_COLUMN
@@ -388,9 +401,16 @@ class ProcessOperator(_FunctionOperator):
         ectx.flush_side_outputs()
         self.emit(RowBatch(out))
 
-def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndarray, fn: Any,
-                        ectx: Any, keys: list[Any] | None = None,
-                        backend: Any = None) -> RowBatch:
+
+def process_timestamped(
+    op: StreamOperator,
+    rows: list[Any],
+    timestamps: np.ndarray,
+    fn: Any,
+    ectx: Any,
+    keys: list[Any] | None = None,
+    backend: Any = None,
+) -> RowBatch:
     """The records of a batch with event timestamps: ``ctx.timestamp`` is each
     record's, and each output record gets the timestamp of the record it came from.
     With ``keys``, the current key is set per record (keyed process functions)."""
@@ -430,8 +450,7 @@ def process_timestamped(op: StreamOperator, rows: list[Any], timestamps: np.ndar
     return RowBatch(out, repeat_timestamps(timestamps, counts))
 
 
-def repeat_timestamps(timestamps: np.ndarray | None,
-                      counts: list[int] | None) -> np.ndarray | None:
+def repeat_timestamps(timestamps: np.ndarray | None, counts: list[int] | None) -> np.ndarray | None:
     """Each record's timestamp repeated for each output it produced (flat_map, process)."""
     if timestamps is None or counts is None:
         return None

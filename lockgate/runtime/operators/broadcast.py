@@ -66,7 +66,9 @@ class ReadOnlyContext(ElementContext):
         super().__init__(operator, None)
         self._store = store
 
-    def get_broadcast_state(self, descriptor: MapStateDescriptor[Any]) -> ReadOnlyBroadcastState[Any, Any]:
+    def get_broadcast_state(
+        self, descriptor: MapStateDescriptor[Any]
+    ) -> ReadOnlyBroadcastState[Any, Any]:
         """The broadcast state of ``descriptor`` (one given to ``stream.broadcast``),
         read-only: writes raise ConfigurationError."""
         return self._store.read_only(descriptor)
@@ -96,13 +98,18 @@ class KeyedBroadcastContext(BroadcastContext):
 
     __slots__ = ("_apply",)
 
-    def __init__(self, operator: StreamOperator, store: BroadcastStateStore,
-                 apply: Callable[[StateDescriptor[Any], Callable[[Any, Any], Any]], None]) -> None:
+    def __init__(
+        self,
+        operator: StreamOperator,
+        store: BroadcastStateStore,
+        apply: Callable[[StateDescriptor[Any], Callable[[Any, Any], Any]], None],
+    ) -> None:
         super().__init__(operator, store)
         self._apply = apply
 
-    def apply_to_keyed_state(self, descriptor: StateDescriptor[Any],
-                             function: Callable[[Any, Any], Any]) -> None:
+    def apply_to_keyed_state(
+        self, descriptor: StateDescriptor[Any], function: Callable[[Any, Any], Any]
+    ) -> None:
         """Call ``function(key, state)`` for every key of this subtask that has a value of
         the keyed state ``descriptor`` names; ``state`` is that state's handle, scoped to
         ``key`` while ``function`` runs (it may read, update or clear it). Keys are listed
@@ -124,7 +131,8 @@ class _NoCurrentKey:
             "keyed state was used in process_broadcast_element, where there is no current "
             "key (a broadcast element belongs to no key): use "
             "ctx.apply_to_keyed_state(descriptor, fn) to visit every key's state there, or "
-            "use keyed state in process_element")
+            "use keyed state in process_element"
+        )
 
     def __hash__(self) -> int:
         raise self.error()
@@ -243,8 +251,9 @@ class KeyedBroadcastProcessOperator(_BroadcastOperator, KeyedProcessOperator):
     the keyed process operator); ``process_broadcast_element`` may visit every key's
     state with ``ctx.apply_to_keyed_state``."""
 
-    def __init__(self, fn: Any, descriptors: list[MapStateDescriptor[Any]],
-                 key_selector: KeySelector) -> None:
+    def __init__(
+        self, fn: Any, descriptors: list[MapStateDescriptor[Any]], key_selector: KeySelector
+    ) -> None:
         _BroadcastOperator.__init__(self, fn, descriptors)
         self.key_selector = key_selector
 
@@ -261,14 +270,16 @@ class KeyedBroadcastProcessOperator(_BroadcastOperator, KeyedProcessOperator):
             return _NoCurrentKey.error()
         return error
 
-    def apply_to_keyed_state(self, descriptor: StateDescriptor[Any],
-                             function: Callable[[Any, Any], Any]) -> None:
+    def apply_to_keyed_state(
+        self, descriptor: StateDescriptor[Any], function: Callable[[Any, Any], Any]
+    ) -> None:
         """``function(key, state)`` for every key of this subtask with a value of
         ``descriptor``'s state, the key current during each call."""
         if not callable(function):
             raise ConfigurationError(
                 f"operator '{self.name}': apply_to_keyed_state needs a function "
-                f"(key, state) -> None, got {function!r}")
+                f"(key, state) -> None, got {function!r}"
+            )
         backend = self.backend
         state = backend.get_state(descriptor)  # checks the descriptor
         try:

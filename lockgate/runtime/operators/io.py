@@ -53,9 +53,9 @@ class _OperatorReaderOutput(ReaderOutput):
         if self._dead:
             dead, self._dead = self._dead, []
             op = self.operator
-            op.counters.side_out[DEAD_LETTER_TAG] = (
-                op.counters.side_out.get(DEAD_LETTER_TAG, 0) + len(dead)
-            )
+            op.counters.side_out[DEAD_LETTER_TAG] = op.counters.side_out.get(
+                DEAD_LETTER_TAG, 0
+            ) + len(dead)
             op.output.emit_side(DEAD_LETTER_TAG, RowBatch(dead))
 
 
@@ -86,14 +86,15 @@ class SourceOperator(StreamOperator):
             restored, self._restored = getattr(self, "_restored", None), None
             if restored is not None:
                 # only readers that pick their own share read every old subtask's state
-                states = restored.all() if self.reader.restores_every_split \
-                    else restored.assigned()
+                states = restored.all() if self.reader.restores_every_split else restored.assigned()
                 self.reader.add_splits(
-                    [split for state in states if state for split in state["splits"]])
+                    [split for state in states if state for split in state["splits"]]
+                )
             else:
                 splits = self.source.create_splits(self.ctx.parallelism)
                 self.reader.add_splits(
-                    assign_splits(splits, self.ctx.subtask_index, self.ctx.parallelism))
+                    assign_splits(splits, self.ctx.subtask_index, self.ctx.parallelism)
+                )
         except LockgateError:
             raise
         except Exception as e:

@@ -56,7 +56,8 @@ class ElementContext:
         if self._timers is None:
             raise ConfigurationError(
                 f"operator '{self._operator.name}': timers are for keyed process functions; "
-                "apply the function after key_by(...), e.g. stream.key_by('k').process(fn)")
+                "apply the function after key_by(...), e.g. stream.key_by('k').process(fn)"
+            )
         return self._timers
 
     def flush_side_outputs(self) -> None:
@@ -81,14 +82,19 @@ class KeyedProcessOperator(_FunctionOperator):
     def open(self) -> None:
         ctx = self.ctx
         self.backend = ctx.state_backend.create_keyed_backend(
-            self.name, ctx.max_parallelism, clock=ctx.clock, subtask_index=ctx.subtask_index)
+            self.name, ctx.max_parallelism, clock=ctx.clock, subtask_index=ctx.subtask_index
+        )
         ctx._keyed_backend = self.backend
         self.timers = InternalTimerService(
-            self.name, ctx.max_parallelism, clock=ctx.clock,
-            on_earlier_processing_time=self._schedule_processing_time)
+            self.name,
+            ctx.max_parallelism,
+            clock=ctx.clock,
+            on_earlier_processing_time=self._schedule_processing_time,
+        )
         backend = self.backend
         self.element_ctx = ElementContext(
-            self, None, self.timers.facade(lambda: backend.current_key))
+            self, None, self.timers.facade(lambda: backend.current_key)
+        )
         self._on_timer = getattr(self.function, "on_timer", None)
         self._timer_output: list[Any] = []
         self._timer_stamps: list[int] = []
@@ -115,9 +121,12 @@ class KeyedProcessOperator(_FunctionOperator):
     def _fire(self, timer: Any) -> None:
         on_timer = self._on_timer
         if not callable(on_timer):
-            raise self.user_error(TypeError(
-                "a timer fired but the function has no on_timer(timestamp, ctx) method; "
-                "subclass lg.KeyedProcessFunction and implement on_timer"))
+            raise self.user_error(
+                TypeError(
+                    "a timer fired but the function has no on_timer(timestamp, ctx) method; "
+                    "subclass lg.KeyedProcessFunction and implement on_timer"
+                )
+            )
         key = timer.key
         self.backend.current_key = key
         ectx = self.element_ctx
@@ -134,10 +143,10 @@ class KeyedProcessOperator(_FunctionOperator):
                 except TypeError:
                     if is_iterable(result):
                         raise
-                    raise not_iterable_error("on_timer", result, key,
-                                             origin="the timer of key") from None
-                self._timer_stamps.extend(
-                    [timer.timestamp] * (len(self._timer_output) - before))
+                    raise not_iterable_error(
+                        "on_timer", result, key, origin="the timer of key"
+                    ) from None
+                self._timer_stamps.extend([timer.timestamp] * (len(self._timer_output) - before))
         except Exception as e:
             raise self.user_error(e) from e
         finally:

@@ -71,9 +71,14 @@ WINDOW_STATE_VERSION = 1
 class WindowOperator(StreamOperator):
     """Keyed windows (see the module docstring)."""
 
-    def __init__(self, assigner: WindowAssigner, key_selector: KeySelector,
-                 contents: WindowContents, allowed_lateness: int = 0,
-                 late_tag: str | None = None) -> None:
+    def __init__(
+        self,
+        assigner: WindowAssigner,
+        key_selector: KeySelector,
+        contents: WindowContents,
+        allowed_lateness: int = 0,
+        late_tag: str | None = None,
+    ) -> None:
         super().__init__()
         self.assigner = assigner
         self.key_selector = key_selector
@@ -95,7 +100,8 @@ class WindowOperator(StreamOperator):
         self.keys = KeyDictionary(self.key_selector, ctx.max_parallelism)
         self.contents.open(self)
         self.store: AlignedStore | SessionStore = (
-            SessionStore(self.contents) if self.merging else AlignedStore(self.contents))
+            SessionStore(self.contents) if self.merging else AlignedStore(self.contents)
+        )
         #: restored watermark per key group, until event time passes it (or None)
         self._floor: np.ndarray | None = None
         self._floor_max = MIN_WATERMARK
@@ -133,8 +139,9 @@ class WindowOperator(StreamOperator):
         contents = self.contents
         try:
             data = contents.prepare(batch)
-            codes = self.keys.codes_of(data if contents.vectorized else batch,
-                                       None if contents.vectorized else data)
+            codes = self.keys.codes_of(
+                data if contents.vectorized else batch, None if contents.vectorized else data
+            )
         except Exception as e:
             raise self.user_error(e) from e
         timestamps = self._timestamps(batch, n)
@@ -159,11 +166,18 @@ class WindowOperator(StreamOperator):
                 "have no event timestamps: give the source a watermark_strategy "
                 "(env.from_source(..., watermark_strategy=...)) or call "
                 "assign_timestamps_and_watermarks(...) before key_by(...).window(...), or use "
-                "processing-time windows")
+                "processing-time windows"
+            )
         return ts
 
-    def _add_to_windows(self, batch: Batch, data: Any, codes: np.ndarray,
-                        timestamps: np.ndarray, assignment: WindowAssignment) -> None:
+    def _add_to_windows(
+        self,
+        batch: Batch,
+        data: Any,
+        codes: np.ndarray,
+        timestamps: np.ndarray,
+        assignment: WindowAssignment,
+    ) -> None:
         store = self.store
         assert isinstance(store, AlignedStore)
         lateness = self.allowed_lateness
@@ -186,23 +200,27 @@ class WindowOperator(StreamOperator):
         elif lateness:
             # late firing: rows of windows the watermark already passed fire again now
             for table, trows in touched:
-                limit = self._late_limit(table.codes[trows] if self._floor is not None
-                                         else None)
+                limit = self._late_limit(table.codes[trows] if self._floor is not None else None)
                 due = (table.end - 1) <= limit
                 if np.all(due):
                     self._emit_rows(store.fire(table, trows))
                 elif np.any(due):
                     self._emit_rows(store.fire(table, trows[due]))
 
-    def _add_to_sessions(self, batch: Batch, data: Any, codes: np.ndarray,
-                         timestamps: np.ndarray, assignment: WindowAssignment) -> None:
+    def _add_to_sessions(
+        self,
+        batch: Batch,
+        data: Any,
+        codes: np.ndarray,
+        timestamps: np.ndarray,
+        assignment: WindowAssignment,
+    ) -> None:
         store = self.store
         assert isinstance(store, SessionStore)
         late_time: Any = None
         if self.event_time:
             late_time = self.current_watermark if self._floor is None else self._late_limit
-        result = store.add(data, codes, timestamps, assignment, late_time,
-                           self.allowed_lateness)
+        result = store.add(data, codes, timestamps, assignment, late_time, self.allowed_lateness)
         self._late_records(batch, result.late_records)
         touched = result.touched
         if not len(touched):
@@ -212,8 +230,10 @@ class WindowOperator(StreamOperator):
                 self._schedule(end)
         elif self.allowed_lateness:
             ends = store.end[touched]
-            due = touched[(ends - 1) <= self._late_limit(
-                store.key[touched] if self._floor is not None else None)]
+            due = touched[
+                (ends - 1)
+                <= self._late_limit(store.key[touched] if self._floor is not None else None)
+            ]
             if len(due):
                 self._emit_rows(store.fire(due[np.argsort(store.end[due], kind="stable")]))
 
@@ -245,8 +265,7 @@ class WindowOperator(StreamOperator):
     def _emit_rows(self, rows: Rows) -> None:
         if not len(rows.codes):
             return
-        for b in self.contents.results(self.keys, rows.codes, rows.starts, rows.ends,
-                                       rows.payload):
+        for b in self.contents.results(self.keys, rows.codes, rows.starts, rows.ends, rows.payload):
             self.emit(b)
 
     # -- event time (M-W6) -------------------------------------------------------------
@@ -326,17 +345,23 @@ class WindowOperator(StreamOperator):
         ctx = self.ctx
         floor = self._floor
         return WindowSnapshot(
-            blocks=self.store.snapshot_blocks(), values=keys.values,
-            key_groups=keys.key_groups, header={
-                "format": WINDOW_STATE_FORMAT, "version": WINDOW_STATE_VERSION,
-                "contents": self.contents.describe(), "merging": self.merging,
+            blocks=self.store.snapshot_blocks(),
+            values=keys.values,
+            key_groups=keys.key_groups,
+            header={
+                "format": WINDOW_STATE_FORMAT,
+                "version": WINDOW_STATE_VERSION,
+                "contents": self.contents.describe(),
+                "merging": self.merging,
                 "max_parallelism": ctx.max_parallelism,
-                "key_groups": _range_pair(key_group_range(
-                    ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)),
+                "key_groups": _range_pair(
+                    key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
+                ),
                 "watermark": int(self.current_watermark),
                 "key_types": keys.types,
                 "floor": None if floor is None else floor.copy(),
-            })
+            },
+        )
 
     def _restore(self, restored: Any) -> None:
         """Take over the rows of this subtask's key groups from one (same parallelism)
@@ -367,9 +392,15 @@ class WindowOperator(StreamOperator):
                 keys = block["keys"]
                 codes = self.keys.restore_keys([keys[i] for i in pick.tolist()], groups[pick])
                 rows = contents.take(contents.thaw(block["payload"]), pick)
-                self.store.restore(Block(codes, np.asarray(block["start"])[pick],
-                                         np.asarray(block["end"])[pick],
-                                         np.asarray(block["fired"], dtype=bool)[pick], rows))
+                self.store.restore(
+                    Block(
+                        codes,
+                        np.asarray(block["start"])[pick],
+                        np.asarray(block["end"])[pick],
+                        np.asarray(block["fired"], dtype=bool)[pick],
+                        rows,
+                    )
+                )
         if self.event_time:
             top = int(floor.max()) if len(floor) else MIN_WATERMARK
             if top > MIN_WATERMARK:
@@ -390,11 +421,13 @@ class WindowOperator(StreamOperator):
             raise ConfigurationError(
                 f"window operator '{self.name}': the state restored for its uid is not "
                 "window state; was the uid given to another operator? Give this operator "
-                "a new uid or restore with allow_non_restored_state")
+                "a new uid or restore with allow_non_restored_state"
+            )
         if state.get("version") != WINDOW_STATE_VERSION:
             raise ConfigurationError(
                 f"window operator '{self.name}': window state version {state.get('version')} "
-                f"cannot be read (this version reads {WINDOW_STATE_VERSION})")
+                f"cannot be read (this version reads {WINDOW_STATE_VERSION})"
+            )
         expected = self.contents.describe()
         if state.get("contents") != expected or state.get("merging") != self.merging:
             raise ConfigurationError(
@@ -402,13 +435,15 @@ class WindowOperator(StreamOperator):
                 f"{state.get('contents')} ({'merging' if state.get('merging') else 'aligned'} "
                 f"windows), but the operator now computes {expected} "
                 f"({'merging' if self.merging else 'aligned'} windows); keep the window "
-                "function, or give the operator a new uid to start it empty")
+                "function, or give the operator a new uid to start it empty"
+            )
         if state.get("max_parallelism") != self.ctx.max_parallelism:
             raise ConfigurationError(
                 f"window operator '{self.name}': the state was written with max_parallelism "
                 f"{state.get('max_parallelism')}, the operator now has "
                 f"{self.ctx.max_parallelism}; key groups only move between subtasks when "
-                "max_parallelism stays the same")
+                "max_parallelism stays the same"
+            )
 
 
 def _range_pair(r: range) -> tuple[int, int]:
@@ -431,8 +466,9 @@ class WindowSnapshot:
 
     one row per (key, window) in each block."""
 
-    def __init__(self, blocks: list[Block], values: list[Any], key_groups: np.ndarray,
-                 header: dict[str, Any]) -> None:
+    def __init__(
+        self, blocks: list[Block], values: list[Any], key_groups: np.ndarray, header: dict[str, Any]
+    ) -> None:
         self._blocks: list[Block] | None = blocks
         self._values = values
         self._key_groups = key_groups
@@ -445,13 +481,26 @@ class WindowSnapshot:
         values = self._values
         out = []
         for b in blocks:
-            out.append({"keys": [values[c] for c in b.codes.tolist()],
-                        "key_groups": self._key_groups[b.codes], "start": b.starts,
-                        "end": b.ends, "fired": b.fired, "payload": b.payload})
+            out.append(
+                {
+                    "keys": [values[c] for c in b.codes.tolist()],
+                    "key_groups": self._key_groups[b.codes],
+                    "start": b.starts,
+                    "end": b.ends,
+                    "fired": b.fired,
+                    "payload": b.payload,
+                }
+            )
         state = dict(self._header)
         state["blocks"] = out
-        return {PAYLOAD_MARK: PAYLOAD_VERSION, "keyed": None, "operator": None,
-                "broadcast": None, "timers": None, "function": state}
+        return {
+            PAYLOAD_MARK: PAYLOAD_VERSION,
+            "keyed": None,
+            "operator": None,
+            "broadcast": None,
+            "timers": None,
+            "function": state,
+        }
 
     def release(self) -> None:
         self._blocks = None

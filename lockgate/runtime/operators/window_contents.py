@@ -117,12 +117,19 @@ class WindowContents(abc.ABC):
         """The batch in the form ``partials``/``fold`` take."""
         return to_rows(batch)
 
-    def partials(self, data: Any, codes: np.ndarray, assignment: WindowAssignment,
-                 timestamps: np.ndarray) -> WindowPartials:
+    def partials(
+        self, data: Any, codes: np.ndarray, assignment: WindowAssignment, timestamps: np.ndarray
+    ) -> WindowPartials:
         raise NotImplementedError
 
-    def partial_rows(self, data: Any, group_ids: np.ndarray, num_groups: int,
-                     records: np.ndarray, timestamps: np.ndarray) -> Any:
+    def partial_rows(
+        self,
+        data: Any,
+        group_ids: np.ndarray,
+        num_groups: int,
+        records: np.ndarray,
+        timestamps: np.ndarray,
+    ) -> Any:
         """Vectorized contents: the records ``records`` of ``data`` reduced into
         ``num_groups`` rows (record ``records[i]`` into row ``group_ids[i]``)."""
         raise NotImplementedError
@@ -170,8 +177,9 @@ class WindowContents(abc.ABC):
 
     # -- output ---------------------------------------------------------------------
     @abc.abstractmethod
-    def results(self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                payload: Any) -> list[Batch]:
+    def results(
+        self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, payload: Any
+    ) -> list[Batch]:
         """The result batches of the rows (``payload`` holds exactly them), with
         timestamps ``end - 1``."""
 
@@ -191,14 +199,22 @@ class BuiltinContents(WindowContents):
     def prepare(self, batch: Batch) -> pa.RecordBatch:
         return to_arrow(batch, operator=f"window aggregate '{self.operator.name}'")
 
-    def partials(self, data: Any, codes: np.ndarray, assignment: WindowAssignment,
-                 timestamps: np.ndarray) -> WindowPartials:
+    def partials(
+        self, data: Any, codes: np.ndarray, assignment: WindowAssignment, timestamps: np.ndarray
+    ) -> WindowPartials:
         return self.aggregation.aggregate_batch(data, codes, assignment, timestamps)
 
-    def partial_rows(self, data: Any, group_ids: np.ndarray, num_groups: int,
-                     records: np.ndarray, timestamps: np.ndarray) -> Accumulators:
-        return self.aggregation.partial(data, group_ids, num_groups, rows=records,
-                                        timestamps=timestamps)
+    def partial_rows(
+        self,
+        data: Any,
+        group_ids: np.ndarray,
+        num_groups: int,
+        records: np.ndarray,
+        timestamps: np.ndarray,
+    ) -> Accumulators:
+        return self.aggregation.partial(
+            data, group_ids, num_groups, rows=records, timestamps=timestamps
+        )
 
     def empty(self, n: int) -> Accumulators:
         return self.aggregation.empty(n)
@@ -222,8 +238,14 @@ class BuiltinContents(WindowContents):
     def merge_into(self, payload: Accumulators, rows: np.ndarray, other: Accumulators) -> None:
         payload.merge_into(rows, other)
 
-    def results(self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                payload: Accumulators) -> list[Batch]:
+    def results(
+        self,
+        keys: Any,
+        codes: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        payload: Accumulators,
+    ) -> list[Batch]:
         if not len(codes):
             return []
         stamps = np.asarray(ends, dtype=np.int64) - 1
@@ -232,8 +254,9 @@ class BuiltinContents(WindowContents):
             results = payload.results()
             values = {name: col.to_pylist() for name, col in results.items()}
             rows = []
-            for i, (key, s, e) in enumerate(zip(keys.keys_of(codes), starts.tolist(),
-                                                ends.tolist())):
+            for i, (key, s, e) in enumerate(
+                zip(keys.keys_of(codes), starts.tolist(), ends.tolist())
+            ):
                 row = keys.key_fields(key)
                 row[WINDOW_START] = s
                 row[WINDOW_END] = e
@@ -267,9 +290,12 @@ class _ObjectContents(WindowContents):
         try:
             return cloudpickle.dumps(payload)
         except Exception as e:
-            raise self.operator.user_error(TypeError(
-                f"the window state cannot be pickled for a checkpoint ({e}); keep "
-                "accumulators and records picklable")) from e
+            raise self.operator.user_error(
+                TypeError(
+                    f"the window state cannot be pickled for a checkpoint ({e}); keep "
+                    "accumulators and records picklable"
+                )
+            ) from e
 
     def thaw(self, frozen: bytes) -> list[Any]:
         return list(cloudpickle.loads(frozen))
@@ -304,8 +330,14 @@ class _ObjectContents(WindowContents):
     def _merge(self, a: Any, b: Any) -> Any:
         raise NotImplementedError
 
-    def _result_rows(self, keys: Any, codes: np.ndarray, starts: np.ndarray,
-                     ends: np.ndarray, values: Iterable[Any]) -> list[Batch]:
+    def _result_rows(
+        self,
+        keys: Any,
+        codes: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        values: Iterable[Any],
+    ) -> list[Batch]:
         rows = []
         for key, s, e, v in zip(keys.keys_of(codes), starts.tolist(), ends.tolist(), values):
             row = keys.key_fields(key)
@@ -340,8 +372,9 @@ class AggregateFunctionContents(_ObjectContents):
         except Exception as e:
             raise self.operator.user_error(e) from e
 
-    def fold(self, payload: list[Any], rows: np.ndarray, data: list[Any],
-             records: np.ndarray) -> None:
+    def fold(
+        self, payload: list[Any], rows: np.ndarray, data: list[Any], records: np.ndarray
+    ) -> None:
         add = self._add
         try:
             for r, i in zip(rows.tolist(), records.tolist()):
@@ -352,8 +385,9 @@ class AggregateFunctionContents(_ObjectContents):
     def _merge(self, a: Any, b: Any) -> Any:
         return self.function.merge(a, b)
 
-    def results(self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                payload: list[Any]) -> list[Batch]:
+    def results(
+        self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, payload: list[Any]
+    ) -> list[Batch]:
         try:
             values = [self._get(acc) for acc in payload]
         except Exception as e:
@@ -376,8 +410,9 @@ class ReduceContents(_ObjectContents):
     def empty(self, n: int) -> list[Any]:
         return [_EMPTY] * n
 
-    def fold(self, payload: list[Any], rows: np.ndarray, data: list[Any],
-             records: np.ndarray) -> None:
+    def fold(
+        self, payload: list[Any], rows: np.ndarray, data: list[Any], records: np.ndarray
+    ) -> None:
         reduce = self._reduce
         try:
             for r, i in zip(rows.tolist(), records.tolist()):
@@ -393,8 +428,9 @@ class ReduceContents(_ObjectContents):
             return a
         return self._reduce(a, b)
 
-    def results(self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                payload: list[Any]) -> list[Batch]:
+    def results(
+        self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, payload: list[Any]
+    ) -> list[Batch]:
         return self._result_rows(keys, codes, starts, ends, payload)
 
 
@@ -415,24 +451,27 @@ class ProcessContents(_ObjectContents):
     def empty(self, n: int) -> list[Any]:
         return [[] for _ in range(n)]
 
-    def fold(self, payload: list[Any], rows: np.ndarray, data: list[Any],
-             records: np.ndarray) -> None:
+    def fold(
+        self, payload: list[Any], rows: np.ndarray, data: list[Any], records: np.ndarray
+    ) -> None:
         for r, i in zip(rows.tolist(), records.tolist()):
             payload[r].append(data[i])
 
     def _merge(self, a: Any, b: Any) -> Any:
         return a + b
 
-    def results(self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                payload: list[Any]) -> list[Batch]:
+    def results(
+        self, keys: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, payload: list[Any]
+    ) -> list[Batch]:
         ctx = self.context
         process = self._process
         out: list[Any] = []
         counts = np.zeros(len(codes), dtype=np.int64)
         side: dict[str, tuple[list[Any], list[int]]] = {}
         try:
-            for i, (key, s, e) in enumerate(zip(keys.keys_of(codes), starts.tolist(),
-                                                ends.tolist())):
+            for i, (key, s, e) in enumerate(
+                zip(keys.keys_of(codes), starts.tolist(), ends.tolist())
+            ):
                 ctx.window = WindowView(s, e)
                 result = process(key, ctx, list(payload[i]))
                 if result is not None:
@@ -440,7 +479,8 @@ class ProcessContents(_ObjectContents):
                         raise TypeError(
                             "process() must return an iterable of records (or yield them), "
                             f"but returned a {type(result).__name__} ({result!r:.80}); wrap a "
-                            "single record in a list")
+                            "single record in a list"
+                        )
                     before = len(out)
                     out.extend(result)
                     counts[i] = len(out) - before
@@ -468,4 +508,5 @@ def check_merge_support(contents: WindowContents) -> None:
             raise ConfigurationError(
                 f"session windows merge accumulators, but {type(fn).__name__} does not "
                 "implement AggregateFunction.merge(a, b); implement it (return the "
-                "accumulator combining a and b)")
+                "accumulator combining a and b)"
+            )

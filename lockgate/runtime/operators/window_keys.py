@@ -65,7 +65,7 @@ class KeyDictionary:
     @property
     def key_groups(self) -> np.ndarray:
         """The key group of each code (a view: later growth never changes it)."""
-        return self._groups[:len(self.values)]
+        return self._groups[: len(self.values)]
 
     # -- encoding -----------------------------------------------------------------------
     def codes_of(self, batch: Batch, rows: list[Any] | None = None) -> np.ndarray:
@@ -110,8 +110,12 @@ class KeyDictionary:
             index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
             self._note_types([uniq.type])
             values = _canonical_nan(uniq)
-            codes = self._codes_of_distinct(values, lambda new: key_groups_of_column(
-                uniq.take(pa.array(new, type=pa.int64())), self.max_parallelism))
+            codes = self._codes_of_distinct(
+                values,
+                lambda new: key_groups_of_column(
+                    uniq.take(pa.array(new, type=pa.int64())), self.max_parallelism
+                ),
+            )
             return codes[index]
         # several columns: a tuple key; distinct combinations first
         combined = np.zeros(batch.num_rows, dtype=np.int64)
@@ -126,12 +130,13 @@ class KeyDictionary:
             dictionaries.append((encoded.dictionary, index))
         self._note_types([d.type for d, _ in dictionaries])
         _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-        columns = [_canonical_nan(d.take(pa.array(idx[first], type=pa.int64())))
-                   for d, idx in dictionaries]
+        columns = [
+            _canonical_nan(d.take(pa.array(idx[first], type=pa.int64()))) for d, idx in dictionaries
+        ]
         values = list(zip(*columns))
         codes = self._codes_of_distinct(
-            values, lambda new: key_groups_of_keys([values[i] for i in new],
-                                                   self.max_parallelism))
+            values, lambda new: key_groups_of_keys([values[i] for i in new], self.max_parallelism)
+        )
         return codes[inverse.reshape(-1)]
 
     def _codes_of_distinct(self, values: list[Any], groups_of_new: Any) -> np.ndarray:
@@ -175,8 +180,13 @@ class KeyDictionary:
         cannot be held by Arrow (e.g. a function key returning arbitrary objects)."""
         keys = self.keys_of(codes)
         names = self.field_names
-        columns: list[list[Any]] = [keys] if len(names) == 1 else [list(c) for c in zip(*keys)] \
-            if keys else [[] for _ in names]
+        columns: list[list[Any]] = (
+            [keys]
+            if len(names) == 1
+            else [list(c) for c in zip(*keys)]
+            if keys
+            else [[] for _ in names]
+        )
         out: dict[str, pa.Array] = {}
         for name, values, t in zip(names, columns, self._types):
             try:
@@ -262,7 +272,8 @@ def _key_column(batch: pa.RecordBatch, name: str, selector: KeySelector) -> pa.A
     if idx < 0:
         raise KeyError(
             f"key_by({selector.describe()}): the records have no field {name!r}; their "
-            f"fields are {batch.schema.names}")
+            f"fields are {batch.schema.names}"
+        )
     col = batch.column(idx)
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()

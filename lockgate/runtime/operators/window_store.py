@@ -104,13 +104,15 @@ class WindowTable:
         missing = rows < 0
         if missing.any():
             fresh = np.unique(codes[missing])
-            self.append(fresh, np.zeros(len(fresh), dtype=bool), contents.empty(len(fresh)),
-                        contents)
+            self.append(
+                fresh, np.zeros(len(fresh), dtype=bool), contents.empty(len(fresh)), contents
+            )
             rows = self.lookup(codes)
         return rows
 
-    def append(self, codes: np.ndarray, fired: np.ndarray, payload: Any,
-               contents: WindowContents) -> None:
+    def append(
+        self, codes: np.ndarray, fired: np.ndarray, payload: Any, contents: WindowContents
+    ) -> None:
         """Add rows for keys that have none (new arrays: a snapshot keeps the old ones)."""
         self.codes = np.concatenate([self.codes, codes.astype(np.int64, copy=False)])
         self.fired = np.concatenate([self.fired, fired])
@@ -138,9 +140,13 @@ class WindowTable:
     def block(self, contents: WindowContents) -> Block:
         self.shared = True
         n = len(self.codes)
-        return Block(self.codes, np.full(n, self.start, dtype=np.int64),
-                     np.full(n, self.end, dtype=np.int64), self.fired,
-                     contents.freeze(self.payload))
+        return Block(
+            self.codes,
+            np.full(n, self.start, dtype=np.int64),
+            np.full(n, self.end, dtype=np.int64),
+            self.fired,
+            contents.freeze(self.payload),
+        )
 
 
 class AlignedStore:
@@ -159,8 +165,9 @@ class AlignedStore:
             table = self.tables[(start, end)] = WindowTable(start, end, self.contents)
         return table
 
-    def add(self, data: Any, codes: np.ndarray, timestamps: np.ndarray,
-            assignment: WindowAssignment) -> list[tuple[WindowTable, np.ndarray]]:
+    def add(
+        self, data: Any, codes: np.ndarray, timestamps: np.ndarray, assignment: WindowAssignment
+    ) -> list[tuple[WindowTable, np.ndarray]]:
         """Add the records of ``assignment`` (record ``rows[i]`` of ``data`` into window
         ``[starts[i], ends[i])``); returns each touched table with its touched rows."""
         contents = self.contents
@@ -175,8 +182,11 @@ class AlignedStore:
                 table = self._table(int(groups[sel[0]]), int(partials.window_end[sel[0]]))
                 trows = table.ensure(partials.key_code[sel], contents)
                 table.own(contents)
-                acc = partials.accumulators if len(sel) == len(groups) else \
-                    partials.accumulators.take(sel)
+                acc = (
+                    partials.accumulators
+                    if len(sel) == len(groups)
+                    else partials.accumulators.take(sel)
+                )
                 contents.merge_into(table.payload, trows, acc)
                 self._touch(table, trows)
                 touched.append((table, trows))
@@ -200,16 +210,20 @@ class AlignedStore:
 
     def due(self, time: int) -> list[WindowTable]:
         """Tables whose window ended by ``time`` (``end - 1 <= time``), by end then start."""
-        return sorted((t for t in self.tables.values() if t.end - 1 <= time),
-                      key=lambda t: (t.end, t.start))
+        return sorted(
+            (t for t in self.tables.values() if t.end - 1 <= time), key=lambda t: (t.end, t.start)
+        )
 
     def fire(self, table: WindowTable, rows: np.ndarray | None = None) -> Rows:
         """The rows ``rows`` of ``table`` (None: those not fired yet), marked fired."""
         if rows is None:
             rows = np.flatnonzero(~table.fired)
-        out = Rows(table.codes[rows], np.full(len(rows), table.start, dtype=np.int64),
-                   np.full(len(rows), table.end, dtype=np.int64),
-                   self.contents.take(table.payload, rows))
+        out = Rows(
+            table.codes[rows],
+            np.full(len(rows), table.start, dtype=np.int64),
+            np.full(len(rows), table.end, dtype=np.int64),
+            self.contents.take(table.payload, rows),
+        )
         fired = table.fired.copy()
         fired[rows] = True
         table.fired = fired
@@ -235,12 +249,16 @@ class AlignedStore:
         payload is thawed."""
         contents = self.contents
         payload = block.payload
-        pairs = np.stack([block.starts, block.ends], axis=1) if len(block.codes) else \
-            np.zeros((0, 2), dtype=np.int64)
+        pairs = (
+            np.stack([block.starts, block.ends], axis=1)
+            if len(block.codes)
+            else np.zeros((0, 2), dtype=np.int64)
+        )
         for s, e in {(int(a), int(b)) for a, b in pairs.tolist()}:
             sel = np.flatnonzero((block.starts == s) & (block.ends == e))
-            self._table(s, e).append(block.codes[sel], block.fired[sel],
-                                     contents.take(payload, sel), contents)
+            self._table(s, e).append(
+                block.codes[sel], block.fired[sel], contents.take(payload, sel), contents
+            )
 
     def windows(self) -> Iterator[WindowTable]:
         return iter(list(self.tables.values()))
@@ -279,9 +297,15 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self.key)
 
-    def add(self, data: Any, codes: np.ndarray, timestamps: np.ndarray,
-            assignment: WindowAssignment, late_time: Any = None,
-            lateness: int = 0) -> SessionAddResult:
+    def add(
+        self,
+        data: Any,
+        codes: np.ndarray,
+        timestamps: np.ndarray,
+        assignment: WindowAssignment,
+        late_time: Any = None,
+        lateness: int = 0,
+    ) -> SessionAddResult:
         """Merge the records' windows (one per record: ``rows`` is ``arange(n)``) into
         the sessions of their keys and add the records. With ``late_time`` (event
         time: the watermark, a scalar, or a callable giving it per key code), a merged
@@ -294,8 +318,7 @@ class SessionStore:
         hit = np.isin(self.key, batch_keys, assume_unique=False)
         ex = np.flatnonzero(hit)
         rest = np.flatnonzero(~hit)
-        m = merge_session_windows(self.key[ex], self.start[ex], self.end[ex],
-                                  codes, starts, ends)
+        m = merge_session_windows(self.key[ex], self.start[ex], self.end[ex], codes, starts, ends)
         n_res = len(m)
         late_res = np.zeros(n_res, dtype=bool)
         if late_time is not None:
@@ -321,8 +344,9 @@ class SessionStore:
         self.start = np.concatenate([self.start[rest], m.start[keep]])
         self.end = np.concatenate([self.end[rest], m.end[keep]])
         self.fired = np.concatenate([self.fired[rest], fired[keep]])
-        self.payload = contents.concat([contents.take(self.payload, rest),
-                                        contents.take(payload, keep)])
+        self.payload = contents.concat(
+            [contents.take(self.payload, rest), contents.take(payload, keep)]
+        )
         touched_rows = len(rest) + np.flatnonzero(touched[keep])
         return SessionAddResult(touched_rows, late_records)
 
@@ -337,8 +361,9 @@ class SessionStore:
 
     def fire(self, rows: np.ndarray) -> Rows:
         """The rows ``rows``, marked fired."""
-        out = Rows(self.key[rows], self.start[rows], self.end[rows],
-                   self.contents.take(self.payload, rows))
+        out = Rows(
+            self.key[rows], self.start[rows], self.end[rows], self.contents.take(self.payload, rows)
+        )
         if len(rows):
             fired = self.fired.copy()
             fired[rows] = True
@@ -362,8 +387,9 @@ class SessionStore:
     def snapshot_blocks(self) -> list[Block]:
         if not len(self.key):
             return []
-        return [Block(self.key, self.start, self.end, self.fired,
-                      self.contents.freeze(self.payload))]
+        return [
+            Block(self.key, self.start, self.end, self.fired, self.contents.freeze(self.payload))
+        ]
 
     def restore(self, block: Block) -> None:
         """Add restored rows; the block's payload is thawed."""
