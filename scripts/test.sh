@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Type-check and test lockgate: creates .venv if missing, installs lockgate with its test
 # extras (once), makes sure PostgreSQL, Redis and NATS JetStream run on 127.0.0.1
-# (scripts/services.sh; LOCKGATE_SKIP_SERVICES=1 skips this), then runs mypy and pytest.
+# (scripts/services.sh; LOCKGATE_SKIP_SERVICES=1 skips this), then runs ruff (lint and
+# format check, configured in pyproject.toml), mypy and pytest.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`.
-# Exits non-zero if mypy or pytest fails.
+# Exits non-zero if ruff finds anything, or mypy or pytest fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/_common.sh
@@ -17,6 +18,18 @@ elif ! bash scripts/services.sh; then
 fi
 
 status=0
+# the venv's ruff (the test extra pins its lower bound), over every Python file of the tree
+RUFF_PATHS=(lockgate tests bench examples)
+say "ruff check ${RUFF_PATHS[*]}"
+if ! "$VENV/bin/ruff" check "${RUFF_PATHS[@]}"; then
+    warn "ruff check found problems: fix them, or run '.venv/bin/ruff check --fix' for the safe fixes"
+    status=1
+fi
+say "ruff format --check ${RUFF_PATHS[*]}"
+if ! "$VENV/bin/ruff" format --check "${RUFF_PATHS[@]}"; then
+    warn "files are not formatted: run '.venv/bin/ruff format' and commit the result"
+    status=1
+fi
 say "mypy lockgate"
 "$VENV/bin/python" -m mypy lockgate || status=1
 say "pytest -q $*"

@@ -128,7 +128,9 @@ SETTINGS = {
     # changelog checkpointing (a commit writes the changed keys, not a snapshot) and
     # its memory bounded (500 MB for all state stores of the process, the default
     # bound): unbounded, q5 on 10M events peaked at 7.9 GB for the process tree
-    "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
 }

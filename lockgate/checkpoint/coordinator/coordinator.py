@@ -317,11 +317,11 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ triggering
 
-    def trigger_checkpoint(
+    def trigger_checkpoint(  # noqa: C901 (the triggering checks of M-C1/M-C4 in their documented order)
         self,
         *,
         forced: bool = False,
-        savepoint: bool = False,  # noqa: C901 (the triggering checks of M-C1/M-C4 in their documented order)
+        savepoint: bool = False,
         drain: bool = False,
     ) -> int | CheckpointFailureReason:
         """Trigger a checkpoint (a savepoint is always forced). Returns its id, or the

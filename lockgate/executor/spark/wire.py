@@ -3,10 +3,11 @@
 A data message is three frames: a 25-byte header (kind, generation, mark,
 sequence number), the body and a MAC (over the channel's name too, see
 :mod:`.auth`). The sequence number counts the messages of one socket from 1: the
-receiver drops a message whose number it has passed (a replay). ``mark`` is nonzero on the first data message sent after an
-unaligned barrier went ahead on the channel's priority socket: the id of that
-checkpoint (the receiver must see that barrier before this message). Arrow record batches travel as Arrow IPC streams (zero-copy on
-receive); row batches (Python objects) and control elements are pickled,
+receiver drops a message whose number it has passed (a replay). ``mark`` is
+nonzero on the first data message sent after an unaligned barrier went ahead on
+the channel's priority socket: the id of that checkpoint (the receiver must see
+that barrier before this message). Arrow record batches travel as Arrow IPC
+streams (zero-copy on receive); row batches (Python objects) and control elements are pickled,
 which is safe because the MAC is checked before the body is read.
 """
 
