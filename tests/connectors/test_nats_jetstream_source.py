@@ -13,6 +13,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import nats
@@ -517,7 +518,7 @@ def test_a_failed_job_restores_the_sequences_of_its_checkpoint_exactly_once_M_R1
     a, b = f"{name}.a", f"{name}.b"
     jetstream.publish(json_messages(a, range(3000)) + json_messages(b, range(10_000, 13_000)))
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
     source = NatsJetStreamSource(NATS_URL, name, [a, b], bounded=True, batch_size=50)
     out = (

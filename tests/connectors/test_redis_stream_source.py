@@ -9,6 +9,7 @@ import logging
 import pickle
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -432,7 +433,7 @@ def test_a_failed_job_restores_the_stream_positions_of_its_checkpoint_exactly_on
     streams.add(a, *numbered(3000))
     streams.add(b, *numbered(3000, start=10_000))
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
     source = RedisStreamSource(REDIS_URL, [a, b], bounded=True, batch_size=50)
     out = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -281,7 +282,7 @@ def test_a_failure_with_requests_in_flight_loses_and_duplicates_nothing_M_R1_M_T
     n = 4000
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=2)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     numbers = (

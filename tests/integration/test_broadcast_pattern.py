@@ -15,6 +15,7 @@ import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ def new_env(
 ) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=parallelism, max_parallelism=MAX_PARALLELISM)
     if checkpoints:
-        env.enable_checkpointing(50)
+        env.enable_checkpointing(timedelta(milliseconds=50))
         env.checkpoint_config.storage = str(tmp_path / f"chk-{name}")
         env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     env.set_state_backend(BACKENDS[backend]())

@@ -11,6 +11,7 @@ checkpoints.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -274,7 +275,7 @@ def id_run(
     restarts: int = 0,
 ) -> Any:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.storage = storage
     env.checkpoint_config.tolerable_failures = 2
     env.set_restart_strategy(

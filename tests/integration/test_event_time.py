@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_timers_are_checkpointed_and_fire_exactly_once_after_a_failure_M_T4_M_W6
     executor: Any, tmp_path: Path
 ) -> None:
     env = lg.StreamEnvironment(parallelism=2)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     n = 20000

@@ -4,6 +4,8 @@ coordinator counts it towards ``tolerable_failures``, and the data stays exact."
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import lockgate as lg
 from lockgate.checkpoint.types import CheckpointFailureReason
 from lockgate.connectors import CollectSink, SequenceSource
@@ -18,7 +20,7 @@ def plus_one(x):
 
 def job(executor, tolerable: int) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    env.enable_checkpointing(50)
+    env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.tolerable_failures = tolerable
     env.set_restart_strategy(lg.RestartStrategy.none())
     (

@@ -14,6 +14,7 @@ import pickle
 import signal
 import threading
 import time
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -94,7 +95,7 @@ def checkpointed_job(
     source subtask. ``restarts``: the restart strategy (default: none, one attempt)."""
     env = lg.StreamEnvironment(parallelism=parallelism)
     env.set_restart_strategy(restarts or lg.RestartStrategy.none())
-    env.enable_checkpointing(50, mode)
+    env.enable_checkpointing(timedelta(milliseconds=50), mode)
     for name, value in settings.items():
         setattr(env.checkpoint_config, name, value)
     stream = env.from_source(SequenceSource(0, rows, rows_per_second=4000))

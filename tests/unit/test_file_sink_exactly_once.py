@@ -109,6 +109,7 @@ def test_m_x2_nothing_is_visible_until_the_checkpoint_completes(tmp_path, fmt) -
     assert parts(out) == [f"part-0-0.{fmt}"]
     assert visible(out, fmt) == A
     assert temps(out) == [f".part-0-1.{fmt}.inprogress"], "the open transaction stays hidden"
+    writer.close()  # closes the open transaction's file (an unclosed file warns, and warnings fail)
 
 
 @pytest.mark.parametrize("cp1_committed", [True, False], ids=["cp1-notified", "cp1-not-notified"])

@@ -237,6 +237,7 @@ def test_m_t4_sources_store_their_read_positions(kind, tmp_path) -> None:
     position = getattr(split, "next", getattr(split, "position", None))
     assert position in (4, 0 + 4)
     assert len(out.rows) == 8
+    reader.close()  # the file source's open file (an unclosed file warns, and warnings fail)
 
 
 def test_m_b7_an_unaligned_barrier_overtakes_queued_and_buffered_output_which_is_persisted() -> (
