@@ -49,6 +49,7 @@ import numpy as np
 from ..core.clock import Clock, SystemClock
 from ..core.elements import MIN_WATERMARK
 from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..core.key_hash import canonical_keys
 from ..errors import ConfigurationError, CorruptStreamError, LockgateError, UnsupportedKeyError
 from .timer_args import as_list, check_timestamp, key_column, timestamp_array
 from .timer_queue import InternalTimer, TimerQueue
@@ -340,7 +341,8 @@ class InternalTimerService:
             try:
                 queue.add_many(
                     np.fromiter((e[0] for e in entries), dtype=np.int64, count=len(entries)),
-                    [e[1] for e in entries],
+                    # a restored NaN key is a new NaN object: make it the one NaN key
+                    canonical_keys([e[1] for e in entries]),
                     [e[2] for e in entries],
                 )
             except TypeError as e:

@@ -977,3 +977,21 @@ def test_micro_benchmark_of_bulk_registration_and_firing(
             f"snapshot view {view_s * 1e3:.2f} ms; materialize {materialize_s * 1e3:.0f} ms; "
             f"restore {added / restore_s:,.0f}/s"
         )
+
+
+def test_M_T4_a_restored_nan_key_timer_is_the_one_nan_key() -> None:
+    """Issue 18 item 11: every NaN is one key (as Flink's ``Double.equals``). A timer of
+    the NaN key comes back from a checkpoint as a new NaN object; restored, it must be
+    the same timer as one registered again for the NaN key (not a second one), and fire
+    with the key the keyed state knows (``CANONICAL_NAN``)."""
+    from lockgate.core.key_hash import CANONICAL_NAN
+
+    svc = service()
+    assert svc.register_event_time_timer(CANONICAL_NAN, 10)
+    restored = service()
+    restored.restore([pickle.loads(pickle.dumps(svc.snapshot()))], range(MP))
+    assert not restored.register_event_time_timer(CANONICAL_NAN, 10), (
+        "the restored NaN timer and the NaN key's timer are one timer"
+    )
+    [timer] = fire_all_event_time(restored)
+    assert timer.key is CANONICAL_NAN, "fires with the NaN key the keyed state uses"
