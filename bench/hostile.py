@@ -63,7 +63,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
 from zmq_tap import RouterTap
 
 import lockgate as lg
-from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.executor import job_registry
 from lockgate.executor.spark import SparkExecutor
 from lockgate.executor.spark.control import (
@@ -76,16 +75,9 @@ from lockgate.executor.spark.control import (
 from lockgate.executor.spark.data_plane import channel_context
 from lockgate.executor.spark.wire import encode
 
+# the job's functions live in bench/throughput.py; Spark's Python workers cannot import
+# bench modules, so they travel by value
 cloudpickle.register_pickle_by_value(throughput)
-RunningSum = throughput.RunningSum
-
-
-def to_row(x: int) -> dict:
-    return {"k": x % 100, "v": x}
-
-
-def key_of(r: dict) -> int:
-    return r["k"]
 
 
 class Tripwire:
@@ -479,19 +471,7 @@ def start_job(args: argparse.Namespace, work: str) -> tuple[SparkExecutor, lg.Jo
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(args.interval_ms)
     env.checkpoint_config.storage = os.path.join(work, "checkpoints")
-    (
-        env.from_source(
-            SequenceSource(0, 10**12, rows_per_second=args.rate, batch_size=200), name="numbers"
-        )
-        .uid("numbers")
-        .map(to_row, name="to_row")
-        .uid("to_row")
-        .key_by(key_of)
-        .process(RunningSum(), name="sums")
-        .uid("sums")
-        .sink_to(DiscardingSink(), name="sink")
-        .uid("sink")
-    )
+    throughput.keyed_running_sums(env, 10**12, args.rate, batch_size=200)
     return executor, env.execute_async("hostile-neighbours")
 
 

@@ -54,14 +54,6 @@ def double(x: int) -> int:
     return 2 * x
 
 
-def to_row(x: int) -> dict:
-    return {"k": x % 100, "v": x}
-
-
-def key_of(r: dict) -> int:
-    return r["k"]
-
-
 # the keyed running sum of bench/throughput.py; Spark's Python workers cannot import bench
 # modules, so its classes travel by value
 cloudpickle.register_pickle_by_value(throughput)
@@ -100,19 +92,7 @@ def checkpointed_job(
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = storage
-    (
-        env.from_source(
-            SequenceSource(0, records, rows_per_second=rate, batch_size=100), name="numbers"
-        )
-        .uid("numbers")
-        .map(to_row, name="to_row")
-        .uid("to_row")
-        .key_by(key_of)
-        .process(RunningSum(), name="sums")
-        .uid("sums")
-        .sink_to(DiscardingSink(), name="sink")
-        .uid("sink")
-    )
+    throughput.keyed_running_sums(env, records, rate, batch_size=100)
     client = env.execute_async("stress-checkpointed")
 
     def check(result: lg.JobExecutionResult) -> str | None:
@@ -142,19 +122,7 @@ def failing_job(
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = storage
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
-    (
-        env.from_source(
-            SequenceSource(0, records, rows_per_second=rate, batch_size=100), name="numbers"
-        )
-        .uid("numbers")
-        .map(to_row, name="to_row")
-        .uid("to_row")
-        .key_by(key_of)
-        .process(RunningSum(), name="sums")
-        .uid("sums")
-        .sink_to(DiscardingSink(), name="sink")
-        .uid("sink")
-    )
+    throughput.keyed_running_sums(env, records, rate, batch_size=100)
     inject_faults(env, FailAtRecord("sums", record=records // 4, subtask=index % 2))
     client = env.execute_async("stress-failing")
 
@@ -185,9 +153,9 @@ def cancelled_job(
     (
         env.from_source(SequenceSource(0, 10**12, batch_size=200), name="numbers")
         .uid("numbers")
-        .map(to_row, name="to_row")
+        .map(throughput.to_row, name="to_row")
         .uid("to_row")
-        .key_by(key_of)
+        .key_by(throughput.key_of)
         .process(RunningSum(), name="sums")
         .uid("sums")
         .map_batches(slow_rows, name="slow")

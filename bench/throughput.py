@@ -42,6 +42,34 @@ class RunningSum(lg.KeyedProcessFunction):
         yield {"k": ctx.current_key, "total": t}
 
 
+def to_row(x: int) -> dict:
+    return {"k": x % 100, "v": x}
+
+
+def key_of(r: dict) -> int:
+    return r["k"]
+
+
+def keyed_running_sums(env: lg.StreamEnvironment, records: int, rate: int, batch_size: int) -> None:
+    """The stress and hostile benches' checkpointed job on ``env``: ``records`` numbers at
+    ``rate`` rows/s -> {"k": x % 100, "v": x} -> key_by -> :class:`RunningSum` -> discard,
+    every operator with a uid."""
+    (
+        env.from_source(
+            SequenceSource(0, records, rows_per_second=rate, batch_size=batch_size),
+            name="numbers",
+        )
+        .uid("numbers")
+        .map(to_row, name="to_row")
+        .uid("to_row")
+        .key_by(key_of)
+        .process(RunningSum(), name="sums")
+        .uid("sums")
+        .sink_to(DiscardingSink(), name="sink")
+        .uid("sink")
+    )
+
+
 def build(case: str, records: int, parallelism: int) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=parallelism)
     nums = env.from_source(SequenceSource(0, records), name="numbers")
