@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install (when missing) and start the services the connector tests use, on 127.0.0.1:
 # PostgreSQL (5432, with max_prepared_transactions > 0 for PostgresSink's exactly-once
-# mode), Redis (6379) and NATS with JetStream (4222).
+# mode), Redis (6379), NATS with JetStream (4222) and Apache Kafka 4.x in KRaft mode (one
+# broker that is its own controller, 9092; configuration in scripts/kafka/).
 #
 # Missing programs are installed with apt-get (Debian's packages: postgresql,
-# redis-server, nats-server); that needs root, or sudo without a password. A service that
+# redis-server, nats-server, maven); that needs root, or sudo without a password. Kafka's
+# jars come from Maven Central (scripts/kafka/pom.xml), copied once into a cache folder
+# ($LOCKGATE_CACHE_DIR, default ~/.cache/lockgate) and reused; Kafka needs Java 17+. A service that
 # already answers is left alone; one that does not is started and waited for (bounded
 # polling, 30 s at most). Idempotent: when everything runs it only checks, in well under
 # a second.
@@ -164,6 +167,63 @@ if [ -x "$nats_bin" ]; then
     fi
     if nats_up && ! nats_has_jetstream; then
         fail "the NATS server on 127.0.0.1:4222 does not have JetStream enabled (restart it with -js)"
+    fi
+fi
+
+# --- Apache Kafka (KRaft) --------------------------------------------------------------
+# kafka_up: the broker answers an ApiVersions request (not just a TCP connect)
+kafka_up() {
+    timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9092
+        printf "\x00\x00\x00\x0c\x00\x12\x00\x00\x00\x00\x00\x01\x00\x02lg" >&3
+        head -c 10 <&3 | od -An -tx1 | tr -d " \n"' 2>/dev/null | grep -q '^........000000010000$'
+}
+kafka_dir="/tmp/lockgate-kafka"
+if kafka_up; then
+    say "Kafka is running"
+elif ! command -v java >/dev/null; then
+    fail "Kafka needs Java 17 or newer on PATH (java not found)"
+else
+    cache="${LOCKGATE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lockgate}"
+    pom_hash="$(sha256sum scripts/kafka/pom.xml | cut -c1-12)"
+    libs="$cache/kafka-$pom_hash/libs"
+    if [ ! -f "$libs/.complete" ]; then
+        command -v mvn >/dev/null || apt_install maven
+        if command -v mvn >/dev/null; then
+            say "fetching Kafka's jars from Maven Central into $libs (once)"
+            mkdir -p "$libs"
+            log="$cache/kafka-$pom_hash/mvn.log"
+            if mvn -q -B -f scripts/kafka/pom.xml dependency:copy-dependencies \
+                    -DincludeScope=runtime -DoutputDirectory="$libs" >"$log" 2>&1; then
+                touch "$libs/.complete"
+            else
+                cat "$log" >&2
+                fail "Maven could not fetch Kafka's jars (log: $log)"
+            fi
+        fi
+    fi
+    if [ -f "$libs/.complete" ]; then
+        mkdir -p "$kafka_dir"
+        chmod 700 "$kafka_dir"
+        kafka_java=(java -Xms256m -Xmx768m -Dkafka.logs.dir="$kafka_dir"
+            -Dlog4j2.configurationFile="$PWD/scripts/kafka/log4j2.properties" -cp "$libs/*")
+        # the committed configuration plus this machine's data folder
+        { cat scripts/kafka/server.properties; printf 'log.dirs=%s\n' "$kafka_dir/data"; } \
+            >"$kafka_dir/server.properties"
+        if [ ! -f "$kafka_dir/data/meta.properties" ]; then
+            say "formatting Kafka's storage in $kafka_dir/data"
+            rm -rf "$kafka_dir/data"
+            cluster_id="$("${kafka_java[@]}" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
+            "${kafka_java[@]}" kafka.tools.StorageTool format -t "$cluster_id" \
+                -c "$kafka_dir/server.properties" >"$kafka_dir/format.log" 2>&1 \
+                || { cat "$kafka_dir/format.log" >&2; fail "kafka-storage format failed"; }
+        fi
+        say "starting Kafka (KRaft, 127.0.0.1:9092)"
+        # setsid + nohup: the broker outlives this script and the test run's process group
+        setsid nohup "${kafka_java[@]}" kafka.Kafka "$kafka_dir/server.properties" </dev/null >"$kafka_dir/kafka.out" 2>&1 &
+        for _ in $(seq 1 240); do kafka_up && break; sleep 0.25; done
+        if kafka_up; then say "Kafka is running"
+        else fail "Kafka did not answer within 60 s (logs: $kafka_dir/kafka.out, $kafka_dir/server.log)"
+        fi
     fi
 fi
 

@@ -35,8 +35,9 @@ import pytest
 
 import lockgate as lg
 
-#: PostgreSQL fixtures of the connector tests (pg_table, pg_without_prepared_transactions)
-pytest_plugins = ["pg_fixtures"]
+#: PostgreSQL and Kafka fixtures of the connector tests (pg_table, pg_without_prepared_transactions,
+#: kafka_topic)
+pytest_plugins = ["pg_fixtures", "kafka_fixtures"]
 
 HANG_GUARD_S = 60.0
 
