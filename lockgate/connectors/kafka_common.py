@@ -1,0 +1,110 @@
+"""What :class:`~lockgate.connectors.kafka_source.KafkaSource` and
+:class:`~lockgate.connectors.kafka_sink.KafkaSink` share: checking their common
+arguments, and loading the client libraries with an error that says how to install them.
+
+lockgate talks to Kafka through two clients (the ``kafka`` extra,
+``pip install 'lockgate[kafka]'``):
+
+* **confluent-kafka** (librdkafka, in C) moves the records: the source's consumers
+  and the sink's producers, transactional ones included;
+* **kafka-python** (pure Python) speaks the few admin requests librdkafka has no API
+  for and that exactly-once output needs: describing and listing transactions (KIP-664)
+  and ending a transaction of another process by its producer id and epoch (what
+  Flink's sink calls resuming a transaction).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from ..errors import ConfigurationError
+
+#: record formats of the source and the sink: ``json`` (a JSON value per record),
+#: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
+FORMATS = ("json", "text", "bytes")
+
+_INSTALL = "install the kafka extra: pip install 'lockgate[kafka]'"
+
+
+def confluent_kafka() -> ModuleType:
+    """The ``confluent_kafka`` module, or a :class:`ConfigurationError` saying how to
+    install it."""
+    try:
+        import confluent_kafka as module
+    except ImportError as e:  # pragma: no cover - the test extra installs it
+        raise ConfigurationError(
+            f"the Kafka connectors need confluent-kafka ({e}); {_INSTALL}"
+        ) from e
+    return module
+
+
+def kafka_python() -> ModuleType:
+    """The ``kafka`` (kafka-python) module, or a :class:`ConfigurationError` saying how
+    to install it."""
+    try:
+        import kafka as module
+    except ImportError as e:  # pragma: no cover - the test extra installs it
+        raise ConfigurationError(
+            f"Kafka's exactly-once mode needs kafka-python ({e}); {_INSTALL}"
+        ) from e
+    return module
+
+
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+
+
+def check_bootstrap_servers(owner: str, value: object) -> str:
+    """``bootstrap_servers`` checked: ``"host:port"``, several separated by commas, or a
+    list of them; returned as librdkafka's comma-separated text."""
+    items: list[object]
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = []
+    if not items or not all(isinstance(i, str) and _HOST_PORT.match(i) for i in items):
+        raise ConfigurationError(
+            f"{owner} bootstrap_servers must be 'host:port' (several separated by commas, "
+            f"or a list of them), e.g. '127.0.0.1:9092', got {value!r}"
+        )
+    return ",".join(str(i) for i in items)
+
+
+def check_format(owner: str, value: object) -> str:
+    """``format`` checked: one of :data:`FORMATS`."""
+    if value not in FORMATS:
+        raise ConfigurationError(
+            f"{owner} format must be one of {', '.join(repr(f) for f in FORMATS)} ('json': "
+            "a JSON value per record; 'text': UTF-8 text; 'bytes': the value as it is), "
+            f"got {value!r}"
+        )
+    return str(value)
+
+
+def check_properties(
+    owner: str, value: object, *, reserved: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``properties`` checked: None or a dict of librdkafka settings (string names,
+    values of str, int, float or bool). ``reserved`` maps the names the connector sets
+    itself to the argument to use instead; setting one is refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(
+            f"{owner} properties must be a dict of librdkafka settings with string names "
+            f"(e.g. {{'security.protocol': 'SSL'}}), got {value!r}"
+        )
+    for name, setting in value.items():
+        if not isinstance(setting, (str, int, float, bool)):
+            raise ConfigurationError(
+                f"{owner} properties[{name!r}] must be a str, int, float or bool, got {setting!r}"
+            )
+        if reserved and name in reserved:
+            raise ConfigurationError(
+                f"{owner} sets {name!r} itself: {reserved[name]} (remove it from properties)"
+            )
+    return dict(value)
