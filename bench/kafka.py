@@ -1,0 +1,484 @@
+"""Kafka -> one-second tumbling event-time count per key -> Kafka, exactly-once: lockgate
+side by side with Spark Structured Streaming and Flink SQL, one JSON line per case.
+
+The data (written once per run, read by every system): ``--records`` JSON values
+``{"key": k, "ts": epoch ms}`` in a fresh input topic of 2 partitions (record ``i`` goes
+to partition ``i % 2``); 1,000 keys (``i * 7919 % 1000``); event time advancing 1 ms every
+10 records from 2023-11-14 22:13:20 UTC, each record up to 499 ms ahead of that (so up to
+500 ms out of order, as in ``bench/windows.py``); the event time is in the value, so every
+system reads it the same way. The input ends with one marker record per partition, key
+-1, event time 5 s after the last record: Spark has no end-of-input watermark (windows
+fire only once a later record moves the watermark past them), so without it Spark would
+never write the last windows. The marker's own window is left out of the comparison.
+
+The job, in each system: read the input topic from its earliest offsets up to its end at
+the job's start (read_committed) -> watermarks ``ts - 500 ms`` -> key by ``key`` -> 1 s
+tumbling event-time windows -> count -> JSON ``{"key", "window_start", "count"}`` into
+the system's own output topic (2 partitions); checkpoints every second, parallelism 2.
+
+=================  ============================================================
+system             how
+=================  ============================================================
+lockgate           ``KafkaSource(bounded=True)`` -> ``TumblingEventTimeWindows``
+                   -> ``agg.count()`` -> ``KafkaSink(delivery="exactly_once")``,
+                   exactly-once checkpoints every 1 s, in this process (local
+                   executor; ``--executors local,spark`` adds Spark ``local[2]``)
+spark              Structured Streaming, Kafka source and sink
+                   (``spark-sql-kafka-0-10``; the sink is at-least-once),
+                   ``Trigger.AvailableNow``, ``bench/kafka_spark.py``
+flink              Flink SQL, Kafka connector (``flink-sql-connector-kafka``),
+                   ``sink.delivery-guarantee = exactly-once``, checkpoints every
+                   1 s, ``bench/kafka_flink.py``
+=================  ============================================================
+
+Verification: each output topic is read with a read_committed consumer after its job;
+the multiset of ``(key, window_start, count)`` is compared with the counts computed from
+the generated data. ``missing`` counts expected results not written, ``duplicates``
+results written more than once, ``unexpected`` results with a wrong count or window;
+``verified`` is true only when all three are zero.
+
+``seconds`` is each job's own time, measured the same way in every system: from the
+job's submission to its end (bounded input fully processed, output committed), planning
+included; the start of the JVM (Spark, Flink), of the Flink MiniCluster and Spark's
+package resolution are not (``process_seconds`` is the peer's whole process, start-up
+included). ``records_per_s`` = records / seconds. ``cores`` is the machine's CPU count.
+
+Usage (the peers' virtual environments come from ``bash bench/setup_peers.sh flink
+spark``; the jars from Maven Central, cached under ``~/.cache/lockgate``; the broker from
+``bash scripts/services.sh``)::
+
+    .venv/bin/python bench/kafka.py [--records 5000000] [--systems lockgate,spark,flink]
+                                    [--executors local] [--parallelism 2]
+                                    [--bootstrap 127.0.0.1:9092] [--keep-topics]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+KEYS = 1000
+DISORDER_MS = 500
+WINDOW_MS = 1000
+PARTITIONS = 2
+BASE_MS = 1_700_000_000_000
+MARKER_KEY = -1
+MARKER_AFTER_MS = 5000
+CACHE = Path(
+    os.environ.get("LOCKGATE_CACHE_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lockgate"
+)
+# Spark's Kafka connector for Scala 2.13. Maven Central serves no 4.3.0 (the peer's
+# pyspark), so the closest served version: 4.2.0.
+SPARK_KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+FLINK_KAFKA = "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2"
+PEERS = HERE / ".peers"
+
+Result = collections.Counter  # (key, window_start, count) -> times written
+
+
+# -- data ------------------------------------------------------------------------------
+
+
+def event_columns(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and event times (epoch ms) of records ``start .. stop - 1``."""
+    i = np.arange(start, stop, dtype=np.int64)
+    keys = (i * 7919) % KEYS
+    ts = BASE_MS + i // 10 + (i * 104729) % DISORDER_MS
+    return keys, ts
+
+
+def expected_counts(records: int) -> Result:
+    """Every ``(key, window_start, count)`` a correct job writes (the markers' window
+    left out)."""
+    keys, ts = event_columns(0, records)
+    windows = ts - ts % WINDOW_MS
+    combined = (windows - BASE_MS) * KEYS + keys
+    uniq, counts = np.unique(combined, return_counts=True)
+    starts = uniq // KEYS + BASE_MS
+    return Result(
+        {(int(k), int(w), int(c)): 1 for k, w, c in zip(uniq % KEYS, starts, counts, strict=True)}
+    )
+
+
+def create_topic(admin: AdminClient, name: str) -> None:
+    for future in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        if (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == PARTITIONS
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
+            return
+        time.sleep(0.05)  # bounded polling for the partitions' leaders
+    raise SystemExit(f"topic {name}: not every partition had a leader within 30 s")
+
+
+def produce_input(bootstrap: str, topic: str, records: int) -> float:
+    """Write the records and the two markers; return the seconds it took."""
+    started = time.perf_counter()
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "acks": "all",
+        }
+    )
+    errors: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    chunk = 200_000
+    for start in range(0, records, chunk):
+        keys, ts = event_columns(start, min(records, start + chunk))
+        for j, (k, t) in enumerate(zip(keys.tolist(), ts.tolist(), strict=True)):
+            value = b'{"key":%d,"ts":%d}' % (k, t)
+            while True:
+                try:
+                    producer.produce(
+                        topic, value, partition=(start + j) % PARTITIONS, on_delivery=delivered
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
+        producer.poll(0)
+    last = int(event_columns(max(records - 1, 0), records)[1].max()) if records else BASE_MS
+    marker = b'{"key":%d,"ts":%d}' % (MARKER_KEY, last + MARKER_AFTER_MS)
+    for p in range(PARTITIONS):
+        producer.produce(topic, marker, partition=p, on_delivery=delivered)
+    left = producer.flush(120)
+    if left or errors:
+        raise SystemExit(f"producing to {topic}: {left} unacknowledged, {errors[:3]}")
+    return time.perf_counter() - started
+
+
+def read_output(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[Result, int]:
+    """The ``(key, window_start, count)`` results a read_committed consumer sees in
+    ``topic`` (markers left out), and how many records it read in all."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lgbench-check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    seen: Result = collections.Counter()
+    total = 0
+    try:
+        parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(parts):
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"reading {topic} (read_committed) took over {timeout_s} s: partitions "
+                    f"{sorted(set(parts) - done)} did not reach their end (a transaction "
+                    "left open holds the last stable offset back?)"
+                )
+            for msg in consumer.consume(50_000, 0.5):
+                if msg.error() is not None:
+                    if msg.error().code() == -191:  # _PARTITION_EOF
+                        done.add(msg.partition())
+                        continue
+                    raise KafkaException(msg.error())
+                total += 1
+                r = json.loads(msg.value())
+                if r["key"] != MARKER_KEY:
+                    seen[(int(r["key"]), int(r["window_start"]), int(r["count"]))] += 1
+    finally:
+        consumer.close()
+    return seen, total
+
+
+def compare(expected: Result, seen: Result) -> dict[str, Any]:
+    missing = sum(1 for r in expected if r not in seen)
+    duplicates = sum(n - 1 for r, n in seen.items() if r in expected and n > 1)
+    unexpected = sum(n for r, n in seen.items() if r not in expected)
+    return {
+        "results_expected": len(expected),
+        "results_written": sum(seen.values()),
+        "missing": missing,
+        "duplicates": duplicates,
+        "unexpected": unexpected,
+        "verified": missing == 0 and duplicates == 0 and unexpected == 0,
+    }
+
+
+# -- lockgate --------------------------------------------------------------------------
+
+
+def _to_output(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [batch.column("key"), batch.column("window_start"), batch.column("count")],
+        names=["key", "window_start", "count"],
+    )
+
+
+def run_lockgate(
+    args: argparse.Namespace, executor_name: str, topic_in: str, topic_out: str
+) -> dict:
+    import lockgate as lg
+    from lockgate.connectors.kafka_sink import KafkaSink
+    from lockgate.connectors.kafka_source import KafkaSource
+
+    if executor_name == "local":
+        executor: object = lg.LocalExecutor()
+    else:
+        from lockgate.executor.spark import SparkExecutor
+
+        executor = SparkExecutor(
+            master=f"local[{args.parallelism}]", conf={"spark.ui.enabled": "false"}
+        )
+    env = lg.StreamEnvironment(parallelism=args.parallelism)
+    env.enable_checkpointing(1000, mode=lg.CheckpointingMode.EXACTLY_ONCE)
+    work = tempfile.mkdtemp(prefix="lockgate-bench-kafka-")
+    env.checkpoint_config.storage = work
+    strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
+        DISORDER_MS
+    ).with_timestamp_assigner("ts")
+    (
+        env.from_source(
+            KafkaSource(
+                args.bootstrap,
+                [topic_in],
+                group_id=f"lgbench-lockgate-{topic_in}",
+                start="earliest",
+                bounded=True,
+                format="json",
+            ),
+            name="kafka-in",
+        )
+        .uid("kafka-in")
+        .assign_timestamps_and_watermarks(strategy)
+        .uid("timestamps")
+        .key_by("key")
+        .window(lg.TumblingEventTimeWindows.of(WINDOW_MS))
+        .aggregate(lg.agg.count(name="count"), name="window-count")
+        .uid("window-count")
+        .map_batches(_to_output, name="to-output")
+        .uid("to-output")
+        .sink_to(
+            KafkaSink(
+                args.bootstrap,
+                topic_out,
+                format="json",
+                delivery="exactly_once",
+                transactional_id_prefix=f"lgbench-lockgate-{topic_out}",
+            ),
+            name="kafka-out",
+        )
+        .uid("kafka-out")
+    )
+    started = time.perf_counter()
+    client = env.execute_async("kafka-window-count", executor=executor)
+    client.wait()
+    seconds = time.perf_counter() - started
+    checkpoints = len([c for c in client.checkpoints() if c.status == "completed"])
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "system": "lockgate",
+        "executor": type(executor).__name__,
+        "version": lg.__version__ if hasattr(lg, "__version__") else None,
+        "seconds": seconds,
+        "delivery": "exactly-once (Kafka transactions committed on checkpoints)",
+        "checkpoints_completed": checkpoints,
+        "timing": "execute_async to wait() in this process: graph building, the run and "
+        "the final commit" + (" (SparkSession created before)" if executor_name != "local" else ""),
+    }
+
+
+# -- peers -----------------------------------------------------------------------------
+
+
+def peer_python(name: str) -> Path:
+    python = PEERS / name / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(
+            f"{python} does not exist: create the peer's environment with "
+            f"'bash bench/setup_peers.sh {name}'"
+        )
+    return python
+
+
+def flink_jar() -> Path:
+    """The Flink Kafka SQL connector jar, fetched once from Maven Central with mvn."""
+    group, artifact, version = FLINK_KAFKA.split(":")
+    folder = CACHE / "bench-kafka-flink"
+    jar = folder / f"{artifact}-{version}.jar"
+    if not jar.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            "mvn", "-q", "-B", "dependency:copy",
+            f"-Dartifact={FLINK_KAFKA}", f"-DoutputDirectory={folder}",
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not jar.exists():
+            raise SystemExit(
+                f"fetching {FLINK_KAFKA} from Maven Central failed: "
+                f"{(done.stdout + done.stderr)[-2000:]}"
+            )
+    return jar
+
+
+def run_peer(name: str, args: argparse.Namespace, topic_in: str, topic_out: str) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"lockgate-bench-kafka-{name}-"))
+    common = [
+        "--bootstrap", args.bootstrap, "--input", topic_in, "--output", topic_out,
+        "--work", str(work), "--parallelism", str(args.parallelism),
+    ]  # fmt: skip
+    if name == "flink":
+        cmd = [str(peer_python("flink")), str(HERE / "kafka_flink.py"), *common]
+        cmd += ["--jar", str(flink_jar()), "--checkpoint-ms", "1000"]
+    else:
+        cmd = [str(peer_python("spark")), str(HERE / "kafka_spark.py"), *common]
+        cmd += ["--package", SPARK_KAFKA, "--ivy", str(CACHE / "bench-kafka-spark-ivy")]
+        cmd += ["--max-offsets-per-trigger", str(args.spark_max_offsets)]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    process_seconds = time.perf_counter() - started
+    shutil.rmtree(work, ignore_errors=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        sys.stderr.write(done.stderr[-5000:])
+        raise SystemExit(f"the {name} run failed (exit {done.returncode}): {' '.join(cmd)}")
+    out = json.loads(lines[-1])
+    row: dict[str, Any] = {
+        "system": "flink-sql" if name == "flink" else "spark-structured-streaming",
+        "executor": f"MiniCluster, {args.parallelism} slots"
+        if name == "flink"
+        else f"local[{args.parallelism}]",
+        "version": out["version"],
+        "connector": out["connector"],
+        "seconds": out["seconds"],
+        "process_seconds": round(process_seconds, 3),
+    }
+    if name == "flink":
+        row["delivery"] = "exactly-once (sink.delivery-guarantee = exactly-once)"
+        row["checkpoints_completed"] = out["checkpoints"]
+        row["timing"] = (
+            "statement submission to the job's end: SQL planning, deployment on the "
+            "MiniCluster started before, the run and the final commit"
+        )
+    else:
+        row["delivery"] = "at-least-once (Spark's Kafka sink has no transactions)"
+        row["micro_batches"] = out["batches"]
+        row["micro_batches_with_no_data"] = out["batches_with_no_data"]
+        row["max_offsets_per_trigger"] = args.spark_max_offsets
+        row["timing"] = (
+            "writeStream.start() to the query's end (Trigger.AvailableNow): planning, "
+            "every micro-batch and the sink's writes; SparkSession and package "
+            "resolution before"
+        )
+    return row
+
+
+# -- driver ----------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--systems", default="lockgate,spark,flink")
+    ap.add_argument("--executors", default="local", help="lockgate executors: local,spark")
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--bootstrap", default=os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092"))
+    ap.add_argument("--spark-max-offsets", type=int, default=500_000)
+    ap.add_argument("--keep-topics", action="store_true")
+    args = ap.parse_args()
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    bad = [s for s in systems if s not in ("lockgate", "spark", "flink")]
+    if bad or not systems:
+        ap.error(
+            f"--systems: a comma-separated subset of lockgate,spark,flink, got {args.systems!r}"
+        )
+    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
+    if not executors or any(e not in ("local", "spark") for e in executors):
+        ap.error(f"--executors: a comma-separated subset of local,spark, got {args.executors!r}")
+    if args.records < 1:
+        ap.error(f"--records must be at least 1, got {args.records}")
+
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    run_id = uuid.uuid4().hex[:8]
+    topic_in = f"lgbench-kafka-in-{run_id}"
+    made = [topic_in]
+    try:
+        create_topic(admin, topic_in)
+    except KafkaException as e:
+        raise SystemExit(
+            f"cannot create topic {topic_in} on {args.bootstrap}: {e}; is the broker running "
+            "(bash scripts/services.sh starts it)?"
+        ) from e
+    produce_s = produce_input(args.bootstrap, topic_in, args.records)
+    print(f"wrote {args.records:,} records to {topic_in} in {produce_s:.1f} s", file=sys.stderr)
+    expected = expected_counts(args.records)
+
+    cases = [("lockgate", e) for e in executors if "lockgate" in systems]
+    cases += [(s, None) for s in ("spark", "flink") if s in systems]
+    try:
+        for system, executor in cases:
+            topic_out = f"lgbench-kafka-out-{system}{'-' + executor if executor else ''}-{run_id}"
+            create_topic(admin, topic_out)
+            made.append(topic_out)
+            if system == "lockgate":
+                row = run_lockgate(args, executor or "local", topic_in, topic_out)
+            else:
+                row = run_peer(system, args, topic_in, topic_out)
+            seen, total = read_output(args.bootstrap, topic_out)
+            seconds = row.pop("seconds")
+            line = {
+                "bench": "kafka",
+                "case": "window-count",
+                **row,
+                "records": args.records,
+                "keys": KEYS,
+                "disorder_ms": DISORDER_MS,
+                "window_ms": WINDOW_MS,
+                "checkpoint_interval_ms": 1000,
+                "parallelism": args.parallelism,
+                "partitions": PARTITIONS,
+                "seconds": round(seconds, 3),
+                "records_per_s": round(args.records / seconds),
+                "output_records": total,
+                **compare(expected, seen),
+                "cores": os.cpu_count(),
+            }
+            print(json.dumps(line), flush=True)
+    finally:
+        if not args.keep_topics:
+            for future in admin.delete_topics(made).values():
+                try:
+                    future.result(30)
+                except KafkaException:
+                    pass  # already gone
+
+
+if __name__ == "__main__":
+    main()
