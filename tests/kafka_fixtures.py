@@ -50,9 +50,18 @@ def create_topic(name: str, partitions: int) -> str:
 
 
 def add_partitions(name: str, total: int) -> None:
-    """Grow topic ``name`` to ``total`` partitions."""
-    for future in admin().create_partitions([NewPartitions(name, total)]).values():
+    """Grow topic ``name`` to ``total`` partitions; returns when each has a leader."""
+    client = admin()  # held: a collected client destroys its handle before the answer
+    for future in client.create_partitions([NewPartitions(name, total)]).values():
         future.result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        meta = client.list_topics(name, timeout=10).topics.get(name)
+        if meta is not None and len(meta.partitions) == total:
+            if all(p.leader >= 0 for p in meta.partitions.values()):
+                return
+        time.sleep(0.05)  # bounded polling for the new partitions' leaders
+    pytest.fail(f"Kafka topic {name!r}: the new partitions had no leader within 30 s")
 
 
 def produce(
@@ -146,8 +155,15 @@ def open_transactions(prefix: str) -> list[str]:
 
     client = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     try:
-        listings = client.list_transactions(transactional_id_pattern="^" + re.escape(prefix))
-        ids = [t.transactional_id for per_broker in listings.values() for t in per_broker]
+        listings = client.list_transactions(
+            state_filters=["Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"]
+        )
+        ids = [
+            t.transactional_id
+            for per_broker in listings.values()
+            for t in per_broker
+            if t.transactional_id.startswith(prefix)
+        ]
         if not ids:
             return []
         described = client.describe_transactions(ids)
@@ -174,7 +190,8 @@ def kafka_topic(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     yield make
     if made:
-        for future in admin().delete_topics(made).values():
+        client = admin()  # held: a collected client destroys its handle before the answer
+        for future in client.delete_topics(made).values():
             try:
                 future.result(30)
             except KafkaException:

@@ -88,6 +88,13 @@ class SourceReader(ABC):
         """The unfinished splits with their read positions (stored in checkpoints)."""
         return []
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
+        """Checkpoint ``checkpoint_id`` completed; ``positions`` is what
+        ``snapshot_positions`` returned for it. Called on the task thread. For side
+        effects that must wait for a durable checkpoint (e.g. committing offsets to a
+        Kafka consumer group for monitoring); never needed for correctness. Default:
+        nothing."""
+
     def close(self) -> None: ...
 
 
@@ -121,6 +128,14 @@ class Source(ABC):
     def check_before_run(self) -> None:
         """Called on the driver before a job with this source starts: raise
         ``ConfigurationError`` for a setting the job cannot run with. Default: nothing."""
+
+    def prepare_run(self) -> bool:
+        """Called on the driver once per job run (after ``check_before_run``), on the
+        copy of the source every subtask of every attempt of the run then gets: fix
+        here what must be the same in all of them (e.g. start offsets resolved once, so
+        a restart before the first checkpoint replays the same records). Returns True
+        if it changed the source. Default: nothing, False."""
+        return False
 
 
 class SinkWriter(ABC):

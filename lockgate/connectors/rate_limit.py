@@ -53,6 +53,9 @@ class RateLimitedSource(Source):
     def check_before_run(self) -> None:
         self.source.check_before_run()
 
+    def prepare_run(self) -> bool:
+        return self.source.prepare_run()
+
 
 class _Counting(ReaderOutput):
     """Passes everything to ``inner`` and counts the records emitted."""
@@ -111,6 +114,9 @@ class _RateLimitedReader(SourceReader):
 
     def snapshot_positions(self) -> list[Any]:
         return self.inner.snapshot_positions()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
+        self.inner.notify_checkpoint_complete(checkpoint_id, positions)
 
     def close(self) -> None:
         self.inner.close()

@@ -74,6 +74,9 @@ class SourceOperator(StreamOperator):
         self.watermark_strategy = watermark_strategy
         #: the subtask's watermark generation, with a strategy
         self.watermarks: OperatorWatermarks | None = None
+        #: checkpoint id -> the positions snapshotted for it, kept until it completes
+        #: (only for readers with a ``notify_checkpoint_complete``)
+        self._pending_positions: dict[int, list[Any]] = {}
 
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
@@ -130,7 +133,29 @@ class SourceOperator(StreamOperator):
         """The reader's unfinished splits with their read positions (copies) (M-T4)."""
         if self.reader is None:
             return None
-        return {"splits": self.reader.snapshot_positions()}
+        positions = self.reader.snapshot_positions()
+        hook = type(self.reader).notify_checkpoint_complete
+        if hook is not SourceReader.notify_checkpoint_complete:
+            self._pending_positions[checkpoint_id] = positions
+        return {"splits": positions}
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Hand the reader the positions it snapshotted for ``checkpoint_id``, if it
+        wants them (older pending ones are dropped: a later checkpoint subsumes them)."""
+        positions = self._pending_positions.pop(checkpoint_id, None)
+        for older in [c for c in self._pending_positions if c < checkpoint_id]:
+            del self._pending_positions[older]
+        if positions is None or self.reader is None:
+            return
+        try:
+            self.reader.notify_checkpoint_complete(checkpoint_id, positions)
+        except LockgateError:
+            raise
+        except Exception as e:
+            raise self.user_error(e) from e
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._pending_positions.pop(checkpoint_id, None)
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         raise RuntimeError("a source operator has no input")

@@ -1,0 +1,714 @@
+"""KafkaSource: records from Apache Kafka topics, replayable by offset (Flink's model).
+
+Each topic partition is one split whose read position is the offset of the next record
+to read; every checkpoint stores it (M-T4) and a restored job seeks every partition back
+to it (M-R1), so with a transactional or idempotent sink the pipeline is exactly-once
+end to end (M-X1). Partitions are assigned explicitly (``assign`` with offsets), never
+through group rebalancing; the consumer group only receives the checkpointed offsets,
+for monitoring, when a checkpoint completes.
+
+Ownership: partition ``p`` of topic ``t`` belongs to subtask
+``(crc32(t) + p) % parallelism`` (a stable hash, like Flink's enumerator). Readers keep
+their own share of the splits they are given (``restores_every_split``), so a restore at
+another parallelism deals every partition to exactly one subtask, and readers discover
+new partitions without a driver-side enumerator.
+
+A record that cannot be decoded fails the job with ``topic[partition]@offset``
+(``MalformedRecordError``), unless ``on_error="dead_letter"``: then it goes to
+``lg.DEAD_LETTER`` as a dict with ``location``, ``topic``, ``partition``, ``offset``,
+``raw`` and ``error``. Either way the position moves past it.
+
+confluent-kafka is imported lazily (``kafka_common.confluent_kafka``), so
+``import lockgate`` works without it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from ..core.batch import RowBatch
+from ..errors import ConfigurationError
+from ..runtime.context import RuntimeContext
+from .base import (
+    DECODE_ERRORS,
+    DEFAULT_MAX_RECORD_BYTES,
+    InputStatus,
+    ReaderOutput,
+    Source,
+    SourceReader,
+    check_bool,
+    check_max_record_bytes,
+    check_on_error,
+    decode_error,
+    oversized,
+    report_malformed,
+)
+from .kafka_common import check_bootstrap_servers, check_format, check_properties, confluent_kafka
+
+log = logging.getLogger(__name__)
+
+OWNER = "KafkaSource"
+START_MODES = ("earliest", "latest", "committed")
+ISOLATION = ("read_committed", "read_uncommitted")
+#: the split offset meaning "the partition's first offset" (librdkafka's OFFSET_BEGINNING)
+EARLIEST = -2
+#: records asked of the consumer per poll (one batch per partition and poll)
+MAX_BATCH = 5000
+#: how long a poll with nothing to read asks the task to wait before the next one
+IDLE_WAIT_MS = 10.0
+#: seconds a metadata or offset request may take
+REQUEST_TIMEOUT_S = 10.0
+#: what the source sets itself, and the argument to use instead
+RESERVED = {
+    "bootstrap.servers": "pass bootstrap_servers",
+    "group.id": "pass group_id",
+    "isolation.level": "pass isolation",
+    "enable.auto.commit": "offsets are committed when checkpoints complete",
+    "enable.auto.offset.store": "offsets are committed when checkpoints complete",
+    "auto.offset.reset": "pass start",
+    "enable.partition.eof": "the source tracks partition ends itself",
+}
+
+TopicsArg = str | Sequence[str] | re.Pattern[str]
+StartArg = str | int | Mapping[Any, int]
+
+
+@dataclass
+class KafkaSplit:
+    """One topic partition. ``offset`` is the offset of the next record to read
+    (:data:`EARLIEST`: the partition's first offset); ``end`` is, for a bounded source,
+    the partition's end offset when the job started (exclusive), None when unbounded."""
+
+    topic: str
+    partition: int
+    offset: int
+    end: int | None = None
+
+    @property
+    def split_id(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    @property
+    def finished(self) -> bool:
+        """Bounded and every record before ``end`` read."""
+        return self.end is not None and self.offset >= self.end and self.offset != EARLIEST
+
+
+def owner_of(topic: str, partition: int, parallelism: int) -> int:
+    """The subtask that reads ``topic[partition]``: a stable hash of the topic plus the
+    partition, modulo ``parallelism`` (the same in every process and Python version)."""
+    return (zlib.crc32(topic.encode("utf-8")) + partition) % parallelism
+
+
+class KafkaSource(Source):
+    """Reads Kafka ``topics`` at ``bootstrap_servers``, one split per topic partition.
+
+    ``topics``: a topic name, a list of names, or a compiled regular expression
+    (``re.compile``) that topic names must match in full (internal topics such as
+    ``__consumer_offsets`` excluded).
+
+    ``start`` (where each partition starts reading when the job starts without a
+    checkpoint): ``"earliest"`` (default), ``"latest"`` (the end offsets when the job
+    starts), ``"committed"`` (the offsets committed by ``group_id``; partitions without
+    one start at the earliest), an int of epoch milliseconds (the first record whose
+    timestamp is at or after it; partitions with none start at their end), or a dict of
+    explicit offsets ``{partition: offset}`` (one topic) or
+    ``{(topic, partition): offset}`` (unlisted partitions start at the earliest). The
+    start offsets are resolved once per job run, on the driver, before any subtask
+    starts (``prepare_run``), and travel with the job: a restart before the first
+    checkpoint replays exactly the same records.
+
+    ``bounded=True``: each partition is read up to its end offset when the job starts
+    (resolved with the start offsets), then its split ends; records written later are
+    not read, and the job finishes when every partition has ended.
+
+    ``format``: ``"json"`` gives the decoded JSON value (a dict for objects),
+    ``"text"`` a str, ``"bytes"`` the value's bytes; a record without a value
+    (tombstone) is None. ``key_field`` puts the record's key (UTF-8 text, None when it
+    has none) into the record under that name; ``timestamp_field`` puts its Kafka
+    timestamp (epoch ms, None when it has none), so a timestamp assigner can use it:
+    ``WatermarkStrategy.for_bounded_out_of_orderness(...).with_timestamp_assigner(
+    timestamp_field)``. These fields go into JSON objects (replacing a field of the same
+    name); any other record becomes ``{"value": record, <fields>}``.
+
+    ``isolation="read_committed"`` (default): records of aborted transactions and
+    transaction markers are never emitted, and a partition is read only up to its last
+    stable offset (an open transaction holds it back until it ends); offsets still move
+    past markers and aborted records (the consumer's position is checkpointed, not the
+    last offset + 1). ``"read_uncommitted"`` reads everything written.
+
+    ``group_id``: when a checkpoint completes, the offsets it recorded are committed to
+    this consumer group, for monitoring (lag) and ``start="committed"``; a restore never
+    reads them back (the checkpoint is the source of truth).
+
+    ``partition_discovery_interval`` (seconds or timedelta; unbounded only): every
+    interval each subtask asks for the topics' partitions (and, with a pattern, newly
+    matching topics); partitions it owns that it has not read before start at their
+    earliest offset. Without it the partitions are those of the job's start (or of the
+    restored checkpoint).
+
+    Guarantees: the records of one partition are emitted in offset order, each once per
+    run; checkpoints record every partition's next offset and a restore rewinds to it
+    (M-X1, M-R1), at any parallelism (each partition is read by exactly one subtask).
+    Partitions interleave in no defined order. Watermarks are generated per partition
+    (M-W1): a lagging partition holds event time back, an idle one stops doing so after
+    ``with_idleness`` (M-W2). A lost broker is retried by the client; errors it reports
+    as fatal fail the job, which restarts from its last checkpoint.
+
+    A record that cannot be decoded (bad UTF-8 or JSON, an integer of more than 4,300
+    digits, nesting deeper than Python's recursion limit) or whose value is larger than
+    ``max_record_bytes`` (default 32 MiB) fails the job naming ``topic[partition]@offset``,
+    or with ``on_error="dead_letter"`` goes to ``lg.DEAD_LETTER`` with ``topic``,
+    ``partition`` and ``offset``.
+
+    ``properties``: further librdkafka consumer settings (e.g. security), except those
+    the source sets itself.
+    """
+
+    default_name = "kafka"
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        topics: TopicsArg,
+        *,
+        group_id: str | None = None,
+        start: StartArg = "earliest",
+        bounded: bool = False,
+        format: str = "json",
+        key_field: str | None = None,
+        on_error: str = "fail",
+        isolation: str = "read_committed",
+        properties: Mapping[str, Any] | None = None,
+        partition_discovery_interval: float | timedelta | None = None,
+        timestamp_field: str | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        self.bootstrap_servers = check_bootstrap_servers(OWNER, bootstrap_servers)
+        self.topics, self.pattern = _check_topics(topics)
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise ConfigurationError(
+                f"{OWNER} group_id must be None or a non-empty str (the consumer group that "
+                f"receives the checkpointed offsets), got {group_id!r}"
+            )
+        self.group_id = group_id
+        self.start = _check_start(start, self.topics, self.pattern, group_id)
+        self.bounded = check_bool(OWNER, "bounded", bounded)
+        self.format = check_format(OWNER, format)
+        self.key_field = _check_field("key_field", key_field, "the record's key")
+        self.timestamp_field = _check_field(
+            "timestamp_field", timestamp_field, "the record's Kafka timestamp in epoch ms"
+        )
+        if key_field is not None and key_field == timestamp_field:
+            raise ConfigurationError(
+                f"{OWNER} key_field and timestamp_field must differ, both are {key_field!r}"
+            )
+        self.on_error = check_on_error(OWNER, on_error)
+        if isolation not in ISOLATION:
+            raise ConfigurationError(
+                f"{OWNER} isolation must be 'read_committed' (skip aborted transactions) or "
+                f"'read_uncommitted' (read everything written), got {isolation!r}"
+            )
+        self.isolation = isolation
+        self.properties = check_properties(OWNER, properties, reserved=RESERVED)
+        self.discovery_interval_s = _check_interval(partition_discovery_interval)
+        if self.bounded and self.discovery_interval_s is not None:
+            raise ConfigurationError(
+                f"{OWNER}: bounded=True reads the partitions of the job's start up to their "
+                "end offsets then, so it cannot discover partitions; drop "
+                "partition_discovery_interval or pass bounded=False"
+            )
+        if self.pattern is not None and self.discovery_interval_s is None and not self.bounded:
+            log.debug("KafkaSource pattern %s without discovery", self.pattern.pattern)
+        self.max_record_bytes = check_max_record_bytes(OWNER, max_record_bytes)
+        #: the splits of the job's start, resolved once per run (``prepare_run``)
+        self._resolved: list[KafkaSplit] | None = None
+
+    @property
+    def topic_description(self) -> str:
+        if self.pattern is not None:
+            return f"topics matching {self.pattern.pattern!r}"
+        return "topic " + ", ".join(repr(t) for t in self.topics)
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def check_before_run(self) -> None:
+        """Fail now if the broker does not answer or a named topic does not exist."""
+        consumer = self._consumer(self.group_id)
+        try:
+            _partitions(consumer, self)
+        finally:
+            consumer.close()
+
+    def prepare_run(self) -> bool:
+        """Resolve every partition's start (and, bounded, end) offset, once per run."""
+        self._resolved = self._resolve()
+        return True
+
+    def create_splits(self, parallelism: int) -> list[KafkaSplit]:
+        """The partitions of the job's start with their start (and end) offsets, laid
+        out so that subtask ``i``'s share (every ``parallelism``-th from ``i``) holds the
+        partitions it owns (:func:`owner_of`); the other entries repeat splits that
+        their receivers drop. Outside a job (no ``prepare_run``) they are resolved now."""
+        if self._resolved is None:
+            self._resolved = self._resolve()
+        owned: list[list[KafkaSplit]] = [[] for _ in range(parallelism)]
+        for split in self._resolved:
+            owned[owner_of(split.topic, split.partition, parallelism)].append(split)
+        rounds = max((len(o) for o in owned), default=0)
+        filler = self._resolved[:1]
+        out: list[KafkaSplit] = []
+        for r in range(rounds):
+            for i in range(parallelism):
+                out.extend([owned[i][r]] if r < len(owned[i]) else filler)
+        return [replace(s) for s in out]
+
+    def _resolve(self) -> list[KafkaSplit]:
+        consumer = self._consumer(self.group_id)
+        try:
+            parts = _partitions(consumer, self)
+            return _resolve_offsets(consumer, self, parts)
+        finally:
+            consumer.close()
+
+    def create_reader(self, ctx: RuntimeContext) -> SourceReader:
+        """A reader with its own consumer (nothing assigned until splits are added)."""
+        return _KafkaReader(self, ctx, self._consumer(self.group_id))
+
+    def _consumer(self, group_id: str | None) -> Any:
+        ck = confluent_kafka()
+        config: dict[str, Any] = {
+            **self.properties,
+            "bootstrap.servers": self.bootstrap_servers,
+            # librdkafka needs a group id even for assign(); without one nothing is committed
+            "group.id": group_id or f"lockgate-source-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": self.isolation,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+        try:
+            return ck.Consumer(config, logger=log)
+        except ck.KafkaException as e:
+            raise ConfigurationError(
+                f"{OWNER} cannot create a Kafka consumer for {self.bootstrap_servers!r}: {e}; "
+                "check properties (librdkafka consumer settings)"
+            ) from e
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _partitions(consumer: Any, source: KafkaSource) -> list[tuple[str, int]]:
+    """``(topic, partition)`` of every partition of the source's topics now, sorted;
+    ConfigurationError naming the broker when it does not answer, and the topic when a
+    named one does not exist."""
+    ck = confluent_kafka()
+    try:
+        meta = consumer.list_topics(timeout=REQUEST_TIMEOUT_S)
+    except ck.KafkaException as e:
+        raise ConfigurationError(
+            f"{OWNER} cannot reach Kafka at {source.bootstrap_servers!r} (reading "
+            f"{source.topic_description}): {e}; start the broker there, or fix "
+            "bootstrap_servers"
+        ) from e
+    out: list[tuple[str, int]] = []
+    if source.pattern is not None:
+        for name, topic in meta.topics.items():
+            if not name.startswith("__") and source.pattern.fullmatch(name) and not topic.error:
+                out.extend((name, p) for p in topic.partitions)
+        return sorted(out)
+    for name in source.topics:
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise ConfigurationError(
+                f"{OWNER}: Kafka topic {name!r} does not exist at {source.bootstrap_servers!r}"
+                f"{f' ({topic.error})' if topic is not None and topic.error else ''}; create it "
+                f"first (kafka-topics.sh --create --topic {name}) or fix topics"
+            )
+        out.extend((name, p) for p in topic.partitions)
+    return sorted(out)
+
+
+def _resolve_offsets(
+    consumer: Any, source: KafkaSource, parts: list[tuple[str, int]]
+) -> list[KafkaSplit]:
+    """The splits of ``parts`` with their start offsets (and end offsets when bounded)."""
+    ck = confluent_kafka()
+    tp = ck.TopicPartition
+    lows: dict[tuple[str, int], int] = {}
+    ends: dict[tuple[str, int], int] = {}
+    start = source.start
+    try:
+        if source.bounded or start == "latest" or isinstance(start, int):
+            for t, p in parts:
+                low, high = consumer.get_watermark_offsets(tp(t, p), timeout=REQUEST_TIMEOUT_S)
+                lows[(t, p)], ends[(t, p)] = int(low), int(high)
+        starts: dict[tuple[str, int], int] = {}
+        if start == "latest":
+            starts = dict(ends)
+        elif start == "committed" and parts:
+            committed = consumer.committed([tp(t, p) for t, p in parts], timeout=REQUEST_TIMEOUT_S)
+            starts = {(c.topic, c.partition): c.offset for c in committed if c.offset >= 0}
+        elif isinstance(start, int) and parts:
+            found = consumer.offsets_for_times(
+                [tp(t, p, start) for t, p in parts], timeout=REQUEST_TIMEOUT_S
+            )
+            starts = {
+                (f.topic, f.partition): f.offset if f.offset >= 0 else ends[(f.topic, f.partition)]
+                for f in found
+            }
+        elif isinstance(start, dict):
+            starts = dict(start)
+    except ck.KafkaException as e:
+        raise ConfigurationError(
+            f"{OWNER} cannot read the offsets of {source.topic_description} at "
+            f"{source.bootstrap_servers!r}: {e}"
+        ) from e
+    splits = []
+    for t, p in parts:
+        # bounded: a concrete start, so an empty partition (start == end) ends at once
+        offset = starts.get((t, p), lows[(t, p)] if source.bounded else EARLIEST)
+        end = ends[(t, p)] if source.bounded else None
+        if end is not None and offset > end:
+            offset = end
+        splits.append(KafkaSplit(t, p, offset, end))
+    return splits
+
+
+# --------------------------------------------------------------------------- reader
+
+
+class _KafkaReader(SourceReader):
+    """Reads the partitions its subtask owns through one consumer with explicit
+    assignments. ``poll`` never blocks (``consume`` with timeout 0 returns what the
+    client has prefetched); with nothing ready it asks to be polled again after
+    :data:`IDLE_WAIT_MS`."""
+
+    restores_every_split = True
+
+    def __init__(self, source: KafkaSource, ctx: RuntimeContext, consumer: Any) -> None:
+        self.source = source
+        self.ctx = ctx
+        self.consumer: Any = consumer
+        self.splits: dict[tuple[str, int], KafkaSplit] = {}
+        #: every partition this reader has had (discovery starts only the others)
+        self.known: set[tuple[str, int]] = set()
+        #: final offsets of splits that finished since the last commit (group_id only)
+        self._finished_offsets: dict[tuple[str, int], int] = {}
+        interval = source.discovery_interval_s
+        self._next_discovery = time.monotonic() if interval is not None else None
+
+    def _owns(self, topic: str, partition: int) -> bool:
+        return owner_of(topic, partition, self.ctx.parallelism) == self.ctx.subtask_index
+
+    def add_splits(self, splits: list[KafkaSplit]) -> None:
+        """Take over the splits this subtask owns (copies; others, and repeats, are
+        dropped) and assign their partitions at their offsets."""
+        ck = confluent_kafka()
+        new: list[Any] = []
+        for split in splits:
+            key = (split.topic, split.partition)
+            if key in self.known or not self._owns(*key):
+                continue
+            self.known.add(key)
+            if split.finished:
+                continue
+            self.splits[key] = replace(split)
+            new.append(ck.TopicPartition(split.topic, split.partition, split.offset))
+        if new:
+            self.consumer.incremental_assign(new)
+
+    def poll(self, output: ReaderOutput) -> InputStatus:
+        """Emit what the consumer has ready, one batch per partition, and move every
+        partition's position to the consumer's (past control markers and aborted
+        records too). A bounded split ends when its position reaches its end."""
+        if self._next_discovery is not None and time.monotonic() >= self._next_discovery:
+            self._discover()
+        if not self.splits:
+            return (
+                InputStatus.END_OF_INPUT if self.source.bounded else InputStatus.NOTHING_AVAILABLE
+            )
+        messages = self.consumer.consume(num_messages=MAX_BATCH, timeout=0)
+        rows: dict[tuple[str, int], list[Any]] = {}
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                self._client_error(err)
+                continue
+            key = (m.topic(), m.partition())
+            split = self.splits.get(key)
+            if split is None or (split.end is not None and m.offset() >= split.end):
+                continue  # past a bounded end, or a partition just given up
+            record = self._record(m, output)
+            if record is not _MALFORMED:
+                rows.setdefault(key, []).append(record)
+        for key, records in rows.items():
+            output.emit_from_split(self.splits[key].split_id, RowBatch(records))
+        self._advance(output)
+        if self.source.bounded and not self.splits:
+            return InputStatus.END_OF_INPUT
+        return InputStatus.MORE_AVAILABLE if messages else InputStatus.NOTHING_AVAILABLE
+
+    def _advance(self, output: ReaderOutput) -> None:
+        """Every split's offset := the consumer's position; finish bounded splits."""
+        ck = confluent_kafka()
+        positions = self.consumer.position(
+            [ck.TopicPartition(s.topic, s.partition) for s in self.splits.values()]
+        )
+        done: list[Any] = []
+        for tp in positions:
+            split = self.splits[(tp.topic, tp.partition)]
+            if tp.offset >= 0:
+                split.offset = tp.offset if split.end is None else min(tp.offset, split.end)
+            if split.finished:
+                del self.splits[(tp.topic, tp.partition)]
+                self._finished_offsets[(tp.topic, tp.partition)] = split.offset
+                output.split_finished(split.split_id)
+                done.append(ck.TopicPartition(tp.topic, tp.partition))
+        if done:
+            self.consumer.incremental_unassign(done)
+
+    def _client_error(self, err: Any) -> None:
+        """An error event of the consumer: fatal ones and a vanished topic fail the
+        job; others (a broker briefly away) are the client's to retry."""
+        ck = confluent_kafka()
+        code = err.code()
+        if code == ck.KafkaError._PARTITION_EOF:
+            return
+        if err.fatal() or code in (
+            ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+            ck.KafkaError._UNKNOWN_TOPIC,
+            ck.KafkaError._UNKNOWN_PARTITION,
+            ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        ):
+            raise ConnectionError(
+                f"{OWNER} reading {self.source.topic_description} at "
+                f"{self.source.bootstrap_servers!r} failed: {err}; the job restarts from its "
+                "last checkpoint if a restart strategy allows"
+            )
+        log.warning("KafkaSource: %s (the client retries)", err)
+
+    def _discover(self) -> None:
+        """Start the partitions this subtask owns that it has never had, at their
+        earliest offset."""
+        interval = self.source.discovery_interval_s
+        assert interval is not None
+        self._next_discovery = time.monotonic() + interval
+        try:
+            parts = _partitions(self.consumer, self.source)
+        except ConfigurationError as e:
+            if self.source.pattern is not None or self.known:
+                log.warning("KafkaSource partition discovery failed: %s", e)
+                return
+            raise
+        self.add_splits([KafkaSplit(t, p, EARLIEST) for t, p in parts])
+
+    def _record(self, m: Any, output: ReaderOutput) -> Any:
+        """The record of message ``m``, or ``_MALFORMED`` after reporting it."""
+        source = self.source
+        value = m.value()
+        record: Any
+        if value is None:
+            record = None
+        elif len(value) > source.max_record_bytes:
+            raw, error = oversized(len(value), source.max_record_bytes, value)
+            self._malformed(m, raw, error, output)
+            return _MALFORMED
+        elif source.format == "bytes":
+            record = value
+        else:
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError as e:
+                self._malformed(
+                    m, value.decode("utf-8", "replace"), f"not valid UTF-8: {e}", output
+                )
+                return _MALFORMED
+            if source.format == "text":
+                record = text
+            else:
+                try:
+                    record = json.loads(text)
+                except DECODE_ERRORS as e:
+                    self._malformed(m, text, decode_error("JSON", e), output)
+                    return _MALFORMED
+        if source.key_field is None and source.timestamp_field is None:
+            return record
+        if not isinstance(record, dict):
+            record = {"value": record}
+        if source.key_field is not None:
+            key = m.key()
+            record[source.key_field] = None if key is None else key.decode("utf-8", "replace")
+        if source.timestamp_field is not None:
+            kind, ts = m.timestamp()
+            record[source.timestamp_field] = None if kind == 0 else ts
+        return record
+
+    def _malformed(self, m: Any, raw: Any, error: str, output: ReaderOutput) -> None:
+        report_malformed(
+            self.source.on_error,
+            output,
+            what="kafka record",
+            location=f"{m.topic()}[{m.partition()}]@{m.offset()}",
+            raw=raw,
+            error=error,
+            topic=m.topic(),
+            partition=m.partition(),
+            offset=m.offset(),
+        )
+
+    def wait_hint_ms(self) -> float | None:
+        """After NOTHING_AVAILABLE: :data:`IDLE_WAIT_MS`, or less until discovery is due."""
+        if self._next_discovery is None:
+            return IDLE_WAIT_MS
+        return max(0.0, min(IDLE_WAIT_MS, (self._next_discovery - time.monotonic()) * 1000))
+
+    def snapshot_positions(self) -> list[KafkaSplit]:
+        """Copies of the unfinished splits, each with its next offset."""
+        return [replace(s) for s in self.splits.values()]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
+        """Commit the offsets of ``checkpoint_id`` to ``group_id`` (if given), for
+        monitoring; asynchronous, best effort (never read back on restore)."""
+        if self.source.group_id is None or self.consumer is None:
+            return
+        ck = confluent_kafka()
+        offsets = {(s.topic, s.partition): s.offset for s in positions if s.offset >= 0}
+        offsets.update(self._finished_offsets)
+        self._finished_offsets = {}
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(
+                offsets=[ck.TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                asynchronous=True,
+            )
+        except ck.KafkaException as e:
+            log.warning(
+                "KafkaSource: committing offsets of checkpoint %d failed: %s", checkpoint_id, e
+            )
+
+    def close(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
+_MALFORMED = object()
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _check_topics(topics: object) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    if isinstance(topics, re.Pattern):
+        if not isinstance(topics.pattern, str):
+            raise ConfigurationError(
+                f"{OWNER} topics pattern must be a str pattern (re.compile('orders-.*')), "
+                f"got {topics!r}"
+            )
+        return (), topics
+    names = (topics,) if isinstance(topics, str) else topics
+    if not isinstance(names, Sequence) or isinstance(names, (bytes, bytearray)):
+        raise ConfigurationError(
+            f"{OWNER} topics must be a topic name, a list of names, or a compiled regular "
+            f"expression (re.compile(...)) matching topic names, got {topics!r}"
+        )
+    valid = re.compile(r"[A-Za-z0-9._-]{1,249}")
+    if not names or not all(isinstance(n, str) and valid.fullmatch(n) for n in names):
+        raise ConfigurationError(
+            f"{OWNER} topics must be non-empty names of letters, digits, '.', '_' and "
+            f"'-' (at most 249; at least one name), got {topics!r}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"{OWNER} topic names must be distinct, got {list(names)!r}")
+    return tuple(names), None
+
+
+def _check_start(
+    start: object, topics: tuple[str, ...], pattern: re.Pattern[str] | None, group_id: str | None
+) -> StartArg:
+    how = (
+        "'earliest', 'latest', 'committed', an int of epoch milliseconds, or a dict of "
+        "offsets {partition: offset} (one topic) or {(topic, partition): offset}"
+    )
+    if isinstance(start, str):
+        if start not in START_MODES:
+            raise ConfigurationError(f"{OWNER} start must be {how}, got {start!r}")
+        if start == "committed" and group_id is None:
+            raise ConfigurationError(
+                f"{OWNER} start='committed' reads the offsets committed by a consumer group: "
+                "pass group_id"
+            )
+        return start
+    if isinstance(start, bool) or not isinstance(start, (int, Mapping)):
+        raise ConfigurationError(f"{OWNER} start must be {how}, got {start!r}")
+    if isinstance(start, int):
+        if start < 0:
+            raise ConfigurationError(
+                f"{OWNER} start as a timestamp must be epoch milliseconds >= 0, got {start!r}"
+            )
+        return start
+    offsets: dict[tuple[str, int], int] = {}
+    for key, offset in start.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            if pattern is not None or len(topics) != 1:
+                raise ConfigurationError(
+                    f"{OWNER} start {{partition: offset}} needs exactly one named topic; with "
+                    f"several topics or a pattern key the offsets by (topic, partition), got {key!r}"
+                )
+            topic, partition = topics[0], key
+        elif (
+            isinstance(key, tuple)
+            and len(key) == 2
+            and isinstance(key[0], str)
+            and isinstance(key[1], int)
+            and not isinstance(key[1], bool)
+        ):
+            topic, partition = key
+        else:
+            raise ConfigurationError(
+                f"{OWNER} start offsets must be keyed by partition (an int) or (topic, "
+                f"partition), got key {key!r}"
+            )
+        if partition < 0 or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigurationError(
+                f"{OWNER} start offsets need a partition >= 0 and an int offset >= 0 (the "
+                f"first offset to read), got {key!r}: {offset!r}"
+            )
+        offsets[(topic, partition)] = offset
+    if not offsets:
+        raise ConfigurationError(f"{OWNER} start offsets must not be empty; use 'earliest'")
+    return offsets
+
+
+def _check_field(arg: str, value: object, meaning: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(
+            f"{OWNER} {arg} must be None or a non-empty str (the record field that receives "
+            f"{meaning}), got {value!r}"
+        )
+    return value
+
+
+def _check_interval(value: object) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ConfigurationError(
+            f"{OWNER} partition_discovery_interval must be None (no discovery) or a positive "
+            f"number of seconds or timedelta (how often to look for new partitions), got {value!r}"
+        )
+    return float(seconds)
