@@ -67,12 +67,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
 HERE = Path(__file__).resolve().parent
+# `python bench/kafka.py` puts bench/ first on sys.path, where this file would shadow the
+# kafka-python package (`import kafka`) that lockgate's Kafka sink imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
 ROOT = HERE.parent
 KEYS = 1000
 DISORDER_MS = 500
@@ -259,6 +263,7 @@ def run_lockgate(
         )
     env = lg.StreamEnvironment(parallelism=args.parallelism)
     env.enable_checkpointing(1000, mode=lg.CheckpointingMode.EXACTLY_ONCE)
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(0, 0))  # a failure ends the run
     work = tempfile.mkdtemp(prefix="lockgate-bench-kafka-")
     env.checkpoint_config.storage = work
     strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
@@ -297,12 +302,17 @@ def run_lockgate(
         )
         .uid("kafka-out")
     )
+    wall = time.time()
     started = time.perf_counter()
     client = env.execute_async("kafka-window-count", executor=executor)
-    client.wait()
+    result = client.wait()
     seconds = time.perf_counter() - started
     checkpoints = len([c for c in client.checkpoints() if c.status == "completed"])
     shutil.rmtree(work, ignore_errors=True)
+    source = result.operators["kafka-in"]
+    read = result.records_out("kafka-in")
+    if read != args.records + PARTITIONS:
+        raise SystemExit(f"the Kafka source read {read} records, not {args.records + PARTITIONS}")
     return {
         "system": "lockgate",
         "executor": type(executor).__name__,
@@ -310,6 +320,13 @@ def run_lockgate(
         "seconds": seconds,
         "delivery": "exactly-once (Kafka transactions committed on checkpoints)",
         "checkpoints_completed": checkpoints,
+        # where the time goes: the source's first and last batch, seconds after the start
+        "source_first_batch_s": round(source.first_emit_s - wall, 3)
+        if source.first_emit_s is not None
+        else None,
+        "source_last_batch_s": round(source.last_emit_s - wall, 3)
+        if source.last_emit_s is not None
+        else None,
         "timing": "execute_async to wait() in this process: graph building, the run and "
         "the final commit" + (" (SparkSession created before)" if executor_name != "local" else ""),
     }
