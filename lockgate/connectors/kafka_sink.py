@@ -1,0 +1,594 @@
+"""``KafkaSink``: records to an Apache Kafka topic, exactly once through Kafka
+transactions (M-X1, M-X2, M-X3), or at least once, or fire and forget.
+
+``delivery="exactly_once"`` (default) is a :class:`TwoPhaseCommitSink`: each subtask
+writes each checkpoint interval in one Kafka transaction; the checkpoint barrier flushes
+it (pre-commit: every record acknowledged by the brokers, the transaction still open),
+and the checkpoint's completion notice commits it. Readers with
+``isolation.level=read_committed`` see a checkpoint interval's records once, when its
+checkpoint has completed, and never records of an interval that a failure rolled back.
+
+* **Transactional ids.** ``<prefix>-<subtask>-<slot>``: the prefix is
+  ``transactional_id_prefix``, by default ``lockgate-<job name>-<sink uid>`` (so two jobs
+  with different names, or two sinks of one job, never share one; give two jobs with one
+  name different prefixes). A subtask uses a few slots in turn (the transaction being
+  written, the ones pre-committed and waiting for their checkpoint's commit) and a fresh
+  producer per transaction, so every transaction has its own producer epoch.
+* **After a failure** the restored job commits the pending transactions of the
+  checkpoint it restores, by their recorded producer id and epoch (an ``EndTxn`` request
+  from any process, see :mod:`.kafka_transactions`), then aborts every other transaction
+  still open under the prefix (those of the failed attempt, and of checkpoints that
+  never completed), which also fences the failed attempt's producers. Subtask ``i``
+  handles the ids of old subtasks ``j`` with ``j % parallelism == i``, so a rescaled
+  restore covers every old id once. When the job ends (finished, cancelled or failed for
+  good) the driver commits what the newest completed checkpoint holds and aborts
+  everything else open under the prefix: no ``read_committed`` reader is left waiting
+  behind a transaction of the job.
+* **Transaction timeout.** A transaction stays open from one checkpoint until the next
+  one's commit, so the producers' ``transaction.timeout.ms`` (default: 15 minutes, or the
+  brokers' ``transaction.max.timeout.ms`` if smaller) must exceed the checkpoint interval
+  plus the checkpoint timeout; the job is refused at start otherwise. A transaction the
+  broker aborted anyway (a restart that took longer than the timeout) makes the restore
+  fail with :class:`~lockgate.connectors.kafka_transactions.TransactionLostError`, never
+  pass silently.
+
+``delivery="at_least_once"``: one idempotent producer per subtask; the checkpoint
+barrier flushes it and the checkpoint completes only when every record before the
+barrier is acknowledged, so a restore may write records again (duplicates) but never
+loses one. ``delivery="none"``: records are sent as they come and flushed at the end of
+the input only; a failure may lose what was in flight.
+
+Records: ``format="json"`` writes each record as JSON (dicts, lists, numbers, ...);
+``"text"`` writes ``str`` records as UTF-8; ``"bytes"`` writes ``bytes`` as they are.
+``key``: None (no key: the producer spreads records over partitions), a field name of
+dict records, or a function of the record returning ``str``, ``bytes`` or None.
+``topic``: a name, or a function of the record returning one. A record that cannot be
+encoded, or that is larger than the producer's ``message.max.bytes`` or the topic's
+``max.message.bytes``, fails the job with its position (subtask, the record's number in
+the attempt, its topic and key), never dropped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from ..core.batch import Batch, to_rows
+from ..errors import ConfigurationError
+from ..runtime.context import RuntimeContext
+from .base import SinkWriter
+from .file_sink import _json_default
+from .kafka_common import (
+    check_bootstrap_servers,
+    check_format,
+    check_properties,
+    confluent_kafka,
+)
+from .kafka_transactions import (
+    RETRY_FOR_S,
+    KafkaTransaction,
+    TransactionAdmin,
+    broker_transaction_max_timeout_ms,
+    fence_and_abort,
+    parse_transactional_id,
+    producer_config,
+    transactional_id,
+)
+from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
+
+log = logging.getLogger(__name__)
+
+DELIVERIES = ("exactly_once", "at_least_once", "none")
+#: the transaction timeout the sink asks for unless ``properties`` set one (Kafka's
+#: default ``transaction.max.timeout.ms``; a smaller broker maximum lowers it)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+#: how long a flush waits for the brokers to acknowledge what was sent
+FLUSH_TIMEOUT_S = 120.0
+_PREFIX_CHARS = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_RESERVED = {
+    "bootstrap.servers": "use the bootstrap_servers argument",
+    "transactional.id": "use transactional_id_prefix (ids are <prefix>-<subtask>-<slot>)",
+    "enable.idempotence": "delivery='exactly_once' and 'at_least_once' enable it",
+    "on_delivery": "the sink reports failed deliveries itself",
+}
+
+
+class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
+    """Writes records to the Kafka topic ``topic`` (see the module docstring for the
+    guarantees of each ``delivery``).
+
+    ``properties``: further librdkafka producer settings (e.g. ``linger.ms``,
+    ``compression.type``, security settings; ``transaction.timeout.ms`` in ms).
+    """
+
+    default_name = "kafka sink"
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        topic: str | Callable[[Any], str],
+        *,
+        key: str | Callable[[Any], Any] | None = None,
+        format: str = "json",
+        delivery: str = "exactly_once",
+        transactional_id_prefix: str | None = None,
+        properties: dict[str, Any] | None = None,
+    ) -> None:
+        owner = "KafkaSink"
+        self.bootstrap_servers = check_bootstrap_servers(owner, bootstrap_servers)
+        if not (callable(topic) or (isinstance(topic, str) and _topic_name_ok(topic))):
+            raise ConfigurationError(
+                f"KafkaSink topic must be a topic name (letters, digits, '.', '_', '-'; at "
+                f"most 249 characters) or a function of the record returning one, got {topic!r}"
+            )
+        self.topic = topic
+        if not (key is None or callable(key) or (isinstance(key, str) and key)):
+            raise ConfigurationError(
+                "KafkaSink key must be None (no key), a field name of dict records, or a "
+                f"function of the record returning str, bytes or None, got {key!r}"
+            )
+        self.key = key
+        self.format = check_format(owner, format)
+        if delivery not in DELIVERIES:
+            raise ConfigurationError(
+                f"KafkaSink delivery must be one of {', '.join(repr(d) for d in DELIVERIES)} "
+                "('exactly_once': Kafka transactions committed with checkpoints; "
+                "'at_least_once': flushed on every checkpoint, duplicates after a restore; "
+                f"'none': no guarantee), got {delivery!r}"
+            )
+        self.delivery = delivery
+        if transactional_id_prefix is not None and not (
+            isinstance(transactional_id_prefix, str)
+            and _PREFIX_CHARS.match(transactional_id_prefix)
+        ):
+            raise ConfigurationError(
+                "KafkaSink transactional_id_prefix must be 1 to 200 letters, digits, '.', "
+                f"'_' or '-', got {transactional_id_prefix!r}"
+            )
+        if transactional_id_prefix is not None and delivery != "exactly_once":
+            raise ConfigurationError(
+                f"KafkaSink transactional_id_prefix is for delivery='exactly_once' only "
+                f"(delivery is {delivery!r}): remove it, or choose exactly_once"
+            )
+        self.transactional_id_prefix = transactional_id_prefix
+        self.properties = check_properties(owner, properties, reserved=_RESERVED)
+        timeout = self.properties.get("transaction.timeout.ms")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1000
+        ):
+            raise ConfigurationError(
+                "KafkaSink properties['transaction.timeout.ms'] must be an int of "
+                f"milliseconds >= 1000, got {timeout!r}"
+            )
+        self._reset()
+
+    def _reset(self) -> None:
+        """The per-subtask runtime fields (never pickled)."""
+        self._ctx: RuntimeContext | None = None
+        self._admin: TransactionAdmin | None = None
+        self._encoder: _Encoder | None = None
+        self._timeout_ms = int(
+            self.properties.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        )
+        #: transactional id -> the producer writing or holding its open transaction
+        self._live: dict[str, Any] = {}
+        #: slots with a transaction open (written to, or pre-committed and not committed)
+        self._busy: set[int] = set()
+        #: (slot, future producer) initialized in the background for the next transaction
+        self._spare: tuple[int, concurrent.futures.Future[Any]] | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_ctx", "_admin", "_encoder", "_live", "_busy", "_spare", "_pool"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    # ---------------------------------------------------------------- configuration
+
+    @property
+    def commits_on_checkpoint(self) -> bool:
+        return self.delivery == "exactly_once"
+
+    def check_before_run(self, plan: Any = None) -> None:
+        """On the driver: for exactly-once, the producers' transaction timeout must be
+        allowed by the brokers and outlast a checkpoint interval plus its timeout."""
+        if self.delivery != "exactly_once":
+            return
+        broker_max = broker_transaction_max_timeout_ms(self.bootstrap_servers, self.properties)
+        asked = self.properties.get("transaction.timeout.ms")
+        if asked is not None and asked > broker_max:
+            raise ConfigurationError(
+                f"KafkaSink properties['transaction.timeout.ms'] = {asked} ms is over the "
+                f"brokers' transaction.max.timeout.ms ({broker_max} ms): lower it, or raise "
+                "the brokers' limit"
+            )
+        timeout_ms = asked if asked is not None else min(DEFAULT_TRANSACTION_TIMEOUT_MS, broker_max)
+        checkpoint = getattr(plan, "checkpoint", None)
+        interval = _ms(getattr(checkpoint, "interval", None))
+        if interval is None:
+            return
+        needed = interval + (_ms(getattr(checkpoint, "timeout", None)) or 0)
+        if timeout_ms <= needed:
+            where = (
+                f"properties['transaction.timeout.ms'] = {asked} ms"
+                if asked is not None
+                else f"the brokers' transaction.max.timeout.ms = {broker_max} ms"
+            )
+            raise ConfigurationError(
+                f"KafkaSink (exactly_once): a transaction stays open from one checkpoint to "
+                f"the next one's commit, up to the checkpoint interval ({interval} ms) plus "
+                f"the checkpoint timeout, {needed} ms in all, but {where} would let the "
+                "broker abort it before that: raise the transaction timeout (and the "
+                "brokers' transaction.max.timeout.ms if needed) or lower the checkpoint "
+                "interval or timeout (env.get_checkpoint_config())"
+            )
+
+    def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
+        if self.delivery == "exactly_once":
+            return TwoPhaseCommitWriter(self, ctx)
+        return _DirectWriter(self, ctx)
+
+    def prefix(self, ctx: RuntimeContext) -> str:
+        """The transactional id prefix of this sink in the job ``ctx`` names."""
+        if self.transactional_id_prefix is not None:
+            return self.transactional_id_prefix
+        return default_prefix(ctx.job_name, ctx.operator_uid)
+
+    # ---------------------------------------------------------------- transactions
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self._ctx = ctx
+        self._encoder = _Encoder(self, ctx)
+        if self.properties.get("transaction.timeout.ms") is None:
+            broker_max = broker_transaction_max_timeout_ms(self.bootstrap_servers, self.properties)
+            self._timeout_ms = min(DEFAULT_TRANSACTION_TIMEOUT_MS, broker_max)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"lockgate-kafka-producer-{ctx.subtask_index}"
+        )
+
+    def _tx_admin(self) -> TransactionAdmin:
+        if self._admin is None:
+            self._admin = TransactionAdmin(self.bootstrap_servers, self.properties)
+        return self._admin
+
+    def _tid(self, slot: int) -> str:
+        assert self._ctx is not None, "open() first"
+        return transactional_id(self.prefix(self._ctx), self._ctx.subtask_index, slot)
+
+    def _new_producer(self, slot: int) -> Any:
+        """A producer that initialized the transactional id of ``slot`` (which aborts
+        anything open under it and fences its older producers)."""
+        ck = confluent_kafka()
+        assert self._encoder is not None
+        config = producer_config(
+            self.bootstrap_servers, self.properties, self._tid(slot), self._timeout_ms
+        )
+        producer = ck.Producer(
+            {**config, "on_delivery": self._encoder.delivered, "delivery.report.only.error": True}
+        )
+        try:
+            producer.init_transactions(RETRY_FOR_S)
+        except ck.KafkaException as e:
+            raise RuntimeError(
+                f"KafkaSink could not initialize transactional id {self._tid(slot)!r} on "
+                f"{self.bootstrap_servers}: {e.args[0]}"
+            ) from e
+        return producer
+
+    def _free_slot(self) -> int:
+        slot = 0
+        while slot in self._busy:
+            slot += 1
+        return slot
+
+    def _prepare_spare(self) -> None:
+        """Initialize a producer for the next free slot in the background, so that the
+        checkpoint barrier does not wait for it."""
+        if self._spare is None and self._pool is not None:
+            slot = self._free_slot()
+            self._spare = (slot, self._pool.submit(self._new_producer, slot))
+
+    def begin_transaction(self) -> KafkaTransaction:
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0] not in self._busy:
+            slot, producer = spare[0], spare[1].result(RETRY_FOR_S)
+        else:
+            if spare is not None:  # its slot was taken meanwhile: never the case today
+                spare[1].result(RETRY_FOR_S)
+            slot = self._free_slot()
+            producer = self._new_producer(slot)
+        producer.begin_transaction()
+        tid = self._tid(slot)
+        self._busy.add(slot)
+        self._live[tid] = producer
+        self._prepare_spare()
+        return KafkaTransaction(tid)
+
+    def write(self, transaction: KafkaTransaction, batch: Batch) -> None:
+        assert self._encoder is not None, "open() first"
+        producer = self._live[transaction.transactional_id]
+        transaction.records += self._encoder.produce(producer, batch)
+
+    def pre_commit(self, transaction: KafkaTransaction) -> None:
+        """Flush: every record of ``transaction`` acknowledged; record its producer id
+        and epoch (the transaction stays open)."""
+        assert self._encoder is not None, "open() first"
+        producer = self._live[transaction.transactional_id]
+        self._encoder.flush(producer)
+        if transaction.records:
+            transaction.producer_id, transaction.epoch = self._tx_admin().current(
+                transaction.transactional_id
+            )
+
+    def commit(self, transaction: KafkaTransaction) -> None:
+        producer = self._live.pop(transaction.transactional_id, None)
+        if producer is None:
+            self._tx_admin().commit(transaction)
+        else:
+            try:
+                _commit_live(producer, transaction)
+            except Exception:
+                # the open transaction is still committed by its identity on retry
+                self._live[transaction.transactional_id] = producer
+                raise
+        self._release(transaction)
+
+    def abort(self, transaction: KafkaTransaction) -> None:
+        self._live.pop(transaction.transactional_id, None)
+        fence_and_abort(
+            self.bootstrap_servers, self.properties, transaction.transactional_id, self._timeout_ms
+        )
+        self._release(transaction)
+
+    def recover_and_commit(self, transaction: KafkaTransaction) -> None:
+        self._tx_admin().commit(transaction)
+
+    def recover_and_abort(self, transaction: KafkaTransaction) -> None:
+        fence_and_abort(
+            self.bootstrap_servers, self.properties, transaction.transactional_id, self._timeout_ms
+        )
+
+    def abort_lingering(
+        self, keep: list[KafkaTransaction], ctx: RuntimeContext, *, job_ended: bool = False
+    ) -> None:
+        """Abort every transaction open under this sink's prefix that no checkpoint will
+        commit: in a subtask, those of the old subtasks it stands for (``j % parallelism
+        == subtask``); on the driver at the end of the job, all of them. ``keep`` (the
+        restored checkpoint's pending transactions, committed by their owners) is left
+        alone, as is anything this subtask has open now."""
+        prefix = self.prefix(ctx)
+        kept = {t.identity for t in keep}
+        admin = self._tx_admin()
+        for tid, described in admin.open_transactions(prefix + "-").items():
+            parsed = parse_transactional_id(prefix, tid)
+            if parsed is None or tid in self._live:
+                continue
+            if not job_ended and parsed[0] % ctx.parallelism != ctx.subtask_index:
+                continue
+            if (tid, int(described.producer_id), int(described.producer_epoch)) in kept:
+                continue
+            log.info(
+                "KafkaSink of job %r: aborting transaction %s (state %s), which no "
+                "checkpoint will commit",
+                ctx.job_name,
+                tid,
+                described.state.value,
+            )
+            fence_and_abort(self.bootstrap_servers, self.properties, tid, self._timeout_ms)
+        if job_ended:
+            self.close()
+
+    def _release(self, transaction: KafkaTransaction) -> None:
+        parsed = (
+            parse_transactional_id(self.prefix(self._ctx), transaction.transactional_id)
+            if self._ctx is not None
+            else None
+        )
+        if parsed is not None and parsed[0] == self._ctx.subtask_index:  # type: ignore[union-attr]
+            self._busy.discard(parsed[1])
+            self._prepare_spare()
+
+    def close(self) -> None:
+        """Drop the producers: their open transactions stay open (a restore commits or
+        aborts them; the broker's transaction timeout is the last resort)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[1].cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._live.clear()
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+
+def default_prefix(job_name: str, sink_uid: str) -> str:
+    """``lockgate-<job name>-<sink uid>``, with characters Kafka ids should not hold
+    replaced; a long one is cut and made unique with a hash of the whole."""
+    raw = f"lockgate-{job_name}-{sink_uid}"
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", raw)
+    if len(clean) > 120 or clean != raw:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+        clean = f"{clean[:109]}-{digest}"
+    return clean
+
+
+def _commit_live(producer: Any, transaction: KafkaTransaction) -> None:
+    """Commit the open transaction of a live producer (retrying what librdkafka calls
+    retriable)."""
+    ck = confluent_kafka()
+    for _ in range(100):
+        try:
+            producer.commit_transaction(RETRY_FOR_S)
+            return
+        except ck.KafkaException as e:
+            error = e.args[0]
+            if not error.retriable():
+                raise RuntimeError(
+                    f"committing Kafka transaction {transaction.transactional_id!r} failed: {error}"
+                ) from e
+    raise RuntimeError(f"committing {transaction.transactional_id!r} kept failing")
+
+
+class _Encoder:
+    """Turns records into Kafka messages for one subtask and watches their delivery."""
+
+    def __init__(self, sink: KafkaSink, ctx: RuntimeContext) -> None:
+        self.sink = sink
+        self.ctx = ctx
+        #: records produced by this subtask in this attempt (a record's position)
+        self.count = 0
+        self.failures: list[str] = []
+
+    def where(self, n: int) -> str:
+        return (
+            f"record #{n} of subtask {self.ctx.subtask_index + 1}/{self.ctx.parallelism} of "
+            f"{self.ctx.operator_name!r} in attempt {self.ctx.attempt_number}"
+        )
+
+    def delivered(self, error: Any, message: Any) -> None:
+        """librdkafka's delivery report (only failures are reported)."""
+        if error is not None:
+            key = message.key()
+            value = message.value() or b""
+            self.failures.append(
+                f"the broker refused a record for topic {message.topic()!r} (key {key!r}, "
+                f"value {value[:80]!r}..., {len(value)} bytes): {error.str()}"
+            )
+
+    def check(self) -> None:
+        if self.failures:
+            failures, self.failures = self.failures, []
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise ValueError(
+                f"KafkaSink of {self.ctx.operator_name!r}: {failures[0]}{more}; a record "
+                "over the topic's max.message.bytes must be made smaller (or the limit "
+                "raised): it is never dropped"
+            )
+
+    def encode_value(self, record: Any, n: int) -> bytes:
+        fmt = self.sink.format
+        try:
+            if fmt == "json":
+                return json.dumps(
+                    record, default=_json_default, ensure_ascii=False, allow_nan=False
+                ).encode()
+            if fmt == "text":
+                if not isinstance(record, str):
+                    raise TypeError(f"format='text' takes str records, got {type(record).__name__}")
+                return record.encode()
+            if not isinstance(record, (bytes, bytearray, memoryview)):
+                raise TypeError(f"format='bytes' takes bytes records, got {type(record).__name__}")
+            return bytes(record)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"KafkaSink cannot encode {self.where(n)} as {fmt}: {e}; record: {record!r:.200}"
+            ) from e
+
+    def encode_key(self, record: Any, n: int) -> bytes | None:
+        key = self.sink.key
+        if key is None:
+            return None
+        try:
+            value = key(record) if callable(key) else record[key]
+        except (KeyError, TypeError, IndexError) as e:
+            raise ValueError(
+                f"KafkaSink cannot take the key of {self.where(n)}: {type(e).__name__}: {e}; "
+                f"record: {record!r:.200}"
+            ) from e
+        if value is None or isinstance(value, bytes):
+            return value
+        return str(value).encode()
+
+    def produce(self, producer: Any, batch: Batch) -> int:
+        """Send ``batch``'s records; returns how many."""
+        ck = confluent_kafka()
+        topic = self.sink.topic
+        rows = to_rows(batch)
+        for record in rows:
+            n = self.count
+            value = self.encode_value(record, n)
+            key = self.encode_key(record, n)
+            name = topic(record) if callable(topic) else topic
+            while True:
+                try:
+                    producer.produce(name, value, key)
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: serve deliveries
+                except ck.KafkaException as e:
+                    raise ValueError(
+                        f"KafkaSink cannot send {self.where(n)} to topic {name!r} (key "
+                        f"{key!r}, {len(value)} bytes): {e.args[0].str()}; a record is never "
+                        "dropped: make it smaller or raise message.max.bytes"
+                    ) from e
+            self.count += 1
+        producer.poll(0)
+        self.check()
+        return len(rows)
+
+    def flush(self, producer: Any) -> None:
+        """Wait until every record sent is acknowledged (or refused: then raise)."""
+        left = producer.flush(FLUSH_TIMEOUT_S)
+        self.check()
+        if left:
+            raise TimeoutError(
+                f"KafkaSink of {self.ctx.operator_name!r}: {left} records were not "
+                f"acknowledged by {self.sink.bootstrap_servers} within {FLUSH_TIMEOUT_S} s"
+            )
+
+
+class _DirectWriter(SinkWriter):
+    """``at_least_once`` and ``none``: one producer, no transactions."""
+
+    def __init__(self, sink: KafkaSink, ctx: RuntimeContext) -> None:
+        ck = confluent_kafka()
+        self.sink = sink
+        self.encoder = _Encoder(sink, ctx)
+        config: dict[str, Any] = {
+            **sink.properties,
+            "bootstrap.servers": sink.bootstrap_servers,
+            "on_delivery": self.encoder.delivered,
+            "delivery.report.only.error": True,
+        }
+        if sink.delivery == "at_least_once":
+            config.update({"enable.idempotence": True, "acks": "all"})
+        self.producer = ck.Producer(config)
+
+    def write(self, batch: Batch) -> None:
+        self.encoder.produce(self.producer, batch)
+
+    def snapshot_state(self, checkpoint_id: int) -> None:
+        """``at_least_once``: the barrier waits until every record before it is
+        acknowledged, so the checkpoint covers them (M-X1)."""
+        if self.sink.delivery == "at_least_once":
+            self.encoder.flush(self.producer)
+
+    def finish(self) -> None:
+        self.encoder.flush(self.producer)
+
+    def close(self) -> None:
+        self.producer.flush(0)
+
+
+def _topic_name_ok(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9._-]{1,249}", name)) and name not in (".", "..")
+
+
+def _ms(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

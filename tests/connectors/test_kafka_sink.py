@@ -1,0 +1,265 @@
+"""KafkaSink against the real broker (M-X1, M-X2, M-X3): exactly-once output through
+seeded failures (one of them between pre-commit and commit), at-least-once output with its
+duplicates counted, no transaction left open however the job ends, bad records failing
+with their position, and the transaction timeout checked before the job starts.
+
+A replayable sequence -> a keyed running total -> KafkaSink; the failure-free output is
+known exactly (one record ``{k, v, total}`` per value)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import lockgate as lg
+from conftest import wait_until
+from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
+from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
+from lockgate.connectors.sequence import SequenceSource
+from lockgate.errors import ConfigurationError
+from lockgate.testing import FailAtRecord, FailCommit, KillWorker, inject_faults, seeded_faults
+
+N = 60_000
+CHUNK = 2_000
+RATE = 15_000
+
+
+class RunningTotal(lg.KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):
+        total = self.total.value() + value["v"]
+        self.total.update(total)
+        yield {"k": value["k"], "v": value["v"], "total": total}
+
+
+def to_record(v):
+    return {"k": int(v) // CHUNK, "v": int(v)}
+
+
+def key_of(record):
+    return record["k"]
+
+
+def expected(n: int = N) -> list[tuple[int, int, int]]:
+    totals: dict[int, int] = {}
+    out = []
+    for v in range(n):
+        k = v // CHUNK
+        totals[k] = totals.get(k, 0) + v
+        out.append((k, v, totals[k]))
+    return out
+
+
+def output(topic: str) -> list[tuple[int, int, int]]:
+    return sorted(((r["k"], r["v"], r["total"]) for r in read_committed(topic)), key=lambda r: r[1])
+
+
+def build(
+    executor,
+    tmp_path,
+    topic: str,
+    *,
+    delivery="exactly_once",
+    faults=(),
+    rate=RATE,
+    n=N,
+    prefix=None,
+    attempts=10,
+    bounded=True,
+):
+    env = lg.StreamEnvironment(parallelism=2, executor=executor)
+    env.enable_checkpointing(150)
+    env.checkpoint_config.storage = str(tmp_path / "checkpoints")
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=attempts, delay=0))
+    source = SequenceSource(0, n, rows_per_second=rate, bounded=bounded)
+    totals = (
+        env.from_source(source, name="numbers")
+        .uid("numbers")
+        .map(to_record, name="to record")
+        .key_by(key_of)
+        .process(RunningTotal(), name="running total")
+        .uid("totals")
+    )
+    totals.sink_to(
+        KafkaSink(BOOTSTRAP, topic, key="k", delivery=delivery, transactional_id_prefix=prefix),
+        name="kafka",
+    ).uid("kafka")
+    if faults:
+        inject_faults(env, *faults)
+    return env
+
+
+@pytest.mark.hang_guard(300)
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
+def test_m_x2_m_x3_kafka_sink_is_exactly_once_through_seeded_failures(
+    executor, tmp_path, kafka_topic
+) -> None:
+    """Five seeded faults (in the source, the operator, an alignment, an async snapshot and
+    between pre-commit and commit): a read_committed reader sees exactly the failure-free
+    output, and no transaction of the sink's prefix is left open."""
+    topic = kafka_topic(3)
+    prefix = f"lgtest-eo-{topic[-8:]}"
+    faults = seeded_faults(
+        20,
+        5,
+        operators={"source": "numbers", "operator": "running total", "sink": "kafka"},
+        records=4_000,
+    )
+    assert any(isinstance(f, FailCommit) for f in faults)
+    env = build(executor, tmp_path, topic, faults=faults, prefix=prefix)
+    result = env.execute("kafka exactly once")
+    assert result.attempts == 6, f"every fault fires once: {result.attempts} attempts"
+    got = output(topic)
+    assert len(got) == N, f"{len(got)} records committed, expected {N}"
+    assert got == expected()
+    assert open_transactions(prefix) == []
+
+
+@pytest.mark.spark
+@pytest.mark.hang_guard(200)
+def test_m_r1_kafka_sink_survives_a_killed_python_worker(
+    spark_executor, tmp_path, kafka_topic
+) -> None:
+    topic = kafka_topic(3)
+    prefix = f"lgtest-kill-{topic[-8:]}"
+    env = build(
+        spark_executor,
+        tmp_path,
+        topic,
+        prefix=prefix,
+        faults=[KillWorker("running total", record=8_000, attempt=0, subtask=1)],
+    )
+    assert env.execute("kafka kill a worker").attempts == 2
+    assert output(topic) == expected()
+    assert open_transactions(prefix) == []
+
+
+@pytest.mark.hang_guard(200)
+def test_m_x1_at_least_once_keeps_every_record_and_counts_duplicates(tmp_path, kafka_topic) -> None:
+    topic = kafka_topic(3)
+    faults = [
+        FailAtRecord("running total", record=6_000, attempt=0, subtask=0),
+        FailAtRecord("running total", record=9_000, attempt=1, subtask=1),
+    ]
+    env = build(lg.LocalExecutor(), tmp_path, topic, delivery="at_least_once", faults=faults)
+    assert env.execute("kafka at least once").attempts == 3
+    got = collections.Counter(output(topic))
+    assert set(got) == set(expected()), "every record is present, none is made up"
+    # what the failed attempts sent after their last checkpoint is sent again: allowed
+    duplicates = sum(c - 1 for c in got.values())
+    print(f"at_least_once: {duplicates} duplicates of {N} records")
+
+
+@pytest.mark.hang_guard(200)
+def test_m_x2_cancelling_leaves_no_open_transaction_and_only_committed_output(
+    tmp_path, kafka_topic
+) -> None:
+    """An unbounded job cancelled mid-run: the driver commits the newest completed
+    checkpoint's transactions and aborts the rest; a read_committed reader is not held
+    back and reads a prefix-closed output (each key's totals in order, nothing repeated)."""
+    topic = kafka_topic(2)
+    prefix = f"lgtest-cancel-{topic[-8:]}"
+    env = build(
+        lg.LocalExecutor(), tmp_path, topic, prefix=prefix, rate=5_000, n=10**9, bounded=False
+    )
+    client = env.execute_async("kafka cancel")
+    try:
+        wait_until(
+            lambda: (
+                sum(1 for c in client.checkpoints() if c.status == "completed") >= 3
+                or client.done()
+            ),
+            "three checkpoints complete",
+            timeout_s=60,
+        )
+        wait_until(
+            lambda: bool(open_transactions(prefix)), "the running job has a transaction open"
+        )
+    finally:
+        client.cancel()
+    result = client.wait(60)
+    assert result.status is lg.JobStatus.CANCELED, result
+    assert open_transactions(prefix) == []
+    got = output(topic)
+    assert got, "completed checkpoints published records"
+    assert len(set(got)) == len(got), "no record repeated"
+    by_key: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
+    for r in got:
+        by_key[r[0]].append(r)
+    for k, rows in by_key.items():
+        # each key's committed records are its first values, with their running totals
+        first = k * CHUNK
+        want = [(k, v, (first + v) * (v - first + 1) // 2) for v in range(first, first + len(rows))]
+        assert rows == want, f"key {k}: committed records are not a gap-free prefix"
+
+
+def test_m_x2_a_record_that_cannot_be_encoded_fails_with_its_position(tmp_path, kafka_topic):
+    topic = kafka_topic(1)
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_collection([{"a": 1}, {"a": {1, 2}}, {"a": object()}]).sink_to(
+        KafkaSink(BOOTSTRAP, topic, delivery="at_least_once"), name="out"
+    )
+    with pytest.raises(lg.JobFailedError) as info:
+        env.execute("bad record")
+    text = str(info.value)
+    assert "record #2" in text and "cannot encode" in text and "object" in text, text
+
+
+def test_m_x2_an_oversized_record_fails_never_dropped(tmp_path, kafka_topic):
+    topic = kafka_topic(1)
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_collection(["small", "x" * 2_000_000]).sink_to(
+        KafkaSink(BOOTSTRAP, topic, format="text", delivery="at_least_once"), name="out"
+    )
+    with pytest.raises(lg.JobFailedError) as info:
+        env.execute("oversized record")
+    text = str(info.value)
+    assert "record #1" in text and "2000000 bytes" in text, text
+
+
+def test_m_x2_a_transaction_timeout_shorter_than_a_checkpoint_is_refused(tmp_path, kafka_topic):
+    topic = kafka_topic(1)
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.enable_checkpointing(5_000)
+    env.checkpoint_config.timeout = 60_000
+    env.from_source(SequenceSource(0, 10)).sink_to(
+        KafkaSink(BOOTSTRAP, topic, properties={"transaction.timeout.ms": 30_000}), name="out"
+    )
+    with pytest.raises(ConfigurationError, match="65000 ms in all"):
+        env.execute("short timeout")
+
+
+def test_kafka_sink_arguments_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="bootstrap_servers"):
+        KafkaSink("nohostport", "t")
+    with pytest.raises(ConfigurationError, match="topic"):
+        KafkaSink(BOOTSTRAP, "bad topic!")
+    with pytest.raises(ConfigurationError, match="delivery"):
+        KafkaSink(BOOTSTRAP, "t", delivery="twice")
+    with pytest.raises(ConfigurationError, match="format"):
+        KafkaSink(BOOTSTRAP, "t", format="avro")
+    with pytest.raises(ConfigurationError, match="transactional_id_prefix"):
+        KafkaSink(BOOTSTRAP, "t", transactional_id_prefix="has space")
+    with pytest.raises(ConfigurationError, match="is for delivery='exactly_once' only"):
+        KafkaSink(BOOTSTRAP, "t", delivery="none", transactional_id_prefix="p")
+    with pytest.raises(ConfigurationError, match="transactional.id"):
+        KafkaSink(BOOTSTRAP, "t", properties={"transactional.id": "x"})
+    with pytest.raises(ConfigurationError, match="transaction.timeout.ms"):
+        KafkaSink(BOOTSTRAP, "t", properties={"transaction.timeout.ms": "soon"})
+    with pytest.raises(ConfigurationError, match="key"):
+        KafkaSink(BOOTSTRAP, "t", key=3)
+
+
+def test_default_prefix_names_job_and_sink() -> None:
+    assert default_prefix("sales", "kafka") == "lockgate-sales-kafka"
+    odd = default_prefix("sales job/2", "kafka")
+    assert odd.startswith("lockgate-sales_job_2-kafka-") and odd != default_prefix(
+        "sales job_2", "kafka"
+    )
