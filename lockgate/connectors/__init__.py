@@ -6,6 +6,8 @@ from .collection import CollectionSource
 from .discarding_sink import DiscardingSink
 from .file_sink import FileSink
 from .file_source import FileSource
+from .kafka_sink import KafkaSink
+from .kafka_source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource
 from .postgres_sink import PostgresSink
 from .print_sink import PrintSink
@@ -22,6 +24,8 @@ __all__ = [
     "FileSource",
     "FinalCommit",
     "InputStatus",
+    "KafkaSink",
+    "KafkaSource",
     "NatsJetStreamSource",
     "PostgresSink",
     "PrintSink",
