@@ -57,9 +57,12 @@ def add_partitions(name: str, total: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         meta = client.list_topics(name, timeout=10).topics.get(name)
-        if meta is not None and len(meta.partitions) == total:
-            if all(p.leader >= 0 for p in meta.partitions.values()):
-                return
+        if (
+            meta is not None
+            and len(meta.partitions) == total
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
+            return
         time.sleep(0.05)  # bounded polling for the new partitions' leaders
     pytest.fail(f"Kafka topic {name!r}: the new partitions had no leader within 30 s")
 

@@ -56,6 +56,13 @@ class ReaderOutput(ABC):
         only what it must. Readers that know their splits should call this."""
         self.emit(batch)
 
+    def split_started(self, split_id: Any) -> None:
+        """Split ``split_id`` is assigned and will be read: from now on it holds the
+        watermark back (at its start, until its first batch or until it goes idle with
+        ``with_idleness``), as Flink's split outputs do (M-W1). Call it once per split,
+        before the split's first batch; a split never announced is registered by its
+        first batch, so a watermark emitted before it may already have passed it."""
+
     def split_finished(self, split_id: Any) -> None:
         """Split ``split_id`` is exhausted: it no longer holds the watermark back."""
 

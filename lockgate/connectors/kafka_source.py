@@ -404,6 +404,9 @@ class _KafkaReader(SourceReader):
         self.splits: dict[tuple[str, int], KafkaSplit] = {}
         #: every partition this reader has had (discovery starts only the others)
         self.known: set[tuple[str, int]] = set()
+        #: splits added since the last poll, announced to the output (``split_started``)
+        #: so that they hold the watermark back before their first record (M-W1)
+        self._unannounced: list[str] = []
         #: final offsets of splits that finished since the last commit (group_id only)
         self._finished_offsets: dict[tuple[str, int], int] = {}
         interval = source.discovery_interval_s
@@ -425,6 +428,7 @@ class _KafkaReader(SourceReader):
             if split.finished:
                 continue
             self.splits[key] = replace(split)
+            self._unannounced.append(split.split_id)
             new.append(ck.TopicPartition(split.topic, split.partition, split.offset))
         if new:
             self.consumer.incremental_assign(new)
@@ -435,6 +439,10 @@ class _KafkaReader(SourceReader):
         records too). A bounded split ends when its position reaches its end."""
         if self._next_discovery is not None and time.monotonic() >= self._next_discovery:
             self._discover()
+        if self._unannounced:
+            for split_id in self._unannounced:
+                output.split_started(split_id)
+            self._unannounced = []
         if not self.splits:
             return (
                 InputStatus.END_OF_INPUT if self.source.bounded else InputStatus.NOTHING_AVAILABLE

@@ -72,6 +72,9 @@ class _Counting(ReaderOutput):
         self.count += num_rows(batch)
         self.inner.emit_from_split(split_id, batch)
 
+    def split_started(self, split_id: Any) -> None:
+        self.inner.split_started(split_id)
+
     def split_finished(self, split_id: Any) -> None:
         self.inner.split_finished(split_id)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,18 +19,22 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import FileProbe, on_executors, wait_until
-from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
 from recording_output import RecordingOutput
 
 import lockgate as lg
-from lockgate.connectors import RateLimitedSource
+from conftest import on_executors, wait_until
+from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
+from lockgate.connectors import RateLimitedSource, kafka_source
 from lockgate.connectors.base import InputStatus, SourceReader
-from lockgate.connectors import kafka_source
 from lockgate.connectors.kafka_source import EARLIEST, KafkaSource, KafkaSplit, owner_of
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
-from lockgate.testing import inject_faults, seeded_faults
+from lockgate.testing import (
+    FailAtRecord,
+    FailDuringAlignment,
+    FailSnapshot,
+    inject_faults,
+)
 from running_sums import expected_running_sums
 
 # --------------------------------------------------------------------------------- helpers
@@ -357,9 +362,7 @@ def test_with_dead_letter_a_malformed_record_goes_to_the_side_output_with_its_po
 ) -> None:
     topic = kafka_topic(1)
     produce(topic, [b'"a"', bad, b'"b"', bad], raw=True)
-    source = KafkaSource(
-        BOOTSTRAP, topic, format=fmt, on_error="dead_letter", max_record_bytes=64
-    )
+    source = KafkaSource(BOOTSTRAP, topic, format=fmt, on_error="dead_letter", max_record_bytes=64)
     assert source.side_outputs == ("dead-letter",)
     reader = open_reader(source)
     out = RecordingOutput()
@@ -482,3 +485,335 @@ def test_a_missing_topic_or_unreachable_broker_fails_naming_them(monkeypatch) ->
     with pytest.raises(ConfigurationError) as err:
         KafkaSource("127.0.0.1:1", "t").check_before_run()
     assert "cannot reach Kafka at '127.0.0.1:1'" in str(err.value) and "'t'" in str(err.value)
+
+
+# --------------------------------------------------------------------------------- jobs
+
+#: the exactly-once job: keys are v // CHUNK and key k lives in partition k % 3, so each
+#: key's records come from one partition in order and the failure-free output is known
+RECORDS = 30_000
+CHUNK = 500
+
+
+class RunningSum(lg.KeyedProcessFunction):
+    def open(self, ctx):
+        self.total = ctx.get_state(lg.ValueStateDescriptor("sum", default=0))
+
+    def process_element(self, value, ctx):
+        total = self.total.value() + value["v"]
+        self.total.update(total)
+        yield {"k": value["k"], "v": value["v"], "sum": total}
+
+
+def key_of(record):
+    return record["k"]
+
+
+@pytest.mark.hang_guard(240)
+@pytest.mark.parametrize(("executor", "parallelism"), on_executors(2), indirect=["executor"])
+def test_a_keyed_running_sum_is_exactly_once_through_injected_failures_M_X1_M_R1(
+    kafka_topic, executor, parallelism, caplog
+) -> None:
+    """M-X1, M-R1: four faults (in the source, the operator, an alignment and an
+    asynchronous snapshot) fail four attempts; each restore seeks every partition back
+    to its checkpointed offset, so the collected output equals the failure-free run's."""
+    topic = kafka_topic(3)
+    produce(
+        topic,
+        [{"k": v // CHUNK, "v": v} for v in range(RECORDS)],
+        partitioner=lambda i, r: r["k"] % 3,
+    )
+    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
+    env.enable_checkpointing(timedelta(milliseconds=100))
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=8, delay=0))
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True)
+    sums = (
+        env.from_source(RateLimitedSource(source, 8_000), name="kafka")
+        .uid("kafka")
+        .key_by(key_of)
+        .process(RunningSum(), name="running sum")
+        .uid("sums")
+    )
+    # attempt 0 fails its third checkpoint, so two completed: every later attempt
+    # restores one, then fails in the source, the operator, an alignment
+    inject_faults(
+        env,
+        FailSnapshot("running sum", checkpoint=3, phase="async", attempt=0, subtask=0),
+        FailAtRecord("kafka", record=1_000, attempt=1, subtask=0),
+        FailAtRecord("running sum", record=1_000, attempt=2, subtask=parallelism - 1),
+        FailDuringAlignment("running sum", attempt=3, subtask=0),
+    )
+    with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
+        out = sums.execute_and_collect("kafka exactly once", executor=executor)
+    restores = [r for r in caplog.records if " restores " in r.getMessage()]
+    assert len(restores) == 4, "each later attempt restored a checkpoint"
+    got = sorted(out, key=lambda r: r["v"])
+    assert len(got) == RECORDS, f"{len(got)} records, expected {RECORDS}"
+    assert got == expected_running_sums(RECORDS, CHUNK)
+
+
+def read_published(folder: Any) -> list[int]:
+    """The values an exactly-once FileSink published (``part-*`` files) in ``folder``."""
+    return [
+        json.loads(line)["v"]
+        for p in sorted(folder.glob("part-*"))
+        for line in p.read_text().splitlines()
+        if line
+    ]
+
+
+@pytest.mark.hang_guard(180)
+def test_a_savepoint_at_2_subtasks_restores_at_3_without_loss_or_repeat_M_R3(
+    kafka_topic, probe, tmp_path
+) -> None:
+    """M-R3, M-T4: the splits of both old subtasks reach every new one; each keeps the
+    partitions it owns at 3 subtasks, so every partition is read by exactly one, from
+    its savepointed offset: the two runs' published output holds each record once."""
+    topic = kafka_topic(6)
+    n = 6_000
+    produce(topic, [{"v": v} for v in range(n // 2)], partitioner=lambda i, r: r["v"] % 6)
+
+    def run(parallelism: int, folder: Any, restore: str | None) -> Any:
+        env = lg.StreamEnvironment(parallelism=parallelism, executor=lg.LocalExecutor())
+        env.enable_checkpointing(timedelta(milliseconds=100))
+        stream = env.from_source(KafkaSource(BOOTSTRAP, topic), name="kafka").uid("kafka")
+        stream = stream.map(lambda r: probe.add(r["v"]) or r, name="seen").uid("seen")
+        stream.sink_to(lg.connectors.FileSink(str(folder), format="jsonl")).uid("sink")
+        return env.execute_async(f"kafka p{parallelism}", restore_from=restore)
+
+    first = run(2, tmp_path / "out-1", None)
+    try:
+        wait_until(lambda: len(probe) >= n // 2, "the first half read at 2 subtasks", 60)
+        savepoint = first.stop_with_savepoint(str(tmp_path / "sp"), timeout=60)
+    except BaseException:
+        first.cancel()
+        raise
+    assert first.wait(60).status is lg.JobStatus.FINISHED
+    before = read_published(tmp_path / "out-1")
+    assert sorted(before) == list(range(n // 2))
+    # the second half: every partition's offset in the savepoint is mid-partition now
+    produce(topic, [{"v": v} for v in range(n // 2, n)], partitioner=lambda i, r: r["v"] % 6)
+
+    second = run(3, tmp_path / "out-2", savepoint)
+    try:
+        wait_until(
+            lambda: len(read_published(tmp_path / "out-2")) >= n // 2,
+            "the second half published at 3 subtasks",
+            60,
+        )
+    finally:
+        second.cancel()
+        second.wait(60)
+    after = read_published(tmp_path / "out-2")
+    assert sorted(before + after) == list(range(n)), "each record exactly once"
+
+
+#: event times of the watermark tests start here (a timestamp of 0 means "now" to the
+#: producer); a multiple of the 1 s windows
+T0 = 1_700_000_000_000
+
+
+def test_a_lagging_partition_holds_the_watermark_back_so_nothing_is_late_M_W1(
+    kafka_topic,
+) -> None:
+    """M-W1: each partition has its own watermark generator and the source's watermark
+    is their minimum. Partition 0 holds 200 records at T0 + 10 s, read at once; partition 1
+    holds 20,000 records from T0 to T0 + 10 s, read over many polls. With one generator for
+    both, the watermark would jump to 10 s and partition 1's windows would lose their
+    late records; per partition, every window counts all its records."""
+    topic = kafka_topic(2)
+    produce(
+        topic,
+        [{"k": 0}] * 200,
+        partition=0,
+        timestamps=[T0 + 10_000 + i for i in range(200)],
+    )
+    produce(
+        topic, [{"k": 0}] * 20_000, partition=1, timestamps=[T0 + i // 2 for i in range(20_000)]
+    )
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    strategy = (
+        lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
+        .with_timestamp_assigner("ts")
+        .with_periodic_emit_interval(1)
+    )
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True, timestamp_field="ts")
+    counts = (
+        env.from_source(
+            RateLimitedSource(source, 40_000), name="kafka", watermark_strategy=strategy
+        )
+        .key_by("k")
+        .window(lg.TumblingEventTimeWindows.of(1000))
+        .aggregate(lg.agg.count(), name="count")
+        .execute_and_collect("kafka watermarks")
+    )
+    got = sorted((r["window_start"] - T0, r["count"]) for r in counts)
+    assert got == [(s, 2000) for s in range(0, 10_000, 1000)] + [(10_000, 200)]
+
+
+def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
+    kafka_topic, probe
+) -> None:
+    """M-W2: partition 1 has one record at T0, then nothing; partition 0 keeps
+    receiving records 10 ms of event time apart. Partition 1's generator marks it idle
+    after 100 ms, so the watermark follows partition 0 and its windows fire while the
+    job runs (partition 1 alone would hold event time at 0)."""
+    topic = kafka_topic(2)
+    produce(topic, [{"k": 0}], partition=1, timestamps=[T0])
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    strategy = (
+        lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
+        .with_timestamp_assigner("ts")
+        .with_idleness(timedelta(milliseconds=100))
+    )
+    source = KafkaSource(BOOTSTRAP, topic, timestamp_field="ts")
+    (
+        env.from_source(source, name="kafka", watermark_strategy=strategy)
+        .key_by("k")
+        .window(lg.TumblingEventTimeWindows.of(1000))
+        .aggregate(lg.agg.count(), name="count")
+        .map(lambda r: probe.add((r["window_start"] - T0, r["count"])) or r)
+        .sink_to(lg.connectors.DiscardingSink())
+    )
+    stop = threading.Event()
+
+    def feed() -> None:  # partition 0 stays active: a record every 5 ms, 10 ms apart
+        producer = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 0})
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic, b'{"k": 0}', partition=0, timestamp=T0 + i * 10)
+            producer.poll(0)
+            i += 1
+            stop.wait(0.005)  # pacing the feed, not waiting for the job
+        producer.flush(10)
+
+    feeder = threading.Thread(target=feed, name="test feeder", daemon=True)
+    client = env.execute_async("kafka idleness")
+    feeder.start()
+    try:
+        wait_until(lambda: len(probe) >= 3, "the windows up to 3 s fired", 30)
+    finally:
+        stop.set()
+        feeder.join(30)
+        client.cancel()
+        client.wait(60)
+    assert probe.items[:3] == [(0, 101), (1000, 100), (2000, 100)]
+
+
+def test_a_job_sends_malformed_records_to_the_dead_letter_output(kafka_topic) -> None:
+    topic = kafka_topic(2)
+    produce(topic, [b'{"v": 1}', b"nope", b'{"v": 3}'], partition=1, raw=True)
+    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    records = env.from_source(
+        KafkaSource(BOOTSTRAP, topic, bounded=True, on_error="dead_letter"), name="kafka"
+    )
+    dead = records.get_side_output(lg.DEAD_LETTER).map(lambda d: ("dead", d))
+    out = records.map(lambda r: ("good", r)).union(dead).execute_and_collect("kafka dead")
+    assert sorted(r["v"] for tag, r in out if tag == "good") == [1, 3]
+    letters = [d for tag, d in out if tag == "dead"]
+    assert [(d["topic"], d["partition"], d["offset"], d["raw"]) for d in letters] == [
+        (topic, 1, 1, "nope")
+    ]
+    assert letters[0]["location"] == f"{topic}[1]@1"
+
+
+def test_a_job_with_a_malformed_record_fails_naming_topic_partition_and_offset(
+    kafka_topic,
+) -> None:
+    topic = kafka_topic(1)
+    produce(topic, [b"1", b"{"], raw=True)
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_source(KafkaSource(BOOTSTRAP, topic, bounded=True), name="kafka").sink_to(
+        lg.connectors.DiscardingSink()
+    )
+    with pytest.raises(lg.JobFailedError) as err:
+        env.execute("kafka malformed")
+    assert isinstance(err.value.__cause__, MalformedRecordError)
+    assert err.value.__cause__.location == f"{topic}[0]@1"
+    assert err.value.reason is lg.FailureReason.MALFORMED_INPUT
+
+
+def test_a_job_on_a_missing_topic_fails_before_it_runs_naming_it() -> None:
+    missing = f"lgtest-missing-{uuid.uuid4().hex[:8]}"
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_source(KafkaSource(BOOTSTRAP, missing), name="kafka").sink_to(
+        lg.connectors.DiscardingSink()
+    )
+    with pytest.raises(ConfigurationError) as err:
+        env.execute("kafka missing topic")
+    assert repr(missing) in str(err.value) and BOOTSTRAP in str(err.value)
+
+
+class Seen(lg.MapFunction):
+    """Reports ``(attempt, v)`` of every record to ``probe``."""
+
+    def __init__(self, probe: Any) -> None:
+        self.probe = probe
+
+    def open(self, ctx):
+        self.attempt = ctx.attempt_number
+
+    def map(self, value):
+        self.probe.add((self.attempt, value["v"]))
+        return value
+
+
+def test_a_restart_before_any_checkpoint_replays_the_same_records_from_latest(
+    kafka_topic, probe
+) -> None:
+    """``start="latest"`` is resolved once, when the job is submitted: attempt 0 fails
+    without a checkpoint, and attempt 1 starts again at that offset (not at the end
+    offsets of its own start), so it reads the same 100 records."""
+    topic = kafka_topic(2)
+    produce(topic, [{"v": -1}] * 10, partitioner=by_partition(10, 2))  # before: not read
+    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
+    (
+        env.from_source(KafkaSource(BOOTSTRAP, topic, start="latest"), name="kafka")
+        .map(Seen(probe), name="seen")
+        .sink_to(lg.connectors.DiscardingSink())
+    )
+    inject_faults(env, FailAtRecord("seen", record=30, attempt=0, subtask=None))
+    client = env.execute_async("kafka latest")  # the start offsets are fixed now
+    try:
+        produce(topic, [{"v": v} for v in range(100)], partitioner=by_partition(100, 2))
+        wait_until(
+            lambda: sorted(v for a, v in probe.items if a == 1) == list(range(100)),
+            "attempt 1 read the 100 records",
+            20,
+        )
+    finally:
+        client.cancel()
+        client.wait(60)
+    assert all(v >= 0 for _, v in probe.items), "the records before the start: never read"
+
+
+def test_a_job_discovers_partitions_added_while_it_runs_and_commits_offsets_to_the_group(
+    kafka_topic, probe
+) -> None:
+    """New partitions are found by the subtask that owns them and read from their
+    earliest offset; completed checkpoints commit every partition's offset to group_id."""
+    topic = kafka_topic(1)
+    group = f"lgtest-{uuid.uuid4().hex[:8]}"
+    produce(topic, [{"v": 0}])
+    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    env.enable_checkpointing(timedelta(milliseconds=100))
+    source = KafkaSource(BOOTSTRAP, topic, group_id=group, partition_discovery_interval=0.1)
+    env.from_source(source, name="kafka").map(lambda r: probe.add(r["v"]) or r).sink_to(
+        lg.connectors.DiscardingSink()
+    )
+    client = env.execute_async("kafka discovery")
+    try:
+        wait_until(lambda: probe.items == [0], "the first record was read", 30)
+        add_partitions(topic, 4)
+        produce(topic, [{"v": v} for v in range(1, 41)], partitioner=lambda i, r: i % 4)
+        wait_until(lambda: len(probe) >= 41, "the records of the new partitions", 30)
+        wait_until(
+            lambda: committed_offsets(group, topic, 4) == {0: 11, 1: 10, 2: 10, 3: 10},
+            "a completed checkpoint committed every partition's offset",
+            30,
+        )
+    finally:
+        client.cancel()
+        client.wait(60)
+    assert sorted(probe.items) == list(range(41))

@@ -30,6 +30,10 @@ class _OperatorReaderOutput(ReaderOutput):
     def emit(self, batch: Batch) -> None:
         self.emit_from_split(SUBTASK_SPLIT, batch)
 
+    def split_started(self, split_id: Any) -> None:
+        if self.operator.watermarks is not None:
+            self.operator.watermarks.add_split(split_id)
+
     def split_finished(self, split_id: Any) -> None:
         if self.operator.watermarks is not None:
             self.operator.watermarks.split_finished(split_id)
