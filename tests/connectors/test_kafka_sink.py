@@ -18,7 +18,7 @@ from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
 from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
 from lockgate.connectors.sequence import SequenceSource
 from lockgate.errors import ConfigurationError
-from lockgate.testing import FailAtRecord, FailCommit, KillWorker, inject_faults, seeded_faults
+from lockgate.testing import FailAtRecord, FailCommit, inject_faults, seeded_faults
 
 N = 60_000
 CHUNK = 2_000
@@ -93,17 +93,13 @@ def build(
 
 
 @pytest.mark.hang_guard(300)
-@pytest.mark.parametrize(
-    "executor",
-    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
-    indirect=True,
-)
 def test_m_x2_m_x3_kafka_sink_is_exactly_once_through_seeded_failures(
-    executor, tmp_path, kafka_topic
+    tmp_path, kafka_topic
 ) -> None:
-    """Five seeded faults (in the source, the operator, an alignment, an async snapshot and
-    between pre-commit and commit): a read_committed reader sees exactly the failure-free
-    output, and no transaction of the sink's prefix is left open."""
+    """Five seeded faults (in the source, the operator, an alignment, an async snapshot
+    and between pre-commit and commit): a read_committed reader sees exactly the
+    failure-free output, and no transaction of the sink's prefix is left open. (On
+    Spark: tests/connectors/test_kafka_end_to_end.py.)"""
     topic = kafka_topic(3)
     prefix = f"lgtest-eo-{topic[-8:]}"
     faults = seeded_faults(
@@ -113,31 +109,12 @@ def test_m_x2_m_x3_kafka_sink_is_exactly_once_through_seeded_failures(
         records=4_000,
     )
     assert any(isinstance(f, FailCommit) for f in faults)
-    env = build(executor, tmp_path, topic, faults=faults, prefix=prefix)
+    env = build(lg.LocalExecutor(), tmp_path, topic, faults=faults, prefix=prefix)
     result = env.execute("kafka exactly once")
     assert result.attempts == 6, f"every fault fires once: {result.attempts} attempts"
     got = output(topic)
     assert len(got) == N, f"{len(got)} records committed, expected {N}"
     assert got == expected()
-    assert open_transactions(prefix) == []
-
-
-@pytest.mark.spark
-@pytest.mark.hang_guard(200)
-def test_m_r1_kafka_sink_survives_a_killed_python_worker(
-    spark_executor, tmp_path, kafka_topic
-) -> None:
-    topic = kafka_topic(3)
-    prefix = f"lgtest-kill-{topic[-8:]}"
-    env = build(
-        spark_executor,
-        tmp_path,
-        topic,
-        prefix=prefix,
-        faults=[KillWorker("running total", record=8_000, attempt=0, subtask=1)],
-    )
-    assert env.execute("kafka kill a worker").attempts == 2
-    assert output(topic) == expected()
     assert open_transactions(prefix) == []
 
 
