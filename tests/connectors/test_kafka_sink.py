@@ -240,3 +240,17 @@ def test_default_prefix_names_job_and_sink() -> None:
     assert odd.startswith("lockgate-sales_job_2-kafka-") and odd != default_prefix(
         "sales job_2", "kafka"
     )
+
+
+def test_m_x2_a_bounded_job_without_checkpoints_publishes_once_at_its_end(tmp_path, kafka_topic):
+    """Without checkpointing, each subtask's records stay in one pre-committed transaction
+    that the driver commits (by producer id and epoch) once the whole job has finished."""
+    topic = kafka_topic(2)
+    prefix = f"lgtest-final-{topic[-8:]}"
+    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    env.from_collection([{"i": i} for i in range(1_000)]).sink_to(
+        KafkaSink(BOOTSTRAP, topic, transactional_id_prefix=prefix), name="out"
+    )
+    env.execute("bounded without checkpoints")
+    assert sorted(r["i"] for r in read_committed(topic)) == list(range(1_000))
+    assert open_transactions(prefix) == []
