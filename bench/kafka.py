@@ -22,7 +22,12 @@ system             how
 lockgate           ``KafkaSource(bounded=True)`` -> ``TumblingEventTimeWindows``
                    -> ``agg.count()`` -> ``KafkaSink(delivery="exactly_once")``,
                    exactly-once checkpoints every 1 s, in this process (local
-                   executor; ``--executors local,spark`` adds Spark ``local[2]``)
+                   executor; ``--executors local,spark`` adds Spark ``local[2]``,
+                   its session and workers started before the timing). Two
+                   decodes (``--lockgate-decode``): ``json``, the source's
+                   ``format="json"`` (``json.loads`` per record), and ``arrow``,
+                   ``format="bytes"`` then ``map_batches`` with pyarrow's JSON
+                   reader (a batch of values at once)
 spark              Structured Streaming, Kafka source and sink
                    (``spark-sql-kafka-0-10``; the sink is at-least-once),
                    ``Trigger.AvailableNow``, ``bench/kafka_spark.py``
@@ -48,7 +53,8 @@ spark``; the jars from Maven Central, cached under ``~/.cache/lockgate``; the br
 ``bash scripts/services.sh``)::
 
     .venv/bin/python bench/kafka.py [--records 5000000] [--systems lockgate,spark,flink]
-                                    [--executors local] [--parallelism 2]
+                                    [--executors local] [--lockgate-decode json,arrow]
+                                    [--parallelism 2]
                                     [--bootstrap 127.0.0.1:9092] [--keep-topics]
                                     [--spark-max-offsets 500000]
 
@@ -62,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import io
 import json
 import os
 import shutil
@@ -252,8 +259,29 @@ def _to_output(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
+INPUT_SCHEMA = pa.schema([("key", pa.int64()), ("ts", pa.int64())])
+
+
+def _decode_json(batch: pa.RecordBatch) -> pa.Table:
+    """The ``arrow`` decode: the batch's raw JSON values (one ``value`` column of bytes)
+    parsed by pyarrow's JSON reader into ``key`` and ``ts`` columns."""
+    import pyarrow.json as pj
+
+    lines = b"\n".join(batch.column(0).to_pylist())
+    options = pj.ParseOptions(explicit_schema=INPUT_SCHEMA, unexpected_field_behavior="ignore")
+    return pj.read_json(io.BytesIO(lines), parse_options=options)
+
+
+DECODES = {
+    "json": "KafkaSource(format='json'): the source decodes each value (json.loads, a dict "
+    "per record)",
+    "arrow": "KafkaSource(format='bytes') -> map_batches(pyarrow.json.read_json): the raw "
+    "values of a batch decoded at once into Arrow columns",
+}
+
+
 def run_lockgate(
-    args: argparse.Namespace, executor_name: str, topic_in: str, topic_out: str
+    args: argparse.Namespace, executor_name: str, decode: str, topic_in: str, topic_out: str
 ) -> dict:
     import lockgate as lg
     from lockgate.connectors.kafka_sink import KafkaSink
@@ -278,20 +306,21 @@ def run_lockgate(
     strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
         DISORDER_MS
     ).with_timestamp_assigner("ts")
+    stream = env.from_source(
+        KafkaSource(
+            args.bootstrap,
+            [topic_in],
+            group_id=f"lgbench-lockgate-{topic_in}",
+            start="earliest",
+            bounded=True,
+            format="json" if decode == "json" else "bytes",
+        ),
+        name="kafka-in",
+    ).uid("kafka-in")
+    if decode == "arrow":
+        stream = stream.map_batches(_decode_json, name="decode").uid("decode")
     (
-        env.from_source(
-            KafkaSource(
-                args.bootstrap,
-                [topic_in],
-                group_id=f"lgbench-lockgate-{topic_in}",
-                start="earliest",
-                bounded=True,
-                format="json",
-            ),
-            name="kafka-in",
-        )
-        .uid("kafka-in")
-        .assign_timestamps_and_watermarks(strategy)
+        stream.assign_timestamps_and_watermarks(strategy)
         .uid("timestamps")
         .key_by("key")
         .window(lg.TumblingEventTimeWindows.of(WINDOW_MS))
@@ -325,6 +354,7 @@ def run_lockgate(
     return {
         "system": "lockgate",
         "executor": type(executor).__name__,
+        "decode": DECODES[decode],
         "version": lg.__version__ if hasattr(lg, "__version__") else None,
         "seconds": seconds,
         "delivery": "exactly-once (Kafka transactions committed on checkpoints)",
@@ -439,6 +469,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=5_000_000)
     ap.add_argument("--systems", default="lockgate,spark,flink")
     ap.add_argument("--executors", default="local", help="lockgate executors: local,spark")
+    ap.add_argument(
+        "--lockgate-decode", default="json,arrow", help="how lockgate decodes: json,arrow"
+    )
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--bootstrap", default=os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092"))
     ap.add_argument("--spark-max-offsets", type=int, default=500_000)
@@ -453,6 +486,11 @@ def main() -> None:
     executors = [e.strip() for e in args.executors.split(",") if e.strip()]
     if not executors or any(e not in ("local", "spark") for e in executors):
         ap.error(f"--executors: a comma-separated subset of local,spark, got {args.executors!r}")
+    decodes = [d.strip() for d in args.lockgate_decode.split(",") if d.strip()]
+    if not decodes or any(d not in DECODES for d in decodes):
+        ap.error(
+            f"--lockgate-decode: a comma-separated subset of json,arrow, got {args.lockgate_decode!r}"
+        )
     if args.records < 1:
         ap.error(f"--records must be at least 1, got {args.records}")
 
@@ -471,22 +509,26 @@ def main() -> None:
     print(f"wrote {args.records:,} records to {topic_in} in {produce_s:.1f} s", file=sys.stderr)
     expected = expected_counts(args.records)
 
-    cases = [("lockgate", e) for e in executors if "lockgate" in systems]
-    cases += [(s, None) for s in ("spark", "flink") if s in systems]
+    cases: list[tuple[str, str, str]] = []
+    if "lockgate" in systems:
+        cases += [("lockgate", e, d) for e in executors for d in decodes]
+    cases += [(s, "", "") for s in ("spark", "flink") if s in systems]
     try:
-        for system, executor in cases:
-            topic_out = f"lgbench-kafka-out-{system}{'-' + executor if executor else ''}-{run_id}"
+        for system, executor, decode in cases:
+            suffix = f"-{executor}-{decode}" if executor else ""
+            topic_out = f"lgbench-kafka-out-{system}{suffix}-{run_id}"
             create_topic(admin, topic_out)
             made.append(topic_out)
             if system == "lockgate":
-                row = run_lockgate(args, executor or "local", topic_in, topic_out)
+                row = run_lockgate(args, executor, decode, topic_in, topic_out)
             else:
                 row = run_peer(system, args, topic_in, topic_out)
             seen, total = read_output(args.bootstrap, topic_out)
             seconds = row.pop("seconds")
             line = {
                 "bench": "kafka",
-                "case": "window-count",
+                "case": f"{system}{suffix}",
+                "job": "window-count",
                 **row,
                 "records": args.records,
                 "keys": KEYS,
