@@ -13,6 +13,17 @@ their own share of the splits they are given (``restores_every_split``), so a re
 another parallelism deals every partition to exactly one subtask, and readers discover
 new partitions without a driver-side enumerator.
 
+Event time: ``timestamp_field`` puts each record's Kafka timestamp into it for a
+timestamp assigner. Each partition is emitted as its own split
+(``emit_from_split``) and announced when assigned (``split_started``), so it has its
+own watermark generator from the start and the source's watermark is the minimum over
+its partitions (M-W1); ``with_idleness`` lets a partition without records stop holding
+it back (M-W2).
+
+Start offsets (``"latest"``, ``"committed"``, a timestamp) are resolved once per job
+run on the driver (``prepare_run``) and travel with the job, so every attempt that
+starts without a checkpoint starts at the same offsets.
+
 A record that cannot be decoded fails the job with ``topic[partition]@offset``
 (``MalformedRecordError``), unless ``on_error="dead_letter"``: then it goes to
 ``lg.DEAD_LETTER`` as a dict with ``location``, ``topic``, ``partition``, ``offset``,
@@ -227,8 +238,6 @@ class KafkaSource(Source):
                 "end offsets then, so it cannot discover partitions; drop "
                 "partition_discovery_interval or pass bounded=False"
             )
-        if self.pattern is not None and self.discovery_interval_s is None and not self.bounded:
-            log.debug("KafkaSource pattern %s without discovery", self.pattern.pattern)
         self.max_record_bytes = check_max_record_bytes(OWNER, max_record_bytes)
         #: the splits of the job's start, resolved once per run (``prepare_run``)
         self._resolved: list[KafkaSplit] | None = None
