@@ -449,7 +449,8 @@ class _Encoder:
         self.ctx = ctx
         #: records produced by this subtask in this attempt (a record's position)
         self.count = 0
-        self.failures: list[str] = []
+        #: (size, description) of each record the brokers refused
+        self.failures: list[tuple[int, str]] = []
 
     def where(self, n: int) -> str:
         return (
@@ -463,16 +464,21 @@ class _Encoder:
             key = message.key()
             value = message.value() or b""
             self.failures.append(
-                f"the broker refused a record for topic {message.topic()!r} (key {key!r}, "
-                f"value {value[:80]!r}..., {len(value)} bytes): {error.str()}"
+                (
+                    len(value),
+                    f"the broker refused a record for topic {message.topic()!r} (key {key!r}, "
+                    f"value {value[:80]!r}..., {len(value)} bytes): {error.str()}",
+                )
             )
 
     def check(self) -> None:
+        """Raise for records the brokers refused (the largest named first: the brokers
+        refuse a whole batch of records for one that is too large)."""
         if self.failures:
-            failures, self.failures = self.failures, []
+            failures, self.failures = sorted(self.failures, reverse=True), []
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             raise ValueError(
-                f"KafkaSink of {self.ctx.operator_name!r}: {failures[0]}{more}; a record "
+                f"KafkaSink of {self.ctx.operator_name!r}: {failures[0][1]}{more}; a record "
                 "over the topic's max.message.bytes must be made smaller (or the limit "
                 "raised): it is never dropped"
             )

@@ -254,3 +254,29 @@ def test_m_x2_a_bounded_job_without_checkpoints_publishes_once_at_its_end(tmp_pa
     env.execute("bounded without checkpoints")
     assert sorted(r["i"] for r in read_committed(topic)) == list(range(1_000))
     assert open_transactions(prefix) == []
+
+
+def test_m_x2_a_record_the_broker_refuses_fails_with_its_topic_key_and_size(tmp_path):
+    """A topic whose max.message.bytes is below the producer's limit: the broker refuses
+    the record; the job fails naming the topic, the record's key and size, never drops it."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"lgtest-small-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    new = NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})
+    for future in admin.create_topics([new]).values():
+        future.result(30)
+    try:
+        env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+        env.from_collection([{"id": "a", "v": "x"}, {"id": "big", "v": "y" * 5_000}]).sink_to(
+            KafkaSink(BOOTSTRAP, topic, key="id", delivery="at_least_once"), name="out"
+        )
+        with pytest.raises(lg.JobFailedError) as info:
+            env.execute("refused record")
+        text = str(info.value)
+        assert topic in text and "b'big'" in text and "bytes" in text, text
+    finally:
+        for future in admin.delete_topics([topic]).values():
+            future.result(30)
