@@ -142,11 +142,11 @@ def test_m_x2_cancelling_leaves_no_open_transaction_and_only_committed_output(
     checkpoint's transactions and aborts the rest; a read_committed reader is not held
     back and reads a prefix-closed output (each key's totals in order, nothing repeated)."""
     topic = kafka_topic(2)
-    prefix = f"lgtest-cancel-{topic[-8:]}"
-    env = build(
-        lg.LocalExecutor(), tmp_path, topic, prefix=prefix, rate=5_000, n=10**9, bounded=False
-    )
-    client = env.execute_async("kafka cancel")
+    # the default prefix: the driver's abort at the end must find the subtasks' ids
+    job = f"kafka cancel {topic[-8:]}"
+    prefix = default_prefix(job, "kafka")
+    env = build(lg.LocalExecutor(), tmp_path, topic, rate=5_000, n=10**9, bounded=False)
+    client = env.execute_async(job)
     try:
         wait_until(
             lambda: (
