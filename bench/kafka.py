@@ -283,6 +283,23 @@ DECODES = {
 }
 
 
+_SPARK_EXECUTORS: dict[int, object] = {}
+
+
+def _spark_executor(parallelism: int) -> object:
+    """One SparkExecutor for every lockgate-on-Spark run, warmed up when made: its session
+    and Python workers start before the timing, as the peers' JVMs do (a second executor
+    in the same session would ship the lockgate package again, which Spark refuses once
+    the sources changed)."""
+    if parallelism not in _SPARK_EXECUTORS:
+        from lockgate.executor.spark import SparkExecutor
+
+        executor = SparkExecutor(master=f"local[{parallelism}]", conf={"spark.ui.enabled": "false"})
+        executor.warm_up()
+        _SPARK_EXECUTORS[parallelism] = executor
+    return _SPARK_EXECUTORS[parallelism]
+
+
 def run_lockgate(
     args: argparse.Namespace, executor_name: str, decode: str, topic_in: str, topic_out: str
 ) -> dict:
@@ -293,14 +310,7 @@ def run_lockgate(
     if executor_name == "local":
         executor: object = lg.LocalExecutor()
     else:
-        from lockgate.executor.spark import SparkExecutor
-
-        spark_executor = SparkExecutor(
-            master=f"local[{args.parallelism}]", conf={"spark.ui.enabled": "false"}
-        )
-        # The session and the Python workers start before the timing, as the peers' JVMs do.
-        spark_executor.warm_up()
-        executor = spark_executor
+        executor = _spark_executor(args.parallelism)
     env = lg.StreamEnvironment(parallelism=args.parallelism)
     env.enable_checkpointing(1000, mode=lg.CheckpointingMode.EXACTLY_ONCE)
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(0, 0))  # a failure ends the run
