@@ -17,7 +17,13 @@ there, and messages of that slot from any other connection are dropped
 
 Each end runs one thread that owns its socket; other threads talk to it
 through a queue and a wake-up pipe. (zmq sockets are not thread-safe: a socket is
-used by the one thread that owns it.) A slot's watchdog sends its STACKS reports on
+used by the one thread that owns it.) The driver's socket thread only receives, checks
+and records (heartbeats, registrations, finished slots) and sends; what the events
+then cause runs on a second thread (:attr:`ControlServer.dispatch`, then
+:attr:`ControlServer.events`, in arrival order): the checkpoint coordinator completes
+a checkpoint there, writing and fsyncing its metadata under its lock, and a slow disk
+must never stop the driver from hearing the slots' heartbeats (it made healthy slots
+look silent: "slot N sent no heartbeat"). A slot's watchdog sends its STACKS reports on
 a socket of its own (:class:`ControlReporter`), because it reports precisely when
 the control thread is stuck.
 """
@@ -155,8 +161,10 @@ class ControlServer:
         self.generation = generation
         self.num_slots = num_slots
         self.events: queue.Queue[ControlEvent] = queue.Queue()
-        #: called in the server thread for every event; returning True consumes it
-        #: (checkpoint acknowledgements reach the coordinator without a hop)
+        #: called in the dispatch thread for every event, in arrival order; returning True
+        #: consumes it (checkpoint acknowledgements go to the coordinator), else it goes
+        #: to ``events``. Never in the socket thread: a dispatch that blocks (the
+        #: coordinator writing a checkpoint's metadata) must not hold up heartbeats.
         self.dispatch: Callable[[ControlEvent], bool] | None = None
         self.rejected: Counter[str] = Counter()
         self.registrations: dict[int, Any] = {}
@@ -177,6 +185,8 @@ class ControlServer:
         #: the sequence number of the last message sent to each slot
         self._sent: Counter[int] = Counter()
         self._outgoing: queue.Queue[tuple[int | None, str, Any]] = queue.Queue()
+        #: events received, on their way to the dispatch thread (None: stop)
+        self._received: queue.Queue[ControlEvent | None] = queue.Queue()
         self._waker = PipeWaker()
         self._stop = threading.Event()
         self._context: Any = zmq.Context.instance()
@@ -191,7 +201,11 @@ class ControlServer:
         self._thread = threading.Thread(
             target=self._run, name="lockgate control server", daemon=True
         )
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_events, name="lockgate control dispatch", daemon=True
+        )
         self._thread.start()
+        self._dispatcher.start()
 
     def send(self, slot: int | None, type_: str, payload: Any = None) -> None:
         """Send to one slot, or to every registered slot when ``slot`` is None."""
@@ -330,10 +344,26 @@ class ControlServer:
         if type_ == HEARTBEAT and payload is not None:
             self.heartbeat_payloads[slot] = payload
         if type_ != HEARTBEAT:
-            event = ControlEvent(type_, slot, payload, now)
-            dispatch = self.dispatch
-            if dispatch is not None and dispatch(event):
+            # handled on the dispatch thread: this one must stay free to hear heartbeats
+            self._received.put(ControlEvent(type_, slot, payload, now))
+
+    def _dispatch_events(self) -> None:
+        """The dispatch thread: each received event, in arrival order, to :attr:`dispatch`
+        (the checkpoint coordinator, which may block on storage) or else to
+        :attr:`events`, until :meth:`close`."""
+        while True:
+            event = self._received.get()
+            if event is None:
                 return
+            try:
+                dispatch = self.dispatch
+                if dispatch is not None and dispatch(event):
+                    continue
+            except Exception:
+                log.exception(
+                    "control: failed to handle a %s event of slot %s", event.type, event.slot
+                )
+                continue
             self.events.put(event)
 
     def thread_stack(self) -> str:
@@ -345,6 +375,10 @@ class ControlServer:
         self._stop.set()
         self._waker.wake()
         self._thread.join(5)
+        self._received.put(None)  # after the server thread: it queues no event any more
+        self._dispatcher.join(5)
+        if self._dispatcher.is_alive():
+            log.warning("control: the dispatch thread did not stop within 5s")
         if self._thread.is_alive():
             log.warning("control: the server thread did not stop within 5s")
             return  # it still polls the waker: leave its pipe open
