@@ -145,12 +145,17 @@ def test_m_x1_m_x2_kafka_to_kafka_is_exactly_once_through_seeded_failures(
 
 
 @pytest.mark.hang_guard(300)
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
 def test_m_x1_kafka_to_kafka_at_least_once_has_every_record(
-    tmp_path, kafka_topic, kafka_input
+    executor, tmp_path, kafka_topic, kafka_input
 ) -> None:
     out = kafka_topic(PARTITIONS)
     env = build(
-        lg.LocalExecutor(),
+        executor,
         tmp_path,
         kafka_input,
         out,
