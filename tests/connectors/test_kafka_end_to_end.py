@@ -22,26 +22,13 @@ from conftest import wait_until
 from kafka_fixtures import BOOTSTRAP, open_transactions, produce, read_committed
 from lockgate.connectors import KafkaSink, KafkaSource, RateLimitedSource
 from lockgate.testing import KillWorker, inject_faults, seeded_faults
+from running_sums import RunningTotal, key_of
 
 N = 300_000
 KEYS = 300  # 1,000 values per key
 PARTITIONS = 3
 RATE = 100_000
 FAULTS = 5
-
-
-class RunningTotal(lg.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):
-        total = self.total.value() + value["v"]
-        self.total.update(total)
-        yield {"k": value["k"], "v": value["v"], "total": total}
-
-
-def key_of(record):
-    return record["k"]
 
 
 def input_records() -> list[dict[str, int]]:

@@ -19,28 +19,15 @@ from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
 from lockgate.connectors.sequence import SequenceSource
 from lockgate.errors import ConfigurationError
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults, seeded_faults
+from running_sums import RunningTotal, key_of
 
 N = 60_000
 CHUNK = 2_000
 RATE = 15_000
 
 
-class RunningTotal(lg.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):
-        total = self.total.value() + value["v"]
-        self.total.update(total)
-        yield {"k": value["k"], "v": value["v"], "total": total}
-
-
 def to_record(v):
     return {"k": int(v) // CHUNK, "v": int(v)}
-
-
-def key_of(record):
-    return record["k"]
 
 
 def expected(n: int = N) -> list[tuple[int, int, int]]:
