@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "nexmark"))
 
-from run_flink import epoch_ms, stop_jvm  # noqa: E402
+from run_flink import epoch_ms, start_mini_cluster, stop_jvm  # noqa: E402
 
 DISORDER_MS = 500
 
@@ -104,26 +104,10 @@ def main() -> None:
     p = args.parallelism
     # A local MiniCluster (one task manager, p slots) started before the timing; the
     # statement is submitted to it over REST, as in bench/nexmark/run_flink.py.
+    cluster, remote = start_mini_cluster(p)
     jvm = get_gateway().jvm
-    cluster_conf = jvm.org.apache.flink.configuration.Configuration()
-    cluster_conf.setString("rest.address", "localhost")
-    cluster_conf.setString("rest.bind-address", "localhost")
-    cluster_conf.setString("rest.bind-port", "0")
-    builder = getattr(jvm.org.apache.flink.runtime.minicluster, "MiniClusterConfiguration$Builder")
-    cluster = jvm.org.apache.flink.runtime.minicluster.MiniCluster(
-        builder()
-        .setConfiguration(cluster_conf)
-        .setNumTaskManagers(1)
-        .setNumSlotsPerTaskManager(p)
-        .build()
-    )
-    cluster.start()
-    rest = cluster.getRestAddress().get()
     settings = {
-        "execution.target": "remote",
-        "rest.address": str(rest.getHost()),
-        "rest.port": str(rest.getPort()),
-        "parallelism.default": str(p),
+        **remote,
         "table.local-time-zone": "UTC",
         "pipeline.jars": args.jar.resolve().as_uri(),
         "execution.checkpointing.interval": f"{args.checkpoint_ms} ms",

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -234,6 +235,35 @@ def stop_jvm(gateway, pid: int) -> None:
         os.waitpid(pid, 0)
 
 
+def start_mini_cluster(p: int) -> tuple[Any, dict[str, str]]:
+    """Start a local Flink MiniCluster (one task manager with ``p`` slots) in PyFlink's
+    JVM; returns it and the settings that submit to it over REST (``execution.target``
+    remote, its address and port, ``parallelism.default``)."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    cluster_conf = jvm.org.apache.flink.configuration.Configuration()
+    cluster_conf.setString("rest.address", "localhost")
+    cluster_conf.setString("rest.bind-address", "localhost")
+    cluster_conf.setString("rest.bind-port", "0")
+    builder = getattr(jvm.org.apache.flink.runtime.minicluster, "MiniClusterConfiguration$Builder")
+    cluster = jvm.org.apache.flink.runtime.minicluster.MiniCluster(
+        builder()
+        .setConfiguration(cluster_conf)
+        .setNumTaskManagers(1)
+        .setNumSlotsPerTaskManager(p)
+        .build()
+    )
+    cluster.start()
+    rest = cluster.getRestAddress().get()
+    return cluster, {
+        "execution.target": "remote",
+        "rest.address": str(rest.getHost()),
+        "rest.port": str(rest.getPort()),
+        "parallelism.default": str(p),
+    }
+
+
 def main() -> None:
     ap = runner_parser(__doc__)
     ap.add_argument(
@@ -268,27 +298,11 @@ def main() -> None:
     # otherwise start inside the job submission); the query is then submitted
     # to it through its REST endpoint, like to a session cluster, so job_seconds
     # does not include the cluster's startup.
+    cluster, remote = start_mini_cluster(p)
     jvm = get_gateway().jvm
-    cluster_conf = jvm.org.apache.flink.configuration.Configuration()
-    cluster_conf.setString("rest.address", "localhost")
-    cluster_conf.setString("rest.bind-address", "localhost")
-    cluster_conf.setString("rest.bind-port", "0")
-    builder = getattr(jvm.org.apache.flink.runtime.minicluster, "MiniClusterConfiguration$Builder")
-    cluster = jvm.org.apache.flink.runtime.minicluster.MiniCluster(
-        builder()
-        .setConfiguration(cluster_conf)
-        .setNumTaskManagers(1)
-        .setNumSlotsPerTaskManager(p)
-        .build()
-    )
-    cluster.start()
-    rest = cluster.getRestAddress().get()
 
     settings = {
-        "execution.target": "remote",
-        "rest.address": str(rest.getHost()),
-        "rest.port": str(rest.getPort()),
-        "parallelism.default": str(p),
+        **remote,
         "table.local-time-zone": "UTC",
         "execution.checkpointing.interval": f"{args.checkpoint_ms} ms",
         "execution.checkpointing.mode": "EXACTLY_ONCE",
