@@ -23,11 +23,13 @@ lockgate           ``KafkaSource(bounded=True)`` -> ``TumblingEventTimeWindows``
                    -> ``agg.count()`` -> ``KafkaSink(delivery="exactly_once")``,
                    exactly-once checkpoints every 1 s, in this process (local
                    executor; ``--executors local,spark`` adds Spark ``local[2]``,
-                   its session and workers started before the timing). Two
+                   its session and workers started before the timing). Three
                    decodes (``--lockgate-decode``): ``json``, the source's
-                   ``format="json"`` (``json.loads`` per record), and ``arrow``,
+                   ``format="json"`` (a dict per record), ``arrow``,
                    ``format="bytes"`` then ``map_batches`` with pyarrow's JSON
-                   reader (a batch of values at once)
+                   reader (a batch of values at once), and ``schema``, the
+                   source's ``schema=`` (Arrow batches of typed columns decoded
+                   in the source, like Flink SQL's JSON format)
 spark              Structured Streaming, Kafka source and sink
                    (``spark-sql-kafka-0-10``; the sink is at-least-once),
                    ``Trigger.AvailableNow``, ``bench/kafka_spark.py``
@@ -56,7 +58,7 @@ spark``; the jars from Maven Central, cached under ``~/.cache/lockgate``; the br
 ``bash scripts/services.sh``)::
 
     .venv/bin/python bench/kafka.py [--records 5000000] [--systems lockgate,spark,flink]
-                                    [--executors local] [--lockgate-decode json,arrow]
+                                    [--executors local] [--lockgate-decode json,arrow,schema]
                                     [--parallelism 2]
                                     [--bootstrap 127.0.0.1:9092] [--keep-topics]
                                     [--spark-max-offsets 500000] [--repeat 1]
@@ -280,6 +282,8 @@ DECODES = {
     "per record)",
     "arrow": "KafkaSource(format='bytes') -> map_batches(pyarrow.json.read_json): the raw "
     "values of a batch decoded at once into Arrow columns",
+    "schema": "KafkaSource(format='json', schema=...): the source decodes each partition's "
+    "poll at once into an Arrow batch of the schema's columns",
 }
 
 
@@ -326,7 +330,8 @@ def run_lockgate(
             group_id=f"lgbench-lockgate-{topic_in}",
             start="earliest",
             bounded=True,
-            format="json" if decode == "json" else "bytes",
+            format="bytes" if decode == "arrow" else "json",
+            **({"schema": INPUT_SCHEMA} if decode == "schema" else {}),
         ),
         name="kafka-in",
     ).uid("kafka-in")
@@ -483,7 +488,9 @@ def main() -> None:
     ap.add_argument("--systems", default="lockgate,spark,flink")
     ap.add_argument("--executors", default="local", help="lockgate executors: local,spark")
     ap.add_argument(
-        "--lockgate-decode", default="json,arrow", help="how lockgate decodes: json,arrow"
+        "--lockgate-decode",
+        default="json,arrow,schema",
+        help="how lockgate decodes: json,arrow,schema",
     )
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--bootstrap", default=os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092"))
@@ -503,7 +510,8 @@ def main() -> None:
     decodes = [d.strip() for d in args.lockgate_decode.split(",") if d.strip()]
     if not decodes or any(d not in DECODES for d in decodes):
         ap.error(
-            f"--lockgate-decode: a comma-separated subset of json,arrow, got {args.lockgate_decode!r}"
+            "--lockgate-decode: a comma-separated subset of json,arrow,schema, got "
+            f"{args.lockgate_decode!r}"
         )
     if args.repeat < 1:
         ap.error(f"--repeat must be at least 1, got {args.repeat}")

@@ -7,6 +7,7 @@ rescaling through a savepoint, and the argument checks."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from recording_output import RecordingOutput
@@ -817,3 +819,203 @@ def test_a_job_discovers_partitions_added_while_it_runs_and_commits_offsets_to_t
         client.cancel()
         client.wait(60)
     assert sorted(probe.items) == list(range(41))
+
+
+# --------------------------------------------------------------------------------- decoding
+
+
+class BatchOutput(RecordingOutput):
+    """Records the batches as emitted (Arrow or rows), with their split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emitted: list[tuple[Any, Any]] = []
+
+    def emit_from_split(self, split_id: Any, batch: Any) -> None:
+        self.emitted.append((split_id, batch))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for _, b in self.emitted for r in b.to_pylist()]
+
+
+SCHEMA = pa.schema([("key", pa.int64()), ("ts", pa.string()), ("n", pa.float64())])
+
+
+def read_schema(topic: str, **kwargs: Any) -> BatchOutput:
+    out = BatchOutput()
+    reader = KafkaSource(BOOTSTRAP, topic, bounded=True, schema=SCHEMA, **kwargs).create_reader(
+        ctx()
+    )
+    try:
+        reader.add_splits(KafkaSource(BOOTSTRAP, topic, bounded=True).create_splits(1))
+        read_to_end(reader, out)
+    finally:
+        reader.close()
+    return out
+
+
+def test_json_values_decoded_at_once_equal_json_loads_of_each(kafka_topic, open_reader) -> None:
+    """The fast path (the C scanner over every value of a poll) gives exactly what
+    ``json.loads`` gives each value: big ints stay ints, strings stay strings, and a
+    value with surrounding whitespace or a tombstone (decoded one by one) still works."""
+    topic = kafka_topic(1)
+    raw = [
+        b'{"a": 12345678901234567890, "t": "2024-01-01T00:00:00Z", "f": 1.0, "n": null}',
+        b'"text"',
+        b"[1, 2.5, true]",
+        b'{"nan": NaN, "nested": {"x": [{}]}}',
+    ]
+    produce(topic, raw * 50, raw=True)
+    out = RecordingOutput()
+    read_to_end(open_reader(KafkaSource(BOOTSTRAP, topic, bounded=True)), out)
+    assert repr(out.records) == repr([json.loads(v) for v in raw * 50])
+    assert type(out.records[0]["a"]) is int and out.records[0]["t"] == "2024-01-01T00:00:00Z"
+    produce(topic, [b' {"a": 1}\n', None, b"7"], raw=True)
+    out = RecordingOutput()
+    read_to_end(open_reader(KafkaSource(BOOTSTRAP, topic, bounded=True)), out)
+    assert out.records[-3:] == [{"a": 1}, None, 7]
+
+
+def test_a_schema_gives_one_arrow_batch_per_partition_and_poll_with_its_types(
+    kafka_topic,
+) -> None:
+    """Missing fields are null, extra fields ignored, a timestamp string stays a string
+    and an int64 stays int64; a tombstone is a row of nulls; partitions stay apart."""
+    topic = kafka_topic(2)
+    produce(
+        topic,
+        [
+            b'{"key": 1, "ts": "2024-01-01T00:00:00Z", "extra": [1, {"x": 2}]}',
+            b'{"key": 2, "n": 2.5}',
+            b'{"ts": "b", "key": 3, "n": 4}',
+            None,
+        ],
+        partition=1,
+        raw=True,
+    )
+    produce(topic, [{"key": 10 + i} for i in range(100)], partition=0)
+    out = read_schema(topic)
+    assert out.emitted, "nothing emitted"
+    for split_id, batch in out.emitted:
+        assert isinstance(batch, pa.RecordBatch), f"{split_id}: {type(batch).__name__}"
+        assert batch.schema == SCHEMA
+    p1 = [r for s, b in out.emitted if s == f"{topic}[1]" for r in b.to_pylist()]
+    assert p1 == [
+        {"key": 1, "ts": "2024-01-01T00:00:00Z", "n": None},
+        {"key": 2, "ts": None, "n": 2.5},
+        {"key": 3, "ts": "b", "n": 4.0},
+        {"key": None, "ts": None, "n": None},
+    ]
+    p0 = [r["key"] for s, b in out.emitted if s == f"{topic}[0]" for r in b.to_pylist()]
+    assert p0 == list(range(10, 110)), "partition 0 in offset order, its own split"
+
+
+def test_a_schema_decodes_pretty_printed_multi_line_values(kafka_topic) -> None:
+    topic = kafka_topic(1)
+    pretty = [json.dumps({"key": i, "ts": f"t{i}", "other": {"a": i}}, indent=2) for i in range(5)]
+    produce(topic, [p.encode() for p in pretty] + [b'{"key": 5}'], raw=True)
+    out = read_schema(topic)
+    assert [r["key"] for r in out.rows()] == [0, 1, 2, 3, 4, 5]
+    assert [r["ts"] for r in out.rows()] == ["t0", "t1", "t2", "t3", "t4", None]
+
+
+def test_with_a_schema_a_wrong_type_record_fails_naming_topic_partition_and_offset(
+    kafka_topic,
+) -> None:
+    topic = kafka_topic(2)
+    produce(topic, [b'{"key": 1}', b'{"key": "abc"}', b'{"key": 3}'], partition=1, raw=True)
+    with pytest.raises(MalformedRecordError) as err:
+        read_schema(topic)
+    assert err.value.location == f"{topic}[1]@1"
+    assert "invalid JSON for the schema" in str(err.value)
+    assert "on_error='dead_letter'" in str(err.value)
+
+
+def test_with_a_schema_bad_records_go_to_the_dead_letter_and_the_good_ones_arrive_in_order(
+    kafka_topic,
+) -> None:
+    """Each kind of bad record is found among good ones (decoded by halves) and
+    reported with its position, in offset order; the good ones still go out as Arrow."""
+    topic = kafka_topic(1)
+    good = [b'{"key": %d}' % i for i in range(40)]
+    bad = {
+        3: (b'{"key": "abc"}', "changed from number to string"),
+        7: (b'{"key": 1.5}', "int64"),
+        8: (b"[1, 2]", "not a JSON object"),
+        9: (b'{"ts": "\xff"}', "not valid UTF-8"),
+        20: (b'{"key": 1} {"key": 2}', "more than one JSON value"),
+        30: (b'{"ts": "' + b"x" * 100 + b'"}', "over max_record_bytes=64"),
+        31: (b'{"key": 1', "invalid JSON for the schema"),
+        39: (b'{"ts": 5}', "changed from string to number"),
+    }
+    values = [bad[i][0] if i in bad else v for i, v in enumerate(good)]
+    produce(topic, values, raw=True)
+    out = read_schema(topic, on_error="dead_letter", max_record_bytes=64)
+    assert [d["offset"] for d in out.dead] == sorted(bad)
+    for d in out.dead:
+        assert bad[d["offset"]][1] in d["error"], d
+        assert d["location"] == f"{topic}[0]@{d['offset']}" and d["topic"] == topic
+    assert all(isinstance(b, pa.RecordBatch) and b.schema == SCHEMA for _, b in out.emitted)
+    assert [r["key"] for r in out.rows()] == [i for i in range(40) if i not in bad]
+
+
+def test_a_schema_with_key_and_timestamp_fields_adds_them_as_columns(kafka_topic) -> None:
+    topic = kafka_topic(1)
+    producer = Producer({"bootstrap.servers": BOOTSTRAP})
+    producer.produce(topic, b'{"key": 1, "ts": "a"}', key=b"k1", timestamp=1234)
+    producer.produce(topic, b'{"key": 2}', timestamp=1235)
+    producer.produce(topic, b'{"key": 3}', key=b"\xffk", timestamp=1236)
+    producer.flush(30)
+    out = read_schema(topic, key_field="kafka_key", timestamp_field="kafka_ts")
+    batch = out.emitted[0][1]
+    assert batch.schema == SCHEMA.append(pa.field("kafka_key", pa.string())).append(
+        pa.field("kafka_ts", pa.int64())
+    )
+    assert out.rows() == [
+        {"key": 1, "ts": "a", "n": None, "kafka_key": "k1", "kafka_ts": 1234},
+        {"key": 2, "ts": None, "n": None, "kafka_key": None, "kafka_ts": 1235},
+        {"key": 3, "ts": None, "n": None, "kafka_key": "\ufffdk", "kafka_ts": 1236},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"schema": SCHEMA, "format": "bytes"}, "format='json'"),
+        ({"schema": {"key": "int64"}}, "pyarrow.Schema"),
+        ({"schema": pa.schema([])}, "at least one field"),
+        ({"schema": SCHEMA, "key_field": "key"}, "also a schema field"),
+        ({"schema": SCHEMA, "timestamp_field": "ts"}, "also a schema field"),
+        ({"schema": pa.schema([("m", pa.map_(pa.string(), pa.int64()))])}, "JSON reader"),
+    ],
+)
+def test_bad_schema_arguments_raise_a_configuration_error(kwargs, named) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        KafkaSource(BOOTSTRAP, "t", **kwargs)
+    assert named in str(err.value)
+
+
+def test_a_job_counts_event_time_windows_over_schema_decoded_arrow_batches_M_W1(
+    kafka_topic,
+) -> None:
+    """The Arrow batches of a schema feed the timestamp assigner and windows directly."""
+    topic = kafka_topic(2)
+    produce(
+        topic,
+        [{"key": i % 3, "ts": 1000 * (i // 10)} for i in range(60)],
+        partitioner=by_partition(60, 2),
+    )
+    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    schema = pa.schema([("key", pa.int64()), ("ts", pa.int64())])
+    strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(0).with_timestamp_assigner("ts")
+    out = (
+        env.from_source(KafkaSource(BOOTSTRAP, topic, bounded=True, schema=schema), name="kafka")
+        .assign_timestamps_and_watermarks(strategy)
+        .key_by("key")
+        .window(lg.TumblingEventTimeWindows.of(1000))
+        .aggregate(lg.agg.count(name="count"))
+        .execute_and_collect("kafka schema windows")
+    )
+    counts = sorted((r["key"], r["window_start"], r["count"]) for r in out)
+    expected = collections.Counter((i % 3, 1000 * (i // 10)) for i in range(60))
+    assert counts == sorted((k, w, c) for (k, w), c in expected.items())
