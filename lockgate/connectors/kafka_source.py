@@ -220,7 +220,9 @@ class KafkaSource(Source):
     ``partition`` and ``offset``.
 
     ``properties``: further librdkafka consumer settings (e.g. security), except those
-    the source sets itself.
+    the source sets itself. The source changes one librdkafka default, which
+    ``properties`` may set again: ``fetch.queue.backoff.ms`` is 10 (librdkafka's 1,000
+    left a fast reader idle whenever its prefetch queue had filled).
     """
 
     default_name = "kafka"

@@ -876,6 +876,34 @@ def test_json_values_decoded_at_once_equal_json_loads_of_each(kafka_topic, open_
     assert out.records[-3:] == [{"a": 1}, None, 7]
 
 
+def test_values_decoded_at_once_get_key_and_timestamp_fields(kafka_topic, open_reader) -> None:
+    """The fast path (no tombstone, every value well-formed) adds key and timestamp
+    fields as record by record does: into objects, others wrapped as ``{"value": ...}``."""
+    topic = kafka_topic(1)
+    producer = Producer({"bootstrap.servers": BOOTSTRAP})
+    producer.produce(topic, b'{"a": 1, "k": "replaced"}', key=b"k1", timestamp=1234)
+    producer.produce(topic, b"[1, 2]", timestamp=1235)
+    producer.produce(topic, b'"s"', key=b"\xffk", timestamp=1236)
+    producer.flush(30)
+
+    def read(**kwargs: Any) -> list[Any]:
+        out = RecordingOutput()
+        source = KafkaSource(BOOTSTRAP, topic, bounded=True, key_field="k", **kwargs)
+        read_to_end(open_reader(source), out)
+        return out.records
+
+    assert read(timestamp_field="ts") == [
+        {"a": 1, "k": "k1", "ts": 1234},
+        {"value": [1, 2], "k": None, "ts": 1235},
+        {"value": "s", "k": "\ufffdk", "ts": 1236},
+    ]
+    assert read(format="bytes") == [
+        {"value": b'{"a": 1, "k": "replaced"}', "k": "k1"},
+        {"value": b"[1, 2]", "k": None},
+        {"value": b'"s"', "k": "\ufffdk"},
+    ]
+
+
 def test_a_schema_gives_one_arrow_batch_per_partition_and_poll_with_its_types(
     kafka_topic,
 ) -> None:
