@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from recording_output import RecordingOutput
 
 import lockgate as lg
-from conftest import on_executors, wait_until
+from conftest import FileProbe, on_executors, wait_until
 from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
 from lockgate.connectors import RateLimitedSource, kafka_source
 from lockgate.connectors.base import InputStatus, SourceReader
@@ -615,8 +615,14 @@ def test_a_savepoint_at_2_subtasks_restores_at_3_without_loss_or_repeat_M_R3(
 T0 = 1_700_000_000_000
 
 
+@pytest.mark.hang_guard(200)  # the first Spark test of a run starts the session
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
 def test_a_lagging_partition_holds_the_watermark_back_so_nothing_is_late_M_W1(
-    kafka_topic,
+    executor, kafka_topic
 ) -> None:
     """M-W1: each partition has its own watermark generator and the source's watermark
     is their minimum. Partition 0 holds 200 records at T0 + 10 s, read at once; partition 1
@@ -633,7 +639,7 @@ def test_a_lagging_partition_holds_the_watermark_back_so_nothing_is_late_M_W1(
     produce(
         topic, [{"k": 0}] * 20_000, partition=1, timestamps=[T0 + i // 2 for i in range(20_000)]
     )
-    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
     strategy = (
         lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
         .with_timestamp_assigner("ts")
@@ -653,8 +659,14 @@ def test_a_lagging_partition_holds_the_watermark_back_so_nothing_is_late_M_W1(
     assert got == [(s, 2000) for s in range(0, 10_000, 1000)] + [(10_000, 200)]
 
 
+@pytest.mark.hang_guard(200)  # the first Spark test of a run starts the session
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
 def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
-    kafka_topic, probe
+    executor, kafka_topic, tmp_path
 ) -> None:
     """M-W2: partition 1 has one record at T0, then nothing; partition 0 keeps
     receiving records 10 ms of event time apart. Partition 1's generator marks it idle
@@ -662,7 +674,8 @@ def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
     job runs (partition 1 alone would hold event time at 0)."""
     topic = kafka_topic(2)
     produce(topic, [{"k": 0}], partition=1, timestamps=[T0])
-    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    probe = FileProbe(tmp_path / "windows")  # user code may run in a Spark worker
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
     strategy = (
         lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
         .with_timestamp_assigner("ts")
@@ -702,10 +715,16 @@ def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
     assert probe.items[:3] == [(0, 101), (1000, 100), (2000, 100)]
 
 
-def test_a_job_sends_malformed_records_to_the_dead_letter_output(kafka_topic) -> None:
+@pytest.mark.hang_guard(200)  # the first Spark test of a run starts the session
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
+def test_a_job_sends_malformed_records_to_the_dead_letter_output(executor, kafka_topic) -> None:
     topic = kafka_topic(2)
     produce(topic, [b'{"v": 1}', b"nope", b'{"v": 3}'], partition=1, raw=True)
-    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    env = lg.StreamEnvironment(parallelism=2, executor=executor)
     records = env.from_source(
         KafkaSource(BOOTSTRAP, topic, bounded=True, on_error="dead_letter"), name="kafka"
     )
@@ -719,12 +738,18 @@ def test_a_job_sends_malformed_records_to_the_dead_letter_output(kafka_topic) ->
     assert letters[0]["location"] == f"{topic}[1]@1"
 
 
+@pytest.mark.hang_guard(200)  # the first Spark test of a run starts the session
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
 def test_a_job_with_a_malformed_record_fails_naming_topic_partition_and_offset(
-    kafka_topic,
+    executor, kafka_topic
 ) -> None:
     topic = kafka_topic(1)
     produce(topic, [b"1", b"{"], raw=True)
-    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
     env.from_source(KafkaSource(BOOTSTRAP, topic, bounded=True), name="kafka").sink_to(
         lg.connectors.DiscardingSink()
     )
@@ -790,15 +815,22 @@ def test_a_restart_before_any_checkpoint_replays_the_same_records_from_latest(
     assert all(v >= 0 for _, v in probe.items), "the records before the start: never read"
 
 
+@pytest.mark.hang_guard(200)  # the first Spark test of a run starts the session
+@pytest.mark.parametrize(
+    "executor",
+    [pytest.param("local"), pytest.param("spark", marks=pytest.mark.spark)],
+    indirect=True,
+)
 def test_a_job_discovers_partitions_added_while_it_runs_and_commits_offsets_to_the_group(
-    kafka_topic, probe
+    executor, kafka_topic, tmp_path
 ) -> None:
     """New partitions are found by the subtask that owns them and read from their
     earliest offset; completed checkpoints commit every partition's offset to group_id."""
     topic = kafka_topic(1)
     group = f"lgtest-{uuid.uuid4().hex[:8]}"
     produce(topic, [{"v": 0}])
-    env = lg.StreamEnvironment(parallelism=2, executor=lg.LocalExecutor())
+    probe = FileProbe(tmp_path / "seen")  # user code may run in a Spark worker
+    env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(timedelta(milliseconds=100))
     source = KafkaSource(BOOTSTRAP, topic, group_id=group, partition_discovery_interval=0.1)
     env.from_source(source, name="kafka").map(lambda r: probe.add(r["v"]) or r).sink_to(
