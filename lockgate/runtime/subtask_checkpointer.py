@@ -21,6 +21,15 @@ is atomic with respect to record processing:
    (abort notice, task end): it then releases its views and deletes what it
    wrote.
 
+A checkpoint the coordinator aborted (its notice: :meth:`SubtaskCheckpointer.cancel`)
+has had its ``chk-<id>/`` folder discarded; a write of it still in progress may have
+created the folder again, or failed because the folder vanished under it (M-C4, M-C6,
+M-C8). Such an asynchronous part ends quietly: it declines nothing (the checkpoint is
+no longer pending), and it discards the folder again, so none is left behind. A failure
+of a checkpoint the subtask was not told is aborted is declined as before
+(``ASYNC_FAILED``, M-C6); if the abort is only on its way, the coordinator ignores that
+decline and discards the folder again itself.
+
 Incremental checkpoints (M-R4): a view with ``materialize_to(uploader)`` (the
 RocksDB backend's, or an operator's composite view forwarding to it) is given a
 :class:`~lockgate.checkpoint.shared_registry.SharedStateUploader` in a checkpoint
@@ -109,6 +118,8 @@ class _InProgress:
     outputs: list[tuple[int, int, Any]] = field(default_factory=list)
     channels_done: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: the coordinator aborted this checkpoint (its notice came): its folder is discarded
+    aborted: threading.Event = field(default_factory=threading.Event)
     written: list[StateHandle] = field(default_factory=list)
     future: Future[None] | None = None
     #: a savepoint: every view is materialized canonically (no shared files, M-S1)
@@ -238,7 +249,7 @@ class SubtaskCheckpointer:
         self._declined.add(checkpoint_id)
         if len(self._declined) > 1000:
             self._declined = set(sorted(self._declined)[-100:])
-        self.cancel(checkpoint_id)
+        self._cancel(checkpoint_id, aborted=False)  # pending until the coordinator says
         marker = CancellationMarker(checkpoint_id)
         for w in self.writers:
             w.broadcast_event(marker)
@@ -270,10 +281,18 @@ class SubtaskCheckpointer:
             op.notify_checkpoint_aborted(checkpoint_id)
 
     def cancel(self, checkpoint_id: int) -> None:
-        """Cancel the asynchronous part of ``checkpoint_id`` if it still runs (M-T3)."""
+        """The coordinator aborted ``checkpoint_id`` (its notice, any thread): cancel its
+        asynchronous part if it still runs (M-T3); that part then deletes what it wrote
+        and discards the checkpoint's folder, which its write may have created again
+        after the coordinator discarded it (M-C4, M-C8)."""
+        self._cancel(checkpoint_id, aborted=True)
+
+    def _cancel(self, checkpoint_id: int, *, aborted: bool) -> None:
         with self._lock:
             progress = self._in_progress.get(checkpoint_id)
         if progress is not None:
+            if aborted:
+                progress.aborted.set()
             progress.cancelled.set()
             progress.channels_done.set()
 
@@ -396,7 +415,20 @@ class SubtaskCheckpointer:
         except _Cancelled:
             self._discard(progress)
             return
-        except Exception:
+        except Exception as e:
+            if progress.aborted.is_set():
+                # the coordinator aborted it and discarded its folder meanwhile (the write
+                # lost the folder under it): the end of an aborted checkpoint, not a failure
+                log.info(
+                    "%s (%d): checkpoint %d was aborted while its state was written (%s); "
+                    "its files are discarded",
+                    self.name,
+                    subtask,
+                    checkpoint_id,
+                    e,
+                )
+                self._discard(progress)
+                return
             log.exception(
                 "%s (%d): the asynchronous part of checkpoint %d failed",
                 self.name,
@@ -435,3 +467,15 @@ class SubtaskCheckpointer:
                 self.storage.discard_handle(handle)
             except Exception:  # noqa: BLE001 - best effort; the coordinator discards the folder
                 log.warning("%s: could not delete %s", self.name, handle.path)
+        if progress.aborted.is_set():
+            # the coordinator discarded the folder already; a write since may have created
+            # it again: nothing in an aborted checkpoint's folder is needed (M-C8)
+            try:
+                self.storage.discard(progress.checkpoint_id)
+            except Exception as e:  # noqa: BLE001 - leftover files only cost space
+                log.warning(
+                    "%s: could not discard the folder of aborted checkpoint %d: %s",
+                    self.name,
+                    progress.checkpoint_id,
+                    e,
+                )

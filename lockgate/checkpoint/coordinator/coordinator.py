@@ -49,7 +49,13 @@ Guarantees:
   UNKNOWN or DISCARDED acknowledgement reported is deleted (M-C5).
 * A decline aborts the checkpoint and the tasks are told; consecutive counted
   failures beyond ``tolerable_failures`` fail the job through
-  ``gateway.fail_job(CheckpointFailedError)`` (M-C6).
+  ``gateway.fail_job(CheckpointFailedError)`` (M-C6). A decline of a checkpoint that is
+  no longer pending changes nothing (not counted).
+* An aborted checkpoint leaves no folder behind (M-C4, M-C8): the tasks are told first
+  (so their writes in progress stop), then ``chk-<id>/`` is discarded; a task's write
+  still in progress may create it again, so a late acknowledgement (DISCARDED) or
+  decline of a recently aborted checkpoint discards the folder again (the task discards
+  it itself when the abort notice cancelled its write).
 * Completion writes ``_metadata`` (the checkpoint exists from then on), adds it
   to the store (which writes the durable pointer and discards beyond
   ``retained``; savepoints are not added, M-S1), aborts older pending checkpoints
@@ -508,6 +514,8 @@ class CheckpointCoordinator:
                     result.name,
                 )
                 self._discard_handles(self._unreferenced(ack))
+                if result is AckResult.DISCARDED:
+                    self._discard_aborted_folder(ack.checkpoint_id)
             elif result is AckResult.SUCCESS:
                 assert pending is not None
                 self._stats.report_acknowledged(ack.checkpoint_id, ack.task, ack.metrics)
@@ -556,6 +564,9 @@ class CheckpointCoordinator:
                 log.debug(
                     "decline of checkpoint %d by %s ignored: not pending", checkpoint_id, task
                 )
+                if checkpoint_id in self._recently_aborted:
+                    # its failed write may have created the folder again before failing
+                    self._discard_aborted_folder(checkpoint_id)
                 return
             log.info("checkpoint %d declined by task %s: %s", checkpoint_id, task, reason.value)
             self._abort(pending, reason)
@@ -627,10 +638,13 @@ class CheckpointCoordinator:
         self._recently_aborted[checkpoint_id] = None
         while len(self._recently_aborted) > RECENTLY_ABORTED:
             self._recently_aborted.popitem(last=False)
+        # the tasks first: their writes in progress stop (and, told, end quietly) rather
+        # than lose the folder under them, then the folder goes (M-C4, M-C8)
         try:
-            self._storage.discard(checkpoint_id)
-        except Exception as e:  # noqa: BLE001 - leftover files only cost space
-            log.warning("discarding aborted checkpoint %d failed: %s", checkpoint_id, e)
+            self._gateway.notify_checkpoint_aborted(checkpoint_id, reason)
+        except Exception as e:  # noqa: BLE001 - tasks also learn it from later barriers
+            log.warning("notifying abort of checkpoint %d failed: %s", checkpoint_id, e)
+        self._discard_aborted_folder(checkpoint_id)
         # the shared files it uploaded (incremental checkpoints, M-R4) that no retained
         # checkpoint references; it logs its own failures
         self._store.shared.discard_unreferenced(pending.handles())
@@ -640,12 +654,16 @@ class CheckpointCoordinator:
             with self._outcome:
                 self._savepoint_outcomes[checkpoint_id] = reason
                 self._outcome.notify_all()
-        try:
-            self._gateway.notify_checkpoint_aborted(checkpoint_id, reason)
-        except Exception as e:  # noqa: BLE001 - tasks also learn it from later barriers
-            log.warning("notifying abort of checkpoint %d failed: %s", checkpoint_id, e)
         if self._failures.handle_failure(reason, checkpoint_id):
             self._fail_job(reason, checkpoint_id)
+
+    def _discard_aborted_folder(self, checkpoint_id: int) -> None:
+        """Delete the folder of aborted checkpoint ``checkpoint_id`` (again: a task's late
+        write may have created it since). Never called for a completed checkpoint."""
+        try:
+            self._storage.discard(checkpoint_id)
+        except Exception as e:  # noqa: BLE001 - leftover files only cost space
+            log.warning("discarding aborted checkpoint %d failed: %s", checkpoint_id, e)
 
     def _fail_job(self, reason: CheckpointFailureReason, checkpoint_id: int | None) -> None:
         """Fail the job, once: triggering stops for good (periodic triggers and
