@@ -26,7 +26,16 @@ import threading
 from typing import Any
 
 import pytest
-from test_coordinator_harness import SINKS, SOURCES, START_MS, TASKS, TOPOLOGY, RecordingGateway
+from test_coordinator_harness import (
+    SINKS,
+    SOURCES,
+    START_MS,
+    TASKS,
+    TOPOLOGY,
+    RecordingGateway,
+    RecordingHook,
+    make_harness,
+)
 from test_subtask_checkpointer import LoggingChannel, StatefulOperator
 
 import lockgate as lg
@@ -316,3 +325,23 @@ def test_m_c6_a_storage_failure_of_a_pending_checkpoint_is_still_declined_and_co
     assert j.responder.declines == [(checkpoint, R.ASYNC_FAILED)]
     assert j.gateway.aborted == [(checkpoint, R.ASYNC_FAILED)]
     assert len(j.gateway.failures) == 1, "the counted failure failed the job (M-C6)"
+
+
+# ------------------------------------------ a master hook's write after the abort (M-C8)
+
+
+def test_m_c4_m_c8_a_master_state_written_after_a_timeout_leaves_no_chk_folder_behind(
+    tmp_path: Any,
+) -> None:
+    """The checkpoint times out while its master hook runs (M-C4): the abort deletes
+    ``chk-1/``, then the coordinator writes the hook's state there, creating it again. The
+    state file was deleted before; the folder stayed (with a filesystem storage)."""
+    hook = RecordingHook()
+    storage = FileSystemCheckpointStorage(str(tmp_path / "checkpoints"))
+    h = make_harness(storage=storage, hooks=[hook], timeout=100, tolerable_failures=3)  # type: ignore[arg-type]
+    hook.during_trigger = lambda: h.advance(100)
+    assert h.coordinator.trigger_checkpoint() is R.TIMEOUT
+    assert not os.path.exists(tmp_path / "checkpoints" / "chk-1"), (
+        f"chk-1 left behind, holding {os.listdir(tmp_path / 'checkpoints' / 'chk-1')}"
+    )
+    h.coordinator.shutdown()

@@ -403,6 +403,8 @@ class CheckpointCoordinator:
             self._triggering.discard(checkpoint_id)
             if pending.discarded:  # aborted meanwhile (timeout, shutdown)
                 self._discard_handles(h for _, h in written)
+                if written:  # their write made the discarded folder again (M-C8)
+                    self._discard_aborted_folder(checkpoint_id)
                 assert pending.failure_reason is not None
                 return pending.failure_reason
             if hook_error is not None:
