@@ -46,7 +46,10 @@ EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
 IN_PROGRESS_SUFFIX = ".inprogress"
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default`` for record fields JSON has no type for (dates, decimals,
+    bytes, sets and tuples); anything else raises ``TypeError`` naming the field's type.
+    Shared by the JSON-writing sinks (``FileSink``, ``KafkaSink``)."""
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
@@ -112,7 +115,7 @@ class _PartFile:
             dumps = json.dumps
             self.file.write(
                 "".join(
-                    dumps(r, default=_json_default, ensure_ascii=False) + "\n"
+                    dumps(r, default=json_default, ensure_ascii=False) + "\n"
                     for r in to_rows(batch)
                 )
             )

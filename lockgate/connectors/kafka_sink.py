@@ -63,7 +63,7 @@ from ..core.batch import Batch, to_rows
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
-from .file_sink import _json_default
+from .file_sink import json_default
 from .kafka_common import (
     check_bootstrap_servers,
     check_format,
@@ -488,7 +488,7 @@ class _Encoder:
         try:
             if fmt == "json":
                 return json.dumps(
-                    record, default=_json_default, ensure_ascii=False, allow_nan=False
+                    record, default=json_default, ensure_ascii=False, allow_nan=False
                 ).encode()
             if fmt == "text":
                 if not isinstance(record, str):
