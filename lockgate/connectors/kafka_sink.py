@@ -401,10 +401,15 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
 
     def close(self) -> None:
         """Drop the producers: their open transactions stay open (a restore commits or
-        aborts them; the broker's transaction timeout is the last resort)."""
+        aborts them; the broker's transaction timeout is the last resort). A producer
+        being initialized in the background is awaited first, so that nothing of this
+        subtask touches its transactional ids after close returns."""
         spare, self._spare = self._spare, None
-        if spare is not None:
-            spare[1].cancel()
+        if spare is not None and not spare[1].cancel():
+            # An initialization under way must end before close returns: finishing after
+            # a restarted attempt initialized the same transactional id, it would fence
+            # that attempt's producer (bounded by init_transactions' own timeout).
+            concurrent.futures.wait([spare[1]], timeout=RETRY_FOR_S + 5.0)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._live.clear()

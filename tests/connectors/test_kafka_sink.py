@@ -9,6 +9,7 @@ known exactly (one record ``{k, v, total}`` per value)."""
 from __future__ import annotations
 
 import collections
+import threading
 
 import pytest
 
@@ -16,8 +17,10 @@ import lockgate as lg
 from conftest import wait_until
 from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
 from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
+from lockgate.connectors.kafka_transactions import fence_and_abort
 from lockgate.connectors.sequence import SequenceSource
 from lockgate.errors import ConfigurationError
+from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults, seeded_faults
 from running_sums import RunningTotal, key_of
 
@@ -267,3 +270,50 @@ def test_m_x2_a_record_the_broker_refuses_fails_with_its_topic_key_and_size(tmp_
     finally:
         for future in admin.delete_topics([topic]).values():
             future.result(30)
+
+
+def test_m_x2_close_waits_for_the_producer_being_initialized_in_the_background(kafka_topic):
+    """The next transaction's producer is initialized in the background. A restarted
+    attempt initializes the same transactional ids, so an old initialization that ended
+    after close() would fence the new attempt's producer (seen in CI as "fenced by a newer
+    instance" and one more restart): close() waits for it."""
+    started, release = threading.Event(), threading.Event()
+    events: list[str] = []
+    topic = kafka_topic()
+    sink = KafkaSink(BOOTSTRAP, topic, transactional_id_prefix=f"lgtest-close-{topic[-8:]}")
+    initialize = sink._new_producer
+
+    def held_initialize(slot: int):
+        if slot == 1:
+            started.set()
+            assert release.wait(60), "the test never released the initialization"
+        producer = initialize(slot)
+        events.append(f"initialized {slot}")
+        return producer
+
+    sink._new_producer = held_initialize
+    ctx = RuntimeContext(
+        task_name="sink task",
+        operator_name="kafka",
+        operator_uid="kafka",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
+    sink.open(ctx)
+    transaction = sink.begin_transaction()  # slot 0 now; slot 1 prepared in the background
+    assert started.wait(60), "no producer was prepared for the next transaction"
+
+    def close() -> None:
+        sink.close()
+        events.append("closed")
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    closer.join(1.0)  # bounded: close() must still be waiting
+    assert closer.is_alive(), f"close() returned during an initialization: {events}"
+    release.set()
+    closer.join(90)
+    assert not closer.is_alive(), "close() did not return after the initialization ended"
+    assert events == ["initialized 0", "initialized 1", "closed"]
+    fence_and_abort(BOOTSTRAP, {}, transaction.transactional_id, 60_000)
