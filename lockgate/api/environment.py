@@ -305,7 +305,7 @@ class StreamEnvironment:
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
-        client = JobClient(job_name, _then_clean_up(plan, chosen), background=False)
+        client = JobClient(job_name, _then_clean_up(plan, chosen), background=False, plan=plan)
         return client.run_here()
 
     def execute_async(
@@ -329,7 +329,7 @@ class StreamEnvironment:
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
-        return JobClient(job_name, _then_clean_up(plan, chosen))
+        return JobClient(job_name, _then_clean_up(plan, chosen), plan=plan)
 
 
 _shared_spark_executor: Any = None

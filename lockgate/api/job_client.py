@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,8 @@ from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
 from ..errors import CheckpointFailedError, ConfigurationError
 from ..executor.job_registry import register_job
 from ..job.handle import JobHandle
+from ..job.observer import JobObserver, graph_of
+from ..job.progress import ProgressLogger, progress_of
 from ..job.restart_causes import RestartCause
 from ..job.result import JobExecutionResult, JobStatus
 
@@ -33,6 +36,7 @@ class JobClient:
         run: Callable[[JobHandle], JobExecutionResult],
         *,
         background: bool = True,
+        plan: Any = None,
     ) -> None:
         """Start ``run`` in a background thread (``background=False``: the caller runs it
         with :meth:`run_here`). Either way the job is registered for command-line control
@@ -48,7 +52,17 @@ class JobClient:
         # end before the savepoint is published, or after)
         self._result_lock = threading.Lock()
         self._run_fn = run
+        self._plan = plan
+        #: wall-clock seconds when the client was made (the job's start)
+        self.started_at = time.time()
+        self._observer = JobObserver(plan, self._read_metrics)
         self._registration = register_job(job_name, self)
+        interval = getattr(getattr(plan, "config", None), "progress_interval_ms", 0)
+        self._progress_logger: ProgressLogger | None = (
+            ProgressLogger(self.progress, lambda: self.running, interval).start()
+            if interval
+            else None
+        )
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(
@@ -79,6 +93,8 @@ class JobClient:
             self._done.set()
             # after _done: a stop command in progress waits for the end of the job
             self._registration.close()
+            if self._progress_logger is not None:
+                self._progress_logger.stop()
 
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "running"
@@ -131,6 +147,77 @@ class JobClient:
         error) with the number of attempts it failed, in the order they first happened;
         a job restarting forever on the same error shows its count growing."""
         return self._handle.restart_causes.snapshot()
+
+    # -- observing a running job (REST API, /metrics, dashboard) ------------------------
+    def status(self) -> str:
+        """``CREATED`` (deploying), ``RUNNING``, ``RESTARTING`` (between attempts), then
+        ``FINISHED``, ``CANCELED`` or ``FAILED``."""
+        if self._done.is_set():
+            if self._error is not None:
+                return JobStatus.FAILED.value
+            return self._result.status.value if self._result is not None else "FAILED"
+        if self._handle.running.is_set():
+            return "RUNNING"
+        return "RESTARTING" if self._handle.restart_causes.failures else "CREATED"
+
+    def graph(self) -> dict[str, Any]:
+        """The job graph: ``vertices`` (id, name, parallelism, operators) and ``edges``
+        (source and target vertex ids, partitioning)."""
+        return graph_of(self._plan)
+
+    def _read_metrics(self) -> list[dict[str, Any]]:
+        provider = self._handle.metrics
+        if provider is None or not self._handle.running.is_set() or self._done.is_set():
+            return []
+        return list(provider())
+
+    def metrics(self) -> dict[str, Any]:
+        """Live metrics (a JSON-ready dict): ``job`` (status, attempts, restarts,
+        uptime), ``vertices`` (per task and subtask: records and bytes in and out with
+        their rates, busy / idle / backpressured ms per second, queue fill) and
+        ``operators`` (per operator subtask: records in and out with their rates,
+        watermark and its lag, source lag, keys and state size where known). Rates are
+        over about the last second; on Spark the numbers are a heartbeat old. Empty
+        lists while no attempt runs."""
+        out = self._observer.metrics()
+        out["job"] = self._job_summary()
+        return out
+
+    def _job_summary(self) -> dict[str, Any]:
+        restarts = self._handle.restart_causes.failures
+        return {
+            "name": self.job_name,
+            "status": self.status(),
+            "started_at": self.started_at,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "attempt": restarts,
+            "restarts": restarts,
+        }
+
+    def exceptions(self) -> list[dict[str, Any]]:
+        """The job's failures, oldest first (at most the latest 50): ``time``,
+        ``attempt``, ``operator``, ``error`` (type and first line) and ``traceback``;
+        the final error too once the job failed."""
+        history = self._handle.restart_causes.history()
+        error = self._error if self._done.is_set() else None
+        if error is not None and not any(e.get("final") for e in history):
+            history.append(
+                {
+                    "time": time.time(),
+                    "attempt": self._handle.restart_causes.failures,
+                    "operator": getattr(error, "operator", None),
+                    "error": _first_line(error),
+                    "traceback": "".join(traceback.format_exception(error))[-20_000:],
+                    "final": True,
+                }
+            )
+        return history
+
+    def progress(self) -> dict[str, Any]:
+        """A summary for people, as Spark's ``lastProgress``: records per second into the
+        job (its sources' output) and out of it, the lowest watermark, the last completed
+        checkpoint and the most backpressured task."""
+        return progress_of(self.metrics(), self.checkpoints())
 
     # -- savepoints (M-S1) ----------------------------------------------------------------
     def trigger_savepoint(self, path: str, timeout: float | None = None) -> str:
@@ -250,3 +337,8 @@ def _check_timeout(timeout: float | None, what: str) -> None:
         isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
     ):
         raise ConfigurationError(f"{what} timeout must be seconds >= 0 or None, got {timeout!r}")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

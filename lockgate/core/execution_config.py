@@ -21,6 +21,13 @@ class ExecutionConfig:
       producer blocks beyond it (backpressure).
     * ``source_batch_rows`` - the rows a built-in source puts in one batch.
     * ``chaining`` - chain forward-connected operators of equal parallelism.
+    * ``rest_enabled`` - serve the job's REST API, Prometheus metrics and dashboard
+      from the driver while it runs.
+    * ``rest_bind`` / ``rest_port`` - where (default ``127.0.0.1``, any free port:
+      ``JobClient.rest_url`` tells which). Binding another address exposes the job to
+      that network; every request still needs the job's token.
+    * ``progress_interval_ms`` - how often the driver logs a progress line per job
+      (0: never).
     """
 
     buffer_timeout_ms: int = 100
@@ -29,6 +36,10 @@ class ExecutionConfig:
     channel_capacity_bytes: int = 4 * MiB
     source_batch_rows: int = 65536
     chaining: bool = True
+    rest_enabled: bool = True
+    rest_bind: str = "127.0.0.1"
+    rest_port: int = 0
+    progress_interval_ms: int = 30_000
 
     def validate(self) -> None:
         for name in (
@@ -47,6 +58,23 @@ class ExecutionConfig:
         ):
             raise ConfigurationError(
                 f"buffer_timeout_ms must be an int >= 0, got {self.buffer_timeout_ms!r}"
+            )
+        if not isinstance(self.rest_enabled, bool):
+            raise ConfigurationError(f"rest_enabled must be a bool, got {self.rest_enabled!r}")
+        if not isinstance(self.rest_bind, str) or not self.rest_bind.strip():
+            raise ConfigurationError(
+                f"rest_bind must be a host name or address to listen on (e.g. '127.0.0.1' "
+                f"or '0.0.0.0'), got {self.rest_bind!r}"
+            )
+        port = self.rest_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigurationError(
+                f"rest_port must be an int from 0 (any free port) to 65535, got {port!r}"
+            )
+        interval = self.progress_interval_ms
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+            raise ConfigurationError(
+                f"progress_interval_ms must be an int >= 0 (0: no progress lines), got {interval!r}"
             )
         if self.buffer_max_bytes > self.channel_capacity_bytes:
             raise ConfigurationError(

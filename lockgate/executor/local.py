@@ -32,6 +32,7 @@ from ..runtime.channels import LocalChannel
 from ..runtime.final_checkpoint import finished_task_results
 from ..runtime.metrics import OperatorCounters
 from ..runtime.task import StreamTask
+from ..runtime.task_metrics import task_sample
 from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
 from .base import (
@@ -161,6 +162,7 @@ class LocalExecutor:
         gateway.tasks = {t.key: t for t in tasks}
         gateway.threads = threads
         handle.watermarks = lambda: [w for t in tasks for w in task_watermarks(t)]
+        handle.metrics = lambda: [task_sample(t) for t in tasks]
         handle.attach(run.coordinator if run else None, gateway.cancel_all)
         try:
             failure = threads.run()

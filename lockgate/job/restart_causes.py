@@ -11,7 +11,11 @@ at its end).
 from __future__ import annotations
 
 import threading
+import time
+import traceback
+from collections import deque
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import JobFailedError
 
@@ -63,12 +67,19 @@ def error_text(failure: JobFailedError) -> str:
     return lines[0] if lines else type(failure).__name__
 
 
+#: failures kept with their tracebacks (``RestartCauses.history``)
+HISTORY = 50
+#: the longest traceback kept, in characters (its end is kept: the innermost frames)
+TRACEBACK_CHARS = 20_000
+
+
 class RestartCauses:
     """The failures of one job run, by operator and error (thread-safe: the failover
     loop records, clients read)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._causes: dict[tuple[str | None, str], RestartCause] = {}
         self._last: tuple[str | None, str] | None = None
 
@@ -76,7 +87,18 @@ class RestartCauses:
         """Count ``failure``, the error attempt number ``attempt`` failed with; return
         its entry (counts included)."""
         key = (failure.operator, error_text(failure))
+        text = "".join(traceback.format_exception(failure))
+        if len(text) > TRACEBACK_CHARS:
+            text = "...\n" + text[-TRACEBACK_CHARS:]
+        entry = {
+            "time": time.time(),
+            "attempt": attempt,
+            "operator": key[0],
+            "error": key[1],
+            "traceback": text,
+        }
         with self._lock:
+            self._history.append(entry)
             if self._last is not None and self._last != key:
                 previous = self._causes[self._last]
                 self._causes[self._last] = replace(previous, consecutive=0)
@@ -91,6 +113,12 @@ class RestartCauses:
             self._causes[key] = cause
             self._last = key
             return cause
+
+    def history(self) -> list[dict[str, Any]]:
+        """The latest failures (at most :data:`HISTORY`), oldest first: when, which
+        attempt, operator, error and traceback."""
+        with self._lock:
+            return [dict(e) for e in self._history]
 
     def snapshot(self) -> list[RestartCause]:
         """Every cause so far, in the order they first happened."""

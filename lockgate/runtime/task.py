@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.types import CheckpointFailureReason
 from ..connectors.base import InputStatus
-from ..core.batch import Batch, is_batch, num_rows
+from ..core.batch import Batch, is_batch, nbytes, num_rows
 from ..core.clock import Clock
 from ..core.elements import (
     END_OF_DATA,
@@ -129,6 +129,12 @@ class StreamTask:
         #: per input channel: it delivered its end of data (or ended)
         self._data_ended = [False] * (input_gate.num_channels if input_gate else 0)
         self._channels_with_data = len(self._data_ended)
+        # metrics (cumulative; read from other threads, see task_metrics)
+        #: milliseconds the task waited with nothing to do / for a full output
+        self.idle_ms = 0.0
+        self.backpressured_ms = 0.0
+        #: in-memory bytes of the data batches taken from the input channels
+        self.bytes_in = 0
 
     def enable_checkpoints(
         self,
@@ -455,13 +461,20 @@ class StreamTask:
         for edge, batch in self.channel_state_replay(restore, layout):
             by_uid[edge.consumer].process_batch(batch, edge.input_index)
 
-    def _wait(self, deadline: float | None) -> None:
+    def _wait(self, deadline: float | None, *, backpressured: bool = False) -> None:
+        """Wait for the signal until ``deadline`` (or a due timer); the time counts as
+        idle, or as backpressured when an output was full (metrics)."""
         now = self.clock.monotonic_ms()
         due = self.chain.processing_time.wait_ms()
         if due is not None:
             deadline = now + due if deadline is None else min(deadline, now + due)
         timeout = None if deadline is None else max(0.0, deadline - now)
         self.clock.wait(self.signal, timeout)
+        spent = self.clock.monotonic_ms() - now
+        if backpressured:
+            self.backpressured_ms += spent
+        else:
+            self.idle_ms += spent
 
     def _flush_due(self) -> float | None:
         deadline: float | None = None
@@ -500,7 +513,7 @@ class StreamTask:
         self.chain.processing_time.fire_due()
         if self._outputs_available():
             return True
-        self._wait(self._backpressure_deadline())
+        self._wait(self._backpressure_deadline(), backpressured=True)
         return False
 
     def _run_source(self, source: object) -> None:
@@ -550,6 +563,7 @@ class StreamTask:
                 continue
             channel, element = item
             if is_batch(element):
+                self.bytes_in += nbytes(element)
                 head.process_batch(element, indexes[channel])
             else:
                 self._process_event(channel, element)

@@ -201,6 +201,9 @@ class SparkExecutor:
         handle.watermarks = lambda: [
             w for p in list(server.heartbeat_payloads.values()) for w in p.get("watermarks", [])
         ]
+        handle.metrics = lambda: [
+            m for p in list(server.heartbeat_payloads.values()) for m in p.get("metrics", [])
+        ]
         job = SlotJob(
             cloudpickle.dumps(plan),
             server.endpoint,

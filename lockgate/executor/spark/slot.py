@@ -40,6 +40,7 @@ from ...errors import TaskCancelledError, UserFunctionError
 from ...graph.execution_plan import ExecutionPlan
 from ...runtime.final_checkpoint import finished_task_results
 from ...runtime.task import StreamTask
+from ...runtime.task_metrics import task_sample
 from ...runtime.task_threads import run_task_threads
 from ...runtime.watermark_report import task_watermarks
 from ..task_builder import build_task
@@ -128,7 +129,8 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         channels.connect(_await_start(dispatch.inbox, job.start_timeout_s))
         _build_tasks(plan, slot, job, channels, storage, dispatch)
         control.heartbeat_payload = lambda: {
-            "watermarks": [w for t in list(tasks) for w in task_watermarks(t)]
+            "watermarks": [w for t in list(tasks) for w in task_watermarks(t)],
+            "metrics": [task_sample(t) for t in list(tasks)],
         }
         _run_tasks(tasks, control, dispatch.cancelled, on_started=watchdog.note_threads)
         delivered = True

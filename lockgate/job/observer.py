@@ -1,0 +1,226 @@
+"""What a running job shows from outside: its graph, live metrics, exceptions and a
+progress summary, as plain JSON-ready dicts (the REST API, ``/metrics`` and the
+dashboard serve them; ``JobClient`` returns them).
+
+The subtasks keep cumulative counters only (records, bytes, idle and backpressured
+milliseconds, see :mod:`lockgate.runtime.task_metrics`); the executor publishes a
+way to read them (``JobHandle.metrics``: read in place on the local executor, sent
+with the slots' heartbeats on Spark, so a moment old there). :class:`JobObserver`
+turns successive readings into rates over the last :data:`RATE_WINDOW_S` seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+#: rates are computed against the newest reading at least this old
+RATE_WINDOW_S = 1.0
+#: readings kept per subtask (enough for the rate window at any polling pace)
+_KEPT = 64
+
+
+def graph_of(plan: Any) -> dict[str, Any]:
+    """The job graph of ``plan`` (an ``ExecutionPlan``): its vertices (tasks, each a
+    chain of operators) and the edges between them."""
+    if plan is None:
+        return {"vertices": [], "edges": []}
+    vertices = [
+        {
+            "id": v.id,
+            "name": v.name,
+            "parallelism": v.parallelism,
+            "max_parallelism": v.max_parallelism,
+            "is_source": bool(v.is_source),
+            "operators": [{"uid": o.uid, "name": o.name} for o in v.operators],
+        }
+        for v in plan.vertices
+    ]
+    edges = [
+        {
+            "source": e.source_vertex,
+            "target": e.target_vertex,
+            "partitioning": _partitioning_name(e.partitioning),
+            "side_output": e.side_tag,
+        }
+        for e in sorted(plan.edges.values(), key=lambda e: e.id)
+    ]
+    return {"vertices": vertices, "edges": edges}
+
+
+def _partitioning_name(spec: Any) -> str:
+    kind = getattr(spec, "kind", None)
+    if kind is not None:
+        return str(getattr(kind, "value", kind))
+    return type(spec).__name__
+
+
+def _total(rows: list[dict[str, Any]], name: str) -> float:
+    return sum(r[name] or 0 for r in rows)
+
+
+def _worst(rows: list[dict[str, Any]], name: str) -> float | None:
+    values = [r[name] for r in rows if r[name] is not None]
+    return max(values) if values else None
+
+
+def _rate(new: float, old: float, seconds: float) -> float:
+    return max(0.0, (new - old) / seconds) if seconds > 0 else 0.0
+
+
+class JobObserver:
+    """Live metrics of one job from the readings ``read()`` returns (a list of
+    subtask samples, see :func:`lockgate.runtime.task_metrics.task_sample`).
+
+    Thread-safe: the REST server, the progress logger and the user may ask at once.
+    """
+
+    def __init__(
+        self,
+        plan: Any,
+        read: Callable[[], list[dict[str, Any]]],
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._plan = plan
+        self._read = read
+        self._wall = wall_clock
+        self._lock = threading.Lock()
+        #: (vertex, subtask) -> recent readings (oldest first)
+        self._history: dict[tuple[int, int], deque[dict[str, Any]]] = {}
+
+    def _samples(self) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """Each subtask's newest reading with the one to compute its rates against."""
+        try:
+            readings = list(self._read())
+        except Exception:  # noqa: BLE001 - an attempt being torn down reads nothing
+            readings = []
+        out = []
+        with self._lock:
+            for s in readings:
+                key = (int(s["vertex"]), int(s["subtask"]))
+                history = self._history.get(key)
+                if history is None or (history and history[-1].get("run") != s.get("run")):
+                    history = self._history[key] = deque(maxlen=_KEPT)
+                if not history or history[-1]["time_ms"] != s["time_ms"]:
+                    history.append(s)
+                base = None
+                for old in reversed(history):
+                    if s["time_ms"] - old["time_ms"] >= RATE_WINDOW_S * 1000:
+                        base = old
+                        break
+                if base is None and len(history) > 1:
+                    base = history[0]
+                out.append((s, base))
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        """Per vertex (with its subtasks) and per operator subtask: records and bytes in
+        and out (totals and per second), busy / idle / backpressured milliseconds per
+        second, input and output queue fill (0..1), watermark and its lag behind the
+        wall clock, source lag (records behind the end of the input, where the source
+        knows it), keys and state size (where the operator knows them)."""
+        now_ms = self._wall() * 1000.0
+        subtasks: list[dict[str, Any]] = []
+        operators: list[dict[str, Any]] = []
+        for s, base in self._samples():
+            seconds = (s["time_ms"] - base["time_ms"]) / 1000.0 if base else 0.0
+            entry: dict[str, Any] = {
+                "vertex": s["vertex"],
+                "task": s["task"],
+                "subtask": s["subtask"],
+                "host": s.get("host"),
+                "bytes_in": s["bytes_in"],
+                "bytes_out": s["bytes_out"],
+                "bytes_in_per_s": _rate(s["bytes_in"], base["bytes_in"], seconds) if base else 0.0,
+                "bytes_out_per_s": (
+                    _rate(s["bytes_out"], base["bytes_out"], seconds) if base else 0.0
+                ),
+                "input_queue_fill": s.get("input_queue_fill"),
+                "output_queue_fill": s.get("output_queue_fill"),
+            }
+            if base is not None and seconds > 0:
+                idle = min(1000.0, _rate(s["idle_ms"], base["idle_ms"], seconds))
+                back = min(1000.0, _rate(s["backpressured_ms"], base["backpressured_ms"], seconds))
+                entry["idle_ms_per_s"] = round(idle, 1)
+                entry["backpressured_ms_per_s"] = round(back, 1)
+                entry["busy_ms_per_s"] = round(max(0.0, 1000.0 - idle - back), 1)
+            else:
+                entry["idle_ms_per_s"] = entry["backpressured_ms_per_s"] = None
+                entry["busy_ms_per_s"] = None
+            subtasks.append(entry)
+            old_ops = {o["uid"]: o for o in base["operators"]} if base else {}
+            for op in s["operators"]:
+                before = old_ops.get(op["uid"])
+                watermark = op.get("watermark")
+                operators.append(
+                    {
+                        "uid": op["uid"],
+                        "name": op["name"],
+                        "vertex": s["vertex"],
+                        "subtask": s["subtask"],
+                        "records_in": op["records_in"],
+                        "records_out": op["records_out"],
+                        "records_in_per_s": (
+                            _rate(op["records_in"], before["records_in"], seconds)
+                            if before
+                            else 0.0
+                        ),
+                        "records_out_per_s": (
+                            _rate(op["records_out"], before["records_out"], seconds)
+                            if before
+                            else 0.0
+                        ),
+                        "watermark": watermark,
+                        "watermark_lag_ms": (
+                            max(0.0, now_ms - watermark) if watermark is not None else None
+                        ),
+                        "source_lag": op.get("source_lag"),
+                        "keys": op.get("keys"),
+                        "state_bytes": op.get("state_bytes"),
+                    }
+                )
+        return {
+            "time": now_ms / 1000.0,
+            "vertices": self._vertices(subtasks, operators),
+            "operators": operators,
+        }
+
+    def _vertices(
+        self, subtasks: list[dict[str, Any]], operators: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        plan_vertices = list(self._plan.vertices) if self._plan is not None else []
+        out = []
+        for v in plan_vertices:
+            mine = sorted((s for s in subtasks if s["vertex"] == v.id), key=lambda s: s["subtask"])
+            head = v.operators[0].uid if v.operators else None
+            tail = v.operators[-1].uid if v.operators else None
+            heads = [o for o in operators if o["vertex"] == v.id and o["uid"] == head]
+            tails = [o for o in operators if o["vertex"] == v.id and o["uid"] == tail]
+
+            out.append(
+                {
+                    "id": v.id,
+                    "name": v.name,
+                    "parallelism": v.parallelism,
+                    "is_source": bool(v.is_source),
+                    "is_sink": not v.out_edges,
+                    "records_in": _total(heads, "records_in"),
+                    "records_out": _total(tails, "records_out"),
+                    "records_in_per_s": _total(heads, "records_in_per_s"),
+                    "records_out_per_s": _total(tails, "records_out_per_s"),
+                    "bytes_in": _total(mine, "bytes_in"),
+                    "bytes_out": _total(mine, "bytes_out"),
+                    "bytes_in_per_s": _total(mine, "bytes_in_per_s"),
+                    "bytes_out_per_s": _total(mine, "bytes_out_per_s"),
+                    # as Flink's vertex view: the busiest / most backpressured subtask
+                    "busy_ms_per_s": _worst(mine, "busy_ms_per_s"),
+                    "idle_ms_per_s": _worst(mine, "idle_ms_per_s"),
+                    "backpressured_ms_per_s": _worst(mine, "backpressured_ms_per_s"),
+                    "subtasks": mine,
+                }
+            )
+        return out
