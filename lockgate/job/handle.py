@@ -28,6 +28,8 @@ class JobHandle:
         #: the running attempt's subtask metrics (a callable returning
         #: ``lockgate.runtime.task_metrics.task_sample`` dicts), set by the executor
         self.metrics: Callable[[], list[dict[str, Any]]] | None = None
+        #: the job's REST address (``JobClient.rest_url``), named in the Spark UI
+        self.rest_url: str | None = None
         #: the savepoint the job is being stopped with (``stop_with_savepoint``): the
         #: newest snapshot when it ends, whose transactions the driver commits
         self.final_savepoint: str | None = None
