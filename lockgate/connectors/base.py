@@ -80,6 +80,11 @@ class SourceReader(ABC):
     #: it then gets the splits of *every* old subtask and keeps its own share.
     restores_every_split: bool = False
 
+    #: Records between the reader's position and the end of its input as last seen
+    #: (a metric: the source lag), None when the reader does not know. Readers that
+    #: know set it as they read; it is read from other threads, never locked.
+    pending_records: int | None = None
+
     @abstractmethod
     def add_splits(self, splits: list[Any]) -> None: ...
 

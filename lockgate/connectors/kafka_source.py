@@ -441,6 +441,10 @@ def _resolve_offsets(
 # --------------------------------------------------------------------------- reader
 
 
+#: how often a reader refreshes its source lag metric (seconds)
+LAG_INTERVAL_S = 1.0
+
+
 class _KafkaReader(SourceReader):
     """Reads the partitions its subtask owns through one consumer with explicit
     assignments. ``poll`` never blocks (``consume`` with timeout 0 returns what the
@@ -469,6 +473,8 @@ class _KafkaReader(SourceReader):
             source.topics[0] if source.pattern is None and len(source.topics) == 1 else None
         )
         self._arrow = None if source.schema is None else _ArrowDecoder(source)
+        #: when to look at the partitions' high watermarks again (source lag metric)
+        self._next_lag = 0.0
 
     def _owns(self, topic: str, partition: int) -> bool:
         return owner_of(topic, partition, self.ctx.parallelism) == self.ctx.subtask_index
@@ -509,9 +515,35 @@ class _KafkaReader(SourceReader):
         if messages:
             self._emit(messages, output)
         self._advance(output)
+        now = time.monotonic()
+        if now >= self._next_lag:
+            self._next_lag = now + LAG_INTERVAL_S
+            self.pending_records = self._lag()
         if self.source.bounded and not self.splits:
             return InputStatus.END_OF_INPUT
         return InputStatus.MORE_AVAILABLE if messages else InputStatus.NOTHING_AVAILABLE
+
+    def _lag(self) -> int | None:
+        """Records between each split's offset and its partition's high watermark (or
+        its end), from the client's cached watermarks (no request); None while no
+        partition's watermark is known yet."""
+        ck = confluent_kafka()
+        total: int | None = None
+        for split in self.splits.values():
+            try:
+                _, high = self.consumer.get_watermark_offsets(
+                    ck.TopicPartition(split.topic, split.partition), cached=True
+                )
+            except ck.KafkaException:
+                continue
+            if high is None or high < 0:
+                continue
+            if split.end is not None:
+                high = min(high, split.end)
+            total = (total or 0) + max(0, high - split.offset)
+        if total is None and not self.splits:
+            return 0
+        return total
 
     def _emit(self, messages: list[Any], output: ReaderOutput) -> None:
         """One batch per partition of ``messages`` (those of its split, before a

@@ -524,6 +524,8 @@ class _NatsReader(SourceReader):
         self.splits: list[NatsJetStreamSplit] = []
         self.consumers: dict[str, _Consumer] = {}
         self._next = 0
+        #: split id -> messages after its position when last read (source lag metric)
+        self._pending: dict[str, int] = {}
 
     def add_splits(self, splits: list[NatsJetStreamSplit]) -> None:
         """Take over ``splits`` (copies); each gets a new consumer that starts at its
@@ -549,6 +551,10 @@ class _NatsReader(SourceReader):
             split = self.splits[i]
             fetched = self._fetch(split, max(deadline - time.monotonic(), 0.001))
             finished = self._emit(split, fetched.messages, output) if fetched.messages else False
+            if fetched.messages:
+                self._pending[split.split_id] = fetched.messages[-1].pending
+            elif fetched.drained:
+                self._pending[split.split_id] = 0
             if (
                 split.end is not None
                 and not fetched.messages
@@ -563,6 +569,9 @@ class _NatsReader(SourceReader):
             emitted = bool(fetched.messages)
             if emitted or time.monotonic() >= deadline:
                 break
+        live = {s.split_id for s in self.splits}
+        known = [n for sid, n in self._pending.items() if sid in live]
+        self.pending_records = sum(known) if known or not live else None
         if self.source.bounded and not self.splits:
             return InputStatus.END_OF_INPUT
         return InputStatus.MORE_AVAILABLE if emitted else InputStatus.NOTHING_AVAILABLE

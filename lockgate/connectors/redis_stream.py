@@ -246,6 +246,9 @@ class _RedisStreamReader(SourceReader):
         self.client: redis.Redis | None = client
         self.splits: list[RedisStreamSplit] = []
         self._next = 0
+        #: split id -> whether its last read caught up with the stream's end (source lag
+        #: metric: 0 when every split caught up, else unknown: XRANGE does not count)
+        self._caught_up: dict[str, bool] = {}
 
     def add_splits(self, splits: list[RedisStreamSplit]) -> None:
         """Take over ``splits`` (copies); reading resumes after each one's position."""
@@ -264,6 +267,10 @@ class _RedisStreamReader(SourceReader):
             entries = self._read(split)
             if entries:
                 self._emit(split, entries, output)
+            self._caught_up[split.split_id] = len(entries) < self.source.batch_size
+            self.pending_records = (
+                0 if all(self._caught_up.get(s.split_id) for s in self.splits) else None
+            )
             if bounded and (len(entries) < self.source.batch_size or split.finished):
                 self.splits.pop(i)
                 output.split_finished(split.split_id)

@@ -51,11 +51,18 @@ def graph_of(plan: Any) -> dict[str, Any]:
     return {"vertices": vertices, "edges": edges}
 
 
+#: partitioning names as Flink's web UI shows them
+_PARTITIONING = {
+    "ForwardPartitioning": "FORWARD",
+    "RebalancePartitioning": "REBALANCE",
+    "BroadcastPartitioning": "BROADCAST",
+    "KeyGroupPartitioning": "HASH",
+}
+
+
 def _partitioning_name(spec: Any) -> str:
-    kind = getattr(spec, "kind", None)
-    if kind is not None:
-        return str(getattr(kind, "value", kind))
-    return type(spec).__name__
+    name = type(spec).__name__
+    return _PARTITIONING.get(name, name)
 
 
 def _total(rows: list[dict[str, Any]], name: str) -> float:
@@ -208,6 +215,8 @@ class JobObserver:
                     "parallelism": v.parallelism,
                     "is_source": bool(v.is_source),
                     "is_sink": not v.out_edges,
+                    "head": head,
+                    "tail": tail,
                     "records_in": _total(heads, "records_in"),
                     "records_out": _total(tails, "records_out"),
                     "records_in_per_s": _total(heads, "records_in_per_s"),

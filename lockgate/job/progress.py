@@ -18,8 +18,10 @@ def progress_of(metrics: dict[str, Any], checkpoints: list[Any]) -> dict[str, An
     job = metrics.get("job", {})
     vertices = metrics.get("vertices", [])
     operators = metrics.get("operators", [])
-    sources = [v for v in vertices if v.get("is_source")]
-    sinks = [v for v in vertices if v.get("is_sink")]
+    heads = {(v["id"], v.get("head")) for v in vertices if v.get("is_source")}
+    tails = {(v["id"], v.get("tail")) for v in vertices if v.get("is_sink")}
+    read = [o for o in operators if (o["vertex"], o["uid"]) in heads]
+    written = [o for o in operators if (o["vertex"], o["uid"]) in tails]
     watermarks = [o["watermark"] for o in operators if o.get("watermark") is not None]
     backpressure = [
         (v["backpressured_ms_per_s"], v["name"])
@@ -36,9 +38,9 @@ def progress_of(metrics: dict[str, Any], checkpoints: list[Any]) -> dict[str, An
         "time": metrics.get("time"),
         "uptime_s": job.get("uptime_s"),
         "restarts": job.get("restarts", 0),
-        "input_records_per_s": round(sum(v.get("records_out_per_s", 0.0) for v in sources), 1),
-        "output_records_per_s": round(sum(v.get("records_in_per_s", 0.0) for v in sinks), 1),
-        "records_in": sum(v.get("records_out", 0) for v in sources),
+        "input_records_per_s": round(sum(o["records_out_per_s"] for o in read), 1),
+        "output_records_per_s": round(sum(o["records_in_per_s"] for o in written), 1),
+        "records_in": sum(o["records_out"] for o in read),
         "watermark": min(watermarks) if watermarks else None,
         "source_lag": sum(lag) if lag else None,
         "last_checkpoint": (

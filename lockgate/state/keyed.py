@@ -451,6 +451,18 @@ class HeapKeyedStateBackend:
         self._task_thread = threading.get_ident()
 
     # -- state handles ----------------------------------------------------------------------
+
+    def approximate_keys(self) -> int:
+        """Keys holding state, approximately: those of the largest state (a metric,
+        read from other threads)."""
+        sizes = []
+        for table in list(self._tables.values()):
+            try:
+                sizes.append(len(table))
+            except TypeError:
+                continue
+        return max(sizes, default=0)
+
     def get_state(self, descriptor: StateDescriptor[Any]) -> Any:
         """The handle of ``descriptor``'s state (its kind's handle class). Asking again
         with the same name and kind gives another handle on the same values; another

@@ -79,6 +79,12 @@ class KeyedProcessOperator(_FunctionOperator):
         super().__init__(fn)
         self.key_selector = key_selector
 
+    def metric_keys(self) -> int | None:
+        """Keys holding state, as the state backend estimates them (a metric)."""
+        backend = getattr(self, "backend", None)
+        estimate = getattr(backend, "approximate_keys", None)
+        return estimate() if estimate is not None else None
+
     def open(self) -> None:
         ctx = self.ctx
         self.backend = ctx.state_backend.create_keyed_backend(

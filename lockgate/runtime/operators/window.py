@@ -116,6 +116,17 @@ class WindowOperator(StreamOperator):
             except Exception as e:
                 raise self.user_error(e) from e
 
+    def metric_keys(self) -> int:
+        """Keys seen (a metric, read from other threads)."""
+        return len(self.keys)
+
+    def metric_state_bytes(self) -> int:
+        """Approximate bytes of the open windows' contents (a metric)."""
+        return sum(
+            int(getattr(t.payload, "nbytes", 0)) + t.codes.nbytes
+            for t in list(getattr(self.store, "windows", lambda: [])())
+        )
+
     def close(self) -> None:
         fn = getattr(self.contents, "function", None)
         if fn is not None:
