@@ -16,6 +16,7 @@ if [ "${LOCKGATE_SKIP_SERVICES:-0}" = 1 ]; then
 elif ! bash scripts/services.sh; then
     warn "some services are not running (see above); tests that need them will fail"
 fi
+bash scripts/browser.sh || warn "chromium/chromedriver missing (see above); the dashboard's browser test will fail"
 
 status=0
 # the venv's ruff (the test extra pins its lower bound), over every Python file of the tree
