@@ -1,11 +1,17 @@
 """The ``lockgate`` command line.
 
 ``lockgate run JOB.py [--executor local|spark] [--master URL] [--restore PATH]
-[--allow-non-restored-state] [JOB ARGS...]``
+[--allow-non-restored-state] [--log-level LEVEL] [--detach] [JOB ARGS...]``
 runs a job file as ``__main__`` (as ``python JOB.py`` would), with
 ``sys.argv`` set to ``[JOB.py, *JOB ARGS]``. The lockgate options may come
 before or right after the job file; everything from the first other argument
-on (or after a ``--``) is passed to the job untouched. The options are handed
+on (or after a ``--``) is passed to the job untouched; one of lockgate's own
+options among those (``lockgate run job.py out --executor local``) goes to the
+job too, with a warning on standard error saying so. ``--log-level LEVEL``
+sets the root logger's level (and a handler on standard error) for the job.
+``--detach`` (``-d``) runs the job in the background (see
+:mod:`lockgate.cli_detach`): it prints the job's id, dashboard URL and log file
+once the job registered. The options are handed
 to the job's ``StreamEnvironment`` through environment variables
 (``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``, ``LOCKGATE_RESTORE_FROM``,
 ``LOCKGATE_ALLOW_NON_RESTORED_STATE``): ``--restore PATH`` makes the job's
@@ -21,12 +27,24 @@ Running jobs of this machine register in ``$LOCKGATE_HOME/jobs`` (default
 controlled from another shell, by job id or (unique) job name:
 
 * ``lockgate list``: the running jobs (id, name, pid, start time).
+* ``lockgate status JOB``: the job's status and progress.
 * ``lockgate savepoint JOB PATH [--timeout S]``: take a savepoint of the
   running job into the folder PATH (M-S1) and print its folder.
 * ``lockgate stop JOB [--savepoint PATH [--drain]] [--timeout S]``: with
   ``--savepoint``, take a savepoint, then stop the job (``--drain`` first
   sends the maximum watermark through) and print the savepoint's folder;
   without it, cancel the job.
+* ``lockgate cancel JOB``: cancel the job (no savepoint).
+* ``lockgate top JOB [--interval S] [--once]``: a live view of the job's
+  progress and tasks (:mod:`lockgate.cli_top`).
+* ``lockgate token JOB``: print the job's REST token (the only command that
+  prints it), for the dashboard's login or ``--token`` elsewhere.
+
+With ``--url http://HOST:PORT`` (or ``$LOCKGATE_URL``) and ``--token TOKEN`` (or
+``$LOCKGATE_TOKEN``), ``list``, ``status``, ``savepoint``, ``stop``, ``cancel`` and
+``top`` reach the job through its REST API instead, from any machine
+(:mod:`lockgate.cli_remote`, :mod:`lockgate.cli_control`); a savepoint PATH
+is then the job machine's (absolute) path or a URL.
 
 Offline, on checkpoint storage (no running job needed):
 
@@ -47,13 +65,15 @@ its message goes to standard error), the job file raises, or a command fails
 (the job's error, a job that ended or did not answer in time, a checkpoint that is
 damaged or cannot be exported: the message goes to standard error); 2 for a usage
 error (a missing job file, an executor that is not available or lacks Java, no running job or
-several with the given name, a missing CHK folder, a DEST that is not empty).
+several with the given name, a missing CHK folder, a DEST that is not empty, a
+wrong or missing token, an unknown job at --url).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import math
 import os
 import runpy
@@ -61,11 +81,23 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from . import __version__
 from .checkpoint.storage import CorruptCheckpointError
+from .cli_control import (
+    Remote,
+    UsageError,
+    cancel_command,
+    list_command,
+    rest_of,
+    savepoint_command,
+    status_command,
+    stop_command,
+    token_command,
+)
+from .cli_detach import START_TIMEOUT_S, DetachError, start_detached
+from .cli_remote import TOKEN_ENV, URL_ENV, RemoteError
 from .errors import ConfigurationError, JobFailedError, LockgateError
 from .executor import job_registry
 from .executor.job_registry import JobControlError, JobNotFoundError
@@ -76,13 +108,25 @@ RESTORE_ENV = "LOCKGATE_RESTORE_FROM"
 ALLOW_NON_RESTORED_ENV = "LOCKGATE_ALLOW_NON_RESTORED_STATE"
 EXECUTORS = ("local", "spark")
 SPARK_EXECUTOR_MODULE = "lockgate.executor.spark"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_RUN_OPTIONS = ("--executor", "--master", "--restore")
-_RUN_FLAGS = ("--allow-non-restored-state",)
+#: lockgate's options of ``run`` that take a value / that take none; right after the job
+#: file they are lockgate's, after a job argument they are the job's (with a warning)
+_RUN_OPTIONS = ("--executor", "--master", "--restore", "--log-level", "--start-timeout")
+_RUN_FLAGS = ("--allow-non-restored-state", "--detach")
+
+log = logging.getLogger(__name__)
 
 
-class _UsageError(Exception):
-    """A problem with the command line; the message is printed, the exit code is 2."""
+def _log_level(text: str) -> str:
+    """``--log-level``: a logging level name, any case."""
+    name = text.strip().upper()
+    if name not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level; use one of {', '.join(LOG_LEVELS)}"
+        )
+    return name
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +160,31 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="with --restore: drop state of operators the job no longer has instead of "
         f"failing (sets {ALLOW_NON_RESTORED_ENV})",
     )
+    parser.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        type=_log_level,
+        default=None,
+        help=f"the job's root logging level, one of {', '.join(LOG_LEVELS)}, logged to "
+        "standard error (default: Python's, warnings only; INFO with --detach); INFO "
+        "shows the periodic progress line",
+    )
+    parser.add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        default=False,
+        help="run the job in the background: print its id, dashboard URL and log file "
+        "(under $LOCKGATE_HOME/logs) once it registered, and return",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        metavar="S",
+        type=_seconds,
+        default=None,
+        help=f"with --detach: wait at most S seconds for the job to register "
+        f"(default {START_TIMEOUT_S:g})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a job file",
         description="Run a job file as __main__, with sys.argv = [JOB, *JOB_ARGS]. The lockgate "
         "options go before or right after JOB; the remaining arguments (or those "
-        "after '--') are the job's.",
+        "after '--') are the job's (a lockgate option among them goes to the job, with a "
+        "warning).",
     )
     _add_run_options(run)
     run.add_argument("job", metavar="JOB", help="path of the job file (a Python script)")
@@ -153,16 +223,45 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _add_remote_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        metavar="URL",
+        default=None,
+        help=f"the job's REST address http://HOST:PORT, to reach a job on another machine "
+        f"(or set {URL_ENV}; default: this machine's registry)",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=None,
+        help=f"with --url: the job's REST token (or set {TOKEN_ENV}, which keeps it out of "
+        "the process list; 'lockgate token JOB' prints it on the job's machine)",
+    )
+
+
 def _add_control_commands(commands: Any) -> None:
     home = f"${job_registry.HOME_ENV}/{job_registry.JOBS_FOLDER}"
-    commands.add_parser(
+    job_help = "the job's id or (unique) name"
+    listing = commands.add_parser(
         "list",
         help="list the running jobs",
         description=f"List the running jobs of this machine (registered in {home}): "
-        "id, name, pid and start time.",
+        "id, name, pid and start time; with --url, the jobs of that driver: id, name, "
+        "status and start time.",
     )
+    _add_remote_options(listing)
+    status = commands.add_parser(
+        "status",
+        help="show a running job's status and progress",
+        description="Print the job's status, uptime, restarts and progress (records/s, "
+        "watermark, last checkpoint, backpressure), read from its REST API.",
+    )
+    status.add_argument("job", metavar="JOB", help=job_help)
+    _add_remote_options(status)
     timeout_help = (
-        "fail when the job takes longer than S seconds (default: wait as long as the job runs)"
+        "fail when the job takes longer than S seconds (default: wait as long as the job "
+        "runs; with --url at most 30 minutes)"
     )
     savepoint = commands.add_parser(
         "savepoint",
@@ -170,16 +269,17 @@ def _add_control_commands(commands: Any) -> None:
         description="Take a savepoint of a running job into the folder PATH and print the "
         "savepoint's folder. The job keeps running.",
     )
-    savepoint.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
+    savepoint.add_argument("job", metavar="JOB", help=job_help)
     savepoint.add_argument("path", metavar="PATH", help="the folder of the savepoint")
     savepoint.add_argument("--timeout", metavar="S", type=_seconds, default=None, help=timeout_help)
+    _add_remote_options(savepoint)
     stop = commands.add_parser(
         "stop",
         help="stop a running job, with a savepoint or not",
         description="With --savepoint PATH: take a savepoint into PATH, then stop the job, "
         "and print the savepoint's folder. Without: cancel the job.",
     )
-    stop.add_argument("job", metavar="JOB", help="the job's id or (unique) name")
+    stop.add_argument("job", metavar="JOB", help=job_help)
     stop.add_argument(
         "--savepoint",
         metavar="PATH",
@@ -194,6 +294,41 @@ def _add_control_commands(commands: Any) -> None:
         "(fires every event-time timer and window)",
     )
     stop.add_argument("--timeout", metavar="S", type=_seconds, default=None, help=timeout_help)
+    _add_remote_options(stop)
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a running job (no savepoint)",
+        description="Cancel the job without a savepoint; returns at once, the job ends "
+        "shortly after.",
+    )
+    cancel.add_argument("job", metavar="JOB", help=job_help)
+    _add_remote_options(cancel)
+    top = commands.add_parser(
+        "top",
+        help="a live view of a running job",
+        description="Show the job's progress and, per task, records in and out per second, "
+        "busy and backpressured time, watermark and queue fill, refreshed in place every "
+        "--interval seconds (Ctrl-C ends it); read from the job's REST API.",
+    )
+    top.add_argument("job", metavar="JOB", help=job_help)
+    top.add_argument(
+        "--interval",
+        metavar="S",
+        type=_interval,
+        default=2.0,
+        help="seconds between refreshes (default 2, at least 0.2)",
+    )
+    top.add_argument("--once", action="store_true", default=False, help="print one frame and exit")
+    _add_remote_options(top)
+    token = commands.add_parser(
+        "token",
+        help="print a local job's REST token",
+        description="Print the REST token of a job running on this machine (from its "
+        f"registration in {home}, readable by you only): to log in to its dashboard or to "
+        "pass as --token from another machine. The only command that prints it; treat it "
+        "as a password.",
+    )
+    token.add_argument("job", metavar="JOB", help=job_help)
     checkpoint = commands.add_parser(
         "checkpoint",
         help="work with completed checkpoints on storage",
@@ -220,6 +355,14 @@ def _add_control_commands(commands: Any) -> None:
     )
 
 
+def _interval(text: str) -> float:
+    """``--interval``: seconds >= 0.2."""
+    value = _seconds(text)
+    if value < 0.2:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0.2, got {text!r}")
+    return value
+
+
 def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split ``args`` (what follows the job file) into the lockgate options at its start
     and the job's arguments: the first other argument, or a ``--``, ends the options."""
@@ -238,6 +381,30 @@ def _split_leading_options(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(args[:i]), list(args[i:])
 
 
+def misplaced_options(job_args: Sequence[str]) -> list[str]:
+    """lockgate's own options among the job's arguments (before any ``--``), which go to
+    the job, not to lockgate."""
+    found = []
+    for arg in job_args:
+        if arg == "--":
+            break
+        name = arg.partition("=")[0]
+        if name in _RUN_OPTIONS or name in _RUN_FLAGS:
+            found.append(name)
+    return found
+
+
+def _warn_misplaced(job: str, job_args: Sequence[str]) -> None:
+    for name in misplaced_options(job_args):
+        print(
+            f"lockgate: warning: {name} comes after the job's argument "
+            f"{job_args[0]!r}, so it went to the job (in sys.argv), not to lockgate; to "
+            f"give it to lockgate put it before the job file: lockgate run {name} ... {job} "
+            "...",
+            file=sys.stderr,
+        )
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -247,12 +414,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             options = argparse.ArgumentParser(prog="lockgate run", add_help=False)
             _add_run_options(options)
             late = options.parse_args(leading)
-            ns.executor = late.executor or ns.executor
-            ns.master = late.master or ns.master
-            ns.restore = late.restore or ns.restore
+            for name in ("executor", "master", "restore", "log_level", "start_timeout"):
+                setattr(ns, name, getattr(late, name) or getattr(ns, name))
             ns.allow_non_restored_state = (
                 late.allow_non_restored_state or ns.allow_non_restored_state
             )
+            ns.detach = late.detach or ns.detach
+        _warn_misplaced(ns.job, ns.job_args)
     return ns
 
 
@@ -264,14 +432,14 @@ def _spark_executor_available() -> bool:
 
 
 def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[str, str]:
-    """The environment variables for ``--restore``; raises ``_UsageError``."""
+    """The environment variables for ``--restore``; raises ``UsageError``."""
     env: dict[str, str] = {}
     if allow_non_restored_state and restore is None:
-        raise _UsageError("--allow-non-restored-state applies to --restore PATH")
+        raise UsageError("--allow-non-restored-state applies to --restore PATH")
     if restore is None:
         return env
     if "://" not in restore and not os.path.isdir(restore):
-        raise _UsageError(
+        raise UsageError(
             f"--restore {restore}: no such folder; give a checkpoint folder (chk-<id>), a "
             "checkpoint storage folder, a savepoint folder or an exported checkpoint"
         )
@@ -282,14 +450,14 @@ def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[st
 
 
 def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
-    """The environment variables for ``--executor``/``--master``; raises ``_UsageError``."""
+    """The environment variables for ``--executor``/``--master``; raises ``UsageError``."""
     if master is not None and executor is None:
         executor = "spark"
     if master is not None and executor != "spark":
-        raise _UsageError(f"--master applies to the Spark executor, not to --executor {executor}")
+        raise UsageError(f"--master applies to the Spark executor, not to --executor {executor}")
     env: dict[str, str] = {}
     if executor == "spark" and not _spark_executor_available():
-        raise _UsageError(
+        raise UsageError(
             "the Spark executor is not available in this version of lockgate "
             f"({__version__}); run with --executor local"
         )
@@ -346,6 +514,20 @@ def _print_job_traceback(error: BaseException, path: str) -> None:
     traceback.print_exception(type(error), error, tb or error.__traceback__)
 
 
+def set_log_level(level: str) -> None:
+    """The root logger at ``level``, with a handler on standard error if it has none (a
+    job that configures logging itself should use ``logging.basicConfig(force=True)``)."""
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    logging.getLogger().setLevel(level)
+
+
+def _check_job_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise UsageError(f"job file not found: {path}")
+    if not os.path.isfile(path):
+        raise UsageError(f"job file is not a file: {path}")
+
+
 def run_job(
     path: str,
     args: list[str],
@@ -353,14 +535,20 @@ def run_job(
     master: str | None = None,
     restore: str | None = None,
     allow_non_restored_state: bool = False,
+    log_level: str | None = None,
 ) -> int:
     """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
-    if not os.path.exists(path):
-        raise _UsageError(f"job file not found: {path}")
-    if not os.path.isfile(path):
-        raise _UsageError(f"job file is not a file: {path}")
+    _check_job_file(path)
     env = _executor_env(executor, master)
     env.update(_restore_env(restore, allow_non_restored_state))
+    if log_level is not None:
+        set_log_level(log_level)
+    log.info(
+        "lockgate run %s: executor %s",
+        path,
+        env.get(EXECUTOR_ENV, "chosen by the job (Spark unless it says otherwise)")
+        + (f", master {env[MASTER_ENV]}" if MASTER_ENV in env else ""),
+    )
     with _job_process_state(path, args, env):
         try:
             runpy.run_path(path, run_name="__main__")
@@ -378,64 +566,32 @@ def run_job(
     return 0
 
 
-def _savepoint_target(path: str) -> str:
-    """A savepoint PATH as the job should see it: local paths absolute (the job's working
-    folder may differ from ours), URLs (``s3://...``) unchanged."""
-    if not path:
-        raise _UsageError("the savepoint PATH is empty; give a folder")
-    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
-
-
-def list_command() -> int:
-    """``lockgate list``: print the running jobs; return the exit code."""
-    jobs = job_registry.list_jobs()
-    if not jobs:
-        print(
-            f"no lockgate job is running (registry: {job_registry.jobs_folder()})", file=sys.stderr
-        )
-        return 0
-    rows = [("ID", "NAME", "PID", "STARTED")] + [
+def _run_detached(ns: argparse.Namespace) -> int:
+    """``lockgate run --detach``: check what can be checked here, then start the job in
+    the background (:mod:`lockgate.cli_detach`)."""
+    _check_job_file(ns.job)
+    _executor_env(ns.executor, ns.master)  # fails here, not in the background
+    _restore_env(ns.restore, ns.allow_non_restored_state)
+    run_args: list[str] = []
+    for flag, value in (
+        ("--executor", ns.executor),
+        ("--master", ns.master),
         (
-            j.job_id,
-            j.job_name,
-            str(j.pid),
-            datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S"),
-        )
-        for j in jobs
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[3]]))
-    return 0
-
-
-def savepoint_command(job: str, path: str, timeout: float | None = None) -> int:
-    """``lockgate savepoint JOB PATH``: print the savepoint's folder; return the exit code."""
-    target = _savepoint_target(path)
-    info = job_registry.find_job(job)
-    print(job_registry.send_command(info, job_registry.SAVEPOINT, path=target, timeout=timeout))
-    return 0
-
-
-def stop_command(
-    job: str, savepoint: str | None = None, drain: bool = False, timeout: float | None = None
-) -> int:
-    """``lockgate stop JOB``: stop with a savepoint (print its folder) or cancel; return
-    the exit code."""
-    if drain and savepoint is None:
-        raise _UsageError("--drain applies to --savepoint PATH")
-    target = None if savepoint is None else _savepoint_target(savepoint)
-    info = job_registry.find_job(job)
-    if target is None:
-        job_registry.send_command(info, job_registry.CANCEL, timeout=timeout)
-        print(f"cancelling job {info.job_id} ({info.job_name})")
-        return 0
-    print(
-        job_registry.send_command(
-            info, job_registry.STOP, path=target, drain=drain, timeout=timeout
-        )
-    )
-    return 0
+            "--restore",
+            None
+            if ns.restore is None
+            else os.path.abspath(ns.restore)
+            if "://" not in ns.restore
+            else ns.restore,
+        ),
+        ("--log-level", ns.log_level or "INFO"),
+    ):
+        if value is not None:
+            run_args += [flag, value]
+    if ns.allow_non_restored_state:
+        run_args.append("--allow-non-restored-state")
+    run_args += [ns.job, "--", *ns.job_args]
+    return start_detached(run_args, ns.job, ns.start_timeout or START_TIMEOUT_S)
 
 
 def checkpoint_export_command(chk: str, dest: str) -> int:
@@ -454,18 +610,61 @@ def checkpoint_export_command(chk: str, dest: str) -> int:
     return 0
 
 
+def top_command(job: str, interval: float, once: bool, remote: Remote) -> int:
+    """``lockgate top JOB``: the live view; return the exit code."""
+    from .cli_top import run_top
+
+    if remote.wanted:
+        client = remote.client()
+        return run_top(client, str(client.find_job(job).get("id")), interval=interval, once=once)
+    info = job_registry.find_job(job)
+    local = rest_of(info)
+    if local is None:
+        raise UsageError(
+            f"job {info.job_id} ({info.job_name!r}) serves no REST API "
+            "(ExecutionConfig.rest_enabled), so 'lockgate top' cannot read it; its progress "
+            "lines are in its log"
+        )
+    return run_top(local, str(local.find_job(info.job_id).get("id")), interval=interval, once=once)
+
+
 def _dispatch(ns: argparse.Namespace) -> int:
     if ns.command == "checkpoint":
         return checkpoint_export_command(ns.chk, ns.dest)
+    if ns.command == "run":
+        if ns.start_timeout is not None and not ns.detach:
+            raise UsageError("--start-timeout applies to --detach")
+        if ns.detach:
+            return _run_detached(ns)
+        return run_job(
+            ns.job,
+            ns.job_args,
+            ns.executor,
+            ns.master,
+            ns.restore,
+            ns.allow_non_restored_state,
+            ns.log_level,
+        )
+    if ns.command == "token":
+        return token_command(ns.job, Remote())
+    remote = Remote(ns.url, ns.token)
+    if ns.token is not None and not remote.wanted:
+        raise UsageError(
+            f"--token applies to --url (a job on another machine); give --url or set {URL_ENV}"
+        )
     if ns.command == "list":
-        return list_command()
+        return list_command(remote)
+    if ns.command == "status":
+        return status_command(ns.job, remote)
     if ns.command == "savepoint":
-        return savepoint_command(ns.job, ns.path, ns.timeout)
+        return savepoint_command(ns.job, ns.path, ns.timeout, remote)
     if ns.command == "stop":
-        return stop_command(ns.job, ns.savepoint, ns.drain, ns.timeout)
-    return run_job(
-        ns.job, ns.job_args, ns.executor, ns.master, ns.restore, ns.allow_non_restored_state
-    )
+        return stop_command(ns.job, ns.savepoint, ns.drain, ns.timeout, remote)
+    if ns.command == "cancel":
+        return cancel_command(ns.job, remote)
+    if ns.command == "top":
+        return top_command(ns.job, ns.interval, ns.once, remote)
+    raise UsageError(f"unknown command {ns.command!r}")  # pragma: no cover - argparse checks
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -479,10 +678,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _dispatch(ns)
-    except (_UsageError, JobNotFoundError, ConfigurationError) as e:
+    except (UsageError, JobNotFoundError, ConfigurationError) as e:
         print(f"lockgate: error: {e}", file=sys.stderr)
         return 2
-    except JobControlError as e:
+    except RemoteError as e:
+        print(f"lockgate: error: {e}", file=sys.stderr)
+        return 2 if e.usage else 1
+    except (JobControlError, DetachError) as e:
         print(f"lockgate: {e}", file=sys.stderr)
         return 1
     except CorruptCheckpointError as e:
