@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import secrets
 import threading
 import time
 import traceback
@@ -17,6 +19,8 @@ from ..job.observer import JobObserver, graph_of
 from ..job.progress import ProgressLogger, progress_of
 from ..job.restart_causes import RestartCause
 from ..job.result import JobExecutionResult, JobStatus
+
+log = logging.getLogger(__name__)
 
 
 class JobClient:
@@ -56,7 +60,20 @@ class JobClient:
         #: wall-clock seconds when the client was made (the job's start)
         self.started_at = time.time()
         self._observer = JobObserver(plan, self._read_metrics)
-        self._registration = register_job(job_name, self)
+        self._rest_token: str | None = None
+        #: the id the REST API answers to: the registry id (a random one without it)
+        self._rest_id: str | None = None
+        self._rest = self._start_rest(plan)
+        try:
+            self._registration = register_job(
+                job_name, self, rest_url=self.rest_url, rest_token=self.rest_token
+            )
+        except BaseException:
+            if self._rest is not None:
+                self._rest.stop()
+            raise
+        self._rest_id = self._registration.job_id or secrets.token_hex(6)
+        self._handle.rest_url = self.rest_url
         interval = getattr(getattr(plan, "config", None), "progress_interval_ms", 0)
         self._progress_logger: ProgressLogger | None = (
             ProgressLogger(self.progress, lambda: self.running, interval).start()
@@ -95,6 +112,56 @@ class JobClient:
             self._registration.close()
             if self._progress_logger is not None:
                 self._progress_logger.stop()
+            if self._rest is not None:
+                # a stop request waits in the server for the end of this thread: then the
+                # server finishes by itself once it answered
+                self._rest.stop(wait=not self._rest.busy)
+
+    def _start_rest(self, plan: Any) -> Any:
+        """Serve the job's REST API if ``plan.config.rest_enabled``; None when disabled or
+        when it cannot start (logged: the job runs without it)."""
+        config = getattr(plan, "config", None)
+        if config is None or not getattr(config, "rest_enabled", False):
+            return None
+        token = secrets.token_urlsafe(32)
+        try:
+            from ..rest.server import start_rest_server
+
+            server = start_rest_server(
+                self,
+                token,
+                lambda: self._rest_id,
+                host=config.rest_bind,
+                port=config.rest_port,
+                name=self.job_name,
+            )
+        except (OSError, ImportError) as e:
+            log.warning(
+                "job %r serves no REST API, metrics or dashboard: cannot listen on %s:%s "
+                "(%s: %s); set ExecutionConfig.rest_bind / rest_port to a free address, or "
+                "rest_enabled=False",
+                self.job_name,
+                config.rest_bind,
+                config.rest_port,
+                type(e).__name__,
+                e,
+            )
+            return None
+        self._rest_token = token
+        log.info("job %r serves its REST API and dashboard at %s", self.job_name, server.url)
+        return server
+
+    @property
+    def rest_url(self) -> str | None:
+        """The job's REST API and dashboard (``http://HOST:PORT``), None when it serves
+        none (``ExecutionConfig.rest_enabled=False``, or the address could not be bound)."""
+        return None if self._rest is None else str(self._rest.url)
+
+    @property
+    def rest_token(self) -> str | None:
+        """The token every REST request needs (``Authorization: Bearer <token>``); also in
+        the job's registry entry (mode 0600). Never logged: keep it secret."""
+        return self._rest_token
 
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "running"

@@ -63,6 +63,11 @@ class JobInfo:
     started_at: float
     path: str
     secret: bytes = field(repr=False)
+    #: the job's REST API (``http://HOST:PORT``), None when it serves none (or an older
+    #: lockgate wrote the file)
+    rest_url: str | None = None
+    #: the REST API's bearer token (``JobClient.rest_token``), None with ``rest_url``
+    rest_token: str | None = field(default=None, repr=False)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -75,6 +80,8 @@ class JobInfo:
                 "endpoint": self.endpoint,
                 "started_at": self.started_at,
                 "secret": self.secret.hex(),
+                "rest_url": self.rest_url,
+                "rest_token": self.rest_token,
             }
         )
 
@@ -98,6 +105,9 @@ class JobInfo:
         pid_start = data.get("pid_start")
         if pid_start is not None and not isinstance(pid_start, int):
             raise ValueError("field 'pid_start' has the wrong type")
+        for key in ("rest_url", "rest_token"):  # absent in files of older versions
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise ValueError(f"field {key!r} has the wrong type")
         secret = bytes.fromhex(data["secret"])
         if len(secret) < 16:
             raise ValueError("field 'secret' is too short")
@@ -110,6 +120,8 @@ class JobInfo:
             started_at=float(data["started_at"]),
             path=path,
             secret=secret,
+            rest_url=data.get("rest_url"),
+            rest_token=data.get("rest_token"),
         )
 
 

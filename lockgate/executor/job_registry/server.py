@@ -377,11 +377,18 @@ class JobRegistration:
 
 
 def register_job(
-    job_name: str, control: JobControl, home: str | os.PathLike[str] | None = None
+    job_name: str,
+    control: JobControl,
+    home: str | os.PathLike[str] | None = None,
+    *,
+    rest_url: str | None = None,
+    rest_token: str | None = None,
 ) -> JobRegistration:
     """Make the running job ``job_name`` controllable from other processes of this machine
     (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) until the returned
-    registration is closed: commands call ``control``.
+    registration is closed: commands call ``control``. ``rest_url`` and ``rest_token``
+    (the job's REST API, if it serves one) are recorded in the registration file (mode
+    0600) for the command line.
 
     Raises ``ConfigurationError`` for a bad ``job_name`` or ``control``. Any other failure
     (an unwritable home, no free port) is logged as a warning and gives a registration
@@ -416,6 +423,8 @@ def register_job(
             started_at=time.time(),
             path=os.path.join(folder, f"{job_id}.json"),
             secret=secret,
+            rest_url=rest_url,
+            rest_token=rest_token,
         )
         write_private(job.path, job.to_json())
     except (OSError, zmq.ZMQError, UnsafeRegistryError) as e:

@@ -1,0 +1,242 @@
+"""Serving a job's REST API: uvicorn in a background thread with its own event loop.
+
+:func:`start_rest_server` binds the socket in the calling thread (so a bad address or
+a port in use fails there, and port 0 resolves to the port the system chose) and
+serves the app in a daemon thread ``lockgate rest <job>``. :meth:`RestServer.stop`
+sets uvicorn's ``should_exit`` and wakes its loop at once.
+
+Bounds: at most :data:`MAX_CONNECTIONS` concurrent connections and tasks
+(``limit_concurrency``; more get 503), request heads of at most
+:data:`MAX_HEAD_BYTES`, a connection closed when no request head arrived within
+:data:`HEAD_TIMEOUT_S` (a client that connects and sends nothing, or too slowly)
+or when idle for :data:`KEEP_ALIVE_S` after a response; bodies are bounded by the app
+(:data:`lockgate.rest.app.MAX_BODY_BYTES`, :data:`lockgate.rest.app.BODY_TIMEOUT_S`).
+HTTP/1.1 only (h11), no WebSocket, no proxy headers trusted, no access log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .app import JobView, secured_app
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 32
+MAX_HEAD_BYTES = 16 * 1024
+HEAD_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 5
+#: seconds the server lets requests in flight finish when it stops
+GRACEFUL_S = 10
+#: seconds ``stop()`` waits for the server thread
+STOP_WAIT_S = 15.0
+
+
+class _BoundedH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request head: a connection
+    without a request in progress is closed :data:`HEAD_TIMEOUT_S` after it opened or
+    after its last response (uvicorn alone keeps a silent connection open forever)."""
+
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+        super().connection_lost(exc)
+
+    def _arm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+        if not self.transport.is_closing():
+            self._head_deadline = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timeout)
+
+    def _head_timeout(self) -> None:
+        self._head_deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, woken at once by :meth:`wake` instead of its 0.1 s tick, and
+    quiet: no start and stop lines of its own (lockgate logs one)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Event | None = None
+
+    async def serve_on(self, sockets: list[socket.socket]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        if not self.config.loaded:
+            self.config.load()
+        self.lifespan = self.config.lifespan_class(self.config)
+        await self.startup(sockets=sockets)
+        if not self.should_exit:
+            await self.main_loop()
+        if self.started:
+            await self.shutdown(sockets=sockets)
+
+    async def main_loop(self) -> None:
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            assert self._wake is not None
+            try:
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            except asyncio.TimeoutError:
+                pass
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.server_state.connections or self.server_state.tasks:
+            await super().shutdown(sockets=sockets)
+            return
+        for server in self.servers:  # nothing in flight: close without uvicorn's pause
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for server in self.servers:
+            await server.wait_closed()
+
+    def wake(self) -> None:
+        """Ask the server to exit (from any thread)."""
+        self.should_exit = True
+        loop, event = self._loop, self._wake
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has closed: the server is done
+                pass
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (raises ``OSError``)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    if not infos:
+        raise OSError(f"cannot resolve {host!r}")
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def url_of(host: str, sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a socket bound to ``host``; a wildcard address (all
+    interfaces) is named by this machine's host name."""
+    port = sock.getsockname()[1]
+    shown = host
+    if host in ("0.0.0.0", "::", ""):
+        shown = socket.gethostname()
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+class RestServer:
+    """A running REST server (see the module docstring)."""
+
+    def __init__(self, app: Any, inner: Any, sock: socket.socket, url: str, name: str) -> None:
+        self.url = url
+        self.host, self.port = sock.getsockname()[:2]
+        self.app = inner
+        config = uvicorn.Config(
+            app,
+            http=_BoundedH11,
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            loop="asyncio",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=GRACEFUL_S,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        )
+        self._server = _Server(config)
+        self._sock = sock
+        self._thread = threading.Thread(
+            target=self._serve, name=f"lockgate rest {name}", daemon=True
+        )
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            asyncio.run(self._server.serve_on([self._sock]))
+        except BaseException:  # noqa: BLE001 - logged; the job goes on without REST
+            log.exception("the REST server at %s failed; the job runs without it", self.url)
+        finally:
+            self._sock.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, wait: bool = True, timeout: float = STOP_WAIT_S) -> None:
+        """Stop serving (idempotent). ``wait``: return once the server thread ended
+        (up to ``timeout`` seconds: requests in flight finish first)."""
+        self._server.wake()
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("the REST server at %s still runs after %.0fs", self.url, timeout)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request waits for a savepoint or stop (see ``BlockingCalls``)."""
+        return bool(self.app.state.blocking.count)
+
+    def __repr__(self) -> str:
+        return f"RestServer({self.url!r}, {'running' if self.running else 'stopped'})"
+
+
+def start_rest_server(
+    client: JobView,
+    token: str,
+    job_id: Callable[[], str | None],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    name: str = "job",
+    static_dir: str | None = None,
+) -> RestServer:
+    """Serve ``client``'s REST API on ``host``:``port`` (0: any free port) until
+    ``stop()``. Raises ``OSError`` when the address cannot be bound."""
+    kwargs = {} if static_dir is None else {"static_dir": static_dir}
+    app, inner = secured_app(client, token, job_id, **kwargs)
+    sock = _bind(host, port)
+    try:
+        return RestServer(app, inner, sock, url_of(host, sock), name)
+    except BaseException:
+        sock.close()
+        raise
