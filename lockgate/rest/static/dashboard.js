@@ -95,6 +95,13 @@
     return new Date(epochSeconds * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
 
+  // the end of a long path (the whole path is the cell's tooltip)
+  function shortPath(path) {
+    if (!path) return "";
+    const parts = path.split("/");
+    return parts.length > 3 ? "…/" + parts.slice(-2).join("/") : path;
+  }
+
   function timeOfDay(epochMs) {
     if (!epochMs) return "–";
     return new Date(epochMs).toISOString().slice(11, 19);
@@ -176,6 +183,9 @@
     $("main").hidden = show;
     if (show) {
       $("job-name").textContent = "not logged in";
+      $("uptime").textContent = "";
+      $("progress").textContent = "";
+      $("updated").textContent = "";
       setStatus(null);
     }
   }
@@ -400,7 +410,9 @@
       el("td", { class: "num", text: c.status === "completed" ? bytes(c.state_size) : "–" }),
       el("td", { class: "num", text: millis(Math.max(0, ...(c.subtasks || []).map((s) => s.alignment_ms || 0))) }),
       el("td", { class: "num", text: bytes(c.persisted_inflight_bytes) }),
-      el("td", { class: "path", text: c.failure_reason || c.external_path || "" }),
+      c.failure_reason
+        ? el("td", { class: "failure", text: c.failure_reason })
+        : el("td", { class: "path", text: shortPath(c.external_path), title: c.external_path }),
     ));
     replaceChildren($("checkpoint-table").tBodies[0], ...rows);
   }
@@ -485,6 +497,10 @@
   function renderExceptions(list, job) {
     const box = $("exceptions");
     const restarts = job && job.restarts ? job.restarts : 0;
+    // drawn again only when something changed: a traceback a reader opened stays open
+    const key = JSON.stringify([restarts, list]);
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
     const head = el("p", { class: "summary", text: restarts + " restart" + (restarts === 1 ? "" : "s") + (list.length ? ", " + list.length + " exception" + (list.length === 1 ? "" : "s") + " (newest first)" : ", no exception") });
     const items = list.slice().reverse().map((x, i) => {
       const details = el("details", { class: "exception" + (x.final ? " final" : ""), "data-index": i },
