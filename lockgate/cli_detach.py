@@ -31,9 +31,6 @@ START_TIMEOUT_S = 180.0
 LOG_TAIL = 3000
 #: how often the registry is read while waiting (seconds)
 POLL_S = 0.1
-#: how long --detach waits for the registration to name the REST address, after the job
-#: registered (the REST server may start just after the registration)
-REST_GRACE_S = 10.0
 
 
 class DetachError(Exception):
@@ -100,11 +97,7 @@ def start_detached(run_args: list[str], job_path: str, start_timeout: float) -> 
         os.close(fd)
     pause = threading.Event()
     deadline = time.monotonic() + start_timeout
-    job = None
-    while job is None:
-        job = _registered(process.pid)
-        if job is not None:
-            break
+    while (job := _registered(process.pid)) is None:
         code = process.poll()
         if code is not None:
             raise DetachError(
@@ -119,15 +112,6 @@ def start_detached(run_args: list[str], job_path: str, start_timeout: float) -> 
                 f"{log_path} ends with:\n{_tail(log_path)}"
             )
         pause.wait(POLL_S)
-    rest_deadline = min(deadline, time.monotonic() + REST_GRACE_S)
-    while getattr(job, "rest_url", None) is None and time.monotonic() < rest_deadline:
-        # the REST server may start just after the registration
-        newer = _registered(process.pid)
-        if newer is None:
-            break
-        job = newer
-        if getattr(job, "rest_url", None) is None:
-            pause.wait(POLL_S)
     rest_url = getattr(job, "rest_url", None)
     print(f"job {job.job_id} ({job.job_name!r}) runs in the background, pid {job.pid}")
     if rest_url:

@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from .cli_remote import RemoteError, RestClient
-from .job.progress import format_progress
 
 #: the job's final statuses: ``top`` shows the last frame and exits
 FINAL = ("FINISHED", "CANCELED", "FAILED")
@@ -100,22 +99,54 @@ def task_rows(metrics: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _checkpoint(cp: Any) -> str:
+    if not isinstance(cp, dict):
+        return "none"
+    duration = cp.get("duration_ms")
+    size = cp.get("state_size")
+    kind = " (savepoint)" if cp.get("is_savepoint") else ""
+    took = f"{duration:.0f} ms" if isinstance(duration, (int, float)) else "? ms"
+    held = f"{size:,} bytes" if isinstance(size, int) else "? bytes"
+    return f"{cp.get('id')}{kind}, {took}, {held}"
+
+
+def _backpressure(worst: Any) -> str:
+    if not isinstance(worst, dict) or not worst.get("backpressured_ms_per_s"):
+        return "none"
+    return f"{worst.get('task')} {_share(worst.get('backpressured_ms_per_s'))}"
+
+
+def summary_lines(progress: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    """The frame's head: status, rates, watermark, checkpoints, backpressure."""
+    uptime = job.get("uptime_s") or progress.get("uptime_s") or 0
+    lag = progress.get("source_lag")
+    return [
+        f"status {progress.get('status') or job.get('status')}, up {_lag(uptime * 1000)}, "
+        f"restarts {progress.get('restarts', job.get('restarts', 0))}",
+        f"records/s {_rate(progress.get('input_records_per_s'))} in, "
+        f"{_rate(progress.get('output_records_per_s'))} out; "
+        f"{progress.get('records_in', 0):,} read"
+        + (f", source lag {lag:,} records" if isinstance(lag, int) else ""),
+        f"watermark {_clock(progress.get('watermark'))}; backpressure "
+        f"{_backpressure(progress.get('most_backpressured'))}",
+        f"checkpoints {progress.get('checkpoints_completed', 0)} completed, "
+        f"{progress.get('checkpoints_failed', 0)} failed; last "
+        f"{_checkpoint(progress.get('last_checkpoint'))}",
+    ]
+
+
 def render_frame(
-    url: str, progress: dict[str, Any], metrics: dict[str, Any], width: int = 100
+    url: str, progress: dict[str, Any], metrics: dict[str, Any], width: int | None = None
 ) -> str:
-    """One frame of ``lockgate top`` (no escape codes): a header with the job's status
-    and progress line, and the task table; lines are cut to ``width`` characters."""
+    """One frame of ``lockgate top`` (no escape codes): a head with the job's status,
+    rates, watermark and checkpoints, then the task table; with ``width``, lines are
+    cut to that many characters."""
     job = metrics.get("job") if isinstance(metrics.get("job"), dict) else {}
     assert isinstance(job, dict)
     now = datetime.now().strftime("%H:%M:%S")
     head = [
         f"lockgate top - {progress.get('job') or job.get('name')} at {url} - {now}",
-        f"status {progress.get('status') or job.get('status')}, up "
-        f"{_lag((job.get('uptime_s') or progress.get('uptime_s') or 0) * 1000)}, restarts "
-        f"{progress.get('restarts', job.get('restarts', 0))}, checkpoints "
-        f"{progress.get('checkpoints_completed', 0)} completed / "
-        f"{progress.get('checkpoints_failed', 0)} failed",
-        format_progress(progress),
+        *summary_lines(progress, job),
         "",
     ]
     rows = [_COLUMNS, *task_rows(metrics)]
@@ -129,10 +160,11 @@ def render_frame(
     ]
     if len(rows) == 1:
         table.append("(no task runs now: the job is starting, restarting or has ended)")
-    return "\n".join(line[:width] for line in [*head, *table]) + "\n"
+    lines = [*head, *table]
+    return "\n".join(lines if width is None else [line[:width] for line in lines]) + "\n"
 
 
-def fetch_frame(client: RestClient, job_id: str, width: int) -> tuple[str, str]:
+def fetch_frame(client: RestClient, job_id: str, width: int | None) -> tuple[str, str]:
     """(the frame, the job's status) read now from ``client``."""
     progress = client.get(f"/jobs/{job_id}/progress")
     metrics = client.get(f"/jobs/{job_id}/metrics")
@@ -150,7 +182,7 @@ def run_top(
     once: bool = False,
     out: TextIO | None = None,
     stop: threading.Event | None = None,
-    width: Callable[[], int] | None = None,
+    width: Callable[[], int | None] | None = None,
 ) -> int:
     """Show the job ``job_id`` of ``client`` every ``interval`` seconds (``once``: one
     frame) until Ctrl-C or ``stop`` is set (exit code 0), or the job reaches a final
@@ -158,8 +190,9 @@ def run_top(
     :class:`RemoteError` (the job ended or became unreachable)."""
     out = out or sys.stdout
     stop = stop or threading.Event()
-    columns = width or (lambda: shutil.get_terminal_size((100, 24)).columns)
-    live = not once and out.isatty()
+    tty = out.isatty()
+    live = not once and tty
+    columns = width or (lambda: shutil.get_terminal_size().columns if tty else None)
     if once:
         out.write(fetch_frame(client, job_id, columns())[0])
         out.flush()

@@ -256,15 +256,17 @@ def test_a_top_frame_shows_progress_and_a_row_per_task_of_a_running_job() -> Non
     assert source[2] == "-" and source[3] != "-", "a source has no input rate"
     assert rows[-1][3] == "-", "a sink has no output rate"
     assert all(r[4].endswith("%") and r[5].endswith("%") for r in rows)
-    frame = render_frame("http://127.0.0.1:9", progress, metrics, width=200)
+    frame = render_frame("http://127.0.0.1:9", progress, metrics)
     lines = frame.splitlines()
     assert lines[0].startswith("lockgate top - top frame job at http://127.0.0.1:9")
-    assert lines[1].startswith("status RUNNING")
-    assert "records/s in" in lines[2]
-    assert lines[4].split() == [
+    assert lines[1].startswith("status RUNNING, up ")
+    assert lines[2].startswith("records/s ") and " in, " in lines[2] and " read" in lines[2]
+    assert lines[3].startswith("watermark ") and "backpressure" in lines[3]
+    assert lines[4].startswith("checkpoints 0 completed, 0 failed; last none")
+    assert lines[6].split() == [
         "TASK", "PAR", "IN/s", "OUT/s", "BUSY", "BACKPR", "WATERMARK", "WM", "LAG", "QUEUE"
     ]  # fmt: skip
-    assert len(lines) == 5 + len(rows)
+    assert len(lines) == 7 + len(rows)
     narrow = render_frame("http://127.0.0.1:9", progress, metrics, width=30)
     assert max(len(line) for line in narrow.splitlines()) <= 30
     empty = render_frame("http://x:1", {"status": "RESTARTING"}, {"vertices": []})
