@@ -49,7 +49,7 @@ class Remote:
 def rest_of(info: JobInfo) -> RestClient | None:
     """The REST API a locally registered job serves, from its registration (None when it
     serves none)."""
-    url, token = getattr(info, "rest_url", None), getattr(info, "rest_token", None)
+    url, token = info.rest_url, info.rest_token
     if not url or not token:
         return None
     return RestClient(url.rstrip("/"), token)
@@ -261,7 +261,7 @@ def token_command(job: str, remote: Remote) -> int:
             "run it on the job's machine"
         )
     info = job_registry.find_job(job)
-    token = getattr(info, "rest_token", None)
+    token = info.rest_token
     if not token:
         raise UsageError(
             f"job {info.job_id} ({info.job_name!r}) serves no REST API, so it has no token "

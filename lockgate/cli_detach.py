@@ -112,7 +112,7 @@ def start_detached(run_args: list[str], job_path: str, start_timeout: float) -> 
                 f"{log_path} ends with:\n{_tail(log_path)}"
             )
         pause.wait(POLL_S)
-    rest_url = getattr(job, "rest_url", None)
+    rest_url = job.rest_url
     print(f"job {job.job_id} ({job.job_name!r}) runs in the background, pid {job.pid}")
     if rest_url:
         print(f"dashboard: {rest_url}/")
