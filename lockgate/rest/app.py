@@ -51,6 +51,8 @@ STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 MAX_BODY_BYTES = 64 * 1024
 #: seconds a request body may take to arrive
 BODY_TIMEOUT_S = 10.0
+#: the largest ``timeout`` a savepoint or stop request may give (seconds: a day)
+MAX_TIMEOUT_S = 86_400.0
 API = "/api/v1"
 
 
@@ -179,12 +181,12 @@ def timeout_of(data: dict[str, Any]) -> float | None:
         isinstance(timeout, bool)
         or not isinstance(timeout, (int, float))
         or not math.isfinite(timeout)
-        or timeout <= 0
+        or not 0 < timeout <= MAX_TIMEOUT_S
     ):
         raise ApiError(
             400,
-            f"'timeout' must be seconds > 0 or null (null: the checkpoint timeout), "
-            f"got {timeout!r}",
+            f"'timeout' must be seconds > 0 and <= {MAX_TIMEOUT_S:g}, or null (null: the "
+            f"checkpoint timeout), got {timeout!r}",
         )
     return float(timeout)
 

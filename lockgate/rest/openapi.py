@@ -34,6 +34,14 @@ NUM = {"type": "number"}
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+#: a request's ``timeout``: seconds (0 < t <= a day) or null (the checkpoint timeout)
+TIMEOUT = {
+    "type": "number",
+    "exclusiveMinimum": True,
+    "minimum": 0,
+    "maximum": 86_400,
+    "nullable": True,
+}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {**_obj({"error": STR}), "description": "What is wrong and how to fix it."},
@@ -242,7 +250,7 @@ SCHEMAS: dict[str, Any] = {
     "SavepointRequest": {
         **_obj(
             {"path": {"type": "string", "minLength": 1}},
-            {"timeout": _nullable({"type": "number", "exclusiveMinimum": True, "minimum": 0})},
+            {"timeout": TIMEOUT},
         ),
         "additionalProperties": False,
     },
@@ -251,7 +259,7 @@ SCHEMAS: dict[str, Any] = {
             {"path": {"type": "string", "minLength": 1}},
             {
                 "drain": BOOL,
-                "timeout": _nullable({"type": "number", "exclusiveMinimum": True, "minimum": 0}),
+                "timeout": TIMEOUT,
             },
         ),
         "additionalProperties": False,

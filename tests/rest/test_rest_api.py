@@ -220,6 +220,7 @@ def test_bad_savepoint_and_stop_requests_get_400_saying_what_is_wrong(
         ("savepoints", {"path": str(tmp_path / "a"), "timeout": -1}, "'timeout' must be"),
         ("savepoints", {"path": str(tmp_path / "a"), "timeout": True}, "'timeout' must be"),
         ("savepoints", {"path": str(tmp_path / "a"), "timeout": "5"}, "'timeout' must be"),
+        ("savepoints", {"path": str(tmp_path / "a"), "timeout": 1e308}, "<= 86400"),
         ("savepoints", {"path": str(tmp_path / "a"), "drain": True}, "unknown field(s) 'drain'"),
         ("stop", {"path": str(tmp_path / "a"), "drain": "yes"}, "'drain' must be true or false"),
         ("stop", {"path": str(tmp_path / "a"), "wait": 1}, "unknown field(s) 'wait'"),
