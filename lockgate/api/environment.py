@@ -305,6 +305,7 @@ class StreamEnvironment:
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
+        _log_executor(job_name, chosen)
         client = JobClient(job_name, _then_clean_up(plan, chosen), background=False, plan=plan)
         return client.run_here()
 
@@ -329,10 +330,17 @@ class StreamEnvironment:
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
+        _log_executor(job_name, chosen)
         return JobClient(job_name, _then_clean_up(plan, chosen), plan=plan)
 
 
 _shared_spark_executor: Any = None
+
+
+def _log_executor(job_name: str, executor: Any) -> None:
+    describe = getattr(executor, "describe", None)
+    where = describe() if callable(describe) else type(executor).__name__
+    log.info("job %r runs on %s", job_name, where)
 
 
 def default_executor() -> Any:

@@ -60,6 +60,10 @@ class LocalExecutor:
     docstring). ``join_timeout_s`` is its former name.
     """
 
+    def describe(self) -> str:
+        """Where jobs run, for the start-up log line."""
+        return "the local executor (one thread per subtask in this process)"
+
     def __init__(
         self,
         *,

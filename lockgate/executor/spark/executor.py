@@ -64,7 +64,14 @@ from .control import (
     ControlEvent,
     ControlServer,
 )
-from .session import check_session, create_session, is_loopback, task_slots, wait_for_slots
+from .session import (
+    check_session,
+    create_session,
+    is_loopback,
+    quiet_expected_spark_logs,
+    task_slots,
+    wait_for_slots,
+)
 from .slot import SlotJob
 
 log = logging.getLogger(__name__)
@@ -100,10 +107,18 @@ class SparkExecutor:
     def __repr__(self) -> str:
         return f"SparkExecutor(master={self.master!r})"
 
+    def describe(self) -> str:
+        """Where jobs run, for the start-up log line."""
+        if self._spark is not None:
+            return f"Spark, master {self._spark.sparkContext.master}"
+        master = self.master or os.environ.get("LOCKGATE_SPARK_MASTER") or "local[*]"
+        return f"Spark, master {master}"
+
     @property
     def spark(self) -> Any:
         if self._spark is None:
             self._spark = create_session(self.master, self.conf)
+            quiet_expected_spark_logs(self._spark.sparkContext)
         return self._spark
 
     @property
@@ -217,9 +232,7 @@ class SparkExecutor:
 
         def submit() -> None:
             try:
-                sc.setJobGroup(
-                    group, f"lockgate job '{plan.job_name}' (attempt {gen})", interruptOnCancel=True
-                )
+                sc.setJobGroup(group, _job_description(plan, gen, handle), interruptOnCancel=True)
                 rdd = sc.parallelize(range(plan.num_slots), plan.num_slots).barrier()
                 results = rdd.mapPartitions(_slot_function(job)).collect()
                 outcome.put(("ok", results))
@@ -573,6 +586,14 @@ def _warm_worker(iterator: Any) -> Any:
     import lockgate.executor.spark.daemon  # noqa: F401
 
     yield os.getpid()
+
+
+def _job_description(plan: ExecutionPlan, generation: int, handle: JobHandle) -> str:
+    """What the Spark UI shows for an attempt: the lockgate job and its dashboard."""
+    text = f"lockgate job '{plan.job_name}' (attempt {generation})"
+    if handle.rest_url:
+        text += f", dashboard {handle.rest_url}"
+    return text
 
 
 def _slot_function(job: SlotJob) -> Any:

@@ -93,7 +93,7 @@ class DisconnectLog:
                 return
             if event.get("event") == zmq.EVENT_DISCONNECTED:
                 self.disconnects += 1
-                log.info(
+                log.debug(
                     "%s: a peer disconnected (or was disconnected for sending a frame "
                     "over %d bytes)",
                     self.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -43,6 +44,43 @@ LOOPBACK_CONF = {
     # executors run this interpreter: their worker daemon can pre-import lockgate
     "spark.python.daemon.module": "lockgate.executor.spark.daemon",
 }
+
+
+#: Spark loggers that report events lockgate expects and reports itself in one line (a
+#: task that failed and is restarted, a cancelled job group, a killed worker), with
+#: the level they keep unless lockgate's logger is at DEBUG
+QUIET_SPARK_LOGGERS = {
+    # "Exception in task": the failure lockgate reports as the attempt's error
+    "org.apache.spark.executor.Executor": "FATAL",
+    # "Lost task ...": the same failure again, seen from the driver
+    "org.apache.spark.scheduler.TaskSetManager": "ERROR",
+    # "Failed to cancel job group ...": an attempt that had ended already
+    "org.apache.spark.scheduler.DAGScheduler": "ERROR",
+    # "Python worker exited unexpectedly": a killed worker, restarted by lockgate
+    "org.apache.spark.api.python.PythonRunner": "ERROR",
+}
+
+
+def quiet_expected_spark_logs(sc: Any) -> bool:
+    """Lower Spark's loggers of :data:`QUIET_SPARK_LOGGERS` so that an expected event
+    gives lockgate's one line, not a Java stack trace; the traces stay available with
+    lockgate's logger at DEBUG (``lockgate run --log-level DEBUG``). Also keeps py4j's
+    per-connection INFO lines out of an unconfigured log. Returns whether it applied."""
+    if logging.getLogger("lockgate").isEnabledFor(logging.DEBUG):
+        return False
+    py4j = logging.getLogger("py4j")
+    if py4j.level == logging.NOTSET:
+        py4j.setLevel(logging.WARNING)
+    try:
+        jvm = sc._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        levels = jvm.org.apache.logging.log4j.Level
+        for name, level in QUIET_SPARK_LOGGERS.items():
+            configurator.setLevel(name, levels.toLevel(level))
+    except Exception:  # noqa: BLE001 - a Spark without log4j2 keeps its own levels
+        logging.getLogger(__name__).debug("could not lower Spark's log levels", exc_info=True)
+        return False
+    return True
 
 
 def is_loopback(master: str) -> bool:
