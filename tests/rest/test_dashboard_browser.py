@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
 
 import lockgate as lg
 from conftest import wait_until
 from lockgate.checkpoint.storage import METADATA
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
+from lockgate.connectors.discarding_sink import DiscardingSink
 from lockgate.core.batch import num_rows
 from lockgate.testing import FailAtRecord, inject_faults
 
@@ -95,9 +102,6 @@ def browser_paths() -> dict[str, str]:
 
 @pytest.fixture
 def driver(browser_paths: dict[str, str], tmp_path: Path) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     options = webdriver.ChromeOptions()
     options.binary_location = browser_paths["chromium"]
     for arg in (
@@ -166,6 +170,52 @@ def rest_get(client: lg.JobClient, path: str) -> Any:
         return json.loads(response.read())
 
 
+def page_wait(driver: Any) -> WebDriverWait:
+    """A bounded wait on the page. The page redraws its tables as it polls, so an element
+    found a moment ago may be gone: such a look is tried again."""
+    return WebDriverWait(
+        driver,
+        PAGE_WAIT_S,
+        poll_frequency=0.2,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    )
+
+
+def log_in(driver: Any, wait: WebDriverWait, client: lg.JobClient) -> None:
+    """Open the job's page, which without the token is a login form and nothing else, and
+    log in through the form with the job's token."""
+    assert client.rest_url and client.rest_url.startswith("http://127.0.0.1:")
+    assert client.rest_token
+    driver.get(client.rest_url + "/")
+    token_field = wait.until(ec.presence_of_element_located((By.NAME, "token")))
+    assert "numbers" not in driver.page_source, "no job data before the login"
+    token_field.send_keys(client.rest_token)
+    token_field.submit()
+    wait.until(ec.presence_of_element_located((By.ID, "graph")))
+
+
+def savepoint_from_page(
+    driver: Any, wait: WebDriverWait, button: str, target: Path
+) -> tuple[str, str]:
+    """Click ``button``, give ``target`` as the folder, submit; return the location the page
+    reports and its message."""
+    wait.until(ec.element_to_be_clickable((By.ID, button))).click()
+    path_field = wait.until(ec.visibility_of_element_located((By.ID, "savepoint-path")))
+    path_field.clear()
+    path_field.send_keys(str(target))
+    driver.find_element(By.ID, "savepoint-submit").click()
+    result = driver.find_element(By.ID, "action-result")
+    wait.until(
+        lambda d: result.get_attribute("data-state") in ("done", "failed"),
+        "the page reports the savepoint",
+    )
+    assert result.get_attribute("data-state") == "done", result.text
+    location = result.get_attribute("data-location")
+    assert location and Path(location).resolve() == target.resolve(), (location, target)
+    assert (Path(location) / METADATA).is_file(), "the savepoint's metadata is on disk"
+    return location, result.text
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "the screenshot is not a PNG"
     assert data[12:16] == b"IHDR"
@@ -177,31 +227,11 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoint(
     driver: Any, tmp_path: Path
 ) -> None:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
     client = backpressured_job(tmp_path).execute_async("dashboard", executor=lg.LocalExecutor())
     try:
         wait_until(lambda: client.status() == "RUNNING", "the job runs", 120)
-        assert client.rest_url and client.rest_url.startswith("http://127.0.0.1:")
-        assert client.rest_token
-        # the page redraws its tables as it polls: an element found a moment ago may be gone
-        wait = WebDriverWait(
-            driver,
-            PAGE_WAIT_S,
-            poll_frequency=0.2,
-            ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
-        )
-
-        # without the token the page is a login form and nothing else
-        driver.get(client.rest_url + "/")
-        token_field = wait.until(ec.presence_of_element_located((By.NAME, "token")))
-        assert "numbers" not in driver.page_source
-        token_field.send_keys(client.rest_token)
-        token_field.submit()
-        wait.until(ec.presence_of_element_located((By.ID, "graph")))
+        wait = page_wait(driver)
+        log_in(driver, wait, client)
 
         # the graph: one box per task, the source's behind the throttled sink red
         wait.until(
@@ -240,21 +270,8 @@ def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoi
         # a savepoint from the page: the button asks for a folder, the page shows where
         # the savepoint went, and it is there on disk
         target = tmp_path / "savepoints" / "sp-1"
-        wait.until(ec.element_to_be_clickable((By.ID, "savepoint-button"))).click()
-        path_field = wait.until(ec.visibility_of_element_located((By.ID, "savepoint-path")))
-        path_field.clear()
-        path_field.send_keys(str(target))
-        driver.find_element(By.ID, "savepoint-submit").click()
-        result = driver.find_element(By.ID, "action-result")
-        wait.until(
-            lambda d: result.get_attribute("data-state") in ("done", "failed"),
-            "the page reports the savepoint",
-        )
-        assert result.get_attribute("data-state") == "done", result.text
-        location = result.get_attribute("data-location")
-        assert location and location in result.text
-        assert Path(location).resolve() == target.resolve()
-        assert (Path(location) / METADATA).is_file(), "the savepoint's metadata is on disk"
+        location, text = savepoint_from_page(driver, wait, "savepoint-button", target)
+        assert text == f"Savepoint written: {location}"
         wait.until(
             lambda d: d.find_elements(
                 By.CSS_SELECTOR,
@@ -317,3 +334,55 @@ def job_id(client: lg.JobClient) -> str:
     jobs = rest_get(client, "/api/v1/jobs")["jobs"]
     assert len(jobs) == 1, jobs
     return str(jobs[0]["id"])
+
+
+@pytest.mark.hang_guard(300)
+def test_stop_with_savepoint_from_the_dashboard_ends_the_job_and_the_page_says_so(
+    driver: Any, tmp_path: Path
+) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    env.enable_checkpointing(200)
+    env.checkpoint_config.storage = str(tmp_path / "chk")
+    env.config.progress_interval_ms = 0
+    (
+        env.from_source(
+            SequenceSource(0, 10**9, rows_per_second=2_000, batch_size=100, bounded=False),
+            name="numbers",
+        )
+        .uid("numbers")
+        .key_by(lambda v: v % 4)
+        .process(Sum(), name="sums")
+        .uid("sums")
+        .sink_to(DiscardingSink())
+        .uid("sink")
+    )
+    client = env.execute_async("dashboard stop", executor=lg.LocalExecutor())
+    try:
+        wait_until(lambda: client.status() == "RUNNING", "the job runs", 120)
+        wait = page_wait(driver)
+        log_in(driver, wait, client)
+        wait.until(
+            lambda d: d.find_elements(
+                By.CSS_SELECTOR, "#checkpoint-chart rect.bar[data-status='completed']"
+            ),
+            "a completed checkpoint is drawn in the checkpoint chart",
+        )
+        target = tmp_path / "final"
+        location, text = savepoint_from_page(driver, wait, "stop-button", target)
+        assert text == f"Stopped with savepoint {location}"
+        result = client.wait(60)
+        assert result.savepoint_path == location
+        assert client.status() == "FINISHED"
+        # the job's API ends with it: the page says so and offers no command
+        wait.until(
+            lambda d: (
+                d.find_element(By.ID, "status").get_attribute("data-status")
+                in ("FINISHED", "UNREACHABLE")
+            ),
+            "the page shows that the job ended",
+        )
+        assert not driver.find_element(By.ID, "savepoint-button").is_enabled()
+        assert not driver.find_element(By.ID, "stop-button").is_enabled()
+    finally:
+        client.cancel()
+        client.wait(60)

@@ -564,6 +564,12 @@
         showLogin(true);
       } else {
         errors.push(e.message);
+        if (e.status === 0) {
+          // the driver is gone (a job's API ends with the job): no more commands to offer
+          setStatus(null);
+          $("status").textContent = "UNREACHABLE";
+          $("status").dataset.status = "UNREACHABLE";
+        }
       }
     } finally {
       showErrors(errors);
