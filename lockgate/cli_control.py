@@ -212,7 +212,7 @@ def stop_command(
     if drain and savepoint is None:
         raise UsageError("--drain applies to --savepoint PATH")
     if savepoint is None:
-        return cancel_command(job, remote)
+        return cancel_command(job, remote, timeout)
     target = savepoint_target(savepoint, remote.wanted)
     if remote.wanted:
         client = remote.client()
@@ -233,9 +233,10 @@ def stop_command(
     return 0
 
 
-def cancel_command(job: str, remote: Remote) -> int:
+def cancel_command(job: str, remote: Remote, timeout: float | None = None) -> int:
     """``lockgate cancel JOB`` (and ``stop JOB`` without ``--savepoint``): cancel the job
-    without a savepoint; return at once (the job ends shortly after)."""
+    without a savepoint; return at once (the job ends shortly after). ``timeout`` bounds
+    the wait for a local job's answer (a remote one answers within the request timeout)."""
     if remote.wanted:
         client = remote.client()
         found = client.find_job(job)
@@ -243,7 +244,7 @@ def cancel_command(job: str, remote: Remote) -> int:
         print(f"cancelling job {found.get('id')} ({found.get('name')})")
         return 0
     info = job_registry.find_job(job)
-    job_registry.send_command(info, job_registry.CANCEL)
+    job_registry.send_command(info, job_registry.CANCEL, timeout=timeout)
     print(f"cancelling job {info.job_id} ({info.job_name})")
     return 0
 

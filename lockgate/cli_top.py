@@ -206,7 +206,10 @@ def run_top(
                 frame, status = fetch_frame(client, job_id, columns())
             except RemoteError as e:
                 if last:
-                    raise RemoteError(f"the job stopped answering: {e}") from None
+                    raise RemoteError(
+                        f"the job stopped answering (it has probably ended; 'lockgate list' "
+                        f"shows the running ones): {e}"
+                    ) from None
                 raise
             last = frame
             out.write((_HOME_CLEAR + frame) if live else frame + "\n")
