@@ -194,11 +194,11 @@ def log_in(driver: Any, wait: WebDriverWait, client: lg.JobClient) -> None:
     wait.until(ec.presence_of_element_located((By.ID, "graph")))
 
 
-def savepoint_from_page(
+def submit_savepoint(
     driver: Any, wait: WebDriverWait, button: str, target: Path
-) -> tuple[str, str]:
-    """Click ``button``, give ``target`` as the folder, submit; return the location the page
-    reports and its message."""
+) -> tuple[str, str, str]:
+    """Click ``button``, give ``target`` as the folder, submit; return the outcome the page
+    reports: its state ("done" or "failed"), the savepoint's location and the message."""
     wait.until(ec.element_to_be_clickable((By.ID, button))).click()
     path_field = wait.until(ec.visibility_of_element_located((By.ID, "savepoint-path")))
     path_field.clear()
@@ -209,11 +209,19 @@ def savepoint_from_page(
         lambda d: result.get_attribute("data-state") in ("done", "failed"),
         "the page reports the savepoint",
     )
-    assert result.get_attribute("data-state") == "done", result.text
-    location = result.get_attribute("data-location")
+    return result.get_attribute("data-state"), result.get_attribute("data-location"), result.text
+
+
+def savepoint_from_page(
+    driver: Any, wait: WebDriverWait, button: str, target: Path
+) -> tuple[str, str]:
+    """:func:`submit_savepoint`, which must succeed: the savepoint is on disk at ``target``;
+    return its location and the page's message."""
+    state, location, text = submit_savepoint(driver, wait, button, target)
+    assert state == "done", text
     assert location and Path(location).resolve() == target.resolve(), (location, target)
     assert (Path(location) / METADATA).is_file(), "the savepoint's metadata is on disk"
-    return location, result.text
+    return location, text
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -281,6 +289,11 @@ def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoi
         )
         assert client.status() == "RUNNING", "a savepoint leaves the job running"
         assert not driver.find_element(By.ID, "errors").text, "the page shows no API error"
+
+        # the API's error, as text: a savepoint is never written over another one
+        state, _, text = submit_savepoint(driver, wait, "savepoint-button", target)
+        assert state == "failed"
+        assert "(400)" in text and "already holds a savepoint" in text, text
 
         # watermarks with what holds each back (the sums wait for their one input channel)
         def sums_watermark(d: Any) -> bool:
