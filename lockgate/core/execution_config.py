@@ -26,6 +26,8 @@ class ExecutionConfig:
     * ``rest_bind`` / ``rest_port`` - where (default ``127.0.0.1``, any free port:
       ``JobClient.rest_url`` tells which). Binding another address exposes the job to
       that network; every request still needs the job's token.
+    * ``metrics_enabled`` - subtasks count bytes and idle / backpressured time for the
+      live metrics (records are always counted); off only to measure what they cost.
     * ``progress_interval_ms`` - how often the driver logs a progress line per job
       (0: never).
     """
@@ -40,6 +42,7 @@ class ExecutionConfig:
     rest_bind: str = "127.0.0.1"
     rest_port: int = 0
     progress_interval_ms: int = 30_000
+    metrics_enabled: bool = True
 
     def validate(self) -> None:
         for name in (
@@ -58,6 +61,10 @@ class ExecutionConfig:
         ):
             raise ConfigurationError(
                 f"buffer_timeout_ms must be an int >= 0, got {self.buffer_timeout_ms!r}"
+            )
+        if not isinstance(self.metrics_enabled, bool):
+            raise ConfigurationError(
+                f"metrics_enabled must be a bool, got {self.metrics_enabled!r}"
             )
         if not isinstance(self.rest_enabled, bool):
             raise ConfigurationError(f"rest_enabled must be a bool, got {self.rest_enabled!r}")

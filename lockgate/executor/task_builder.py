@@ -81,6 +81,10 @@ def build_task(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
     task.key = (vertex.id, subtask_index)
+    if not cfg.metrics_enabled:
+        task.metrics_enabled = False
+        for w in writers.values():
+            w.count_bytes = False
     task.channels = _channels(plan, vertex, subtask_index, writers, input_channels)
     task.channel_state_replay = batches_to_replay
     for op in chain.operators:  # operators waiting for asynchronous work (async I/O)

@@ -52,8 +52,9 @@ class RecordWriter:
         self._pending_rows = [0] * n
         self._pending_bytes = [0] * n
         self._since: list[float | None] = [None] * n
-        #: in-memory bytes of the data written (metrics)
+        #: in-memory bytes of the data written (metrics; counted while ``count_bytes``)
         self.bytes_out = 0
+        self.count_bytes = True
 
     def write(self, batch: Batch) -> None:
         for target, part in self.partitioner.partition(batch):
@@ -64,7 +65,8 @@ class RecordWriter:
         if rows == 0:
             return
         size = nbytes(part)
-        self.bytes_out += size
+        if self.count_bytes:
+            self.bytes_out += size
         if size > self.max_bytes and rows > 1:
             self._cut(target)
             per_piece = max(1, rows * self.max_bytes // size)

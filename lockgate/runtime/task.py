@@ -135,6 +135,8 @@ class StreamTask:
         self.backpressured_ms = 0.0
         #: in-memory bytes of the data batches taken from the input channels
         self.bytes_in = 0
+        #: keep the metrics above (``ExecutionConfig.metrics_enabled``)
+        self.metrics_enabled = True
 
     def enable_checkpoints(
         self,
@@ -470,6 +472,8 @@ class StreamTask:
             deadline = now + due if deadline is None else min(deadline, now + due)
         timeout = None if deadline is None else max(0.0, deadline - now)
         self.clock.wait(self.signal, timeout)
+        if not self.metrics_enabled:
+            return
         spent = self.clock.monotonic_ms() - now
         if backpressured:
             self.backpressured_ms += spent
@@ -543,6 +547,7 @@ class StreamTask:
         head = self.chain.head
         indexes = gate.input_indexes
         handler = self.barrier_handler
+        count_bytes = self.metrics_enabled
         while True:
             if not self._start_turn():
                 continue
@@ -563,7 +568,8 @@ class StreamTask:
                 continue
             channel, element = item
             if is_batch(element):
-                self.bytes_in += nbytes(element)
+                if count_bytes:
+                    self.bytes_in += nbytes(element)
                 head.process_batch(element, indexes[channel])
             else:
                 self._process_event(channel, element)

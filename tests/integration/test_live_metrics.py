@@ -259,3 +259,33 @@ def test_metrics_time_is_wall_clock_and_uptime_grows():
     finally:
         client.cancel()
         client.wait(60)
+
+
+def test_with_metrics_off_bytes_and_waiting_time_are_not_counted():
+    """``metrics_enabled=False`` (to measure what the metrics cost): records are still
+    counted, bytes and idle / backpressured time are not."""
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    small_channels(env)
+    env.config.metrics_enabled = False
+    (
+        env.from_source(SequenceSource(0, 10**9, rows_per_second=2_000), name="trickle")
+        .uid("trickle")
+        .rebalance()
+        .sink_to(DiscardingSink(), name="out")
+    )
+    client = env.execute_async("no metrics job")
+    try:
+        wait_until(
+            lambda: (
+                vertex(client.metrics(), "trickle")["idle_ms_per_s"] is not None
+                and operator(client.metrics(), "trickle")["records_out"] > 0
+            ),
+            "two readings a second apart",
+            60,
+        )
+        source = vertex(client.metrics(), "trickle")
+        assert source["idle_ms_per_s"] == 0 and source["backpressured_ms_per_s"] == 0
+        assert source["bytes_out"] == 0 and vertex(client.metrics(), "out")["bytes_in"] == 0
+    finally:
+        client.cancel()
+        client.wait(60)
