@@ -20,6 +20,7 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +83,11 @@ class _Server(uvicorn.Server):
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None
 
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        #: set once the listening socket is closed (no new connection is accepted)
+        self.listening_closed = threading.Event()
+
     async def serve_on(self, sockets: list[socket.socket]) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -107,14 +113,15 @@ class _Server(uvicorn.Server):
             should_exit = await self.on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.server_state.connections or self.server_state.tasks:
-            await super().shutdown(sockets=sockets)
-            return
-        for server in self.servers:  # nothing in flight: close without uvicorn's pause
+        for server in self.servers:  # accept nothing new, at once
             server.close()
         for sock in sockets or []:
             sock.close()
-        for server in self.servers:
+        self.listening_closed.set()
+        if self.server_state.connections or self.server_state.tasks:
+            await super().shutdown()
+            return
+        for server in self.servers:  # nothing in flight: done without uvicorn's pause
             await server.wait_closed()
 
     def wake(self) -> None:
@@ -197,19 +204,29 @@ class RestServer:
             log.exception("the REST server at %s failed; the job runs without it", self.url)
         finally:
             self._sock.close()
+            self._server.listening_closed.set()
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
     def stop(self, wait: bool = True, timeout: float = STOP_WAIT_S) -> None:
-        """Stop serving (idempotent). ``wait``: return once the server thread ended
-        (up to ``timeout`` seconds: requests in flight finish first)."""
+        """Stop serving (idempotent); returns once no new connection is accepted.
+        ``wait``: also once the server thread ended (up to ``timeout`` seconds in all:
+        requests in flight finish first); else the thread ends by itself when they
+        have."""
         self._server.wake()
-        if wait and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("the REST server at %s still runs after %.0fs", self.url, timeout)
+        if self._thread is threading.current_thread():
+            return
+        deadline = time.monotonic() + timeout
+        closed = self._server.listening_closed
+        while not closed.wait(0.05) and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                break
+        if wait:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() and (wait or not closed.is_set()):
+            log.warning("the REST server at %s still runs after %.0fs", self.url, timeout)
 
     @property
     def busy(self) -> bool:
