@@ -22,6 +22,7 @@
     busy: false,
     action: null, // "savepoint" | "stop" while the dialog is open
     status: null,
+    pending: false, // a savepoint or stop is under way
   };
 
   const $ = (id) => document.getElementById(id);
@@ -197,9 +198,10 @@
     const node = $("status");
     node.textContent = status || "…";
     node.dataset.status = status || "";
-    const running = status === "RUNNING";
-    $("savepoint-button").disabled = !running;
-    $("stop-button").disabled = !running;
+    // commands only for a running job, and one at a time
+    const ready = status === "RUNNING" && !state.pending;
+    $("savepoint-button").disabled = !ready;
+    $("stop-button").disabled = !ready;
   }
 
   function renderJobs(jobs) {
@@ -391,7 +393,7 @@
     chart.dataset.savepoints = String(savepoints.length);
     $("checkpoint-summary").textContent = list.length === 0
       ? "No checkpoint yet."
-      : completed.length + " completed, " + failed.length + " failed" +
+      : "Of the last " + list.length + ": " + completed.length + " completed, " + failed.length + " failed" +
         (savepoints.length ? ", " + savepoints.length + " savepoint" + (savepoints.length === 1 ? "" : "s") : "") +
         (completed.length ? "; last completed: " + completed[completed.length - 1].checkpoint_id : "");
     replaceChildren(chart, list.length ? drawChart(list.slice(-CHART_POINTS)) : el("p", { class: "empty", text: "The chart shows each checkpoint's duration and size once one completes." }));
@@ -611,8 +613,8 @@
     result.dataset.state = "pending";
     result.dataset.location = "";
     result.textContent = (action === "stop" ? "Stopping with a savepoint into " : "Writing a savepoint into ") + path + " …";
-    $("savepoint-button").disabled = true;
-    $("stop-button").disabled = true;
+    state.pending = true;
+    setStatus(state.status);
     const id = encodeURIComponent(state.jobId);
     try {
       const body = action === "stop" ? { path, drain: $("savepoint-drain").checked, timeout: null } : { path, timeout: null };
@@ -624,6 +626,7 @@
       result.dataset.state = "failed";
       result.textContent = e.message;
     } finally {
+      state.pending = false;
       setStatus(state.status);
     }
   }
