@@ -384,3 +384,40 @@ def test_a_connection_that_sends_no_request_is_closed(
             assert http.get("/api/v1/jobs").status_code == 200
     finally:
         stop(client)
+
+
+def test_an_ended_job_takes_no_commands_and_a_missing_dashboard_gets_a_placeholder(
+    tmp_path: Path,
+) -> None:
+    """A server for a job that has ended (the window before its own server stops):
+    commands get 409, reads still answer; without index.html ``/`` is a placeholder."""
+    from lockgate.rest import start_rest_server
+
+    client = start(
+        numbers_job(tmp_path, executor=lg.LocalExecutor(), rest_enabled=False), name="ended"
+    )
+    stop(client)
+    token = "t" * 43
+    server = start_rest_server(
+        client, token, lambda: "job-1", name="ended", static_dir=str(tmp_path / "none")
+    )
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as http:
+            for route, body in (
+                ("savepoints", {"path": str(tmp_path / "sp")}),
+                ("stop", {"path": str(tmp_path / "sp")}),
+                ("cancel", None),
+            ):
+                r = http.post(f"/api/v1/jobs/job-1/{route}", json=body)
+                assert r.status_code == 409, f"{route}: {r.status_code} {r.text}"
+                assert "has ended (CANCELED)" in r.json()["error"]
+            assert http.get("/api/v1/jobs/job-1").json()["status"] == "CANCELED"
+            assert http.get("/api/v1/jobs/job-1/metrics").json()["operators"] == []
+            page = http.get("/")
+            assert page.status_code == 200 and "dashboard is not installed" in page.text
+            assert http.get("/static/index.html").status_code == 404
+    finally:
+        server.stop()
+    assert not server.running
+    assert not (tmp_path / "sp").exists()
