@@ -196,7 +196,8 @@
   function setStatus(status) {
     state.status = status;
     const node = $("status");
-    node.textContent = status || "…";
+    const text = status || "…";
+    if (node.textContent !== text) node.textContent = text; // announced only on a change
     node.dataset.status = status || "";
     // commands only for a running job, and one at a time
     const ready = status === "RUNNING" && !state.pending;
