@@ -290,11 +290,6 @@ def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoi
         assert client.status() == "RUNNING", "a savepoint leaves the job running"
         assert not driver.find_element(By.ID, "errors").text, "the page shows no API error"
 
-        # the API's error, as text: a savepoint is never written over another one
-        state, _, text = submit_savepoint(driver, wait, "savepoint-button", target)
-        assert state == "failed"
-        assert "(400)" in text and "already holds a savepoint" in text, text
-
         # watermarks with what holds each back (the sums wait for their one input channel)
         def sums_watermark(d: Any) -> bool:
             row = d.find_element(By.CSS_SELECTOR, "#watermark-table tr[data-uid='sums']").text
@@ -330,6 +325,11 @@ def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoi
         assert 20_000 < len(data) < 10_000_000, len(data)
         if os.environ.get("LOCKGATE_DASHBOARD_SCREENSHOT"):  # docs/images/dashboard.png
             shutil.copyfile(shot, os.environ["LOCKGATE_DASHBOARD_SCREENSHOT"])
+
+        # the API's error, as text: a savepoint is never written over another one
+        state, _, text = submit_savepoint(driver, wait, "savepoint-button", target)
+        assert state == "failed"
+        assert "(400)" in text and "already holds a savepoint" in text, text
 
         # the page's own script ran without an error
         errors = [
