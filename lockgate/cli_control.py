@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .cli_remote import URL_ENV, RemoteError, RestClient, savepoint_wait
+from .cli_remote import URL_ENV, RemoteError, RestClient, savepoint_wait, settle_rates
 from .executor import job_registry
 from .executor.job_registry import JobInfo
 from .job.progress import format_progress
@@ -136,6 +136,7 @@ def _duration(seconds: Any) -> str:
 
 def print_status(client: RestClient, job_id: str) -> None:
     """Print a job's status and progress read from its REST API."""
+    settle_rates(client, job_id)
     job = client.get(f"/jobs/{job_id}")
     progress = client.get(f"/jobs/{job_id}/progress")
     if not isinstance(job, dict) or not isinstance(progress, dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,6 +35,9 @@ REQUEST_TIMEOUT_S = 10.0
 SAVEPOINT_GRACE_S = 10.0
 #: a savepoint or stop without ``--timeout`` waits at most this long for the reply
 SAVEPOINT_WAIT_S = 1800.0
+#: seconds between the two reads of a job's metrics when the first had no rates yet (the
+#: job computes rates between readings at least 1 s apart)
+RATE_WINDOW_S = 1.1
 #: the largest reply read (bytes)
 REPLY_LIMIT = 32 * 1024 * 1024
 API = "/api/v1"
@@ -189,6 +193,20 @@ class RestClient:
         raise RemoteError(
             f"no job at {self.url} has the id or name {ref!r}; {there}", usage=True, status=404
         )
+
+
+def settle_rates(client: RestClient, job_id: str) -> None:
+    """Make the job's next metrics carry rates: the job computes rates (records per
+    second, busy and backpressured time) between two readings at least a second apart,
+    so when its metrics show a running task without them (nobody read them lately),
+    read once more after :data:`RATE_WINDOW_S`. At most one pause; no effect on a job
+    that is not running."""
+    metrics = client.get(f"/jobs/{job_id}/metrics")
+    if not isinstance(metrics, dict) or (metrics.get("job") or {}).get("status") != "RUNNING":
+        return
+    vertices = [v for v in metrics.get("vertices") or [] if isinstance(v, dict)]
+    if vertices and any(v.get("busy_ms_per_s") is None for v in vertices):
+        threading.Event().wait(RATE_WINDOW_S)
 
 
 def savepoint_wait(timeout: float | None) -> float:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .cli_remote import RemoteError, RestClient
+from .cli_remote import RemoteError, RestClient, settle_rates
 
 #: the job's final statuses: ``top`` shows the last frame and exits
 FINAL = ("FINISHED", "CANCELED", "FAILED")
@@ -194,6 +194,7 @@ def run_top(
     live = not once and tty
     columns = width or (lambda: shutil.get_terminal_size().columns if tty else None)
     if once:
+        settle_rates(client, job_id)
         out.write(fetch_frame(client, job_id, columns())[0])
         out.flush()
         return 0

@@ -36,7 +36,7 @@ JOB = textwrap.dedent("""
 
     name, storage = sys.argv[1], sys.argv[2]
     env = lg.StreamEnvironment(parallelism=2)
-    env.config.progress_interval_ms = 1000
+    env.config.progress_interval_ms = 0  # nobody reads the metrics but the test
     if storage != "-":
         env.enable_checkpointing(300)
         env.checkpoint_config.storage = storage
@@ -221,6 +221,17 @@ def test_409_of_a_job_without_checkpointing_and_cancel_from_another_process(
     job = detach(tmp_path, home, "no checkpoints", "-")
     jobs.append(job)
     remote = ["--url", job.url, "--token", job.token]
+
+    def running() -> bool:
+        rc, out, _ = run_cli(capsys, "list", *remote)
+        return rc == 0 and " RUNNING " in out
+
+    wait_until(running, "the job runs", 60)
+    # status shows the rates (it reads the metrics again a second later when they have none)
+    rc, out, err = run_cli(capsys, "status", job.job_id, *remote)
+    assert rc == 0, err
+    assert re.search(r"RUNNING: [1-9][0-9,]* records/s in", out), out
+
     rc, out, err = run_cli(capsys, "savepoint", "no checkpoints", str(tmp_path / "sp"), *remote)
     assert (rc, out) == (1, "")
     assert "the job cannot do that now (409): " in err and "runs without checkpointing" in err
