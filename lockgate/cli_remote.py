@@ -18,6 +18,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -149,6 +150,13 @@ class RestClient:
             raise _unreachable(e.reason, self.url, timeout) from None
         except OSError as e:  # TimeoutError, ConnectionRefusedError, ...: the socket
             raise _unreachable(e, self.url, timeout) from None
+        except http.client.HTTPException as e:  # a reply that is not HTTP, cut short
+            raise RemoteError(
+                f"{method} {target}: the reply is not valid HTTP ({type(e).__name__}: "
+                f"{str(e).strip()!r}); "
+                f"is {self.url} a lockgate job's REST address (http, not https, or the "
+                "other way)?"
+            ) from None
         if len(raw) > REPLY_LIMIT:
             raise RemoteError(
                 f"{method} {target}: the reply is larger than {REPLY_LIMIT} bytes; is "
