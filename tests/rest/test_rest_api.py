@@ -421,3 +421,50 @@ def test_an_ended_job_takes_no_commands_and_a_missing_dashboard_gets_a_placehold
         server.stop()
     assert not server.running
     assert not (tmp_path / "sp").exists()
+
+
+def test_a_slow_body_gets_408_and_connections_beyond_the_limit_get_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lockgate.rest.app as rest_app
+
+    monkeypatch.setattr(rest_app, "BODY_TIMEOUT_S", 0.3)
+    client = start(numbers_job(tmp_path, executor=lg.LocalExecutor()))
+    try:
+        host, port = client.rest_url.removeprefix("http://").rsplit(":", 1)  # type: ignore[union-attr]
+        address = (host, int(port))
+        jid = job_id(client)
+        with socket.create_connection(address, timeout=30) as slow:
+            slow.sendall(
+                f"POST /api/v1/jobs/{jid}/savepoints HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {client.rest_token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+            )
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = slow.recv(4096)
+                assert chunk, f"closed without an answer: {answer!r}"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+        silent = [
+            socket.create_connection(address, timeout=30)
+            for _ in range(rest_server.MAX_CONNECTIONS)
+        ]
+        try:
+
+            def refused() -> bool:
+                with api(client) as http:
+                    return http.get("/api/v1/jobs").status_code == 503
+
+            wait_until(refused, "a request beyond the connection limit gets 503", 10)
+        finally:
+            for s in silent:
+                s.close()
+        with api(client) as http:
+            wait_until(
+                lambda: http.get("/api/v1/jobs").status_code == 200,
+                "the server serves again once the connections closed",
+                10,
+            )
+    finally:
+        stop(client)
