@@ -35,6 +35,7 @@ from .core.key_groups import (
     subtask_for_key,
     subtask_for_key_group,
 )
+from .core.version import __version__ as __version__
 from .errors import (
     CheckpointFailedError,
     ConfigurationError,
@@ -88,8 +89,6 @@ from .time.windows import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AggregateFunction",

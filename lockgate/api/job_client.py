@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -57,6 +58,8 @@ class JobClient:
         self._result_lock = threading.Lock()
         self._run_fn = run
         self._plan = plan
+        #: savepoint checkpoint id -> the folder it was published to
+        self._published: dict[int, str] = {}
         #: wall-clock seconds when the client was made (the job's start)
         self.started_at = time.time()
         self._observer = JobObserver(plan, self._read_metrics)
@@ -199,7 +202,13 @@ class JobClient:
         if coordinator is None:
             return []
         stats: list[CheckpointStats] = coordinator.stats()
-        return stats
+        published = dict(self._published)
+        return [
+            dataclasses.replace(s, external_path=published[s.checkpoint_id])
+            if s.checkpoint_id in published
+            else s
+            for s in stats
+        ]
 
     def watermarks(self) -> list[Any]:
         """The watermark diagnostic of the running attempt: per operator subtask, its
@@ -384,6 +393,8 @@ class JobClient:
             )
         completed = coordinator.wait_for_savepoint(result, timeout)
         location: str = publish_savepoint(coordinator.storage, completed, path)
+        # the savepoint's temporary chk-<id> folder is gone: its stats name where it is
+        self._published[result] = location
         return location
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .. import __version__
+from ..core.version import __version__
 
 STATUSES = ["CREATED", "RUNNING", "RESTARTING", "FINISHED", "CANCELED", "FAILED"]
 

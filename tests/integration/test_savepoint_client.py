@@ -80,6 +80,10 @@ def test_trigger_savepoint_writes_a_self_contained_folder_and_the_job_goes_on_M_
         first = client.trigger_savepoint(str(tmp_path / "sp1"), timeout=60)
         second = client.trigger_savepoint(str(tmp_path / "sp2"), timeout=60)
         assert client.running
+        # the stats of a savepoint name the folder it was published to, not its
+        # temporary chk-<id> folder (gone once published)
+        savepoints = [c for c in client.checkpoints() if c.is_savepoint]
+        assert [c.external_path for c in savepoints] == [first, second]
     finally:
         client.cancel()
     assert client.wait(60).status is lg.JobStatus.CANCELED

@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.packaging, pytest.mark.hang_guard(120)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: the version the copy of the source is built with: lockgate.__version__ with a local label,
-#: written into the copy's lockgate/__init__.py only; everything must follow that one line
+#: written into the copy's lockgate/core/version.py only; everything must follow that one line
 VERSION = f"{lockgate.__version__}+wheeltest"
 VERSION_LINE = re.compile(r'^__version__ = "[^"]*"$', re.MULTILINE)
 #: generous bounds for each step; a cold pip cache downloads pyspark (~300 MB) in the install
@@ -123,9 +123,9 @@ def copy_source(dest: Path) -> None:
             shutil.copy2(entry, dest / entry.name)
     for folder in ("lockgate", "tests"):
         shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
-    init = dest / "lockgate" / "__init__.py"
+    init = dest / "lockgate" / "core" / "version.py"
     text, found = VERSION_LINE.subn(f'__version__ = "{VERSION}"', init.read_text())
-    assert found == 1, 'lockgate/__init__.py must hold one line __version__ = "X.Y.Z"'
+    assert found == 1, 'lockgate/core/version.py must hold one line __version__ = "X.Y.Z"'
     init.write_text(text)
 
 

@@ -55,6 +55,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("recovery", ["lockgate.recovery"]),
     ("savepoint", ["lockgate.savepoint"]),
     ("executor", ["lockgate.executor"]),
+    # the REST API, Prometheus /metrics and the dashboard a JobClient serves
+    ("rest", ["lockgate.rest"]),
     ("api", ["lockgate.api"]),
     ("testing", ["lockgate.testing"]),
     ("entry", ["lockgate.cli", "lockgate"]),
