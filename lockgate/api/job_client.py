@@ -63,6 +63,8 @@ class JobClient:
         #: wall-clock seconds when the client was made (the job's start)
         self.started_at = time.time()
         self._observer = JobObserver(plan, self._read_metrics)
+        if getattr(getattr(plan, "config", None), "metrics_enabled", False):
+            self._observer.start_sampling()
         self._rest_token: str | None = None
         #: the id the REST API answers to: the registry id (a random one without it)
         self._rest_id: str | None = None
@@ -115,6 +117,7 @@ class JobClient:
             self._registration.close()
             if self._progress_logger is not None:
                 self._progress_logger.stop()
+            self._observer.stop()
             if self._rest is not None:
                 # a stop request waits in the server for the end of this thread: then the
                 # server finishes by itself once it answered

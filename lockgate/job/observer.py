@@ -98,6 +98,29 @@ class JobObserver:
         self._lock = threading.Lock()
         #: (vertex, subtask) -> recent readings (oldest first)
         self._history: dict[tuple[int, int], deque[dict[str, Any]]] = {}
+        self._sampler: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start_sampling(self, interval_s: float = RATE_WINDOW_S) -> None:
+        """Take a reading every ``interval_s`` in a background thread until :meth:`stop`,
+        so the first ``metrics()`` a client asks for already has rates."""
+        if self._sampler is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                self._samples()
+
+        self._sampler = threading.Thread(target=loop, name="lockgate metrics sampler", daemon=True)
+        self._sampler.start()
+
+    def stop(self) -> None:
+        """End the background readings (idempotent)."""
+        self._stop.set()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None and sampler is not threading.current_thread():
+            sampler.join(5)
 
     def _samples(self) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
         """Each subtask's newest reading with the one to compute its rates against."""

@@ -289,3 +289,24 @@ def test_with_metrics_off_bytes_and_waiting_time_are_not_counted():
     finally:
         client.cancel()
         client.wait(60)
+
+
+def test_the_first_metrics_a_client_reads_already_have_rates():
+    """The driver reads the subtasks every second in the background, so a client (a
+    Prometheus scrape, ``lockgate status``) that reads once gets rates, not zeros."""
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    small_channels(env)
+    env.from_source(SequenceSource(0, 10**9, rows_per_second=3_000), name="trickle").uid(
+        "trickle"
+    ).sink_to(DiscardingSink(), name="out")
+    client = env.execute_async("first read job")
+    try:
+        wait_until(lambda: client.status() == "RUNNING", "the job runs", 60)
+        running_since = time.monotonic()
+        wait_until(lambda: time.monotonic() - running_since > 2.5, "2.5 s of running", 10)
+        source = operator(client.metrics(), "trickle")  # the first read
+        assert source["records_out_per_s"] > 500
+        assert vertex(client.metrics(), "trickle")["idle_ms_per_s"] is not None
+    finally:
+        client.cancel()
+        client.wait(60)
