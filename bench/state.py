@@ -1,9 +1,19 @@
 """Keyed state backends: update throughput and checkpoint sizes, one JSON line per case.
 
 updates      value state read-modify-writes through the state handles
-             (``state.update(state.value() + 1)`` with ``current_key`` set first, as the
-             keyed operator does), over ``--keys`` keys in a random order, for the heap
-             (hashmap) and the RocksDB backend; the median of ``--repeat`` runs.
+             (``state.update(state.value() + 1)`` with ``current_key`` set first), one
+             backend call per access (the path outside batch scopes: timers, and how
+             the keyed operator worked before batch scopes), over ``--keys`` keys in a
+             random order, for the heap (hashmap) and the RocksDB backend; the median
+             of ``--repeat`` runs.
+batched      the same updates the way the keyed process operator now makes them: per
+             input batch of ``--batch`` records, ``backend.begin_batch(keys)`` (RocksDB:
+             one multi-get of the batch's keys), the per-record handle calls, then
+             ``backend.end_batch()`` (RocksDB: one write batch); the heap backend has
+             no batch scopes, so its loop is the per-call one. The backend's batched
+             API is called directly (no operator, no records): this measures state
+             access only. Both backends and the per-call RocksDB path run alternately
+             in one process, so a noisy machine affects them alike.
 checkpoints  the RocksDB backend with ``--keys`` keys: the bytes of a full checkpoint
              (the first incremental one: every file is new), of an incremental one after
              ``--changed`` of the keys changed (target: under 20% of the full one), of
@@ -12,8 +22,8 @@ checkpoints  the RocksDB backend with ``--keys`` keys: the bytes of a full check
              the synchronous and the asynchronous parts. Written to a local folder.
 
 Usage:
-    python bench/state.py [--cases updates,checkpoints] [--keys N] [--updates N]
-                          [--changed FRACTION] [--repeat K]
+    python bench/state.py [--cases updates,batched,checkpoints] [--keys N] [--updates N]
+                          [--batch N] [--changed FRACTION] [--repeat K]
 """
 
 from __future__ import annotations
@@ -60,6 +70,55 @@ def updates_run(kind: str, keys: int, updates: int, local_dir: str) -> float:
         return updates / (time.perf_counter() - started)
     finally:
         backend.close()
+
+
+def batched_run(kind: str, keys: int, updates: int, batch: int, local_dir: str) -> float:
+    backend = make_backend(kind, local_dir)
+    try:
+        state = load(backend, keys)
+        order = [random.randrange(keys) for _ in range(updates)]
+        chunks = [order[i : i + batch] for i in range(0, updates, batch)]
+        begin = getattr(backend, "begin_batch", None)
+        started = time.perf_counter()
+        for chunk in chunks:
+            if begin is not None:
+                begin(chunk)
+            for k in chunk:
+                backend.current_key = k
+                state.update(state.value() + 1)
+            if begin is not None:
+                backend.end_batch()
+        return updates / (time.perf_counter() - started)
+    finally:
+        backend.close()
+
+
+def batched_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: str) -> list[dict]:
+    """hashmap, RocksDB batched and RocksDB per call, alternating run by run."""
+    variants = [("hashmap", "batched"), ("rocksdb", "batched"), ("rocksdb", "per_call")]
+    rates: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
+    for _ in range(repeat):
+        for kind, path in variants:
+            if path == "batched":
+                rate = batched_run(kind, keys, updates, batch, local_dir)
+            else:
+                rate = updates_run(kind, keys, updates, local_dir)
+            rates[(kind, path)].append(rate)
+    return [
+        {
+            "case": "batched" if path == "batched" else "updates",
+            "backend": kind,
+            "path": path if kind == "rocksdb" else "per_call (no batch scopes)",
+            "keys": keys,
+            "updates": updates,
+            "batch": batch if path == "batched" else None,
+            "updates_per_s": round(statistics.median(rates[(kind, path)])),
+            "runs": [round(r) for r in rates[(kind, path)]],
+            "alternated": True,
+            "cores": os.cpu_count(),
+        }
+        for kind, path in variants
+    ]
 
 
 def updates_case(kind: str, keys: int, updates: int, repeat: int, local_dir: str) -> dict:
@@ -149,9 +208,10 @@ def checkpoints_case(keys: int, changed: float, local_dir: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--cases", default="updates,checkpoints")
+    ap.add_argument("--cases", default="updates,batched,checkpoints")
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--updates", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=4096, help="records per input batch")
     ap.add_argument("--changed", type=float, default=0.01)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--local-dir", default=tempfile.gettempdir())
@@ -165,6 +225,9 @@ def main() -> None:
                 ),
                 flush=True,
             )
+    if "batched" in cases:
+        for line in batched_cases(args.keys, args.updates, args.batch, args.repeat, args.local_dir):
+            print(json.dumps(line), flush=True)
     if "checkpoints" in cases:
         print(json.dumps(checkpoints_case(args.keys, args.changed, args.local_dir)), flush=True)
 

@@ -46,8 +46,8 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from rocksdict import Rdict, WriteBatch
 
@@ -57,6 +57,7 @@ from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..errors import ConfigurationError
 from .descriptors import StateDescriptor
 from .handles import KeyedStateHandle, create_handle
+from .rocksdb_batch import BatchScope, cache_key
 from .rocksdb_codec import (
     MAX_STATE_ID,
     ROW_PREFIX,
@@ -90,37 +91,89 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 class RocksDBStateTable:
     """``key -> stored`` of one state, over the backend's database (what the handles
-    use: ``get``, ``[key] = stored``, ``pop``). Values are deserialized copies."""
+    use: ``get``, ``[key] = stored``, ``pop``). Values are deserialized copies.
 
-    __slots__ = ("_backend", "_sid", "name")
+    Inside a batch scope (:mod:`lockgate.state.rocksdb_batch`) the table reads and
+    writes its scope cache (``_cache``: cache key -> serialized value, None when
+    absent; ``_dirty``: the cache keys written since the last flush); outside one,
+    the database."""
+
+    __slots__ = ("_backend", "_cache", "_dirty", "_sid", "name", "used")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, name: str, state_id: int) -> None:
         self._backend = backend
         self._sid = U16.pack(state_id)
         self.name = name
+        self._cache: dict[Any, bytes | None] | None = None
+        self._dirty: set[Any] = set()
+        #: read inside a scope before: prefetched when a scope opens
+        self.used = False
+
+    def _fetch(self, key: Any, ck: Any) -> bytes | None:
+        """Read ``key``'s row (not cached yet) into the scope cache."""
+        backend = self._backend
+        assert backend._scope is not None and self._cache is not None
+        kg, enc = backend._scope.part(key, ck)
+        raw: bytes | None = backend._db.get(kg + self._sid + enc)
+        self._cache[ck] = raw
+        self.used = True
+        return raw
+
+    def _write(self, key: Any, raw: bytes | None) -> None:
+        """Set ``key``'s row in the scope cache (None: delete) and mark it pending."""
+        backend = self._backend
+        assert backend._scope is not None and self._cache is not None
+        t = type(key)
+        ck = key if t is int or t is str else cache_key(key)
+        backend._scope.part(key, ck)
+        self._cache[ck] = raw
+        self._dirty.add(ck)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        backend = self._backend
-        raw = backend._db.get(backend._row(key, self._sid))
+        cache = self._cache
+        if cache is None:
+            backend = self._backend
+            raw = backend._db.get(backend._row(key, self._sid))
+        else:
+            t = type(key)
+            ck = key if t is int or t is str else cache_key(key)
+            raw = cache.get(ck, _MISSING)
+            if raw is _MISSING:
+                raw = self._fetch(key, ck)
         return default if raw is None else loads(raw)
 
     def __setitem__(self, key: Any, stored: Any) -> None:
-        backend = self._backend
-        backend._db.put(backend._row(key, self._sid), dumps(stored))
+        if self._cache is None:
+            backend = self._backend
+            backend._db.put(backend._row(key, self._sid), dumps(stored))
+        else:
+            self._write(key, dumps(stored))
 
     def pop(self, key: Any, default: Any = None) -> Any:
-        backend = self._backend
-        row = backend._row(key, self._sid)
-        db = backend._db
-        raw = db.get(row)
+        if self._cache is None:
+            backend = self._backend
+            row = backend._row(key, self._sid)
+            db = backend._db
+            raw = db.get(row)
+            if raw is None:
+                return default
+            db.delete(row)
+            return loads(raw)
+        t = type(key)
+        ck = key if t is int or t is str else cache_key(key)
+        raw = self._cache.get(ck, _MISSING)
+        if raw is _MISSING:
+            raw = self._fetch(key, ck)
         if raw is None:
             return default
-        db.delete(row)
+        self._write(key, None)
         return loads(raw)
 
     def __contains__(self, key: Any) -> bool:
-        backend = self._backend
-        return backend._db.get(backend._row(key, self._sid)) is not None
+        if self._cache is None:
+            backend = self._backend
+            return backend._db.get(backend._row(key, self._sid)) is not None
+        return self.get(key, _MISSING) is not _MISSING
 
 
 class RocksDBKeyedStateBackend:
@@ -205,6 +258,9 @@ class RocksDBKeyedStateBackend:
         self._outstanding: set[RocksDBSnapshot] = set()
         self._snapshots = 0
         self._closed = False
+        #: the open batch scope (rocksdb_batch), or None: state calls go to the database
+        self._scope: BatchScope | None = None
+        self._scope_spare = BatchScope(self.max_parallelism)
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -222,6 +278,76 @@ class RocksDBKeyedStateBackend:
             self._last_encoded = encode_key(key)
             self._last_key = key
         return self._last_prefix + sid + self._last_encoded
+
+    # -- batch scopes (rocksdb_batch) ---------------------------------------------------------
+    def begin_batch(self, keys: Sequence[Any]) -> None:
+        """Open a batch scope for an input batch whose records have ``keys`` (see
+        :mod:`lockgate.state.rocksdb_batch`): the rows of these keys of every state read
+        in an earlier scope are fetched with one multi-get per state; until
+        :meth:`end_batch`, state reads and writes go through the scope's cache. An open
+        scope is closed first (its writes flushed)."""
+        self._check_open()
+        if self._scope is not None:
+            self.end_batch()
+        scope = self._scope_spare
+        scope.parts.clear()
+        scope.add_keys(keys)
+        self._scope = scope
+        db = self._db
+        parts = scope.parts
+        for table in self._tables.values():
+            if table.used and parts:
+                sid = table._sid
+                raws = cast(
+                    list[bytes | None], db.get([kg + sid + enc for kg, enc in parts.values()])
+                )
+                table._cache = dict(zip(parts, raws))
+            else:
+                table._cache = {}
+
+    def end_batch(self) -> None:
+        """Close the batch scope: write its pending writes as one write batch and drop
+        its cache (nothing happens without an open scope)."""
+        scope = self._scope
+        if scope is None:
+            return
+        try:
+            self._flush_pending()
+        finally:
+            self._scope = None
+            for table in self._tables.values():
+                table._cache = None
+                table._dirty = set()
+            scope.parts.clear()
+
+    def _flush_pending(self) -> None:
+        """Write the open scope's pending writes to the database (one write batch); the
+        cache stays valid. Called before anything reads the database directly."""
+        scope = self._scope
+        if scope is None:
+            return
+        parts = scope.parts
+        batch: WriteBatch | None = None
+        for table in self._tables.values():
+            dirty = table._dirty
+            if not dirty:
+                continue
+            if batch is None:
+                batch = WriteBatch(raw_mode=True)
+            cache = table._cache
+            assert cache is not None
+            sid = table._sid
+            put = batch.put
+            for ck in dirty:
+                kg, enc = parts[ck]
+                raw = cache[ck]
+                if raw is None:
+                    batch.delete(kg + sid + enc)
+                else:
+                    put(kg + sid + enc, raw)
+            table._dirty = set()
+        if batch is not None:
+            self._db.write(batch)
 
     # -- state handles ----------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor[Any]) -> Any:
@@ -279,6 +405,8 @@ class RocksDBKeyedStateBackend:
         table = self._tables.get(name)
         if table is None:
             table = self._tables[name] = RocksDBStateTable(self, name, info.state_id)
+            if self._scope is not None:  # created inside a scope: cached from now on
+                table._cache = {}
         return table
 
     def _check_ttl_form(self, name: str, ttl: StateTtlConfig | None, where: str) -> None:
@@ -299,6 +427,7 @@ class RocksDBKeyedStateBackend:
     # -- reading the live state ---------------------------------------------------------------
     def _scan(self, state_id: int, limit: int | None = None) -> Iterable[tuple[Any, Any]]:
         """``(key, stored)`` of the rows of ``state_id`` (a scan of the database)."""
+        self._flush_pending()
         found = 0
         for row, raw in rows(self._db):
             if split_row(row)[1] == state_id:
@@ -318,6 +447,7 @@ class RocksDBKeyedStateBackend:
     def entries(self) -> dict[str, dict[Any, Any]]:
         """The live ``key -> stored`` tables by state name (copies; a scan)."""
         self._check_open()
+        self._flush_pending()
         by_id = {info.state_id: name for name, info in self._states.items()}
         out: dict[str, dict[Any, Any]] = {name: {} for name in self._states}
         for row, raw in rows(self._db):
@@ -332,6 +462,7 @@ class RocksDBKeyedStateBackend:
         database; processing continues at once. The TTL "now" of each TTL state with
         ``cleanup_on_snapshot`` is captured here."""
         self._check_open()
+        self._flush_pending()  # the snapshot sees every write made before it
         self._snapshots += 1
         path = os.path.join(self.working_dir, "snapshots", str(self._snapshots))
         create_checkpoint(self._db, path)
@@ -381,6 +512,7 @@ class RocksDBKeyedStateBackend:
                 f"{where}: cannot restore keyed state while a snapshot is outstanding; "
                 "restore before processing starts"
             )
+        self.end_batch()  # the database is about to change under any cache
         snaps = list(snapshots)
         kinds = [
             snapshot_kind(s, f"{where}: keyed state snapshot #{i}", self.max_parallelism)
@@ -502,6 +634,7 @@ class RocksDBKeyedStateBackend:
         if self._closed:
             return
         self._closed = True
+        self._scope = None
         with self._lock:
             outstanding = list(self._outstanding)
         for view in outstanding:

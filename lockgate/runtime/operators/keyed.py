@@ -197,6 +197,11 @@ class KeyedProcessOperator(_FunctionOperator):
                 backend.close()
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
+        """Run the function on each record with its key current. A backend with batch
+        scopes (RocksDB: ``begin_batch``/``end_batch``) serves the batch's state
+        accesses from one multi-get and writes them as one write batch; the scope is
+        closed (its writes in the database) before the results go downstream, and
+        before any timer, snapshot or restore of this operator."""
         rows = to_rows(batch)
         self.counters.records_in += len(rows)
         try:
@@ -204,12 +209,27 @@ class KeyedProcessOperator(_FunctionOperator):
         except Exception as e:
             raise self.user_error(e) from e
         backend = self.backend
+        begin = getattr(backend, "begin_batch", None)
+        if begin is None:
+            self.emit(self._process_records(batch, rows, keys))
+            return
+        try:
+            begin(keys)
+        except Exception as e:
+            raise self.user_error(e) from e
+        try:
+            out = self._process_records(batch, rows, keys)
+        finally:
+            backend.end_batch()
+        self.emit(out)
+
+    def _process_records(self, batch: Batch, rows: list[Any], keys: list[Any]) -> RowBatch:
+        backend = self.backend
         ectx = self.element_ctx
         fn = self.call
         timestamps = timestamps_of(batch)
         if timestamps is not None:
-            self.emit(process_timestamped(self, rows, timestamps, fn, ectx, keys, backend))
-            return
+            return process_timestamped(self, rows, timestamps, fn, ectx, keys, backend)
         out: list[Any] = []
         extend = out.extend
         cancel = self.cancellation
@@ -233,4 +253,4 @@ class KeyedProcessOperator(_FunctionOperator):
             raise self.user_error(e) from e
         cancel.check()
         ectx.flush_side_outputs()
-        self.emit(RowBatch(out))
+        return RowBatch(out)

@@ -1,0 +1,104 @@
+"""Per-input-batch access to the RocksDB keyed state backend: one multi-get and one
+write batch per input batch instead of a database call per state access.
+
+The keyed operator opens a *batch scope* with the keys of an input batch
+(``backend.begin_batch(keys)``) and closes it after the batch
+(``backend.end_batch()``). Inside the scope:
+
+* every state already read in an earlier scope (a *used* state) has the rows of the
+  batch's keys fetched with one multi-get when the scope opens (the *prefetch*);
+* the handles' reads are served from the scope's cache (a key not prefetched is read
+  from the database once and then cached), their writes and deletes go to the cache
+  and are remembered as *pending*;
+* pending writes are written to the database as one ``WriteBatch`` when the scope
+  closes, and before anything reads the database directly: a snapshot (checkpoint
+  barrier, savepoint), ``keys()``/``entries()`` (iteration, ``apply_to_keyed_state``),
+  a restore. Timers fire outside scopes, on the database.
+
+Guarantees: the database plus the cache is at every moment exactly the state the
+per-call path would hold; a read in a scope sees every earlier write of the scope
+(same key, any state); a snapshot sees every write made before it. The cache holds
+serialized bytes, so a value read from state is a fresh deserialized copy, as on the
+per-call path. The cache lives for one scope (bounded by the batch's keys).
+
+Cache keys: ``int`` and ``str`` keys are their own cache key; any other key is
+``(ENCODED, encoded key bytes)`` (numpy integers are their ``int``), so two keys
+share a cache entry exactly when they share a database row (``1``, ``1.0`` and
+``True`` are three keys, as in the row layout of :mod:`lockgate.state.rocksdb_codec`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.key_groups import key_groups_of_keys
+from .rocksdb_codec import U16, encode_key, key_group_of
+
+#: the tag of cache keys that are encoded bytes
+ENCODED: Any = object()
+
+
+def cache_key(key: Any) -> Any:
+    """The cache key of ``key`` (see the module docstring); raises
+    :class:`~lockgate.errors.UnsupportedKeyError` for a key that cannot be encoded."""
+    t = type(key)
+    if t is int or t is str:
+        return key
+    if isinstance(key, np.integer):
+        return int(key)
+    return (ENCODED, encode_key(key))
+
+
+def encoded_of(key: Any, ck: Any) -> bytes:
+    """The encoded key of ``key`` whose cache key is ``ck``."""
+    return ck[1] if type(ck) is tuple else encode_key(ck)
+
+
+class BatchScope:
+    """The cache key -> (key-group prefix, encoded key) of the keys seen in one scope,
+    and the tables' caches. Belongs to the task thread."""
+
+    __slots__ = ("_kg", "max_parallelism", "parts")
+
+    def __init__(self, max_parallelism: int) -> None:
+        self.max_parallelism = max_parallelism
+        self.parts: dict[Any, tuple[bytes, bytes]] = {}
+        self._kg = [U16.pack(g) for g in range(max_parallelism)]  # key-group prefixes
+
+    def add_keys(self, keys: Sequence[Any]) -> None:
+        """Register the distinct keys of ``keys`` (a key that cannot be encoded is
+        skipped: it fails when, and only if, state is used with it, as per call)."""
+        parts = self.parts
+        mp = self.max_parallelism
+        if keys and set(map(type, keys)) == {int}:
+            fresh = [k for k in dict.fromkeys(keys) if k not in parts]
+            if not fresh:
+                return
+            try:
+                groups = key_groups_of_keys(fresh, mp).tolist()
+            except OverflowError:  # beyond 64 bits: one at a time
+                groups = [key_group_of(k, mp) for k in fresh]
+            kg = self._kg
+            for k, g in zip(fresh, groups):
+                parts[k] = (kg[g], encode_key(k))
+            return
+        for key in keys:
+            try:
+                ck = cache_key(key)
+                if ck not in parts:
+                    parts[ck] = (self._kg[key_group_of(key, mp)], encoded_of(key, ck))
+            except Exception:  # noqa: BLE001 - surfaces on first use, as per call
+                continue
+
+    def part(self, key: Any, ck: Any) -> tuple[bytes, bytes]:
+        """The (key-group prefix, encoded key) of ``key``, registering it if new."""
+        p = self.parts.get(ck)
+        if p is None:
+            p = self.parts[ck] = (
+                self._kg[key_group_of(key, self.max_parallelism)],
+                encoded_of(key, ck),
+            )
+        return p
