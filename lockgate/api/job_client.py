@@ -389,16 +389,42 @@ class JobClient:
     def _savepoint(
         self, coordinator: Any, path: str, timeout: float | None, *, drain: bool = False
     ) -> str:
-        result = coordinator.trigger_checkpoint(savepoint=True, drain=drain)
-        if isinstance(result, CheckpointFailureReason):
-            raise CheckpointFailedError(
-                f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}"
-            )
+        # a task still initializing (restoring state, opening connections) or another
+        # checkpoint in the way is waited for, as long as the timeout allows
+        deadline = time.monotonic() + (TRIGGER_RETRY_S if timeout is None else timeout)
+        while True:
+            result = coordinator.trigger_checkpoint(savepoint=True, drain=drain)
+            if not isinstance(result, CheckpointFailureReason):
+                break
+            if (
+                result not in _TRANSIENT_TRIGGER_FAILURES
+                or time.monotonic() >= deadline
+                or self._done.is_set()
+            ):
+                raise CheckpointFailedError(
+                    f"the savepoint of job '{self.job_name}' could not be triggered: {result.value}"
+                )
+            self._done.wait(TRIGGER_RETRY_PAUSE_S)
+        if timeout is not None:
+            timeout = max(0.0, deadline - time.monotonic())
         completed = coordinator.wait_for_savepoint(result, timeout)
         location: str = publish_savepoint(coordinator.storage, completed, path)
         # the savepoint's temporary chk-<id> folder is gone: its stats name where it is
         self._published[result] = location
         return location
+
+
+#: how long a savepoint without a timeout waits for its trigger to be accepted (seconds)
+TRIGGER_RETRY_S = 120.0
+TRIGGER_RETRY_PAUSE_S = 0.05
+#: trigger refusals that pass by themselves: the savepoint tries again
+_TRANSIENT_TRIGGER_FAILURES = frozenset(
+    {
+        CheckpointFailureReason.TASK_NOT_RUNNING,
+        CheckpointFailureReason.TOO_MANY_CONCURRENT,
+        CheckpointFailureReason.MIN_PAUSE,
+    }
+)
 
 
 def _stopped(result: JobExecutionResult, savepoint: str) -> None:

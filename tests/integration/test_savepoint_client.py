@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,59 @@ def test_a_damaged_savepoint_is_never_restored(tmp_path: Path) -> None:
     env = job(tmp_path / "again", FileProbe(tmp_path / "probe2"))
     with pytest.raises(lg.RestoreError, match="damaged"):
         env.execute("restore", executor=lg.LocalExecutor(), restore_from=location)
+
+
+_OPENING = threading.Event()
+
+
+class _SlowToOpen(lg.MapFunction):
+    """An operator still initializing (as one restoring large state would be)."""
+
+    def open(self, ctx: lg.RuntimeContext) -> None:
+        assert _OPENING.wait(60), "the test never let the operator open"
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+def test_a_savepoint_asked_while_a_task_still_initializes_waits_for_it(tmp_path: Path) -> None:
+    """The job is RUNNING once deployed, before every task finished opening; a savepoint
+    asked then waits for the tasks (within its timeout) instead of failing with "a task
+    was not running" (seen from the command line on Spark right after a start)."""
+    _OPENING.clear()
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.enable_checkpointing(60_000)
+    env.checkpoint_config.storage = str(tmp_path / "chk")
+    (
+        env.from_source(
+            lg.connectors.SequenceSource(0, 10**9, rows_per_second=1_000), name="numbers"
+        )
+        .uid("numbers")
+        .map(_SlowToOpen(), name="slow to open")
+        .uid("slow")
+        .sink_to(lg.connectors.DiscardingSink())
+        .uid("out")
+    )
+    client = env.execute_async("early savepoint")
+    outcome: dict[str, Any] = {}
+
+    def savepoint() -> None:
+        try:
+            outcome["location"] = client.trigger_savepoint(str(tmp_path / "sp"), timeout=60)
+        except Exception as e:  # noqa: BLE001 - asserted below
+            outcome["error"] = e
+
+    asker = threading.Thread(target=savepoint)
+    try:
+        asker.start()
+        wait_until(lambda: client.running, "the job is deployed", timeout_s=60)
+        asker.join(0.5)  # bounded: still waiting for the task, not failed
+        assert asker.is_alive(), f"the savepoint did not wait: {outcome}"
+        _OPENING.set()
+        asker.join(60)
+        assert not asker.is_alive() and "location" in outcome, outcome
+        assert (Path(outcome["location"]) / METADATA).is_file()
+    finally:
+        _OPENING.set()
+        client.cancel()
+        client.wait(60)
