@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -85,6 +86,7 @@ from .ttl import MIN_WATERMARK, StateTtlConfig, has_ttl_wrapper, snapshot_expiry
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
+_pickle_dumps = pickle.dumps
 _BATCH = 10_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -143,11 +145,22 @@ class RocksDBStateTable:
         return default if raw is None else loads(raw)
 
     def __setitem__(self, key: Any, stored: Any) -> None:
-        if self._cache is None:
+        cache = self._cache
+        if cache is None:
             backend = self._backend
             backend._db.put(backend._row(key, self._sid), dumps(stored))
-        else:
-            self._write(key, dumps(stored))
+            return
+        t = type(key)
+        ck = key if t is int or t is str else cache_key(key)
+        if ck not in cache:  # every cached key's row parts are known; this one's may not be
+            scope = self._backend._scope
+            assert scope is not None
+            scope.part(key, ck)
+        try:
+            cache[ck] = _pickle_dumps(stored, 5)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            cache[ck] = dumps(stored)  # cloudpickle: a class defined in a driver script
+        self._dirty.add(ck)
 
     def pop(self, key: Any, default: Any = None) -> Any:
         if self._cache is None:

@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, cast
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteOptions
+from rocksdict import AccessType, BlockBasedOptions, Cache, Checkpoint, Options, Rdict, WriteOptions
 
 #: the ``format`` of a native (incremental) checkpoint payload
 from .canonical import NATIVE_FORMAT, NATIVE_VERSION  # noqa: E402,F401 - one definition
@@ -34,10 +34,35 @@ from .canonical import NATIVE_FORMAT, NATIVE_VERSION  # noqa: E402,F401 - one de
 _RUNTIME_FILES = ("LOCK", "LOG", "IDENTITY")
 
 
+#: memtable size: a smaller memtable makes each write cheaper (measured: about 2.5x at
+#: a million keys) and moves older rows into SST files, read through the bloom filters
+#: and the block cache
+WRITE_BUFFER_BYTES = 16 << 20
+#: the block cache every database of this process shares (a bound, filled lazily)
+BLOCK_CACHE_BYTES = 128 << 20
+_block_cache: Cache | None = None
+
+
+def _shared_block_cache() -> Cache:
+    global _block_cache
+    if _block_cache is None:
+        _block_cache = Cache(BLOCK_CACHE_BYTES)
+    return _block_cache
+
+
 def db_options() -> Options:
-    """The options of every database the backend opens (raw bytes keys and values)."""
+    """The options of every database the backend opens: raw bytes keys and values,
+    ``WRITE_BUFFER_BYTES`` memtables written by one thread (the task's; no concurrent
+    memtable writes), SST files with bloom filters (10 bits a key) and one block cache
+    of ``BLOCK_CACHE_BYTES`` shared by the process's databases."""
     options = Options(raw_mode=True)
     options.create_if_missing(True)
+    options.set_allow_concurrent_memtable_write(False)
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    table.set_block_cache(_shared_block_cache())
+    options.set_block_based_table_factory(table)
     return options
 
 
