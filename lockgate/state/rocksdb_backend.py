@@ -32,6 +32,13 @@ Checkpoints (M-T3, M-R4)
   every file (it never shares files with the restored checkpoint, which may live in
   another job's storage).
 
+Batch scopes (:mod:`lockgate.state.rocksdb_batch`)
+------------------------------------------------
+The keyed operator wraps each input batch in ``begin_batch(keys)`` / ``end_batch()``:
+one multi-get per used state when the scope opens, one write batch when it closes
+(and before a snapshot, ``keys()``, ``entries()`` or a restore); outside a scope
+(timers, broadcast state visits) each state call goes to the database.
+
 Working folders live under ``local_dir`` (default: the system temporary folder);
 ``close()`` deletes them. Everything but the views' ``materialize``/``release``
 belongs to the task thread.
@@ -278,7 +285,9 @@ class RocksDBKeyedStateBackend:
     # -- rows -------------------------------------------------------------------------------
 
     def approximate_keys(self) -> int | None:
-        """RocksDB's estimate of its entries (every state's; a metric)."""
+        """RocksDB's estimate of its entries (every state's; a metric). Counts the rows
+        in the database: an open batch scope's writes count once flushed. Never flushes,
+        so a metrics thread may call it."""
         try:
             value = self._db.property_int_value("rocksdb.estimate-num-keys")
         except Exception:  # noqa: BLE001 - a closed database has no estimate

@@ -575,3 +575,14 @@ def test_split_row_of_a_flushed_write_names_the_state(rocks: Any) -> None:
     ids = sorted(split_row(row)[1] for row, _ in rows(rocks._db))
     assert ids == [1, 2]
     assert rocks.entries() == {"a": {1: 1}, "b": {1: 2}}
+
+
+def test_the_key_estimate_metric_counts_the_written_batches() -> None:
+    op, _ = open_operator()
+    try:
+        op.process_batch(records([(k, 1) for k in "abcdef"]))
+        estimate = op.metric_keys()
+        assert isinstance(estimate, int) and 1 <= estimate <= 12
+    finally:
+        op.close()
+    assert op.metric_keys() is None, "a closed database has no estimate"
