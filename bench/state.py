@@ -14,6 +14,11 @@ batched      the same updates the way the keyed process operator now makes them:
              API is called directly (no operator, no records): this measures state
              access only. Both backends and the per-call RocksDB path run alternately
              in one process, so a noisy machine affects them alike.
+operator     the same updates as records through the keyed process operator
+             (``KeyedProcessOperator.process_batch`` with a KeyedProcessFunction doing
+             ``count.update(count.value() + 1)``, batches of ``--batch`` dict records
+             keyed by ``"k"``): key extraction, the function call and the output
+             included; RocksDB (batch scopes) and heap alternately.
 checkpoints  the RocksDB backend with ``--keys`` keys: the bytes of a full checkpoint
              (the first incremental one: every file is new), of an incremental one after
              ``--changed`` of the keys changed (target: under 20% of the full one), of
@@ -22,7 +27,7 @@ checkpoints  the RocksDB backend with ``--keys`` keys: the bytes of a full check
              the synchronous and the asynchronous parts. Written to a local folder.
 
 Usage:
-    python bench/state.py [--cases updates,batched,checkpoints] [--keys N] [--updates N]
+    python bench/state.py [--cases updates,batched,operator,checkpoints] [--keys N] [--updates N]
                           [--batch N] [--changed FRACTION] [--repeat K]
 """
 
@@ -37,8 +42,15 @@ import tempfile
 import time
 from typing import Any
 
+from lockgate.api.functions import KeyedProcessFunction
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SharedFileTracker
+from lockgate.core.batch import RowBatch
+from lockgate.core.partitioners import KeySelector
+from lockgate.runtime.context import RuntimeContext
+from lockgate.runtime.operators.base import Output
+from lockgate.runtime.operators.keyed import KeyedProcessOperator
+from lockgate.state.backends import HashMapStateBackend, RocksDBStateBackend
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
@@ -118,6 +130,80 @@ def batched_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: s
             "cores": os.cpu_count(),
         }
         for kind, path in variants
+    ]
+
+
+class _Count(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        self.count.update(self.count.value() + 1)
+        return None
+
+
+class _Discard(Output):
+    def emit(self, batch: Any) -> None:
+        pass
+
+    def emit_side(self, tag: str, batch: Any) -> None:
+        pass
+
+    def emit_element(self, element: Any) -> None:
+        pass
+
+
+def operator_run(kind: str, keys: int, updates: int, batch: int, local_dir: str) -> float:
+    op = KeyedProcessOperator(_Count(), KeySelector("k"))
+    backend = (
+        HashMapStateBackend() if kind == "hashmap" else RocksDBStateBackend(local_dir=local_dir)
+    )
+    ctx = RuntimeContext(
+        task_name="bench",
+        operator_name="bench",
+        operator_uid="bench",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        state_backend=backend,
+    )
+    op.setup("bench", "bench", ctx, _Discard())
+    op.initialize_state(None)
+    op.open()
+    try:
+        load(op.backend, keys)
+        order = [random.randrange(keys) for _ in range(updates)]
+        batches = [
+            RowBatch([{"k": k} for k in order[i : i + batch]]) for i in range(0, updates, batch)
+        ]
+        started = time.perf_counter()
+        for b in batches:
+            op.process_batch(b)
+        return updates / (time.perf_counter() - started)
+    finally:
+        op.close()
+
+
+def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: str) -> list[dict]:
+    rates: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
+    for _ in range(repeat):
+        for kind in rates:
+            rates[kind].append(operator_run(kind, keys, updates, batch, local_dir))
+    return [
+        {
+            "case": "operator",
+            "backend": kind,
+            "path": "KeyedProcessOperator.process_batch"
+            + (" (batch scopes)" if kind == "rocksdb" else ""),
+            "keys": keys,
+            "updates": updates,
+            "batch": batch,
+            "updates_per_s": round(statistics.median(r)),
+            "runs": [round(x) for x in r],
+            "alternated": True,
+            "cores": os.cpu_count(),
+        }
+        for kind, r in rates.items()
     ]
 
 
@@ -227,6 +313,11 @@ def main() -> None:
             )
     if "batched" in cases:
         for line in batched_cases(args.keys, args.updates, args.batch, args.repeat, args.local_dir):
+            print(json.dumps(line), flush=True)
+    if "operator" in cases:
+        for line in operator_cases(
+            args.keys, args.updates, args.batch, args.repeat, args.local_dir
+        ):
             print(json.dumps(line), flush=True)
     if "checkpoints" in cases:
         print(json.dumps(checkpoints_case(args.keys, args.changed, args.local_dir)), flush=True)
