@@ -39,6 +39,10 @@ KEEP_ALIVE_S = 5
 GRACEFUL_S = 10
 #: seconds ``stop()`` waits for the server thread
 STOP_WAIT_S = 15.0
+#: uvicorn's housekeeping tick (its Date header has a one-second resolution; stopping
+#: wakes the loop at once): rarer than uvicorn's 0.1 s, so an idle server does not take
+#: the interpreter's lock from the job's threads ten times a second
+TICK_S = 1.0
 
 
 class _BoundedH11(H11Protocol):
@@ -107,7 +111,7 @@ class _Server(uvicorn.Server):
             counter = (counter + 1) % 864000
             assert self._wake is not None
             try:
-                await asyncio.wait_for(self._wake.wait(), 0.1)
+                await asyncio.wait_for(self._wake.wait(), TICK_S)
             except asyncio.TimeoutError:
                 pass
             should_exit = await self.on_tick(counter)

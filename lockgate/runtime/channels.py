@@ -70,6 +70,8 @@ class LocalChannel:
         self._producer_signal: threading.Event | None = None
         self._cancelled = False
         self.peak_bytes = 0
+        #: bytes of the data batches taken by the consumer so far (metrics)
+        self.taken_bytes = 0
         self.blocked_puts = 0
         self.refused_puts = 0
 
@@ -143,6 +145,7 @@ class LocalChannel:
             element, size = self._queue.popleft()
             if size:
                 self._bytes -= size
+                self.taken_bytes += size
                 self._not_full.notify_all()
         if size:
             signal = self._producer_signal

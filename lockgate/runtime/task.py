@@ -133,7 +133,8 @@ class StreamTask:
         #: milliseconds the task waited with nothing to do / for a full output
         self.idle_ms = 0.0
         self.backpressured_ms = 0.0
-        #: in-memory bytes of the data batches taken from the input channels
+        #: in-memory bytes of the data batches taken from the input channels that do not
+        #: count them themselves (see ``task_metrics``: in-process channels do)
         self.bytes_in = 0
         #: keep the metrics above (``ExecutionConfig.metrics_enabled``)
         self.metrics_enabled = True
@@ -547,7 +548,10 @@ class StreamTask:
         head = self.chain.head
         indexes = gate.input_indexes
         handler = self.barrier_handler
-        count_bytes = self.metrics_enabled
+        # channels that count what is taken from them (in-process ones) cost nothing here
+        count_bytes = [
+            self.metrics_enabled and not hasattr(c, "taken_bytes") for c in gate.channels
+        ]
         while True:
             if not self._start_turn():
                 continue
@@ -568,7 +572,7 @@ class StreamTask:
                 continue
             channel, element = item
             if is_batch(element):
-                if count_bytes:
+                if count_bytes[channel]:
                     self.bytes_in += nbytes(element)
                 head.process_batch(element, indexes[channel])
             else:

@@ -67,6 +67,13 @@ def _operator(op: Any) -> dict[str, Any]:
     }
 
 
+def _taken(gate: Any, enabled: bool) -> int:
+    """Bytes the channels that count them (in-process ones) handed to the task."""
+    if gate is None or not enabled:
+        return 0
+    return sum(getattr(c, "taken_bytes", 0) for c in gate.channels)
+
+
 def task_sample(task: Any) -> dict[str, Any]:
     """The cumulative counters of one subtask (see :mod:`lockgate.job.observer`)."""
     vertex, subtask = task.key
@@ -82,7 +89,7 @@ def task_sample(task: Any) -> dict[str, Any]:
         "time_ms": task.clock.monotonic_ms(),
         "idle_ms": task.idle_ms,
         "backpressured_ms": task.backpressured_ms,
-        "bytes_in": task.bytes_in,
+        "bytes_in": task.bytes_in + _taken(gate, task.metrics_enabled),
         "bytes_out": sum(w.bytes_out for w in task.writers),
         "input_queue_fill": _fill(list(gate.channels)) if gate is not None else None,
         "output_queue_fill": _fill(outputs),
