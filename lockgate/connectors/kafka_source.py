@@ -531,7 +531,7 @@ class _KafkaReader(SourceReader):
         total: int | None = None
         for split in self.splits.values():
             try:
-                _, high = self.consumer.get_watermark_offsets(
+                low, high = self.consumer.get_watermark_offsets(
                     ck.TopicPartition(split.topic, split.partition), cached=True
                 )
             except ck.KafkaException:
@@ -540,7 +540,13 @@ class _KafkaReader(SourceReader):
                 continue
             if split.end is not None:
                 high = min(high, split.end)
-            total = (total or 0) + max(0, high - split.offset)
+            # a split not positioned yet starts at the partition's start or end
+            position = (
+                split.offset if split.offset >= 0 else (low if split.offset == EARLIEST else high)
+            )
+            if position is None or position < 0:
+                continue
+            total = (total or 0) + max(0, high - position)
         if total is None and not self.splits:
             return 0
         return total

@@ -1079,3 +1079,29 @@ def test_a_job_counts_event_time_windows_over_schema_decoded_arrow_batches_M_W1(
     counts = sorted((r["key"], r["window_start"], r["count"]) for r in out)
     expected = collections.Counter((i % 3, 1000 * (i // 10)) for i in range(60))
     assert counts == sorted((k, w, c) for (k, w), c in expected.items())
+
+
+def test_the_reader_tells_its_lag_behind_the_partitions_end(kafka_topic, open_reader, monkeypatch):
+    """The source lag metric (issue 21): records between the reader's offsets and the
+    partitions' high watermarks, from the client's cached watermarks; 0 once caught up."""
+    import lockgate.connectors.kafka_source as kafka_source
+
+    monkeypatch.setattr(kafka_source, "LAG_INTERVAL_S", 0.0)  # refreshed on every poll
+    topic = kafka_topic(1)
+    total = 30_000
+    produce(topic, [{"v": i} for i in range(total)])
+    reader = open_reader(KafkaSource(BOOTSTRAP, topic))
+    assert reader.pending_records is None  # nothing known before the first fetch
+    out = RecordingOutput()
+    seen: list[tuple[int, int]] = []
+
+    def caught_up() -> bool:
+        if reader.pending_records is not None:
+            seen.append((len(out.records), reader.pending_records))
+        return len(out.records) == total and reader.pending_records == 0
+
+    read_until(reader, out, caught_up, "every record read and the lag 0")
+    behind = [(n, lag) for n, lag in seen if lag > 0]
+    assert behind, f"the lag was never above 0 while reading: {seen[:5]}"
+    # the lag is the records not read yet (exactly, for a topic nobody writes to now)
+    assert all(lag == total - n for n, lag in behind), behind[:5]
