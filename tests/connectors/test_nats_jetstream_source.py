@@ -547,3 +547,22 @@ def test_a_job_on_a_missing_stream_fails_naming_it_and_leaves_no_thread(executor
     with pytest.raises(lg.JobFailedError) as err:
         env.execute("missing stream", executor=executor)
     assert repr(name) in str(err.value) and "nats stream add" in str(err.value)
+
+
+def test_the_reader_tells_its_lag_from_the_messages_pending(jetstream, open_reader) -> None:
+    """The source lag metric (issue 21): the messages of the split after the last one
+    delivered (JetStream's num_pending); 0 once it read everything."""
+    name = jetstream.new()
+    jetstream.publish(json_messages(f"{name}.a", range(25)))
+    source = NatsJetStreamSource(NATS_URL, name, batch_size=10)
+    reader = open_reader(source, source.create_splits(1))
+    assert reader.pending_records is None
+    out = RecordingOutput()
+    lags = []
+    for _ in range(50):
+        reader.poll(out)
+        lags.append((len(out.records), reader.pending_records))
+        if len(out.records) == 25 and reader.pending_records == 0:
+            break
+    assert (10, 15) in lags and (20, 5) in lags, lags
+    assert lags[-1] == (25, 0), lags

@@ -453,3 +453,22 @@ def test_a_failed_job_restores_the_stream_positions_of_its_checkpoint_exactly_on
     assert sorted(records, key=lambda r: int(r["n"])) == numbered(3000) + numbered(
         3000, start=10_000
     )
+
+
+def test_the_reader_tells_its_lag_only_once_caught_up(streams, open_reader) -> None:
+    """The source lag metric (issue 21): XRANGE does not count what is left, so the lag
+    is unknown (None) while full batches come back, and 0 once a read came back short."""
+    name = streams.new()
+    streams.add(name, *numbered(25))
+    source = RedisStreamSource(REDIS_URL, name, batch_size=10)
+    reader = open_reader(source, source.create_splits(1))
+    out = RecordingOutput()
+    assert reader.pending_records is None
+    reader.poll(out)
+    assert len(out.records) == 10 and reader.pending_records is None
+    reader.poll(out)
+    reader.poll(out)
+    assert len(out.records) == 25 and reader.pending_records == 0
+    streams.add(name, *numbered(12, start=25))
+    reader.poll(out)
+    assert len(out.records) == 35 and reader.pending_records is None
