@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import secrets
 import threading
@@ -155,6 +156,14 @@ class JobClient:
             return None
         self._rest_token = token
         log.info("job %r serves its REST API and dashboard at %s", self.job_name, server.url)
+        if not _is_loopback(config.rest_bind):
+            log.warning(
+                "job %r serves its REST API on %s over plain HTTP: its token crosses that "
+                "network in clear; reach it through an SSH tunnel or a TLS proxy of your "
+                "own, or keep rest_bind='127.0.0.1' (docs/security.md)",
+                self.job_name,
+                config.rest_bind,
+            )
         return server
 
     @property
@@ -444,6 +453,16 @@ def _check_timeout(timeout: float | None, what: str) -> None:
         isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0
     ):
         raise ConfigurationError(f"{what} timeout must be seconds >= 0 or None, got {timeout!r}")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) is this machine's loopback only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _first_line(error: BaseException) -> str:

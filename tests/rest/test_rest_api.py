@@ -468,3 +468,21 @@ def test_a_slow_body_gets_408_and_connections_beyond_the_limit_get_503(
             )
     finally:
         stop(client)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("10.213.37.1", False),
+        ("driver.example", False),
+    ],
+)
+def test_binding_beyond_loopback_is_recognised_for_its_plain_http_warning(host, loopback) -> None:
+    from lockgate.api.job_client import _is_loopback
+
+    assert _is_loopback(host) is loopback
