@@ -14,6 +14,12 @@ count      ``--records`` events (default 2,000,000, the size of the test against
 sustained  ``--sustained-records`` events (default 50,000,000): several seconds,
            so checkpoints every second do happen; ``checkpoints_completed`` says how
            many.
+parquet    issue 25's comparison: ``--events`` events (default 20,000,000) read from
+           Parquet, the counts written to Parquet, on the systems of ``--systems``
+           (default ``local,spark,flink``: lockgate's local executor, lockgate on
+           Spark ``local[2]``, Flink SQL) one after another in this run, each in its
+           own process; see :mod:`windows_parquet` (bench/windows_parquet.py). Every
+           result is checked equal to a pandas groupby of the same events.
 
 ``events_per_s`` is the events divided by the job's wall time (start-up
 included: the figure the target compares); ``steady_events_per_s`` is the
@@ -25,6 +31,8 @@ events/s at parallelism 2 on the local executor of a 2-core machine. Usage:
     python bench/windows.py [--executor local|spark] [--cases count,sustained]
                             [--records N] [--sustained-records N] [--parallelism 2]
                             [--repeat K]
+    python bench/windows.py --cases parquet [--events N] [--systems local,spark,flink]
+                            [--data-dir DIR] [--flink-format auto|parquet|csv]
 """
 
 from __future__ import annotations
@@ -32,13 +40,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pyarrow as pa
 
-import lockgate as lg
-from lockgate.connectors import DiscardingSink, SequenceSource
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import windows_parquet  # noqa: E402
+
+import lockgate as lg  # noqa: E402
+from lockgate.connectors import DiscardingSink, SequenceSource  # noqa: E402
 
 KEYS = 1000
 DISORDER_MS = 500
@@ -133,9 +147,16 @@ def main() -> None:
     ap.add_argument("--sustained-records", type=int, default=50_000_000)
     ap.add_argument("--parallelism", default="2")
     ap.add_argument("--repeat", type=int, default=2)
+    windows_parquet.add_arguments(ap)
     args = ap.parse_args()
+    cases = args.cases.split(",")
+    if "parquet" in cases:
+        cases.remove("parquet")
+        windows_parquet.run_all(args)
+    if not cases:
+        return
     executor = executor_for(args.executor)
-    for case in args.cases.split(","):
+    for case in cases:
         n = args.records if case == "count" else args.sustained_records
         for p in (int(x) for x in args.parallelism.split(",")):
             print(json.dumps(run_case(case, n, p, executor, args.repeat)), flush=True)
