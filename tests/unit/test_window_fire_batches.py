@@ -1,18 +1,24 @@
-"""Built-in aggregates: the windows one watermark fires leave as one Arrow batch (in
-end, then start order, each result stamped with its window's ``end - 1``), flushed
-early at ``FIRE_BATCH_ROWS`` results; other contents still emit per window."""
+"""Built-in aggregates: a batch's partials go into a window's table by
+``WindowTable.ensure_distinct`` (one row per code, as ``ensure``); the windows one
+watermark fires leave as one Arrow batch (in end, then start order, each result
+stamped with its window's ``end - 1``), flushed early at ``FIRE_BATCH_ROWS``
+results; other contents still emit per window."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from test_window_operator import make, recs, tumbling, wm
 
+import lockgate as lg
 from lockgate.core.batch import timestamps_of
 from lockgate.core.elements import Watermark
 from lockgate.runtime.operators import window as window_module
-from lockgate.runtime.operators.window_contents import ReduceContents
+from lockgate.runtime.operators.window_contents import BuiltinContents, ReduceContents
+from lockgate.runtime.operators.window_store import WindowTable
+from lockgate.time.window_aggregates import WindowAggregation
 
 
 def batches(out: Any) -> list[Any]:
@@ -51,3 +57,16 @@ def test_other_contents_still_emit_each_window_on_its_own() -> None:
     op.process_batch(recs(("a", 100), ("a", 1100), n=1))
     wm(op, 5000)
     assert [len(rows) for _, rows, _ in batches(out)] == [1, 1]
+
+
+def test_ensure_distinct_gives_each_code_its_one_row() -> None:
+    contents = BuiltinContents(WindowAggregation.of(lg.agg.count()))
+    a, b = WindowTable(0, 1000, contents), WindowTable(0, 1000, contents)
+    for codes in ([5, 2, 9], [9, 7, 2, 11], [3], [11, 5]):
+        arr = np.asarray(codes, dtype=np.int64)
+        rows = a.ensure_distinct(arr, contents)
+        b.ensure(arr, contents)
+        assert a.codes[rows].tolist() == codes  # the row of each code holds it
+        assert a.lookup(arr).tolist() == rows.tolist()
+        assert sorted(a.codes.tolist()) == sorted(b.codes.tolist())  # each code once
+    assert len(a) == len(a.payload) == len(a.fired) == 6

@@ -110,6 +110,23 @@ class WindowTable:
             rows = self.lookup(codes)
         return rows
 
+    def ensure_distinct(self, codes: np.ndarray, contents: WindowContents) -> np.ndarray:
+        """:meth:`ensure` for ``codes`` without repeats (a batch's partials of one
+        window): missing keys are appended in the given order, so their rows are known
+        without a ``np.unique`` or a second lookup."""
+        n = len(self.codes)
+        if not n:
+            m = len(codes)
+            self.append(codes, np.zeros(m, dtype=bool), contents.empty(m), contents)
+            return np.arange(m, dtype=np.int64)
+        rows = self.lookup(codes)
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            m = len(missing)
+            self.append(codes[missing], np.zeros(m, dtype=bool), contents.empty(m), contents)
+            rows[missing] = np.arange(n, n + m, dtype=np.int64)
+        return rows
+
     def append(
         self, codes: np.ndarray, fired: np.ndarray, payload: Any, contents: WindowContents
     ) -> None:
@@ -180,7 +197,8 @@ class AlignedStore:
             groups = partials.window_start
             for sel in _by_window(groups):
                 table = self._table(int(groups[sel[0]]), int(partials.window_end[sel[0]]))
-                trows = table.ensure(partials.key_code[sel], contents)
+                # one partial per (key, window): the window's key codes are distinct
+                trows = table.ensure_distinct(partials.key_code[sel], contents)
                 table.own(contents)
                 acc = (
                     partials.accumulators
