@@ -196,9 +196,11 @@ def test_a_frozen_interpreters_stacks_are_written_by_faulthandler_into_the_dump_
     )
     try:
         assert child.stdout is not None and child.stdout.readline() == "freezing\n"
+        # faulthandler writes the dump in pieces: a read can see the header before the
+        # frozen thread's frame (it failed CI once so); wait for the frame, bounded
         wait_until(
-            lambda: read_freeze_dump(str(dump)) is not None,
-            "faulthandler wrote the frozen child's stacks",
+            lambda: "in freeze_the_whole_interpreter" in (read_freeze_dump(str(dump)) or ""),
+            "faulthandler wrote the frozen child's stacks, down to the frozen frame",
             timeout_s=15,
         )
         text = read_freeze_dump(str(dump))
