@@ -1,6 +1,6 @@
 """The ``lockgate`` command line.
 
-``lockgate run JOB.py [--executor local|spark] [--master URL] [--restore PATH]
+``lockgate run JOB.py [--executor local|spark] [--master URL] [--restore PATH | --fresh]
 [--allow-non-restored-state] [--log-level LEVEL] [--detach] [JOB ARGS...]``
 runs a job file as ``__main__`` (as ``python JOB.py`` would), with
 ``sys.argv`` set to ``[JOB.py, *JOB ARGS]``. The lockgate options may come
@@ -14,8 +14,10 @@ sets the root logger's level (and a handler on standard error) for the job.
 once the job registered. The options are handed
 to the job's ``StreamEnvironment`` through environment variables
 (``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``, ``LOCKGATE_RESTORE_FROM``,
-``LOCKGATE_ALLOW_NON_RESTORED_STATE``): ``--restore PATH`` makes the job's
-``env.execute`` start from the checkpoint or savepoint at PATH (M-R3).
+``LOCKGATE_ALLOW_NON_RESTORED_STATE``, ``LOCKGATE_FRESH``): ``--restore PATH`` makes the
+job's ``env.execute`` start from the checkpoint or savepoint at PATH (M-R3). Without it
+a job whose checkpoint storage holds completed checkpoints of it resumes from the newest
+(as a restarted driver does, M-C8); ``--fresh`` starts it from empty state instead.
 Without ``--executor`` a job runs where it chooses, by default on Spark
 (``local[*]`` unless ``--master`` is given). Spark needs Java 17 or newer: with
 ``--executor spark`` (or ``--master``) the command checks for it before running the
@@ -104,6 +106,7 @@ from .cli_parser import (
     ALLOW_NON_RESTORED_ENV,
     EXECUTOR_ENV,
     EXECUTORS,
+    FRESH_ENV,
     LOG_FORMAT,
     LOG_LEVELS,
     MASTER_ENV,
@@ -121,6 +124,7 @@ __all__ = [
     "ALLOW_NON_RESTORED_ENV",
     "EXECUTORS",
     "EXECUTOR_ENV",
+    "FRESH_ENV",
     "LOG_LEVELS",
     "MASTER_ENV",
     "RESTORE_ENV",
@@ -139,11 +143,22 @@ def _spark_executor_available() -> bool:
         return False
 
 
-def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[str, str]:
-    """The environment variables for ``--restore``; raises ``UsageError``."""
+def _restore_env(
+    restore: str | None, allow_non_restored_state: bool, fresh: bool = False
+) -> dict[str, str]:
+    """The environment variables for ``--restore``, ``--allow-non-restored-state`` and
+    ``--fresh``; raises ``UsageError``."""
     env: dict[str, str] = {}
-    if allow_non_restored_state and restore is None:
-        raise UsageError("--allow-non-restored-state applies to --restore PATH")
+    if fresh and restore is not None:
+        raise UsageError(
+            "--fresh starts from empty state, --restore from a checkpoint: give one of them"
+        )
+    if fresh and allow_non_restored_state:
+        raise UsageError("--allow-non-restored-state applies to restoring, not to --fresh")
+    if fresh:
+        env[FRESH_ENV] = "1"
+    if allow_non_restored_state:
+        env[ALLOW_NON_RESTORED_ENV] = "1"
     if restore is None:
         return env
     if "://" not in restore and not os.path.isdir(restore):
@@ -152,8 +167,6 @@ def _restore_env(restore: str | None, allow_non_restored_state: bool) -> dict[st
             "checkpoint storage folder, a savepoint folder or an exported checkpoint"
         )
     env[RESTORE_ENV] = restore
-    if allow_non_restored_state:
-        env[ALLOW_NON_RESTORED_ENV] = "1"
     return env
 
 
@@ -244,11 +257,12 @@ def run_job(
     restore: str | None = None,
     allow_non_restored_state: bool = False,
     log_level: str | None = None,
+    fresh: bool = False,
 ) -> int:
     """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
     _check_job_file(path)
     env = _executor_env(executor, master)
-    env.update(_restore_env(restore, allow_non_restored_state))
+    env.update(_restore_env(restore, allow_non_restored_state, fresh))
     if log_level is not None:
         set_log_level(log_level)
     log.info(
@@ -279,7 +293,7 @@ def _run_detached(ns: argparse.Namespace) -> int:
     the background (:mod:`lockgate.cli_detach`)."""
     _check_job_file(ns.job)
     _executor_env(ns.executor, ns.master)  # fails here, not in the background
-    _restore_env(ns.restore, ns.allow_non_restored_state)
+    _restore_env(ns.restore, ns.allow_non_restored_state, ns.fresh)
     run_args: list[str] = []
     for flag, value in (
         ("--executor", ns.executor),
@@ -298,6 +312,8 @@ def _run_detached(ns: argparse.Namespace) -> int:
             run_args += [flag, value]
     if ns.allow_non_restored_state:
         run_args.append("--allow-non-restored-state")
+    if ns.fresh:
+        run_args.append("--fresh")
     run_args += [ns.job, "--", *ns.job_args]
     return start_detached(run_args, ns.job, ns.start_timeout or START_TIMEOUT_S)
 
@@ -352,6 +368,7 @@ def _dispatch(ns: argparse.Namespace) -> int:
             ns.restore,
             ns.allow_non_restored_state,
             ns.log_level,
+            ns.fresh,
         )
     if ns.command == "token":
         return token_command(ns.job, Remote())

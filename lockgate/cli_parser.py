@@ -20,6 +20,7 @@ EXECUTOR_ENV = "LOCKGATE_EXECUTOR"
 MASTER_ENV = "LOCKGATE_SPARK_MASTER"
 RESTORE_ENV = "LOCKGATE_RESTORE_FROM"
 ALLOW_NON_RESTORED_ENV = "LOCKGATE_ALLOW_NON_RESTORED_STATE"
+FRESH_ENV = "LOCKGATE_FRESH"
 EXECUTORS = ("local", "spark")
 SPARK_EXECUTOR_MODULE = "lockgate.executor.spark"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -28,7 +29,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: lockgate's options of ``run`` that take a value / that take none; right after the job
 #: file they are lockgate's, after a job argument they are the job's (with a warning)
 _RUN_OPTIONS = ("--executor", "--master", "--restore", "--log-level", "--start-timeout")
-_RUN_FLAGS = ("--allow-non-restored-state", "--detach")
+_RUN_FLAGS = ("--allow-non-restored-state", "--fresh", "--detach")
 
 
 def _log_level(text: str) -> str:
@@ -69,8 +70,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--allow-non-restored-state",
         action="store_true",
         default=False,
-        help="with --restore: drop state of operators the job no longer has instead of "
-        f"failing (sets {ALLOW_NON_RESTORED_ENV})",
+        help="when restoring or resuming: drop state of operators the job no longer has "
+        f"instead of failing (sets {ALLOW_NON_RESTORED_ENV})",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        default=False,
+        help="start from empty state even when the job's checkpoint storage holds "
+        "completed checkpoints of it (by default the job resumes from the newest, as a "
+        f"restarted driver does; sets {FRESH_ENV})",
     )
     parser.add_argument(
         "--log-level",
@@ -335,5 +344,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                 late.allow_non_restored_state or ns.allow_non_restored_state
             )
             ns.detach = late.detach or ns.detach
+            ns.fresh = late.fresh or ns.fresh
         _warn_misplaced(ns.job, ns.job_args)
     return ns

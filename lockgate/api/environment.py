@@ -34,6 +34,13 @@ from ..state.backends import HashMapStateBackend, StateBackend, check_state_back
 from ..time.watermark_strategy import check_watermark_strategy
 from .datastream import DataStream, _check_parallelism
 from .job_client import JobClient
+from .resume import (
+    fresh_from_environment,
+    log_fresh_start,
+    log_resume,
+    newest_own_checkpoint,
+    resume_failed_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -223,18 +230,28 @@ class StreamEnvironment:
         *,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
+        fresh: bool = False,
     ) -> ExecutionPlan:
         """The plan ``execute`` would run (see :meth:`execute` for the arguments)."""
         self._checkpoint_config.validate()
-        if not isinstance(allow_non_restored_state, bool):
-            raise ConfigurationError(
-                f"allow_non_restored_state must be True or False, got {allow_non_restored_state!r}"
-            )
+        for name, value in (
+            ("allow_non_restored_state", allow_non_restored_state),
+            ("fresh", fresh),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{name} must be True or False, got {value!r}")
         if restore_from is None and os.environ.get("LOCKGATE_RESTORE_FROM"):
             # ``lockgate run --restore PATH`` (M-R3)
             restore_from = os.environ["LOCKGATE_RESTORE_FROM"]
-            allow_non_restored_state = allow_non_restored_state or (
-                os.environ.get("LOCKGATE_ALLOW_NON_RESTORED_STATE") == "1"
+        # ``lockgate run --allow-non-restored-state`` / ``--fresh``
+        allow_non_restored_state = allow_non_restored_state or (
+            os.environ.get("LOCKGATE_ALLOW_NON_RESTORED_STATE") == "1"
+        )
+        fresh = fresh_from_environment(fresh)
+        if fresh and restore_from is not None:
+            raise ConfigurationError(
+                f"fresh=True starts from empty state, restore_from={restore_from!r} from a "
+                "checkpoint: give one of them (lockgate run: --fresh or --restore)"
             )
         graph = self.get_job_graph()
         plan = build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
@@ -247,7 +264,9 @@ class StreamEnvironment:
                 plan, restore_from, allow_non_restored_state, self._checkpoint_config
             )
         elif plan.checkpoint is not None and plan.checkpoint.storage not in _temporary_storages:
-            _warn_fresh_start(plan)
+            plan.restore = _resume_spec(
+                plan, allow_non_restored_state, fresh, self._checkpoint_config
+            )
         if self._checkpoint_config.enabled or restore_from is not None:
             _warn_generated_uids(self._transformations)
         return plan
@@ -281,6 +300,7 @@ class StreamEnvironment:
         executor: Any = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
+        fresh: bool = False,
     ) -> JobExecutionResult:
         """Build the job, run it to the end and return its result.
 
@@ -290,6 +310,14 @@ class StreamEnvironment:
         has fails the restore unless ``allow_non_restored_state`` (M-S2). A damaged
         checkpoint is never loaded: the newest intact retained one before it is used,
         with a warning.
+
+        Without ``restore_from``, a job whose checkpoint storage
+        (``checkpoint_config.storage``) holds completed checkpoints of a job of the same
+        name resumes from the newest one, as a restarted driver does (M-C8; logged at
+        WARNING): running the same job again after its driver died neither loses nor
+        repeats output. ``fresh=True`` (``lockgate run --fresh``) starts from empty
+        state instead. A checkpoint that does not fit the job fails with
+        ``RestoreError`` naming the uids, as a restore does.
 
         Failed attempts restart as the restart strategy says (M-R1, M-R2). Raises
         ``InvalidGraphError`` for a bad graph (before anything runs),
@@ -301,7 +329,10 @@ class StreamEnvironment:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
         plan = self.get_execution_plan(
-            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+            job_name,
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+            fresh=fresh,
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
@@ -316,6 +347,7 @@ class StreamEnvironment:
         executor: Any = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
+        fresh: bool = False,
     ) -> JobClient:
         """Build the job and start it in the background; the returned
         :class:`JobClient` waits for it, cancels it and lists its checkpoints. The
@@ -326,7 +358,10 @@ class StreamEnvironment:
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
         plan = self.get_execution_plan(
-            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+            job_name,
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+            fresh=fresh,
         )
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
@@ -406,36 +441,27 @@ def _remove_temporary_storage(plan: ExecutionPlan) -> None:
     shutil.rmtree(cfg.storage, ignore_errors=True)
 
 
-def _warn_fresh_start(plan: ExecutionPlan) -> None:
-    """Warn when a job starts from empty state on a storage that holds completed
-    checkpoints of a job of the same name: it will not resume from them, so its sources
-    start over and its sinks write their output again (issue 18 item 3)."""
+def _resume_spec(
+    plan: ExecutionPlan, allow_non_restored_state: bool, fresh: bool, cfg: CheckpointConfig
+) -> Any:
+    """The newest checkpoint of the job's own storage when the job resumes from it, as a
+    restarted driver does (M-C8, :mod:`lockgate.api.resume`); ``None`` for a fresh
+    start. Raises ``RestoreError`` when that checkpoint does not fit the job."""
+    from ..recovery.restore import RestoreError
+
     assert plan.checkpoint is not None and plan.checkpoint.storage is not None
-    storage = open_storage(plan.checkpoint.storage)
+    own = newest_own_checkpoint(plan.checkpoint.storage, plan.job_name)
+    if own is None:
+        return None
+    if fresh:
+        log_fresh_start(plan.job_name, own)
+        return None
     try:
-        ids = storage.completed_ids()
-    except Exception:  # noqa: BLE001 - an unreadable storage fails later, with context
-        return
-    for checkpoint_id in sorted(ids, reverse=True)[:3]:
-        try:
-            name = storage.read_metadata(checkpoint_id).get("job_name")
-        except Exception:  # noqa: BLE001 - a damaged one: look at the previous one
-            continue
-        if name != plan.job_name:
-            return
-        where = getattr(storage, "location", lambda rel: storage.url)(f"chk-{checkpoint_id}")
-        text = (
-            f"job {plan.job_name!r} starts from empty state, but its checkpoint storage "
-            f"{storage.url} holds completed checkpoints of a job of that name (newest: "
-            f"{where}): it does not resume from them, so its sources start over and its "
-            f"sinks write their output again (duplicates in external systems). To resume, "
-            f"pass restore_from={storage.url!r} (lockgate run --restore); to start over "
-            f"on purpose, use a new checkpoint_config.storage or delete the old "
-            f"checkpoints"
-        )
-        log.warning("%s", text)
-        warnings.warn(text, UserWarning, stacklevel=4)
-        return
+        spec = _restore_spec(plan, own.restore_path, allow_non_restored_state, cfg)
+    except RestoreError as e:
+        raise RestoreError(resume_failed_text(plan.job_name, own, e)) from e
+    log_resume(plan.job_name, own)
+    return spec
 
 
 def _restore_spec(

@@ -21,6 +21,7 @@ from ..job.observer import JobObserver, graph_of
 from ..job.progress import ProgressLogger, progress_of
 from ..job.restart_causes import RestartCause
 from ..job.result import JobExecutionResult, JobStatus
+from .resume import record_stop_with_savepoint
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +365,9 @@ class JobClient:
                 if not coordinator.is_shut_down:
                     coordinator.start()
                 raise
+            # a rerun on the storage resumes from this savepoint, not an older checkpoint
+            savepoint_id = max(i for i, where in self._published.items() if where == location)
+            record_stop_with_savepoint(coordinator.storage, self.job_name, savepoint_id, location)
             with self._result_lock:
                 self._stopped_with = location
                 if self._result is not None:  # a drained job may have ended already

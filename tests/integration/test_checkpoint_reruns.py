@@ -2,9 +2,8 @@
 (issue 18 items 3 and 11, M-R3, M-S3).
 
 * A job started without ``restore_from`` on a storage holding completed checkpoints of
-  a job of the same name does not resume from them: its sources start over and its
-  sinks write their output again. It warns (``UserWarning`` and a log record) saying
-  how to resume.
+  a job of the same name resumes from the newest (issue 22 part 4, M-C8; it used to
+  start over with a warning); ``fresh=True`` starts over.
 * Without ``checkpoint_config.storage`` checkpoints go to a temporary folder nobody can
   restore from once the job is over: the job deletes it when it ends, unless its
   checkpoints are retained (``RETAIN_ON_CANCELLATION``).
@@ -46,28 +45,29 @@ def retained_checkpoints(storage: str, name: str) -> None:
 
 
 @pytest.mark.hang_guard(60)
-def test_item3_a_fresh_run_on_a_storage_with_checkpoints_of_its_job_warns(tmp_path, caplog) -> None:
-    storage = str(tmp_path / "checkpoints")
-    retained_checkpoints(storage, "sums")
-    with (
-        caplog.at_level(logging.WARNING, logger="lockgate.api.environment"),
-        pytest.warns(UserWarning, match="starts from empty state") as caught,
-    ):
-        result = numbers_job(storage, 100).execute("sums")
-    assert result.status is lg.JobStatus.FINISHED
-    text = str(caught[0].message)
-    assert storage in text and "restore_from=" in text, text
-    assert any("starts from empty state" in r.getMessage() for r in caplog.records)
-
-
-@pytest.mark.hang_guard(60)
-def test_item3_no_warning_when_resuming_or_for_another_job(tmp_path) -> None:
+def test_item3_a_rerun_on_a_storage_with_checkpoints_of_its_job_resumes_from_them(
+    tmp_path,
+) -> None:
+    """Item 3 warned that such a run starts over; since issue 22 part 4 it resumes, as a
+    restarted driver does (M-C8; the end-to-end cases are in test_driver_restart.py)."""
     storage = str(tmp_path / "checkpoints")
     retained_checkpoints(storage, "sums")
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*starts from empty state.*")
-        numbers_job(storage, 100).get_execution_plan("another job")
-        numbers_job(storage, 100).get_execution_plan("sums", restore_from=storage)
+        warnings.simplefilter("error")
+        plan = numbers_job(storage, 100).get_execution_plan("sums")
+    assert plan.restore is not None
+    newest = max(int(d[4:]) for d in os.listdir(storage) if d.startswith("chk-"))
+    assert plan.restore.checkpoint_id == newest
+
+
+@pytest.mark.hang_guard(60)
+def test_item3_no_resume_for_another_job_and_none_when_fresh(tmp_path) -> None:
+    storage = str(tmp_path / "checkpoints")
+    retained_checkpoints(storage, "sums")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert numbers_job(storage, 100).get_execution_plan("another job").restore is None
+        assert numbers_job(storage, 100).get_execution_plan("sums", fresh=True).restore is None
 
 
 @pytest.mark.hang_guard(60)

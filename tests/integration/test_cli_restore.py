@@ -76,14 +76,11 @@ def test_m_r3_lockgate_run_restore_continues_a_cancelled_job_from_its_checkpoint
     assert by_value(published(str(tmp_path / "out"))) == expected_records(n)
 
 
-def test_lockgate_run_restore_rejects_a_missing_folder_and_a_lone_allow_flag(
-    tmp_path, capsys
-) -> None:
+def test_lockgate_run_restore_rejects_a_missing_folder(tmp_path, capsys) -> None:
+    """(``--allow-non-restored-state`` alone applies to a job resuming from its own
+    storage, M-C8: tests/integration/test_driver_restart.py.)"""
     job = tmp_path / "job.py"
     job.write_text("print('never runs')\n")
     rc = cli.main(["run", "--restore", str(tmp_path / "nowhere"), str(job)])
     assert rc == 2
     assert "--restore" in capsys.readouterr().err
-    rc = cli.main(["run", "--allow-non-restored-state", str(job)])
-    assert rc == 2
-    assert "applies to --restore" in capsys.readouterr().err
