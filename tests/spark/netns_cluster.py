@@ -213,30 +213,77 @@ class NetnsCluster(StandaloneCluster):
                     str(MASTER_WEBUI_PORT),
                 ],
             )
-            for i, ns in enumerate(self.worker_ns):
-                work = self.folder / "work" / f"worker-{i}"
-                work.mkdir(parents=True, exist_ok=True)
-                self._ns_of[f"worker-{i}"] = ns
-                self._spawn(
-                    f"worker-{i}",
-                    [
-                        WORKER_CLASS,
-                        "--host",
-                        self.address[ns],
-                        "--cores",
-                        str(self.cores),
-                        "--memory",
-                        self.memory,
-                        "--work-dir",
-                        str(work),
-                        self.master_url,
-                    ],
-                )
+            for i in range(len(self.worker_ns)):
+                self._spawn_worker(i)
             self._await_workers()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _spawn_worker(self, i: int) -> None:
+        ns = self.worker_ns[i]
+        work = self.folder / "work" / f"worker-{i}"
+        work.mkdir(parents=True, exist_ok=True)
+        self._ns_of[f"worker-{i}"] = ns
+        self._spawn(
+            f"worker-{i}",
+            [
+                WORKER_CLASS,
+                "--host",
+                self.address[ns],
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--work-dir",
+                str(work),
+                self.master_url,
+            ],
+        )
+
+    def kill_worker_host(self, i: int, timeout_s: float = 15.0) -> list[int]:
+        """SIGKILL every process on worker ``i``'s host (its namespace): the worker JVM,
+        its executor JVMs and their Python workers, as when the machine dies. Returns the
+        pids killed; raises ``ClusterError`` if any is still alive after ``timeout_s``."""
+        ns = self.worker_ns[i]
+        pids = _netns_pids(ns)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        with self._lock:
+            mine = [s for s in self._started if s.name == f"worker-{i}"]
+            self._started = [s for s in self._started if s.name != f"worker-{i}"]
+        for s in mine:
+            s.process.wait(timeout_s)  # reaped: it was this process's child
+        pause = threading.Event()
+        deadline = time.monotonic() + timeout_s
+        while any(alive(p) for p in pids):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"processes of {ns} survived SIGKILL: {pids}")
+            pause.wait(0.05)
+        return pids
+
+    def worker_index_of(self, pid: int) -> int | None:
+        """The index of the worker whose executor runs the process ``pid`` (a Python worker
+        of a slot), if any."""
+        executor = self.executor_of(pid)
+        if executor is None:
+            return None
+        worker = self.executor_pids().get(executor)
+        with self._lock:
+            for s in self._started:
+                if s.process.pid == worker and s.name.startswith("worker-"):
+                    return int(s.name.split("-", 1)[1])
+        return None
+
+    def restart_worker(self, i: int) -> None:
+        """Start worker ``i`` again (after :meth:`kill_worker_host`) and wait until the
+        master lists as many ALIVE workers as the cluster has."""
+        self._spawn_worker(i)
+        self._await_workers()
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """End every process started (and any left in the namespaces), then delete the
