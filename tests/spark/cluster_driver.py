@@ -40,7 +40,8 @@ CLUSTER_CONF = {
 
 
 class SumWithPid(lg.KeyedProcessFunction):
-    """Running sum per key; each output names the Python process that computed it."""
+    """Running sum per key; each output keeps its input value ``v`` and names the Python
+    process that computed it."""
 
     def open(self, ctx: lg.RuntimeContext) -> None:
         self.total = ctx.get_state(lg.ValueStateDescriptor("sum", default=0))
@@ -48,7 +49,7 @@ class SumWithPid(lg.KeyedProcessFunction):
     def process_element(self, value, ctx):
         t = self.total.value() + value
         self.total.update(t)
-        yield {"key": ctx.current_key, "sum": t, "pid": os.getpid()}
+        yield {"key": ctx.current_key, "v": value, "sum": t, "pid": os.getpid()}
 
 
 def build_sums(env: lg.StreamEnvironment, n: int, rate: float | None = None) -> lg.DataStream:

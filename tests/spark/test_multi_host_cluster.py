@@ -101,18 +101,6 @@ def driver_main(master: str, n: int, rate: float) -> None:
         say("bye")
 
 
-class SumWithValue(lg.KeyedProcessFunction):
-    """Running sum per key; each output keeps its input value (to check exactly-once)."""
-
-    def open(self, ctx: lg.RuntimeContext) -> None:
-        self.total = ctx.get_state(lg.ValueStateDescriptor("sum", default=0))
-
-    def process_element(self, value, ctx):
-        t = self.total.value() + value
-        self.total.update(t)
-        yield {"key": ctx.current_key, "v": value, "sum": t}
-
-
 def _report_attempts(executor: Any, done: threading.Event) -> None:
     """Say ``running`` (with the slots' pids) each time every slot of an attempt registered."""
     attempt = 0
@@ -131,10 +119,14 @@ def faults_driver_main(master: str, n: int, rate: float, out: str, storage: str)
     """An exactly-once job (keyed running sums into a FileSink, checkpoints every 300 ms,
     restarts without delay) on the cluster; its output and checkpoints on the shared
     filesystem every namespace sees."""
+    import cloudpickle
+    import cluster_driver
+
     from lockgate.connectors import FileSink, SequenceSource
     from lockgate.executor.spark import SparkExecutor
 
-    # this file runs as __main__: cloudpickle ships its functions by value
+    # the job's functions travel by value: the executors need not import the test folder
+    cloudpickle.register_pickle_by_value(cluster_driver)
     executor = SparkExecutor(master=master, conf=CLUSTER_CONF, slot_wait_timeout_s=90)
     executor.spark.sparkContext.setLogLevel("ERROR")
     say("ready", pid=os.getpid())
@@ -149,7 +141,7 @@ def faults_driver_main(master: str, n: int, rate: float, out: str, storage: str)
             env.from_source(SequenceSource(0, n, rows_per_second=rate), name="numbers")
             .uid("numbers")
             .key_by(lambda x: x % 11)
-            .process(SumWithValue(), name="sums")
+            .process(cluster_driver.SumWithPid(), name="sums")
             .uid("sums")
             .sink_to(FileSink(out, format="jsonl"), name="files")
             .uid("files")
