@@ -325,7 +325,7 @@ class JobClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._savepoint_lock:
             coordinator = self._running_coordinator(_left(deadline))
-            return self._savepoint(coordinator, path, _left(deadline))
+            return self._savepoint(coordinator, path, _left(deadline))[1]
 
     def stop_with_savepoint(
         self, path: str, drain: bool = False, timeout: float | None = None
@@ -360,13 +360,14 @@ class JobClient:
             coordinator = self._running_coordinator(_left(deadline))
             coordinator.stop_periodic()
             try:
-                location = self._savepoint(coordinator, path, _left(deadline), drain=drain)
+                savepoint_id, location = self._savepoint(
+                    coordinator, path, _left(deadline), drain=drain
+                )
             except BaseException:
                 if not coordinator.is_shut_down:
                     coordinator.start()
                 raise
             # a rerun on the storage resumes from this savepoint, not an older checkpoint
-            savepoint_id = max(i for i, where in self._published.items() if where == location)
             record_stop_with_savepoint(coordinator.storage, self.job_name, savepoint_id, location)
             with self._result_lock:
                 self._stopped_with = location
@@ -401,7 +402,9 @@ class JobClient:
 
     def _savepoint(
         self, coordinator: Any, path: str, timeout: float | None, *, drain: bool = False
-    ) -> str:
+    ) -> tuple[int, str]:
+        """Trigger a savepoint, wait for it and publish it into ``path``: its checkpoint
+        id and its location."""
         # a task still initializing (restoring state, opening connections) or another
         # checkpoint in the way is waited for, as long as the timeout allows
         deadline = time.monotonic() + (TRIGGER_RETRY_S if timeout is None else timeout)
@@ -424,7 +427,7 @@ class JobClient:
         location: str = publish_savepoint(coordinator.storage, completed, path)
         # the savepoint's temporary chk-<id> folder is gone: its stats name where it is
         self._published[result] = location
-        return location
+        return result, location
 
 
 #: how long a savepoint without a timeout waits for its trigger to be accepted (seconds)
