@@ -3,6 +3,7 @@
 from .base import InputStatus, ReaderOutput, Sink, SinkWriter, Source, SourceReader
 from .collect_sink import CollectSink
 from .collection import CollectionSource
+from .delta_sink import DeltaSink
 from .discarding_sink import DiscardingSink
 from .file_sink import FileSink
 from .file_source import FileSource
@@ -19,6 +20,7 @@ from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 __all__ = [
     "CollectSink",
     "CollectionSource",
+    "DeltaSink",
     "DiscardingSink",
     "FileSink",
     "FileSource",
