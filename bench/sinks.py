@@ -1,22 +1,26 @@
-"""Rows per second into PostgreSQL through PostgresSink, one JSON line per mode.
+"""Rows per second into PostgreSQL through PostgresSink, and into a Delta Lake table
+through DeltaSink, one JSON line per mode.
 
 The job: sequence -> map_batches making ``{"k", "v", "s"}`` rows (an int key, an int
-value, a 16-character string) -> PostgresSink, at ``--parallelism`` (default 2), with
-exactly-once checkpoints every second. Modes (``--modes``):
+value, a 16-character string) -> PostgresSink (or DeltaSink), at ``--parallelism``
+(default 2), with exactly-once checkpoints every second. Modes (``--modes``):
 
 exactly_once  COPY into one transaction per subtask and checkpoint, PREPARE TRANSACTION
               on the barrier, COMMIT PREPARED when the checkpoint completes;
 upsert        INSERT ... SELECT FROM unnest(...) ON CONFLICT (k) DO UPDATE, one
               transaction per batch; ``--upsert-keys`` distinct keys (default 100,000),
               so most rows update an existing one;
-append        plain COPY, one transaction per batch (at-least-once).
+append        plain COPY, one transaction per batch (at-least-once);
+delta         DeltaSink into a new local Delta table (a temporary folder): Parquet files
+              per subtask and checkpoint, one Delta commit each when the checkpoint
+              completes (exactly-once; needs the ``deltalake`` package).
 
 ``rows_per_s`` is the rows divided by the job's wall time (start-up and the final
 commit included); each table is created fresh (and dropped after), and the row count in
 it is checked. Needs the PostgreSQL of ``--dsn`` (default the test database on
 127.0.0.1, as scripts/services.sh starts it). Usage:
 
-    python bench/sinks.py [--modes exactly_once,upsert,append] [--rows N]
+    python bench/sinks.py [--modes exactly_once,upsert,append,delta] [--rows N]
                           [--parallelism 2] [--executor local|spark] [--repeat K]
                           [--dsn DSN]
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -34,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lockgate as lg
-from lockgate.connectors import PostgresSink, SequenceSource
+from lockgate.connectors import DeltaSink, PostgresSink, SequenceSource
 
 TABLE = "lockgate_bench_sink"
 
@@ -49,9 +54,39 @@ def rows_of(keys: int | None):
     return make
 
 
+def run_delta(rows: int, parallelism: int, executor: object) -> dict:
+    import deltalake
+
+    folder = tempfile.mkdtemp(prefix="lockgate-bench-delta-")
+    try:
+        env = lg.StreamEnvironment(parallelism=parallelism)
+        env.enable_checkpointing(1000)
+        env.checkpoint_config.storage = os.path.join(folder, "checkpoints")
+        (
+            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
+            .uid("numbers")
+            .map_batches(rows_of(None), name="rows")
+            .uid("rows")
+            .sink_to(DeltaSink(os.path.join(folder, "table")), name="delta")
+            .uid("delta")
+        )
+        started = time.perf_counter()
+        client = env.execute_async("bench sink delta", executor=executor)
+        client.wait()
+        seconds = time.perf_counter() - started
+        checkpoints = sum(1 for c in client.checkpoints() if c.status == "completed")
+        stored = deltalake.DeltaTable(os.path.join(folder, "table")).count()
+        assert stored == rows, f"delta: {stored} rows in the table, expected {rows}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"seconds": seconds, "checkpoints": checkpoints}
+
+
 def run_once(
     dsn: str, mode: str, rows: int, parallelism: int, executor: object, upsert_keys: int
 ) -> dict:
+    if mode == "delta":
+        return run_delta(rows, parallelism, executor)
     key_sql = "PRIMARY KEY" if mode == "upsert" else ""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
@@ -98,7 +133,7 @@ def executor_for(name: str) -> object:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--modes", default="exactly_once,upsert,append")
+    ap.add_argument("--modes", default="exactly_once,upsert,append,delta")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--upsert-keys", type=int, default=100_000)
     ap.add_argument("--parallelism", type=int, default=2)
