@@ -125,6 +125,14 @@ def _table_uri(uri: object) -> str:
     return text
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
     """Writes records (dicts, or Arrow batches) into the Delta Lake table at ``table_uri``,
     exactly once: each subtask publishes one Delta commit per checkpoint interval with
@@ -343,6 +351,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         files = self._sets.pop(transaction.stem, None)
         if files is not None:
             transaction.files = files.close()
+            self._sync(transaction.files)
             assert self._table_schema is not None
             transaction.schema_json = delta_schema(self._table_schema).to_json()
         if checkpoint_id is None:
@@ -350,6 +359,20 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         else:
             transaction.version = checkpoint_id
             self._last_id = max(self._last_id, checkpoint_id)
+
+    def _sync(self, files: list[DataFile]) -> None:
+        """On a local table, fsync the closed files and their folders, so that a pending
+        transaction survives a machine crash (object stores are durable once a file is
+        closed)."""
+        if _SCHEME.match(self.table_uri):
+            return
+        folders = set()
+        for f in files:
+            path = os.path.join(self.table_uri, f.path)
+            _fsync(path)
+            folders.add(os.path.dirname(path))
+        for folder in folders:
+            _fsync(folder)
 
     def commit(self, transaction: DeltaTransaction) -> None:
         """One Delta commit adding the transaction's files with its ``(app_id, version)``;
