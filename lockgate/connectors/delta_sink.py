@@ -438,6 +438,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         """
         if not job_ended and ctx.subtask_index != 0:
             return
+        if not job_ended and ctx.attempt_number == 0 and not keep:
+            return  # a fresh start: no earlier attempt of this run, no restored run
         prefix = file_prefix(ctx.job_name, ctx.operator_uid)
         run = re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id) or "norun"
         restored: dict[tuple[str, int], str] = {}
