@@ -7,6 +7,7 @@ from .delta_sink import DeltaSink
 from .discarding_sink import DiscardingSink
 from .file_sink import FileSink
 from .file_source import FileSource
+from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when one is made
 from .kafka_sink import KafkaSink
 from .kafka_source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource
@@ -25,6 +26,7 @@ __all__ = [
     "FileSink",
     "FileSource",
     "FinalCommit",
+    "IcebergSink",
     "InputStatus",
     "KafkaSink",
     "KafkaSource",
