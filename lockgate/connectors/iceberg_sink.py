@@ -642,13 +642,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, table: str) -> pa.RecordBa
             continue
         column = batch.column(index)
         if not column.type.equals(target.type):
-            try:
-                column = column.cast(target.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                raise IcebergSchemaError(
-                    f"IcebergSink: field {target.name!r} of type {column.type} does not fit "
-                    f"column {target.name!r} ({target.type}) of table {table!r}: {e}"
-                ) from e
+            column = _cast(column, target, table)
         if not target.nullable and column.null_count:
             raise IcebergSchemaError(
                 f"IcebergSink: field {target.name!r} is null in {column.null_count} records, "
@@ -656,6 +650,42 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, table: str) -> pa.RecordBa
             )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _kind(t: pa.DataType) -> str:
+    """The family of an Arrow type: values cast only within one (no text to numbers)."""
+    checks = (
+        ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+        ("bool", pa.types.is_boolean),
+        ("number", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)),
+        ("number", pa.types.is_decimal),
+        ("timestamp", pa.types.is_timestamp),
+        ("date", pa.types.is_date),
+        ("time", pa.types.is_time),
+    )
+    for kind, check in checks:
+        if check(t):
+            return kind
+    return str(t).split("<", 1)[0]  # nested and other types: by their name (struct, list)
+
+
+def _cast(column: Any, target: pa.Field, table: str) -> Any:
+    """``column`` cast to ``target``'s type, safely (no overflow, no truncation)."""
+    problem = ""
+    if _kind(column.type) != _kind(target.type) and not pa.types.is_null(column.type):
+        problem = "a different kind of value"
+    else:
+        try:
+            return column.cast(target.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            problem = str(e)
+    # not chained: the error is the record's, and a restart cannot fix it
+    raise IcebergSchemaError(
+        f"IcebergSink: field {target.name!r} of type {column.type} does not fit column "
+        f"{target.name!r} ({target.type}) of table {table!r}: {problem}; convert it before "
+        "the sink or evolve the table's schema"
+    )
 
 
 def _fsync_local(location: str) -> None:
