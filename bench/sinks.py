@@ -1,5 +1,5 @@
-"""Rows per second into PostgreSQL through PostgresSink, and into a Delta Lake table
-through DeltaSink, one JSON line per mode.
+"""Rows per second into PostgreSQL through PostgresSink, into a Delta Lake table through
+DeltaSink and into an Apache Iceberg table through IcebergSink, one JSON line per mode.
 
 The job: sequence -> map_batches making ``{"k", "v", "s"}`` rows (an int key, an int
 value, a 16-character string) -> PostgresSink (or DeltaSink), at ``--parallelism``
@@ -14,13 +14,16 @@ append        plain COPY, one transaction per batch (at-least-once);
 delta         DeltaSink into a new local Delta table (a temporary folder): Parquet files
               per subtask and checkpoint, one Delta commit each when the checkpoint
               completes (exactly-once; needs the ``deltalake`` package).
+iceberg       IcebergSink on pyiceberg's SQL catalog on SQLite with a local warehouse
+              (both in a fresh temporary folder): one Parquet file per subtask and
+              checkpoint, one append snapshot per subtask when the checkpoint completes.
 
 ``rows_per_s`` is the rows divided by the job's wall time (start-up and the final
 commit included); each table is created fresh (and dropped after), and the row count in
 it is checked. Needs the PostgreSQL of ``--dsn`` (default the test database on
 127.0.0.1, as scripts/services.sh starts it). Usage:
 
-    python bench/sinks.py [--modes exactly_once,upsert,append,delta] [--rows N]
+    python bench/sinks.py [--modes exactly_once,upsert,append,delta,iceberg] [--rows N]
                           [--parallelism 2] [--executor local|spark] [--repeat K]
                           [--dsn DSN]
 """
@@ -52,6 +55,44 @@ def rows_of(keys: int | None):
         return pa.RecordBatch.from_arrays([k, i, s], names=["k", "v", "s"])
 
     return make
+
+
+def run_iceberg(rows: int, parallelism: int, executor: object) -> dict:
+    from lockgate.connectors import IcebergSink
+
+    folder = tempfile.mkdtemp(prefix="lockgate-bench-iceberg-")
+    catalog = {
+        "name": "bench",
+        "type": "sql",
+        "uri": f"sqlite:///{folder}/catalog.db",
+        "warehouse": f"file://{folder}/warehouse",
+    }
+    try:
+        env = lg.StreamEnvironment(parallelism=parallelism)
+        env.enable_checkpointing(1000)
+        env.checkpoint_config.storage = os.path.join(folder, "checkpoints")
+        (
+            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
+            .uid("numbers")
+            .map_batches(rows_of(None), name="rows")
+            .uid("rows")
+            .sink_to(IcebergSink(catalog, "bench.rows"), name="iceberg")
+            .uid("iceberg")
+        )
+        started = time.perf_counter()
+        client = env.execute_async("bench sink iceberg", executor=executor)
+        client.wait()
+        seconds = time.perf_counter() - started
+        checkpoints = sum(1 for c in client.checkpoints() if c.status == "completed")
+        from pyiceberg.catalog import load_catalog
+
+        props = dict(catalog)
+        table = load_catalog(props.pop("name"), **props).load_table("bench.rows")
+        stored = table.scan().to_arrow().num_rows
+        assert stored == rows, f"iceberg: {stored} rows in the table, expected {rows}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"seconds": seconds, "checkpoints": checkpoints}
 
 
 def run_delta(rows: int, parallelism: int, executor: object) -> dict:
@@ -87,6 +128,8 @@ def run_once(
 ) -> dict:
     if mode == "delta":
         return run_delta(rows, parallelism, executor)
+    if mode == "iceberg":
+        return run_iceberg(rows, parallelism, executor)
     key_sql = "PRIMARY KEY" if mode == "upsert" else ""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
@@ -133,7 +176,7 @@ def executor_for(name: str) -> object:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--modes", default="exactly_once,upsert,append,delta")
+    ap.add_argument("--modes", default="exactly_once,upsert,append,delta,iceberg")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--upsert-keys", type=int, default=100_000)
     ap.add_argument("--parallelism", type=int, default=2)

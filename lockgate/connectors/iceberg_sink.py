@@ -69,13 +69,14 @@ restore (Flink's sink has the same requirement).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import random
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -463,7 +464,8 @@ class IcebergSink(TwoPhaseCommitSink[IcebergTransaction]):
                 for data_file in data_files:
                     append.append_data_file(data_file)
             try:
-                tx.commit_transaction()
+                with _conflicts_logged_at_info():
+                    tx.commit_transaction()
                 return
             except CommitFailedException as e:
                 last = e
@@ -686,6 +688,35 @@ def _cast(column: Any, target: pa.Field, table: str) -> Any:
         f"{target.name!r} ({target.type}) of table {table!r}: {problem}; convert it before "
         "the sink or evolve the table's schema"
     )
+
+
+_committing = threading.local()
+
+
+class _ConflictRetriesAtInfo(logging.Filter):
+    """pyiceberg logs each retry of a conflicting commit at WARNING. Subtasks committing
+    the same checkpoint conflict as a rule, so during the sink's own commits (on this
+    thread only) those records are demoted to INFO; other pyiceberg users keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(_committing, "active", False) and record.levelno == logging.WARNING:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_conflict_filter = _ConflictRetriesAtInfo()
+
+
+@contextlib.contextmanager
+def _conflicts_logged_at_info() -> Iterator[None]:
+    logger = logging.getLogger("pyiceberg.table")
+    if _conflict_filter not in logger.filters:
+        logger.addFilter(_conflict_filter)
+    _committing.active = True
+    try:
+        yield
+    finally:
+        _committing.active = False
 
 
 def _fsync_local(location: str) -> None:
