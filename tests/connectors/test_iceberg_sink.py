@@ -29,7 +29,7 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
-from conftest import is_spark, on_executors
+from conftest import is_spark, on_executors, wait_until
 from lockgate.connectors import IcebergSink, SequenceSource
 from lockgate.connectors.iceberg_sink import (
     CHECKPOINT_ID,
@@ -148,14 +148,14 @@ def assert_history(table: Any, job: str, uid: str, records: int) -> list[dict[st
     return snaps
 
 
-def build(executor, tmp_path, sink, *, n=N, rate=RATE, faults=(), checkpoints=True):
+def build(executor, tmp_path, sink, *, n=N, rate=RATE, faults=(), checkpoints=True, bounded=True):
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     if checkpoints:
         env.enable_checkpointing(150)
         env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=8, delay=0))
     totals = (
-        env.from_source(SequenceSource(0, n, rows_per_second=rate), name="numbers")
+        env.from_source(SequenceSource(0, n, rows_per_second=rate, bounded=bounded), name="numbers")
         .uid("numbers")
         .map(to_record, name="to record")
         .uid("to record")
@@ -269,6 +269,66 @@ def test_m_x2_a_bounded_job_without_checkpoints_commits_once_per_subtask_at_the_
         frame = executor.spark.read.parquet(*paths)
         got = sorted(tuple(r) for r in frame.select("v", "k", "total").collect())
         assert [(v, k, t) for k, v, t in expected(n)] == got
+
+
+@pytest.mark.hang_guard(120)
+def test_m_x2_a_cancelled_job_leaves_committed_checkpoints_only_and_no_stray_file(
+    tmp_path,
+) -> None:
+    """An unbounded job cancelled mid-run, with a transaction open: the driver commits the
+    newest completed checkpoint's transactions and deletes every other file of the run;
+    each key's rows in the table are its first values, with no gap and none twice."""
+    catalog = sqlite_catalog(tmp_path)
+    env = build(
+        lg.LocalExecutor(),
+        tmp_path,
+        IcebergSink(catalog, "lg.cancel"),
+        n=10**9,
+        rate=5_000,
+        bounded=False,
+    )
+    client = env.execute_async("iceberg cancel")
+
+    def uncommitted() -> set[str]:
+        try:
+            table = load(catalog, "lg.cancel")
+        except Exception:  # noqa: BLE001 - not created yet
+            return set()
+        return files_in_data_folder(table) - data_files(table)
+
+    try:
+        wait_until(
+            lambda: (
+                sum(1 for c in client.checkpoints() if c.status == "completed") >= 3
+                or client.done()
+            ),
+            "three checkpoints complete",
+            timeout_s=60,
+        )
+        wait_until(lambda: bool(uncommitted()), "a transaction's data file is being written")
+    finally:
+        client.cancel()
+    result = client.wait(60)
+    assert result.status is lg.JobStatus.CANCELED, result
+    table = load(catalog, "lg.cancel")
+    got = rows(table)
+    assert got, "completed checkpoints published rows"
+    assert_history(table, "iceberg cancel", "iceberg", len(got))
+    by_key: dict[int, list[tuple[int, int, int]]] = {}
+    for r in got:
+        by_key.setdefault(r[0], []).append(r)
+    for k, key_rows in by_key.items():
+        first = k * CHUNK
+        want = [
+            (k, v, (first + v) * (v - first + 1) // 2) for v in range(first, first + len(key_rows))
+        ]
+        assert key_rows == want, f"key {k}: committed rows are not a gap-free prefix"
+
+
+def test_without_pyiceberg_making_the_sink_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "pyiceberg", None)
+    with pytest.raises(ImportError, match=r"pip install 'lockgate\[iceberg\]'"):
+        IcebergSink({"uri": "sqlite://"}, "a.b")
 
 
 # --------------------------------------------------------------- the commit protocol
