@@ -5,7 +5,7 @@ Iceberg table through pyiceberg's SQL catalog.
   pre-commit and commit), on both executors: the table (read with pyiceberg) holds
   exactly the failure-free output; the history holds one append per subtask and
   checkpoint, none repeated; no uncommitted data file of the sink is left.
-* The same on a PostgreSQL catalog with an S3 (moto) warehouse.
+* The same on a PostgreSQL catalog with an S3 (moto) warehouse (local executor).
 * A bounded job without checkpoints: one snapshot per subtask under the final
   checkpoint id; on Spark the current snapshot's data files are read with
   ``spark.read.parquet`` (no iceberg-spark-runtime is published for Spark 4.3).
@@ -210,9 +210,10 @@ def test_m_x2_a_keyed_aggregation_to_iceberg_is_exactly_once_through_five_failur
 
 
 @pytest.mark.hang_guard(180)
-def test_m_x2_a_postgresql_catalog_with_an_s3_warehouse(executor, tmp_path, s3_url) -> None:  # noqa: F811
-    from s3_server import MotoServer  # noqa: F401 - for the type of the fixture's server
-
+def test_m_x2_a_postgresql_catalog_with_an_s3_warehouse(tmp_path, s3_url) -> None:  # noqa: F811
+    """Local executor only, to keep the module short (the SQLite cases cover shipping
+    the catalog properties to Spark's Python workers)."""
+    executor = lg.LocalExecutor()
     bucket_path = s3_url.split("?", 1)[0]  # s3://bucket/test-...
     endpoint = s3_url.split("endpoint_override=", 1)[1].split("&", 1)[0]
     name = f"lgtest_{uuid.uuid4().hex[:8]}"
