@@ -326,6 +326,39 @@ def test_m_x2_a_cancelled_job_leaves_committed_checkpoints_only_and_no_stray_fil
         assert key_rows == want, f"key {k}: committed rows are not a gap-free prefix"
 
 
+@pytest.mark.hang_guard(120)
+def test_m_x2_a_job_restored_from_another_runs_savepoint_commits_its_transactions_once(
+    tmp_path,
+) -> None:
+    """Run 1 stops with a savepoint (the driver commits its pending transactions); run 2
+    restores it, commits them again (skipped: the history holds run 1's checkpoint) and
+    goes on to the end: the table holds the failure-free output exactly."""
+    catalog = sqlite_catalog(tmp_path)
+    n = 20_000
+    first = build(lg.LocalExecutor(), tmp_path, IcebergSink(catalog, "lg.resume"), n=n, rate=4_000)
+    client = first.execute_async("iceberg resume")
+    try:
+        wait_until(
+            lambda: sum(1 for c in client.checkpoints() if c.status == "completed") >= 2,
+            "two checkpoints complete",
+            timeout_s=60,
+        )
+        savepoint = client.stop_with_savepoint(str(tmp_path / "savepoint"))
+    finally:
+        if not client.done():
+            client.cancel()
+    client.wait(60)
+    before = len(rows(load(catalog, "lg.resume")))
+    assert 0 < before < n
+    second = build(lg.LocalExecutor(), tmp_path, IcebergSink(catalog, "lg.resume"), n=n, rate=None)
+    second.execute("iceberg resume", restore_from=savepoint)
+    table = load(catalog, "lg.resume")
+    assert rows(table) == expected(n)
+    snaps = sink_snapshots(table)
+    assert len({s[RUN_ID] for s in snaps}) == 2, "both runs committed"
+    assert sum(int(s["added-records"]) for s in snaps) == n
+
+
 def test_without_pyiceberg_making_the_sink_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "pyiceberg", None)
     with pytest.raises(ImportError, match=r"pip install 'lockgate\[iceberg\]'"):
