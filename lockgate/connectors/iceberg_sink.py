@@ -446,10 +446,10 @@ class IcebergSink(TwoPhaseCommitSink[IcebergTransaction]):
                     f"no longer exists in catalog {self.catalog_name!r} (dropped while the "
                     f"job ran?); its {transaction.records} records are not published"
                 )
-            if (
-                committed(table, transaction.sink_id, transaction.run, transaction.subtask)[0]
-                >= checkpoint
-            ):
+            newest = max_committed_checkpoint(
+                table, transaction.sink_id, transaction.run, transaction.subtask
+            )
+            if newest >= checkpoint:
                 return
             data_files = [self._data_file(table, transaction, f) for f in transaction.files]
             tx = table.transaction()
@@ -511,7 +511,7 @@ class IcebergSink(TwoPhaseCommitSink[IcebergTransaction]):
         table = self._table_obj or self._load_table()
         if table is None:
             return
-        tokens = committed(table, transaction.sink_id, transaction.run, transaction.subtask)[1]
+        tokens = committed_tokens(table, transaction.sink_id, transaction.run, transaction.subtask)
         if transaction.token in tokens:
             return
         for location in transaction.files:
@@ -531,7 +531,7 @@ class IcebergSink(TwoPhaseCommitSink[IcebergTransaction]):
             return
         start = f"{self._prefix(ctx)}-{ctx.run_id}-"
         kept = {t.token for t in keep if isinstance(t, IcebergTransaction)}
-        done = committed(table, _sink_id(ctx), ctx.run_id, None)[1]
+        done = committed_tokens(table, _sink_id(ctx), ctx.run_id, None)
         removed = 0
         for location in _list_files(table.io, _data_root(table)):
             name = location.rsplit("/", 1)[-1]
@@ -583,28 +583,38 @@ def _checkpoint_of(transaction: IcebergTransaction) -> int:
     return FINAL_CHECKPOINT_ID if cp is None else int(cp)
 
 
-def committed(table: Any, sink_id: str, run: str, subtask: int | None) -> tuple[int, set[str]]:
-    """``(max committed checkpoint id, committed transaction tokens)`` of the sink's
-    snapshots of ``run`` (and ``subtask``; None: every subtask) in the current
-    snapshot's history: the checkpoint id is that of the newest such snapshot (-1: none)
-    as in Flink's ``getMaxCommittedCheckpointId``."""
+def _own_snapshots(table: Any, sink_id: str, run: str, subtask: int | None) -> Iterator[Any]:
+    """The summaries of the sink's snapshots of ``run`` (and ``subtask``; None: every
+    subtask) in the current snapshot's history, newest first."""
     from pyiceberg.table.snapshots import ancestors_of
 
-    newest = -1
-    tokens: set[str] = set()
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         summary = snapshot.summary
         if summary is None or summary[SINK_ID] != sink_id or summary[RUN_ID] != run:
             continue
-        if subtask is not None and summary[SUBTASK] != str(subtask):
-            continue
-        token = summary[TRANSACTION]
-        if token:
-            tokens.add(token)
+        if subtask is None or summary[SUBTASK] == str(subtask):
+            yield summary
+
+
+def max_committed_checkpoint(table: Any, sink_id: str, run: str, subtask: int) -> int:
+    """The checkpoint id of the newest snapshot of the sink's ``run`` and ``subtask`` in
+    the current snapshot's history (-1: none), as Flink's ``getMaxCommittedCheckpointId``;
+    the walk stops at that snapshot."""
+    for summary in _own_snapshots(table, sink_id, run, subtask):
         checkpoint = summary[CHECKPOINT_ID]
-        if newest == -1 and checkpoint is not None:
-            newest = int(checkpoint)
-    return newest, tokens
+        if checkpoint is not None:
+            return int(checkpoint)
+    return -1
+
+
+def committed_tokens(table: Any, sink_id: str, run: str, subtask: int | None) -> set[str]:
+    """The transactions (tokens) of the sink's ``run`` (and ``subtask``) the current
+    snapshot's history holds."""
+    return {
+        str(summary[TRANSACTION])
+        for summary in _own_snapshots(table, sink_id, run, subtask)
+        if summary[TRANSACTION]
+    }
 
 
 def _table_arrow_schema(table: Any) -> pa.Schema:
