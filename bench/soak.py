@@ -19,9 +19,11 @@ equal to those of the contiguous input ``0..K`` the source emitted (``K`` the la
 seen), so a lost or repeated record shows.
 
 Flatness: for each role, the least-squares trend of memory and descriptors after the warm-up
-(``--warm-up``, default a quarter of the run), as growth over that span in percent of its mean
-(memory) and in descriptors. A role is flat when memory grows less than ``--max-growth-pct``
-(default 10 %) and descriptors by fewer than ``--max-fd-growth`` (default 16) over the span.
+(``--warm-up``, default a quarter of the run), leaving out each fault's recovery and the
+``--settle`` seconds after it (replaced processes start small and grow back to their
+working size), as growth over that span in percent of its mean (memory) and in
+descriptors. A role is flat when memory grows less than ``--max-growth-pct`` (default
+10 %) and descriptors by fewer than ``--max-fd-growth`` (default 16) over the span.
 
 Output: ``samples.jsonl`` (every sample), ``faults.jsonl``, ``soak.png`` (memory and
 descriptors per role over time, faults marked; needs matplotlib) in ``--out``, and one JSON
@@ -30,6 +32,7 @@ the output is exact and every role is flat.
 
     sudo python bench/soak.py [--minutes 20] [--fault-every 120] [--sample-every 10]
                               [--rate 2000] [--keys 64] [--out DIR]
+    python bench/soak.py --analyse DIR     # the flatness lines and plot of a finished run
 """
 
 from __future__ import annotations
@@ -310,10 +313,23 @@ def trend(ts: list[float], ys: list[float]) -> float:
     return float(np.polyfit(np.asarray(ts), np.asarray(ys, dtype=float), 1)[0])
 
 
-def flatness(
-    samples: list[dict[str, Any]], warm_up_s: float, max_growth_pct: float, max_fd_growth: float
+def steady(
+    samples: list[dict[str, Any]], faults: list[dict[str, Any]], warm_up_s: float, settle_s: float
 ) -> list[dict[str, Any]]:
-    after = [s for s in samples if s["t"] >= warm_up_s]
+    """The samples after the warm-up that are not within a fault's recovery: from the fault
+    to ``settle_s`` after every slot ran again (the replaced processes start small and
+    grow back to their working size; that is not a trend)."""
+    windows = [(f["t"], f["t"] + f["recovered_s"] + settle_s) for f in faults]
+    return [
+        s
+        for s in samples
+        if s["t"] >= warm_up_s and not any(lo <= s["t"] <= hi for lo, hi in windows)
+    ]
+
+
+def flatness(
+    after: list[dict[str, Any]], max_growth_pct: float, max_fd_growth: float
+) -> list[dict[str, Any]]:
     out = []
     if len(after) < 3:
         return out
@@ -343,6 +359,40 @@ def flatness(
             }
         )
     return out
+
+
+def report_flatness(
+    samples: list[dict[str, Any]], faults: list[dict[str, Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Print and return one line per role (see :func:`flatness`)."""
+    warm_up = args.warm_up or args.minutes * 15
+    roles = flatness(
+        steady(samples, faults, warm_up, args.settle), args.max_growth_pct, args.max_fd_growth
+    )
+    for r in roles:
+        print(json.dumps(r))
+    return roles
+
+
+def analyse(folder: Path, args: argparse.Namespace) -> int:
+    """``--analyse FOLDER``: the flatness lines and the plot again, from a run's
+    ``samples.jsonl`` and ``faults.jsonl`` (nothing runs)."""
+
+    def lines(name: str) -> list[dict[str, Any]]:
+        with open(folder / name) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    samples, faults = lines("samples.jsonl"), lines("faults.jsonl")
+    args.minutes = samples[-1]["t"] / 60 if samples else args.minutes
+    roles = report_flatness(samples, faults, args)
+    problem = plot(samples, faults, folder / "soak.png")
+    flat = bool(roles) and all(r["flat"] for r in roles)
+    print(
+        json.dumps(
+            {"case": "soak-analysis", "flat": flat, "plot": problem or str(folder / "soak.png")}
+        )
+    )
+    return 0 if flat else 1
 
 
 def plot(samples: list[dict[str, Any]], faults: list[dict[str, Any]], path: Path) -> str | None:
@@ -440,11 +490,7 @@ def run(args: argparse.Namespace) -> int:
         cluster.stop()
     with open(folder / "faults.jsonl", "w") as f:
         f.writelines(json.dumps(x) + "\n" for x in faults)
-    roles = flatness(
-        samples, args.warm_up or args.minutes * 15, args.max_growth_pct, args.max_fd_growth
-    )
-    for r in roles:
-        print(json.dumps(r))
+    roles = report_flatness(samples, faults, args)
     output = check_output(out, args.keys) if "error" not in summary else {"exact": False}
     recoveries = [f["recovered_s"] for f in faults]
     summary.update(
@@ -474,8 +520,17 @@ def main() -> None:
     p.add_argument("--warm-up", type=float, default=0.0, help="seconds (default: a quarter)")
     p.add_argument("--max-growth-pct", type=float, default=10.0)
     p.add_argument("--max-fd-growth", type=float, default=16.0)
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=60.0,
+        help="seconds after a fault's recovery left out of the flatness trend",
+    )
     p.add_argument("--out", help="folder for the output and samples (default: a new temp one)")
+    p.add_argument("--analyse", metavar="FOLDER", help="only analyse a finished run's folder")
     args = p.parse_args()
+    if args.analyse:
+        sys.exit(analyse(Path(args.analyse), args))
     for name in ("minutes", "fault_every", "sample_every", "rate"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
