@@ -62,6 +62,13 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def _tc(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise ClusterError(f"'tc {' '.join(args)}' failed: {done.stderr.strip()}")
+    return done
+
+
 def _netns_pids(ns: str) -> list[int]:
     done = _ip("netns", "pids", ns, check=False)
     return [int(p) for p in done.stdout.split() if p.isdigit()] if done.returncode == 0 else []
@@ -284,6 +291,37 @@ class NetnsCluster(StandaloneCluster):
         master lists as many ALIVE workers as the cluster has."""
         self._spawn_worker(i)
         self._await_workers()
+
+    # -- network faults ----------------------------------------------------------------
+    def cut_worker_network(self, i: int) -> None:
+        """Cut worker ``i``'s host off the network: its veth goes down inside its namespace
+        (``ip link set down``), so every packet to and from it is lost, as when a cable is
+        pulled; its processes keep running and their TCP connections stay open."""
+        ns = self.worker_ns[i]
+        _ip("-n", ns, "link", "set", self._peer_veth(ns), "down")
+
+    def restore_worker_network(self, i: int) -> None:
+        """Undo :meth:`cut_worker_network`: the veth comes up with its address and default
+        route again (taking a link down drops its routes)."""
+        ns = self.worker_ns[i]
+        _ip("-n", ns, "link", "set", self._peer_veth(ns), "up")
+        _ip("-n", ns, "route", "replace", "default", "via", f"{self.subnet}.1")
+
+    def slow_worker_network(self, i: int, rate: str = "2mbit", latency: str = "400ms") -> None:
+        """Slow worker ``i``'s traffic both ways: a token-bucket filter (``tc qdisc tbf``)
+        of ``rate`` on each end of its veth, queueing packets up to ``latency`` (then
+        dropping them). This machine's kernel has no ``netem``; ``tbf`` is in every
+        kernel's tc and needs no extra package."""
+        ns = self.worker_ns[i]
+        args = ["tbf", "rate", rate, "burst", "16kb", "latency", latency]
+        _tc("-n", ns, "qdisc", "replace", "dev", self._peer_veth(ns), "root", *args)
+        _tc("qdisc", "replace", "dev", self.host_veth(ns), "root", *args)
+
+    def unslow_worker_network(self, i: int) -> None:
+        """Undo :meth:`slow_worker_network` (missing filters are fine)."""
+        ns = self.worker_ns[i]
+        _tc("-n", ns, "qdisc", "del", "dev", self._peer_veth(ns), "root", check=False)
+        _tc("qdisc", "del", "dev", self.host_veth(ns), "root", check=False)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """End every process started (and any left in the namespaces), then delete the

@@ -14,6 +14,7 @@ result, as ``LOCKGATE-TEST {json}`` lines.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,21 +117,36 @@ def _report_attempts(executor: Any, done: threading.Event) -> None:
             done.wait(0.05)
 
 
-def faults_driver_main(master: str, n: int, rate: float, out: str, storage: str) -> None:
+def faults_driver_main(
+    master: str, n: int, rate: float, out: str, storage: str, options: str = "{}"
+) -> None:
     """An exactly-once job (keyed running sums into a FileSink, checkpoints every 300 ms,
     restarts without delay) on the cluster; its output and checkpoints on the shared
-    filesystem every namespace sees."""
+    filesystem every namespace sees. ``options`` (JSON): ``conf`` (more Spark settings),
+    ``heartbeat_timeout_s`` (the SparkExecutor's), ``warm_up`` (start every executor's
+    Python daemon first, ``SparkExecutor.warm_up``), ``postgres`` (``dsn``, ``table``,
+    ``prefix``: the records go to an exactly-once PostgresSink too)."""
     import cloudpickle
     import cluster_driver
 
-    from lockgate.connectors import FileSink, SequenceSource
+    from lockgate.connectors import FileSink, PostgresSink, SequenceSource
     from lockgate.executor.spark import SparkExecutor
 
     # the job's functions travel by value: the executors need not import the test folder
     cloudpickle.register_pickle_by_value(cluster_driver)
-    executor = SparkExecutor(master=master, conf=CLUSTER_CONF, slot_wait_timeout_s=90)
+    # lockgate's warnings (attempts failing, restarts) with the time, in driver.log
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    opts = json.loads(options)
+    executor = SparkExecutor(
+        master=master,
+        conf={**CLUSTER_CONF, **opts.get("conf", {})},
+        slot_wait_timeout_s=90,
+        heartbeat_timeout_s=float(opts.get("heartbeat_timeout_s", 60.0)),
+    )
     executor.spark.sparkContext.setLogLevel("ERROR")
     say("ready", pid=os.getpid())
+    if opts.get("warm_up"):
+        executor.warm_up()  # every executor's Python daemon up before the job
     done = threading.Event()
     threading.Thread(target=_report_attempts, args=(executor, done), daemon=True).start()
     try:
@@ -137,15 +154,18 @@ def faults_driver_main(master: str, n: int, rate: float, out: str, storage: str)
         env.enable_checkpointing(300)
         env.checkpoint_config.storage = storage
         env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=4, delay=0))
-        (
+        sums = (
             env.from_source(SequenceSource(0, n, rows_per_second=rate), name="numbers")
             .uid("numbers")
             .key_by(lambda x: x % 11)
             .process(cluster_driver.SumWithPid(), name="sums")
             .uid("sums")
-            .sink_to(FileSink(out, format="jsonl"), name="files")
-            .uid("files")
         )
+        sums.sink_to(FileSink(out, format="jsonl"), name="files").uid("files")
+        if "postgres" in opts:
+            pg = opts["postgres"]
+            sink = PostgresSink(pg["dsn"], pg["table"], transaction_prefix=pg["prefix"])
+            sums.sink_to(sink, name="postgres").uid("postgres")
         result = env.execute("faults across hosts", executor=executor)
     except Exception as e:  # noqa: BLE001 - reported to the test
         done.set()
@@ -242,7 +262,16 @@ def netns_cluster() -> Iterator[NetnsCluster]:
     reason = netns_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    c = NetnsCluster(workers=3, cores=1, memory="1g", start_timeout_s=60)
+    # another checkout's suite may run its cluster at the same time: give this one other
+    # names and addresses (LOCKGATE_TEST_NETNS_PREFIX / _SUBNET), or the two clash
+    c = NetnsCluster(
+        prefix=os.environ.get("LOCKGATE_TEST_NETNS_PREFIX", "lgt"),
+        subnet=os.environ.get("LOCKGATE_TEST_NETNS_SUBNET", "10.213.38"),
+        workers=3,
+        cores=1,
+        memory="1g",
+        start_timeout_s=60,
+    )
     c.start()
     try:
         yield c
@@ -386,8 +415,192 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
     )
 
 
+#: the network-fault job's timeouts: Spark declares an executor lost after 10 s without a
+#: heartbeat (sent every second, checked every second) and so does lockgate's driver for
+#: a slot; see the test's docstring for why 10 s is safe here
+NET_TIMEOUT_S = 10.0
+NET_FAULT_OPTIONS = {
+    "heartbeat_timeout_s": NET_TIMEOUT_S,
+    "warm_up": True,
+    "conf": {
+        # the executors run this interpreter (a cluster with lockgate installed): their
+        # Python daemons import lockgate before forking, so a failover's slots start fast
+        "spark.python.daemon.module": "lockgate.executor.spark.daemon",
+        "spark.network.timeout": f"{NET_TIMEOUT_S:.0f}s",
+        "spark.executor.heartbeatInterval": "1s",
+        "spark.network.timeoutInterval": "1s",
+        # an executor on each of the three workers: one spare for a failover
+        "spark.cores.max": "3",
+    },
+}
+#: a slot host's link while slowed (each way): below what the job sends at full pace
+SLOW_RATE = "256kbit"
+
+
+@pytest.mark.hang_guard(480)
+def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
+    netns_cluster: NetnsCluster,
+) -> None:
+    """Issue 22 part 3, the network faults: an exactly-once job (keyed state, a shuffle, an
+    exactly-once FileSink and PostgresSink) runs on two of three worker hosts, the third
+    executor spare.
+
+    First one slot's host is cut off (its veth down inside its namespace: every packet lost,
+    its processes running on) for longer than the heartbeat timeout: the driver finds the
+    slot silent, fails the attempt over (M-R1) and the job runs again by itself on the
+    remaining executor and the spare one. Then the host comes back: the old attempt's slot
+    there ends (Spark kills the executor it declared lost) without committing anything (it
+    never hears of a completed checkpoint again; its prepared transactions are rolled back).
+    Then the traffic of a slot's host is slowed (a token bucket of ``SLOW_RATE`` each way,
+    below what the job sends at full pace; this kernel has no netem) while checkpoints run:
+    the job goes on without a restart and checkpoints complete, slower. Both sinks hold
+    every input exactly once, the same records, and no prepared transaction is left. The
+    time from the cut to every slot running again, and the pace of checkpoints before and
+    while slow, are printed.
+
+    Timeouts: lockgate's heartbeat timeout and Spark's ``spark.network.timeout`` are 10 s
+    (heartbeats every second). That is safe here because every heartbeat path is kept
+    short: slots send heartbeats from a control thread of their own, the slowed link still
+    carries them (the token bucket queues at most 400 ms), and the test cluster has no long
+    GC pauses (512 MB executors). With bigger heaps or a congested network keep Spark's
+    default 120 s, or at least several times the longest pause, since a false loss costs a
+    restart."""
+    from tcp_forwarder import TcpForwarder
+
+    from conftest import wait_until  # not at the top: the driver runs this file alone
+    from pg_fixtures import DSN, prepared, query
+
+    cluster = netns_cluster
+    run = cluster.folder / f"net-faults-{time.monotonic_ns()}"
+    out, storage = run / "out", run / "checkpoints"
+    n, rate = 96_000, 4_000  # about 24 s of records, besides the recoveries
+    table = f"lg_net_faults_{os.getpid()}_{time.monotonic_ns() % 10**6}"
+    query(f'CREATE TABLE {table} ("key" bigint, v bigint, "sum" bigint, pid bigint)')
+    # PostgreSQL listens on 127.0.0.1 only: the hosts reach it through a forwarder on the
+    # cluster bridge's address (the root namespace's end of the cluster network)
+    pg = urllib.parse.urlsplit(DSN)
+    forwarder = TcpForwarder(f"{cluster.subnet}.1", pg.hostname or "127.0.0.1", pg.port or 5432)
+    host_dsn = pg._replace(netloc=f"{pg.username}@{forwarder.address[0]}:{forwarder.address[1]}")
+    prefix = f"lgtest-{table[len('lg_net_faults_') :]}"  # whose prepared transactions
+    options = {
+        **NET_FAULT_OPTIONS,
+        "postgres": {"dsn": host_dsn.geturl(), "table": table, "prefix": prefix},
+    }
+    cut: int | None = None
+    slowed: int | None = None
+    measured: dict[str, str] = {}
+
+    def published_files() -> int:
+        return len(list(out.glob("part-*")))
+
+    def a_checkpoint_completes(when: str, timeout_s: float = 30) -> None:
+        files = published_files()
+        wait_until(
+            lambda: published_files() > files or not driver.messages.empty(),
+            f"a checkpoint completed {when}",
+            timeout_s=timeout_s,
+        )
+        assert published_files() > files, f"no checkpoint completed {when}\n{driver.log_tail()}"
+
+    driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri(), json.dumps(options))
+    try:
+        driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
+        first = driver.expect("running", 180, "every executor warmed up, both slots registered")
+        a_checkpoint_completes("before the cut")
+        victim = first["slot_pids"]["0"]
+        cut = cluster.worker_index_of(victim)
+        assert cut is not None, f"slot 0's Python worker {victim} runs on no worker"
+        cut_at = time.monotonic()
+        cluster.cut_worker_network(cut)
+        again = driver.expect(
+            "running", NET_TIMEOUT_S + 60, "the job ran again after the network cut"
+        )
+        recovered = time.monotonic() - cut_at
+        measured["cut"] = f"running again {recovered:.1f} s after the cut"
+        assert again["attempt"] > first["attempt"], (first, again)
+        hosts = {cluster.worker_index_of(p) for p in again["slot_pids"].values()}
+        assert cut not in hosts, f"a slot of the new attempt runs on the cut host {cut}"
+        cluster.restore_worker_network(cut)
+        restored_at, restored, cut = time.monotonic(), cut, None
+        # the old attempt's slot on the cut host learns nothing of the failover while cut
+        # off; once back, Spark ends it (its executor was declared lost and is killed)
+        wait_until(
+            lambda: not alive(victim),
+            f"the old attempt's slot (pid {victim}) on the cut host ended after it came back",
+            timeout_s=60,
+        )
+        measured["stale slot"] = (
+            f"ended {time.monotonic() - restored_at:.1f} s after the host came back"
+        )
+        a_checkpoint_completes("after the cut host came back")
+
+        def completed() -> int:
+            ids = [int(p.parent.name[4:]) for p in storage.glob("chk-*/_metadata")]
+            return max(ids, default=0)
+
+        def three_checkpoints(when: str) -> str:
+            """Wait for three checkpoints to complete; their pace, and the bytes that
+            crossed the slowed host's link meanwhile."""
+            bytes_before, at = cluster.veth_bytes(cluster.worker_ns[host]), time.monotonic()
+            target = completed() + 3
+            wait_until(
+                lambda: completed() >= target or not driver.messages.empty(),
+                f"three checkpoints completed {when}",
+                timeout_s=90,
+            )
+            assert completed() >= target, f"checkpoints stopped {when}\n{driver.log_tail()}"
+            took = time.monotonic() - at
+            moved = cluster.veth_bytes(cluster.worker_ns[host]) - bytes_before
+            return f"3 checkpoints in {took:.1f} s, {moved * 8 / took / 1e6:.2f} Mbit/s"
+
+        host = cluster.worker_index_of(again["slot_pids"]["0"])
+        assert host is not None
+        measured["before slow"] = three_checkpoints("before the network is slowed")
+        cluster.slow_worker_network(host, SLOW_RATE)
+        slowed = host
+        measured[f"slowed to {SLOW_RATE}"] = three_checkpoints("while the network is slow")
+        cluster.unslow_worker_network(host)
+        slowed = None
+        assert driver.messages.empty(), (
+            f"the slow network restarted the job: {driver.messages.get()}\n{driver.log_tail()}"
+        )
+        result = driver.expect("result", 120, "the job finished")
+    finally:
+        if cut is not None:
+            cluster.restore_worker_network(cut)
+        if slowed is not None:
+            cluster.unslow_worker_network(slowed)
+        driver.stop()
+        forwarder.close()
+    print(f"cut host {restored}; " + "; ".join(f"{k}: {v}" for k, v in measured.items()))
+    assert result["status"] == "FINISHED" and result["attempts"] == 2, result
+    records = _published(out)
+    values = sorted(r["v"] for r in records)
+    assert values == list(range(n)), (
+        f"{len(values)} records for {n} inputs: "
+        f"{len(values) - len(set(values))} repeated, {n - len(set(values))} missing"
+    )
+    finals: dict[int, int] = {}
+    for r in records:
+        finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
+    assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
+    try:
+        rows = query(f'SELECT "key", v, "sum" FROM {table} ORDER BY v')
+        assert [r[1] for r in rows] == list(range(n)), (
+            f"PostgreSQL has {len(rows)} rows for {n} inputs: "
+            f"{len(rows) - len({r[1] for r in rows})} repeated, "
+            f"{n - len({r[1] for r in rows})} missing"
+        )
+        assert [(r["key"], r["v"], r["sum"]) for r in sorted(records, key=lambda r: r["v"])] == [
+            tuple(r) for r in rows
+        ], "the FileSink and the PostgresSink hold different records"
+        assert prepared(prefix) == [], "prepared transactions were left behind"
+    finally:
+        query(f"DROP TABLE IF EXISTS {table}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 4:
-        faults_driver_main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:6])
+        faults_driver_main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:7])
     else:
         driver_main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

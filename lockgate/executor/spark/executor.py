@@ -64,6 +64,7 @@ from .control import (
     ControlEvent,
     ControlServer,
 )
+from .liveness import SlotSilent, SlotsNotStarted, check_liveness, start_timeout
 from .session import (
     check_session,
     create_session,
@@ -79,7 +80,12 @@ log = logging.getLogger(__name__)
 
 class SparkExecutor:
     """Runs jobs on Spark. ``master`` defaults to ``local[*]`` (or ``$LOCKGATE_SPARK_MASTER``);
-    ``spark`` reuses an existing SparkSession; ``conf`` adds Spark settings."""
+    ``spark`` reuses an existing SparkSession; ``conf`` adds Spark settings.
+
+    ``heartbeat_timeout_s``: a registered slot silent this long is lost (its host cut off,
+    its executor hung or dead) and the attempt fails over. ``slot_start_timeout_s``: every
+    slot of an attempt must register within this long of its submission (default: the
+    longer of ``heartbeat_timeout_s`` and ``slot_wait_timeout_s``); see :mod:`.liveness`."""
 
     def __init__(
         self,
@@ -89,6 +95,7 @@ class SparkExecutor:
         *,
         slot_wait_timeout_s: float = 60.0,
         heartbeat_timeout_s: float = 60.0,
+        slot_start_timeout_s: float | None = None,
         ship_package: bool = True,
     ) -> None:
         self.master = master
@@ -96,6 +103,9 @@ class SparkExecutor:
         self.conf = dict(conf or {})
         self.slot_wait_timeout_s = slot_wait_timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.slot_start_timeout_s = start_timeout(
+            slot_start_timeout_s, heartbeat_timeout_s, slot_wait_timeout_s
+        )
         self.ship_package = ship_package
         self._generation = 0
         self._shipped = False
@@ -247,7 +257,9 @@ class SparkExecutor:
         except BaseException as e:
             cancelled = isinstance(e, _CancelRequested)
             server.send(None, CANCEL)
-            thread.join(3)  # slots close their operators and end by themselves, usually
+            # slots close their operators and end by themselves, usually; a lost slot's
+            # task never ends (its host may be cut off), so the job cannot end by itself
+            thread.join(0 if isinstance(e, _SlotLost) else 3)
             sc.cancelJobGroup(group)
             thread.join(30)
             self._await_workers_gone(master, server)
@@ -255,6 +267,8 @@ class SparkExecutor:
                 return cancelled_result(
                     plan, (time.monotonic() - started) * 1000, _counters_at_stop(server)
                 )
+            if isinstance(e, _SlotLost):
+                raise e.error from None
             raise
         finally:
             if run is not None:
@@ -304,23 +318,29 @@ class SparkExecutor:
                         run.start()  # the tasks report RUNNING once initialized
                 if event.type == FAILED:
                     raise _reported_failure(plan, event.payload)
-            now = time.monotonic()
-            started = len(server.registrations)
-            if started < plan.num_slots and now - submitted > self.heartbeat_timeout_s:
-                # a slot that never starts never heartbeats: without this, a barrier stage
-                # Spark cannot schedule (its task slots held by something else) waits forever
+            verdict = check_liveness(
+                now=time.monotonic(),
+                submitted=submitted,
+                num_slots=plan.num_slots,
+                registered=list(server.registrations),
+                last_heartbeat=dict(server.last_heartbeat),
+                finished=set(server.finished),
+                start_timeout_s=self.slot_start_timeout_s,
+                heartbeat_timeout_s=self.heartbeat_timeout_s,
+            )
+            if isinstance(verdict, SlotsNotStarted):
                 raise JobFailedError(
-                    f"job '{plan.job_name}' failed: only {started} of {plan.num_slots} slots "
-                    f"started within {self.heartbeat_timeout_s:.0f}s (heartbeat_timeout_s); "
-                    "Spark did not run every task of the barrier stage (are its executors "
-                    "busy with another job?)",
+                    f"job '{plan.job_name}' failed: only {verdict.started} of "
+                    f"{verdict.num_slots} slots started within {verdict.waited_s:.0f}s "
+                    "(slot_start_timeout_s); Spark did not run every task of the barrier "
+                    "stage (are its executors busy with another job, or still being "
+                    "launched?)",
                     reason=FailureReason.TASK_LOST,
                 )
-            for slot, seen in list(server.last_heartbeat.items()):
-                if slot not in server.finished and now - seen > self.heartbeat_timeout_s:
-                    error = silent_slot_error(plan.job_name, server, slot, now - seen)
-                    log.error("%s", error)
-                    raise error
+            if isinstance(verdict, SlotSilent):
+                error = silent_slot_error(plan.job_name, server, verdict.slot, verdict.silent_s)
+                log.error("%s", error)
+                raise _SlotLost(error)
 
     def _spark_failure(
         self, plan: ExecutionPlan, server: ControlServer, error: BaseException
@@ -465,6 +485,15 @@ def _discard_stack_dumps(server: ControlServer) -> None:
 
 class _CancelRequested(Exception):
     """``JobClient.cancel()`` was called."""
+
+
+class _SlotLost(Exception):
+    """A slot fell silent past the heartbeat timeout; ``error`` is the attempt's
+    ``JobFailedError`` (raised once the attempt is torn down)."""
+
+    def __init__(self, error: JobFailedError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _SparkGateway:
