@@ -338,15 +338,70 @@ def _published(folder: Path) -> list[dict[str, Any]]:
     return records
 
 
+class ClusterPostgres:
+    """A fresh table of the test database for a fault job's exactly-once PostgresSink, and
+    the way the cluster's hosts reach it: PostgreSQL listens on 127.0.0.1 only, so a
+    :class:`TcpForwarder` on the cluster bridge's address (the root namespace's end of the
+    cluster network) carries their connections to it. ``options`` go to the job's driver;
+    :meth:`check` compares the table with the FileSink's records and finds no prepared
+    transaction of the job left; :meth:`close` stops the forwarder and drops the table."""
+
+    def __init__(self, cluster: NetnsCluster) -> None:
+        from tcp_forwarder import TcpForwarder
+
+        from pg_fixtures import DSN, query
+
+        suffix = f"{os.getpid()}_{time.monotonic_ns() % 10**6}"
+        self.table = f"lg_cluster_faults_{suffix}"
+        self.prefix = f"lgtest-{suffix}"  # the job's prepared transactions' ids
+        query(f'CREATE TABLE {self.table} ("key" bigint, v bigint, "sum" bigint, pid bigint)')
+        pg = urllib.parse.urlsplit(DSN)
+        self.forwarder = TcpForwarder(
+            f"{cluster.subnet}.1", pg.hostname or "127.0.0.1", pg.port or 5432
+        )
+        host, port = self.forwarder.address
+        dsn = pg._replace(netloc=f"{pg.username}@{host}:{port}").geturl()
+        self.options = {"dsn": dsn, "table": self.table, "prefix": self.prefix}
+
+    def check(self, records: list[dict[str, Any]], n: int) -> None:
+        from pg_fixtures import prepared, query
+
+        rows = query(f'SELECT "key", v, "sum" FROM {self.table} ORDER BY v')
+        values = {r[1] for r in rows}
+        assert [r[1] for r in rows] == list(range(n)), (
+            f"PostgreSQL has {len(rows)} rows for {n} inputs: "
+            f"{len(rows) - len(values)} repeated, {n - len(values)} missing"
+        )
+        files = sorted((r["key"], r["v"], r["sum"]) for r in records)
+        assert files == sorted(tuple(r) for r in rows), "the two sinks hold different records"
+        assert prepared(self.prefix) == [], "prepared transactions were left behind"
+
+    def close(self) -> None:
+        from pg_fixtures import query
+
+        self.forwarder.close()
+        query(f"DROP TABLE IF EXISTS {self.table}")
+
+
+@pytest.fixture
+def pg(netns_cluster: NetnsCluster) -> Iterator[ClusterPostgres]:
+    made = ClusterPostgres(netns_cluster)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
 def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_output(
-    netns_cluster: NetnsCluster,
+    netns_cluster: NetnsCluster, pg: ClusterPostgres
 ) -> None:
     """Issue 22 part 3: an exactly-once job runs on two worker hosts. First one slot's
     executor JVM is killed (SIGKILL); once the job runs again and completed a checkpoint,
     the whole worker host of a slot is killed (every process in its namespace: worker JVM,
     executor JVM, Python workers). Each time the job restarts by itself on an executor
     Spark launches in its place (two cores at most: a spare worker takes it), and the
-    output holds every input exactly once. The time from each kill to every slot running
+    output, in an exactly-once FileSink and PostgresSink, holds every input exactly once,
+    with no prepared transaction left. The time from each kill to every slot running
     again is printed."""
     from conftest import wait_until  # not at the top: the driver runs this file alone
 
@@ -386,7 +441,8 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
         return again
 
     # file:// URLs: a folder on a filesystem every host mounts (this machine's stands for it)
-    driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri())
+    options = json.dumps({"postgres": pg.options})
+    driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri(), options)
     try:
         driver.expect("ready", 60, "the driver's SparkSession on the cluster started")
         first = driver.expect("running", 60, "both slots of the job registered")
@@ -409,6 +465,7 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
     for r in records:
         finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
     assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
+    pg.check(records, n)
     print(
         "every slot running again after the kill: "
         + ", ".join(f"{victim} {s:.1f} s" for victim, s in recovered.items())
@@ -439,7 +496,7 @@ SLOW_RATE = "256kbit"
 
 @pytest.mark.hang_guard(480)
 def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
-    netns_cluster: NetnsCluster,
+    netns_cluster: NetnsCluster, pg: ClusterPostgres
 ) -> None:
     """Issue 22 part 3, the network faults: an exactly-once job (keyed state, a shuffle, an
     exactly-once FileSink and PostgresSink) runs on two of three worker hosts, the third
@@ -465,27 +522,13 @@ def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
     GC pauses (512 MB executors). With bigger heaps or a congested network keep Spark's
     default 120 s, or at least several times the longest pause, since a false loss costs a
     restart."""
-    from tcp_forwarder import TcpForwarder
-
     from conftest import wait_until  # not at the top: the driver runs this file alone
-    from pg_fixtures import DSN, prepared, query
 
     cluster = netns_cluster
     run = cluster.folder / f"net-faults-{time.monotonic_ns()}"
     out, storage = run / "out", run / "checkpoints"
     n, rate = 96_000, 4_000  # about 24 s of records, besides the recoveries
-    table = f"lg_net_faults_{os.getpid()}_{time.monotonic_ns() % 10**6}"
-    query(f'CREATE TABLE {table} ("key" bigint, v bigint, "sum" bigint, pid bigint)')
-    # PostgreSQL listens on 127.0.0.1 only: the hosts reach it through a forwarder on the
-    # cluster bridge's address (the root namespace's end of the cluster network)
-    pg = urllib.parse.urlsplit(DSN)
-    forwarder = TcpForwarder(f"{cluster.subnet}.1", pg.hostname or "127.0.0.1", pg.port or 5432)
-    host_dsn = pg._replace(netloc=f"{pg.username}@{forwarder.address[0]}:{forwarder.address[1]}")
-    prefix = f"lgtest-{table[len('lg_net_faults_') :]}"  # whose prepared transactions
-    options = {
-        **NET_FAULT_OPTIONS,
-        "postgres": {"dsn": host_dsn.geturl(), "table": table, "prefix": prefix},
-    }
+    options = {**NET_FAULT_OPTIONS, "postgres": pg.options}
     cut: int | None = None
     slowed: int | None = None
     measured: dict[str, str] = {}
@@ -571,7 +614,6 @@ def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
         if slowed is not None:
             cluster.unslow_worker_network(slowed)
         driver.stop()
-        forwarder.close()
     print(f"cut host {restored}; " + "; ".join(f"{k}: {v}" for k, v in measured.items()))
     assert result["status"] == "FINISHED" and result["attempts"] == 2, result
     records = _published(out)
@@ -584,19 +626,7 @@ def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
     for r in records:
         finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
     assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
-    try:
-        rows = query(f'SELECT "key", v, "sum" FROM {table} ORDER BY v')
-        assert [r[1] for r in rows] == list(range(n)), (
-            f"PostgreSQL has {len(rows)} rows for {n} inputs: "
-            f"{len(rows) - len({r[1] for r in rows})} repeated, "
-            f"{n - len({r[1] for r in rows})} missing"
-        )
-        assert [(r["key"], r["v"], r["sum"]) for r in sorted(records, key=lambda r: r["v"])] == [
-            tuple(r) for r in rows
-        ], "the FileSink and the PostgresSink hold different records"
-        assert prepared(prefix) == [], "prepared transactions were left behind"
-    finally:
-        query(f"DROP TABLE IF EXISTS {table}")
+    pg.check(records, n)
 
 
 if __name__ == "__main__":
