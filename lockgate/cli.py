@@ -116,6 +116,8 @@ from .cli_parser import (
     parse,
 )
 from .cli_remote import URL_ENV, RemoteError
+from .cli_submit import SubmitError
+from .core import rest_settings
 from .errors import ConfigurationError, JobFailedError, LockgateError
 from .executor import job_registry
 from .executor.job_registry import JobControlError, JobNotFoundError
@@ -193,6 +195,25 @@ def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
     return env
 
 
+def _rest_env(bind: str | None, port: str | None, token_file: str | None) -> dict[str, str]:
+    """The environment variables for ``--rest-bind``, ``--rest-port`` and
+    ``--rest-token-file`` (:mod:`lockgate.core.rest_settings`); raises ``UsageError``."""
+    env: dict[str, str] = {}
+    try:
+        if bind is not None:
+            if not bind.strip():
+                raise UsageError("--rest-bind: give an address to listen on, e.g. 0.0.0.0")
+            env[rest_settings.BIND_ENV] = bind.strip()
+        if port is not None:
+            env[rest_settings.PORT_ENV] = str(rest_settings.parse_port(port, "--rest-port"))
+        if token_file is not None:
+            rest_settings.read_token_file(token_file, "--rest-token-file")
+            env[rest_settings.TOKEN_FILE_ENV] = os.path.abspath(token_file)
+    except ConfigurationError as e:
+        raise UsageError(str(e)) from None
+    return env
+
+
 @contextmanager
 def _job_process_state(path: str, args: list[str], env: dict[str, str]) -> Iterator[None]:
     """Set ``sys.argv``, ``sys.path[0]`` (the job's folder, as ``python JOB`` does) and
@@ -258,11 +279,15 @@ def run_job(
     allow_non_restored_state: bool = False,
     log_level: str | None = None,
     fresh: bool = False,
+    rest_bind: str | None = None,
+    rest_port: str | None = None,
+    rest_token_file: str | None = None,
 ) -> int:
     """Run the job file ``path`` as ``__main__`` with ``args``; return the exit code."""
     _check_job_file(path)
     env = _executor_env(executor, master)
     env.update(_restore_env(restore, allow_non_restored_state, fresh))
+    env.update(_rest_env(rest_bind, rest_port, rest_token_file))
     if log_level is not None:
         set_log_level(log_level)
     log.info(
@@ -294,6 +319,7 @@ def _run_detached(ns: argparse.Namespace) -> int:
     _check_job_file(ns.job)
     _executor_env(ns.executor, ns.master)  # fails here, not in the background
     _restore_env(ns.restore, ns.allow_non_restored_state, ns.fresh)
+    _rest_env(ns.rest_bind, ns.rest_port, ns.rest_token_file)
     run_args: list[str] = []
     for flag, value in (
         ("--executor", ns.executor),
@@ -307,6 +333,12 @@ def _run_detached(ns: argparse.Namespace) -> int:
             else ns.restore,
         ),
         ("--log-level", ns.log_level or "INFO"),
+        ("--rest-bind", ns.rest_bind),
+        ("--rest-port", ns.rest_port),
+        (
+            "--rest-token-file",
+            None if ns.rest_token_file is None else os.path.abspath(ns.rest_token_file),
+        ),
     ):
         if value is not None:
             run_args += [flag, value]
@@ -369,6 +401,28 @@ def _dispatch(ns: argparse.Namespace) -> int:
             ns.allow_non_restored_state,
             ns.log_level,
             ns.fresh,
+            ns.rest_bind,
+            ns.rest_port,
+            ns.rest_token_file,
+        )
+    if ns.command == "submit":
+        from .cli_submit import Submission, submit_command
+
+        return submit_command(
+            Submission(
+                master=ns.master,
+                job=ns.job,
+                job_args=ns.job_args[1:] if ns.job_args[:1] == ["--"] else ns.job_args,
+                supervise=ns.supervise,
+                conf=ns.conf,
+                python=ns.python,
+                rest_bind=ns.rest_bind,
+                rest_port=ns.rest_port,
+                rest_token_file=ns.rest_token_file,
+                fresh=ns.fresh,
+                restore=ns.restore,
+                log_level=ns.log_level,
+            )
         )
     if ns.command == "token":
         return token_command(ns.job, Remote())
@@ -409,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RemoteError as e:
         print(f"lockgate: error: {e}", file=sys.stderr)
         return 2 if e.usage else 1
-    except (JobControlError, DetachError) as e:
+    except (JobControlError, DetachError, SubmitError) as e:
         print(f"lockgate: {e}", file=sys.stderr)
         return 1
     except CorruptCheckpointError as e:

@@ -28,7 +28,16 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 #: lockgate's options of ``run`` that take a value / that take none; right after the job
 #: file they are lockgate's, after a job argument they are the job's (with a warning)
-_RUN_OPTIONS = ("--executor", "--master", "--restore", "--log-level", "--start-timeout")
+_RUN_OPTIONS = (
+    "--executor",
+    "--master",
+    "--restore",
+    "--log-level",
+    "--start-timeout",
+    "--rest-bind",
+    "--rest-port",
+    "--rest-token-file",
+)
 _RUN_FLAGS = ("--allow-non-restored-state", "--fresh", "--detach")
 
 
@@ -40,6 +49,30 @@ def _log_level(text: str) -> str:
             f"{text!r} is not a log level; use one of {', '.join(LOG_LEVELS)}"
         )
     return name
+
+
+def _add_rest_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rest-bind",
+        metavar="ADDR",
+        default=None,
+        help="the address the job's REST API listens on, e.g. 0.0.0.0 (sets "
+        "LOCKGATE_REST_BIND; default the job's ExecutionConfig.rest_bind, 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--rest-port",
+        metavar="PORT",
+        default=None,
+        help="the REST API's port (sets LOCKGATE_REST_PORT; default any free one)",
+    )
+    parser.add_argument(
+        "--rest-token-file",
+        metavar="FILE",
+        default=None,
+        help="a private file (chmod 600) holding the REST token to use instead of a "
+        "random one, so that a job on another machine can be reached with a token known "
+        "in advance (sets LOCKGATE_REST_TOKEN_FILE)",
+    )
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +123,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "standard error (default: Python's, warnings only; INFO with --detach); INFO "
         "shows the periodic progress line",
     )
+    _add_rest_options(parser)
     parser.add_argument(
         "-d",
         "--detach",
@@ -129,8 +163,56 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER, help="arguments passed to the job"
     )
+    _add_submit_command(commands)
     _add_control_commands(commands)
     return parser
+
+
+def _add_submit_command(commands: Any) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="run a job's driver on a worker of a Spark standalone cluster",
+        description="Submit the job file to a Spark standalone cluster in cluster deploy "
+        "mode: its driver runs on a worker (spark-submit refuses Python drivers there; "
+        "lockgate submits Spark's own PythonRunner, which runs 'lockgate run JOB' on the "
+        "worker). Prints the driver's submission id. The worker must see the job file, "
+        "lockgate and --python at the same paths. Give --rest-bind, --rest-port and "
+        "--rest-token-file to reach the job with --url from elsewhere.",
+    )
+    submit.add_argument("--master", metavar="URL", required=True, help="spark://HOST:PORT")
+    submit.add_argument(
+        "--supervise",
+        action="store_true",
+        default=False,
+        help="the cluster starts the driver again when it dies (it resumes from its newest "
+        "checkpoint)",
+    )
+    submit.add_argument(
+        "--conf",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a Spark setting for the application (repeatable)",
+    )
+    submit.add_argument(
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
+        help="the Python the driver and executors run (default this one; it must exist at "
+        "the same path on the workers)",
+    )
+    _add_rest_options(submit)
+    submit.add_argument(
+        "--fresh", action="store_true", default=False, help="as lockgate run --fresh"
+    )
+    submit.add_argument("--restore", metavar="PATH", default=None, help="as lockgate run --restore")
+    submit.add_argument(
+        "--log-level", metavar="LEVEL", type=_log_level, default="INFO", help="default INFO"
+    )
+    submit.add_argument("job", metavar="JOB", help="path of the job file (a Python script)")
+    submit.add_argument(
+        "job_args", metavar="JOB_ARGS", nargs=argparse.REMAINDER, help="arguments passed to the job"
+    )
 
 
 def _seconds(text: str) -> float:
@@ -338,7 +420,16 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
             options = argparse.ArgumentParser(prog="lockgate run", add_help=False)
             _add_run_options(options)
             late = options.parse_args(leading)
-            for name in ("executor", "master", "restore", "log_level", "start_timeout"):
+            for name in (
+                "executor",
+                "master",
+                "restore",
+                "log_level",
+                "start_timeout",
+                "rest_bind",
+                "rest_port",
+                "rest_token_file",
+            ):
                 setattr(ns, name, getattr(late, name) or getattr(ns, name))
             ns.allow_non_restored_state = (
                 late.allow_non_restored_state or ns.allow_non_restored_state

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..checkpoint.savepoints import check_savepoint_target, publish_savepoint
 from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
+from ..core.rest_settings import rest_settings
 from ..errors import CheckpointFailedError, ConfigurationError
 from ..executor.job_registry import register_job
 from ..job.handle import JobHandle
@@ -131,7 +132,9 @@ class JobClient:
         config = getattr(plan, "config", None)
         if config is None or not getattr(config, "rest_enabled", False):
             return None
-        token = secrets.token_urlsafe(32)
+        # LOCKGATE_REST_* (lockgate run --rest-*, lockgate submit) override the config
+        settings = rest_settings(config.rest_bind, config.rest_port)
+        token = settings.token
         try:
             from ..rest.server import start_rest_server
 
@@ -139,8 +142,8 @@ class JobClient:
                 self,
                 token,
                 lambda: self._rest_id,
-                host=config.rest_bind,
-                port=config.rest_port,
+                host=settings.bind,
+                port=settings.port,
                 name=self.job_name,
             )
         except (OSError, ImportError) as e:
@@ -149,21 +152,21 @@ class JobClient:
                 "(%s: %s); set ExecutionConfig.rest_bind / rest_port to a free address, or "
                 "rest_enabled=False",
                 self.job_name,
-                config.rest_bind,
-                config.rest_port,
+                settings.bind,
+                settings.port,
                 type(e).__name__,
                 e,
             )
             return None
         self._rest_token = token
         log.info("job %r serves its REST API and dashboard at %s", self.job_name, server.url)
-        if not _is_loopback(config.rest_bind):
+        if not _is_loopback(settings.bind):
             log.warning(
                 "job %r serves its REST API on %s over plain HTTP: its token crosses that "
                 "network in clear; reach it through an SSH tunnel or a TLS proxy of your "
                 "own, or keep rest_bind='127.0.0.1' (docs/security.md)",
                 self.job_name,
-                config.rest_bind,
+                settings.bind,
             )
         return server
 
