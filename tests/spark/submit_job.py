@@ -1,29 +1,44 @@
 """The job ``lockgate submit`` sends to the multi-host cluster in
-``test_multi_host_cluster.py``: ``python submit_job.py OUT_URL STORAGE_URL N``. An endless
-sequence (it stays running after ``N`` values, so the test stops it) at 500 records per
-second, keyed running sums, exactly-once into a FileSink, checkpoints every 500 ms."""
+``test_multi_host_cluster.py``: ``python submit_job.py OUT_URL STORAGE_URL N [DSN TABLE
+PREFIX]``. An endless sequence (it stays running after ``N`` values, so the test stops it) at
+500 records per second, keyed running sums (``key``, ``v``, ``sum``, ``pid``) exactly-once into
+a FileSink and, given a DSN, a PostgresSink; checkpoints every 500 ms."""
 
+import os
 import sys
 
 import lockgate as lg
-from lockgate.connectors import FileSink, SequenceSource
+from lockgate.connectors import FileSink, PostgresSink, SequenceSource
 
 
-def main(out: str, storage: str, n: int) -> None:
+class Sums(lg.KeyedProcessFunction):
+    def open(self, ctx: lg.RuntimeContext) -> None:
+        self.total = ctx.get_state(lg.ValueStateDescriptor("sum", default=0))
+
+    def process_element(self, value, ctx):
+        t = self.total.value() + value
+        self.total.update(t)
+        yield {"key": ctx.current_key, "v": value, "sum": t, "pid": os.getpid()}
+
+
+def main(out: str, storage: str, n: int, postgres: list[str]) -> None:
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(500)
     env.checkpoint_config.storage = storage
-    (
+    sums = (
         env.from_source(SequenceSource(0, n, rows_per_second=500, bounded=False), name="numbers")
         .uid("numbers")
         .key_by(lambda x: x % 7)
-        .map(lambda x: {"v": x})
-        .uid("records")
-        .sink_to(FileSink(out, format="jsonl"), name="files")
-        .uid("files")
+        .process(Sums(), name="sums")
+        .uid("sums")
     )
+    sums.sink_to(FileSink(out, format="jsonl"), name="files").uid("files")
+    if postgres:
+        dsn, table, prefix = postgres
+        sink = PostgresSink(dsn, table, transaction_prefix=prefix)
+        sums.sink_to(sink, name="postgres").uid("postgres")
     env.execute("submitted")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:7])

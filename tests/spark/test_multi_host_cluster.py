@@ -637,7 +637,7 @@ SUBMIT_REST_PORT = 18081
 
 
 def test_m_c8_a_submitted_supervised_driver_killed_on_its_worker_resumes_and_ends_exact(
-    netns_cluster: NetnsCluster,
+    netns_cluster: NetnsCluster, pg: ClusterPostgres
 ) -> None:
     """Issue 22 parts 4 and 5: ``lockgate submit --supervise`` (spark-submit --deploy-mode
     cluster through Spark's PythonRunner) from the client host starts the driver on a worker
@@ -646,7 +646,8 @@ def test_m_c8_a_submitted_supervised_driver_killed_on_its_worker_resumes_and_end
     starts the driver again (--supervise), which resumes from the newest completed
     checkpoint by itself (M-C8) and answers again. A drained stop with savepoint through the
     remote command line ends the job, the cluster reports the driver FINISHED, and the
-    FileSink holds every input exactly once, with no temporary file left."""
+    FileSink and the PostgresSink hold every input exactly once (the same records), with no
+    temporary file and no prepared transaction left."""
     from conftest import wait_until  # not at the top: the driver runs this file alone
 
     cluster = netns_cluster
@@ -693,6 +694,9 @@ def test_m_c8_a_submitted_supervised_driver_killed_on_its_worker_resumes_and_end
         out.as_uri(),
         storage.as_uri(),
         str(n),
+        pg.options["dsn"],
+        pg.options["table"],
+        pg.options["prefix"],
         timeout_s=300,
     )
     assert submitted.returncode == 0, submitted.stderr[-3000:]
@@ -755,6 +759,7 @@ def test_m_c8_a_submitted_supervised_driver_killed_on_its_worker_resumes_and_end
     wait_until(
         lambda: driver().get("state") == "FINISHED", f"the driver finished\n{driver_log()}", 90
     )
+    pg.check(_published(out), n)  # both sinks exact, no prepared transaction left
     values = sorted(published())
     assert values == list(range(n)), (
         f"{len(values)} records for {n} inputs: "
