@@ -15,6 +15,15 @@ output.
   once the whole job has succeeded. A reader thus never sees a partial or
   uncommitted file, and after failures and restarts every record is in exactly one
   published file (with a replayable source, M-X1).
+* On an object store (``s3://``, ``gs://``, ``abfs://``; see :mod:`.file_locations`)
+  the temporary file is an object under the same hidden name, complete once its
+  upload is closed at pre-commit; committing copies it server-side to the final
+  ``part-*`` key (which appears whole or not at all) and then deletes the temporary
+  key. A restore that finds the temporary key copies again (same bytes); one that
+  finds only the final key, of the size recorded at pre-commit, knows the commit
+  was done. Readers that skip hidden names (every ``part-*`` lister: Spark,
+  ``pyarrow.dataset``, ``FileSource``) see only committed files; between the copy and
+  the delete the bytes exist twice, once under the hidden name.
 * ``exactly_once=False``: at-least-once. Part files are written in place and
   closed when the input ends; a failure leaves partial files and a restart
   writes its records again.
@@ -38,7 +47,7 @@ from ..core.batch import Batch, num_rows, to_arrow, to_rows
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
-from .local_paths import local_path
+from .file_locations import FileLocation
 from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
@@ -81,13 +90,6 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
 class _PartFile:
     """Writes one file at ``path`` in ``format``; both sink modes use it.
 
@@ -97,8 +99,16 @@ class _PartFile:
     names the file in error messages.
     """
 
-    def __init__(self, path: str, format: str, label: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        format: str,
+        label: str | None = None,
+        location: FileLocation | None = None,
+    ) -> None:
         self.path = path
+        #: where ``path`` is (None: a local path)
+        self.location = location
         self.format = format
         self.label = label or path
         self.file: Any = None
@@ -111,13 +121,13 @@ class _PartFile:
         fmt = self.format
         if fmt == "jsonl":
             if self.file is None:
-                self.file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (open across write calls, closed in close())
+                self.file = self._open()
             dumps = json.dumps
             self.file.write(
                 "".join(
                     dumps(r, default=json_default, ensure_ascii=False) + "\n"
                     for r in to_rows(batch)
-                )
+                ).encode("utf-8")
             )
             return
         arrow = to_arrow(batch, operator=f"FileSink({fmt})")
@@ -138,13 +148,22 @@ class _PartFile:
         for b in held:
             writer.write_batch(self._conform(b))
 
+    def _open(self) -> Any:
+        """The binary file to write (open across write calls, closed in ``close``)."""
+        if self.location is None:
+            return open(self.path, "wb")  # noqa: SIM115
+        return self.location.open_write(self.path)
+
     def _open_writer(self, schema: pa.Schema) -> Any:
         self.schema = schema
         if self.format == "csv":
-            self.file = open(self.path, "wb")  # noqa: SIM115 (open across write calls, closed in close())
+            self.file = self._open()
             self.writer = pacsv.CSVWriter(self.file, schema)
-        else:
+        elif self.location is None or self.location.local:
             self.writer = pq.ParquetWriter(self.path, schema)
+        else:
+            self.file = self._open()
+            self.writer = pq.ParquetWriter(self.file, schema)
         return self.writer
 
     def _conform(self, arrow: pa.RecordBatch) -> pa.RecordBatch:
@@ -185,9 +204,12 @@ class FileTransaction:
     """One part file of one subtask and checkpoint interval (picklable; absolute paths).
 
     Records go to ``temp_path`` (hidden); committing renames it to
-    ``final_path``. ``seq`` is the ``n`` of ``part-<subtask>-<n>``: restored
-    transactions tell a restarted subtask where its numbering continues.
-    A transaction with no records publishes nothing.
+    ``final_path`` (on an object store: copies it there, then deletes it). Paths are
+    local, or ``<scheme>://...`` without credentials. ``seq`` is the ``n`` of
+    ``part-<subtask>-<n>``: restored transactions tell a restarted subtask where its
+    numbering continues. ``size``: the file's bytes, recorded at pre-commit (a
+    commit repeated on an object store checks the final key against it). A
+    transaction with no records publishes nothing.
     """
 
     temp_path: str
@@ -195,11 +217,14 @@ class FileTransaction:
     subtask: int
     seq: int
     records: int = 0
+    size: int | None = None
 
 
 class FileSink(TwoPhaseCommitSink[FileTransaction]):
-    """Writes records as JSON lines, CSV or Parquet into the folder ``path``: a local path
-    or a ``file://`` URL (``file:///data/out``); other URL schemes are refused.
+    """Writes records as JSON lines, CSV or Parquet into the folder ``path``: a local path,
+    a ``file://`` URL (``file:///data/out``) or any URL ``pyarrow.fs`` opens
+    (``s3://bucket/prefix?region=...``; see :mod:`.file_locations`). On an object store
+    the bucket must exist (checked here); the prefix needs no folder.
 
     ``exactly_once=True`` (default): each subtask publishes one part file per
     checkpoint interval, atomically, when the checkpoint completes (at the end
@@ -207,7 +232,8 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
     checkpoints, when the job has succeeded); nothing partial or
     uncommitted is ever visible under a ``part-*`` name (M-X2). ``False``:
     at-least-once, part files written in place (see the module docstring).
-    The folder is created if missing.
+    The folder is created if missing. On object stores a part file is published by
+    a server-side copy and delete (see the module docstring).
     """
 
     default_name = "files"
@@ -224,15 +250,20 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
                 f"FileSink exactly_once must be True or False, got {exactly_once!r}; pass "
                 "exactly_once=True for transactional part files or False for at-least-once"
             )
-        self.path = local_path("FileSink", path)
-        if os.path.exists(self.path) and not os.path.isdir(self.path):
+        #: where the part files go (local, or any pyarrow.fs URL)
+        self.location = FileLocation("FileSink", path, absolute=True)
+        self.path = self.location.path
+        self.location.check_bucket()
+        if self.location.kind() == "file":
             raise ConfigurationError(
-                f"FileSink path {self.path!r} is a file; give a folder (it is created if missing)"
+                f"FileSink path {self.location.shown!r} is a file; give a folder "
+                "(it is created if missing)"
             )
         self.format = format
         self.exactly_once = exactly_once
-        #: the folder, absolute: transactions name it so that the driver can commit them
-        self.folder = os.path.abspath(self.path)
+        #: the folder, absolute (``<scheme>://...`` on a URL): transactions name it so that
+        #: the driver can commit them
+        self.folder = self.location.root
         self._reset()
 
     @property
@@ -259,7 +290,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self._reset()
 
     def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
-        os.makedirs(self.folder, exist_ok=True)
+        self.location.make_folder()
         if not self.exactly_once:
             return _AtLeastOnceWriter(self, ctx)
         return TwoPhaseCommitWriter(self, ctx)
@@ -275,8 +306,8 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         name = f"part-{self._subtask}-{seq}.{EXTENSIONS[self.format]}"
         run = f".{self._run}" if self._run else ""
         return (
-            os.path.join(self.folder, f".{name}{run}{IN_PROGRESS_SUFFIX}"),
-            os.path.join(self.folder, name),
+            self.location.child(f".{name}{run}{IN_PROGRESS_SUFFIX}"),
+            self.location.child(name),
         )
 
     def _used(self) -> tuple[set[int], dict[str, int]]:
@@ -285,11 +316,11 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         temp = re.compile(rf"\.part-{self._subtask}-(\d+)\..*{re.escape(IN_PROGRESS_SUFFIX)}")
         published: set[int] = set()
         in_progress: dict[str, int] = {}
-        for name in os.listdir(self.folder):
+        for name in self.location.file_names():
             if m := final.match(name):
                 published.add(int(m.group(1)))
             elif m := temp.fullmatch(name):
-                in_progress[os.path.join(self.folder, name)] = int(m.group(1))
+                in_progress[self.location.child(name)] = int(m.group(1))
         return published, in_progress
 
     def begin_transaction(self) -> FileTransaction:
@@ -307,7 +338,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
             self._next_seq = max(published | set(in_progress.values()), default=-1) + 1
         seq = self._next_seq
         temp, final = self._names(seq)
-        while os.path.exists(temp) or os.path.exists(final):
+        while self.location.exists(temp) or self.location.exists(final):
             seq += 1
             temp, final = self._names(seq)
         self._next_seq = seq
@@ -323,7 +354,12 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
                 raise RuntimeError(
                     f"FileSink: write to {transaction.final_path} after it was pre-committed"
                 )
-            part = _PartFile(transaction.temp_path, self.format, label=transaction.final_path)
+            part = _PartFile(
+                transaction.temp_path,
+                self.format,
+                label=transaction.final_path,
+                location=self.location,
+            )
             self._files[transaction.temp_path] = part
             # the number is used now; an empty transaction leaves it to the next one
             self._next_seq = max(self._next_seq or 0, transaction.seq + 1)
@@ -331,19 +367,26 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         transaction.records += n
 
     def pre_commit(self, transaction: FileTransaction) -> None:
-        """Close the temporary file and fsync it and the folder."""
+        """Close the temporary file and fsync it and the folder (on an object store:
+        complete its upload); record its size."""
         part = self._files.pop(transaction.temp_path, None)
         if part is None:
             return
         part.close()
-        _fsync_path(transaction.temp_path)
-        _fsync_path(self.folder)
+        if self.location.local:
+            _fsync_path(transaction.temp_path)
+            _fsync_path(self.folder)
+        transaction.size = self.location.size(transaction.temp_path)
 
     def commit(self, transaction: FileTransaction) -> None:
-        """Rename the temporary file into place (atomic) and fsync the folder; idempotent."""
+        """Rename the temporary file into place (atomic) and fsync the folder; on an
+        object store copy it to the final key and delete it. Idempotent."""
         if transaction.records == 0:
             # No file was ever created for it, and its number may already belong to the
             # next transaction (numbers are used up by a first record): touch nothing.
+            return
+        if not self.location.local:
+            self._commit_by_copy(transaction)
             return
         try:
             os.replace(transaction.temp_path, transaction.final_path)
@@ -357,12 +400,37 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
             ) from e
         _fsync_path(os.path.dirname(transaction.final_path))
 
+    def _commit_by_copy(self, transaction: FileTransaction) -> None:
+        """Publish on a filesystem without an atomic rename: copy the temporary key to the
+        final key (the final key appears whole), then delete the temporary key. A repeat
+        (restore) finds the temporary key and copies again, or finds it gone and the final
+        key of the recorded size: already committed."""
+        loc, temp, final = self.location, transaction.temp_path, transaction.final_path
+        if loc.size(temp) is not None:
+            loc.copy(temp, final)
+            loc.delete(temp)
+            return
+        size = loc.size(final)
+        if size is not None and (transaction.size is None or size == transaction.size):
+            return  # committed before
+        if size is not None:
+            raise FileNotFoundError(
+                f"FileSink cannot commit {final}: its data file {temp} is gone and {final} "
+                f"has {size} bytes, not the {transaction.size} pre-committed, so its "
+                f"{transaction.records} records are lost (did another writer use the prefix?)"
+            )
+        raise FileNotFoundError(
+            f"FileSink cannot commit {final}: its data file {temp} is gone, so "
+            f"{transaction.records} records are lost (was the prefix cleaned, or a "
+            "lifecycle rule deleting objects, while the job ran?)"
+        )
+
     def abort(self, transaction: FileTransaction) -> None:
         """Delete the temporary file (missing is fine)."""
         part = self._files.pop(transaction.temp_path, None)
         if part is not None:
             part.release()
-        _remove(transaction.temp_path)
+        self.location.delete(transaction.temp_path)
 
     def finish_recovery(self, recovered: list[FileTransaction]) -> None:
         """Continue numbering after the restored transactions of this subtask and delete the
@@ -374,7 +442,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
             for t in recovered
             if isinstance(t, FileTransaction)
             and t.subtask == self._subtask
-            and os.path.dirname(t.final_path) == self.folder
+            and FileLocation.parent(t.final_path) == self.folder
         ]
         if not mine:
             return
@@ -383,7 +451,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         _, in_progress = self._used()
         for temp, seq in in_progress.items():
             if seq >= next_seq:
-                _remove(temp)
+                self.location.delete(temp)
         self._next_seq = next_seq
 
     def _drop_abandoned(self) -> None:
@@ -396,7 +464,7 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         _, in_progress = self._used()
         for temp in in_progress:
             if temp.endswith(marker):
-                _remove(temp)
+                self.location.delete(temp)
 
     def close(self) -> None:
         """Close open files; their temporary files stay for ``recover_and_abort``."""
@@ -424,6 +492,14 @@ class _AtLeastOnceWriter(SinkWriter):
 
     def _target(self) -> str:
         ext = EXTENSIONS[self.sink.format]
+        location = self.sink.location
+        if not location.local:
+            # no exclusive create on object stores: the number after this subtask's files
+            used = re.compile(rf"\.?part-{self.ctx.subtask_index}-(\d+)\.")
+            numbers = [int(m.group(1)) for n in location.file_names() if (m := used.match(n))]
+            return location.child(
+                f"part-{self.ctx.subtask_index}-{max(numbers, default=-1) + 1}.{ext}"
+            )
         n = 0
         while True:
             candidate = os.path.join(self.sink.folder, f"part-{self.ctx.subtask_index}-{n}.{ext}")
@@ -437,7 +513,7 @@ class _AtLeastOnceWriter(SinkWriter):
 
     def write(self, batch: Batch) -> None:
         if self.part is None:
-            self.part = _PartFile(self._target(), self.sink.format)
+            self.part = _PartFile(self._target(), self.sink.format, location=self.sink.location)
         self.part.write(batch)
 
     def finish(self) -> None:

@@ -11,6 +11,12 @@ With ``monitor_interval`` the source watches a folder and never ends (see
 checkpoints the positions of its unfinished files plus the names of its finished ones
 (:class:`DoneFiles`), so a restore, also at another parallelism, reads every file
 exactly once (M-X1, M-R1).
+
+``path`` may be any URL ``pyarrow.fs`` opens (``s3://bucket/prefix?...``, see
+:mod:`.file_locations`): files are listed with ``get_file_info`` and read with
+``open_input_stream`` (Parquet: ``open_input_file``), and watching polls the listing
+of the prefix the same way. Keys whose name starts with "." or "_" are skipped, so a
+``FileSink`` writing to the watched prefix is read only as it commits.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from .base import (
     oversized,
     report_malformed,
 )
-from .local_paths import local_path
+from .file_locations import FileLocation
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -103,7 +109,8 @@ def _interval_s(value: object) -> float:
 
 class FileSource(Source):
     """Reads ``path`` (a file, or every visible file of a folder, in name order): a local
-    path or a ``file://`` URL (other URL schemes are refused).
+    path, a ``file://`` URL or any URL ``pyarrow.fs`` opens (``s3://bucket/prefix?...``;
+    a "folder" there is a prefix: the keys directly under it).
 
     ``format``: ``"jsonl"`` (one JSON value per line; blank lines are skipped),
     ``"csv"`` (a header line, then one record per row; values become int, float
@@ -128,8 +135,9 @@ class FileSource(Source):
     when the job starts (one split each, spread over the subtasks) and ends.
 
     ``monitor_interval`` (seconds, or a ``datetime.timedelta``) watches the folder
-    ``path`` instead; the source is then unbounded (the job runs until it is cancelled
-    or stopped):
+    ``path`` instead (on an object store: the prefix, which may still be empty; its
+    bucket must exist); the source is then unbounded (the job runs until it is
+    cancelled or stopped):
 
     * each subtask lists the folder at most once per interval (on the job's clock)
       and claims the visible files whose name hashes to it
@@ -139,7 +147,8 @@ class FileSource(Source):
     * files are identified by their name: a file is read once, and a name once read
       is never read again, even if the file is rewritten or replaced;
     * writers must create files atomically: write under a hidden name (e.g.
-      ``.name.tmp``) and rename it into place when complete. A visible file is
+      ``.name.tmp``) and rename it into place when complete (on an object store one
+      PUT, or a copy, is atomic: write the key once, complete). A visible file is
       taken to be complete; appending to it, or deleting it before it was read,
       is not supported (the latter fails the job naming the file);
     * checkpoints hold each subtask's unfinished files with their read positions
@@ -171,20 +180,29 @@ class FileSource(Source):
         check_on_error("FileSource", on_error)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(f"FileSource batch_size must be >= 1, got {batch_size!r}")
-        self.path = local_path("FileSource", path)
+        #: where the files are (local, or any pyarrow.fs URL)
+        self.location = FileLocation("FileSource", path)
+        self.path = self.location.path
         self.max_record_bytes = check_max_record_bytes("FileSource", max_record_bytes)
-        if not os.path.exists(self.path):
+        self.location.check_bucket()
+        kind = self.location.kind()
+        watching_a_prefix = (
+            monitor_interval is not None and kind == "missing" and self.location.object_store
+        )
+        if kind == "missing" and not watching_a_prefix:
             raise ConfigurationError(
-                f"FileSource path {self.path!r} does not exist: give an existing file or folder"
+                f"FileSource path {self.location.shown!r} does not exist: give an existing "
+                "file or folder"
             )
         #: seconds between listings of the watched folder; None: bounded
         self.monitor_interval: float | None = None
         if monitor_interval is not None:
             self.monitor_interval = _interval_s(monitor_interval)
-            if not os.path.isdir(self.path):
+            if kind == "file":
                 raise ConfigurationError(
-                    f"FileSource with monitor_interval watches a folder, but {self.path!r} "
-                    "is not one: give a folder (new files appear in it by an atomic rename)"
+                    f"FileSource with monitor_interval watches a folder, but "
+                    f"{self.location.shown!r} is not one: give a folder (new files appear in "
+                    "it by an atomic rename)"
                 )
             self.bounded = False
         self.format = format
@@ -200,14 +218,10 @@ class FileSource(Source):
         return self.monitor_interval is not None
 
     def files(self) -> list[str]:
-        if os.path.isdir(self.path):
-            names = sorted(
-                n
-                for n in os.listdir(self.path)
-                if _visible(n) and os.path.isfile(os.path.join(self.path, n))
-            )
-            return [os.path.join(self.path, n) for n in names]
-        return [self.path]
+        location = self.location
+        if location.kind() == "folder":
+            return [location.child(n) for n in sorted(location.file_names(_visible))]
+        return [location.root]
 
     def create_splits(self, parallelism: int) -> list[FileSplit]:
         """Bounded: one split per file. Watching: none (each subtask finds its files
@@ -353,18 +367,25 @@ class _MonitoringFileReader(_FileReader):
     def _scan(self) -> None:
         """Claim the visible files of the folder that this subtask owns and has neither
         finished nor claimed yet."""
-        folder = self.source.path
-        try:
-            names = os.listdir(folder)
-        except OSError as e:
-            raise OSError(f"FileSource cannot list the watched folder {folder!r}: {e}") from e
+        location = self.source.location
         claimed = {os.path.basename(s.path) for s in self.splits}
+
+        def new(name: str) -> bool:
+            return (
+                _visible(name)
+                and name not in self.done
+                and name not in claimed
+                and self._owns(name)
+            )
+
+        try:
+            names = location.file_names(new)
+        except OSError as e:
+            raise OSError(
+                f"FileSource cannot list the watched folder {location.shown!r}: {e}"
+            ) from e
         for name in names:
-            if not _visible(name) or name in self.done or name in claimed or not self._owns(name):
-                continue
-            path = os.path.join(folder, name)
-            if os.path.isfile(path):
-                self.splits.append(FileSplit(self.split_id(name), path))
+            self.splits.append(FileSplit(self.split_id(name), location.child(name)))
         self._sort()
 
     def poll(self, output: ReaderOutput) -> InputStatus:
@@ -458,7 +479,7 @@ class _JsonLines:
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
-        self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
+        self.file = source.location.open_read(split.path)
         self.line = 0
         limit = source.max_record_bytes
         for _ in range(split.position):  # resume: skip consumed lines
@@ -555,7 +576,7 @@ class _Csv:
     def __init__(self, source: FileSource, split: FileSplit) -> None:
         self.source = source
         self.split = split
-        self.file = open(split.path, "rb")  # noqa: SIM115 - open across polls; close()
+        self.file = source.location.open_read(split.path)
         self.lines = _DecodedLines(self.file, source.max_record_bytes)
         self.reader = csv.reader(self.lines)
         #: the header cannot be read: ``read`` reports it (the file is not read further)
@@ -662,10 +683,15 @@ class _Parquet:
         self.source = source
         self.split = split
         self.file: Any = None
+        #: the pyarrow file of a remote path (ParquetFile does not close what it was given)
+        self.raw: Any = None
         #: why the file cannot be read (reported by ``read``)
         self.broken: str | None = None
         try:
-            self.file = pq.ParquetFile(split.path)
+            where = source.location.open_random(split.path)
+            if not isinstance(where, str):
+                self.raw = where
+            self.file = pq.ParquetFile(where)
         except (pa.ArrowException, OSError, *DECODE_ERRORS) as e:
             self.broken = f"not a readable Parquet file: {e}"
             return
@@ -673,7 +699,7 @@ class _Parquet:
         if columns is not None:
             missing = [c for c in columns if c not in self.file.schema_arrow.names]
             if missing:
-                self.file.close()
+                self.close()
                 raise MalformedRecordError(
                     f"{split.path} has no column(s) {missing} of FileSource columns="
                     f"{columns}; it has {self.file.schema_arrow.names}",
@@ -716,6 +742,8 @@ class _Parquet:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+        if self.raw is not None:
+            self.raw.close()
 
 
 _ = io  # keep io imported for type checkers of file handles

@@ -4,7 +4,8 @@ On a Spark cluster, where checkpoint storage must be a URL, users give file
 connectors URLs too; taken as a plain path, ``file:///data/out`` would be a
 folder called ``file:`` under the working directory. :func:`local_path` turns
 ``file:`` URLs into the path they name and refuses every other URL scheme, so a
-path is never written somewhere else than meant.
+path is never written somewhere else than meant (``FileSource`` and ``FileSink`` send
+other URLs to ``pyarrow.fs`` first, see :mod:`.file_locations`).
 """
 
 from __future__ import annotations
@@ -49,10 +50,9 @@ def local_path(owner: str, path: object) -> str:
     scheme = match.group(1).lower()
     if scheme != "file":
         raise ConfigurationError(
-            f"{owner} path {text!r}: {owner} reads and writes local paths and file:// URLs "
-            f"only; {scheme}:// is not supported (s3:// support for FileSource and FileSink "
-            "is planned). Give a local path, e.g. '/data/out' or 'file:///data/out', or a "
-            "filesystem mounted on every machine that runs the job"
+            f"{owner} path {text!r}: a local path or file:// URL is expected here; "
+            f"{scheme}:// is not supported. Give a local path, e.g. '/data/out' or "
+            "'file:///data/out', or a filesystem mounted on every machine that runs the job"
         )
     parts = urlsplit(text)
     if parts.netloc not in ("", "localhost"):

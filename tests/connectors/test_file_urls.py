@@ -1,6 +1,7 @@
 """FileSource and FileSink take ``file://`` URLs (issue 18 item 11): ``file:///data/out`` is
-the folder ``/data/out``, never a folder called ``file:`` under the working directory; every
-other URL scheme is refused with an error saying what is supported. Jobs on the local
+the folder ``/data/out``, never a folder called ``file:`` under the working directory; a URL
+that ``pyarrow.fs`` cannot open is refused with an error saying what is supported (s3:// is
+tested in ``test_files_on_s3.py``). Jobs on the local
 executor and on Spark (local[2])."""
 
 from __future__ import annotations
@@ -68,12 +69,9 @@ def test_file_urls_and_plain_paths_name_a_local_path(url: Any, path: str) -> Non
 @pytest.mark.parametrize(
     "url, needle",
     [
-        (
-            "s3://bucket/out",
-            ("s3:// is not supported (s3:// support for FileSource and FileSink is planned)"),
-        ),
-        ("hdfs://nn/out", "hdfs:// is not supported"),
-        ("gs:/bucket/out", "gs:// is not supported"),
+        ("hdfs://nn/out", "pyarrow.fs cannot open it"),
+        ("gs:/bucket/out", "Missing bucket name"),
+        ("nosuch://bucket/out", "Unrecognized filesystem type"),
         ("file://otherhost/data/out", "names host 'otherhost'"),
         ("file:relative/out", "not an absolute file URL"),
         ("file:///data/out?x=1", "query or fragment"),
