@@ -239,6 +239,11 @@ class FileLocation:
         except FileNotFoundError:
             pass
 
+    def move(self, source: str, target: str) -> None:
+        """Rename the file ``source`` to ``target`` on a filesystem that is neither local
+        nor an object store (HDFS and the like: an atomic rename there)."""
+        self.filesystem.move(self._fs_path(source), self._fs_path(target))
+
     def copy(self, source: str, target: str) -> None:
         """Copy the file ``source`` to ``target`` (replacing it). On S3 a server-side
         copy: ``target`` appears whole or not at all."""

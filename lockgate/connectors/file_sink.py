@@ -401,14 +401,18 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         _fsync_path(os.path.dirname(transaction.final_path))
 
     def _commit_by_copy(self, transaction: FileTransaction) -> None:
-        """Publish on a filesystem without an atomic rename: copy the temporary key to the
-        final key (the final key appears whole), then delete the temporary key. A repeat
+        """Publish through ``pyarrow.fs``. On an object store (no atomic rename): copy the
+        temporary key to the final key (the final key appears whole), then delete the
+        temporary key; elsewhere (HDFS, ...) rename it with ``move``. A repeat
         (restore) finds the temporary key and copies again, or finds it gone and the final
         key of the recorded size: already committed."""
         loc, temp, final = self.location, transaction.temp_path, transaction.final_path
         if loc.size(temp) is not None:
-            loc.copy(temp, final)
-            loc.delete(temp)
+            if loc.object_store:
+                loc.copy(temp, final)
+                loc.delete(temp)
+            else:  # HDFS and the like rename atomically
+                loc.move(temp, final)
             return
         size = loc.size(final)
         if size is not None and (transaction.size is None or size == transaction.size):
