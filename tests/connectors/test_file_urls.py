@@ -1,7 +1,7 @@
 """FileSource and FileSink take ``file://`` URLs (issue 18 item 11): ``file:///data/out`` is
 the folder ``/data/out``, never a folder called ``file:`` under the working directory; a URL
 that ``pyarrow.fs`` cannot open is refused with an error saying what is supported (s3:// is
-tested in ``test_files_on_s3.py``). Jobs on the local
+tested in ``test_s3_file_connectors.py``). Jobs on the local
 executor and on Spark (local[2])."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ one sink subtask and one reader: the two-phase commit publishes a part file by a
 server-side copy and a delete that a restore finishes (or finds done) exactly once;
 readers that skip hidden keys see only committed files; a missing bucket, a vanished
 temporary key and an unknown URL scheme fail naming the URL. Whole jobs on both
-executors: ``tests/integration/test_files_on_s3.py``."""
+executors: ``tests/integration/test_s3_files.py``."""
 
 from __future__ import annotations
 
