@@ -381,10 +381,10 @@ class ClusterPostgres:
         assert prepared(self.prefix) == [], "prepared transactions were left behind"
 
     def close(self) -> None:
-        from pg_fixtures import query
+        from pg_fixtures import release_tables
 
         self.forwarder.close()
-        query(f"DROP TABLE IF EXISTS {self.table}")
+        release_tables([self.table])  # and what a failed job left prepared on it
 
 
 @pytest.fixture
