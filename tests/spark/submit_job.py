@@ -1,24 +1,20 @@
 """The job ``lockgate submit`` sends to the multi-host cluster in
 ``test_multi_host_cluster.py``: ``python submit_job.py OUT_URL STORAGE_URL N [DSN TABLE
 PREFIX]``. An endless sequence (it stays running after ``N`` values, so the test stops it) at
-500 records per second, keyed running sums (``key``, ``v``, ``sum``, ``pid``) exactly-once into
-a FileSink and, given a DSN, a PostgresSink; checkpoints every 500 ms."""
+500 records per second, keyed running sums (``cluster_driver.SumWithPid``: ``key``, ``v``,
+``sum``, ``pid``) exactly-once into a FileSink and, given a DSN, a PostgresSink;
+checkpoints every 500 ms."""
 
-import os
 import sys
+
+import cloudpickle
+import cluster_driver  # this folder: lockgate run puts the job file's folder on sys.path
 
 import lockgate as lg
 from lockgate.connectors import FileSink, PostgresSink, SequenceSource
 
-
-class Sums(lg.KeyedProcessFunction):
-    def open(self, ctx: lg.RuntimeContext) -> None:
-        self.total = ctx.get_state(lg.ValueStateDescriptor("sum", default=0))
-
-    def process_element(self, value, ctx):
-        t = self.total.value() + value
-        self.total.update(t)
-        yield {"key": ctx.current_key, "v": value, "sum": t, "pid": os.getpid()}
+# the executors need not import the test folder: the job's functions travel by value
+cloudpickle.register_pickle_by_value(cluster_driver)
 
 
 def main(out: str, storage: str, n: int, postgres: list[str]) -> None:
@@ -29,7 +25,7 @@ def main(out: str, storage: str, n: int, postgres: list[str]) -> None:
         env.from_source(SequenceSource(0, n, rows_per_second=500, bounded=False), name="numbers")
         .uid("numbers")
         .key_by(lambda x: x % 7)
-        .process(Sums(), name="sums")
+        .process(cluster_driver.SumWithPid(), name="sums")
         .uid("sums")
     )
     sums.sink_to(FileSink(out, format="jsonl"), name="files").uid("files")
