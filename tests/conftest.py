@@ -63,6 +63,18 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0)
         pause.wait(0.002)
 
 
+def wait_for_checkpoints(client: lg.JobClient, count: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``count`` checkpoints of ``client``'s job have completed, or the job ended."""
+    wait_until(
+        lambda: (
+            sum(1 for c in client.checkpoints() if c.status == "completed") >= count
+            or client.done()
+        ),
+        f"{count} checkpoints complete",
+        timeout_s=timeout_s,
+    )
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (a zombie has stopped running)."""
     try:

@@ -35,6 +35,7 @@ from lockgate.core.batch import RowBatch
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults, seeded_faults
+from running_sums import RunningTotal, ToRecord, expected_totals, key_of
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -46,34 +47,6 @@ CHUNK = 2_000
 RATE = 20_000
 FAULTS = 5
 ROLES = {"source": "Source: sequence", "operator": "running sum", "sink": "delta"}
-
-
-class RunningSum(lg.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):
-        total = self.total.value() + value["v"]
-        self.total.update(total)
-        yield {"k": value["k"], "v": value["v"], "total": total}
-
-
-def to_record(x):
-    return {"k": x // CHUNK, "v": x}
-
-
-def key_of(r):
-    return r["k"]
-
-
-def expected(n: int) -> list[tuple[int, int, int]]:
-    totals: dict[int, int] = {}
-    out = []
-    for v in range(n):
-        k = v // CHUNK
-        totals[k] = totals.get(k, 0) + v
-        out.append((k, v, totals[k]))
-    return out
 
 
 def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> list[tuple]:
@@ -124,9 +97,9 @@ def running_sum_job(executor, tmp_path, sink: DeltaSink, n: int, faults=()) -> l
     (
         env.from_source(SequenceSource(0, n, rows_per_second=RATE, batch_size=200))
         .uid("numbers")
-        .map(to_record, name="to record")
+        .map(ToRecord(CHUNK), name="to record")
         .key_by(key_of)
-        .process(RunningSum(), name="running sum")
+        .process(RunningTotal(), name="running sum")
         .uid("sums")
         .sink_to(sink, name="delta")
         .uid("delta")
@@ -146,7 +119,7 @@ def test_m_x1_a_running_sum_into_delta_is_exactly_once_through_five_failures(
     env = running_sum_job(executor, tmp_path, DeltaSink(uri), 2 * SPLIT, faults)
     result = env.execute("delta exactly once")
     assert result.attempts == FAULTS + 1, f"every fault fires: {result.attempts} attempts"
-    want = expected(2 * SPLIT)
+    want = expected_totals(2 * SPLIT, CHUNK)
     rows = table_rows(uri)
     assert len(rows) == len(want), f"{len(rows)} rows in the table, expected {len(want)}"
     assert rows == want
@@ -370,7 +343,7 @@ def test_m_x1_an_s3_table_is_exactly_once_through_a_failure(
     env = running_sum_job(executor, tmp_path, sink, n, faults)
     result = env.execute("delta on s3")
     assert result.attempts == 2
-    assert table_rows(uri, options) == expected(n)
+    assert table_rows(uri, options) == expected_totals(n, CHUNK)
     table = deltalake.DeltaTable(uri, storage_options=options)
     folder = f"{moto_server.bucket}/delta-{tmp_path.name}"
     listed = {

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
-from conftest import is_spark, on_executors, wait_until
+from conftest import is_spark, on_executors, wait_for_checkpoints, wait_until
 from lockgate.connectors import IcebergSink, SequenceSource
 from lockgate.connectors.iceberg_sink import (
     CHECKPOINT_ID,
@@ -44,39 +44,12 @@ from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailCommit, inject_faults, seeded_faults
 from pg_fixtures import DSN
+from running_sums import RunningTotal, ToRecord, expected_totals, key_of
 from s3_server import DUMMY_CREDENTIALS, REGION, moto_server, s3_url  # noqa: F401 - fixtures
 
 N = 40_000
 CHUNK = 2_000
 RATE = 16_000
-
-
-class RunningTotal(lg.KeyedProcessFunction):
-    def open(self, ctx):
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):
-        total = self.total.value() + value["v"]
-        self.total.update(total)
-        yield {"k": value["k"], "v": value["v"], "total": total}
-
-
-def to_record(v):
-    return {"k": int(v) // CHUNK, "v": int(v)}
-
-
-def key_of(record):
-    return record["k"]
-
-
-def expected(n: int) -> list[tuple[int, int, int]]:
-    totals: dict[int, int] = {}
-    out = []
-    for v in range(n):
-        k = v // CHUNK
-        totals[k] = totals.get(k, 0) + v
-        out.append((k, v, totals[k]))
-    return out
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -157,7 +130,7 @@ def build(executor, tmp_path, sink, *, n=N, rate=RATE, faults=(), checkpoints=Tr
     totals = (
         env.from_source(SequenceSource(0, n, rows_per_second=rate, bounded=bounded), name="numbers")
         .uid("numbers")
-        .map(to_record, name="to record")
+        .map(ToRecord(CHUNK), name="to record")
         .uid("to record")
         .key_by(key_of)
         .process(RunningTotal(), name="running total")
@@ -204,7 +177,7 @@ def test_m_x2_a_keyed_aggregation_to_iceberg_is_exactly_once_through_five_failur
     table = load(catalog, "lg.totals")
     got = rows(table)
     assert len(got) == N, f"{len(got)} rows, expected {N}"
-    assert got == expected(N)
+    assert got == expected_totals(N, CHUNK)
     assert_history(table, "iceberg exactly once", "iceberg", N)
     assert result.attempts == 6, f"every fault fires once: {result.attempts} attempts"
 
@@ -235,7 +208,7 @@ def test_m_x2_a_postgresql_catalog_with_an_s3_warehouse(tmp_path, s3_url) -> Non
         result = env.execute("iceberg on s3")
         table = load(catalog, "lgs3.totals")
         assert table.location().startswith("s3://")
-        assert rows(table) == expected(n)
+        assert rows(table) == expected_totals(n, CHUNK)
         assert_history(table, "iceberg on s3", "iceberg", n)
         assert result.attempts == 2
     finally:
@@ -259,7 +232,7 @@ def test_m_x2_a_bounded_job_without_checkpoints_commits_once_per_subtask_at_the_
     )
     env.execute("iceberg final")
     table = load(catalog, "lg.final")
-    assert rows(table) == expected(n)
+    assert rows(table) == expected_totals(n, CHUNK)
     snaps = assert_history(table, "iceberg final", "iceberg", n)
     assert sorted(s[SUBTASK] for s in snaps) == ["0", "1"]
     assert {s[CHECKPOINT_ID] for s in snaps} == {str(FINAL_CHECKPOINT_ID)}
@@ -269,7 +242,7 @@ def test_m_x2_a_bounded_job_without_checkpoints_commits_once_per_subtask_at_the_
         paths = sorted(data_files(table))
         frame = executor.spark.read.parquet(*paths)
         got = sorted(tuple(r) for r in frame.select("v", "k", "total").collect())
-        assert [(v, k, t) for k, v, t in expected(n)] == got
+        assert [(v, k, t) for k, v, t in expected_totals(n, CHUNK)] == got
 
 
 @pytest.mark.hang_guard(120)
@@ -298,14 +271,7 @@ def test_m_x2_a_cancelled_job_leaves_committed_checkpoints_only_and_no_stray_fil
         return files_in_data_folder(table) - data_files(table)
 
     try:
-        wait_until(
-            lambda: (
-                sum(1 for c in client.checkpoints() if c.status == "completed") >= 3
-                or client.done()
-            ),
-            "three checkpoints complete",
-            timeout_s=60,
-        )
+        wait_for_checkpoints(client, 3)
         wait_until(lambda: bool(uncommitted()), "a transaction's data file is being written")
     finally:
         client.cancel()
@@ -353,7 +319,7 @@ def test_m_x2_a_job_restored_from_another_runs_savepoint_commits_its_transaction
     second = build(lg.LocalExecutor(), tmp_path, IcebergSink(catalog, "lg.resume"), n=n, rate=None)
     second.execute("iceberg resume", restore_from=savepoint)
     table = load(catalog, "lg.resume")
-    assert rows(table) == expected(n)
+    assert rows(table) == expected_totals(n, CHUNK)
     snaps = sink_snapshots(table)
     assert len({s[RUN_ID] for s in snaps}) == 2, "both runs committed"
     assert sum(int(s["added-records"]) for s in snaps) == n

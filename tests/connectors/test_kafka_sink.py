@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import lockgate as lg
-from conftest import wait_until
+from conftest import wait_for_checkpoints, wait_until
 from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
 from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
 from lockgate.connectors.kafka_transactions import fence_and_abort
@@ -138,14 +138,7 @@ def test_m_x2_cancelling_leaves_no_open_transaction_and_only_committed_output(
     env = build(lg.LocalExecutor(), tmp_path, topic, rate=5_000, n=10**9, bounded=False)
     client = env.execute_async(job)
     try:
-        wait_until(
-            lambda: (
-                sum(1 for c in client.checkpoints() if c.status == "completed") >= 3
-                or client.done()
-            ),
-            "three checkpoints complete",
-            timeout_s=60,
-        )
+        wait_for_checkpoints(client, 3)
         wait_until(
             lambda: bool(open_transactions(prefix)), "the running job has a transaction open"
         )
