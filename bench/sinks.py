@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -57,70 +58,77 @@ def rows_of(keys: int | None):
     return make
 
 
-def run_iceberg(rows: int, parallelism: int, executor: object) -> dict:
-    from lockgate.connectors import IcebergSink
+def run_into_table(
+    mode: str, sink_of: Any, count_rows: Any, rows: int, parallelism: int, executor: object
+) -> dict:
+    """Run ``rows`` rows into the sink ``sink_of(folder)`` makes (a table in a fresh
+    temporary folder, exactly-once checkpoints every second), then check that
+    ``count_rows(folder)`` finds every row."""
+    folder = tempfile.mkdtemp(prefix=f"lockgate-bench-{mode}-")
+    try:
+        env = lg.StreamEnvironment(parallelism=parallelism)
+        env.enable_checkpointing(1000)
+        env.checkpoint_config.storage = os.path.join(folder, "checkpoints")
+        (
+            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
+            .uid("numbers")
+            .map_batches(rows_of(None), name="rows")
+            .uid("rows")
+            .sink_to(sink_of(folder), name=mode)
+            .uid(mode)
+        )
+        started = time.perf_counter()
+        client = env.execute_async(f"bench sink {mode}", executor=executor)
+        client.wait()
+        seconds = time.perf_counter() - started
+        checkpoints = sum(1 for c in client.checkpoints() if c.status == "completed")
+        stored = count_rows(folder)
+        assert stored == rows, f"{mode}: {stored} rows in the table, expected {rows}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"seconds": seconds, "checkpoints": checkpoints}
 
-    folder = tempfile.mkdtemp(prefix="lockgate-bench-iceberg-")
-    catalog = {
+
+def _iceberg_catalog(folder: str) -> dict[str, str]:
+    return {
         "name": "bench",
         "type": "sql",
         "uri": f"sqlite:///{folder}/catalog.db",
         "warehouse": f"file://{folder}/warehouse",
     }
-    try:
-        env = lg.StreamEnvironment(parallelism=parallelism)
-        env.enable_checkpointing(1000)
-        env.checkpoint_config.storage = os.path.join(folder, "checkpoints")
-        (
-            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
-            .uid("numbers")
-            .map_batches(rows_of(None), name="rows")
-            .uid("rows")
-            .sink_to(IcebergSink(catalog, "bench.rows"), name="iceberg")
-            .uid("iceberg")
-        )
-        started = time.perf_counter()
-        client = env.execute_async("bench sink iceberg", executor=executor)
-        client.wait()
-        seconds = time.perf_counter() - started
-        checkpoints = sum(1 for c in client.checkpoints() if c.status == "completed")
-        from pyiceberg.catalog import load_catalog
 
-        props = dict(catalog)
+
+def run_iceberg(rows: int, parallelism: int, executor: object) -> dict:
+    from pyiceberg.catalog import load_catalog
+
+    from lockgate.connectors import IcebergSink
+
+    def count(folder: str) -> int:
+        props = _iceberg_catalog(folder)
         table = load_catalog(props.pop("name"), **props).load_table("bench.rows")
-        stored = table.scan().to_arrow().num_rows
-        assert stored == rows, f"iceberg: {stored} rows in the table, expected {rows}"
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return {"seconds": seconds, "checkpoints": checkpoints}
+        return int(table.scan().to_arrow().num_rows)
+
+    return run_into_table(
+        "iceberg",
+        lambda folder: IcebergSink(_iceberg_catalog(folder), "bench.rows"),
+        count,
+        rows,
+        parallelism,
+        executor,
+    )
 
 
 def run_delta(rows: int, parallelism: int, executor: object) -> dict:
     import deltalake
 
-    folder = tempfile.mkdtemp(prefix="lockgate-bench-delta-")
-    try:
-        env = lg.StreamEnvironment(parallelism=parallelism)
-        env.enable_checkpointing(1000)
-        env.checkpoint_config.storage = os.path.join(folder, "checkpoints")
-        (
-            env.from_source(SequenceSource(0, rows, batch_size=10_000), name="numbers")
-            .uid("numbers")
-            .map_batches(rows_of(None), name="rows")
-            .uid("rows")
-            .sink_to(DeltaSink(os.path.join(folder, "table")), name="delta")
-            .uid("delta")
-        )
-        started = time.perf_counter()
-        client = env.execute_async("bench sink delta", executor=executor)
-        client.wait()
-        seconds = time.perf_counter() - started
-        checkpoints = sum(1 for c in client.checkpoints() if c.status == "completed")
-        stored = deltalake.DeltaTable(os.path.join(folder, "table")).count()
-        assert stored == rows, f"delta: {stored} rows in the table, expected {rows}"
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return {"seconds": seconds, "checkpoints": checkpoints}
+    return run_into_table(
+        "delta",
+        lambda folder: DeltaSink(os.path.join(folder, "table")),
+        lambda folder: deltalake.DeltaTable(os.path.join(folder, "table")).count(),
+        rows,
+        parallelism,
+        executor,
+    )
 
 
 def run_once(

@@ -387,6 +387,22 @@ class ClusterPostgres:
         release_tables([self.table])  # and what a failed job left prepared on it
 
 
+def _check_exact(records: list[dict[str, Any]], n: int, pg: ClusterPostgres) -> None:
+    """Every input of ``range(n)`` exactly once in the FileSink's ``records``, each key's
+    final running sum (key ``v % 11``) that of the failure-free run, and the PostgresSink
+    holding the same records with no prepared transaction left."""
+    values = sorted(r["v"] for r in records)
+    assert values == list(range(n)), (
+        f"{len(values)} records for {n} inputs: "
+        f"{len(values) - len(set(values))} repeated, {n - len(set(values))} missing"
+    )
+    finals: dict[int, int] = {}
+    for r in records:
+        finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
+    assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
+    pg.check(records, n)
+
+
 @pytest.fixture
 def pg(netns_cluster: NetnsCluster) -> Iterator[ClusterPostgres]:
     made = ClusterPostgres(netns_cluster)
@@ -459,17 +475,7 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
         if host is not None:
             cluster.restart_worker(host)  # a later test has three workers again
     assert result["status"] == "FINISHED" and result["attempts"] >= 3, result
-    records = _published(out)
-    values = sorted(r["v"] for r in records)
-    assert values == list(range(n)), (
-        f"{len(values)} records for {n} inputs: "
-        f"{len(values) - len(set(values))} repeated, {n - len(set(values))} missing"
-    )
-    finals: dict[int, int] = {}
-    for r in records:
-        finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
-    assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
-    pg.check(records, n)
+    _check_exact(_published(out), n, pg)
     print(
         "every slot running again after the kill: "
         + ", ".join(f"{victim} {s:.1f} s" for victim, s in recovered.items())
@@ -620,17 +626,7 @@ def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
         driver.stop()
     print(f"cut host {restored}; " + "; ".join(f"{k}: {v}" for k, v in measured.items()))
     assert result["status"] == "FINISHED" and result["attempts"] == 2, result
-    records = _published(out)
-    values = sorted(r["v"] for r in records)
-    assert values == list(range(n)), (
-        f"{len(values)} records for {n} inputs: "
-        f"{len(values) - len(set(values))} repeated, {n - len(set(values))} missing"
-    )
-    finals: dict[int, int] = {}
-    for r in records:
-        finals[r["key"]] = max(finals.get(r["key"], 0), r["sum"])
-    assert finals == {k: sum(range(k, n, 11)) for k in range(11)}
-    pg.check(records, n)
+    _check_exact(_published(out), n, pg)
 
 
 SUBMIT_REST_PORT = 18081
