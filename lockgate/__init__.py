@@ -6,16 +6,21 @@ Public names only; everything else is internal and may change.
 from . import connectors, savepoint
 from .api.async_stream import AsyncDataStream
 from .api.broadcast import BroadcastConnectedStream, BroadcastStream
+from .api.connected import ConnectedStreams
 from .api.datastream import DataStream, DataStreamSink, KeyedStream
 from .api.environment import StreamEnvironment
 from .api.functions import (
     AggregateFunction,
     AsyncFunction,
     BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
     Function,
     KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     ProcessFunction,
@@ -108,6 +113,10 @@ __all__ = [
     "CheckpointFailedError",
     "CheckpointStats",
     "CheckpointingMode",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
     "Clock",
     "ConfigurationError",
     "CorruptStreamError",
@@ -129,6 +138,7 @@ __all__ = [
     "JobFailedError",
     "JobStatus",
     "KeyedBroadcastProcessFunction",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "ListState",

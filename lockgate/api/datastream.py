@@ -39,6 +39,7 @@ from ..state.descriptors import MapStateDescriptor
 if TYPE_CHECKING:
     from ..time.windows import WindowAssigner
     from .broadcast import BroadcastConnectedStream, BroadcastStream
+    from .connected import ConnectedStreams
     from .environment import StreamEnvironment
     from .windowed_stream import WindowedStream
 
@@ -269,29 +270,35 @@ class DataStream(_Configurable):
         t = self._partition(BroadcastPartitioning(), f"broadcast({names})")
         return BroadcastStream(self._env, t, checked)
 
-    def connect(self, broadcast_stream: BroadcastStream) -> BroadcastConnectedStream:
-        """Connect this stream to a broadcast stream (``rules.broadcast(descriptor)``);
-        call ``.process(fn)`` on the result with an ``lg.BroadcastProcessFunction``
-        (an ``lg.KeyedBroadcastProcessFunction`` after ``key_by``)."""
+    @overload
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    @overload
+    def connect(self, other: DataStream) -> ConnectedStreams: ...
+
+    def connect(self, other: Any) -> BroadcastConnectedStream | ConnectedStreams:
+        """Connect this stream to ``other``.
+
+        A DataStream: ``lg.ConnectedStreams`` (Flink's), processed by one two-input
+        operator: ``.map(lg.CoMapFunction)``, ``.flat_map(lg.CoFlatMapFunction)``,
+        ``.process(lg.CoProcessFunction)``; ``a.key_by(ka).connect(b.key_by(kb))`` (or
+        ``.key_by(ka, kb)`` on the result) and ``.process(lg.KeyedCoProcessFunction)``
+        for keyed state shared by both inputs and timers.
+
+        A broadcast stream (``rules.broadcast(descriptor)``): call ``.process(fn)`` on
+        the result with an ``lg.BroadcastProcessFunction`` (an
+        ``lg.KeyedBroadcastProcessFunction`` after ``key_by``)."""
         from .broadcast import BroadcastConnectedStream, BroadcastStream
 
-        if not isinstance(broadcast_stream, BroadcastStream):
-            what = (
-                "a DataStream"
-                if isinstance(broadcast_stream, DataStream)
-                else repr(broadcast_stream)
-            )
-            raise ConfigurationError(
-                f"connect() takes a broadcast stream, got {what}: only broadcast streams can "
-                "be connected in this version of lockgate; make one with "
-                "other.broadcast(lg.MapStateDescriptor('name')), or combine streams of the "
-                "same type with union(...)"
-            )
-        if broadcast_stream._env is not self._env:
+        if not isinstance(other, BroadcastStream):
+            from .connected import connect_streams
+
+            return connect_streams(self, other)
+        if other._env is not self._env:
             raise ConfigurationError(
                 "connect() needs a broadcast stream of the same StreamEnvironment"
             )
-        return BroadcastConnectedStream(self._env, self, broadcast_stream)
+        return BroadcastConnectedStream(self._env, self, other)
 
     def forward(self) -> DataStream:
         """Subtask i feeds subtask i of the next operator (same parallelism)."""
@@ -385,12 +392,20 @@ class KeyedStream(DataStream):
 
         return WindowedStream(self, assigner)
 
-    def connect(self, broadcast_stream: BroadcastStream) -> BroadcastConnectedStream:
-        """Connect this keyed stream to a broadcast stream; call ``.process(fn)`` on the
-        result with an ``lg.KeyedBroadcastProcessFunction`` (keyed state and
+    @overload
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    @overload
+    def connect(self, other: DataStream) -> ConnectedStreams: ...
+
+    def connect(self, other: Any) -> BroadcastConnectedStream | ConnectedStreams:
+        """Connect this keyed stream to another keyed stream (``ConnectedStreams``; run an
+        ``lg.KeyedCoProcessFunction`` with ``.process(fn)``: keyed state shared by both
+        inputs, timers, ``ctx.current_key``), or to a broadcast stream (``.process(fn)``
+        with an ``lg.KeyedBroadcastProcessFunction``: keyed state and
         ``ctx.current_key`` in ``process_element``, ``ctx.apply_to_keyed_state`` in
         ``process_broadcast_element``)."""
-        return super().connect(broadcast_stream)
+        return super().connect(other)
 
     def _key_functions(self) -> dict[str, Any]:
         sel = self.key_selector

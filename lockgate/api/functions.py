@@ -171,3 +171,74 @@ class ProcessWindowFunction(Function):
         self, key: Any, context: WindowContext, elements: list[Any]
     ) -> Iterable[Any] | None:
         raise NotImplementedError
+
+
+class CoMapFunction(Function):
+    """Maps the two inputs of connected streams (``a.connect(b).map(fn)``): ``map1(value)``
+    for each record of ``a``, ``map2(value)`` for each record of ``b``; each returns one
+    output record (None fails the job, as ``map``). The two inputs are not ordered
+    against each other."""
+
+    def map1(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def map2(self, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class CoFlatMapFunction(Function):
+    """Flat-maps the two inputs of connected streams (``a.connect(b).flat_map(fn)``):
+    ``flat_map1(value)`` for the records of ``a``, ``flat_map2(value)`` for those of
+    ``b``; each yields (or returns an iterable of) zero or more output records."""
+
+    def flat_map1(self, value: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def flat_map2(self, value: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class CoProcessFunction(Function):
+    """Processes the two inputs of connected streams (``a.connect(b).process(fn)``):
+    ``process_element1(value, ctx)`` for the records of ``a``,
+    ``process_element2(value, ctx)`` for those of ``b``. Both yield (or return an
+    iterable of) output records; ``ctx.timestamp`` is the record's event time and
+    ``ctx.output(tag, value)`` emits to a side output. Timers and keyed state need keyed
+    inputs: use :class:`KeyedCoProcessFunction` after ``key_by`` on both streams. The
+    two inputs are not ordered against each other."""
+
+    Context = ElementContext
+
+    def process_element1(self, value: Any, ctx: ElementContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: ElementContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class KeyedCoProcessFunction(Function):
+    """Processes two keyed streams connected (``a.key_by(ka).connect(b.key_by(kb))``, or
+    ``a.connect(b).key_by(ka, kb)``) with keyed state shared by both inputs.
+
+    ``process_element1(value, ctx)`` runs for the records of ``a`` with
+    ``ctx.current_key`` set to ``ka`` of the record, ``process_element2(value, ctx)`` for
+    those of ``b`` with ``kb`` of the record; state from ``ctx.get_state(...)`` in
+    ``open`` reads and writes that key's value, the same for both inputs (a key of ``a``
+    and the equal key of ``b`` see the same state). ``ctx.timer_service()`` registers
+    event-time timers (fired when the minimum of both inputs' watermarks passes them,
+    M-W5, M-W6) and processing-time timers for the current key; ``on_timer(timestamp,
+    ctx)`` runs when one fires. All yield (or return an iterable of) output records;
+    ``ctx.output(tag, value)`` emits to a side output.
+    """
+
+    Context = ElementContext
+
+    def process_element1(self, value: Any, ctx: ElementContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: Any, ctx: ElementContext) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: ElementContext) -> Iterable[Any] | None:
+        """Called when a timer registered for ``ctx.current_key`` fires."""
+        return None

@@ -216,15 +216,14 @@ def test_broadcast_rejects_a_descriptor_with_ttl() -> None:
         env.from_collection([1]).broadcast(d)
 
 
-def test_connect_takes_only_broadcast_streams() -> None:
+def test_connect_takes_a_broadcast_stream_or_a_data_stream() -> None:
     env = lg.StreamEnvironment(parallelism=1)
     a, b = env.from_collection([1]), env.from_collection([2])
-    with pytest.raises(
-        lg.ConfigurationError, match=r"got a DataStream: only broadcast streams can be connected"
-    ):
-        a.connect(b)  # type: ignore[arg-type]
-    with pytest.raises(lg.ConfigurationError, match=r"only broadcast streams"):
-        a.key_by(lambda v: v).connect(b.broadcast())  # type: ignore[arg-type]
+    assert isinstance(a.connect(b), lg.ConnectedStreams)  # two inputs (issue 23)
+    assert isinstance(a.key_by(lambda v: v).connect(b.broadcast()), lg.ConnectedStreams)
+    assert isinstance(a.connect(b.broadcast(RULES)), lg.BroadcastConnectedStream)
+    with pytest.raises(lg.ConfigurationError, match=r"takes a DataStream or a broadcast stream"):
+        a.connect(42)  # type: ignore[call-overload]
     other = lg.StreamEnvironment(parallelism=1).from_collection([1]).broadcast(RULES)
     with pytest.raises(lg.ConfigurationError, match=r"same StreamEnvironment"):
         a.connect(other)

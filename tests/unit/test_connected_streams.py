@@ -1,0 +1,395 @@
+"""Connected streams (issue 23 part 1): the API and its checks, the job graph of two
+connected (keyed) inputs, and the co-operators driven directly: one method per input,
+keyed state shared by both inputs, timers on the minimum of both watermarks with an
+idle input ignored (M-W5, M-W4, M-W6), snapshot and restore at another parallelism
+(M-T4, M-R1)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lockgate as lg
+from lockgate.core.batch import RowBatch, to_rows
+from lockgate.core.elements import StreamStatus, Watermark
+from lockgate.core.partitioners import KeySelector
+from lockgate.runtime.operators.base import Output
+from lockgate.runtime.operators.co_process import (
+    CoFlatMapOperator,
+    CoMapOperator,
+    CoProcessOperator,
+    KeyedCoProcessOperator,
+)
+
+TOTAL = lg.ValueStateDescriptor("total", default=0)
+ODD = lg.OutputTag("odd")
+
+
+# -- functions ------------------------------------------------------------------------------
+class Tag(lg.CoMapFunction):
+    def map1(self, value: Any) -> Any:
+        return ("first", value)
+
+    def map2(self, value: Any) -> Any:
+        return ("second", value)
+
+
+class Repeat(lg.CoFlatMapFunction):
+    def flat_map1(self, value: Any) -> Any:
+        yield from [value] * value
+
+    def flat_map2(self, value: Any) -> Any:
+        return [value.upper()]
+
+
+class Route(lg.CoProcessFunction):
+    def process_element1(self, value: Any, ctx: Any) -> Any:
+        if value % 2:
+            ctx.output(ODD, value)
+            return None
+        return [(1, value, ctx.timestamp)]
+
+    def process_element2(self, value: Any, ctx: Any) -> Any:
+        yield (2, value, ctx.timestamp)
+
+
+class Sum(lg.KeyedCoProcessFunction):
+    """Input 1 adds ``v``, input 2 subtracts ``amount`` of the same key's total; a record
+    with event time registers a timer at that time + 10, which emits the total."""
+
+    def open(self, ctx: lg.RuntimeContext) -> None:
+        self.total = ctx.get_state(TOTAL)
+
+    def process_element1(self, value: Any, ctx: Any) -> Any:
+        self.total.update(self.total.value() + value["v"])
+        if ctx.timestamp is not None:
+            ctx.timer_service().register_event_time_timer(ctx.timestamp + 10)
+        yield ("1", ctx.current_key, self.total.value())
+
+    def process_element2(self, value: Any, ctx: Any) -> Any:
+        self.total.update(self.total.value() - value["amount"])
+        if value["amount"] < 0:
+            ctx.output(ODD, value)
+        yield ("2", ctx.current_key, self.total.value())
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield ("timer", ctx.current_key, timestamp, self.total.value())
+
+
+# -- driving an operator --------------------------------------------------------------------
+class ListOutput(Output):
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.timestamps: list[Any] = []
+        self.side: dict[str, list[Any]] = {}
+        self.watermarks: list[int] = []
+
+    def emit(self, batch: Any) -> None:
+        self.records.extend(to_rows(batch))
+        ts = getattr(batch, "timestamps", None)
+        self.timestamps.extend([None] * len(to_rows(batch)) if ts is None else ts.tolist())
+
+    def emit_side(self, tag: str, batch: Any) -> None:
+        self.side.setdefault(tag, []).extend(to_rows(batch))
+
+    def emit_element(self, element: Any) -> None:
+        if isinstance(element, Watermark):
+            self.watermarks.append(element.timestamp)
+
+
+class FakeRestore:
+    """What an ``OperatorRestore`` offers, over in-memory payloads of the old subtasks."""
+
+    def __init__(self, payloads: dict[int, Any], subtask: int, parallelism: int) -> None:
+        self.payloads = payloads
+        self.subtask = subtask
+        self.parallelism = parallelism
+        self.same_parallelism = set(payloads) == set(range(parallelism))
+
+    def own(self) -> Any:
+        return copy.deepcopy(self.payloads.get(self.subtask))
+
+    def by_subtask(self) -> dict[int, Any]:
+        return {j: copy.deepcopy(p) for j, p in sorted(self.payloads.items())}
+
+    def all(self) -> list[Any]:
+        return list(self.by_subtask().values())
+
+
+BACKENDS = {"hashmap": lg.HashMapStateBackend, "rocksdb": lambda: lg.RocksDBStateBackend()}
+
+
+def run_operator(
+    op: Any,
+    *,
+    subtask: int = 0,
+    parallelism: int = 1,
+    restored: FakeRestore | None = None,
+    backend: str = "hashmap",
+) -> ListOutput:
+    ctx = lg.RuntimeContext(
+        task_name="t",
+        operator_name="co",
+        operator_uid="co",
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+        state_backend=BACKENDS[backend](),
+    )
+    out = ListOutput()
+    op.setup("co", "co", ctx, out)
+    op.initialize_state(restored)
+    op.open()
+    return out
+
+
+def stamped(rows: list[Any], ts: list[int]) -> RowBatch:
+    return RowBatch(rows, np.asarray(ts, dtype=np.int64))
+
+
+def keyed_sum() -> KeyedCoProcessOperator:
+    """Input 1 keyed by ``k``, input 2 by the ``order`` field: one key space."""
+    return KeyedCoProcessOperator(Sum(), KeySelector("k"), KeySelector(lambda r: r["order"]))
+
+
+# -- the operators --------------------------------------------------------------------------
+def test_co_map_and_co_flat_map_call_the_method_of_each_input() -> None:
+    op = CoMapOperator(Tag())
+    out = run_operator(op)
+    op.process_batch(stamped([1, 2], [5, 6]), 0)
+    op.process_batch(RowBatch(["x"]), 1)
+    assert out.records == [("first", 1), ("first", 2), ("second", "x")]
+    assert out.timestamps == [5, 6, None], "map keeps each record's event time"
+    assert op.counters.records_in == 3
+
+    op2 = CoFlatMapOperator(Repeat())
+    out2 = run_operator(op2)
+    op2.process_batch(RowBatch([2, 0, 1]), 0)
+    op2.process_batch(RowBatch(["a", "b"]), 1)
+    assert out2.records == [2, 2, 1, "A", "B"]
+
+
+def test_co_process_has_timestamps_and_side_outputs_per_input() -> None:
+    op = CoProcessOperator(Route())
+    out = run_operator(op)
+    op.process_batch(stamped([1, 2, 3, 4], [10, 20, 30, 40]), 0)
+    op.process_batch(stamped(["a"], [7]), 1)
+    assert out.records == [(1, 2, 20), (1, 4, 40), (2, "a", 7)]
+    assert out.side == {"odd": [1, 3]}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_keyed_state_is_shared_by_both_inputs_under_their_own_key_selectors(
+    backend: str,
+) -> None:
+    op = keyed_sum()
+    out = run_operator(op, backend=backend)
+    op.process_batch(RowBatch([{"k": "a", "v": 5}, {"k": "b", "v": 1}]), 0)
+    op.process_batch(RowBatch([{"order": "a", "amount": 2}, {"order": "c", "amount": -1}]), 1)
+    op.process_batch(RowBatch([{"k": "a", "v": 1}]), 0)
+    assert out.records == [
+        ("1", "a", 5),
+        ("1", "b", 1),
+        ("2", "a", 3),
+        ("2", "c", 1),
+        ("1", "a", 4),
+    ]
+    assert out.side == {"odd": [{"order": "c", "amount": -1}]}
+    op.close()
+
+
+def test_event_time_timers_fire_on_the_minimum_of_both_watermarks_M_W5_M_W6() -> None:
+    op = keyed_sum()
+    out = run_operator(op)
+    op.process_batch(stamped([{"k": "a", "v": 1}], [100]), 0)  # timer at 110
+    op.process_watermark(Watermark(500), 0)
+    assert out.watermarks == [] and out.records == [("1", "a", 1)], (
+        "input 1 has no watermark yet: event time does not advance"
+    )
+    op.process_watermark(Watermark(105), 1)
+    assert out.watermarks == [105] and op.current_watermark == 105
+    op.process_watermark(Watermark(120), 1)
+    assert out.watermarks == [105, 120]
+    assert out.records[-1] == ("timer", "a", 110, 1)
+    assert out.timestamps[-1] == 110, "timer output carries the timer's time"
+    op.process_watermark(Watermark(600), 1)
+    assert out.watermarks == [105, 120, 500], "now input 0 is the slower one"
+
+
+def test_an_idle_input_does_not_hold_the_watermark_back_M_W4() -> None:
+    op = keyed_sum()
+    out = run_operator(op)
+    op.process_batch(stamped([{"k": "a", "v": 1}], [100]), 0)
+    op.process_watermark(Watermark(50), 1)
+    op.process_watermark(Watermark(300), 0)
+    assert out.watermarks == [50]
+    op.process_status(StreamStatus.IDLE, 1)
+    assert out.watermarks == [50, 300], "the idle input no longer holds event time back"
+    assert ("timer", "a", 110, 1) in out.records
+    op.process_status(StreamStatus.ACTIVE, 1)
+    op.process_watermark(Watermark(310), 0)
+    assert out.watermarks[-1] == 300, "the active input again bounds event time"
+
+
+def test_processing_time_timers_fire_with_the_key_current() -> None:
+    class Later(lg.KeyedCoProcessFunction):
+        def process_element1(self, value: Any, ctx: Any) -> Any:
+            ctx.timer_service().register_processing_time_timer(1_000)
+            return None
+
+        def process_element2(self, value: Any, ctx: Any) -> Any:
+            return None
+
+        def on_timer(self, timestamp: int, ctx: Any) -> Any:
+            yield (ctx.current_key, timestamp)
+
+    clock = lg.ManualClock(0)
+    op = KeyedCoProcessOperator(Later(), KeySelector(lambda v: v), KeySelector(lambda v: v))
+    ctx = lg.RuntimeContext(
+        task_name="t",
+        operator_name="co",
+        operator_uid="co",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        state_backend=lg.HashMapStateBackend(),
+        clock=clock,
+    )
+    out = ListOutput()
+    op.setup("co", "co", ctx, out)
+    op.initialize_state(None)
+    op.open()
+    op.process_batch(RowBatch(["x"]), 0)
+    clock.advance(1_000)
+    op._on_processing_time(1_000)
+    assert out.records == [("x", 1_000)]
+
+
+def test_keyed_state_and_timers_restore_by_key_group_at_another_parallelism_M_R1() -> None:
+    keys = [f"k{i}" for i in range(20)]
+    old = keyed_sum()
+    run_operator(old)
+    old.process_batch(stamped([{"k": k, "v": 3} for k in keys], [100] * len(keys)), 0)
+    old.process_batch(RowBatch([{"order": k, "amount": 1} for k in keys]), 1)
+    snap = old.snapshot_state(1)
+    payload = snap.materialize() if hasattr(snap, "materialize") else snap
+    seen: list[Any] = []
+    for subtask in range(2):
+        op = keyed_sum()
+        out = run_operator(
+            op, subtask=subtask, parallelism=2, restored=FakeRestore({0: payload}, subtask, 2)
+        )
+        owned = [k for k in keys if lg.subtask_for_key(k, 2, 128) == subtask]
+        op.process_batch(RowBatch([{"order": k, "amount": 1} for k in owned]), 1)
+        op.process_watermark(Watermark(200), 0)
+        op.process_watermark(Watermark(200), 1)
+        assert [r for r in out.records if r[0] == "2"] == [("2", k, 1) for k in owned]
+        seen.extend(r[1] for r in out.records if r[0] == "timer")
+    assert sorted(seen) == sorted(keys), "every key's timer fired once, in its new subtask"
+
+
+# -- the API --------------------------------------------------------------------------------
+def test_connect_makes_connected_streams_and_key_by_keys_both() -> None:
+    env = lg.StreamEnvironment(parallelism=2)
+    a, b = env.from_collection([1]), env.from_collection(["x"])
+    c = a.connect(b)
+    assert isinstance(c, lg.ConnectedStreams) and not c.keyed
+    assert c.first_input is a and c.second_input is b
+    assert c.key_by(lambda v: v, lambda v: v).keyed
+    assert a.key_by(lambda v: v).connect(b.key_by(lambda v: v)).keyed
+    assert not a.key_by(lambda v: v).connect(b).keyed
+    assert "ConnectedStreams(" in repr(c)
+
+
+def test_the_job_graph_key_group_partitions_both_inputs_by_their_own_selector() -> None:
+    env = lg.StreamEnvironment(parallelism=2)
+    a = env.from_collection([{"k": 1}]).uid("a")
+    b = env.from_collection([{"order": 1}]).uid("b")
+    a.key_by("k").connect(b.key_by("order")).process(Sum()).uid("op").sink_to(
+        lg.connectors.DiscardingSink()
+    ).uid("sink")
+    graph = env.get_job_graph()
+    op = next(n for n in graph.nodes.values() if n.uid == "op")
+    into = sorted(
+        (e for e in graph.edges.values() if e.target == op.id), key=lambda e: e.input_index
+    )
+    assert [graph.nodes[e.source].uid for e in into] == ["a", "b"]
+    assert [e.input_index for e in into] == [0, 1]
+    assert [type(e.partitioning).__name__ for e in into] == ["KeyGroupPartitioning"] * 2
+    assert [e.partitioning.selector.describe() for e in into] == ["'k'", "'order'"]
+    created = op.factory.create()
+    assert isinstance(created, KeyedCoProcessOperator)
+
+
+class OnlyFirst(lg.CoProcessFunction):
+    def process_element1(self, value: Any, ctx: Any) -> Any:
+        return None
+
+
+class OnlyMap1(lg.CoMapFunction):
+    def map1(self, value: Any) -> Any:
+        return value
+
+
+class Duck:
+    def map1(self, value: Any) -> Any:
+        return value
+
+    def map2(self, value: Any) -> Any:
+        return value
+
+
+def test_a_duck_typed_function_with_both_methods_is_accepted() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    env.from_collection([1]).connect(env.from_collection([2])).map(Duck())
+
+
+@pytest.mark.parametrize(
+    ("call", "fn", "match"),
+    [
+        ("map", Tag, r"got the class Tag; pass an instance: Tag\(...\)"),
+        ("map", OnlyMap1(), r"subclass lg\.CoMapFunction and override both.*does not define map2"),
+        ("map", lambda v: v, r"map1\(...\) and map2\(...\) methods, one per input"),
+        ("flat_map", Tag(), r"does not define flat_map1 or flat_map2.*call \.map\(fn\) with it"),
+        ("process", OnlyFirst(), r"does not define process_element2"),
+        ("process", Repeat(), r"is a CoFlatMapFunction: call \.flat_map\(fn\) with it"),
+        ("process", Sum(), r"is a KeyedCoProcessFunction, but the first input and the second"),
+    ],
+)
+def test_wrong_functions_are_refused_with_the_fix(call: str, fn: Any, match: str) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    c = env.from_collection([1]).connect(env.from_collection([2]))
+    with pytest.raises(lg.ConfigurationError, match=match):
+        getattr(c, call)(fn)
+
+
+def test_a_keyed_function_needs_both_inputs_keyed() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = env.from_collection([1]), env.from_collection([2])
+    with pytest.raises(
+        lg.ConfigurationError,
+        match=r"but the second input is not keyed: key both inputs, with "
+        r"a\.key_by\(ka\)\.connect\(b\.key_by\(kb\)\)",
+    ):
+        a.key_by(lambda v: v).connect(b).process(Sum())
+    with pytest.raises(
+        lg.ConfigurationError, match=r"subclass lg\.KeyedCoProcessFunction and override both"
+    ):
+        a.key_by(lambda v: v).connect(b.key_by(lambda v: v)).process(OnlyFirst())
+
+
+def test_connect_refuses_a_non_stream_and_another_environment() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    a = env.from_collection([1])
+    with pytest.raises(lg.ConfigurationError, match=r"takes a DataStream or a broadcast stream"):
+        a.connect([1, 2])  # type: ignore[call-overload]
+    other = lg.StreamEnvironment(parallelism=1).from_collection([1])
+    with pytest.raises(lg.ConfigurationError, match=r"same StreamEnvironment"):
+        a.connect(other)
+    with pytest.raises(lg.ConfigurationError, match=r"key_by needs a column name"):
+        a.connect(a).key_by(3, "k")  # type: ignore[arg-type]
+    with pytest.raises(lg.ConfigurationError, match=r"name must be a non-empty string"):
+        a.connect(a).map(Tag(), name="")
