@@ -48,8 +48,15 @@ def _head_holder(task: Any, op: Any) -> str | None:
     valves = getattr(task, "_valves", [])
     gate = task.input_gate
     if valves and gate is not None:
-        for index, valve in enumerate(valves):
-            local = valve.holding_back()
+        # a two-input operator: look first at the input that holds the combined minimum
+        # back (M-W5), not at whichever input comes first
+        combined = getattr(op, "_combined", None)
+        first = combined.holding_back() if combined is not None else None
+        order = list(range(len(valves)))
+        if first is not None and first < len(valves):
+            order = [first, *(i for i in order if i != first)]
+        for index in order:
+            local = valves[index].holding_back()
             if local is None:
                 continue
             channel = [c for c, (i, lc) in enumerate(task._valve_of) if i == index and lc == local]
