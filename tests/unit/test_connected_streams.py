@@ -393,3 +393,52 @@ def test_connect_refuses_a_non_stream_and_another_environment() -> None:
         a.connect(a).key_by(3, "k")  # type: ignore[arg-type]
     with pytest.raises(lg.ConfigurationError, match=r"name must be a non-empty string"):
         a.connect(a).map(Tag(), name="")
+
+
+def test_map_and_flat_map_of_keyed_connected_streams_partition_both_inputs_by_key() -> None:
+    env = lg.StreamEnvironment(parallelism=2)
+    a = env.from_collection([1]).uid("a")
+    b = env.from_collection(["x"]).uid("b")
+    keyed = a.connect(b).key_by(lambda v: v, lambda w: len(w))
+    keyed.map(Tag()).uid("map").sink_to(lg.connectors.DiscardingSink()).uid("s1")
+    keyed.flat_map(Repeat()).uid("flat").sink_to(lg.connectors.DiscardingSink()).uid("s2")
+    graph = env.get_job_graph()
+    for uid, operator in (("map", CoMapOperator), ("flat", CoFlatMapOperator)):
+        op = next(n for n in graph.nodes.values() if n.uid == uid)
+        into = [e for e in graph.edges.values() if e.target == op.id]
+        assert sorted(e.input_index for e in into) == [0, 1]
+        assert {type(e.partitioning).__name__ for e in into} == {"KeyGroupPartitioning"}
+        assert isinstance(op.factory.create(), operator)
+
+
+def test_a_co_process_function_on_keyed_inputs_runs_with_the_key_current() -> None:
+    class Keys(lg.CoProcessFunction):
+        def process_element1(self, value: Any, ctx: Any) -> Any:
+            yield (1, ctx.current_key)
+
+        def process_element2(self, value: Any, ctx: Any) -> Any:
+            yield (2, ctx.current_key)
+
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = env.from_collection([1]), env.from_collection(["x"])
+    out = a.key_by(lambda v: v).connect(b.key_by(lambda w: w)).process(Keys())
+    op = out.transformation.factory.create()  # type: ignore[union-attr]
+    assert isinstance(op, KeyedCoProcessOperator)
+    got = run_operator(op)
+    op.process_batch(RowBatch([7]), 0)
+    op.process_batch(RowBatch(["y"]), 1)
+    assert got.records == [(1, 7), (2, "y")]
+
+
+def test_timers_on_unkeyed_connected_streams_say_to_key_both_inputs() -> None:
+    class Timer(lg.CoProcessFunction):
+        def process_element1(self, value: Any, ctx: Any) -> Any:
+            ctx.timer_service()
+
+        def process_element2(self, value: Any, ctx: Any) -> Any:
+            return None
+
+    op = CoProcessOperator(Timer())
+    run_operator(op)
+    with pytest.raises(lg.UserFunctionError, match=r"a\.key_by\(ka\)\.connect\(b\.key_by\(kb\)\)"):
+        op.process_batch(RowBatch([1]), 0)

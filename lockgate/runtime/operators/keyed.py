@@ -56,7 +56,8 @@ class ElementContext:
         if self._timers is None:
             raise ConfigurationError(
                 f"operator '{self._operator.name}': timers are for keyed process functions; "
-                "apply the function after key_by(...), e.g. stream.key_by('k').process(fn)"
+                "apply the function after key_by(...), e.g. stream.key_by('k').process(fn) "
+                "(connected streams: a.key_by(ka).connect(b.key_by(kb)).process(fn))"
             )
         return self._timers
 
@@ -130,7 +131,8 @@ class KeyedProcessOperator(_FunctionOperator):
             raise self.user_error(
                 TypeError(
                     "a timer fired but the function has no on_timer(timestamp, ctx) method; "
-                    "subclass lg.KeyedProcessFunction and implement on_timer"
+                    "subclass lg.KeyedProcessFunction (lg.KeyedCoProcessFunction on "
+                    "connected streams) and implement on_timer"
                 )
             )
         key = timer.key
