@@ -6,9 +6,9 @@ checkpoints; rescaling 2 -> 3 through a savepoint; the connected operator's wate
 follows the slower input and ignores an idle one (M-W4, M-W5, M-W6, M-T4, M-R1, M-S2).
 
 Sizes: the enrich job runs 200,000 orders and 200,000 payments (about 180,000 each
-after the gaps) on the local executor and 40,000 each on Spark's two local slots
-(rate-limited there to 10,000 per second, so that checkpoints complete before each
-injected failure); rescaling runs 60,000 each.
+after the gaps) on the local executor, rate-limited to 100,000 per second each, and
+40,000 each on Spark's two local slots, at 10,000 per second: checkpoints complete
+before each injected failure. Rescaling runs 60,000 each.
 """
 
 from __future__ import annotations
@@ -216,34 +216,32 @@ class Route(lg.CoProcessFunction):
         yield ("2", value)
 
 
+@pytest.mark.hang_guard(180)
 def test_co_map_co_flat_map_and_co_process_give_the_expected_records(executor: Any) -> None:
+    """One job, three operators on the same connected streams (the inputs fan out)."""
     numbers, words = list(range(50)), [f"w{i}" for i in range(30)]
-
-    def connected() -> lg.ConnectedStreams:
-        env = lg.StreamEnvironment(parallelism=2)
-        return env.from_collection(numbers).connect(env.from_collection(words))
-
-    got = connected().map(Label()).execute_and_collect("co-map", executor=executor)
-    assert sorted(got) == sorted(
-        [("number", v * 2) for v in numbers] + [("word", w.upper()) for w in words]
-    )
-    got = connected().flat_map(Split()).execute_and_collect("co-flat-map", executor=executor)
-    assert sorted(got, key=repr) == sorted(
-        [x for v in numbers for x in range(v % 3)] + [c for w in words for c in w], key=repr
-    )
     env = lg.StreamEnvironment(parallelism=2)
-    routed = env.from_collection(numbers).connect(env.from_collection(words)).process(Route())
+    connected = env.from_collection(numbers).connect(env.from_collection(words))
+    connected.map(Label()).sink_to(lg.connectors.CollectSink()).uid("map")
+    connected.flat_map(Split()).sink_to(lg.connectors.CollectSink()).uid("flat")
+    routed = connected.process(Route())
     routed.get_side_output(UNMATCHED).sink_to(lg.connectors.CollectSink()).uid("side")
     routed.sink_to(lg.connectors.CollectSink()).uid("main")
-    result = env.execute("co-process", executor=executor)
-    collected = {
-        uid: sorted((x for part in result.sink_results[uid] for x in part), key=repr)
-        for uid in ("main", "side")
+    result = env.execute("co-map, co-flat-map, co-process", executor=executor)
+    got = {
+        uid: sorted((x for part in parts for x in part), key=repr)
+        for uid, parts in result.sink_results.items()
     }
-    assert collected["main"] == sorted(
+    assert got["map"] == sorted(
+        [("number", v * 2) for v in numbers] + [("word", w.upper()) for w in words], key=repr
+    )
+    assert got["flat"] == sorted(
+        [x for v in numbers for x in range(v % 3)] + [c for w in words for c in w], key=repr
+    )
+    assert got["main"] == sorted(
         [("1", v) for v in numbers if v % 5] + [("2", w) for w in words], key=repr
     )
-    assert collected["side"] == sorted((v for v in numbers if v % 5 == 0), key=repr)
+    assert got["side"] == sorted((v for v in numbers if v % 5 == 0), key=repr)
 
 
 # -- the enrich job: exactly once through failures ------------------------------------------------
@@ -262,9 +260,9 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    # about one second of input per attempt (four on Spark, whose attempts start slower):
-    # checkpoints complete before each fault
-    rate = n // 4 if is_spark(executor) else n
+    # about two seconds of input per attempt (four on Spark, whose attempts start
+    # slower), each fault well into it: checkpoints complete before each fault
+    rate = n // 4 if is_spark(executor) else n // 2
     options = {"rows_per_second": rate, "batch_size": 2_000}
     o = source(env, "orders", orders, 0, n, **options)
     p = source(env, "payments", payments, 0, n, **options)
@@ -272,9 +270,10 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     per_subtask = n * 12 // 13 // 2  # about, of both inputs, per subtask and attempt
     inject_faults(
         env,
-        FailAtRecord(OP, record=per_subtask * 2 // 5, subtask=0),
-        FailAtRecord(OP, record=per_subtask // 5, attempt=1, subtask=1),
-        FailAtRecord(OP, record=per_subtask // 8, attempt=2, subtask=0),
+        # each fault leaves enough of its subtask's records for the next one to fire
+        FailAtRecord(OP, record=per_subtask * 45 // 100, subtask=0),
+        FailAtRecord(OP, record=per_subtask * 25 // 100, attempt=1, subtask=1),
+        FailAtRecord(OP, record=per_subtask * 15 // 100, attempt=2, subtask=0),
     )
     result = env.execute("enrich with failures", executor=executor)
     assert result.attempts == 4, "each injected failure restarted the job"
