@@ -24,9 +24,11 @@ from .api.functions import (
     KeyedProcessFunction,
     MapFunction,
     ProcessFunction,
+    ProcessJoinFunction,
     ProcessWindowFunction,
     ReduceFunction,
 )
+from .api.interval_join import IntervalJoin, IntervalJoined
 from .api.job_client import JobClient
 from .api.output_tag import DEAD_LETTER, OutputTag
 from .api.windowed_stream import WindowedStream
@@ -131,6 +133,8 @@ __all__ = [
     "FlatMapFunction",
     "Function",
     "HashMapStateBackend",
+    "IntervalJoin",
+    "IntervalJoined",
     "InvalidGraphError",
     "InvalidTimestampError",
     "JobClient",
@@ -155,6 +159,7 @@ __all__ = [
     "OperatorWatermark",
     "OutputTag",
     "ProcessFunction",
+    "ProcessJoinFunction",
     "ProcessWindowFunction",
     "ProcessingTimeSessionWindows",
     "PunctuatedWatermarks",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .connected import ConnectedStreams
     from .environment import StreamEnvironment
+    from .interval_join import IntervalJoin
     from .windowed_stream import WindowedStream
 
 S = TypeVar("S", bound="_Configurable")
@@ -406,6 +407,14 @@ class KeyedStream(DataStream):
         ``ctx.current_key`` in ``process_element``, ``ctx.apply_to_keyed_state`` in
         ``process_broadcast_element``)."""
         return super().connect(other)
+
+    def interval_join(self, other: KeyedStream) -> IntervalJoin:
+        """Join this keyed stream's records with ``other``'s (keyed too) of the same key
+        whose event times are within an interval: finish with
+        ``.between(lower, upper).process(...)`` (see ``lg.IntervalJoin``)."""
+        from .interval_join import IntervalJoin
+
+        return IntervalJoin(self, other)
 
     def _key_functions(self) -> dict[str, Any]:
         sel = self.key_selector

@@ -17,6 +17,7 @@ from ..core.user_functions import default_method
 from ..runtime.async_runner import AsyncFunction as AsyncFunction  # async I/O (M-W7)
 from ..runtime.context import RuntimeContext
 from ..runtime.operators import broadcast as _broadcast
+from ..runtime.operators import interval_join as _interval_join
 from ..runtime.operators.keyed import ElementContext
 from ..runtime.operators.window_contents import WindowContext
 
@@ -242,3 +243,23 @@ class KeyedCoProcessFunction(Function):
     def on_timer(self, timestamp: int, ctx: ElementContext) -> Iterable[Any] | None:
         """Called when a timer registered for ``ctx.current_key`` fires."""
         return None
+
+
+class ProcessJoinFunction(Function):
+    """Joins the pairs of an interval join
+    (``a.key_by(ka).interval_join(b.key_by(kb)).between(lower, upper).process(fn)``).
+
+    ``process_element(left, right, ctx)`` is called once for each pair of a left and a
+    right record with equal keys whose times are within the bounds; it yields (or
+    returns an iterable of) output records, each emitted with the event timestamp
+    ``ctx.timestamp`` (the later of the two). ``ctx.left_timestamp``,
+    ``ctx.right_timestamp``, ``ctx.current_key`` and ``ctx.output(tag, value)`` (a side
+    output) are available too.
+    """
+
+    Context = _interval_join.ProcessJoinContext
+
+    def process_element(
+        self, left: Any, right: Any, ctx: _interval_join.ProcessJoinContext
+    ) -> Iterable[Any] | None:
+        raise NotImplementedError
