@@ -166,9 +166,10 @@ def test_exactly_the_oracles_pairs_after_three_injected_failures_M_R1(
     ).uid("sink")
     inject_faults(
         env,
-        FailAtRecord("interval-join", record=60_000, subtask=0),
-        FailAtRecord("interval-join", record=40_000, attempt=1, subtask=1),
-        FailAtRecord("interval-join", record=30_000, attempt=2, subtask=0),
+        # early enough in each attempt that the next one still has that many to read
+        FailAtRecord("interval-join", record=30_000, subtask=0),
+        FailAtRecord("interval-join", record=15_000, attempt=1, subtask=1),
+        FailAtRecord("interval-join", record=10_000, attempt=2, subtask=0),
     )
     result = env.execute("interval join with failures", executor=executor)
     assert result.attempts == 4, "each injected failure restarted the job"
@@ -239,3 +240,37 @@ def test_join_state_moves_by_key_group_when_restored_at_another_parallelism_M_T4
     first, second = read_sink(tmp_path / "out-1"), read_sink(tmp_path / "out-2")
     assert first and second, "both stages produced pairs"
     assert_equal(pd.DataFrame(first + second), oracle(n))
+
+
+# -- late data to side outputs --------------------------------------------------------------
+@pytest.mark.hang_guard(180)
+def test_late_records_of_each_input_go_to_its_side_output(executor: Any) -> None:
+    """With side_output_late_data(left_tag, right_tag), the late records a run saw
+    (how many depends on how the inputs interleave) reach the side output of their
+    input, as they arrived; only the 5 s old records can be late; the pairs still
+    equal pandas."""
+    n = 20_000
+    env = lg.StreamEnvironment(parallelism=2)
+    left = stream(env, lg.connectors.SequenceSource(0, n), 0, "left")
+    right = stream(env, lg.connectors.SequenceSource(0, n), 1, "right")
+    tags = lg.OutputTag("late-left"), lg.OutputTag("late-right")
+    out = (
+        left.key_by("k")
+        .interval_join(right.key_by("k"))
+        .between(LOWER, UPPER)
+        .side_output_late_data(*tags)
+        .process(name="interval-join")
+    )
+    sinks = [lg.connectors.CollectSink() for _ in range(3)]
+    out.sink_to(sinks[0], name="pairs").uid("pairs").set_parallelism(1)
+    for tag, sink, name in zip(tags, sinks[1:], ("late-l", "late-r")):
+        out.get_side_output(tag).sink_to(sink, name=name).uid(name).set_parallelism(1)
+    result = env.execute("interval join late data", executor=executor)
+    got = [r for part in result.sink_results["pairs"] for r in part]
+    assert_equal(pd.DataFrame(got), oracle(n))
+    for side, name in ((0, "late-l"), (1, "late-r")):
+        late = [r for part in result.sink_results.get(name, []) for r in part]
+        old = frame(0, n, side)[np.arange(n) % LATE_EVERY == 5]
+        allowed = set(zip(old.k.tolist(), old.ts.tolist()))
+        assert {(r["k"], r["ts"]) for r in late} <= allowed
+        assert result.operators["interval-join"].side_out.get(tags[side].name, 0) == len(late)
