@@ -14,11 +14,14 @@ from .api.functions import (
     AsyncFunction,
     BroadcastProcessFunction,
     CoFlatMapFunction,
+    CoGroupFunction,
     CoMapFunction,
     CoProcessFunction,
     FilterFunction,
+    FlatJoinFunction,
     FlatMapFunction,
     Function,
+    JoinFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
@@ -30,6 +33,7 @@ from .api.functions import (
 )
 from .api.interval_join import IntervalJoin, IntervalJoined
 from .api.job_client import JobClient
+from .api.joined_streams import CoGroupedStreams, JoinedStreams
 from .api.output_tag import DEAD_LETTER, OutputTag
 from .api.windowed_stream import WindowedStream
 from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
@@ -120,6 +124,8 @@ __all__ = [
     "CoProcessFunction",
     "ConnectedStreams",
     "Clock",
+    "CoGroupFunction",
+    "CoGroupedStreams",
     "ConfigurationError",
     "CorruptStreamError",
     "DEAD_LETTER",
@@ -130,6 +136,7 @@ __all__ = [
     "ExternalizedRetention",
     "FailureReason",
     "FilterFunction",
+    "FlatJoinFunction",
     "FlatMapFunction",
     "Function",
     "HashMapStateBackend",
@@ -141,6 +148,8 @@ __all__ = [
     "JobExecutionResult",
     "JobFailedError",
     "JobStatus",
+    "JoinFunction",
+    "JoinedStreams",
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",

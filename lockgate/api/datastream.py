@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .connected import ConnectedStreams
     from .environment import StreamEnvironment
     from .interval_join import IntervalJoin
+    from .joined_streams import CoGroupedStreams, JoinedStreams
     from .windowed_stream import WindowedStream
 
 S = TypeVar("S", bound="_Configurable")
@@ -315,6 +316,20 @@ class DataStream(_Configurable):
         t = Transformation(Kind.UNION, "union", [self._t, *(o._t for o in others)])
         self._env._register(t)
         return DataStream(self._env, t)
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """Window join with ``other``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(fn=None)`` (see :mod:`lockgate.api.joined_streams`)."""
+        from .joined_streams import JoinedStreams
+
+        return JoinedStreams(self, other)
+
+    def co_group(self, other: DataStream) -> CoGroupedStreams:
+        """Window co-group with ``other``: ``.where(key).equal_to(other_key)
+        .window(assigner).apply(co_group_function)``."""
+        from .joined_streams import CoGroupedStreams
+
+        return CoGroupedStreams(self, other)
 
     def get_side_output(self, tag: Any) -> DataStream:
         """The records this operator emitted to side output ``tag`` (an ``lg.OutputTag``)."""

@@ -263,3 +263,36 @@ class ProcessJoinFunction(Function):
         self, left: Any, right: Any, ctx: _interval_join.ProcessJoinContext
     ) -> Iterable[Any] | None:
         raise NotImplementedError
+
+
+class JoinFunction(Function):
+    """Joins a pair of records of a window join
+    (``a.join(b).where(ka).equal_to(kb).window(assigner).apply(fn)``).
+
+    ``join(left, right)`` is called once per pair of a left and a right record with the
+    same key in the same window, each time the window fires, and returns one output
+    record (emitted with the event timestamp ``window.end - 1``)."""
+
+    def join(self, left: Any, right: Any) -> Any:
+        raise NotImplementedError
+
+
+class FlatJoinFunction(Function):
+    """A :class:`JoinFunction` with zero or more outputs per pair: ``join(left, right)``
+    yields (or returns an iterable of) output records."""
+
+    def join(self, left: Any, right: Any) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class CoGroupFunction(Function):
+    """Processes the two sides of a window co-group
+    (``a.co_group(b).where(ka).equal_to(kb).window(assigner).apply(fn)``).
+
+    ``co_group(lefts, rights)`` is called once per key and window each time the window
+    fires, with the window's left and right records of that key (lists; one of them
+    may be empty), and yields (or returns an iterable of) output records, each
+    emitted with the event timestamp ``window.end - 1``."""
+
+    def co_group(self, lefts: list[Any], rights: list[Any]) -> Iterable[Any] | None:
+        raise NotImplementedError

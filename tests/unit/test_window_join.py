@@ -1,0 +1,348 @@
+"""Window join and co-group: the builder's checks, the vectorized pairing, the payload
+rows the window operator moves around, and lateness on a scripted watermark (issue 23
+parts 3-4; M-W6)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_window_operator import MAXP, Restored, batch, make, snapshot, tumbling, wm
+
+import lockgate as lg
+from lockgate.core.batch import timestamps_of
+from lockgate.core.key_groups import subtask_for_key
+from lockgate.errors import ConfigurationError
+from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window_join import (
+    ARROW_JOIN,
+    LEFT,
+    RIGHT,
+    JoinContents,
+    JoinState,
+    TagBatch,
+    key_fields,
+    pair_indices,
+)
+
+
+def streams() -> tuple[lg.StreamEnvironment, lg.DataStream, lg.DataStream]:
+    env = lg.StreamEnvironment(parallelism=1)
+    a = env.from_source(lg.connectors.CollectionSource([{"k": 1, "ts": 0}]), name="a")
+    b = env.from_source(lg.connectors.CollectionSource([{"k": 1, "ts": 0}]), name="b")
+    return env, a, b
+
+
+TUMBLING = lg.TumblingEventTimeWindows.of(1000)
+
+
+# -- the builder rejects bad input, saying how to fix it --------------------------------------
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda a, b: a.join(b).apply(), "where(left_key).equal_to(right_key)"),
+        (lambda a, b: a.join(b).equal_to("k"), "comes after where"),
+        (lambda a, b: a.join(b).where("k").window(TUMBLING), "comes after the keys"),
+        (lambda a, b: a.join(b).where("k").equal_to("k").apply(), "before apply()"),
+        (lambda a, b: a.join(b).where(3), "column name"),
+        (lambda a, b: a.join(b).where(["a", "b"]).equal_to("k"), "same number of key columns"),
+        (
+            lambda a, b: a.join(b).where("k").equal_to("k").window(lg.TumblingEventTimeWindows),
+            "instance",
+        ),
+        (lambda a, b: a.join(b).where("k").equal_to("k").window(1000), "window assigner"),
+        (
+            lambda a, b: a.join(b).where(lambda r: r["k"]).equal_to("k").window(TUMBLING).apply(),
+            "needs column keys",
+        ),
+        (
+            lambda a, b: a.join(b).where("k").equal_to("k").window(TUMBLING).apply(lg.JoinFunction),
+            "instance",
+        ),
+        (
+            lambda a, b: a.join(b).where("k").equal_to("k").window(TUMBLING).apply(42),
+            "JoinFunction",
+        ),
+        (
+            lambda a, b: (
+                a.join(b).where("k").equal_to("k").window(TUMBLING).apply(suffixes=("_x", "_x"))
+            ),
+            "two different strings",
+        ),
+        (
+            lambda a, b: a.co_group(b).where("k").equal_to("k").window(TUMBLING).apply(),
+            "CoGroupFunction",
+        ),
+        (
+            lambda a, b: (
+                a.co_group(b).where("k").equal_to("k").window(TUMBLING).apply(lg.JoinFunction())
+            ),
+            "use a.join(b)",
+        ),
+        (
+            lambda a, b: (
+                a.join(b).where("k").equal_to("k").window(TUMBLING).apply(lg.CoGroupFunction())
+            ),
+            "a.co_group(b)",
+        ),
+        (
+            lambda a, b: (
+                a.join(b)
+                .where("k")
+                .equal_to("k")
+                .window(lg.TumblingProcessingTimeWindows.of(1000))
+                .allowed_lateness(10)
+            ),
+            "event-time",
+        ),
+        (lambda a, b: a.join(b).where("k").equal_to("k").allowed_lateness(10), "after window"),
+        (lambda a, b: a.join([1, 2]), "other DataStream"),
+    ],
+)
+def test_bad_joins_are_refused_with_a_fix(build: Any, says: str) -> None:
+    _, a, b = streams()
+    with pytest.raises(ConfigurationError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        build(a, b)
+
+
+def test_streams_of_two_environments_do_not_join() -> None:
+    _, a, _ = streams()
+    _, _, b = streams()
+    with pytest.raises(ConfigurationError, match="same StreamEnvironment"):
+        a.join(b)
+
+
+# -- the vectorized pairing ------------------------------------------------------------------
+def test_pair_indices_give_every_pair_of_each_row_once() -> None:
+    rng = np.random.default_rng(7)
+    left = rng.integers(0, 50, 3000)
+    right = rng.integers(0, 50, 2000)
+    li, ri = pair_indices(left, right, 50)
+    assert (left[li] == right[ri]).all()
+    got = sorted(zip(li.tolist(), ri.tolist()))
+    want = sorted(
+        (i, j) for i in range(len(left)) for j in np.flatnonzero(right == left[i]).tolist()
+    )
+    assert got == want
+    assert (np.diff(left[li]) >= 0).all(), "pairs come in row order"
+
+
+def test_pair_indices_of_an_empty_side_are_empty() -> None:
+    li, ri = pair_indices(np.array([0, 1]), np.zeros(0, dtype=np.int64), 2)
+    assert len(li) == len(ri) == 0
+
+
+# -- the payload rows ------------------------------------------------------------------------
+class FakeOperator:
+    name = "join"
+
+    def user_error(self, e: Exception) -> Exception:
+        return e
+
+
+def contents() -> JoinContents:
+    c = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
+    c.open(FakeOperator())
+    return c
+
+
+def records(state: JoinState, c: JoinContents) -> dict[int, tuple[list[int], list[int]]]:
+    """Row -> (left ids, right ids)."""
+    out: dict[int, tuple[list[int], list[int]]] = {r: ([], []) for r in range(state.n)}
+    for side, chunks in ((0, state.left), (1, state.right)):
+        for ids, part in chunks:
+            for r, v in zip(ids.tolist(), part.column("id").to_pylist()):
+                out[r][side].append(v)
+    return out
+
+
+def filled() -> tuple[JoinContents, JoinState]:
+    c = contents()
+    state = c.empty(3)
+    batch = pa.table({"k": [1, 1, 2, 3], "id": [10, 11, 12, 13]})
+    data = (np.array([0, 1, 0, 1], dtype=np.int8), batch)
+    c.fold(
+        state,
+        np.array([0, 0, 1, 2]),
+        type("P", (), {"side": data[0], "part": data[1]}),
+        np.arange(4),
+    )
+    return c, state
+
+
+def test_take_concat_and_combine_keep_each_rows_records() -> None:
+    c, state = filled()
+    assert records(state, c) == {0: ([10], [11]), 1: ([12], []), 2: ([], [13])}
+    taken = c.take(state, np.array([2, 0]))
+    assert records(taken, c) == {0: ([], [13]), 1: ([10], [11])}
+    both = c.concat([state, taken])
+    assert records(both, c)[4] == ([10], [11]) and both.n == 5
+    merged = c.combine(state, np.array([0, 0, 1]), 2)
+    assert records(merged, c) == {0: ([10, 12], [11]), 1: ([], [13])}
+
+
+def test_a_frozen_payload_does_not_see_later_records() -> None:
+    c, state = filled()
+    frozen = c.freeze(state)
+    own = c.take(state, np.arange(3))  # what the store does before writing in place
+    part = type(
+        "P", (), {"side": np.array([0], dtype=np.int8), "part": pa.table({"k": [1], "id": [99]})}
+    )
+    c.fold(own, np.array([0]), part, np.array([0]))
+    assert records(c.thaw(frozen), c)[0] == ([10], [11])
+    assert records(own, c)[0] == ([10, 99], [11])
+
+
+# -- results on a scripted watermark ---------------------------------------------------------
+def punctuated() -> lg.WatermarkStrategy:
+    return lg.WatermarkStrategy.for_generator(
+        lambda: lg.PunctuatedWatermarks(lambda ts: int(ts.max()) - 1)
+    ).with_timestamp_assigner("ts")
+
+
+class Stamp(lg.ProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        yield (value, ctx.timestamp)
+
+
+def scripted(
+    env: lg.StreamEnvironment, left: list[dict[str, Any]], right: list[dict[str, Any]]
+) -> tuple[lg.DataStream, lg.DataStream]:
+    a = env.from_source(
+        lg.connectors.CollectionSource(left, batch_size=1),
+        name="a",
+        watermark_strategy=punctuated(),
+    )
+    b = env.from_source(
+        lg.connectors.CollectionSource(right, batch_size=1),
+        name="b",
+        watermark_strategy=punctuated(),
+    )
+    return a, b
+
+
+def test_the_vectorized_join_merges_columns_and_stamps_window_end_minus_one() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = scripted(
+        env,
+        [
+            {"k": "x", "ts": 10, "v": 1},
+            {"k": "y", "ts": 20, "v": 2},
+            {"k": "x", "ts": 1500, "v": 3},
+        ],
+        [{"k": "x", "ts": 30, "v": 7, "u": "a"}, {"k": "x", "ts": 1600, "v": 8, "u": "b"}],
+    )
+    out = (
+        a.join(b)
+        .where("k")
+        .equal_to("k")
+        .window(TUMBLING)
+        .apply(name="join")
+        .process(Stamp(), name="stamp")
+    )
+    got = sorted(
+        out.execute_and_collect("join columns", executor=lg.LocalExecutor()), key=lambda r: r[1]
+    )
+    assert got == [
+        ({"k": "x", "ts_left": 10, "v_left": 1, "ts_right": 30, "v_right": 7, "u": "a"}, 999),
+        ({"k": "x", "ts_left": 1500, "v_left": 3, "ts_right": 1600, "v_right": 8, "u": "b"}, 1999),
+    ]
+
+
+def test_different_key_names_both_stay_and_a_flat_join_function_runs_per_pair() -> None:
+    class Twice(lg.FlatJoinFunction):
+        def join(self, left: Any, right: Any) -> Any:
+            yield (left["id"], right["id"])
+            yield (right["id"], left["id"])
+
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = scripted(env, [{"a": 1, "ts": 1, "id": "l"}], [{"b": 1, "ts": 2, "id": "r"}])
+    joined = a.join(b).where("a").equal_to("b").window(TUMBLING)
+    out = joined.apply(name="cols")
+    assert out.execute_and_collect("names", executor=lg.LocalExecutor()) == [
+        {"a": 1, "ts_left": 1, "id_left": "l", "b": 1, "ts_right": 2, "id_right": "r"}
+    ]
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = scripted(env, [{"a": 1, "ts": 1, "id": "l"}], [{"b": 1, "ts": 2, "id": "r"}])
+    out = a.join(b).where(lambda r: r["a"]).equal_to("b").window(TUMBLING).apply(Twice())
+    assert sorted(out.execute_and_collect("flat", executor=lg.LocalExecutor())) == [
+        ("l", "r"),
+        ("r", "l"),
+    ]
+
+
+def test_co_group_is_called_per_key_and_window_even_with_one_side_empty() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = scripted(
+        env,
+        [{"k": 1, "ts": 1}, {"k": 2, "ts": 5}, {"k": 1, "ts": 7}],
+        [{"k": 1, "ts": 3}, {"k": 3, "ts": 1200}],
+    )
+    out = (
+        a.co_group(b)
+        .where("k")
+        .equal_to("k")
+        .window(TUMBLING)
+        .apply(lambda ls, rs: [((ls or rs)[0]["k"], len(ls), len(rs))])
+    )
+    assert sorted(out.execute_and_collect("co-group", executor=lg.LocalExecutor())) == [
+        (1, 2, 1),
+        (2, 1, 0),
+        (3, 0, 1),
+    ]
+
+
+def tagged(side: int, *rows: tuple[int, int]) -> pa.RecordBatch:
+    """Records ``(k, ts)`` of one side as the join's tag step makes them."""
+    return TagBatch(side, ("k",))(batch([{"k": k, "ts": t, "id": t} for k, t in rows]))
+
+
+def test_within_the_lateness_a_window_joins_again_and_later_records_are_dropped_M_W6() -> None:
+    """[0, 1000) fires at 1499 with its pair; a left record at 950 arriving then
+    re-fires it with all its pairs (as Flink); at 2499 its state is dropped (999 + 1000
+    <= 2499), so a record at 300 is dropped and counted."""
+    c = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
+    op, out, _ = make(tumbling(), c, key=list(key_fields(1)), lateness=1000)
+    op.process_batch(tagged(LEFT, (1, 100)))
+    op.process_batch(tagged(RIGHT, (1, 200), (2, 300)))
+    wm(op, 1499)
+    assert [(r["id_left"], r["id_right"]) for r in out.take()] == [(100, 200)]
+    op.process_batch(tagged(LEFT, (1, 950)))
+    firing = out.raw[-1]
+    assert sorted((r["id_left"], r["id_right"]) for r in out.take()) == [(100, 200), (950, 200)]
+    assert list(timestamps_of(firing)) == [999, 999]
+    assert firing.schema.field("k").type == pa.int64()
+    wm(op, 2499)
+    op.process_batch(tagged(LEFT, (1, 300)))
+    op.process_batch(tagged(RIGHT, (1, 310)))
+    wm(op, 5000)
+    assert out.take() == []
+    assert op.counters.side_out == {LATE_RECORDS_DROPPED: 2}
+
+
+def test_join_state_restores_at_another_parallelism_by_key_group_M_T4() -> None:
+    c = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
+    op, _, _ = make(tumbling(), c, key=list(key_fields(1)))
+    op.process_batch(tagged(LEFT, *[(k, 10 + k) for k in range(40)]))
+    op.process_batch(tagged(RIGHT, *[(k, 500 + k) for k in range(40)]))
+    payload = pickle.loads(pickle.dumps(snapshot(op)))
+    pairs = []
+    for subtask in range(3):
+        restored = Restored([payload], subtask, 3)
+        c2 = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
+        op2, out2, _ = make(
+            tumbling(),
+            c2,
+            key=list(key_fields(1)),
+            subtask=subtask,
+            parallelism=3,
+            restored=restored,
+        )
+        wm(op2, 999)
+        got = out2.take()
+        assert all(subtask_for_key(r["k"], 3, MAXP) == subtask for r in got)
+        pairs += [(r["id_left"], r["id_right"]) for r in got]
+    assert sorted(pairs) == [(10 + k, 500 + k) for k in range(40)]
