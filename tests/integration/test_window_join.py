@@ -47,7 +47,7 @@ def columns(i: np.ndarray, total: int) -> dict[str, np.ndarray]:
     k = np.where(side == 0, (j * 7919) % KEYS, (j * 4099) % KEYS)
     ts = i // 20 - (i * 104729) % DISORDER_MS + DISORDER_MS
     too_late = (i % 1009 == 7) & (i > total // 2)
-    within = (i % 1013 == 3) & (i > 40_000)
+    within = (i % 1013 == 3) & (i > 24_000)
     ts = np.where(too_late, i // 20 - 20_000, np.where(within, i // 20 - 1200, ts))
     k = np.where(too_late, KEYS + i, k)  # alone in their keys: see check_too_late
     return {"side": side, "k": k, "ts": ts, "id": i, "too_late": too_late, "within": within}
@@ -273,7 +273,11 @@ def test_window_join_and_co_group_equal_pandas_with_disorder_and_late_records_M_
 ) -> None:
     total = 2 * per_side(executor)
     env = lg.StreamEnvironment(parallelism=2)
-    left, right = two_sides(env, total, lg.connectors.SequenceSource(0, total, batch_size=4000))
+    # Spark: a smaller input, paced, so that windows fire (and records are too late)
+    # during the run rather than all at its end (the whole input fits in the channels)
+    rate = 20_000 if is_spark(executor) else None
+    source = lg.connectors.SequenceSource(0, total, rows_per_second=rate, batch_size=4000)
+    left, right = two_sides(env, total, source)
     out = build(left, right, how, kind)
     sink = out.sink_to(lg.connectors.CollectSink(), name="collect").uid("collect")
     sink.set_parallelism(1)

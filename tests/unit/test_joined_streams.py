@@ -13,17 +13,20 @@ import pytest
 from test_window_operator import MAXP, Restored, batch, make, snapshot, tumbling, wm
 
 import lockgate as lg
-from lockgate.core.batch import timestamps_of
+from lockgate.core.batch import RowBatch, timestamps_of
 from lockgate.core.key_groups import subtask_for_key
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
 from lockgate.runtime.operators.window_join import (
     ARROW_JOIN,
+    FUNCTION_JOIN,
+    KEY_FIELD,
     LEFT,
     RIGHT,
     JoinContents,
     JoinState,
     TagBatch,
+    TagRecord,
     key_fields,
     pair_indices,
 )
@@ -346,3 +349,22 @@ def test_join_state_restores_at_another_parallelism_by_key_group_M_T4() -> None:
         assert all(subtask_for_key(r["k"], 3, MAXP) == subtask for r in got)
         pairs += [(r["id_left"], r["id_right"]) for r in got]
     assert sorted(pairs) == [(10 + k, 500 + k) for k in range(40)]
+
+
+def test_a_processing_time_window_joins_what_arrived_before_the_clock_passed_its_end() -> None:
+    """Processing-time assigners work as for ``window(...)``: records join by the
+    window of their arrival time, and the window fires when the clock reads its end."""
+    clock = lg.ManualClock(start_ms=10_500)
+    c = JoinContents(FUNCTION_JOIN, lambda left, right: (left["id"], right["id"]))
+    op, out, service = make(
+        lg.TumblingProcessingTimeWindows.of(1000), c, key=KEY_FIELD, clock=clock
+    )
+    left = TagRecord(LEFT, "k")
+    right = TagRecord(RIGHT, "k")
+    op.process_batch(RowBatch([left({"k": 1, "id": "a"}), right({"k": 1, "id": "b"})]))
+    clock.advance(500)  # 11_000: the window [10_000, 11_000) is over
+    op.process_batch(RowBatch([right({"k": 1, "id": "c"})]))
+    service.fire_due()
+    assert out.take() == [("a", "b")]
+    op.finish()  # end of input: the open window fires with what it holds
+    assert out.take() == []
