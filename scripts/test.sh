@@ -4,6 +4,9 @@
 # (scripts/services.sh; LOCKGATE_SKIP_SERVICES=1 skips this), then runs ruff (lint and
 # format check, configured in pyproject.toml), mypy and pytest.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`.
+# pytest runs the test modules in LOCKGATE_TEST_WORKERS parallel processes (default 3,
+# pytest-xdist; each module stays in one process); LOCKGATE_TEST_WORKERS=0 runs them all
+# in this one process, e.g. for --pdb.
 # Exits non-zero if ruff finds anything, or mypy or pytest fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,16 +36,29 @@ if ! "$VENV/bin/ruff" format --check "${RUFF_PATHS[@]}"; then
 fi
 say "mypy lockgate"
 "$VENV/bin/python" -m mypy lockgate || status=1
-say "pytest -q $*"
-# a test the hang guard kills takes the run down with it: its traceback goes here
-export LOCKGATE_HANG_DUMP="${TMPDIR:-/tmp}/lockgate-hang-$$.txt"
-rm -f "$LOCKGATE_HANG_DUMP"
-"$VENV/bin/python" -m pytest -q "$@" || status=1
-if [ -s "$LOCKGATE_HANG_DUMP" ] && grep -q "Thread 0x\|Current thread" "$LOCKGATE_HANG_DUMP"; then
-    warn "the hang guard stopped the run:"
-    cat "$LOCKGATE_HANG_DUMP" >&2
+# the suite mostly waits (checkpoint intervals, Spark's JVMs, brokers): three processes
+# finish it in about half the time of one, even on two cores. Whole modules go to a worker
+# (their module fixtures start clusters and builds once), the slowest first (SLOW_MODULES
+# in tests/conftest.py); arguments given here come after these, so `-n 0` wins too.
+workers="${LOCKGATE_TEST_WORKERS:-3}"
+[[ "$workers" =~ ^[0-9]+$ ]] || die "LOCKGATE_TEST_WORKERS must be a number of processes (0: no workers), not '$workers'"
+parallel=()
+if [ "$workers" -gt 0 ]; then
+    parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
-rm -f "$LOCKGATE_HANG_DUMP"
+say "pytest -q ${parallel[*]} $*"
+# a test the hang guard kills takes its process down with it: its traceback goes here
+# (one file per worker: <this path>.gw0, .gw1...)
+export LOCKGATE_HANG_DUMP="${TMPDIR:-/tmp}/lockgate-hang-$$.txt"
+rm -f "$LOCKGATE_HANG_DUMP" "$LOCKGATE_HANG_DUMP".*
+"$VENV/bin/python" -m pytest -q "${parallel[@]}" "$@" || status=1
+for dump in "$LOCKGATE_HANG_DUMP" "$LOCKGATE_HANG_DUMP".*; do
+    if [ -s "$dump" ] && grep -q "Thread 0x\|Current thread" "$dump"; then
+        warn "the hang guard stopped a test run:"
+        cat "$dump" >&2
+    fi
+done
+rm -f "$LOCKGATE_HANG_DUMP" "$LOCKGATE_HANG_DUMP".*
 
 if [ "$status" -ne 0 ]; then
     say "FAILED (see above)"

@@ -45,6 +45,25 @@ HANG_GUARD_S = 60.0
 SPARK_SLOTS = 2
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
+#: this process's name among the parallel workers of a pytest-xdist run (``gw0``,
+#: ``gw1``...; scripts/test.sh starts them), "" in a run without workers
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+#: the modules that take longest (minutes of clusters, brokers and seeded failures), the
+#: slowest first. A parallel run hands whole modules to its workers (``--dist loadfile``)
+#: in collection order; these come first, so that the short modules fill the gaps at the
+#: end instead of one worker running a long module alone while the others have finished.
+SLOW_MODULES = (
+    "tests/spark/test_multi_host_cluster.py",
+    "tests/connectors/test_exactly_once_pipelines.py",
+    "tests/connectors/test_kafka_end_to_end.py",
+    "tests/integration/test_recovery.py",
+    "tests/integration/test_driver_restart.py",
+    "tests/integration/test_unaligned_restore.py",
+    "tests/spark/test_standalone_cluster.py",
+    "tests/integration/test_wheel_install.py",
+)
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -240,9 +259,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
     # every job registers for command-line control (lockgate list/savepoint/stop): keep
-    # the test run's registrations out of the user's ~/.lockgate
-    if "LOCKGATE_HOME" not in os.environ:
-        os.environ["LOCKGATE_HOME"] = tempfile.mkdtemp(prefix="lockgate-test-home-")
+    # the test run's registrations out of the user's ~/.lockgate, and each parallel
+    # worker's out of the others' (a worker inherits the environment of the pytest
+    # process that started it: it makes a home of its own if that one made the first)
+    if "LOCKGATE_HOME" not in os.environ or (
+        WORKER and os.environ["LOCKGATE_HOME"] == os.environ.get("LOCKGATE_TEST_RUN_HOME")
+    ):
+        os.environ["LOCKGATE_HOME"] = tempfile.mkdtemp(prefix=f"lockgate-test-home-{WORKER}")
+        os.environ["LOCKGATE_TEST_RUN_HOME"] = os.environ["LOCKGATE_HOME"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a parallel run, the modules of :data:`SLOW_MODULES` first (stable: the others
+    keep their order)."""
+    if not WORKER:
+        return
+    rank = {module: i for i, module in enumerate(SLOW_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 _hang_dump: Any = None
@@ -253,9 +286,16 @@ def _hang_dump_file() -> Any:
     traceback, or None."""
     global _hang_dump
     path = os.environ.get("LOCKGATE_HANG_DUMP")
+    if path and WORKER:  # one file per parallel worker: each guards its own tests
+        path = f"{path}.{WORKER}"
     if path and _hang_dump is None:
         _hang_dump = open(path, "w")  # noqa: SIM115 - kept open for faulthandler
     return _hang_dump
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _hang_dump is not None:
+        _hang_dump.close()
 
 
 @pytest.fixture(autouse=True)
@@ -271,9 +311,26 @@ def _hang_guard(request: pytest.FixtureRequest) -> Any:
             f"{request.node.nodeid}; its threads:\n"
         )
         dump.flush()
+    global _hang_guard_limit
+    _hang_guard_limit = limit
     faulthandler.dump_traceback_later(limit, exit=True, file=dump or sys.stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
+    _hang_guard_limit = None
+
+
+#: the hang guard's limit for the running test (None between tests)
+_hang_guard_limit: float | None = None
+
+
+def _restart_hang_guard() -> None:
+    """Give the running test its whole hang guard limit again from now: for the one-off
+    start of the shared SparkSession inside whichever test needs it first (in a parallel
+    run, each worker's first Spark test, which can be any)."""
+    if _hang_guard_limit is not None:
+        faulthandler.dump_traceback_later(
+            _hang_guard_limit, exit=True, file=_hang_dump_file() or sys.stderr
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -366,6 +423,7 @@ def spark_executor() -> Any:
     )
     spark = executor.spark
     spark.sparkContext.setLogLevel("ERROR")
+    _restart_hang_guard()  # the JVM's start does not count against the test that paid it
     yield executor
     spark.stop()
 
