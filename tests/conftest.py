@@ -423,6 +423,10 @@ def spark_executor() -> Any:
     )
     spark = executor.spark
     spark.sparkContext.setLogLevel("ERROR")
+    # start the Python worker daemon too: the first job of a cold session waits seconds
+    # for it, and in a parallel run that first job can be any test's, also one that times
+    # how fast a failure surfaces (tests/integration/test_job_failure.py)
+    executor.warm_up(SPARK_SLOTS)
     _restart_hang_guard()  # the JVM's start does not count against the test that paid it
     yield executor
     spark.stop()
