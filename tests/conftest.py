@@ -60,6 +60,9 @@ SLOW_MODULES = (
     "tests/integration/test_recovery.py",
     "tests/integration/test_driver_restart.py",
     "tests/integration/test_unaligned_restore.py",
+    "tests/integration/test_connected_streams.py",
+    "tests/integration/test_window_join.py",
+    "tests/integration/test_interval_join.py",
     "tests/spark/test_standalone_cluster.py",
     "tests/integration/test_wheel_install.py",
 )
