@@ -420,14 +420,17 @@ def test_a_co_process_function_on_keyed_inputs_runs_with_the_key_current() -> No
             yield (2, ctx.current_key)
 
     env = lg.StreamEnvironment(parallelism=1)
-    a, b = env.from_collection([1]), env.from_collection(["x"])
+    a, b = env.from_collection(["w"]), env.from_collection(["x"])
     out = a.key_by(lambda v: v).connect(b.key_by(lambda w: w)).process(Keys())
     op = out.transformation.factory.create()  # type: ignore[union-attr]
     assert isinstance(op, KeyedCoProcessOperator)
     got = run_operator(op)
-    op.process_batch(RowBatch([7]), 0)
+    op.process_batch(RowBatch(["v"]), 0)
     op.process_batch(RowBatch(["y"]), 1)
-    assert got.records == [(1, 7), (2, "y")]
+    assert got.records == [(1, "v"), (2, "y")]
+    # keys of the two inputs that can never be equal (an int and a str) are refused
+    with pytest.raises(lg.ConfigurationError, match=r"is int but .* is str; keys of these types"):
+        op.process_batch(RowBatch([7]), 0)
 
 
 def test_timers_on_unkeyed_connected_streams_say_to_key_both_inputs() -> None:

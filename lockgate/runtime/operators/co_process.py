@@ -15,7 +15,10 @@ its bound method (and, keyed, its key selector) to the batch's input.
   Each input's records are keyed by that input's key selector; keyed state and timers
   are one key space shared by both inputs (a key of input 0 and the equal key of input
   1 see the same state), checkpointed and rescaled by key group as the keyed process
-  operator's (M-T4, M-R1).
+  operator's (M-T4, M-R1). Keys are held by value (an int32 key of input 0 and the
+  equal int64 key of input 1 are one key, as are string, large_string and dictionary
+  strings); keys of kinds that never match (an integer and a string or a float) fail
+  the job with a ConfigurationError naming both (:mod:`lockgate.core.key_types`).
 
 Event time (M-W5, M-W4, M-W6): the operator's watermark is the minimum of its two
 inputs' (:class:`~lockgate.runtime.operators.base.StreamOperator` with ``two_input``);
@@ -28,7 +31,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.batch import Batch
+import numpy as np
+import pyarrow as pa
+
+from ...core.batch import Batch, take
+from ...core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
 from ...core.partitioners import KeySelector
 from ...core.user_functions import bind_function
 from .basic import FlatMapOperator, MapOperator, ProcessOperator
@@ -114,8 +121,36 @@ class KeyedCoProcessOperator(_TwoMethods, KeyedProcessOperator):
         super().__init__(fn, key_selector)
         self.key_selectors = (key_selector, key_selector2)
         self._bind_both()
+        self._kinds: KeyKindCheck | None = None
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
         self._select(input_index)
         self.key_selector = self.key_selectors[input_index]
+        self._check_key_kind(batch, input_index)
         KeyedProcessOperator.process_batch(self, batch, input_index)
+
+    def _check_key_kind(self, batch: Batch, input_index: int) -> None:
+        """Refuse keys of the two inputs that can never be equal (see the module
+        docstring): from the schema of an Arrow batch keyed by columns, else from the
+        key of the batch's first record."""
+        if self._kinds is None:
+            first, second = self.key_selectors
+            self._kinds = KeyKindCheck(
+                f"keyed connect '{self.name}'",
+                (
+                    f"the key of input 1 ({first.describe()})",
+                    f"the key of input 2 ({second.describe()})",
+                ),
+            )
+        selector = self.key_selector
+        columns = selector.columns
+        if columns is not None and isinstance(batch, pa.RecordBatch):
+            self._kinds.observe(
+                input_index, schema_kinds(batch.schema, columns), arrow_types(batch.schema, columns)
+            )
+            return
+        try:
+            key = selector.keys(take(batch, np.zeros(1, dtype=np.int64)))[0]
+        except Exception:
+            return  # the operator reports the failing record itself
+        self._kinds.observe(input_index, key_kinds(key), python_types(key))

@@ -24,7 +24,12 @@ as Flink's ``IntervalJoinOperator``:
   records as Arrow batches and joins a batch against the other side's buffer with
   Arrow's hash join, then filters the time condition with numpy; the output rows
   have the left's columns and the right's (a key column of the same name on both
-  sides once, other colliding names with the suffixes). With a
+  sides once, other colliding names with the suffixes). Key columns are cast to one
+  type per kind first (integers to int64, strings - also large and dictionary-encoded
+  - to string, floats to float64: :mod:`lockgate.core.key_types`), so an int32 key
+  joins an int64 key of equal value, and the output's key columns have that type.
+  Keys of kinds that never match (an integer and a string or a float) fail the job
+  with a ConfigurationError naming both key columns, on either path. With a
   ``ProcessJoinFunction``: records are Python rows, buffered per key, and
   ``fn.process_element(left, right, ctx)`` yields the outputs of each pair.
 * **Checkpoints (M-T3, M-T4).** The synchronous part of a snapshot keeps references to
@@ -57,6 +62,14 @@ from ...core.batch import (
 )
 from ...core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
 from ...core.key_groups import key_group_range, key_groups_of_keys
+from ...core.key_types import (
+    KeyKindCheck,
+    arrow_types,
+    canonical_key_columns,
+    key_kinds,
+    python_types,
+    schema_kinds,
+)
 from ...core.partitioners import KeySelector
 from ...core.user_functions import bind_function
 from ...errors import ConfigurationError
@@ -248,6 +261,11 @@ class IntervalJoinOperator(StreamOperator):
         )
         self._floor: np.ndarray | None = None
         self._floor_max = MIN_WATERMARK
+        left, right = self.selectors
+        self._kinds = KeyKindCheck(
+            f"interval join '{self.name}'",
+            (f"the left key ({left.describe()})", f"the right key ({right.describe()})"),
+        )
         if not self.vectorized:
             self._call = bind_function(self.fn, "process_element")
             self.join_ctx = ProcessJoinContext(self)
@@ -341,6 +359,11 @@ class IntervalJoinOperator(StreamOperator):
     def _process_columns(self, batch: Batch, ts: np.ndarray, side: int) -> None:
         arrow = to_arrow(batch, operator=f"interval join '{self.name}'")
         selector = self.selectors[side]
+        columns = selector.columns or ()
+        self._kinds.observe(
+            side, schema_kinds(arrow.schema, columns), arrow_types(arrow.schema, columns)
+        )
+        arrow = canonical_key_columns(arrow, columns)
         late = self._late_mask(ts, lambda: selector.key_groups(arrow, self.ctx.max_parallelism))
         if late.any():
             self._late(arrow, late, side)
@@ -398,6 +421,8 @@ class IntervalJoinOperator(StreamOperator):
     def _process_rows(self, batch: Batch, ts: np.ndarray, side: int) -> None:
         rows = to_rows(batch)
         keys = self.selectors[side].state_keys(batch, rows)
+        if keys:
+            self._kinds.observe(side, key_kinds(keys[0]), python_types(keys[0]))
         late = self._late_mask(ts, lambda: key_groups_of_keys(keys, self.ctx.max_parallelism))
         if late.any():
             self._late(batch, late, side)
@@ -511,8 +536,9 @@ class IntervalJoinOperator(StreamOperator):
                 if self.vectorized:
                     table: pa.Table = part["table"]
                     chosen = table.take(pa.array(pick, type=pa.int64())).combine_chunks()
+                    columns = self.selectors[side].columns or ()
                     for b in chosen.to_batches():
-                        self.buffers[side].restore(b)
+                        self.buffers[side].restore(canonical_key_columns(b, columns))
                 else:
                     entries = pickle.loads(part["entries"])
                     buffer: RowBuffer = self.buffers[side]

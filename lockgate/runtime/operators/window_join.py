@@ -33,6 +33,13 @@ What a firing emits (each output's event timestamp is the window's ``end - 1``):
 With allowed lateness a window that fires again (a record arrived within the
 lateness) emits the join (or co-group) of its *whole* updated contents again, as
 Flink's window join does - pairs emitted by the earlier firing come again.
+
+Key types: keys are routed and held by value (:mod:`lockgate.core.key_hash` hashes
+every integer width alike, and strings whether ``string``, ``large_string`` or
+dictionary-encoded), so an int32 key joins an int64 key of equal value. Keys of
+kinds that never match (an integer and a string or a float) fail the job with a
+ConfigurationError naming both keys (:mod:`lockgate.core.key_types`), checked by each
+subtask once it has seen records of both inputs.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ...core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
 from ...core.user_functions import bind_function
 from ...errors import ConfigurationError
 from .window_contents import WindowContents
@@ -179,6 +187,15 @@ class JoinContents(WindowContents):
 
     def open(self, operator: Any) -> None:
         super().open(operator)
+        if self.arrow:
+            keys = (
+                f"the where(...) key column(s) {list(self.left_keys)}",
+                f"the equal_to(...) key column(s) {list(self.right_keys)}",
+            )
+        else:
+            keys = ("the where(...) key", "the equal_to(...) key")
+        what = "window co-group" if self.mode == CO_GROUP else "window join"
+        self._kinds = KeyKindCheck(f"{what} '{operator.name}'", keys)
         if self.mode in (FUNCTION_JOIN, FLAT_JOIN):
             self._call: Callable[..., Any] = bind_function(self.function, "join")
         elif self.mode == CO_GROUP:
@@ -192,12 +209,21 @@ class JoinContents(WindowContents):
             drop = {SIDE_FIELD, TS_COLUMN, *key_fields(len(self.left_keys))}
             keep = [i for i, name in enumerate(arrow.schema.names) if name not in drop]
             user = pa.Table.from_batches([arrow.select(keep)])
+            if len(side) and side.min() == side.max():
+                s = int(side[0])
+                cols = self.left_keys if s == LEFT else self.right_keys
+                self._kinds.observe(
+                    s, schema_kinds(arrow.schema, cols), arrow_types(arrow.schema, cols)
+                )
             return Prepared(side, user)
         rows = to_rows(batch)
-        return Prepared(
-            np.fromiter((r[SIDE_FIELD] for r in rows), dtype=np.int8, count=len(rows)),
-            [r[VALUE_FIELD] for r in rows],
-        )
+        sides = np.fromiter((r[SIDE_FIELD] for r in rows), dtype=np.int8, count=len(rows))
+        for s in (LEFT, RIGHT):
+            first = np.flatnonzero(sides == s)
+            if len(first):
+                key = rows[int(first[0])][KEY_FIELD]
+                self._kinds.observe(s, key_kinds(key), python_types(key))
+        return Prepared(sides, [r[VALUE_FIELD] for r in rows])
 
     def fold(
         self, payload: JoinState, rows: np.ndarray, data: Prepared, records: np.ndarray
