@@ -271,7 +271,9 @@ class JoinFunction(Function):
 
     ``join(left, right)`` is called once per pair of a left and a right record with the
     same key in the same window, each time the window fires, and returns one output
-    record (emitted with the event timestamp ``window.end - 1``)."""
+    record (emitted with the event timestamp ``window.end - 1``). A None result fails
+    the job, as it does for ``map``: use a :class:`FlatJoinFunction` to emit zero or
+    more records per pair."""
 
     def join(self, left: Any, right: Any) -> Any:
         raise NotImplementedError

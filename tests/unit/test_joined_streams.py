@@ -368,3 +368,26 @@ def test_a_processing_time_window_joins_what_arrived_before_the_clock_passed_its
     assert out.take() == [("a", "b")]
     op.finish()  # end of input: the open window fires with what it holds
     assert out.take() == []
+
+
+class NoneForOdd(lg.JoinFunction):
+    def join(self, left: Any, right: Any) -> Any:
+        return None if left["v"] % 2 else (left["v"], right["v"])
+
+
+@pytest.mark.parametrize("fn", [NoneForOdd(), lambda x, y: None if x["v"] % 2 else x])
+def test_a_join_function_returning_none_fails_as_map_does_naming_the_pair(fn: Any) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    a, b = scripted(
+        env, [{"k": 1, "ts": 1, "v": 2}, {"k": 1, "ts": 2, "v": 3}], [{"k": 1, "ts": 5, "v": 9}]
+    )
+    out = a.join(b).where("k").equal_to("k").window(TUMBLING).apply(fn, name="nullable join")
+    with pytest.raises(lg.JobFailedError) as e:
+        out.execute_and_collect("none join", executor=lg.LocalExecutor())
+    text = str(e.value)
+    assert e.value.operator == "nullable join", text
+    assert "join() returned None for the pair of the left record" in text, text
+    assert "'v': 3" in text and "'v': 9" in text, "the error quotes the pair"
+    assert "FlatJoinFunction" in text, "the error says how to emit no record"
+    assert e.value.reason is lg.FailureReason.USER_CODE
+    assert isinstance(e.value.__cause__, TypeError)

@@ -52,9 +52,11 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ...core.excerpt import excerpt
 from ...core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
 from ...core.user_functions import bind_function
 from ...errors import ConfigurationError
+from .basic import first_none
 from .window_contents import WindowContents
 
 #: the field telling a tagged record's side (0: left, 1: right)
@@ -358,9 +360,14 @@ class JoinContents(WindowContents):
                             out.append(value)
                             out_ts.append(t)
                 return [RowBatch(out, np.asarray(out_ts, dtype=np.int64))] if out else []
-            out = [call(left[a], right[b]) for a, b in zip(li.tolist(), ri.tolist())]
+            pairs = list(zip(li.tolist(), ri.tolist()))
+            out = [call(left[a], right[b]) for a, b in pairs]
         except Exception as e:
             raise self.operator.user_error(e) from e
+        missing = first_none(out)
+        if missing >= 0:
+            a, b = pairs[missing]
+            raise self.operator.user_error(none_join_error(left[a], right[b]))
         return [RowBatch(out, out_stamps)]
 
     def _co_group(
@@ -418,6 +425,17 @@ class JoinContents(WindowContents):
         arrays = [lt.column(c).combine_chunks() for c in left.column_names]
         arrays += [rt.column(c).combine_chunks() for c in right_names]
         return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def none_join_error(left: object, right: object) -> TypeError:
+    """The error for a join function that returned None for a pair (worded as
+    :func:`~.basic.none_result_error` of ``map``)."""
+    return TypeError(
+        f"join() returned None for the pair of the left record {excerpt(left)} and the "
+        f"right record {excerpt(right)}; a join function must return a record for every "
+        "pair: use an lg.FlatJoinFunction to return zero or more records per pair (or "
+        "filter() after the join)"
+    )
 
 
 def pair_indices(
