@@ -10,6 +10,10 @@ pandas) or a Spark DataFrame (:meth:`StateFrame.to_spark`)::
     sp = lockgate.savepoint.read("/savepoints/sp-1")
     sp.operators()                       # {"counter": OperatorInfo(uid=..., ...)}
     sp.state("counter", "count").to_pandas()
+
+The state of a window join, window co-group or interval join is listed by
+``operators()`` but not readable: ``state()`` raises :class:`SavepointFormatError`
+naming the operator (the savepoint still restores the job).
 """
 
 from .errors import MissingDependencyError, SavepointFormatError, StateConversionError

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from ..checkpoint.storage import open_storage
 from ..errors import ConfigurationError
 from ..recovery.restore import CHANNEL_STATE_PREFIX, RestoreSpec, resolve_restore_path
+from ..runtime.operators.interval_join import INTERVAL_JOIN_STATE_FORMAT
+from ..runtime.operators.window import WINDOW_STATE_FORMAT
 from .decode import StatePart, decode_subtask
 from .errors import SavepointFormatError
 from .frame import StateFrame
@@ -76,7 +78,9 @@ class Savepoint:
     def state(self, uid: str, name: str) -> StateFrame:
         """The state ``name`` of operator ``uid`` as a :class:`StateFrame`. Raises
         :class:`~lockgate.errors.ConfigurationError` listing the operators (or that
-        operator's states) when there is no such operator or state."""
+        operator's states) when there is no such operator or state, and
+        :class:`~lockgate.savepoint.SavepointFormatError` for the state of a window join,
+        window co-group or interval join (listed by :meth:`operators`, not readable)."""
         operator = self._operators.get(uid) if isinstance(uid, str) else None
         if operator is None:
             raise ConfigurationError(
@@ -90,10 +94,39 @@ class Savepoint:
                 f"{sorted(operator.states)!r}"
             )
         kind, parts = entry
+        join = _join_operator(parts) if kind is StateKind.RAW else None
+        if join is not None:
+            raise SavepointFormatError(
+                f"operator {uid!r} is {join}: its state {name!r} (the buffered records of "
+                "both inputs, in the operator's own format) is not readable with "
+                "lockgate.savepoint; the savepoint still restores the job "
+                "(restore_from=...), and the joined records are in the job's output"
+            )
         return StateFrame(uid, name, kind, state_rows(kind, parts))
 
     def _kind(self) -> str:
         return f"{'savepoint' if self.is_savepoint else 'checkpoint'} {self.checkpoint_id}"
+
+
+def _join_operator(parts: list[tuple[int, StatePart]]) -> str | None:
+    """What join wrote these raw parts (``"an interval join"``, ``"a window join"``), or
+    None for any other state."""
+    for _, part in parts:
+        data = part.data
+        if not isinstance(data, dict):
+            continue
+        fmt = data.get("format")
+        if fmt == INTERVAL_JOIN_STATE_FORMAT:
+            return "an interval join"
+        contents = data.get("contents")
+        # the window operator of a.join(b) / a.co_group(b) holds JoinContents
+        # ("window arrow join", "window join", "window flat join", "window co_group")
+        if fmt == WINDOW_STATE_FORMAT and isinstance(contents, str):
+            if contents.startswith("window co_group"):
+                return "a window co-group"
+            if contents.startswith("window "):
+                return "a window join"
+    return None
 
 
 def read(path: str | os.PathLike[str]) -> Savepoint:

@@ -465,3 +465,75 @@ def test_a_path_that_is_not_a_string_is_refused(path: Any) -> None:
 def test_a_folder_without_a_checkpoint_raises_restore_error(tmp_path: Any) -> None:
     with pytest.raises(RestoreError, match="no intact completed checkpoint"):
         read(str(tmp_path))
+
+
+# ------------------------------------------------------------ join state is not readable
+
+
+def joined_job_checkpoint(tmp_path: Any) -> str:
+    """A real job on the local executor with a window join, a window co-group, an
+    interval join and a plain window aggregate, stopped after two checkpoints; the
+    storage folder."""
+    import lockgate as lg
+    from conftest import wait_for_checkpoints
+    from lockgate.connectors import DiscardingSink, SequenceSource
+
+    env = lg.StreamEnvironment(parallelism=2)
+    env.enable_checkpointing(100)
+    env.checkpoint_config.storage = str(tmp_path / "chk")
+    env.checkpoint_config.externalized = lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
+    ws = lg.WatermarkStrategy.for_bounded_out_of_orderness(10).with_timestamp_assigner(
+        lambda v: int(v) // 10
+    )
+
+    def side(name: str) -> lg.DataStream:
+        source = SequenceSource(0, 10**12, rows_per_second=2_000, batch_size=100)
+        return (
+            env.from_source(source, name=name, watermark_strategy=ws)
+            .uid(name)
+            .set_parallelism(1)
+            .map(lambda v: {"k": v % 50, "v": v}, name=f"{name}-rec")
+            .uid(f"{name}-rec")
+        )
+
+    a, b = side("a"), side("b")
+    windows = lg.TumblingEventTimeWindows.of(10_000)
+    joins = {
+        "wjoin": a.join(b).where("k").equal_to("k").window(windows).apply(),
+        "cogroup": a.co_group(b)
+        .where("k")
+        .equal_to("k")
+        .window(windows)
+        .apply(lambda ls, rs: [len(ls)]),
+        "ijoin": a.key_by("k").interval_join(b.key_by("k")).between(-5, 5).process(),
+        "window": a.key_by("k").window(windows).reduce(lambda x, y: y),
+    }
+    for uid, stream in joins.items():
+        stream.uid(uid).sink_to(DiscardingSink()).uid(f"{uid}-sink")
+    client = env.execute_async("joins", executor=lg.LocalExecutor())
+    try:
+        wait_for_checkpoints(client, 2)
+    finally:
+        client.cancel()
+        client.wait(60)
+    return str(tmp_path / "chk")
+
+
+def test_join_state_is_listed_but_refused_naming_the_operator(tmp_path: Any) -> None:
+    sp = read(joined_job_checkpoint(tmp_path))
+    operators = sp.operators()
+    for uid, what in (
+        ("wjoin", "a window join"),
+        ("cogroup", "a window co-group"),
+        ("ijoin", "an interval join"),
+    ):
+        assert [s.name for s in operators[uid].states] == ["_function"]
+        with pytest.raises(SavepointFormatError) as e:
+            sp.state(uid, "_function")
+        message = str(e.value)
+        assert f"operator {uid!r} is {what}" in message, message
+        assert "not readable with lockgate.savepoint" in message
+        assert "restores the job" in message
+    # other window operators' state stays readable as raw rows
+    rows = sp.state("window", "_function").rows
+    assert [subtask for subtask, _, _ in rows] == [0, 1]
