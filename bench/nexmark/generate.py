@@ -13,6 +13,9 @@ table is ordered by time.
 * an auction's ``seller`` is one of the 10 newest persons nine times in ten,
   else any person so far (so q8 finds sellers who registered in the same window);
 * ``price`` is ``round(100 * 10 ** (6 * u))`` cents for a uniform ``u``;
+* an auction runs 1 s to 60 s: ``expires - date_time`` is drawn from
+  ``[1000, MAX_AUCTION_MS)`` (``queries.py``; q4 and q9 rely on the bound);
+* ``category`` is 10 to 14, a person's ``state`` one of six (q3 keeps three);
 * ``date_time`` (and ``expires``) are epoch milliseconds (int64), so every
   system reads the same integers and derives its event-time column from them.
 
@@ -47,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from queries import MAX_AUCTION_MS
 
 BASE_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 EVENTS_PER_MS = 10
@@ -238,7 +242,7 @@ def chunk_tables(
                 pa.array(initial),
                 pa.array(initial + rng.integers(0, 10_000, n)),
                 pa.array(ts[a]),
-                pa.array(ts[a] + rng.integers(1_000, 60_000, n)),
+                pa.array(ts[a] + rng.integers(1_000, MAX_AUCTION_MS, n)),
                 pa.array(_recent(rng, FIRST_ID + epoch[a], 10)),
                 pa.array(10 + rng.integers(0, 5, n)),
                 _pick(rng, pools["extra"], n),

@@ -16,6 +16,18 @@ q1     bid                       every bid as ``auction, bidder, price, date_tim
                                  euros; float64, compared to 1e-9 relative)
 q2     bid                       ``auction, price`` of the bids whose
                                  ``auction % 123 == 0`` (selection)
+q3     person, auction           local item suggestion: the auctions of category 10
+                                 whose seller lives in OR, ID or CA (an equi-join of
+                                 the two unbounded streams on ``seller = id``, no
+                                 time): ``name, city, state, id`` (``id`` the
+                                 auction's; one row per such auction)
+q4     auction, bid              average closing price per category: each auction's
+                                 highest bid among those with ``date_time`` between
+                                 the auction's ``date_time`` and ``expires`` (both
+                                 inclusive; auctions without such a bid have none),
+                                 averaged per category over all auctions:
+                                 ``category, final`` (``final`` float64, the mean of
+                                 the integer maxima; compared after rounding)
 q5     bid                       hot items: for every sliding window of 10 s every
                                  2 s, the auction(s) with the most bids in it (all
                                  ties): ``auction, num, window_start, window_end``
@@ -24,7 +36,13 @@ q7     bid                       highest bid: for every tumbling window of 10 s,
 q8     person, auction           monitor new users: the persons who registered and
                                  opened at least one auction (as ``seller``) in the
                                  same tumbling 10 s window: ``id, name,
-                                 window_start`` (one row per person)
+                                 window_start`` (one row per person and window)
+q9     auction, bid              winning bids: for each auction, its highest bid with
+                                 ``date_time`` between the auction's ``date_time``
+                                 and ``expires`` (both inclusive), ties to the
+                                 earliest bid, then the lowest bidder: ``id,
+                                 category, date_time, expires, bidder, price,
+                                 bid_date_time`` (one row per auction with such a bid)
 q12    bid                       processing-time tumbling windows of 10 s, bids per
                                  bidder: ``bidder, num, window_start, window_end``;
                                  windows depend on the wall clock, so only the total
@@ -33,7 +51,15 @@ q12    bid                       processing-time tumbling windows of 10 s, bids 
 
 Simplifications against the original Nexmark, the same for every system: q7
 writes the window's highest price, not the whole bid that carried it; q8
-writes a person once per window even when they opened several auctions.
+writes a person once per window even when they opened several auctions; q4
+averages as float64 (Flink's Nexmark SQL averages BIGINTs, truncating); q9
+writes the auction's key columns and the winning bid's, not every column, and
+breaks ties between equal bids at the same millisecond by bidder.
+
+q3, q4 and q9 are Nexmark's unbounded formulations (a regular join, then
+aggregations or a top-1 that update their results as bids arrive): the result
+compared is the final one, after every input row. A system whose output is a
+changelog (Flink SQL's for q4 and q9) has it replayed into those final rows.
 
 Output: files under the output folder, either Parquet with the column names
 above or CSV **without a header** with the columns in the order above. Files
@@ -72,9 +98,16 @@ QUERIES: dict[str, Query] = {
             "q1", ("bid",), ("auction", "bidder", "price", "date_time", "extra"), floats=("price",)
         ),
         Query("q2", ("bid",), ("auction", "price")),
+        Query("q3", ("person", "auction"), ("name", "city", "state", "id")),
+        Query("q4", ("auction", "bid"), ("category", "final"), floats=("final",)),
         Query("q5", ("bid",), ("auction", "num", "window_start", "window_end")),
         Query("q7", ("bid",), ("window_start", "window_end", "price")),
-        Query("q8", ("person", "auction"), ("id", "name", "window_start"), targeted=False),
+        Query("q8", ("person", "auction"), ("id", "name", "window_start")),
+        Query(
+            "q9",
+            ("auction", "bid"),
+            ("id", "category", "date_time", "expires", "bidder", "price", "bid_date_time"),
+        ),
         Query(
             "q12",
             ("bid",),
@@ -91,9 +124,18 @@ COLUMNS_READ: dict[str, dict[str, list[str]]] = {
     "q0": {"bid": list(BID_COLUMNS)},
     "q1": {"bid": ["auction", "bidder", "price", "date_time", "extra"]},
     "q2": {"bid": ["auction", "price"]},
+    "q3": {"person": ["id", "name", "city", "state"], "auction": ["id", "seller", "category"]},
+    "q4": {
+        "auction": ["id", "category", "date_time", "expires"],
+        "bid": ["auction", "price", "date_time"],
+    },
     "q5": {"bid": ["auction", "date_time"]},
     "q7": {"bid": ["price", "date_time"]},
     "q8": {"person": ["id", "name", "date_time"], "auction": ["seller", "date_time"]},
+    "q9": {
+        "auction": ["id", "category", "date_time", "expires"],
+        "bid": ["auction", "bidder", "price", "date_time"],
+    },
     "q12": {"bid": ["bidder"]},
 }
 
@@ -102,6 +144,12 @@ SLIDE_MS = 2_000
 OUT_OF_ORDERNESS_MS = 1_000
 Q1_RATE = 0.908
 Q2_MODULUS = 123
+#: q3: the sellers' states and the auctions' category it keeps
+Q3_STATES = ("OR", "ID", "CA")
+Q3_CATEGORY = 10
+#: the longest an auction of the generator runs (``expires - date_time``, ms): the
+#: upper bound of the interval join of q4 and q9 (generate.py draws 1 s to 60 s)
+MAX_AUCTION_MS = 60_000
 
 
 # --- the runner contract (stdlib only: every system's runner imports this) -----------

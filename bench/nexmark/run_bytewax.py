@@ -562,6 +562,14 @@ def parent_main(args: argparse.Namespace) -> None:  # noqa: C901 (benchmark driv
     )
 
 
+#: the join queries of issue 23 have no Bytewax version (Flink SQL and Spark are their peers)
+NOT_WRITTEN = {
+    q: "not written for Bytewax: the suite's join queries (q3, q4, q9) compare with "
+    "Flink SQL and Spark Structured Streaming only"
+    for q in ("q3", "q4", "q9")
+}
+
+
 def main() -> None:
     ap = runner_parser(__doc__)
     ap.add_argument(
@@ -582,6 +590,13 @@ def main() -> None:
     ap.add_argument("--control-fd", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.data, args.out, args.work = (p.resolve() for p in (args.data, args.out, args.work))
+    if args.query in NOT_WRITTEN:
+        print(
+            json.dumps(
+                {"system": "bytewax", "query": args.query, "not_supported": NOT_WRITTEN[args.query]}
+            )
+        )
+        return
     if args.worker:
         worker_main(args)
     else:

@@ -1,5 +1,6 @@
-"""The benchmark suite's own parts (``bench/nexmark``, issue 9): a deterministic
-generator, a checker that notices a wrong result, and the process-tree measurement."""
+"""The benchmark suite's own parts (``bench/nexmark``, issues 9 and 23): a deterministic
+generator, a checker that notices a wrong result (its join oracles against a plain Python
+computation), Flink SQL's changelog replay, and the process-tree measurement."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ sys.path.insert(0, str(BENCH))
 
 import check  # noqa: E402
 import generate  # noqa: E402
+import pytest  # noqa: E402
+import run_flink  # noqa: E402
 from process_tree import run_measured  # noqa: E402
+from queries import MAX_AUCTION_MS, Q3_CATEGORY, Q3_STATES  # noqa: E402
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -112,6 +116,102 @@ def test_the_checker_compares_q1_prices_to_the_cent_fraction(tmp_path: Path) -> 
     (tmp_path / "off").mkdir()
     pq.write_table(off, tmp_path / "off" / "part-0.parquet")
     assert not check.compare("q1", tmp_path / "data", tmp_path / "off")["equal"]
+
+
+def _rows(data: Path, table: str) -> list[dict]:
+    return pq.read_table(data / "parquet" / table).to_pylist()
+
+
+def _running_pairs(data: Path) -> list[tuple[dict, dict]]:
+    """Every (auction, bid) pair with the bid placed while the auction ran, by brute force."""
+    auctions = {a["id"]: a for a in _rows(data, "auction")}
+    return [
+        (auctions[b["auction"]], b)
+        for b in _rows(data, "bid")
+        if auctions[b["auction"]]["date_time"]
+        <= b["date_time"]
+        <= auctions[b["auction"]]["expires"]
+    ]
+
+
+def test_the_auctions_run_one_second_to_the_bound_q4_and_q9_rely_on(tmp_path: Path) -> None:
+    generate.generate(tmp_path, 100_000, seed=8, files=2)
+    runs = [a["expires"] - a["date_time"] for a in _rows(tmp_path, "auction")]
+    assert min(runs) >= 1000 and max(runs) < MAX_AUCTION_MS
+    assert max(runs) > MAX_AUCTION_MS - 1000  # the bound is tight, not a loose guess
+
+
+def test_the_join_oracles_equal_a_plain_python_computation(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    generate.generate(data, 20_000, seed=9, files=2)
+    persons = {p["id"]: p for p in _rows(data, "person") if p["state"] in Q3_STATES}
+    q3 = sorted(
+        (
+            persons[a["seller"]]["name"],
+            persons[a["seller"]]["city"],
+            persons[a["seller"]]["state"],
+            a["id"],
+        )
+        for a in _rows(data, "auction")
+        if a["category"] == Q3_CATEGORY and a["seller"] in persons
+    )
+    got3 = check.expected("q3", data).to_pylist()
+    assert len(q3) > 20
+    assert sorted((r["name"], r["city"], r["state"], r["id"]) for r in got3) == q3
+
+    pairs = _running_pairs(data)
+    best: dict[int, tuple[dict, dict]] = {}
+    for a, b in pairs:
+        old = best.get(a["id"])
+        key = (-b["price"], b["date_time"], b["bidder"])
+        if old is None or key < (-old[1]["price"], old[1]["date_time"], old[1]["bidder"]):
+            best[a["id"]] = (a, b)
+    q9 = sorted(
+        (
+            a["id"],
+            a["category"],
+            a["date_time"],
+            a["expires"],
+            b["bidder"],
+            b["price"],
+            b["date_time"],
+        )
+        for a, b in best.values()
+    )
+    got9 = check.expected("q9", data).to_pylist()
+    assert sorted(tuple(r.values()) for r in got9) == q9
+
+    finals: dict[int, list[int]] = {}
+    for a, b in best.values():
+        finals.setdefault(a["category"], []).append(b["price"])
+    got4 = {r["category"]: r["final"] for r in check.expected("q4", data).to_pylist()}
+    assert got4 == {c: sum(v) / len(v) for c, v in finals.items()}
+    assert len(got4) == 5
+
+
+def test_a_flink_changelog_replays_into_the_final_rows(tmp_path: Path) -> None:
+    log = tmp_path / "changelog"
+    log.mkdir()
+    # Flink's debezium-json: inserts and update-afters as "c", deletes and
+    # update-befores as "d"
+    (log / "part-0").write_text(
+        '{"before":null,"after":{"category":10,"final":2.5},"op":"c"}\n'
+        '{"before":{"category":10,"final":2.5},"after":null,"op":"d"}\n'
+        '{"before":null,"after":{"category":10,"final":3.25},"op":"c"}\n'
+        '{"before":null,"after":{"category":11,"final":1.0},"op":"c"}\n'
+    )
+    (log / ".part-1.inprogress").write_text("not json")  # hidden files are skipped
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run_flink.replay_changelog(log, "q4", out) == 4
+    rows = pacsv.read_csv(
+        out / "part-0.csv", read_options=pacsv.ReadOptions(column_names=["category", "final"])
+    ).to_pylist()
+    assert sorted((r["category"], r["final"]) for r in rows) == [(10, 3.25), (11, 1.0)]
+
+    (log / "part-2").write_text('{"before":{"category":12,"final":9.0},"after":null,"op":"d"}\n')
+    with pytest.raises(SystemExit, match="never inserted"):
+        run_flink.replay_changelog(log, "q4", out)
 
 
 def test_the_process_tree_measure_counts_a_child_s_cpu_and_memory() -> None:
