@@ -517,6 +517,20 @@ def _warn_generated_uids(transformations: list[Transformation]) -> None:
         )
 
 
+def _derived_uid(t: Transformation, taken: set[str]) -> str | None:
+    """``"<owner uid>.<suffix>"`` for a step the API made for an operator with an explicit
+    uid (``t.uid_of``), if that is a valid uid no other operator has; else None."""
+    if t.uid_of is None:
+        return None
+    owner, suffix = t.uid_of
+    if not owner.uid or getattr(owner, "_auto_uid", False):
+        return None
+    uid = f"{owner.uid}.{suffix}"
+    if uid in taken or len(uid.encode()) > 128:
+        return None
+    return uid
+
+
 def _assign_uids(order: list[Transformation]) -> None:
     """Give operators without a uid a stable one derived from their name and position
     in the graph (unchanged as long as the graph upstream of them is unchanged)."""
@@ -530,6 +544,12 @@ def _assign_uids(order: list[Transformation]) -> None:
             continue
         if t.uid and not getattr(t, "_auto_uid", False):
             generated[t.id] = t.uid
+            continue
+        derived = _derived_uid(t, taken)
+        if derived is not None:
+            t.uid = derived
+            taken.add(derived)
+            generated[t.id] = derived
             continue
         uid = f"auto-{digest}"
         n = 1

@@ -252,14 +252,25 @@ class JoinedStreams:
         right = self._right.map_batches(TagBatch(RIGHT, rcols), name="WindowJoin(tag right)")
         contents = JoinContents(ARROW_JOIN, None, lcols, rcols, suffixes)
         windowed = self._windowed(left, right, list(key_fields(len(lcols))))
-        return windowed._build(contents, name or "Window(join)", {})
+        return _owning_tags(windowed._build(contents, name or "Window(join)", {}), left, right)
 
     def _build_rows(self, contents: JoinContents, name: str, fn: Any) -> DataStream:
         method = "co_group" if contents.mode == CO_GROUP else "join"
         left = self._left.map(TagRecord(LEFT, self._left_key), name="WindowJoin(tag left)")  # type: ignore[arg-type]
         right = self._right.map(TagRecord(RIGHT, self._right_key), name="WindowJoin(tag right)")  # type: ignore[arg-type]
         windowed = self._windowed(left, right, KEY_FIELD)
-        return windowed._build(contents, name, {f"function:{method}": fn})
+        return _owning_tags(
+            windowed._build(contents, name, {f"function:{method}": fn}), left, right
+        )
+
+
+def _owning_tags(joined: DataStream, left: DataStream, right: DataStream) -> DataStream:
+    """The side-tagging steps take their uids from the join's (``"<uid>.tag-left"``,
+    ``"<uid>.tag-right"``) once the user gives it one, so a job whose joins have uids
+    has no generated uid to warn about (M-S2); the steps are stateless."""
+    left.transformation.uid_of = (joined.transformation, "tag-left")
+    right.transformation.uid_of = (joined.transformation, "tag-right")
+    return joined
 
 
 class CoGroupedStreams(JoinedStreams):

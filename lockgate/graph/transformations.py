@@ -50,6 +50,10 @@ class Transformation:
     chainable: bool = True
     #: side outputs whose records must reach a sink (e.g. a source's dead letters)
     required_side_outputs: tuple[str, ...] = ()
+    #: a stateless step the API adds for another operator (e.g. a window join's side
+    #: tagging): ``(operator, suffix)``; without a uid of its own it takes
+    #: ``"<operator's uid>.<suffix>"`` when that operator has an explicit uid
+    uid_of: tuple[Transformation, str] | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
     def describe(self) -> str:

@@ -391,3 +391,39 @@ def test_a_join_function_returning_none_fails_as_map_does_naming_the_pair(fn: An
     assert "FlatJoinFunction" in text, "the error says how to emit no record"
     assert e.value.reason is lg.FailureReason.USER_CODE
     assert isinstance(e.value.__cause__, TypeError)
+
+
+@pytest.mark.parametrize("fn", [None, lambda left, right: {**left, **right}])
+def test_a_join_with_a_uid_gives_its_tagging_steps_uids_of_its_own_so_none_is_generated_M_S2(
+    fn: Any,
+) -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    left = env.from_collection([{"k": 1, "a": 1}]).uid("left")
+    right = env.from_collection([{"k": 1, "b": 2}]).uid("right")
+    joined = (
+        left.join(right)
+        .where("k")
+        .equal_to("k")
+        .window(lg.TumblingEventTimeWindows.of(10))
+        .apply(fn)
+        .uid("the-join")
+    )
+    joined.sink_to(lg.connectors.DiscardingSink()).uid("sink")
+    env.get_job_graph()
+    uids = {t.name: t.uid for t in env._transformations if not t.kind.virtual}
+    assert uids["WindowJoin(tag left)"] == "the-join.tag-left"
+    assert uids["WindowJoin(tag right)"] == "the-join.tag-right"
+    assert not [t.uid for t in env._transformations if getattr(t, "_auto_uid", False)]
+
+
+def test_a_join_without_a_uid_leaves_its_tagging_steps_generated_uids_M_S2() -> None:
+    env = lg.StreamEnvironment(parallelism=1)
+    left = env.from_collection([{"k": 1, "a": 1}])
+    right = env.from_collection([{"k": 1, "b": 2}])
+    left.join(right).where("k").equal_to("k").window(
+        lg.TumblingEventTimeWindows.of(10)
+    ).apply().sink_to(lg.connectors.DiscardingSink())
+    env.get_job_graph()
+    tags = [t for t in env._transformations if t.name.startswith("WindowJoin(tag")]
+    assert len(tags) == 2
+    assert all(t.uid and t.uid.startswith("auto-") for t in tags)
