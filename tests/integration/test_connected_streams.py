@@ -6,9 +6,10 @@ checkpoints; rescaling 2 -> 3 through a savepoint; the connected operator's wate
 follows the slower input and ignores an idle one (M-W4, M-W5, M-W6, M-T4, M-R1, M-S2).
 
 Sizes: the enrich job runs 200,000 orders and 200,000 payments (about 180,000 each
-after the gaps) on the local executor, rate-limited to 100,000 per second each, and
+after the gaps) on the local executor, rate-limited to 50,000 per second each, and
 40,000 each on Spark's two local slots, at 10,000 per second: checkpoints complete
-before each injected failure. Rescaling runs 60,000 each.
+before each injected failure. Without failures the job runs 200,000 each, unpaced, on
+both executors. Rescaling runs 60,000 each.
 """
 
 from __future__ import annotations
@@ -260,9 +261,9 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    # about two seconds of input per attempt (four on Spark, whose attempts start
-    # slower), each fault well into it: checkpoints complete before each fault
-    rate = n // 4 if is_spark(executor) else n // 2
+    # about four seconds of input per attempt, each fault well into it: checkpoints
+    # complete before each fault, also on a loaded machine (a parallel test run)
+    rate = n // 4
     options = {"rows_per_second": rate, "batch_size": 2_000}
     o = source(env, "orders", orders, 0, n, **options)
     p = source(env, "payments", payments, 0, n, **options)
@@ -279,6 +280,26 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     assert result.attempts == 4, "each injected failure restarted the job"
     ins = len(frames(n)[0]) + len(frames(n)[1])
     assert result.records_in(OP) < ins, "the last attempt restored a checkpoint"
+    assert_frames_equal(read_sink(tmp_path / "pairs"), expected_pairs(n))
+    assert_frames_equal(read_sink(tmp_path / "unmatched"), expected_unmatched(n))
+
+
+# -- the enrich job at full size on both executors ------------------------------------------------
+@pytest.mark.hang_guard(300)
+def test_the_keyed_enrich_job_of_200k_per_side_equals_a_pandas_merge_M_W5_M_W6(
+    executor: Any, tmp_path: Path
+) -> None:
+    """200,000 orders and 200,000 payments (disordered, with gaps), unpaced, on either
+    executor: the published pairs equal pandas' inner merge and the unmatched side
+    output its anti-joins, each row once."""
+    n = 200_000
+    env = lg.StreamEnvironment(parallelism=2)
+    env.enable_checkpointing(timedelta(milliseconds=200))
+    env.checkpoint_config.storage = str(tmp_path / "chk")
+    o = source(env, "orders", orders, 0, n, batch_size=5_000)
+    p = source(env, "payments", payments, 0, n, batch_size=5_000)
+    enrich(o, p, tmp_path)
+    env.execute("enrich 200k", executor=executor)
     assert_frames_equal(read_sink(tmp_path / "pairs"), expected_pairs(n))
     assert_frames_equal(read_sink(tmp_path / "unmatched"), expected_unmatched(n))
 
