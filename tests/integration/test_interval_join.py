@@ -130,8 +130,8 @@ def assert_equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 def test_the_interval_join_of_200k_records_per_side_equals_pandas_M_W5(
     executor: Any, vectorized: bool
 ) -> None:
-    """200,000 records per side (the function path on Spark: 50,000), parallelism 2."""
-    n = 50_000 if is_spark(executor) and not vectorized else 200_000
+    """200,000 records per side on both paths and both executors, parallelism 2."""
+    n = 200_000
     env = lg.StreamEnvironment(parallelism=2)
     left = stream(env, lg.connectors.SequenceSource(0, n), 0, "left")
     right = stream(env, lg.connectors.SequenceSource(0, n), 1, "right")

@@ -260,10 +260,12 @@ def expected(total: int, how: str, kind: str) -> tuple[pd.DataFrame, pd.DataFram
     return expected_groups(total, kind) if how == "co_group" else expected_pairs(total, kind)
 
 
-def per_side(executor: Any, how: str = "") -> int:
+def per_side(executor: Any, how: str = "", kind: str = "") -> int:
     """200,000 records per side; on Spark the per-record Python paths (functions,
-    co-group) and the failure runs take 20,000."""
-    return 20_000 if is_spark(executor) and how != "vectorized" else 200_000
+    co-group) take 200,000 with tumbling windows and 20,000 with the others, and the
+    failure runs 20,000."""
+    big = how == "vectorized" or (how != "" and kind == "tumbling")
+    return 200_000 if big or not is_spark(executor) else 20_000
 
 
 # -- against pandas ----------------------------------------------------------------------
@@ -273,12 +275,12 @@ def per_side(executor: Any, how: str = "") -> int:
 def test_window_join_and_co_group_equal_pandas_with_disorder_and_late_records_M_W6(
     executor: Any, how: str, kind: str
 ) -> None:
-    total = 2 * per_side(executor, how)
+    total = 2 * per_side(executor, how, kind)
     env = lg.StreamEnvironment(parallelism=2)
-    # Spark: paced (the smaller inputs at 20,000 records a second, the vectorized join's
-    # 400,000 at 100,000), so that windows fire (and records are too late) during the
+    # Spark: paced (the smaller inputs at 20,000 records a second, those of 400,000 at
+    # 100,000), so that windows fire (and records are too late) during the
     # run rather than all at its end (a small input fits in the channels whole)
-    rate = (100_000 if how == "vectorized" else 20_000) if is_spark(executor) else None
+    rate = (100_000 if total > 100_000 else 20_000) if is_spark(executor) else None
     source = lg.connectors.SequenceSource(0, total, rows_per_second=rate, batch_size=4000)
     left, right = two_sides(env, total, source)
     out = build(left, right, how, kind)
