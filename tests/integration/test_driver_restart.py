@@ -203,7 +203,8 @@ def _lockgate_run(executor_args: list[str], args: list[str], log: Path) -> subpr
 def test_m_c8_a_driver_killed_mid_job_and_run_again_resumes_and_ends_exact(
     executor_args, tmp_path, pg_table
 ) -> None:
-    # about 4 s at the sources' rate, killed after the third checkpoint; each source
+    # about 4 s at the sources' rate, killed once a checkpoint has committed output (a
+    # loaded machine may complete only few checkpoints before the end); each source
     # subtask reads whole keys (n / 2 is a multiple of CHUNK), so the sums are determined
     n = 144_000
     job = tmp_path / "job.py"
@@ -217,8 +218,11 @@ def test_m_c8_a_driver_killed_mid_job_and_run_again_resumes_and_ends_exact(
     first = _lockgate_run(executor_args, args, log)
     try:
         wait_until(
-            lambda: _newest_checkpoint(storage) >= 3 or first.poll() is not None,
-            "the first driver completed three checkpoints",
+            lambda: (
+                (_newest_checkpoint(storage) >= 1 and len(published(out)) > 0)
+                or first.poll() is not None
+            ),
+            "the first driver completed a checkpoint that published output",
             timeout_s=120,
         )
         assert first.poll() is None, f"the first driver ended by itself:\n{log.read_text()}"
