@@ -173,6 +173,10 @@ class ControlServer:
         self.heartbeat_payloads: dict[int, Any] = {}
         #: slots whose subtasks all finished (they stop sending heartbeats)
         self.finished: set[int] = set()
+        #: slots that reported a failed subtask and wait for a CANCEL before they end
+        self.failed: set[int] = set()
+        #: slots that ended, finished or not, with their subtasks closed
+        self.ended: set[int] = set()
         #: the latest STACKS report of each slot's watchdog (its threads' stacks, sent
         #: when its heartbeat thread fell silent)
         self.stack_reports: dict[int, ControlEvent] = {}
@@ -341,6 +345,10 @@ class ControlServer:
                 self._outgoing.put((None, START, addresses))
         if type_ == FINISHED:
             self.finished.add(slot)
+            self.ended.add(slot)
+        if type_ == FAILED:
+            ended = isinstance(payload, dict) and payload.get("slot_ended") is True
+            (self.ended if ended else self.failed).add(slot)
         if type_ == HEARTBEAT and payload is not None:
             self.heartbeat_payloads[slot] = payload
         if type_ != HEARTBEAT:

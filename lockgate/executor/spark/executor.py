@@ -256,10 +256,11 @@ class SparkExecutor:
             results = self._watch(plan, server, outcome, gen, handle, run, gateway)
         except BaseException as e:
             cancelled = isinstance(e, _CancelRequested)
-            server.send(None, CANCEL)
+            lost = isinstance(e, _SlotLost)
+            _cancel_slots(server, grace_s=0 if lost else CLOSE_GRACE_S)
             # slots close their operators and end by themselves, usually; a lost slot's
             # task never ends (its host may be cut off), so the job cannot end by itself
-            thread.join(0 if isinstance(e, _SlotLost) else 3)
+            thread.join(0 if lost else 3)
             sc.cancelJobGroup(group)
             thread.join(30)
             self._await_workers_gone(master, server)
@@ -586,6 +587,35 @@ class RemoteError(Exception):
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
         self.traceback_text = traceback_text
+
+
+#: how long, after a failure, the driver gives the slots that did not fail to close their
+#: operators before it lets the failed slot's Spark task fail (which makes Spark kill the
+#: rest of the barrier stage, closed or not)
+CLOSE_GRACE_S = 5.0
+
+
+def _cancel_slots(server: ControlServer, grace_s: float) -> None:
+    """Cancel every slot of a failed or cancelled attempt so that each closes its operators.
+
+    A slot whose subtask failed waits for its CANCEL before its Spark task fails: the
+    others get theirs first, and the failed ones only once the others ended (or after
+    ``grace_s``), so Spark does not kill a slot that is still closing its operators."""
+    failed = set(server.failed) - set(server.ended)
+    others = [s for s in list(server.registrations) if s not in failed]
+    if not failed or grace_s <= 0:
+        server.send(None, CANCEL)
+        return
+    for s in others:
+        server.send(s, CANCEL)
+    deadline = time.monotonic() + grace_s
+    pause = threading.Event()
+    while time.monotonic() < deadline:
+        waiting = set(server.registrations) - set(server.ended) - set(server.failed)
+        if not waiting:  # every slot closed, or failed and waits for its CANCEL
+            break
+        pause.wait(0.02)
+    server.send(None, CANCEL)
 
 
 def _reported_failure(plan: ExecutionPlan, info: dict[str, Any]) -> JobFailedError:

@@ -145,6 +145,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
     except BaseException as e:
         info = _failure_info(e, f"slot {slot}", slot)
         info["counters"] = [t.chain.counters() for t in tasks]  # a cancelled job's counts
+        info["slot_ended"] = True  # this slot's subtasks are closed: the driver may release
         control.send(FAILED, info)
         raise
     finally:
@@ -354,6 +355,12 @@ def _failure_info(
     }
 
 
+#: how long a slot whose subtask failed waits for the driver's CANCEL before its Spark task
+#: fails (longer than the driver's grace for the other slots to close, see
+#: ``SparkExecutor.close_grace_s``)
+RELEASE_WAIT_S = 15.0
+
+
 def _run_tasks(
     tasks: list[StreamTask],
     control: ControlClient,
@@ -376,9 +383,11 @@ def _run_tasks(
     task, error, _ = failure
     if isinstance(error, TaskCancelledError):
         raise error
-    # Let the other slots close their operators (the driver cancels them) before this
-    # Spark task fails and Spark kills the rest of the stage.
-    cancelled.wait(2.0)
+    # Let the other slots close their operators before this Spark task fails and Spark
+    # kills the rest of the barrier stage: the driver cancels them first and sends this
+    # slot its CANCEL once they ended (or after its grace); bounded, should the driver
+    # be gone.
+    cancelled.wait(RELEASE_WAIT_S)
     # Not chained: Spark logs this exception (twice: executor and task set manager) and
     # ships it to the driver; the user's traceback is printed once, in the driver's
     # JobFailedError built from the FAILED report.
