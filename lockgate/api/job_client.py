@@ -122,9 +122,13 @@ class JobClient:
                 self._progress_logger.stop()
             self._observer.stop()
             if self._rest is not None:
-                # a stop request waits in the server for the end of this thread: then the
-                # server finishes by itself once it answered
-                self._rest.stop(wait=not self._rest.busy)
+                # A stop request waiting in the server answers once the job ended. Run in
+                # the caller's thread (execute()), wait for that answer: the caller may
+                # exit its process next, which would cut the answer off. A background
+                # job's stop request waits for the end of this thread: the server then
+                # finishes by itself once it answered (and before the process exits, see
+                # lockgate.rest.server).
+                self._rest.stop(wait=self._thread is None or not self._rest.busy)
 
     def _start_rest(self, plan: Any) -> Any:
         """Serve the job's REST API if ``plan.config.rest_enabled``; None when disabled or

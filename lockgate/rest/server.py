@@ -17,10 +17,12 @@ HTTP/1.1 only (h11), no WebSocket, no proxy headers trusted, no access log.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -196,6 +198,7 @@ class RestServer:
         )
         self._server = _Server(config)
         self._sock = sock
+        _SERVERS.add(self)
         self._thread = threading.Thread(
             target=self._serve, name=f"lockgate rest {name}", daemon=True
         )
@@ -239,6 +242,21 @@ class RestServer:
 
     def __repr__(self) -> str:
         return f"RestServer({self.url!r}, {'running' if self.running else 'stopped'})"
+
+
+#: the servers of this process, for :func:`_answer_before_exit`
+_SERVERS: weakref.WeakSet[RestServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _answer_before_exit() -> None:
+    """At interpreter exit, let each server still answering a savepoint or stop request
+    send its answer (bounded by ``STOP_WAIT_S``): its thread is a daemon, which the exit
+    would stop mid-answer, leaving the client with a closed connection."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    for server in list(_SERVERS):
+        if server.running and server.busy:
+            server.stop(wait=True, timeout=max(0.0, deadline - time.monotonic()))
 
 
 def start_rest_server(

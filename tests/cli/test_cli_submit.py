@@ -6,6 +6,8 @@ submission itself runs on the multi-host cluster (tests/spark/test_multi_host_cl
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -214,6 +216,96 @@ def test_run_with_rest_options_listens_there_and_takes_only_the_token_of_the_fil
         )
         assert rc == 0
         # the cancelled job ends (bounded: TimeoutExpired fails the test); execute returns
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(30)
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+SLOW_ANSWER_JOB = textwrap.dedent("""
+    import threading
+    import lockgate as lg
+    from lockgate.api.job_client import JobClient
+    from lockgate.connectors import DiscardingSink, SequenceSource
+
+    stop_with_savepoint = JobClient.stop_with_savepoint
+
+    def slow_answer(self, *args, **kwargs):
+        # the job has ended when this returns: the answer comes well after it
+        done = stop_with_savepoint(self, *args, **kwargs)
+        threading.Event().wait(1.5)
+        return done
+
+    JobClient.stop_with_savepoint = slow_answer
+    env = lg.StreamEnvironment(parallelism=1)
+    env.enable_checkpointing(200)
+    env.checkpoint_config.storage = "checkpoints"
+    env.from_source(SequenceSource(0, 10**12, rows_per_second=100)).sink_to(DiscardingSink())
+    if BACKGROUND:
+        env.execute_async("rest-options", executor=lg.LocalExecutor()).wait()
+    else:
+        env.execute("rest-options", executor=lg.LocalExecutor())
+""")
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["execute", "execute_async"])
+def test_a_stop_through_the_rest_api_is_answered_before_the_jobs_process_exits(
+    home, tmp_path, token_file, background
+) -> None:
+    """``lockgate stop --savepoint --url``: execute() returns when the job ended and the
+    script's process exits next; the stop request's answer, still on its way (here held
+    back 1.5 s after the job ended), must reach the client first (a supervised driver
+    on the multi-host cluster once answered with a closed connection). The same for a
+    job started with execute_async() whose script exits after wait()."""
+    job = tmp_path / "job.py"
+    job.write_text(f"BACKGROUND = {background}\n" + SLOW_ANSWER_JOB)
+    port = _free_port()
+    env = {**os.environ, job_registry.HOME_ENV: home}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lockgate.cli",
+            "run",
+            "--rest-bind",
+            "127.0.0.1",
+            "--rest-port",
+            str(port),
+            "--rest-token-file",
+            token_file,
+            str(job),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    savepoint = tmp_path / "savepoint"
+
+    def answers() -> bool:
+        request = urllib.request.Request(
+            f"{url}/api/v1/jobs", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(answers, "the job answered at its --rest-port", 60)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            rc = cli.main(
+                ["stop", "rest-options", "--savepoint", str(savepoint), "--url", url]
+                + ["--token", TOKEN]
+            )
+        assert rc == 0, "the stop got no answer (see the captured stderr)"
+        assert out.getvalue().strip() == str(savepoint)
+        assert (savepoint / "_metadata").exists()
         assert process.wait(60) == 0
     finally:
         if process.poll() is None:
