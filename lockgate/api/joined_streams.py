@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.durations import Duration, to_millis
+from ..core.durations import Duration
 from ..errors import ConfigurationError
 from ..runtime.operators.window_join import (
     ARROW_JOIN,
@@ -55,7 +55,7 @@ from ..runtime.operators.window_join import (
 )
 from ..time.windows import WindowAssigner
 from .functions import CoGroupFunction, FlatJoinFunction, JoinFunction
-from .windowed_stream import WindowedStream
+from .windowed_stream import WindowedStream, check_assigner, lateness_ms
 
 if TYPE_CHECKING:
     from .datastream import DataStream
@@ -146,17 +146,7 @@ class JoinedStreams:
                 f"{self._operation}(...).window(...) comes after the keys: call "
                 ".where(left_key).equal_to(right_key).window(assigner)"
             )
-        if isinstance(assigner, type) and issubclass(assigner, WindowAssigner):
-            raise ConfigurationError(
-                f"window() needs a window assigner instance, got the class "
-                f"{assigner.__name__}; build one, e.g. "
-                f"{assigner.__name__}.of(timedelta(seconds=1))"
-            )
-        if not isinstance(assigner, WindowAssigner):
-            raise ConfigurationError(
-                f"window() needs a window assigner, e.g. "
-                f"lg.TumblingEventTimeWindows.of(timedelta(seconds=1)), got {assigner!r}"
-            )
+        check_assigner(assigner)
         self._assigner = assigner
         return self
 
@@ -168,14 +158,7 @@ class JoinedStreams:
                 "allowed_lateness(...) comes after window(...): call "
                 ".window(assigner).allowed_lateness(d)"
             )
-        ms = to_millis(lateness, "allowed_lateness")
-        if ms and not self._assigner.is_event_time:
-            raise ConfigurationError(
-                f"allowed_lateness applies to event-time windows; "
-                f"{type(self._assigner).__name__} fires on processing time, where no record "
-                "is late: remove allowed_lateness(...) or use an event-time assigner"
-            )
-        self._lateness = ms
+        self._lateness = lateness_ms(lateness, self._assigner)
         return self
 
     # -- finish ---------------------------------------------------------------------

@@ -58,22 +58,46 @@ if TYPE_CHECKING:
 MAX_ALLOWED_LATENESS_MS = 2**62
 
 
+def check_assigner(assigner: Any) -> None:
+    """Raise a ConfigurationError saying how to fix it unless ``assigner`` is a window
+    assigner instance (what ``window()`` takes)."""
+    if isinstance(assigner, type) and issubclass(assigner, WindowAssigner):
+        raise ConfigurationError(
+            f"window() needs a window assigner instance, got the class "
+            f"{assigner.__name__}; build one, e.g. "
+            f"{assigner.__name__}.of(timedelta(seconds=1))"
+        )
+    if not isinstance(assigner, WindowAssigner):
+        raise ConfigurationError(
+            f"window() needs a window assigner, e.g. "
+            f"lg.TumblingEventTimeWindows.of(timedelta(seconds=1)), got {assigner!r}"
+        )
+
+
+def lateness_ms(lateness: Duration, assigner: WindowAssigner) -> int:
+    """``allowed_lateness(lateness)`` in ms for windows of ``assigner``; a
+    ConfigurationError saying how to fix it when too large, or when not zero for
+    processing-time windows."""
+    ms = to_millis(lateness, "allowed_lateness")
+    if ms > MAX_ALLOWED_LATENESS_MS:
+        raise ConfigurationError(
+            f"allowed_lateness must be at most {MAX_ALLOWED_LATENESS_MS} ms, got {ms}"
+        )
+    if ms and not assigner.is_event_time:
+        raise ConfigurationError(
+            f"allowed_lateness applies to event-time windows; "
+            f"{type(assigner).__name__} fires on processing time, where no record "
+            "is late: remove allowed_lateness(...) or use an event-time assigner"
+        )
+    return ms
+
+
 class WindowedStream:
     """A keyed stream cut into windows; finish it with ``aggregate``, ``reduce`` or
     ``process`` (see the module docstring)."""
 
     def __init__(self, keyed: KeyedStream, assigner: WindowAssigner) -> None:
-        if isinstance(assigner, type) and issubclass(assigner, WindowAssigner):
-            raise ConfigurationError(
-                f"window() needs a window assigner instance, got the class "
-                f"{assigner.__name__}; build one, e.g. "
-                f"{assigner.__name__}.of(timedelta(seconds=1))"
-            )
-        if not isinstance(assigner, WindowAssigner):
-            raise ConfigurationError(
-                f"window() needs a window assigner, e.g. "
-                f"lg.TumblingEventTimeWindows.of(timedelta(seconds=1)), got {assigner!r}"
-            )
+        check_assigner(assigner)
         self._keyed = keyed
         self._assigner = assigner
         self._lateness = 0
@@ -88,18 +112,7 @@ class WindowedStream:
         """Keep each window's state until the watermark passes ``end - 1 + lateness``
         (a timedelta or int ms); records arriving meanwhile update the window and make it
         fire again. Event-time windows only."""
-        ms = to_millis(lateness, "allowed_lateness")
-        if ms > MAX_ALLOWED_LATENESS_MS:
-            raise ConfigurationError(
-                f"allowed_lateness must be at most {MAX_ALLOWED_LATENESS_MS} ms, got {ms}"
-            )
-        if ms and not self._assigner.is_event_time:
-            raise ConfigurationError(
-                f"allowed_lateness applies to event-time windows; "
-                f"{type(self._assigner).__name__} fires on processing time, where no record "
-                "is late: remove allowed_lateness(...) or use an event-time assigner"
-            )
-        self._lateness = ms
+        self._lateness = lateness_ms(lateness, self._assigner)
         return self
 
     def side_output_late_data(self, tag: Any) -> WindowedStream:

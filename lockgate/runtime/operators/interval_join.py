@@ -76,6 +76,7 @@ from ...errors import ConfigurationError
 from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
 from .base import StreamOperator, close_function, open_function
 from .basic import _SINGLE_RECORDS, single_record_error
+from .key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
 from .keyed import ElementContext
 
 #: the ``side_out`` metric counting late records dropped (no late-data side output)
@@ -502,9 +503,7 @@ class IntervalJoinOperator(StreamOperator):
                 "version": INTERVAL_JOIN_STATE_VERSION,
                 "vectorized": self.vectorized,
                 "max_parallelism": ctx.max_parallelism,
-                "key_groups": _range_pair(
-                    key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
-                ),
+                "key_groups": subtask_key_groups(ctx),
                 "watermark": int(self.current_watermark),
                 "floor": None if floor is None else floor.copy(),
             },
@@ -514,19 +513,13 @@ class IntervalJoinOperator(StreamOperator):
         ctx = self.ctx
         payloads = [restored.own()] if restored.same_parallelism else restored.all()
         mine = key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
-        floor = np.full(ctx.max_parallelism, MIN_WATERMARK, dtype=np.int64)
+        floor = empty_floor(ctx)
         for payload in payloads:
             state = payload_part(payload, "function")
             if state is None:
                 continue
             self._check_restored(state)
-            old = range(*state["key_groups"])
-            lo, hi = max(old.start, mine.start), min(old.stop, mine.stop)
-            if lo < hi:
-                recorded = np.full(ctx.max_parallelism, state["watermark"], dtype=np.int64)
-                if state["floor"] is not None:
-                    recorded = np.maximum(recorded, state["floor"])
-                floor[lo:hi] = recorded[lo:hi]
+            take_floor(floor, state, mine)
             for side in (LEFT, RIGHT):
                 part = state["sides"][side]
                 groups = np.asarray(part["key_groups"], dtype=np.int64)
@@ -570,17 +563,7 @@ class IntervalJoinOperator(StreamOperator):
                 f"operator now runs {now}; keep process(...)'s argument, or give the operator "
                 "a new uid to start it empty"
             )
-        if state.get("max_parallelism") != self.ctx.max_parallelism:
-            raise ConfigurationError(
-                f"interval join '{self.name}': the state was written with max_parallelism "
-                f"{state.get('max_parallelism')}, the operator now has "
-                f"{self.ctx.max_parallelism}; key groups only move between subtasks when "
-                "max_parallelism stays the same"
-            )
-
-
-def _range_pair(r: range) -> tuple[int, int]:
-    return (r.start, r.stop)
+        check_max_parallelism(state, self.ctx, f"interval join '{self.name}'")
 
 
 class IntervalJoinSnapshot:

@@ -57,6 +57,7 @@ from ...errors import ConfigurationError
 from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
 from ...time.windows import WindowAssigner, WindowAssignment
 from .base import StreamOperator, close_function, open_function
+from .key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
 from .window_contents import WindowContents
 from .window_keys import KeyDictionary
 from .window_store import AlignedStore, Block, Rows, SessionStore
@@ -396,9 +397,7 @@ class WindowOperator(StreamOperator):
                 "contents": self.contents.describe(),
                 "merging": self.merging,
                 "max_parallelism": ctx.max_parallelism,
-                "key_groups": _range_pair(
-                    key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
-                ),
+                "key_groups": subtask_key_groups(ctx),
                 "watermark": int(self.current_watermark),
                 "key_types": keys.types,
                 "floor": None if floor is None else floor.copy(),
@@ -411,7 +410,7 @@ class WindowOperator(StreamOperator):
         ctx = self.ctx
         payloads = [restored.own()] if restored.same_parallelism else restored.all()
         mine = key_group_range(ctx.subtask_index, ctx.parallelism, ctx.max_parallelism)
-        floor = np.full(ctx.max_parallelism, MIN_WATERMARK, dtype=np.int64)
+        floor = empty_floor(ctx)
         contents = self.contents
         for payload in payloads:
             state = payload_part(payload, "function")
@@ -419,13 +418,7 @@ class WindowOperator(StreamOperator):
                 continue
             self._check_restored(state)
             self.keys.restore_types(state.get("key_types") or [])
-            old = range(*state["key_groups"])
-            lo, hi = max(old.start, mine.start), min(old.stop, mine.stop)
-            if lo < hi:
-                recorded = np.full(ctx.max_parallelism, state["watermark"], dtype=np.int64)
-                if state["floor"] is not None:
-                    recorded = np.maximum(recorded, state["floor"])
-                floor[lo:hi] = recorded[lo:hi]
+            take_floor(floor, state, mine)
             for block in state["blocks"]:
                 groups = np.asarray(block["key_groups"], dtype=np.int64)
                 pick = np.flatnonzero((groups >= mine.start) & (groups < mine.stop))
@@ -479,17 +472,7 @@ class WindowOperator(StreamOperator):
                 f"({'merging' if self.merging else 'aligned'} windows); keep the window "
                 "function, or give the operator a new uid to start it empty"
             )
-        if state.get("max_parallelism") != self.ctx.max_parallelism:
-            raise ConfigurationError(
-                f"window operator '{self.name}': the state was written with max_parallelism "
-                f"{state.get('max_parallelism')}, the operator now has "
-                f"{self.ctx.max_parallelism}; key groups only move between subtasks when "
-                "max_parallelism stays the same"
-            )
-
-
-def _range_pair(r: range) -> tuple[int, int]:
-    return (r.start, r.stop)
+        check_max_parallelism(state, self.ctx, f"window operator '{self.name}'")
 
 
 class WindowSnapshot:
