@@ -156,6 +156,41 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _run_with_rest(job: Path, home: str, token_file: str) -> tuple[subprocess.Popen, int]:
+    """``lockgate run --rest-bind 127.0.0.1 --rest-port P --rest-token-file F job``
+    started in ``job``'s folder: (the process, P)."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lockgate.cli",
+            "run",
+            "--rest-bind",
+            "127.0.0.1",
+            "--rest-port",
+            str(port),
+            "--rest-token-file",
+            token_file,
+            str(job),
+        ],
+        env={**os.environ, job_registry.HOME_ENV: home},
+        cwd=job.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return process, port
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Kill ``process`` if it still runs; reap it and close its stderr pipe."""
+    if process.poll() is None:
+        process.kill()
+    process.wait(30)
+    assert process.stderr is not None
+    process.stderr.close()
+
+
 JOB = textwrap.dedent("""
     import lockgate as lg
     from lockgate.connectors import DiscardingSink, SequenceSource
@@ -173,27 +208,7 @@ def test_run_with_rest_options_listens_there_and_takes_only_the_token_of_the_fil
     started; a wrong token is refused."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    port = _free_port()
-    env = {**os.environ, job_registry.HOME_ENV: home}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockgate.cli",
-            "run",
-            "--rest-bind",
-            "127.0.0.1",
-            "--rest-port",
-            str(port),
-            "--rest-token-file",
-            token_file,
-            str(job),
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process, port = _run_with_rest(job, home, token_file)
     url = f"http://127.0.0.1:{port}/api/v1/jobs"
 
     def answers(token: str) -> int:
@@ -218,11 +233,7 @@ def test_run_with_rest_options_listens_there_and_takes_only_the_token_of_the_fil
         # the cancelled job ends (bounded: TimeoutExpired fails the test); execute returns
         assert process.wait(60) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(30)
-        assert process.stderr is not None
-        process.stderr.close()
+        _end(process)
 
 
 SLOW_ANSWER_JOB = textwrap.dedent("""
@@ -262,27 +273,7 @@ def test_a_stop_through_the_rest_api_is_answered_before_the_jobs_process_exits(
     job started with execute_async() whose script exits after wait()."""
     job = tmp_path / "job.py"
     job.write_text(f"BACKGROUND = {background}\n" + SLOW_ANSWER_JOB)
-    port = _free_port()
-    env = {**os.environ, job_registry.HOME_ENV: home}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockgate.cli",
-            "run",
-            "--rest-bind",
-            "127.0.0.1",
-            "--rest-port",
-            str(port),
-            "--rest-token-file",
-            token_file,
-            str(job),
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process, port = _run_with_rest(job, home, token_file)
     url = f"http://127.0.0.1:{port}"
     savepoint = tmp_path / "savepoint"
 
@@ -308,11 +299,7 @@ def test_a_stop_through_the_rest_api_is_answered_before_the_jobs_process_exits(
         assert (savepoint / "_metadata").exists()
         assert process.wait(60) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(30)
-        assert process.stderr is not None
-        process.stderr.close()
+        _end(process)
 
 
 def test_rest_settings_come_from_the_environment_and_refuse_a_weak_or_shared_token(
