@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,34 @@ from typing import Any
 import psycopg
 import pytest
 
-DSN = os.environ.get("LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+#: the shared test database, made by scripts/services.sh
+SHARED_DSN = os.environ.get("LOCKGATE_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _worker_dsn(shared: str) -> str:
+    """In a parallel run, a database of this worker's own beside the shared one (made
+    here if missing): the checks for prepared transactions left behind look at their own
+    database (``pg_prepared_xacts.database``), and another worker's job may hold one at
+    that moment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.isidentifier():
+        return shared
+    info = psycopg.conninfo.conninfo_to_dict(shared)
+    name = f"{info.get('dbname', 'test')}_{worker}"
+    with psycopg.connect(shared, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchall():
+            try:
+                conn.execute(
+                    psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
+                )
+            except psycopg.errors.DuplicateDatabase:
+                pass  # made meanwhile by a run beside this one
+    if shared.startswith(("postgresql://", "postgres://")):  # stays a URL (tests parse it)
+        return urllib.parse.urlsplit(shared)._replace(path=f"/{name}").geturl()
+    return psycopg.conninfo.make_conninfo(shared, dbname=name)
+
+
+DSN = _worker_dsn(SHARED_DSN)
 
 
 def query(sql: str, params: Any = None, dsn: str = DSN) -> list[tuple[Any, ...]]:
