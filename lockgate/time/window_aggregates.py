@@ -641,20 +641,25 @@ class Accumulators:
         ]
         return Accumulators(self.aggregation, fields, self.types)
 
-    def merge_into(self, rows: np.ndarray | Sequence[int], other: Accumulators) -> None:
+    def merge_into(
+        self, rows: np.ndarray | Sequence[int], other: Accumulators, *, distinct: bool = False
+    ) -> None:
         """In place: row ``rows[i]`` of ``self`` absorbs row ``i`` of ``other``.
 
         ``rows`` may repeat (other's rows for one target combine in their order).
+        ``distinct=True`` is the caller's promise that ``rows`` has no repeats (a
+        batch's partials, one per (key, window)); it skips the search for them.
         """
         target = np.asarray(rows, dtype=np.int64)
         if len(target) != len(other):
             raise ConfigurationError(
                 f"merge_into needs one target row per row: {len(target)} for {len(other)}"
             )
-        uniq, inverse = np.unique(target, return_inverse=True)
-        if len(uniq) != len(target):
-            other = other.reduce(inverse, len(uniq))
-            target = uniq
+        if not distinct:
+            uniq, inverse = np.unique(target, return_inverse=True)
+            if len(uniq) != len(target):
+                other = other.reduce(inverse, len(uniq))
+                target = uniq
         merged = self.take(target).merge(other)
         fields = []
         for own, new in zip(self.fields, merged.fields):

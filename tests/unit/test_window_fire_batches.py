@@ -17,8 +17,9 @@ from lockgate.core.batch import timestamps_of
 from lockgate.core.elements import Watermark
 from lockgate.runtime.operators import window as window_module
 from lockgate.runtime.operators.window_contents import BuiltinContents, ReduceContents
-from lockgate.runtime.operators.window_store import WindowTable
+from lockgate.runtime.operators.window_store import AlignedStore, WindowTable
 from lockgate.time.window_aggregates import WindowAggregation
+from lockgate.time.windows import WindowAssignment
 
 
 def batches(out: Any) -> list[Any]:
@@ -70,3 +71,27 @@ def test_ensure_distinct_gives_each_code_its_one_row() -> None:
         assert a.lookup(arr).tolist() == rows.tolist()
         assert sorted(a.codes.tolist()) == sorted(b.codes.tolist())  # each code once
     assert len(a) == len(a.payload) == len(a.fired) == 6
+
+
+def test_a_window_fired_whole_shares_its_arrays_and_a_late_change_copies_them() -> None:
+    """``AlignedStore.fire`` of a table none of whose rows fired hands out the table's
+    own arrays (no copy); a later write (a late record within the allowed lateness)
+    must then copy them (copy-on-write), so the rows already emitted never change."""
+    contents = BuiltinContents(WindowAggregation.of(lg.agg.count()))
+    store = AlignedStore(contents)
+    codes = np.array([4, 1, 4, 7], dtype=np.int64)
+    ts = np.array([10, 20, 30, 40], dtype=np.int64)
+    data = pa.record_batch({"x": [0, 0, 0, 0]})
+    whole = WindowAssignment(np.arange(4), np.zeros(4, np.int64), np.full(4, 1000, np.int64))
+    store.add(data, codes, ts, whole)
+    (table,) = store.due(999)
+    first = store.fire(table)
+    counts = dict(zip(first.codes.tolist(), first.payload.results()["count"].to_pylist()))
+    assert counts == {4: 2, 1: 1, 7: 1}
+    assert first.payload is table.payload and table.shared and not table.pending
+    one = WindowAssignment(np.arange(1), np.zeros(1, np.int64), np.full(1, 1000, np.int64))
+    store.add(data.slice(0, 1), codes[:1], ts[:1], one)  # a late record for key 4
+    assert dict(zip(first.codes.tolist(), first.payload.results()["count"].to_pylist())) == counts
+    again = store.fire(table)  # only the changed row fires again
+    assert again.codes.tolist() == [4]
+    assert again.payload.results()["count"].to_pylist() == [3]

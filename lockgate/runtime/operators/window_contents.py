@@ -162,7 +162,8 @@ class WindowContents(abc.ABC):
         raise NotImplementedError
 
     def merge_into(self, payload: Any, rows: np.ndarray, other: Any) -> None:
-        """Vectorized contents, in place: row ``rows[i]`` absorbs row ``i`` of ``other``."""
+        """Vectorized contents, in place: row ``rows[i]`` absorbs row ``i`` of ``other``;
+        ``rows`` has no repeats (one partial per (key, window))."""
         raise NotImplementedError
 
     # -- snapshots ------------------------------------------------------------------
@@ -236,7 +237,7 @@ class BuiltinContents(WindowContents):
         return into.merge(other)
 
     def merge_into(self, payload: Accumulators, rows: np.ndarray, other: Accumulators) -> None:
-        payload.merge_into(rows, other)
+        payload.merge_into(rows, other, distinct=True)
 
     def results(
         self,

@@ -51,6 +51,9 @@ class KeyDictionary:
         self._lookup: dict[Any, int] = {}
         #: the Arrow type of each key column as first seen (keeps int32 keys int32)
         self._types: list[pa.DataType | None] = [None] * len(self.field_names)
+        #: the key columns of codes [0, n) as Arrow chunks, built as codes appear, so
+        #: output key columns are a ``take``, not a Python list per fired row
+        self._arrow = _ArrowKeys()
 
     # -- naming -----------------------------------------------------------------------
     @property
@@ -178,7 +181,17 @@ class KeyDictionary:
     def key_columns(self, codes: np.ndarray) -> dict[str, pa.Array] | None:
         """One Arrow array per key field for the rows ``codes``, or None when the keys
         cannot be held by Arrow (e.g. a function key returning arbitrary objects)."""
-        keys = self.keys_of(codes)
+        columns = self._arrow.columns(self)
+        if columns is not None:
+            index = pa.array(np.asarray(codes, dtype=np.int64))
+            return {
+                name: col.take(index).combine_chunks()
+                for name, col in zip(self.field_names, columns)
+            }
+        return self._key_columns_of(self.keys_of(codes))
+
+    def _key_columns_of(self, keys: list[Any]) -> dict[str, pa.Array] | None:
+        """:meth:`key_columns` of the key values ``keys``."""
         names = self.field_names
         columns: list[list[Any]] = (
             [keys]
@@ -216,6 +229,7 @@ class KeyDictionary:
         remap[kept] = np.arange(len(kept), dtype=np.int64)
         values = [self.values[i] for i in kept.tolist()]
         groups = self._groups[kept]
+        self._arrow = _ArrowKeys()
         self.values = values
         self._groups = groups if len(groups) else np.zeros(64, dtype=np.int64)
         self._lookup = {v: i for i, v in enumerate(values)}
@@ -249,6 +263,49 @@ class KeyDictionary:
         if fresh:
             self._grow(fresh, np.asarray(groups, dtype=np.int64))
         return codes
+
+
+class _ArrowKeys:
+    """The key columns of a :class:`KeyDictionary`'s codes ``[0, n)`` as chunked Arrow
+    arrays, extended by the codes added since the last call (amortized: a few chunks,
+    merged when they pile up). Given up for good (None) once keys Arrow cannot hold
+    appear; rebuilt when a key column's type becomes known."""
+
+    __slots__ = ("chunks", "failed", "size", "types")
+
+    #: merge the chunks into one when there are more than this many
+    MAX_CHUNKS = 16
+
+    def __init__(self) -> None:
+        self.chunks: list[list[pa.Array]] = []  # per key field
+        self.size = 0
+        self.types: list[pa.DataType | None] | None = None
+        self.failed = False
+
+    def columns(self, keys: KeyDictionary) -> list[pa.ChunkedArray] | None:
+        if self.failed:
+            return None
+        if self.types != keys._types:
+            self.chunks, self.size, self.types = [], 0, list(keys._types)
+        n = len(keys.values)
+        if n > self.size or not self.chunks:
+            tail = keys._key_columns_of(keys.values[self.size : n])
+            if tail is None:
+                self.failed = True
+                return None
+            arrays = list(tail.values())
+            if not self.chunks:
+                self.chunks = [[a] for a in arrays]
+            else:
+                if any(a.type != c[0].type for a, c in zip(arrays, self.chunks)):
+                    self.chunks, self.size = [], 0  # inferred types moved: start again
+                    return self.columns(keys)
+                for field, a in zip(self.chunks, arrays):
+                    field.append(a)
+                    if len(field) > self.MAX_CHUNKS:
+                        field[:] = [pa.concat_arrays(field)]
+            self.size = n
+        return [pa.chunked_array(field, type=field[0].type) for field in self.chunks]
 
 
 #: the one NaN every NaN key becomes (NaN != NaN would make each a key of its own)

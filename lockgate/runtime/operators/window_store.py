@@ -234,6 +234,19 @@ class AlignedStore:
 
     def fire(self, table: WindowTable, rows: np.ndarray | None = None) -> Rows:
         """The rows ``rows`` of ``table`` (None: those not fired yet), marked fired."""
+        n = len(table.codes)
+        if rows is None and not table.fired.any():
+            # every row fires (the common case: a window fires once): the arrays leave
+            # as they are, shared with the table (copied on its next write, see ``own``)
+            table.shared = True
+            table.fired = np.ones(n, dtype=bool)
+            table.pending = False
+            return Rows(
+                table.codes,
+                np.full(n, table.start, dtype=np.int64),
+                np.full(n, table.end, dtype=np.int64),
+                table.payload,
+            )
         if rows is None:
             rows = np.flatnonzero(~table.fired)
         out = Rows(
