@@ -161,8 +161,8 @@ agg = AggregateBuilders()
 
 class WindowGroups(NamedTuple):
     """Rows grouped by (key, window start): ``group_ids[i]`` in ``[0, num_groups)``;
-    ``first_row[g]`` is the first row of group ``g``. Groups are ordered by key code,
-    then window start."""
+    ``first_row[g]`` is the first row of group ``g``. Groups are ordered by window
+    start, then key code (so each window's groups are one contiguous run)."""
 
     group_ids: np.ndarray
     first_row: np.ndarray
@@ -207,7 +207,7 @@ def group_keys_and_windows(key_codes: np.ndarray, window_start: np.ndarray) -> W
     wspan = (smax - smin) // step + 1
     if kspan * wspan <= _I64_MAX // 2:
         wcode = offsets // step if step > 1 else offsets
-        combined = (keys - kmin) * wspan + wcode
+        combined = wcode * kspan + (keys - kmin)
         if kspan * wspan <= limit:
             present = np.zeros(kspan * wspan, dtype=bool)
             present[combined] = True
@@ -218,7 +218,7 @@ def group_keys_and_windows(key_codes: np.ndarray, window_start: np.ndarray) -> W
             uniq, inverse = np.unique(combined, return_inverse=True)
             group_ids, num = inverse.astype(np.int64, copy=False), len(uniq)
     else:
-        order = np.lexsort((starts, keys))
+        order = np.lexsort((keys, starts))
         ks, ss = keys[order], starts[order]
         opens = np.ones(n, dtype=bool)
         opens[1:] = (ks[1:] != ks[:-1]) | (ss[1:] != ss[:-1])
@@ -580,6 +580,14 @@ class Accumulators:
         idx = np.asarray(indices, dtype=np.int64)
         return self._map(lambda f: f[idx])
 
+    def slice(self, start: int, stop: int) -> Accumulators:
+        """The rows ``[start, stop)`` as views of these (read them, do not write)."""
+        out = Accumulators.__new__(Accumulators)
+        out.aggregation = self.aggregation
+        out.fields = tuple(tuple([f[start:stop] for f in fs]) for fs in self.fields)
+        out.types = self.types
+        return out
+
     def _aligned(self, other: Accumulators) -> tuple[Accumulators, Accumulators]:
         """Both sides with one value type per aggregate (fields of an unseen type
         adopt the other side's dtype; numeric types widen)."""
@@ -680,11 +688,12 @@ class Accumulators:
             raise ConfigurationError("Accumulators.concat needs at least one part")
         first = parts[0]
         aligned = list(parts)
-        for _ in range(2):  # a second pass spreads a type the first pass met late
-            ref = aligned[0]
-            for i in range(1, len(aligned)):
-                ref, aligned[i] = ref._aligned(aligned[i])
-            aligned[0] = ref
+        if not _one_form(aligned):
+            for _ in range(2):  # a second pass spreads a type the first pass met late
+                ref = aligned[0]
+                for i in range(1, len(aligned)):
+                    ref, aligned[i] = ref._aligned(aligned[i])
+                aligned[0] = ref
         fields = [
             tuple(
                 np.concatenate([p.fields[a][f] for p in aligned])
@@ -702,13 +711,29 @@ class Accumulators:
         }
 
 
+def _one_form(parts: Sequence[Accumulators]) -> bool:
+    """Whether ``parts`` share one aggregation, Arrow types and field dtypes (then
+    they concatenate as they are, without aligning types pairwise)."""
+    first = parts[0]
+    dtypes = [f.dtype for fs in first.fields for f in fs]
+    for p in parts[1:]:
+        if p.aggregation is not first.aggregation and p.aggregation != first.aggregation:
+            return False
+        if p.types != first.types:
+            return False
+        if [f.dtype for fs in p.fields for f in fs] != dtypes:
+            return False
+    return True
+
+
 # --- the aggregation of one operator ------------------------------------------------------
 
 
 class WindowPartials(NamedTuple):
     """The partial aggregates of a batch: group ``g`` is the window
     ``[window_start[g], window_end[g])`` of key code ``key_code[g]``, its
-    accumulators row ``g`` of ``accumulators``. Ordered by key code, then start."""
+    accumulators row ``g`` of ``accumulators``. Ordered by window start, then key
+    code: each window's partials are one contiguous run."""
 
     key_code: np.ndarray
     window_start: np.ndarray

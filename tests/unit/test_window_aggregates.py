@@ -306,11 +306,12 @@ def test_grouping_puts_rows_in_one_group_exactly_when_key_and_window_agree(span)
     seen: dict[int, tuple[int, int]] = {}
     for g, p in zip(groups.group_ids.tolist(), pairs):
         assert seen.setdefault(g, p) == p
-    assert [pairs[i] for i in groups.first_row.tolist()] == sorted(set(pairs))
+    window_major = sorted(set(pairs), key=lambda p: (p[1], p[0]))  # by window, then key
+    assert [pairs[i] for i in groups.first_row.tolist()] == window_major
     first_seen = {}
     for i, p in enumerate(pairs):
         first_seen.setdefault(p, i)
-    assert groups.first_row.tolist() == [first_seen[p] for p in sorted(set(pairs))]
+    assert groups.first_row.tolist() == [first_seen[p] for p in window_major]
 
 
 def test_result_batches_carry_keys_window_bounds_and_aggregates() -> None:
@@ -372,3 +373,36 @@ def test_dictionary_encoded_columns_aggregate_as_their_values() -> None:
     )
     assert res["first_v"].to_pylist() == ["a"] and res["last_v"].to_pylist() == ["b"]
     assert res["first_v"].type == pa.string()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), floats=st.booleans(), null_rate=st.sampled_from([0, 0.3, 1]))
+def test_a_partial_merged_into_empty_rows_is_the_partial_itself(seed, floats, null_rate) -> None:
+    """A new window's rows are a batch's partials as they are (``AlignedStore.add``
+    skips merging them into empty rows): that merge must be the identity, field by
+    field, dtype and Arrow type included."""
+    batch, ts = random_batch(seed, 80, floats=floats, null_rate=null_rate)
+    rng = np.random.default_rng(seed + 7)
+    part = ALL.partial(batch, rng.integers(0, 9, 80), 9, timestamps=ts)
+    merged = ALL.empty(9).merge(part)
+    assert merged.types == part.types
+    for mine, theirs in zip(merged.fields, part.fields):
+        for m, t in zip(mine, theirs):
+            assert m.dtype == t.dtype
+            np.testing.assert_array_equal(m, t)
+            if m.dtype.kind == "f":  # -0.0 stays -0.0
+                assert np.array_equal(np.signbit(m), np.signbit(t))
+
+
+def test_slices_and_concat_of_one_form_give_the_rows_in_order() -> None:
+    acc = some_accumulators(3, 12)
+    parts = [acc.slice(0, 5), acc.slice(5, 5), acc.slice(5, 12)]
+    whole = Accumulators.concat(parts)
+    assert {k: v.to_pylist() for k, v in whole.results().items()} == {
+        k: v.to_pylist() for k, v in acc.results().items()
+    }
+    other = some_accumulators(4, 3).take([2, 0])  # same form: concatenated as is
+    both = Accumulators.concat([acc.slice(0, 2), other])
+    assert both.results()["count"].to_pylist() == (
+        acc.results()["count"].to_pylist()[:2] + other.results()["count"].to_pylist()
+    )

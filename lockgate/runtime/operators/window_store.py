@@ -88,6 +88,26 @@ class WindowTable:
     def __len__(self) -> int:
         return len(self.codes)
 
+    @classmethod
+    def of_rows(cls, start: int, end: int, codes: np.ndarray, payload: Any) -> WindowTable:
+        """A new table holding one unfired row per code (``codes`` distinct). The
+        table owns nothing yet (``shared``): ``payload`` may be a view of a batch's
+        partials, so it is copied before the first write in place."""
+        table = cls.__new__(cls)
+        table.start = start
+        table.end = end
+        table.codes = codes = codes.astype(np.int64, copy=False)
+        table.fired = np.zeros(len(codes), dtype=bool)
+        table.payload = payload
+        table.pending = len(codes) > 0
+        table.shared = True
+        if len(codes) < 2 or bool((codes[1:] > codes[:-1]).all()):  # sorted already
+            table._order = np.arange(len(codes), dtype=np.int64)
+            table._sorted = codes
+        else:
+            table._index()
+        return table
+
     def lookup(self, codes: np.ndarray) -> np.ndarray:
         """The row of each code, -1 where the key has no row."""
         srt = self._sorted
@@ -193,18 +213,25 @@ class AlignedStore:
         if not len(rows):
             return touched
         if contents.vectorized:
+            # one partial per (key, window), grouped window by window (ascending)
             partials = contents.partials(data, codes, assignment, timestamps)
-            groups = partials.window_start
-            for sel in _by_window(groups):
-                table = self._table(int(groups[sel[0]]), int(partials.window_end[sel[0]]))
-                # one partial per (key, window): the window's key codes are distinct
-                trows = table.ensure_distinct(partials.key_code[sel], contents)
+            starts_of = partials.window_start
+            everything = partials.accumulators
+            for lo, hi in _runs(starts_of):
+                start, end = int(starts_of[lo]), int(partials.window_end[lo])
+                pcodes = partials.key_code[lo:hi]
+                acc = everything if hi - lo == len(starts_of) else everything.slice(lo, hi)
+                table = self.tables.get((start, end))
+                if table is None:
+                    # a new window: its rows are the partials themselves (merging them
+                    # into empty rows gives the same values and types: see
+                    # WindowContents.partials)
+                    table = WindowTable.of_rows(start, end, pcodes, acc)
+                    self.tables[(start, end)] = table
+                    touched.append((table, np.arange(hi - lo, dtype=np.int64)))
+                    continue
+                trows = table.ensure_distinct(pcodes, contents)
                 table.own(contents)
-                acc = (
-                    partials.accumulators
-                    if len(sel) == len(groups)
-                    else partials.accumulators.take(sel)
-                )
                 contents.merge_into(table.payload, trows, acc)
                 self._touch(table, trows)
                 touched.append((table, trows))
@@ -293,6 +320,15 @@ class AlignedStore:
 
     def windows(self) -> Iterator[WindowTable]:
         return iter(list(self.tables.values()))
+
+
+def _runs(starts: np.ndarray) -> list[tuple[int, int]]:
+    """``[lo, hi)`` of each run of equal values of ``starts`` (sorted ascending)."""
+    if starts[0] == starts[-1]:
+        return [(0, len(starts))]
+    cuts = (np.flatnonzero(starts[1:] != starts[:-1]) + 1).tolist()
+    bounds = [0, *cuts, len(starts)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _by_window(starts: np.ndarray) -> list[np.ndarray]:
