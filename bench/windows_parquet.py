@@ -46,7 +46,19 @@ lockgate local 15.4 s, Spark 8.7 s, Flink SQL on CSV 53.2 s, pandas 11.8 s: 3.47
 6.10x Flink. The machine was slower that day (pandas and Flink both took a third
 longer), and lockgate local varied most: two more local runs took 11.7 s and 11.5 s
 (4.5x and 4.6x that run's Flink), and the commit of the 2026-11-25 figures took 13.1 s
-and 13.7 s, so no regression since. On the local executor the 5x target is not met.
+and 13.7 s, so no regression since. On the local executor the 5x target was not met.
+
+After the window store's per-window work was cut (2026-11-28: no ``np.unique`` when a
+batch's partials merge into a window, a batch's partials grouped window by window so
+each window takes a slice, a new window adopting its partials as its rows, output key
+columns taken from Arrow key columns, a window fired whole handing out its arrays
+copy-on-write), one run of all three, the machine loaded by another engineer's tests:
+lockgate local 6.6 s (3.04 M events/s), Spark ``local[2]`` 7.0 s (2.87 M/s), Flink SQL on
+CSV 75.5 s (0.27 M/s): 11.5x and 10.8x Flink (against Flink's fastest time seen here,
+33.5 s, still 5.1x and 4.8x); pandas 13.2 s. The local executor's own runs went from
+14.8-16.2 s to 6.7-6.9 s, alternating old and new code in one sitting. A GIL-sample
+profile (py-spy ``--gil``) of the local run: adding records to windows 7.3 s -> 2.3 s of
+held GIL, firing and emitting 4.3 s -> 1.8-2.8 s.
 """
 
 from __future__ import annotations
