@@ -64,23 +64,43 @@ from lockgate.state.backends import HashMapStateBackend, RocksDBStateBackend
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb_cache import DEFAULT_CACHE_ENTRIES
+
+#: the RocksDB write-back cache bound of every case (``--cache-entries``)
+CACHE_ENTRIES = DEFAULT_CACHE_ENTRIES
 
 
 def make_backend(kind: str, local_dir: str) -> Any:
     if kind == "hashmap":
         return HeapKeyedStateBackend("bench", 128)
-    return RocksDBKeyedStateBackend("bench", 128, local_dir=local_dir)
+    return RocksDBKeyedStateBackend("bench", 128, local_dir=local_dir, cache_entries=CACHE_ENTRIES)
 
 
 def load(backend: Any, keys: int) -> Any:
+    """Give ``keys`` keys a value; RocksDB: written to the database (the cache keeps
+    what its bound allows, clean)."""
     state = backend.get_state(ValueStateDescriptor("count", default=0))
     for k in range(keys):
         backend.current_key = k
         state.update(k)
+    flush = getattr(backend, "flush", None)
+    if flush is not None:
+        flush()
     return state
 
 
-def updates_run(kind: str, keys: int, updates: int, local_dir: str) -> float:
+def write_back(backend: Any) -> float:
+    """The seconds the RocksDB backend takes to write its dirty cached entries back (what
+    the next snapshot would do); 0 for the heap backend."""
+    flush = getattr(backend, "flush", None)
+    if flush is None:
+        return 0.0
+    started = time.perf_counter()
+    flush()
+    return time.perf_counter() - started
+
+
+def updates_run(kind: str, keys: int, updates: int, local_dir: str) -> tuple[float, float]:
     backend = make_backend(kind, local_dir)
     try:
         state = load(backend, keys)
@@ -89,12 +109,14 @@ def updates_run(kind: str, keys: int, updates: int, local_dir: str) -> float:
         for k in order:
             backend.current_key = k
             state.update(state.value() + 1)
-        return updates / (time.perf_counter() - started)
+        return updates / (time.perf_counter() - started), write_back(backend)
     finally:
         backend.close()
 
 
-def batched_run(kind: str, keys: int, updates: int, batch: int, local_dir: str) -> float:
+def batched_run(
+    kind: str, keys: int, updates: int, batch: int, local_dir: str
+) -> tuple[float, float]:
     backend = make_backend(kind, local_dir)
     try:
         state = load(backend, keys)
@@ -110,7 +132,7 @@ def batched_run(kind: str, keys: int, updates: int, batch: int, local_dir: str) 
                 state.update(state.value() + 1)
             if begin is not None:
                 backend.end_batch()
-        return updates / (time.perf_counter() - started)
+        return updates / (time.perf_counter() - started), write_back(backend)
     finally:
         backend.close()
 
@@ -119,13 +141,15 @@ def batched_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: s
     """hashmap, RocksDB batched and RocksDB per call, alternating run by run."""
     variants = [("hashmap", "batched"), ("rocksdb", "batched"), ("rocksdb", "per_call")]
     rates: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
+    flushes: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
     for _ in range(repeat):
         for kind, path in variants:
             if path == "batched":
-                rate = batched_run(kind, keys, updates, batch, local_dir)
+                rate, flush_s = batched_run(kind, keys, updates, batch, local_dir)
             else:
-                rate = updates_run(kind, keys, updates, local_dir)
+                rate, flush_s = updates_run(kind, keys, updates, local_dir)
             rates[(kind, path)].append(rate)
+            flushes[(kind, path)].append(flush_s)
     return [
         {
             "case": "batched" if path == "batched" else "updates",
@@ -136,11 +160,25 @@ def batched_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: s
             "batch": batch if path == "batched" else None,
             "updates_per_s": round(statistics.median(rates[(kind, path)])),
             "runs": [round(r) for r in rates[(kind, path)]],
+            **cache_fields(kind, updates, rates[(kind, path)], flushes[(kind, path)]),
             "alternated": True,
             "cores": os.cpu_count(),
         }
         for kind, path in variants
     ]
+
+
+def cache_fields(kind: str, updates: int, rates: list[float], flushes: list[float]) -> dict:
+    """RocksDB: the cache bound, the time to write back the dirty entries after the run
+    (what the next snapshot does) and the rate with that write-back counted."""
+    if kind != "rocksdb":
+        return {}
+    with_flush = [updates / (updates / r + f) for r, f in zip(rates, flushes)]
+    return {
+        "cache_entries": CACHE_ENTRIES,
+        "write_back_s": round(statistics.median(flushes), 3),
+        "updates_per_s_with_write_back": round(statistics.median(with_flush)),
+    }
 
 
 class _Count(KeyedProcessFunction):
@@ -163,10 +201,14 @@ class _Discard(Output):
         pass
 
 
-def operator_run(kind: str, keys: int, updates: int, batch: int, local_dir: str) -> float:
+def operator_run(
+    kind: str, keys: int, updates: int, batch: int, local_dir: str
+) -> tuple[float, float]:
     op = KeyedProcessOperator(_Count(), KeySelector("k"))
     backend = (
-        HashMapStateBackend() if kind == "hashmap" else RocksDBStateBackend(local_dir=local_dir)
+        HashMapStateBackend()
+        if kind == "hashmap"
+        else RocksDBStateBackend(local_dir=local_dir, cache_entries=CACHE_ENTRIES)
     )
     ctx = RuntimeContext(
         task_name="bench",
@@ -189,16 +231,19 @@ def operator_run(kind: str, keys: int, updates: int, batch: int, local_dir: str)
         started = time.perf_counter()
         for b in batches:
             op.process_batch(b)
-        return updates / (time.perf_counter() - started)
+        return updates / (time.perf_counter() - started), write_back(op.backend)
     finally:
         op.close()
 
 
 def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: str) -> list[dict]:
     rates: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
+    flushes: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
     for _ in range(repeat):
         for kind in rates:
-            rates[kind].append(operator_run(kind, keys, updates, batch, local_dir))
+            rate, flush_s = operator_run(kind, keys, updates, batch, local_dir)
+            rates[kind].append(rate)
+            flushes[kind].append(flush_s)
     return [
         {
             "case": "operator",
@@ -210,6 +255,7 @@ def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: 
             "batch": batch,
             "updates_per_s": round(statistics.median(r)),
             "runs": [round(x) for x in r],
+            **cache_fields(kind, updates, r, flushes[kind]),
             "alternated": True,
             "cores": os.cpu_count(),
         }
@@ -218,7 +264,8 @@ def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: 
 
 
 def updates_case(kind: str, keys: int, updates: int, repeat: int, local_dir: str) -> dict:
-    rates = [updates_run(kind, keys, updates, local_dir) for _ in range(repeat)]
+    runs = [updates_run(kind, keys, updates, local_dir) for _ in range(repeat)]
+    rates = [r for r, _ in runs]
     return {
         "case": "updates",
         "backend": kind,
@@ -226,6 +273,7 @@ def updates_case(kind: str, keys: int, updates: int, repeat: int, local_dir: str
         "updates": updates,
         "updates_per_s": round(statistics.median(rates)),
         "runs": [round(r) for r in rates],
+        **cache_fields(kind, updates, rates, [f for _, f in runs]),
         "cores": os.cpu_count(),
     }
 
@@ -311,7 +359,15 @@ def main() -> None:
     ap.add_argument("--changed", type=float, default=0.01)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--local-dir", default=tempfile.gettempdir())
+    ap.add_argument(
+        "--cache-entries",
+        type=int,
+        default=DEFAULT_CACHE_ENTRIES,
+        help="the RocksDB write-back cache bound (0: no cache across batches)",
+    )
     args = ap.parse_args()
+    global CACHE_ENTRIES
+    CACHE_ENTRIES = args.cache_entries
     cases = args.cases.split(",")
     if "updates" in cases:
         for kind in ("hashmap", "rocksdb"):

@@ -55,17 +55,26 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any, cast
 
 from rocksdict import Rdict, WriteBatch
 
 from ..checkpoint.storage import CheckpointStorage
 from ..core.clock import Clock, SystemClock
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism, key_groups_of_keys
 from ..errors import ConfigurationError
 from .descriptors import StateDescriptor
 from .handles import KeyedStateHandle, create_handle
-from .rocksdb_batch import BatchScope, cache_key
+from .rocksdb_batch import BatchScope, cache_key, encoded_of
+from .rocksdb_cache import (
+    _ATOMS,
+    ABSENT,
+    DEFAULT_CACHE_ENTRIES,
+    Serialized,
+    check_cache_entries,
+    is_immutable,
+)
 from .rocksdb_codec import (
     MAX_STATE_ID,
     ROW_PREFIX,
@@ -88,24 +97,26 @@ from .rocksdb_restore import (
     snapshot_kind,
 )
 from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
-from .ttl import MIN_WATERMARK, StateTtlConfig, has_ttl_wrapper, snapshot_expiry
+from .ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
 
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
 _pickle_dumps = pickle.dumps
 _BATCH = 10_000
+_SELF_KEYED = frozenset({int, str})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class RocksDBStateTable:
     """``key -> stored`` of one state, over the backend's database (what the handles
-    use: ``get``, ``[key] = stored``, ``pop``). Values are deserialized copies.
+    use: ``get``, ``[key] = stored``, ``pop``). Mutable values are deserialized copies.
 
-    Inside a batch scope (:mod:`lockgate.state.rocksdb_batch`) the table reads and
-    writes its scope cache (``_cache``: cache key -> serialized value, None when
-    absent; ``_dirty``: the cache keys written since the last flush); outside one,
-    the database."""
+    ``_cache`` (cache key -> entry, see :mod:`lockgate.state.rocksdb_cache`: the value
+    itself when immutable, :class:`Serialized` bytes, or ``ABSENT``) is the backend's
+    write-back cache of this state, or, with ``cache_entries=0``, the open batch
+    scope's cache; None (cache off, no scope): every call goes to the database.
+    ``_dirty``: the cache keys written since their last write-back."""
 
     __slots__ = ("_backend", "_cache", "_dirty", "_sid", "name", "used")
 
@@ -113,43 +124,40 @@ class RocksDBStateTable:
         self._backend = backend
         self._sid = U16.pack(state_id)
         self.name = name
-        self._cache: dict[Any, bytes | None] | None = None
+        self._cache: dict[Any, Any] | None = {} if backend.cache_entries else None
         self._dirty: set[Any] = set()
-        #: read inside a scope before: prefetched when a scope opens
+        #: read through the cache before: the batch's missing keys are prefetched
         self.used = False
 
-    def _fetch(self, key: Any, ck: Any) -> bytes | None:
-        """Read ``key``'s row (not cached yet) into the scope cache."""
+    def _fetch(self, key: Any, ck: Any) -> Any:
+        """Read ``key``'s row (not cached) into the cache; its new entry."""
         backend = self._backend
-        assert backend._scope is not None and self._cache is not None
-        kg, enc = backend._scope.part(key, ck)
+        cache = self._cache
+        assert cache is not None
+        kg, enc = backend._admit(key, ck)
         raw: bytes | None = backend._db.get(kg + self._sid + enc)
-        self._cache[ck] = raw
+        entry = ABSENT if raw is None else Serialized(raw)
+        cache[ck] = entry
         self.used = True
-        return raw
-
-    def _write(self, key: Any, raw: bytes | None) -> None:
-        """Set ``key``'s row in the scope cache (None: delete) and mark it pending."""
-        backend = self._backend
-        assert backend._scope is not None and self._cache is not None
-        t = type(key)
-        ck = key if t is int or t is str else cache_key(key)
-        backend._scope.part(key, ck)
-        self._cache[ck] = raw
-        self._dirty.add(ck)
+        return entry
 
     def get(self, key: Any, default: Any = None) -> Any:
         cache = self._cache
         if cache is None:
             backend = self._backend
             raw = backend._db.get(backend._row(key, self._sid))
-        else:
-            t = type(key)
-            ck = key if t is int or t is str else cache_key(key)
-            raw = cache.get(ck, _MISSING)
-            if raw is _MISSING:
-                raw = self._fetch(key, ck)
-        return default if raw is None else loads(raw)
+            return default if raw is None else loads(raw)
+        t = type(key)
+        ck = key if t is int or t is str else cache_key(key)
+        v = cache.get(ck, _MISSING)
+        if v is _MISSING:
+            v = self._fetch(key, ck)
+        if type(v) is Serialized:
+            value = loads(v.raw)
+            if is_immutable(value):
+                cache[ck] = value  # served as the object from now on
+            return value
+        return default if v is ABSENT else v
 
     def __setitem__(self, key: Any, stored: Any) -> None:
         cache = self._cache
@@ -159,18 +167,21 @@ class RocksDBStateTable:
             return
         t = type(key)
         ck = key if t is int or t is str else cache_key(key)
-        if ck not in cache:  # every cached key's row parts are known; this one's may not be
-            scope = self._backend._scope
-            assert scope is not None
-            scope.part(key, ck)
-        try:
-            cache[ck] = _pickle_dumps(stored, 5)
-        except (pickle.PicklingError, AttributeError, TypeError):
-            cache[ck] = dumps(stored)  # cloudpickle: a class defined in a driver script
+        if ck not in cache:  # every cached key's row is known; this one's may not be
+            self._backend._admit(key, ck)
+        ts = type(stored)
+        if ts in _ATOMS or ((ts is tuple or ts is TtlValue) and is_immutable(stored)):
+            cache[ck] = stored
+        else:
+            try:
+                cache[ck] = Serialized(_pickle_dumps(stored, 5))
+            except (pickle.PicklingError, AttributeError, TypeError):
+                cache[ck] = Serialized(dumps(stored))  # cloudpickle: a driver script's class
         self._dirty.add(ck)
 
     def pop(self, key: Any, default: Any = None) -> Any:
-        if self._cache is None:
+        cache = self._cache
+        if cache is None:
             backend = self._backend
             row = backend._row(key, self._sid)
             db = backend._db
@@ -181,13 +192,14 @@ class RocksDBStateTable:
             return loads(raw)
         t = type(key)
         ck = key if t is int or t is str else cache_key(key)
-        raw = self._cache.get(ck, _MISSING)
-        if raw is _MISSING:
-            raw = self._fetch(key, ck)
-        if raw is None:
+        v = cache.get(ck, _MISSING)
+        if v is _MISSING:
+            v = self._fetch(key, ck)
+        if v is ABSENT:
             return default
-        self._write(key, None)
-        return loads(raw)
+        cache[ck] = ABSENT
+        self._dirty.add(ck)
+        return loads(v.raw) if type(v) is Serialized else v
 
     def __contains__(self, key: Any) -> bool:
         if self._cache is None:
@@ -203,7 +215,8 @@ class RocksDBKeyedStateBackend:
     ``materialize_to``); else they hold the canonical full state. ``local_dir``: the
     folder for the working database and snapshots (created if missing; default: the
     system temporary folder). ``clock``: processing time for TTL (default: the system
-    clock). ``subtask_index`` names the working folder.
+    clock). ``subtask_index`` names the working folder. ``cache_entries``: the bound of
+    the write-back state cache (:mod:`lockgate.state.rocksdb_cache`; 0 turns it off).
     """
 
     def __init__(
@@ -215,6 +228,7 @@ class RocksDBKeyedStateBackend:
         incremental: bool = True,
         local_dir: str | None = None,
         subtask_index: int = 0,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
     ) -> None:
         if not isinstance(operator_name, str):
             raise ConfigurationError(
@@ -239,6 +253,8 @@ class RocksDBKeyedStateBackend:
                 f"RocksDBKeyedStateBackend(local_dir=...) must be a folder path or None, got "
                 f"{local_dir!r}"
             )
+        #: the maximum of cached (state, key) entries; 0: no cache across batches
+        self.cache_entries = check_cache_entries(cache_entries, "RocksDBKeyedStateBackend")
         self.operator_name = operator_name
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.incremental = incremental
@@ -281,6 +297,10 @@ class RocksDBKeyedStateBackend:
         #: the open batch scope (rocksdb_batch), or None: state calls go to the database
         self._scope: BatchScope | None = None
         self._scope_spare = BatchScope(self.max_parallelism)
+        #: cache key -> (key-group prefix, encoded key) of the cached keys that are
+        #: neither int nor str (whose rows cannot be computed from the cache key)
+        self._odd: dict[Any, tuple[bytes, bytes]] = {}
+        self._kg = self._scope_spare._kg  # key-group prefixes
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -301,37 +321,84 @@ class RocksDBKeyedStateBackend:
             self._last_key = key
         return self._last_prefix + sid + self._last_encoded
 
-    # -- batch scopes (rocksdb_batch) ---------------------------------------------------------
+    # -- batch scopes (rocksdb_batch) and the write-back cache (rocksdb_cache) ---------------
     def begin_batch(self, keys: Sequence[Any]) -> None:
         """Open a batch scope for an input batch whose records have ``keys`` (see
-        :mod:`lockgate.state.rocksdb_batch`): the rows of these keys of every state read
-        in an earlier scope are fetched with one multi-get per state; until
-        :meth:`end_batch`, state reads and writes go through the scope's cache. An open
-        scope is closed first (its writes flushed)."""
+        :mod:`lockgate.state.rocksdb_batch`): the rows of these keys that are not cached
+        yet, of every state read through the cache before, are fetched with one multi-get
+        per state; until :meth:`end_batch`, state reads and writes go through the cache.
+        An open scope is closed first."""
         self._check_open()
         if self._scope is not None:
             self.end_batch()
         scope = self._scope_spare
         scope.parts.clear()
-        scope.add_keys(keys)
         self._scope = scope
-        db = self._db
-        parts = scope.parts
-        for table in self._tables.values():
-            if table.used and parts:
-                sid = table._sid
-                raws = cast(
-                    list[bytes | None], db.get([kg + sid + enc for kg, enc in parts.values()])
-                )
-                table._cache = dict(zip(parts, raws))
-            else:
+        if not self.cache_entries:  # a cache for this batch only
+            scope.add_keys(keys)
+            for table in self._tables.values():
                 table._cache = {}
+                if table.used:
+                    self._prefetch(table, list(scope.parts))
+            return
+        used = [table for table in self._tables.values() if table.used]
+        if not used or not keys:
+            return
+        by_ck: dict[Any, Any] | None = None
+        if set(map(type, keys)) <= _SELF_KEYED:  # int and str keys are their cache key
+            distinct: dict[Any, Any] = dict.fromkeys(keys)
+        else:
+            distinct = by_ck = {}
+            for key in keys:
+                try:
+                    by_ck.setdefault(cache_key(key), key)
+                except Exception:  # noqa: BLE001 - surfaces on first use, as per call
+                    continue
+        if len(used) == 1:
+            cache = used[0]._cache
+            assert cache is not None
+            missing = [ck for ck in distinct if ck not in cache]
+        else:
+            caches = [table._cache for table in used]
+            missing = [ck for ck in distinct if any(ck not in c for c in caches)]  # type: ignore[operator]
+        if not missing:
+            return
+        scope.add_keys(missing if by_ck is None else [by_ck[ck] for ck in missing])
+        odd = self._odd
+        for ck, p in scope.parts.items():
+            if type(ck) is tuple:
+                odd[ck] = p
+        for table in used:
+            cache = table._cache
+            assert cache is not None
+            self._prefetch(table, [ck for ck in scope.parts if ck not in cache])
+
+    def _prefetch(self, table: RocksDBStateTable, cks: list[Any]) -> None:
+        """Read the rows of ``cks`` (registered in the scope) into ``table``'s cache with
+        one multi-get."""
+        if not cks:
+            return
+        parts = self._scope_spare.parts
+        sid = table._sid
+        rows_: list[Any] = [kg + sid + enc for kg, enc in (parts[ck] for ck in cks)]
+        raws = cast(list[bytes | None], self._db.get(rows_))
+        cache = table._cache
+        assert cache is not None
+        for ck, raw in zip(cks, raws):
+            cache[ck] = ABSENT if raw is None else Serialized(raw)
 
     def end_batch(self) -> None:
-        """Close the batch scope: write its pending writes as one write batch and drop
-        its cache (nothing happens without an open scope)."""
+        """Close the batch scope (nothing happens without an open scope). Without a
+        cache across batches its writes are written as one write batch and its cache
+        dropped; with one, the cache is trimmed to its bound (evicted entries written
+        back first)."""
         scope = self._scope
         if scope is None:
+            return
+        if self.cache_entries:
+            self._scope = None
+            scope.parts.clear()
+            self._make_room(0)
             return
         try:
             self._flush_pending()
@@ -342,34 +409,143 @@ class RocksDBKeyedStateBackend:
                 table._dirty = set()
             scope.parts.clear()
 
+    def flush(self) -> None:
+        """Write every dirty cached entry to the database (one write batch); the cache
+        keeps its entries, now clean. Snapshots, ``keys()``, ``entries()`` and restores
+        do this themselves."""
+        self._check_open()
+        self._flush_pending()
+
     def _flush_pending(self) -> None:
-        """Write the open scope's pending writes to the database (one write batch); the
-        cache stays valid. Called before anything reads the database directly."""
-        scope = self._scope
-        if scope is None:
-            return
-        parts = scope.parts
+        """Write the dirty cached entries to the database (one write batch); the cache
+        stays valid. Called before anything reads the database directly."""
         batch: WriteBatch | None = None
+        written: list[RocksDBStateTable] = []
         for table in self._tables.values():
-            dirty = table._dirty
-            if not dirty:
-                continue
-            if batch is None:
-                batch = WriteBatch(raw_mode=True)
-            cache = table._cache
-            assert cache is not None
-            sid = table._sid
-            put = batch.put
-            for ck in dirty:
-                kg, enc = parts[ck]
-                raw = cache[ck]
-                if raw is None:
-                    batch.delete(kg + sid + enc)
-                else:
-                    put(kg + sid + enc, raw)
-            table._dirty = set()
+            if table._dirty:
+                if batch is None:
+                    batch = WriteBatch(raw_mode=True)
+                self._write_back(batch, table, table._dirty)
+                written.append(table)
         if batch is not None:
             self._db.write(batch)
+            for table in written:
+                table._dirty = set()
+
+    def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
+        """Add the rows of ``table``'s cached entries ``cks`` to ``batch``."""
+        cache = table._cache
+        assert cache is not None
+        scope = self._scope
+        parts = scope.parts if scope is not None else {}
+        odd = self._odd
+        kgs = self._kg
+        mp = self.max_parallelism
+        sid = table._sid
+        put = batch.put
+        cks = list(cks)
+        ints = [ck for ck in cks if type(ck) is int and ck not in parts]
+        groups: dict[int, int] = {}
+        if ints:  # key groups of many ints: vectorized (a scalar one costs about 1 us)
+            try:
+                groups = dict(zip(ints, key_groups_of_keys(ints, mp).tolist()))
+            except OverflowError:  # beyond 64 bits: one at a time
+                pass
+        for ck in cks:
+            p = parts.get(ck)
+            if p is not None:
+                row = p[0] + sid + p[1]
+            elif type(ck) is tuple:
+                p = odd[ck]
+                row = p[0] + sid + p[1]
+            else:  # int or str: the key itself
+                g = groups.get(ck)
+                if g is None:
+                    g = key_group_of(ck, mp)
+                row = kgs[g] + sid + encode_key(ck)
+            v = cache[ck]
+            if v is ABSENT:
+                batch.delete(row)
+            elif type(v) is Serialized:
+                put(row, v.raw)
+            else:
+                put(row, _pickle_dumps(v, 5))
+
+    def _admit(self, key: Any, ck: Any) -> tuple[bytes, bytes]:
+        """Before ``ck`` (``key``'s cache key, not cached) enters the cache: make room
+        (outside scopes) and register its row parts; returns them."""
+        scope = self._scope
+        if scope is not None:
+            p = scope.part(key, ck)
+        else:
+            if self.cache_entries:
+                self._make_room(1)
+            p = (
+                self._kg[key_group_of(key, self.max_parallelism)],
+                encoded_of(key, ck),
+            )
+        if type(ck) is tuple and self.cache_entries:
+            self._odd[ck] = p
+        return p
+
+    def cached_entries(self) -> int:
+        """How many (state, key) entries the cache holds (dirty or clean)."""
+        return sum(len(t._cache) for t in self._tables.values() if t._cache is not None)
+
+    def _make_room(self, extra: int) -> None:
+        """Evict if the cache with ``extra`` more entries would exceed its bound."""
+        size = self.cached_entries()
+        if size + extra > self.cache_entries:
+            self._evict(size)
+
+    def _evict(self, size: int) -> None:
+        """Drop the oldest entries of every state's cache (by insertion order, each state
+        in proportion to its size) down to three quarters of the bound; the dirty ones
+        are written back first (one write batch)."""
+        keep = self.cache_entries * 3 // 4
+        batch: WriteBatch | None = None
+        victims: list[tuple[RocksDBStateTable, list[Any]]] = []
+        for table in self._tables.values():
+            cache = table._cache
+            if not cache:
+                continue
+            n = len(cache)
+            drop = n - n * keep // size
+            if drop <= 0:
+                continue
+            old = list(islice(cache, drop))
+            dirty = table._dirty
+            written = [ck for ck in old if ck in dirty]
+            if written:
+                if batch is None:
+                    batch = WriteBatch(raw_mode=True)
+                self._write_back(batch, table, written)
+            victims.append((table, old))
+        if batch is not None:
+            self._db.write(batch)  # before the entries leave the cache
+        odd: list[Any] = []
+        for table, old in victims:
+            cache = table._cache
+            assert cache is not None
+            dirty = table._dirty
+            for ck in old:
+                del cache[ck]
+                dirty.discard(ck)
+                if type(ck) is tuple:
+                    odd.append(ck)
+        if odd:
+            caches = [t._cache for t in self._tables.values() if t._cache is not None]
+            for ck in odd:
+                if not any(ck in c for c in caches):
+                    self._odd.pop(ck, None)
+
+    def _drop_cache(self) -> None:
+        """Forget every cached entry (after a write-back, or with the database)."""
+        on = bool(self.cache_entries)
+        for table in self._tables.values():
+            table._cache = {} if on else None
+            table._dirty = set()
+        self._odd.clear()
 
     # -- state handles ----------------------------------------------------------------------
     def get_state(self, descriptor: StateDescriptor[Any]) -> Any:
@@ -534,7 +710,9 @@ class RocksDBKeyedStateBackend:
                 f"{where}: cannot restore keyed state while a snapshot is outstanding; "
                 "restore before processing starts"
             )
-        self.end_batch()  # the database is about to change under any cache
+        self.end_batch()
+        self._flush_pending()  # the database is about to change under the cache:
+        self._drop_cache()  # write back, then start with an empty cache
         snaps = list(snapshots)
         kinds = [
             snapshot_kind(s, f"{where}: keyed state snapshot #{i}", self.max_parallelism)
@@ -657,6 +835,7 @@ class RocksDBKeyedStateBackend:
             return
         self._closed = True
         self._scope = None
+        self._drop_cache()  # the working database is deleted: nothing to write back
         with self._lock:
             outstanding = list(self._outstanding)
         for view in outstanding:

@@ -33,14 +33,27 @@ from lockgate.state.descriptors import (
 from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
 from lockgate.state.rocksdb_batch import BatchScope, cache_key
+from lockgate.state.rocksdb_cache import ABSENT, DEFAULT_CACHE_ENTRIES
 from lockgate.state.rocksdb_codec import decode_key, encode_key, key_group_of, split_row
 from lockgate.state.rocksdb_files import rows
 from lockgate.state.ttl import StateTtlConfig
 
 
+@pytest.fixture(params=[0, DEFAULT_CACHE_ENTRIES], ids=["scope_only", "write_back_cache"])
+def rocks(tmp_path: Any, request: Any) -> Any:
+    """Each test runs with the per-batch scope cache alone (``cache_entries=0``) and with
+    the write-back cache across batches (lockgate.state.rocksdb_cache)."""
+    backend = RocksDBKeyedStateBackend(
+        "op", 128, local_dir=str(tmp_path), cache_entries=request.param
+    )
+    yield backend
+    backend.close()
+
+
 @pytest.fixture
-def rocks(tmp_path: Any) -> Any:
-    backend = RocksDBKeyedStateBackend("op", 128, local_dir=str(tmp_path))
+def scope_only(tmp_path: Any) -> Any:
+    """Without the cache across batches: a batch's writes reach the database at its end."""
+    backend = RocksDBKeyedStateBackend("op", 128, local_dir=str(tmp_path), cache_entries=0)
     yield backend
     backend.close()
 
@@ -58,8 +71,9 @@ def db_rows(backend: RocksDBKeyedStateBackend) -> dict[Any, bytes]:
 
 
 def test_a_write_is_read_back_in_the_same_batch_and_reaches_the_database_at_its_end(
-    rocks: Any,
+    scope_only: Any,
 ) -> None:
+    rocks = scope_only
     count = rocks.get_state(ValueStateDescriptor("count", default=0))
     rocks.begin_batch([7, 7, 7])
     for _ in range(3):
@@ -192,6 +206,7 @@ def test_keys_of_different_types_never_share_a_row_in_a_batch(rocks: Any) -> Non
         rocks.current_key = k
         count.update(count.value() + 1)
     rocks.end_batch()
+    rocks.flush()  # with the write-back cache, the rows are written here
     # from the rows, keys by their encoding: a dict of decoded keys would merge 1 and 1.0
     stored = {encode_key(k): pickle.loads(raw) for k, raw in db_row_list(rocks)}
     assert len(stored) == 8, "nine keys, np.int64(1) sharing the row of 1"
@@ -247,7 +262,7 @@ def test_a_state_first_used_inside_a_batch_is_cached_and_prefetched_afterwards(
     table = rocks._tables["sum"]
     assert table.used
     rocks.begin_batch([1, 2])
-    assert table._cache == {1: table._cache[1], 2: None}, "prefetched: both keys"
+    assert table._cache == {1: table._cache[1], 2: ABSENT}, "prefetched: both keys"
     rocks.current_key = 1
     assert late.get() == 11
     rocks.end_batch()
@@ -355,28 +370,41 @@ def make_handles(backend: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("cache_entries", [0, 3, 10, DEFAULT_CACHE_ENTRIES])
 @pytest.mark.parametrize("seed", range(4))
 def test_random_batches_snapshots_and_restores_match_the_heap_backend(
-    tmp_path: Any, seed: int
+    tmp_path: Any, seed: int, cache_entries: int
 ) -> None:
+    """Also M-T3 with the write-back cache: snapshots inside and between batches hold
+    every write before them; small bounds evict (and write back) all the time; a fifth
+    of the batches run outside scopes (the per-call path timers use)."""
     rnd = random.Random(seed)
     keys: list[Any] = list(range(12)) + ["a", "b", (1, "x"), 1.5]
     heap = HeapKeyedStateBackend("op", 128)
-    rocks = RocksDBKeyedStateBackend("op", 128, local_dir=str(tmp_path))
+
+    def fresh(where: str) -> RocksDBKeyedStateBackend:
+        return RocksDBKeyedStateBackend("op", 128, local_dir=where, cache_entries=cache_entries)
+
+    rocks = fresh(str(tmp_path))
     try:
         h, r = make_handles(heap), make_handles(rocks)
         for step in range(60):
             batch = [rnd.choice(keys) for _ in range(rnd.randrange(1, 30))]
-            rocks.begin_batch(batch)
+            scoped = rnd.random() < 0.8
+            if scoped:
+                rocks.begin_batch(batch)
             for k in batch:
                 op = random_op(rnd)
                 heap.current_key = rocks.current_key = k
                 assert apply(op, r) == apply(op, h), f"step {step} key {k!r} {op}"
                 if rnd.random() < 0.02:  # a barrier inside the batch
                     check_snapshot(rocks, heap, str(tmp_path / f"s{step}"))
-            rocks.end_batch()
+            if scoped:
+                rocks.end_batch()
+            if cache_entries:
+                assert rocks.cached_entries() <= cache_entries, "the bound holds between batches"
             if rnd.random() < 0.1:  # a barrier between batches, then go on from it
-                rocks = restore_copy(rocks, str(tmp_path / f"r{step}"))
+                rocks = restore_copy(rocks, str(tmp_path / f"r{step}"), fresh)
                 r = make_handles(rocks)
         assert rocks.entries() == heap.entries()
     finally:
@@ -397,14 +425,14 @@ def check_snapshot(rocks: Any, heap: Any, where: str) -> None:
         copy_.close()
 
 
-def restore_copy(rocks: Any, where: str) -> Any:
+def restore_copy(rocks: Any, where: str, make: Any) -> Any:
     view = rocks.snapshot()
     try:
         payload = view.materialize()
     finally:
         view.release()
     rocks.close()
-    fresh = RocksDBKeyedStateBackend("op", 128, local_dir=where)
+    fresh = make(where)
     fresh.restore([payload], range(128))
     return fresh
 
@@ -445,7 +473,9 @@ class CountThenTimer(lg.KeyedProcessFunction):
         yield {"k": ctx.current_key, "timer": timestamp, "count": c}
 
 
-def open_operator(restored: Any = None) -> tuple[KeyedProcessOperator, ListOutput]:
+def open_operator(
+    restored: Any = None, cache_entries: int = DEFAULT_CACHE_ENTRIES
+) -> tuple[KeyedProcessOperator, ListOutput]:
     op = KeyedProcessOperator(CountThenTimer(), KeySelector("k"))
     ctx = lg.RuntimeContext(
         task_name="t",
@@ -454,7 +484,7 @@ def open_operator(restored: Any = None) -> tuple[KeyedProcessOperator, ListOutpu
         subtask_index=0,
         parallelism=1,
         max_parallelism=128,
-        state_backend=lg.RocksDBStateBackend(),
+        state_backend=lg.RocksDBStateBackend(cache_entries=cache_entries),
     )
     out = ListOutput()
     op.setup("counts", "counts", ctx, out)
@@ -572,13 +602,14 @@ def test_split_row_of_a_flushed_write_names_the_state(rocks: Any) -> None:
     a.update(1)
     b.update(2)
     rocks.end_batch()
+    rocks.flush()
     ids = sorted(split_row(row)[1] for row, _ in rows(rocks._db))
     assert ids == [1, 2]
     assert rocks.entries() == {"a": {1: 1}, "b": {1: 2}}
 
 
 def test_the_key_estimate_metric_counts_the_written_batches() -> None:
-    op, _ = open_operator()
+    op, _ = open_operator(cache_entries=0)  # with the cache: counted once written back
     try:
         op.process_batch(records([(k, 1) for k in "abcdef"]))
         estimate = op.metric_keys()
