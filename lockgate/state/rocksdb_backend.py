@@ -7,9 +7,10 @@ Interface and semantics are those of
 one :class:`RocksDBStateTable` per state), ``snapshot()``, ``restore(snapshots,
 key_groups)``, ``keys(name)``, ``entries()`` and ``close()``; TTL time comes from
 ``clock``, ``current_watermark`` and ``current_timestamp``. The same job gives the
-same results on either backend, with two documented differences: a value read from
-state is a deserialized copy (change state with ``update``/``put``, as the handles
-do), and keys of different types never match (``1`` and ``1.0`` are two keys).
+same results on either backend, with two documented differences: a mutable value read
+from state is a deserialized copy (change state with ``update``/``put``, as the handles
+do; immutable values, which cannot be changed in place, may be handed out as the cached
+object), and keys of different types never match (``1`` and ``1.0`` are two keys).
 
 Layout (:mod:`lockgate.state.rocksdb_codec`): one row per (state, key), keyed by
 key group, state id and the encoded key, so a key-group range is one contiguous
@@ -32,12 +33,26 @@ Checkpoints (M-T3, M-R4)
   every file (it never shares files with the restored checkpoint, which may live in
   another job's storage).
 
+Write-back cache (:mod:`lockgate.state.rocksdb_cache`)
+-----------------------------------------------------
+``cache_entries`` (default 100,000) bounds a cache of the most recently loaded or
+written (state, key) entries that lives across input batches: hits never touch the
+database, writes and deletes stay in the cache (dirty) until a snapshot, ``keys()``,
+``entries()``, a restore (:meth:`RocksDBKeyedStateBackend.flush`) or an eviction
+writes them back as one write batch. The database plus the cache is at every moment
+exactly the state the per-call path would hold; a snapshot sees every write made
+before it (M-T3) and its synchronous part includes that write-back (at most the
+bound's entries); a restore writes back, then starts with an empty cache.
+``cache_entries=0``: no cache across batches (each input batch has its own, below).
+
 Batch scopes (:mod:`lockgate.state.rocksdb_batch`)
 ------------------------------------------------
 The keyed operator wraps each input batch in ``begin_batch(keys)`` / ``end_batch()``:
-one multi-get per used state when the scope opens, one write batch when it closes
-(and before a snapshot, ``keys()``, ``entries()`` or a restore); outside a scope
-(timers, broadcast state visits) each state call goes to the database.
+when the scope opens, the batch's keys that are not cached are fetched with one
+multi-get per state already read through the cache; when it closes, the cache is
+trimmed to its bound (with ``cache_entries=0``: the batch's writes are written as one
+write batch and its cache dropped). Outside a scope (timers, broadcast state visits)
+state calls use the cache too (with ``cache_entries=0`` each goes to the database).
 
 Working folders live under ``local_dir`` (default: the system temporary folder);
 ``close()`` deletes them. Everything but the views' ``materialize``/``release``

@@ -1,25 +1,31 @@
-"""Per-input-batch access to the RocksDB keyed state backend: one multi-get and one
-write batch per input batch instead of a database call per state access.
+"""Per-input-batch access to the RocksDB keyed state backend: one multi-get per state
+for the keys of an input batch that are not cached, instead of a database call per
+state access.
 
 The keyed operator opens a *batch scope* with the keys of an input batch
 (``backend.begin_batch(keys)``) and closes it after the batch
 (``backend.end_batch()``). Inside the scope:
 
-* every state already read in an earlier scope (a *used* state) has the rows of the
-  batch's keys fetched with one multi-get when the scope opens (the *prefetch*);
-* the handles' reads are served from the scope's cache (a key not prefetched is read
-  from the database once and then cached), their writes and deletes go to the cache
-  and are remembered as *pending*;
-* pending writes are written to the database as one ``WriteBatch`` when the scope
-  closes, and before anything reads the database directly: a snapshot (checkpoint
-  barrier, savepoint), ``keys()``/``entries()`` (iteration, ``apply_to_keyed_state``),
-  a restore. Timers fire outside scopes, on the database.
+* every state already read through the cache before (a *used* state) has the rows of
+  the batch's keys that it does not cache fetched with one multi-get when the scope
+  opens (the *prefetch*);
+* the handles' reads are served from the cache (a key not prefetched is read from the
+  database once and then cached), their writes and deletes go to the cache and are
+  remembered as *dirty*.
+
+With the write-back cache (``cache_entries > 0``, :mod:`lockgate.state.rocksdb_cache`)
+the cache outlives the scope: closing the scope only trims it to its bound (evicted
+dirty entries are written back), and dirty entries reach the database before anything
+reads it directly. With ``cache_entries=0`` the cache lives for one scope: its dirty
+entries are written as one ``WriteBatch`` when the scope closes (and before a
+snapshot, ``keys()``/``entries()`` or a restore), and timers, which fire outside
+scopes, go to the database.
 
 Guarantees: the database plus the cache is at every moment exactly the state the
 per-call path would hold; a read in a scope sees every earlier write of the scope
-(same key, any state); a snapshot sees every write made before it. The cache holds
-serialized bytes, so a value read from state is a fresh deserialized copy, as on the
-per-call path. The cache lives for one scope (bounded by the batch's keys).
+(same key, any state); a snapshot sees every write made before it. A mutable value
+is cached as its pickled bytes, so a value read from state is a fresh deserialized
+copy, as on the per-call path (immutable values are cached as the objects).
 
 Cache keys: ``int`` and ``str`` keys are their own cache key; any other key is
 ``(ENCODED, encoded key bytes)`` (numpy integers are their ``int``), so two keys

@@ -37,11 +37,14 @@ state), while a cache hit on an immutable value costs a dict lookup, as on the h
 backend. A row fetched from the database is cached as :class:`Serialized` and
 replaced by the value on its first read when that value is immutable.
 
-Memory (measured with ``tracemalloc``, CPython 3, an int key and an int value, the
-entry dirty): about 100-140 bytes per entry, plus the pickled bytes and a 48-byte
-wrapper for a mutable value. The default bound, :data:`DEFAULT_CACHE_ENTRIES`
-(100,000), is therefore about 10-15 MB per keyed operator subtask, and bounds the
-write-back a snapshot's synchronous part may do to about 0.2-0.3 s.
+Memory (measured with ``tracemalloc``, 200,000 entries): with an int key and an int
+value about 110 bytes per clean entry and 150 per dirty one (the dict slot, the dirty
+set slot, the key and value objects); with a two-element list value (kept pickled)
+about 210 per clean entry. The default bound, :data:`DEFAULT_CACHE_ENTRIES`
+(100,000), is therefore about 10-20 MB per keyed operator subtask for small values,
+and bounds the write-back a snapshot's synchronous part may do (about 3 us per dirty
+entry: pickling, the row key and rocksdict's write) to about 0.3 s. A job whose hot
+keys fit a larger bound gains most from raising it (see ``bench/state.py``).
 """
 
 from __future__ import annotations
