@@ -120,6 +120,7 @@ _MISSING: Any = object()
 _pickle_dumps = pickle.dumps
 _BATCH = 10_000
 _SELF_KEYED = frozenset({int, str})
+_DIRTY_SLACK = 65_536
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -131,16 +132,20 @@ class RocksDBStateTable:
     itself when immutable, :class:`Serialized` bytes, or ``ABSENT``) is the backend's
     write-back cache of this state, or, with ``cache_entries=0``, the open batch
     scope's cache; None (cache off, no scope): every call goes to the database.
-    ``_dirty``: the cache keys written since their last write-back."""
+    ``_dirty``: the cache keys written since their last write-back, in write order and
+    possibly repeated (a list append costs less than a set insert into a large table,
+    which misses the CPU caches; repeats are dropped at write-back, and the list is
+    compacted when it grows past ``_DIRTY_SLACK`` plus twice the bound)."""
 
-    __slots__ = ("_backend", "_cache", "_dirty", "_sid", "name", "used")
+    __slots__ = ("_backend", "_cache", "_dirty", "_limit", "_sid", "name", "used")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, name: str, state_id: int) -> None:
         self._backend = backend
         self._sid = U16.pack(state_id)
         self.name = name
         self._cache: dict[Any, Any] | None = {} if backend.cache_entries else None
-        self._dirty: set[Any] = set()
+        self._dirty: list[Any] = []
+        self._limit = backend._dirty_limit
         #: read through the cache before: the batch's missing keys are prefetched
         self.used = False
 
@@ -192,7 +197,10 @@ class RocksDBStateTable:
                 cache[ck] = Serialized(_pickle_dumps(stored, 5))
             except (pickle.PicklingError, AttributeError, TypeError):
                 cache[ck] = Serialized(dumps(stored))  # cloudpickle: a driver script's class
-        self._dirty.add(ck)
+        dirty = self._dirty
+        dirty.append(ck)
+        if len(dirty) > self._limit:
+            self._backend._compact(self)
 
     def pop(self, key: Any, default: Any = None) -> Any:
         cache = self._cache
@@ -213,7 +221,10 @@ class RocksDBStateTable:
         if v is ABSENT:
             return default
         cache[ck] = ABSENT
-        self._dirty.add(ck)
+        dirty = self._dirty
+        dirty.append(ck)
+        if len(dirty) > self._limit:
+            self._backend._compact(self)
         return loads(v.raw) if type(v) is Serialized else v
 
     def __contains__(self, key: Any) -> bool:
@@ -316,6 +327,8 @@ class RocksDBKeyedStateBackend:
         #: neither int nor str (whose rows cannot be computed from the cache key)
         self._odd: dict[Any, tuple[bytes, bytes]] = {}
         self._kg = self._scope_spare._kg  # key-group prefixes
+        #: a table's dirty list is compacted past this length
+        self._dirty_limit = 2 * self.cache_entries + _DIRTY_SLACK
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -421,7 +434,7 @@ class RocksDBKeyedStateBackend:
             self._scope = None
             for table in self._tables.values():
                 table._cache = None
-                table._dirty = set()
+                table._dirty = []
             scope.parts.clear()
 
     def flush(self) -> None:
@@ -440,12 +453,12 @@ class RocksDBKeyedStateBackend:
             if table._dirty:
                 if batch is None:
                     batch = WriteBatch(raw_mode=True)
-                self._write_back(batch, table, table._dirty)
+                self._write_back(batch, table, dict.fromkeys(table._dirty))
                 written.append(table)
         if batch is not None:
             self._db.write(batch)
             for table in written:
-                table._dirty = set()
+                table._dirty = []
 
     def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
         """Add the rows of ``table``'s cached entries ``cks`` to ``batch``."""
@@ -529,7 +542,7 @@ class RocksDBKeyedStateBackend:
             if drop <= 0:
                 continue
             old = list(islice(cache, drop))
-            dirty = table._dirty
+            dirty = set(table._dirty)
             written = [ck for ck in old if ck in dirty]
             if written:
                 if batch is None:
@@ -542,24 +555,27 @@ class RocksDBKeyedStateBackend:
         for table, old in victims:
             cache = table._cache
             assert cache is not None
-            dirty = table._dirty
             for ck in old:
                 del cache[ck]
-                dirty.discard(ck)
                 if type(ck) is tuple:
                     odd.append(ck)
+            table._dirty = [ck for ck in dict.fromkeys(table._dirty) if ck in cache]
         if odd:
             caches = [t._cache for t in self._tables.values() if t._cache is not None]
             for ck in odd:
                 if not any(ck in c for c in caches):
                     self._odd.pop(ck, None)
 
+    def _compact(self, table: RocksDBStateTable) -> None:
+        """Drop the repeats from ``table``'s dirty list (it holds at most the cached keys)."""
+        table._dirty = list(dict.fromkeys(table._dirty))
+
     def _drop_cache(self) -> None:
         """Forget every cached entry (after a write-back, or with the database)."""
         on = bool(self.cache_entries)
         for table in self._tables.values():
             table._cache = {} if on else None
-            table._dirty = set()
+            table._dirty = []
         self._odd.clear()
 
     # -- state handles ----------------------------------------------------------------------

@@ -274,3 +274,19 @@ def test_the_configured_bound_reaches_each_subtask_backend(tmp_path: Any) -> Non
         assert backend.cache_entries == 7
     finally:
         backend.close()
+
+
+def test_m_t3_the_dirty_list_is_compacted_and_still_writes_back_every_key(
+    cached: Any, tmp_path: Any
+) -> None:
+    count = cached.get_state(ValueStateDescriptor("count", default=0))
+    table = cached._tables["count"]
+    table._limit = 8  # compaction past 8 entries (the default is 2 x bound + 65,536)
+    for i in range(60):
+        cached.current_key = i % 3
+        count.update(count.value() + 1)
+        assert len(table._dirty) <= 8, "repeats are dropped, not accumulated"
+    assert db_rows(cached) == {}
+    payload = materialized(cached)
+    assert restored_entries(payload, tmp_path / "r") == {"count": {0: 20, 1: 20, 2: 20}}
+    assert table._dirty == [], "written back: clean"
