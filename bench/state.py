@@ -8,8 +8,9 @@ updates      value state read-modify-writes through the state handles
              of ``--repeat`` runs.
 batched      the same updates the way the keyed process operator now makes them: per
              input batch of ``--batch`` records, ``backend.begin_batch(keys)`` (RocksDB:
-             one multi-get of the batch's keys), the per-record handle calls, then
-             ``backend.end_batch()`` (RocksDB: one write batch); the heap backend has
+             one multi-get of the batch's keys that are not cached), the per-record
+             handle calls, then ``backend.end_batch()`` (RocksDB: the cache trimmed to
+             its bound; with ``--cache-entries 0``, one write batch); the heap backend has
              no batch scopes, so its loop is the per-call one. The backend's batched
              API is called directly (no operator, no records): this measures state
              access only. Both backends and the per-call RocksDB path run alternately
@@ -19,6 +20,13 @@ operator     the same updates as records through the keyed process operator
              ``count.update(count.value() + 1)``, batches of ``--batch`` dict records
              keyed by ``"k"``): key extraction, the function call and the output
              included; RocksDB (batch scopes) and heap alternately.
+RocksDB runs with its write-back state cache bounded by ``--cache-entries`` (default: the
+product default, 100,000; 0: no cache across batches). The keys are loaded first (and
+written back, so the cache holds the last ``--cache-entries`` of them, clean); each
+RocksDB line has ``cache_entries``, ``write_back_s`` (the time to write back the dirty
+entries after the run: what the next snapshot's synchronous part would do) and
+``updates_per_s_with_write_back`` (the rate with that time counted).
+
 checkpoints  the RocksDB backend with ``--keys`` keys: the bytes of a full checkpoint
              (the first incremental one: every file is new), of an incremental one after
              ``--changed`` of the keys changed (target: under 20% of the full one), of
@@ -36,9 +44,32 @@ ceiling near 160,000 updates/s for one read and one write per update, whatever t
 Python side does. The 1,000,000/s target needs fewer database operations per update,
 not faster ones.
 
+With the write-back cache (2026-11-28, same machine shared with other benchmarks, one
+run per line, ``--cases batched,operator --keys 1000000 --updates 1000000 --repeat 1``;
+heap and RocksDB alternate in one process, so compare within a run):
+
+  --cache-entries  batched heap / RocksDB       operator heap / RocksDB   write-back
+  1,000,000        1,243,000 / 649,000          608,000 / 567,000         3.9-4.0 s
+                   (534,000 / 596,000)          (850,000 / 436,000)       (2.7-2.8 s)
+  100,000          871,000 / 63,000             864,000 / 65,000          0.3-0.5 s
+  0                1,073,000 / 70,000           900,000 / 60,000          -
+
+(the second line of 1,000,000: a run before the dirty keys became a list). With every
+key cached RocksDB makes 0.52-0.93x the heap backend's updates/s: below 1,000,000/s.
+A py-spy profile of the cached loop (300,000 keys, 900,000 updates: heap 1.25-1.34M/s,
+RocksDB 0.69-0.73M/s in alternate runs) puts 48% of it in ``RocksDBStateTable.get``
+(40% on its ``cache.get`` line: the random lookup in a large dict, which the heap
+backend pays too) and 28% in ``__setitem__``; the rest of the gap is the two Python
+frames per update that the heap backend's plain dict (C calls) does not have. Writing
+back a dirty entry costs about 3.6 us (py-spy: 33% rocksdict's ``write``, 27% its
+``WriteBatch.put`` with the value's pickling, 10% ``encode_key``), so 632,000 distinct
+dirty keys take 2.7-4 s in the next snapshot; counted in, the rate is 173,000-234,000/s
+for this uniform key set. With 10% of the keys cached (uniform random keys: 90% misses)
+the rate is that of no cache: each miss costs a multi-get read and later a write-back.
+
 Usage:
     python bench/state.py [--cases updates,batched,operator,checkpoints] [--keys N] [--updates N]
-                          [--batch N] [--changed FRACTION] [--repeat K]
+                          [--batch N] [--changed FRACTION] [--repeat K] [--cache-entries N]
 """
 
 from __future__ import annotations

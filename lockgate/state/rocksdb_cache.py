@@ -42,8 +42,8 @@ value about 110 bytes per clean entry and 150 per dirty one (the dict slot, the 
 set slot, the key and value objects); with a two-element list value (kept pickled)
 about 210 per clean entry. The default bound, :data:`DEFAULT_CACHE_ENTRIES`
 (100,000), is therefore about 10-20 MB per keyed operator subtask for small values,
-and bounds the write-back a snapshot's synchronous part may do (about 3 us per dirty
-entry: pickling, the row key and rocksdict's write) to about 0.3 s. A job whose hot
+and bounds the write-back a snapshot's synchronous part may do (about 3.6 us per dirty
+entry: pickling, the row key and rocksdict's write batch) to about 0.4 s. A job whose hot
 keys fit a larger bound gains most from raising it (see ``bench/state.py``).
 """
 
