@@ -49,21 +49,24 @@ run per line, ``--cases batched,operator --keys 1000000 --updates 1000000 --repe
 heap and RocksDB alternate in one process, so compare within a run):
 
   --cache-entries  batched heap / RocksDB       operator heap / RocksDB   write-back
-  1,000,000        1,243,000 / 649,000          608,000 / 567,000         3.9-4.0 s
-                   (534,000 / 596,000)          (850,000 / 436,000)       (2.7-2.8 s)
+  1,000,000        964,000 / 716,000            988,000 / 745,000         2.6-3.2 s
+                   1,243,000 / 649,000          608,000 / 567,000         3.9-4.0 s
   100,000          871,000 / 63,000             864,000 / 65,000          0.3-0.5 s
   0                1,073,000 / 70,000           900,000 / 60,000          -
 
-(the second line of 1,000,000: a run before the dirty keys became a list). With every
-key cached RocksDB makes 0.52-0.93x the heap backend's updates/s: below 1,000,000/s.
-A py-spy profile of the cached loop (300,000 keys, 900,000 updates: heap 1.25-1.34M/s,
-RocksDB 0.69-0.73M/s in alternate runs) puts 48% of it in ``RocksDBStateTable.get``
-(40% on its ``cache.get`` line: the random lookup in a large dict, which the heap
-backend pays too) and 28% in ``__setitem__``; the rest of the gap is the two Python
-frames per update that the heap backend's plain dict (C calls) does not have. Writing
+With every key cached RocksDB makes 0.52-0.93x the heap backend's updates/s (0.74-0.75x
+in the quieter run): below 1,000,000/s. A py-spy profile of the cached loop (300,000
+keys, 900,000 updates: heap 1.25-1.34M/s, RocksDB 0.69-0.94M/s in alternate runs) puts
+48% of it in ``RocksDBStateTable.get`` (40% on its ``cache.get`` line: the random lookup
+in a large dict, which the heap backend pays too) and 28% in ``__setitem__`` (the
+cache store and the dirty-list append). Inlining the cache access into
+``ValueState.value``/``update`` (an experiment, not kept) changed nothing measurable
+(930,000-980,000 either way), so the remaining gap is the lookups and checks, not the
+Python frames. Caching immutable values as objects matters: with every value kept
+pickled the same loop makes 202,000-214,000/s instead of 614,000-633,000. Writing
 back a dirty entry costs about 3.6 us (py-spy: 33% rocksdict's ``write``, 27% its
 ``WriteBatch.put`` with the value's pickling, 10% ``encode_key``), so 632,000 distinct
-dirty keys take 2.7-4 s in the next snapshot; counted in, the rate is 173,000-234,000/s
+dirty keys take 2.6-4 s in the next snapshot; counted in, the rate is 173,000-253,000/s
 for this uniform key set. With 10% of the keys cached (uniform random keys: 90% misses)
 the rate is that of no cache: each miss costs a multi-get read and later a write-back.
 
