@@ -287,7 +287,12 @@ def test_top_runs_live_in_a_terminal_and_ends_with_ctrl_c(home, jobs, tmp_path) 
         )
         assert screens[-1].count("lockgate top - ") == 1, "one frame on screen, redrawn"
         tmux("send-keys", "-t", session, "C-c")
-        wait_until(done_file.exists, "top ended on Ctrl-C", 30)
+        # the shell creates the file before echo writes the status into it
+        wait_until(
+            lambda: done_file.exists() and done_file.read_text().strip() != "",
+            "top ended on Ctrl-C (its exit status written)",
+            30,
+        )
         assert done_file.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=30)

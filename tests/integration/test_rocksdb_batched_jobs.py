@@ -60,13 +60,21 @@ def read_sink(folder: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.hang_guard(300)
+@pytest.mark.parametrize("cache_entries", [None, 4], ids=["default-cache", "tiny-cache"])
 def test_rocksdb_batched_state_survives_a_failure_with_timers_reading_it(
-    executor: Any, tmp_path: Path
+    executor: Any, tmp_path: Path, cache_entries: int | None
 ) -> None:
+    """With the default write-back cache (which holds every key here) and with one of 4
+    entries (21 (state, key) entries: evictions and write-backs all the time, between
+    and inside batches and timers)."""
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "chk")
-    env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
+    env.set_state_backend(
+        lg.RocksDBStateBackend(incremental=True)
+        if cache_entries is None
+        else lg.RocksDBStateBackend(incremental=True, cache_entries=cache_entries)
+    )
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     inject_faults(env, FailAtRecord("counts", record=2500, subtask=0))
     strategy = (
