@@ -77,11 +77,11 @@ from rocksdict import Rdict, WriteBatch
 
 from ..checkpoint.storage import CheckpointStorage
 from ..core.clock import Clock, SystemClock
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism, key_groups_of_keys
+from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ..errors import ConfigurationError
 from .descriptors import StateDescriptor
 from .handles import KeyedStateHandle, create_handle
-from .rocksdb_batch import BatchScope, cache_key, encoded_of
+from .rocksdb_batch import BatchScope, cache_key, encoded_of, int_key_groups
 from .rocksdb_cache import (
     _ATOMS,
     ABSENT,
@@ -473,12 +473,7 @@ class RocksDBKeyedStateBackend:
         put = batch.put
         cks = list(cks)
         ints = [ck for ck in cks if type(ck) is int and ck not in parts]
-        groups: dict[int, int] = {}
-        if ints:  # key groups of many ints: vectorized (a scalar one costs about 1 us)
-            try:
-                groups = dict(zip(ints, key_groups_of_keys(ints, mp).tolist()))
-            except OverflowError:  # beyond 64 bits: one at a time
-                pass
+        groups = dict(zip(ints, int_key_groups(ints, mp))) if ints else {}
         for ck in cks:
             p = parts.get(ck)
             if p is not None:

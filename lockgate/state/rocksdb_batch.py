@@ -36,7 +36,7 @@ share a cache entry exactly when they share a database row (``1``, ``1.0`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -63,6 +63,15 @@ def encoded_of(key: Any, ck: Any) -> bytes:
     return ck[1] if type(ck) is tuple else encode_key(ck)
 
 
+def int_key_groups(keys: list[int], max_parallelism: int) -> list[int]:
+    """The key group of each int key, vectorized (a scalar one costs about 1 us); keys
+    beyond 64 bits one at a time."""
+    try:
+        return cast(list[int], key_groups_of_keys(keys, max_parallelism).tolist())
+    except OverflowError:
+        return [key_group_of(k, max_parallelism) for k in keys]
+
+
 class BatchScope:
     """The cache key -> (key-group prefix, encoded key) of the keys seen in one scope,
     and the tables' caches. Belongs to the task thread."""
@@ -83,12 +92,8 @@ class BatchScope:
             fresh = [k for k in dict.fromkeys(keys) if k not in parts]
             if not fresh:
                 return
-            try:
-                groups = key_groups_of_keys(fresh, mp).tolist()
-            except OverflowError:  # beyond 64 bits: one at a time
-                groups = [key_group_of(k, mp) for k in fresh]
             kg = self._kg
-            for k, g in zip(fresh, groups):
+            for k, g in zip(fresh, int_key_groups(fresh, mp)):
                 parts[k] = (kg[g], encode_key(k))
             return
         for key in keys:

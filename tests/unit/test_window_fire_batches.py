@@ -76,7 +76,8 @@ def test_ensure_distinct_gives_each_code_its_one_row() -> None:
 def test_a_window_fired_whole_shares_its_arrays_and_a_late_change_copies_them() -> None:
     """``AlignedStore.fire`` of a table none of whose rows fired hands out the table's
     own arrays (no copy); a later write (a late record within the allowed lateness)
-    must then copy them (copy-on-write), so the rows already emitted never change."""
+    must then copy them (copy-on-write, as snapshots do: M-T3), so the rows already
+    emitted never change."""
     contents = BuiltinContents(WindowAggregation.of(lg.agg.count()))
     store = AlignedStore(contents)
     codes = np.array([4, 1, 4, 7], dtype=np.int64)

@@ -224,8 +224,8 @@ class AlignedStore:
                 table = self.tables.get((start, end))
                 if table is None:
                     # a new window: its rows are the partials themselves (merging them
-                    # into empty rows gives the same values and types: see
-                    # WindowContents.partials)
+                    # into empty rows would give the same values and types, tested in
+                    # test_a_partial_merged_into_empty_rows_is_the_partial_itself)
                     table = WindowTable.of_rows(start, end, pcodes, acc)
                     self.tables[(start, end)] = table
                     touched.append((table, np.arange(hi - lo, dtype=np.int64)))
