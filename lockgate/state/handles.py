@@ -14,6 +14,10 @@ The handles are shared by every keyed state backend. They use only:
   may re-point a handle to another table by assigning ``handle._table``.
 * the backend (:class:`KeyedStateHost`): ``current_key``, and for TTL state the
   time attributes of :class:`~lockgate.state.ttl.TtlTimeSource`.
+* optionally, for :meth:`ValueState.values_of` and :meth:`ValueState.update_all`, the
+  table's ``get_many(keys, default)`` and ``put_many(keys, stored)`` (many keys in one
+  call, with the semantics of the single-key calls in order); a plain ``dict`` table
+  is read and written with its own C-level methods, any other table one key at a time.
 
 Stored forms (what the table holds and canonical snapshots contain): value,
 reducing and aggregating state store the value / accumulator; list state a
@@ -30,7 +34,8 @@ portably.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import ConfigurationError
@@ -159,6 +164,66 @@ class ValueState(KeyedStateHandle, Generic[T]):
             self._table[self._backend.current_key] = value
         else:
             self._store(value)
+
+    # -- many keys at once (vectorized operators) ------------------------------------------
+    def values_of(self, keys: Sequence[Any]) -> list[T]:
+        """The value of each of ``keys``, as :meth:`value` gives it with that key current
+        (the descriptor's default where a key has none), in one call: a dict lookup per
+        key on the heap backend, cache lookups (one multi-get for the keys not cached, in
+        a batch scope) on RocksDB. ``keys`` must be keys as keyed state holds them (what
+        the operator's key selector gives). ``current_key`` is left as it was."""
+        if self._ttl is not None:
+            return self._each(keys, lambda _: self.value())
+        table = self._table
+        if type(table) is dict:
+            values = list(map(table.get, keys, repeat(_MISSING)))
+        else:
+            get_many = getattr(table, "get_many", None)
+            if get_many is not None:
+                values = get_many(keys, _MISSING)
+            else:
+                values = [table.get(k, _MISSING) for k in keys]
+        if object in set(map(type, values)):  # identity, never ==: values may be arrays
+            default = self._descriptor.default_value
+            values = [default() if v is _MISSING else v for v in values]
+        return values  # type: ignore[return-value]
+
+    def update_all(self, keys: Sequence[Any], values: Sequence[T | None]) -> None:
+        """Set the value of each of ``keys`` to the value at the same position, as
+        :meth:`update` with that key current, in order (a key given twice ends with its
+        last value; ``None`` clears), in one call. ``current_key`` is left as it was."""
+        if len(keys) != len(values):
+            raise ConfigurationError(
+                f"{self!r}.update_all needs one value per key, got {len(keys)} keys and "
+                f"{len(values)} values"
+            )
+        if self._ttl is not None or type(None) in set(map(type, values)):
+            it = iter(values)
+            self._each(keys, lambda _: self.update(next(it)))
+            return
+        table = self._table
+        if type(table) is dict:
+            table.update(zip(keys, values))
+            return
+        put_many = getattr(table, "put_many", None)
+        if put_many is not None:
+            put_many(keys, values)
+            return
+        for k, v in zip(keys, values):
+            table[k] = v
+
+    def _each(self, keys: Sequence[Any], call: Any) -> list[Any]:
+        """``call`` with each of ``keys`` current, in order; ``current_key`` restored."""
+        backend = self._backend
+        before = backend.current_key
+        out = []
+        try:
+            for k in keys:
+                backend.current_key = k
+                out.append(call(k))
+        finally:
+            backend.current_key = before
+        return out
 
 
 def _elements(values: Any, what: str) -> list[Any]:

@@ -69,10 +69,12 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any, cast
 
+import numpy as np
 from rocksdict import Rdict, WriteBatch
 
 from ..checkpoint.storage import CheckpointStorage
@@ -87,6 +89,7 @@ from .rocksdb_cache import (
     ABSENT,
     DEFAULT_CACHE_ENTRIES,
     Serialized,
+    _Absent,
     check_cache_entries,
     is_immutable,
 )
@@ -102,6 +105,7 @@ from .rocksdb_codec import (
     loads,
     split_row,
 )
+from .rocksdb_columns import ColumnCache, int64_keys
 from .rocksdb_files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
 from .rocksdb_restore import (
     canonical_states,
@@ -111,6 +115,7 @@ from .rocksdb_restore import (
     payload_storage,
     snapshot_kind,
 )
+from .rocksdb_rows import int_key_rows, number_values
 from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
 from .ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
 
@@ -119,7 +124,13 @@ log = logging.getLogger(__name__)
 _MISSING: Any = object()
 _pickle_dumps = pickle.dumps
 _BATCH = 10_000
+#: from this many int keys on, a write-back builds their rows at once (rocksdb_rows)
+_BULK_ROWS = 256
 _SELF_KEYED = frozenset({int, str})
+#: many-keys calls with fewer keys stay per key (column mode pays off on batches)
+_COLUMN_MIN_KEYS = 64
+#: cache entries get_many cannot hand out as they are: not cached, absent or pickled
+_SPECIAL = frozenset({object, _Absent, Serialized})
 _DIRTY_SLACK = 65_536
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -137,7 +148,7 @@ class RocksDBStateTable:
     which misses the CPU caches; repeats are dropped at write-back, and the list is
     compacted when it grows past ``_DIRTY_SLACK`` plus twice the bound)."""
 
-    __slots__ = ("_backend", "_cache", "_dirty", "_limit", "_sid", "name", "used")
+    __slots__ = ("_backend", "_cache", "_columns", "_dirty", "_limit", "_sid", "name", "used")
 
     def __init__(self, backend: RocksDBKeyedStateBackend, name: str, state_id: int) -> None:
         self._backend = backend
@@ -148,6 +159,8 @@ class RocksDBStateTable:
         self._limit = backend._dirty_limit
         #: read through the cache before: the batch's missing keys are prefetched
         self.used = False
+        #: the columnar cache while in column mode (rocksdb_columns), else None
+        self._columns: ColumnCache | None = None
 
     def _fetch(self, key: Any, ck: Any) -> Any:
         """Read ``key``'s row (not cached) into the cache; its new entry."""
@@ -162,6 +175,8 @@ class RocksDBStateTable:
         return entry
 
     def get(self, key: Any, default: Any = None) -> Any:
+        if self._columns is not None:
+            self._backend._leave_columns(self)
         cache = self._cache
         if cache is None:
             backend = self._backend
@@ -180,6 +195,8 @@ class RocksDBStateTable:
         return default if v is ABSENT else v
 
     def __setitem__(self, key: Any, stored: Any) -> None:
+        if self._columns is not None:
+            self._backend._leave_columns(self)
         cache = self._cache
         if cache is None:
             backend = self._backend
@@ -203,6 +220,8 @@ class RocksDBStateTable:
             self._backend._compact(self)
 
     def pop(self, key: Any, default: Any = None) -> Any:
+        if self._columns is not None:
+            self._backend._leave_columns(self)
         cache = self._cache
         if cache is None:
             backend = self._backend
@@ -227,7 +246,59 @@ class RocksDBStateTable:
             self._backend._compact(self)
         return loads(v.raw) if type(v) is Serialized else v
 
+    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
+        """``[self.get(k, default) for k in keys]``, with one C-level cache lookup per key
+        when the keys are ints or strs and the cache holds them (values read once
+        already); the others are read one at a time as :meth:`get` does."""
+        ints = self._column_keys(keys)
+        if ints is not None:
+            return self._backend._column_read(self, ints, default)
+        cache = self._cache
+        if cache is None or not set(map(type, keys)) <= _SELF_KEYED:
+            return [self.get(k, default) for k in keys]
+        values = list(map(cache.get, keys, repeat(_MISSING)))
+        if set(map(type, values)) & _SPECIAL:
+            get = self.get
+            for i, v in enumerate(values):
+                if type(v) in _SPECIAL:
+                    values[i] = get(keys[i], default)
+        return values
+
+    def put_many(self, keys: Sequence[Any], stored: Sequence[Any]) -> None:
+        """``self[k] = v`` for each key and value in order, storing into the cache at once
+        when the keys are ints or strs and the values are ints, floats, strs, bytes or
+        bools (a key given twice keeps its last value)."""
+        kinds = set(map(type, stored))
+        if kinds <= _ATOMS:
+            ints = self._column_keys(keys)
+            if ints is not None:
+                self._backend._column_write(self, ints, stored)
+                return
+        cache = self._cache
+        if cache is None or not set(map(type, keys)) <= _SELF_KEYED or not kinds <= _ATOMS:
+            for k, v in zip(keys, stored):
+                self[k] = v
+            return
+        backend = self._backend
+        if backend._scope is None:  # outside a batch scope the bound holds per store
+            backend._make_room(len(keys))
+        cache.update(zip(keys, stored))
+        dirty = self._dirty
+        dirty.extend(keys)
+        if len(dirty) > self._limit:
+            backend._compact(self)
+
+    def _column_keys(self, keys: Sequence[Any]) -> np.ndarray | None:
+        """``keys`` as int64 when this call may use (or switch to) column mode."""
+        if self._columns is None and (
+            not self._backend.cache_entries or len(keys) < _COLUMN_MIN_KEYS
+        ):
+            return None
+        return int64_keys(keys)
+
     def __contains__(self, key: Any) -> bool:
+        if self._columns is not None:
+            self._backend._leave_columns(self)
         if self._cache is None:
             backend = self._backend
             return backend._db.get(backend._row(key, self._sid)) is not None
@@ -455,23 +526,32 @@ class RocksDBKeyedStateBackend:
                     batch = WriteBatch(raw_mode=True)
                 self._write_back(batch, table, dict.fromkeys(table._dirty))
                 written.append(table)
+            columns = table._columns
+            if columns is not None and columns.has_dirty():
+                if batch is None:
+                    batch = WriteBatch(raw_mode=True)
+                self._write_back_columns(batch, table, columns)
         if batch is not None:
             self._db.write(batch)
             for table in written:
                 table._dirty = []
 
     def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
-        """Add the rows of ``table``'s cached entries ``cks`` to ``batch``."""
+        """Add the rows of ``table``'s cached entries ``cks`` to ``batch``: the int keys'
+        rows built at once, in row order (:mod:`lockgate.state.rocksdb_rows`), the others
+        one at a time."""
         cache = table._cache
         assert cache is not None
+        cks = list(cks)
+        ints = [ck for ck in cks if type(ck) is int]
+        if len(ints) >= _BULK_ROWS and self._write_back_ints(batch, table, ints):
+            cks = [ck for ck in cks if type(ck) is not int]
         scope = self._scope
         parts = scope.parts if scope is not None else {}
         odd = self._odd
         kgs = self._kg
         mp = self.max_parallelism
         sid = table._sid
-        put = batch.put
-        cks = list(cks)
         ints = [ck for ck in cks if type(ck) is int and ck not in parts]
         groups = dict(zip(ints, int_key_groups(ints, mp))) if ints else {}
         for ck in cks:
@@ -486,13 +566,128 @@ class RocksDBKeyedStateBackend:
                 if g is None:
                     g = key_group_of(ck, mp)
                 row = kgs[g] + sid + encode_key(ck)
-            v = cache[ck]
-            if v is ABSENT:
-                batch.delete(row)
-            elif type(v) is Serialized:
-                put(row, v.raw)
-            else:
-                put(row, _pickle_dumps(v, 5))
+            self._put_entry(batch, row, cache[ck])
+
+    @staticmethod
+    def _put_entry(batch: WriteBatch, row: bytes, v: Any) -> None:
+        if v is ABSENT:
+            batch.delete(row)
+        elif type(v) is Serialized:
+            batch.put(row, v.raw)
+        else:
+            batch.put(row, _pickle_dumps(v, 5))
+
+    def _write_back_ints(
+        self, batch: WriteBatch, table: RocksDBStateTable, ints: list[int]
+    ) -> bool:
+        """Add the rows of the int cache keys ``ints`` to ``batch`` in row order, their rows
+        and (all ints or all floats) values built at once; False, nothing added, when a key
+        is outside int64 (the caller writes them one at a time)."""
+        try:
+            keys = np.array(ints, dtype=np.int64)
+        except OverflowError:
+            return False
+        built = int_key_rows(keys, table._sid, self.max_parallelism)
+        if built is None:
+            return False
+        rows, order = built
+        cache = table._cache
+        assert cache is not None
+        values = list(map(cache.__getitem__, keys[order].tolist()))
+        raws = number_values(values)
+        if raws is None:
+            put_entry = self._put_entry
+            for row, v in zip(rows, values):
+                put_entry(batch, row, v)
+        else:
+            put = batch.put
+            for row, raw in zip(rows, raws):
+                put(row, raw)
+        return True
+
+    # -- column mode (rocksdb_columns) --------------------------------------------------------
+    def _rows_of_ints(self, keys: np.ndarray, sid: bytes) -> tuple[list[bytes], np.ndarray]:
+        """The rows of int64 ``keys`` and their order (rocksdb_rows.int_key_rows), one key
+        at a time for a key it cannot encode at once."""
+        built = int_key_rows(keys, sid, self.max_parallelism)
+        if built is not None:
+            return built
+        kgs, mp = self._kg, self.max_parallelism
+        listed = keys.tolist()
+        return [kgs[key_group_of(k, mp)] + sid + encode_key(k) for k in listed], np.arange(
+            len(listed)
+        )
+
+    def _enter_columns(self, table: RocksDBStateTable) -> ColumnCache:
+        """Switch ``table`` to column mode: its dirty dict entries written back, the dict
+        emptied."""
+        if table._dirty:
+            batch = WriteBatch(raw_mode=True)
+            self._write_back(batch, table, dict.fromkeys(table._dirty))
+            self._db.write(batch)
+            table._dirty = []
+        cache = table._cache
+        if cache:
+            if self._odd:
+                others = [t._cache for t in self._tables.values() if t is not table and t._cache]
+                for ck in [ck for ck in cache if type(ck) is tuple]:
+                    if not any(ck in c for c in others):
+                        self._odd.pop(ck, None)
+            table._cache = {}
+        table.used = False
+        table._columns = columns = ColumnCache()
+        return columns
+
+    def _leave_columns(self, table: RocksDBStateTable) -> None:
+        """Switch ``table`` back to the per-key cache: dirty columns written back, the
+        columns dropped."""
+        columns = table._columns
+        assert columns is not None
+        if columns.has_dirty():
+            batch = WriteBatch(raw_mode=True)
+            self._write_back_columns(batch, table, columns)
+            self._db.write(batch)
+        table._columns = None
+
+    def _write_back_columns(
+        self, batch: WriteBatch, table: RocksDBStateTable, columns: ColumnCache
+    ) -> None:
+        """Add the rows of ``columns``' dirty entries to ``batch``; they are clean then."""
+        sid = table._sid
+        rows, raws = columns.dirty_rows(lambda keys: self._rows_of_ints(keys, sid))
+        deque(map(batch.put, rows, raws), maxlen=0)
+
+    def _column_read(self, table: RocksDBStateTable, keys: np.ndarray, default: Any) -> list[Any]:
+        """``get_many`` in column mode (see rocksdb_columns)."""
+        columns = table._columns
+        if columns is None:
+            columns = self._enter_columns(table)
+        sid = table._sid
+
+        def load(new: np.ndarray) -> tuple[np.ndarray, list[bytes | None]]:
+            rows, order = self._rows_of_ints(new, sid)
+            return new[order], cast(list[bytes | None], self._db.get(cast(list[Any], rows)))
+
+        values = columns.read(keys, default, load)
+        self._bound_columns(table)
+        return values
+
+    def _column_write(
+        self, table: RocksDBStateTable, keys: np.ndarray, stored: Sequence[Any]
+    ) -> None:
+        """``put_many`` in column mode (see rocksdb_columns)."""
+        columns = table._columns
+        if columns is None:
+            columns = self._enter_columns(table)
+        columns.write(keys, stored)
+        self._bound_columns(table)
+
+    def _bound_columns(self, table: RocksDBStateTable) -> None:
+        """Write back and empty ``table``'s columns when they outgrow the cache bound."""
+        columns = table._columns
+        if columns is not None and len(columns) > self.cache_entries:
+            self._leave_columns(table)
+            table._columns = ColumnCache()
 
     def _admit(self, key: Any, ck: Any) -> tuple[bytes, bytes]:
         """Before ``ck`` (``key``'s cache key, not cached) enters the cache: make room
@@ -513,11 +708,17 @@ class RocksDBKeyedStateBackend:
 
     def cached_entries(self) -> int:
         """How many (state, key) entries the cache holds (dirty or clean)."""
+        return self._dict_entries() + sum(
+            len(t._columns) for t in self._tables.values() if t._columns is not None
+        )
+
+    def _dict_entries(self) -> int:
         return sum(len(t._cache) for t in self._tables.values() if t._cache is not None)
 
     def _make_room(self, extra: int) -> None:
-        """Evict if the cache with ``extra`` more entries would exceed its bound."""
-        size = self.cached_entries()
+        """Evict if the per-key cache with ``extra`` more entries would exceed its bound
+        (columns are bounded on their own: rocksdb_columns)."""
+        size = self._dict_entries()
         if size + extra > self.cache_entries:
             self._evict(size)
 
@@ -571,6 +772,7 @@ class RocksDBKeyedStateBackend:
         for table in self._tables.values():
             table._cache = {} if on else None
             table._dirty = []
+            table._columns = None
         self._odd.clear()
 
     # -- state handles ----------------------------------------------------------------------
