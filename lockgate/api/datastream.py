@@ -33,6 +33,7 @@ from ..runtime.operators.basic import (
 )
 from ..runtime.operators.io import SinkOperator
 from ..runtime.operators.keyed import KeyedProcessOperator, tag_name
+from ..runtime.operators.rolling import RollingAggregate, RollingAggregateOperator
 from ..state.broadcast import check_broadcast_descriptors
 from ..state.descriptors import MapStateDescriptor
 
@@ -396,6 +397,37 @@ class KeyedStream(DataStream):
                 KeyedProcessOperator,
                 {"fn": fn, "key_selector": self.key_selector},
                 {"function:process_element": fn, **self._key_functions()},
+            ),
+            keyed=True,
+        )
+
+    def sum(self, field: str, name: str | None = None) -> DataStream:
+        """Each record with ``field`` replaced by its key's running sum of ``field`` (this
+        record included): Flink's rolling ``sum``, a batch at a time. The running sum is
+        keyed state (``sum(field)``), checkpointed and rescaled with its key; ints stay
+        exact ints, floats add as one record at a time would. Records are dicts or Arrow
+        rows; a record whose field is missing, null or not a number fails the job naming
+        it. See :mod:`lockgate.runtime.operators.rolling`."""
+        return self._rolling("sum", field, name)
+
+    def min(self, field: str, name: str | None = None) -> DataStream:
+        """Each record with ``field`` replaced by its key's running minimum of ``field``
+        (NaN once a NaN was seen); otherwise as :meth:`sum`."""
+        return self._rolling("min", field, name)
+
+    def max(self, field: str, name: str | None = None) -> DataStream:
+        """Each record with ``field`` replaced by its key's running maximum of ``field``
+        (NaN once a NaN was seen); otherwise as :meth:`sum`."""
+        return self._rolling("max", field, name)
+
+    def _rolling(self, kind: str, field: str, name: str | None) -> DataStream:
+        fn = RollingAggregate(kind, field)
+        return self._one_input(
+            name or f"{kind.capitalize()}({field})",
+            OperatorFactory(
+                RollingAggregateOperator,
+                {"fn": fn, "key_selector": self.key_selector},
+                self._key_functions(),
             ),
             keyed=True,
         )
