@@ -86,6 +86,9 @@ import tempfile
 import time
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from lockgate.api.functions import KeyedProcessFunction
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SharedFileTracker
@@ -94,6 +97,7 @@ from lockgate.core.partitioners import KeySelector
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.keyed import KeyedProcessOperator
+from lockgate.runtime.operators.rolling import RollingAggregate, RollingAggregateOperator
 from lockgate.state.backends import HashMapStateBackend, RocksDBStateBackend
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
@@ -297,6 +301,116 @@ def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: 
     ]
 
 
+def many_keys_run(
+    kind: str, keys: int, updates: int, batch: int, local_dir: str
+) -> tuple[float, float]:
+    """Per input batch: the batch's distinct keys' values with one ``values_of``, each + the
+    number of times the key occurs in the batch, written with one ``update_all`` (what a
+    vectorized keyed operator does; RocksDB: its column mode)."""
+    backend = make_backend(kind, local_dir)
+    try:
+        state = backend.get_state(ValueStateDescriptor("count", default=0))
+        everything = list(range(keys))
+        state.update_all(everything, everything)
+        flush = getattr(backend, "flush", None)
+        if flush is not None:
+            flush()
+        order = np.array([random.randrange(keys) for _ in range(updates)], dtype=np.int64)
+        chunks = [order[i : i + batch] for i in range(0, updates, batch)]
+        started = time.perf_counter()
+        for chunk in chunks:
+            distinct, counts = np.unique(chunk, return_counts=True)
+            present = distinct.tolist()
+            values = np.array(state.values_of(present), dtype=np.int64) + counts
+            state.update_all(present, values.tolist())
+        return updates / (time.perf_counter() - started), write_back(backend)
+    finally:
+        backend.close()
+
+
+def rolling_run(
+    kind: str, keys: int, updates: int, batch: int, local_dir: str
+) -> tuple[float, float]:
+    """``keyed.sum("v")``'s operator on Arrow batches of ``{"k", "v"}`` records."""
+    op = RollingAggregateOperator(RollingAggregate("sum", "v"), KeySelector("k"))
+    backend = (
+        HashMapStateBackend()
+        if kind == "hashmap"
+        else RocksDBStateBackend(local_dir=local_dir, cache_entries=CACHE_ENTRIES)
+    )
+    ctx = RuntimeContext(
+        task_name="bench",
+        operator_name="bench",
+        operator_uid="bench",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        state_backend=backend,
+    )
+    op.setup("bench", "bench", ctx, _Discard())
+    op.initialize_state(None)
+    op.open()
+    try:
+        state = op.backend.get_state(ValueStateDescriptor("sum(v)"))
+        everything = list(range(keys))
+        state.update_all(everything, everything)
+        flush = getattr(op.backend, "flush", None)
+        if flush is not None:
+            flush()
+        order = np.array([random.randrange(keys) for _ in range(updates)], dtype=np.int64)
+        batches = [
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(order[i : i + batch]),
+                    pa.array(np.ones(len(order[i : i + batch]), np.int64)),
+                ],
+                names=["k", "v"],
+            )
+            for i in range(0, updates, batch)
+        ]
+        started = time.perf_counter()
+        for b in batches:
+            op.process_batch(b)
+        return updates / (time.perf_counter() - started), write_back(op.backend)
+    finally:
+        op.close()
+
+
+def vectorized_cases(
+    case: str, keys: int, updates: int, batch: int, repeat: int, local_dir: str
+) -> list[dict]:
+    """``many_keys`` or ``rolling``, heap and RocksDB alternating run by run."""
+    run = many_keys_run if case == "many_keys" else rolling_run
+    rates: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
+    flushes: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
+    for _ in range(repeat):
+        for kind in rates:
+            rate, flush_s = run(kind, keys, updates, batch, local_dir)
+            rates[kind].append(rate)
+            flushes[kind].append(flush_s)
+    path = (
+        "ValueState.values_of / update_all per batch"
+        if case == "many_keys"
+        else "keyed.sum('v'): RollingAggregateOperator.process_batch, Arrow batches"
+    )
+    return [
+        {
+            "case": case,
+            "backend": kind,
+            "path": path,
+            "keys": keys,
+            "updates": updates,
+            "batch": batch,
+            "updates_per_s": round(statistics.median(r)),
+            "runs": [round(x) for x in r],
+            **cache_fields(kind, updates, r, flushes[kind]),
+            "alternated": True,
+            "cores": os.cpu_count(),
+        }
+        for kind, r in rates.items()
+    ]
+
+
 def updates_case(kind: str, keys: int, updates: int, repeat: int, local_dir: str) -> dict:
     runs = [updates_run(kind, keys, updates, local_dir) for _ in range(repeat)]
     rates = [r for r, _ in runs]
@@ -419,6 +533,12 @@ def main() -> None:
             args.keys, args.updates, args.batch, args.repeat, args.local_dir
         ):
             print(json.dumps(line), flush=True)
+    for case in ("many_keys", "rolling"):
+        if case in cases:
+            for line in vectorized_cases(
+                case, args.keys, args.updates, args.batch, args.repeat, args.local_dir
+            ):
+                print(json.dumps(line), flush=True)
     if "checkpoints" in cases:
         print(json.dumps(checkpoints_case(args.keys, args.changed, args.local_dir)), flush=True)
 

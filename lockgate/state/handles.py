@@ -38,6 +38,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+
 from ..errors import ConfigurationError
 from .descriptors import (
     AggregatingStateDescriptor,
@@ -171,10 +173,12 @@ class ValueState(KeyedStateHandle, Generic[T]):
         (the descriptor's default where a key has none), in one call: a dict lookup per
         key on the heap backend, cache lookups (one multi-get for the keys not cached, in
         a batch scope) on RocksDB. ``keys`` must be keys as keyed state holds them (what
-        the operator's key selector gives). ``current_key`` is left as it was."""
+        the operator's key selector gives): a list, or a numpy integer array standing for
+        the Python ints it holds. ``current_key`` is left as it was."""
+        table = self._table
+        keys = _listed(keys, table)
         if self._ttl is not None:
             return self._each(keys, lambda _: self.value())
-        table = self._table
         if type(table) is dict:
             values = list(map(table.get, keys, repeat(_MISSING)))
         else:
@@ -191,7 +195,12 @@ class ValueState(KeyedStateHandle, Generic[T]):
     def update_all(self, keys: Sequence[Any], values: Sequence[T | None]) -> None:
         """Set the value of each of ``keys`` to the value at the same position, as
         :meth:`update` with that key current, in order (a key given twice ends with its
-        last value; ``None`` clears), in one call. ``current_key`` is left as it was."""
+        last value; ``None`` clears), in one call. ``keys`` as for :meth:`values_of`.
+        ``current_key`` is left as it was."""
+        table = self._table
+        keys = _listed(keys, table)
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
         if len(keys) != len(values):
             raise ConfigurationError(
                 f"{self!r}.update_all needs one value per key, got {len(keys)} keys and "
@@ -201,7 +210,6 @@ class ValueState(KeyedStateHandle, Generic[T]):
             it = iter(values)
             self._each(keys, lambda _: self.update(next(it)))
             return
-        table = self._table
         if type(table) is dict:
             table.update(zip(keys, values))
             return
@@ -224,6 +232,16 @@ class ValueState(KeyedStateHandle, Generic[T]):
         finally:
             backend.current_key = before
         return out
+
+
+def _listed(keys: Any, table: Any) -> Any:
+    """``keys`` as the table takes them: a numpy integer array stays one for a table with
+    many-keys calls (they index it at once), else becomes the list of its ints."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype.kind in "iu" and getattr(table, "get_many", None) is not None:
+            return keys
+        return keys.tolist()
+    return keys
 
 
 def _elements(values: Any, what: str) -> list[Any]:

@@ -253,6 +253,8 @@ class RocksDBStateTable:
         ints = self._column_keys(keys)
         if ints is not None:
             return self._backend._column_read(self, ints, default)
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
         cache = self._cache
         if cache is None or not set(map(type, keys)) <= _SELF_KEYED:
             return [self.get(k, default) for k in keys]
@@ -274,6 +276,8 @@ class RocksDBStateTable:
             if ints is not None:
                 self._backend._column_write(self, ints, stored)
                 return
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()
         cache = self._cache
         if cache is None or not set(map(type, keys)) <= _SELF_KEYED or not kinds <= _ATOMS:
             for k, v in zip(keys, stored):

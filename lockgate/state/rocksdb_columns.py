@@ -211,8 +211,15 @@ def _grown(array: np.ndarray, size: int) -> np.ndarray:
 
 
 def int64_keys(keys: Any) -> np.ndarray | None:
-    """``keys`` as an int64 array when every key is an exact int within int64, else None
-    (other keys, numpy integers too, take the per-key path)."""
+    """``keys`` as an int64 array when every key is an exact int within int64 (or ``keys``
+    is a numpy integer array within int64), else None (other keys take the per-key
+    path)."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype.kind == "i":
+            return keys.astype(np.int64, copy=False)
+        if keys.dtype.kind == "u" and (not len(keys) or int(keys.max()) < 2**63):
+            return keys.astype(np.int64)
+        return None
     if not set(map(type, keys)) <= {int}:
         return None
     try:

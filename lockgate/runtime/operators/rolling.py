@@ -25,6 +25,8 @@ number fails the job naming the record (M-bad-input: never dropped silently).
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -122,7 +124,9 @@ class RollingAggregateOperator(KeyedProcessOperator):
         arrow = isinstance(batch, pa.RecordBatch) and not is_scalar_schema(batch.schema)
         rows = None if arrow else to_rows(batch)
         try:
-            keys = self.key_selector.state_keys(batch, rows)
+            keys: Any = self._int_key_column(batch) if arrow else None
+            if keys is None:
+                keys = self.key_selector.state_keys(batch, rows)
         except Exception as e:
             raise self.user_error(e) from e
         try:
@@ -136,22 +140,37 @@ class RollingAggregateOperator(KeyedProcessOperator):
         self.emit(out)
 
     # -- the fold -----------------------------------------------------------------------
-    def _codes(self, keys: list[Any]) -> tuple[list[Any], np.ndarray]:
-        """The batch's distinct keys and each record's code (index into them)."""
+    def _int_key_column(self, batch: pa.RecordBatch) -> np.ndarray | None:
+        """The keys of an Arrow batch keyed by one int column without nulls, as int64 (the
+        ints the key selector would give, without a Python object each), else None."""
+        columns = self.key_selector.columns
+        if columns is None or len(columns) != 1:
+            return None
+        i = batch.schema.get_field_index(columns[0])
+        if i < 0:
+            return None
+        column = batch.column(i)
+        if not pa.types.is_signed_integer(column.type) or column.null_count:
+            return None
+        return column.to_numpy().astype(np.int64, copy=False)
+
+    def _codes(self, keys: list[Any] | np.ndarray) -> tuple[Any, np.ndarray]:
+        """The batch's distinct keys (a list, or an int64 array) and each record's code
+        (index into them)."""
         ints = int64_keys(keys)
         if ints is not None:
             distinct, codes = np.unique(ints, return_inverse=True)
-            return distinct.tolist(), codes.reshape(-1)
+            return distinct, codes.reshape(-1)
         index: dict[Any, int] = {}
         codes_list = [index.setdefault(k, len(index)) for k in keys]
         return list(index), np.array(codes_list, dtype=np.int64)
 
-    def _fold(self, keys: list[Any], values: np.ndarray | list[Any]) -> np.ndarray:
+    def _fold(self, keys: list[Any] | np.ndarray, values: np.ndarray | list[Any]) -> np.ndarray:
         """Each record's running value, the keys' new values stored."""
         rolling = self.rolling
         distinct, codes = self._codes(keys)
         previous = rolling.state.values_of(distinct)
-        known = np.fromiter((v is not None for v in previous), dtype=bool, count=len(previous))
+        known = np.fromiter(map(is_not, previous, repeat(None)), dtype=bool, count=len(previous))
         if isinstance(values, list):
             column = as_column(values + [v for v in previous if v is not None])
             values_arr, seen = column[: len(values)], column[len(values) :]
@@ -203,7 +222,7 @@ class RollingAggregateOperator(KeyedProcessOperator):
         timestamps = batch.timestamps if isinstance(batch, RowBatch) else None
         return RowBatch([{**r, field: v} for r, v in zip(rows, out)], timestamps)
 
-    def _fold_arrow(self, batch: pa.RecordBatch, keys: list[Any]) -> pa.RecordBatch:
+    def _fold_arrow(self, batch: pa.RecordBatch, keys: list[Any] | np.ndarray) -> pa.RecordBatch:
         rolling = self.rolling
         field = rolling.field
         i = batch.schema.get_field_index(field)
