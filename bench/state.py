@@ -320,9 +320,8 @@ def many_keys_run(
         started = time.perf_counter()
         for chunk in chunks:
             distinct, counts = np.unique(chunk, return_counts=True)
-            present = distinct.tolist()
-            values = np.array(state.values_of(present), dtype=np.int64) + counts
-            state.update_all(present, values.tolist())
+            values = np.array(state.values_of(distinct), dtype=np.int64) + counts
+            state.update_all(distinct, values)
         return updates / (time.perf_counter() - started), write_back(backend)
     finally:
         backend.close()

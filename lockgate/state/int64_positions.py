@@ -4,8 +4,10 @@ once.
 
 A Python ``dict`` costs 100-350 ns a key in a batch loop over a million keys (one
 interpreter step and a cache miss each, one after the other); this index probes all keys
-of a batch per numpy operation (linear probing in a table at most half full), so the
-cache misses overlap. Used by the columnar value cache of the RocksDB backend
+of a batch per numpy operation (linear probing in a table at most a quarter full: fewer
+probe rounds, each a few numpy calls over the keys still probing), so the cache misses
+overlap. Memory: 24 to 48 bytes a key (int32 slots, int64 keys, both grown by
+doubling). Used by the columnar value cache of the RocksDB backend
 (:mod:`lockgate.state.rocksdb_columns`).
 
 Guarantees: :meth:`Int64Positions.find` gives each key's position or -1; :meth:`add`
@@ -21,6 +23,8 @@ from ..core.key_hash import fmix64
 
 _EMPTY = -1
 _MIN_SLOTS = 1024
+#: positions are int32 in the slot table
+_MAX_KEYS = 2**31 - 1
 
 
 class Int64Positions:
@@ -33,9 +37,9 @@ class Int64Positions:
 
     def clear(self) -> None:
         """Forget every key."""
-        self._slots = np.full(_MIN_SLOTS, _EMPTY, dtype=np.int64)  # slot -> position
+        self._slots = np.full(_MIN_SLOTS, _EMPTY, dtype=np.int32)  # slot -> position
         self._mask = np.uint64(_MIN_SLOTS - 1)
-        self._keys = np.empty(_MIN_SLOTS // 2, dtype=np.int64)  # position -> key
+        self._keys = np.empty(_MIN_SLOTS // 4, dtype=np.int64)  # position -> key
         self._n = 0
 
     def __len__(self) -> int:
@@ -101,13 +105,15 @@ class Int64Positions:
             slot[taken] = (slot[taken] + 1) & mask
 
     def _grow(self, needed: int) -> None:
+        if needed > _MAX_KEYS:
+            raise OverflowError(f"an Int64Positions holds at most {_MAX_KEYS} keys")
         size = len(self._slots)
-        while size < 2 * needed:
+        while size < 4 * needed:
             size *= 2
-        keys = np.empty(size // 2, dtype=np.int64)
+        keys = np.empty(max(needed, 2 * len(self._keys)), dtype=np.int64)
         keys[: self._n] = self._keys[: self._n]
         self._keys = keys
-        self._slots = np.full(size, _EMPTY, dtype=np.int64)
+        self._slots = np.full(size, _EMPTY, dtype=np.int32)
         self._mask = np.uint64(size - 1)
         if self._n:
             self._place(np.arange(self._n, dtype=np.int64))

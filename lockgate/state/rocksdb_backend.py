@@ -547,9 +547,10 @@ class RocksDBKeyedStateBackend:
         cache = table._cache
         assert cache is not None
         cks = list(cks)
-        ints = [ck for ck in cks if type(ck) is int]
+        only_ints = set(map(type, cks)) == {int}
+        ints = cks if only_ints else [ck for ck in cks if type(ck) is int]
         if len(ints) >= _BULK_ROWS and self._write_back_ints(batch, table, ints):
-            cks = [ck for ck in cks if type(ck) is not int]
+            cks = [] if only_ints else [ck for ck in cks if type(ck) is not int]
         scope = self._scope
         parts = scope.parts if scope is not None else {}
         odd = self._odd
@@ -588,7 +589,7 @@ class RocksDBKeyedStateBackend:
         and (all ints or all floats) values built at once; False, nothing added, when a key
         is outside int64 (the caller writes them one at a time)."""
         try:
-            keys = np.array(ints, dtype=np.int64)
+            keys = np.fromiter(ints, dtype=np.int64, count=len(ints))
         except OverflowError:
             return False
         built = int_key_rows(keys, table._sid, self.max_parallelism)
@@ -604,9 +605,7 @@ class RocksDBKeyedStateBackend:
             for row, v in zip(rows, values):
                 put_entry(batch, row, v)
         else:
-            put = batch.put
-            for row, raw in zip(rows, raws):
-                put(row, raw)
+            deque(map(batch.put, rows, raws), maxlen=0)
         return True
 
     # -- column mode (rocksdb_columns) --------------------------------------------------------

@@ -56,7 +56,7 @@ class ColumnCache:
     :class:`~lockgate.state.rocksdb_cache.Serialized` pickle). ``present`` is False for
     a key without a row (its value slot is meaningless)."""
 
-    __slots__ = ("_last", "dirty", "index", "kind", "present", "values")
+    __slots__ = ("_last", "_scratch", "dirty", "index", "kind", "present", "values")
 
     def __init__(self) -> None:
         self.index = Int64Positions()
@@ -68,6 +68,7 @@ class ColumnCache:
         #: the keys of the last lookup and their positions (a batch reads, then writes,
         #: the same keys: the second lookup is a comparison)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._scratch = np.zeros(0, dtype=np.int64)  # for _repeats
 
     def __len__(self) -> int:
         return len(self.index)
@@ -160,13 +161,22 @@ class ColumnCache:
         """Set each key's value (a key given twice: its last value), marked dirty. A key
         not cached is not read: its new value replaces whatever its row holds."""
         positions = self._positions(keys, _no_load)
-        ordered = np.sort(positions)
-        if len(ordered) > 1 and (ordered[1:] == ordered[:-1]).any():
+        if self._repeats(positions):
             positions, last = last_of_each(positions)
             stored = [stored[i] for i in last.tolist()]
         self._store(positions, stored)
         self.present[positions] = True
         self.dirty[positions] = True
+
+    def _repeats(self, positions: np.ndarray) -> bool:
+        """Whether a position occurs twice: each is stamped with its index, then read
+        back; a repeated one reads back one stamp for two indices."""
+        scratch = self._scratch
+        if len(scratch) < len(self.values):
+            scratch = self._scratch = np.zeros(len(self.values), dtype=np.int64)
+        stamps = np.arange(len(positions), dtype=np.int64)
+        scratch[positions] = stamps
+        return bool((scratch[positions] != stamps).any())
 
     # -- write-back -------------------------------------------------------------------
     def dirty_rows(self, rows_of: RowMaker) -> tuple[list[bytes], list[bytes]]:

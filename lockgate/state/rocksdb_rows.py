@@ -92,12 +92,12 @@ def number_values(values: list[Any]) -> list[bytes] | None:
     kinds = set(map(type, values))
     if kinds == {int}:
         try:
-            numbers = np.array(values, dtype=np.int64)
+            numbers = np.fromiter(values, dtype=np.int64, count=len(values))
         except OverflowError:
             return None
         return pickled_ints(numbers)
     if kinds == {float}:
-        return pickled_floats(np.array(values, dtype=np.float64))
+        return pickled_floats(np.fromiter(values, dtype=np.float64, count=len(values)))
     return None
 
 

@@ -39,7 +39,7 @@ from ...errors import ConfigurationError
 from ...state.descriptors import ValueStateDescriptor
 from ...state.rocksdb_columns import int64_keys
 from .keyed import KeyedProcessOperator
-from .rolling_kernel import COMBINE, as_column, running_fold, sum_fits_int64
+from .rolling_kernel import COMBINE, as_column, group_order, running_fold, sum_fits_int64
 
 _NUMBERS = (int, float)
 
@@ -154,21 +154,28 @@ class RollingAggregateOperator(KeyedProcessOperator):
             return None
         return column.to_numpy().astype(np.int64, copy=False)
 
-    def _codes(self, keys: list[Any] | np.ndarray) -> tuple[Any, np.ndarray]:
-        """The batch's distinct keys (a list, or an int64 array) and each record's code
-        (index into them)."""
+    def _codes(self, keys: list[Any] | np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The batch's distinct keys (a list, or an int64 array), each record's code (index
+        into them) and the records grouped by code (:func:`group_order`)."""
         ints = int64_keys(keys)
         if ints is not None:
-            distinct, codes = np.unique(ints, return_inverse=True)
-            return distinct, codes.reshape(-1)
+            order = group_order(ints)  # one sort: the codes and the grouping
+            ordered = ints[order]
+            fresh = np.empty(len(ordered), dtype=bool)
+            fresh[:1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=fresh[1:])
+            codes = np.empty(len(ordered), dtype=np.int64)
+            codes[order] = np.cumsum(fresh) - 1
+            return ordered[fresh], codes, order
         index: dict[Any, int] = {}
         codes_list = [index.setdefault(k, len(index)) for k in keys]
-        return list(index), np.array(codes_list, dtype=np.int64)
+        codes = np.array(codes_list, dtype=np.int64)
+        return list(index), codes, group_order(codes)
 
     def _fold(self, keys: list[Any] | np.ndarray, values: np.ndarray | list[Any]) -> np.ndarray:
         """Each record's running value, the keys' new values stored."""
         rolling = self.rolling
-        distinct, codes = self._codes(keys)
+        distinct, codes, order = self._codes(keys)
         previous = rolling.state.values_of(distinct)
         known = np.fromiter(map(is_not, previous, repeat(None)), dtype=bool, count=len(previous))
         if isinstance(values, list):
@@ -193,11 +200,10 @@ class RollingAggregateOperator(KeyedProcessOperator):
             values_arr = as_objects
             before = before.astype(object)
             before[known] = [v for v in previous if v is not None]
-        out = running_fold(rolling.kind, codes, values_arr, before, known)
-        # each key's new state: its last record's running value (every code occurs, so
-        # the reversed first occurrences, by code, are the last records)
-        _, first_reversed = np.unique(codes[::-1], return_index=True)
-        rolling.state.update_all(distinct, out[len(codes) - 1 - first_reversed].tolist())
+        out = running_fold(rolling.kind, codes, values_arr, before, known, order)
+        # each key's new state: its last record's running value (the last of its group)
+        last = order[np.r_[np.flatnonzero(np.diff(codes[order])), len(order) - 1]]
+        rolling.state.update_all(distinct, out[last].tolist())
         return out
 
     def _fold_rows(self, batch: Batch, rows: list[Any], keys: list[Any]) -> RowBatch:

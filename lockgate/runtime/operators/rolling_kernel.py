@@ -28,19 +28,31 @@ ROUNDS = 32
 COMBINE: dict[str, np.ufunc] = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
+def group_order(codes: np.ndarray) -> np.ndarray:
+    """The record indices grouped by code, each group in record order (a stable sort)."""
+    return np.argsort(codes, kind="stable")
+
+
 def running_fold(
-    kind: str, codes: np.ndarray, values: np.ndarray, before: np.ndarray, known: np.ndarray
+    kind: str,
+    codes: np.ndarray,
+    values: np.ndarray,
+    before: np.ndarray,
+    known: np.ndarray,
+    order: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each record's running ``kind`` (``sum``/``min``/``max``) of its key; ``codes``: int
     key code per record; ``values``: per record; ``before`` / ``known``: per key code, its
-    value before the batch and whether it has one. ``values`` and ``before`` share a
-    dtype, which the result has."""
+    value before the batch and whether it has one; ``order``: :func:`group_order` of
+    ``codes`` when the caller has it. ``values`` and ``before`` share a dtype, which the
+    result has."""
     combine = COMBINE[kind]
     n = len(codes)
     out = np.empty(n, dtype=values.dtype)
     if not n:
         return out
-    order = np.argsort(codes, kind="stable")
+    if order is None:
+        order = group_order(codes)
     grouped = codes[order]
     starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
     counts = np.diff(np.r_[starts, n])
