@@ -42,9 +42,13 @@ value about 110 bytes per clean entry and 150 per dirty one (the dict slot, the 
 set slot, the key and value objects); with a two-element list value (kept pickled)
 about 210 per clean entry. The default bound, :data:`DEFAULT_CACHE_ENTRIES`
 (100,000), is therefore about 10-20 MB per keyed operator subtask for small values,
-and bounds the write-back a snapshot's synchronous part may do (about 3.6 us per dirty
-entry: pickling, the row key and rocksdict's write batch) to about 0.4 s. A job whose hot
-keys fit a larger bound gains most from raising it (see ``bench/state.py``).
+and bounds the write-back a snapshot's synchronous part may do: about 1.5 us per dirty
+entry with int keys (their rows and int or float values built at once and written in
+row order, :mod:`lockgate.state.rocksdb_rows`), about 3.6 us with other keys, so 0.15
+to 0.4 s at the default bound. A job whose hot keys fit a larger bound gains most from
+raising it (see ``bench/state.py``). Many-keys calls (``ValueState.values_of`` /
+``update_all``) with int keys use a columnar cache instead, under the same bound
+(:mod:`lockgate.state.rocksdb_columns`).
 """
 
 from __future__ import annotations
