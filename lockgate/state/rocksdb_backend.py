@@ -253,6 +253,8 @@ class RocksDBStateTable:
         ints = self._column_keys(keys)
         if ints is not None:
             return self._backend._column_read(self, ints, default)
+        if self._columns is not None:  # one mode at a time (rocksdb_columns)
+            self._backend._leave_columns(self)
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
         cache = self._cache
@@ -276,6 +278,8 @@ class RocksDBStateTable:
             if ints is not None:
                 self._backend._column_write(self, ints, stored)
                 return
+        if self._columns is not None:  # one mode at a time (rocksdb_columns)
+            self._backend._leave_columns(self)
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
         cache = self._cache
@@ -524,6 +528,7 @@ class RocksDBKeyedStateBackend:
         stays valid. Called before anything reads the database directly."""
         batch: WriteBatch | None = None
         written: list[RocksDBStateTable] = []
+        cleaned: list[tuple[ColumnCache, np.ndarray]] = []
         for table in self._tables.values():
             if table._dirty:
                 if batch is None:
@@ -534,11 +539,13 @@ class RocksDBKeyedStateBackend:
             if columns is not None and columns.has_dirty():
                 if batch is None:
                     batch = WriteBatch(raw_mode=True)
-                self._write_back_columns(batch, table, columns)
+                cleaned.append((columns, self._write_back_columns(batch, table, columns)))
         if batch is not None:
             self._db.write(batch)
             for table in written:
                 table._dirty = []
+            for columns, positions in cleaned:
+                columns.mark_clean(positions)
 
     def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
         """Add the rows of ``table``'s cached entries ``cks`` to ``batch``: the int keys'
@@ -648,17 +655,20 @@ class RocksDBKeyedStateBackend:
         assert columns is not None
         if columns.has_dirty():
             batch = WriteBatch(raw_mode=True)
-            self._write_back_columns(batch, table, columns)
+            written = self._write_back_columns(batch, table, columns)
             self._db.write(batch)
+            columns.mark_clean(written)
         table._columns = None
 
     def _write_back_columns(
         self, batch: WriteBatch, table: RocksDBStateTable, columns: ColumnCache
-    ) -> None:
-        """Add the rows of ``columns``' dirty entries to ``batch``; they are clean then."""
+    ) -> np.ndarray:
+        """Add the rows of ``columns``' dirty entries to ``batch``; their positions, to
+        mark clean once the batch is written."""
         sid = table._sid
-        rows, raws = columns.dirty_rows(lambda keys: self._rows_of_ints(keys, sid))
+        rows, raws, positions = columns.dirty_rows(lambda keys: self._rows_of_ints(keys, sid))
         deque(map(batch.put, rows, raws), maxlen=0)
+        return positions
 
     def _column_read(self, table: RocksDBStateTable, keys: np.ndarray, default: Any) -> list[Any]:
         """``get_many`` in column mode (see rocksdb_columns)."""

@@ -89,7 +89,7 @@ class ColumnCache:
             if present.any():
                 self._store(at[present], [loads_value(r) for r in raws if r is not None])
             positions[missing] = self.index.find(keys[missing])
-        self._last = (keys, positions)
+        self._last = (keys.copy(), positions)  # a copy: the caller may reuse its array
         return positions
 
     def _add(self, keys: np.ndarray) -> np.ndarray:
@@ -179,12 +179,12 @@ class ColumnCache:
         return bool((scratch[positions] != stamps).any())
 
     # -- write-back -------------------------------------------------------------------
-    def dirty_rows(self, rows_of: RowMaker) -> tuple[list[bytes], list[bytes]]:
+    def dirty_rows(self, rows_of: RowMaker) -> tuple[list[bytes], list[bytes], np.ndarray]:
         """The rows and values to write for the dirty entries (all present: column mode
-        never deletes), which are then clean."""
+        never deletes) and their positions, for :meth:`mark_clean` once written."""
         dirty = np.flatnonzero(self.dirty[: len(self.index)])
         if not len(dirty):
-            return [], []
+            return [], [], dirty
         rows, order = rows_of(self.index.keys[dirty])
         positions = dirty[order]
         if self.kind is int:
@@ -196,8 +196,11 @@ class ColumnCache:
             raws = number_values(values) or [
                 v.raw if type(v) is Serialized else dumps(v) for v in values
             ]
-        self.dirty[dirty] = False
-        return rows, raws
+        return rows, raws, dirty
+
+    def mark_clean(self, positions: np.ndarray) -> None:
+        """The entries at ``positions`` are in the database now."""
+        self.dirty[positions] = False
 
     def has_dirty(self) -> bool:
         return bool(self.dirty[: len(self.index)].any())

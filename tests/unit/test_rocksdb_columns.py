@@ -112,7 +112,9 @@ def _random_ops(rng: random.Random, n: int) -> list[tuple[str, Any, Any]]:
     ops: list[tuple[str, Any, Any]] = []
     for _ in range(n):
         kind = rng.random()
-        keys = [rng.randrange(400) for _ in range(rng.choice([1, 5, 70, 300]))]
+        keys: list[Any] = [rng.randrange(400) for _ in range(rng.choice([1, 5, 70, 300]))]
+        if rng.random() < 0.1:  # keys the columns cannot hold: the per-key path
+            keys[0] = rng.choice([2**63 + rng.randrange(3), f"s{rng.randrange(3)}"])
         if kind < 0.35:
             ops.append(("values_of", keys, None))
         elif kind < 0.8:
@@ -262,3 +264,72 @@ def test_update_all_needs_one_value_per_key(tmp_path: Any) -> None:
     state = heap.get_state(ValueStateDescriptor("v"))
     with pytest.raises(Exception, match="one value per key, got 2 keys and 1 values"):
         state.update_all([1, 2], [1])
+
+
+# -- regressions found in review ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("odd_key", ["a", 2**64 - 1], ids=["str", "beyond-int64"])
+def test_update_all_with_a_key_columns_cannot_hold_leaves_column_mode_first(
+    tmp_path: Any, odd_key: Any
+) -> None:
+    """A many-keys write that falls back to the per-key cache while the state is in
+    column mode must not leave the older column value to win the write-back."""
+    rocks = make(tmp_path / "db")
+    try:
+        state = rocks.get_state(ValueStateDescriptor("v", default=0))
+        state.update_all(list(range(100)), [100] * 100)  # column mode, not written back
+        state.update_all([5, odd_key], [200, 1])
+        assert state.values_of(list(range(100)))[5] == 200
+        assert rocks.entries()["v"][5] == 200
+        assert restored(rocks, tmp_path / "r")["v"][5] == 200
+    finally:
+        rocks.close()
+
+
+def test_a_caller_reusing_its_key_array_writes_the_new_keys(tmp_path: Any) -> None:
+    rocks = make(tmp_path / "db")
+    try:
+        state = rocks.get_state(ValueStateDescriptor("v", default=0))
+        keys = np.arange(100, dtype=np.int64)
+        state.values_of(keys)
+        keys += 1000  # the same buffer, other keys
+        state.update_all(keys, np.ones(100, dtype=np.int64))
+        assert state.values_of(np.arange(100)) == [0] * 100
+        assert state.values_of(np.arange(1000, 1100)) == [1] * 100
+    finally:
+        rocks.close()
+
+
+class _FailingWrites:
+    """The database, whose next ``write`` raises."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.fail = True
+
+    def write(self, batch: Any) -> None:
+        if self.fail:
+            self.fail = False
+            raise OSError("disk full (injected)")
+        self.db.write(batch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+def test_a_failed_write_back_keeps_the_columns_dirty(tmp_path: Any) -> None:
+    rocks = make(tmp_path / "db")
+    real = rocks._db
+    try:
+        state = rocks.get_state(ValueStateDescriptor("v", default=0))
+        state.update_all(list(range(200)), [7] * 200)
+        rocks._db = _FailingWrites(real)  # type: ignore[assignment]
+        with pytest.raises(OSError, match="injected"):
+            rocks.flush()
+        rocks.flush()  # the retry writes what the failed one did not
+        rocks._db = real
+        assert db_rows(rocks) == {k: 7 for k in range(200)}
+    finally:
+        rocks._db = real
+        rocks.close()

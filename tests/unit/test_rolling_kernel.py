@@ -16,8 +16,7 @@ import pytest
 
 import lockgate as lg
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.operators.rolling import combine_one
-from lockgate.runtime.operators.rolling_kernel import ROUNDS, as_column, running_fold
+from lockgate.runtime.operators.rolling_kernel import ROUNDS, as_column, combine_one, running_fold
 
 
 def python_fold(
@@ -97,3 +96,11 @@ def test_a_rolling_aggregate_needs_a_field_name(field: Any) -> None:
     keyed = env.from_collection([{"k": 1, "v": 1}]).key_by("k")
     with pytest.raises(ConfigurationError, match=r"keyed.sum\(field\) needs the name"):
         keyed.sum(field)
+
+
+def test_nan_propagates_in_min_and_max_of_ints_mixed_with_floats() -> None:
+    """The object path (ints and floats in one batch) carries NaN like the float path."""
+    values: list[Any] = [1, float("nan"), 0]
+    for kind in ("min", "max"):
+        out = kernel(kind, [0, 0, 0], values, {})
+        assert out[0] == 1 and all(math.isnan(v) for v in out[1:]), (kind, out)

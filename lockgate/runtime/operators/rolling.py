@@ -39,7 +39,14 @@ from ...errors import ConfigurationError
 from ...state.descriptors import ValueStateDescriptor
 from ...state.rocksdb_columns import int64_keys
 from .keyed import KeyedProcessOperator
-from .rolling_kernel import COMBINE, as_column, group_order, running_fold, sum_fits_int64
+from .rolling_kernel import (
+    COMBINE,
+    as_column,
+    combine_one,
+    group_order,
+    running_fold,
+    sum_fits_int64,
+)
 
 _NUMBERS = (int, float)
 
@@ -95,18 +102,6 @@ class RollingAggregate:
         result = number if before is None else combine_one(self.kind, before, number)
         self.state.update(result)
         return [{**value, self.field: result}]
-
-
-def combine_one(kind: str, a: Any, b: Any) -> Any:
-    """The fold of two values as the batch kernel folds them: ``a + b``, or the smaller /
-    larger of the two, NaN if either is NaN."""
-    if kind == "sum":
-        return a + b
-    if a != a:  # noqa: PLR0124 - NaN
-        return a
-    if b != b:  # noqa: PLR0124
-        return b
-    return (b if b < a else a) if kind == "min" else (b if b > a else a)
 
 
 class RollingAggregateOperator(KeyedProcessOperator):
@@ -252,13 +247,21 @@ class RollingAggregateOperator(KeyedProcessOperator):
                 "nulls before key_by"
             )
         floating = pa.types.is_floating(kind)
-        values = column.to_numpy(zero_copy_only=False).astype(
-            np.float64 if floating else np.int64, copy=False
-        )
+        raw = column.to_numpy(zero_copy_only=False)
+        values: np.ndarray | list[Any]
+        if pa.types.is_unsigned_integer(kind) and len(raw) and int(raw.max()) >= 2**63:
+            values = raw.tolist()  # beyond int64: Python ints
+        else:
+            values = raw.astype(np.float64 if floating else np.int64, copy=False)
         out = self._fold(keys, values)
         if out.dtype == object:
+            listed = out.tolist()
+            if float in set(map(type, listed)):  # the key's state held floats
+                target = pa.float64()
+            else:
+                target = kind if rolling.kind != "sum" else pa.int64()
             try:
-                result = pa.array(out.tolist(), type=pa.float64() if floating else pa.int64())
+                result = pa.array(listed, type=target)
             except (OverflowError, pa.ArrowInvalid) as e:
                 raise OverflowError(
                     f"{rolling.kind}({field!r}) of an Arrow int column went past int64 "
@@ -266,6 +269,10 @@ class RollingAggregateOperator(KeyedProcessOperator):
                 ) from None
         else:
             result = pa.array(out)
-        if rolling.kind != "sum" and result.type != kind:
+        if (
+            rolling.kind != "sum"
+            and result.type != kind
+            and pa.types.is_floating(result.type) == floating
+        ):
             result = result.cast(kind)  # min/max keep the column's own type
         return batch.set_column(i, pa.field(field, result.type), result)

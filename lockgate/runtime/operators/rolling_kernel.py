@@ -28,6 +28,27 @@ ROUNDS = 32
 COMBINE: dict[str, np.ufunc] = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
+def combine_one(kind: str, a: Any, b: Any) -> Any:
+    """The fold of two values: ``a + b``, or the smaller / larger of the two, NaN if either
+    is NaN (as ``numpy.minimum`` / ``numpy.maximum`` on floats)."""
+    if kind == "sum":
+        return a + b
+    if a != a:  # noqa: PLR0124 - NaN
+        return a
+    if b != b:  # noqa: PLR0124
+        return b
+    return (b if b < a else a) if kind == "min" else (b if b > a else a)
+
+
+#: the folds of object arrays (Python ints beyond int64, ints mixed with floats): numpy's
+#: minimum / maximum compare objects with < and would drop a NaN, these carry it
+_OBJECT_COMBINE: dict[str, np.ufunc] = {
+    "sum": np.add,
+    "min": np.frompyfunc(lambda a, b: combine_one("min", a, b), 2, 1),
+    "max": np.frompyfunc(lambda a, b: combine_one("max", a, b), 2, 1),
+}
+
+
 def group_order(codes: np.ndarray) -> np.ndarray:
     """The record indices grouped by code, each group in record order (a stable sort)."""
     return np.argsort(codes, kind="stable")
@@ -46,7 +67,7 @@ def running_fold(
     value before the batch and whether it has one; ``order``: :func:`group_order` of
     ``codes`` when the caller has it. ``values`` and ``before`` share a dtype, which the
     result has."""
-    combine = COMBINE[kind]
+    combine = (_OBJECT_COMBINE if values.dtype == object else COMBINE)[kind]
     n = len(codes)
     out = np.empty(n, dtype=values.dtype)
     if not n:
