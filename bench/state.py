@@ -270,10 +270,8 @@ class _Discard(Output):
         pass
 
 
-def operator_run(
-    kind: str, keys: int, updates: int, batch: int, local_dir: str
-) -> tuple[float, float]:
-    op = KeyedProcessOperator(_Count(), KeySelector("k"))
+def opened(op: Any, kind: str, local_dir: str) -> Any:
+    """``op`` set up as subtask 0 of 1 over a fresh backend of ``kind``, opened."""
     backend = (
         HashMapStateBackend()
         if kind == "hashmap"
@@ -291,6 +289,13 @@ def operator_run(
     op.setup("bench", "bench", ctx, _Discard())
     op.initialize_state(None)
     op.open()
+    return op
+
+
+def operator_run(
+    kind: str, keys: int, updates: int, batch: int, local_dir: str
+) -> tuple[float, float]:
+    op = opened(KeyedProcessOperator(_Count(), KeySelector("k")), kind, local_dir)
     try:
         load(op.backend, keys)
         order = [random.randrange(keys) for _ in range(updates)]
@@ -362,24 +367,9 @@ def rolling_run(
     kind: str, keys: int, updates: int, batch: int, local_dir: str
 ) -> tuple[float, float]:
     """``keyed.sum("v")``'s operator on Arrow batches of ``{"k", "v"}`` records."""
-    op = RollingAggregateOperator(RollingAggregate("sum", "v"), KeySelector("k"))
-    backend = (
-        HashMapStateBackend()
-        if kind == "hashmap"
-        else RocksDBStateBackend(local_dir=local_dir, cache_entries=CACHE_ENTRIES)
+    op = opened(
+        RollingAggregateOperator(RollingAggregate("sum", "v"), KeySelector("k")), kind, local_dir
     )
-    ctx = RuntimeContext(
-        task_name="bench",
-        operator_name="bench",
-        operator_uid="bench",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-        state_backend=backend,
-    )
-    op.setup("bench", "bench", ctx, _Discard())
-    op.initialize_state(None)
-    op.open()
     try:
         state = op.backend.get_state(ValueStateDescriptor("sum(v)"))
         everything = list(range(keys))
