@@ -310,33 +310,6 @@ def operator_run(
         op.close()
 
 
-def operator_cases(keys: int, updates: int, batch: int, repeat: int, local_dir: str) -> list[dict]:
-    rates: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
-    flushes: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
-    for _ in range(repeat):
-        for kind in rates:
-            rate, flush_s = operator_run(kind, keys, updates, batch, local_dir)
-            rates[kind].append(rate)
-            flushes[kind].append(flush_s)
-    return [
-        {
-            "case": "operator",
-            "backend": kind,
-            "path": "KeyedProcessOperator.process_batch"
-            + (" (batch scopes)" if kind == "rocksdb" else ""),
-            "keys": keys,
-            "updates": updates,
-            "batch": batch,
-            "updates_per_s": round(statistics.median(r)),
-            "runs": [round(x) for x in r],
-            **cache_fields(kind, updates, r, flushes[kind]),
-            "alternated": True,
-            "cores": os.cpu_count(),
-        }
-        for kind, r in rates.items()
-    ]
-
-
 def many_keys_run(
     kind: str, keys: int, updates: int, batch: int, local_dir: str
 ) -> tuple[float, float]:
@@ -396,11 +369,22 @@ def rolling_run(
         op.close()
 
 
-def vectorized_cases(
+#: case -> (the run of one backend, what the case measures)
+ALTERNATED: dict[str, tuple[Any, str]] = {
+    "operator": (operator_run, "KeyedProcessOperator.process_batch"),
+    "many_keys": (many_keys_run, "ValueState.values_of / update_all per batch"),
+    "rolling": (
+        rolling_run,
+        "keyed.sum('v'): RollingAggregateOperator.process_batch, Arrow batches",
+    ),
+}
+
+
+def alternated_cases(
     case: str, keys: int, updates: int, batch: int, repeat: int, local_dir: str
 ) -> list[dict]:
-    """``many_keys`` or ``rolling``, heap and RocksDB alternating run by run."""
-    run = many_keys_run if case == "many_keys" else rolling_run
+    """One of :data:`ALTERNATED`, heap and RocksDB alternating run by run."""
+    run, path = ALTERNATED[case]
     rates: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
     flushes: dict[str, list[float]] = {"hashmap": [], "rocksdb": []}
     for _ in range(repeat):
@@ -408,16 +392,11 @@ def vectorized_cases(
             rate, flush_s = run(kind, keys, updates, batch, local_dir)
             rates[kind].append(rate)
             flushes[kind].append(flush_s)
-    path = (
-        "ValueState.values_of / update_all per batch"
-        if case == "many_keys"
-        else "keyed.sum('v'): RollingAggregateOperator.process_batch, Arrow batches"
-    )
     return [
         {
             "case": case,
             "backend": kind,
-            "path": path,
+            "path": path + (" (batch scopes)" if case == "operator" and kind == "rocksdb" else ""),
             "keys": keys,
             "updates": updates,
             "batch": batch,
@@ -548,14 +527,9 @@ def main() -> None:
     if "batched" in cases:
         for line in batched_cases(args.keys, args.updates, args.batch, args.repeat, args.local_dir):
             print(json.dumps(line), flush=True)
-    if "operator" in cases:
-        for line in operator_cases(
-            args.keys, args.updates, args.batch, args.repeat, args.local_dir
-        ):
-            print(json.dumps(line), flush=True)
-    for case in ("many_keys", "rolling"):
+    for case in ALTERNATED:
         if case in cases:
-            for line in vectorized_cases(
+            for line in alternated_cases(
                 case, args.keys, args.updates, args.batch, args.repeat, args.local_dir
             ):
                 print(json.dumps(line), flush=True)
