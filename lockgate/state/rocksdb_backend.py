@@ -593,16 +593,14 @@ class RocksDBKeyedStateBackend:
         self, batch: WriteBatch, table: RocksDBStateTable, ints: list[int]
     ) -> bool:
         """Add the rows of the int cache keys ``ints`` to ``batch`` in row order, their rows
-        and (all ints or all floats) values built at once; False, nothing added, when a key
-        is outside int64 (the caller writes them one at a time)."""
+        and (all ints or all floats) values built at once (:meth:`_rows_of_ints`); False,
+        nothing added, when a key is outside int64 (the caller writes them one at a
+        time)."""
         try:
             keys = np.fromiter(ints, dtype=np.int64, count=len(ints))
         except OverflowError:
             return False
-        built = int_key_rows(keys, table._sid, self.max_parallelism)
-        if built is None:
-            return False
-        rows, order = built
+        rows, order = self._rows_of_ints(keys, table._sid)
         cache = table._cache
         assert cache is not None
         values = list(map(cache.__getitem__, keys[order].tolist()))
@@ -638,12 +636,9 @@ class RocksDBKeyedStateBackend:
             table._dirty = []
         cache = table._cache
         if cache:
-            if self._odd:
-                others = [t._cache for t in self._tables.values() if t is not table and t._cache]
-                for ck in [ck for ck in cache if type(ck) is tuple]:
-                    if not any(ck in c for c in others):
-                        self._odd.pop(ck, None)
             table._cache = {}
+            if self._odd:
+                self._forget_odd([ck for ck in cache if type(ck) is tuple])
         table.used = False
         table._columns = columns = ColumnCache()
         return columns
@@ -770,10 +765,14 @@ class RocksDBKeyedStateBackend:
                     odd.append(ck)
             table._dirty = [ck for ck in dict.fromkeys(table._dirty) if ck in cache]
         if odd:
-            caches = [t._cache for t in self._tables.values() if t._cache is not None]
-            for ck in odd:
-                if not any(ck in c for c in caches):
-                    self._odd.pop(ck, None)
+            self._forget_odd(odd)
+
+    def _forget_odd(self, cks: list[Any]) -> None:
+        """Drop the row parts of the (tuple) cache keys ``cks`` that no state caches now."""
+        caches = [t._cache for t in self._tables.values() if t._cache]
+        for ck in cks:
+            if not any(ck in c for c in caches):
+                self._odd.pop(ck, None)
 
     def _compact(self, table: RocksDBStateTable) -> None:
         """Drop the repeats from ``table``'s dirty list (it holds at most the cached keys)."""

@@ -10,44 +10,25 @@ value bytes differed from what the per-key path writes."""
 
 from __future__ import annotations
 
-import copy
 import pickle
 import random
 from typing import Any
 
 import numpy as np
 import pytest
+from test_rocksdb_cache import db_rows, make, materialized, restored_entries
 
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.int64_positions import Int64Positions
 from lockgate.state.keyed import HeapKeyedStateBackend
 from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_codec import U16, decode_key, encode_key, key_group_of
-from lockgate.state.rocksdb_files import rows
+from lockgate.state.rocksdb_codec import U16, encode_key, key_group_of
 from lockgate.state.rocksdb_rows import int_key_rows, number_values
 
 
-def make(where: Any, cache_entries: int = 100_000) -> RocksDBKeyedStateBackend:
-    return RocksDBKeyedStateBackend("op", 128, local_dir=str(where), cache_entries=cache_entries)
-
-
-def db_rows(backend: RocksDBKeyedStateBackend) -> dict[Any, Any]:
-    """What the database itself holds (not the caches): key -> value."""
-    return {decode_key(row[4:]): pickle.loads(raw) for row, raw in rows(backend._db)}
-
-
 def restored(backend: RocksDBKeyedStateBackend, where: Any) -> dict[str, dict[Any, Any]]:
-    view = backend.snapshot()
-    try:
-        payload = copy.deepcopy(view.materialize())
-    finally:
-        view.release()
-    fresh = make(where)
-    try:
-        fresh.restore([payload], range(128))
-        return fresh.entries()
-    finally:
-        fresh.close()
+    """The entries a fresh backend restores from a snapshot of ``backend``."""
+    return restored_entries(materialized(backend), where)
 
 
 # -- the index and the rows ------------------------------------------------------------------
