@@ -23,12 +23,14 @@ def admin() -> AdminClient:
     return AdminClient({"bootstrap.servers": BOOTSTRAP})
 
 
-def create_topic(name: str, partitions: int) -> str:
-    """Create ``name`` with ``partitions`` partitions (replication 1) and wait until every
-    partition has a leader; fails naming the broker when it does not answer."""
+def create_topic(name: str, partitions: int, config: dict[str, str] | None = None) -> str:
+    """Create ``name`` with ``partitions`` partitions (replication 1, topic ``config``)
+    and wait until every partition has a leader; fails naming the broker when it does
+    not answer."""
     client = admin()
     try:
-        for future in client.create_topics([NewTopic(name, partitions, 1)]).values():
+        topic = NewTopic(name, partitions, 1, config=config or {})
+        for future in client.create_topics([topic]).values():
             future.result(30)
     except KafkaException as e:
         pytest.fail(
@@ -181,13 +183,13 @@ def open_transactions(prefix: str) -> list[str]:
 
 @pytest.fixture
 def kafka_topic(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """``make(partitions=1)`` creates a topic with a unique name and returns it; every
+    """``make(partitions=1, config=None)`` creates a topic with a unique name and returns it; every
     topic made is deleted at the end."""
     made: list[str] = []
 
-    def make(partitions: int = 1) -> str:
+    def make(partitions: int = 1, config: dict[str, str] | None = None) -> str:
         base = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name[:40])
-        name = create_topic(f"lgtest-{base}-{uuid.uuid4().hex[:8]}", partitions)
+        name = create_topic(f"lgtest-{base}-{uuid.uuid4().hex[:8]}", partitions, config)
         made.append(name)
         return name
 

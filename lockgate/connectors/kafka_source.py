@@ -51,6 +51,7 @@ import time
 import uuid
 import zlib
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -79,12 +80,15 @@ from .base import (
     report_malformed,
 )
 from .kafka_common import check_bootstrap_servers, check_format, check_properties, confluent_kafka
+from .kafka_fetcher import DirectFetcher, FetchUnavailable, direct_fetch_possible
+from .kafka_record_batches import PartitionRecords
 
 log = logging.getLogger(__name__)
 
 OWNER = "KafkaSource"
 START_MODES = ("earliest", "latest", "committed")
 ISOLATION = ("read_committed", "read_uncommitted")
+FETCH_MODES = ("auto", "librdkafka")
 #: the split offset meaning "the partition's first offset" (librdkafka's OFFSET_BEGINNING)
 EARLIEST = -2
 #: records asked of the consumer per poll (one batch per partition and poll)
@@ -223,6 +227,16 @@ class KafkaSource(Source):
     the source sets itself. The source changes one librdkafka default, which
     ``properties`` may set again: ``fetch.queue.backoff.ms`` is 10 (librdkafka's 1,000
     left a fast reader idle whenever its prefetch queue had filled).
+
+    ``fetch``: ``"auto"`` (default) reads record batches with the source's own Fetch
+    requests when the connection is plaintext (no ``security.*``, ``sasl.*`` or
+    ``ssl.*`` property), decoding a whole fetch with numpy and no Python object per
+    record (:mod:`lockgate.connectors.kafka_fetcher`); metadata, start offsets and
+    group commits still go through librdkafka. A reader whose direct fetch cannot go on
+    (a broker unreachable, an error other than a leader change, a batch compressed with
+    another codec than gzip) continues through librdkafka from the same offsets, with a
+    warning. ``"librdkafka"``: every record through librdkafka's consumer. The records,
+    their order and every guarantee above are the same either way.
     """
 
     default_name = "kafka"
@@ -244,6 +258,7 @@ class KafkaSource(Source):
         timestamp_field: str | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         schema: pa.Schema | None = None,
+        fetch: str = "auto",
     ) -> None:
         self.bootstrap_servers = check_bootstrap_servers(OWNER, bootstrap_servers)
         self.topics, self.pattern = _check_topics(topics)
@@ -281,6 +296,13 @@ class KafkaSource(Source):
             )
         self.max_record_bytes = check_max_record_bytes(OWNER, max_record_bytes)
         self.schema = _check_schema(schema, self.format, self.key_field, self.timestamp_field)
+        if fetch not in FETCH_MODES:
+            raise ConfigurationError(
+                f"{OWNER} fetch must be 'auto' (fetch record batches directly over plaintext "
+                "connections, through librdkafka otherwise) or 'librdkafka' (always through "
+                f"librdkafka), got {fetch!r}"
+            )
+        self.fetch = fetch
         #: the splits of the job's start, resolved once per run (``prepare_run``)
         self._resolved: list[KafkaSplit] | None = None
 
@@ -475,6 +497,15 @@ class _KafkaReader(SourceReader):
         self._arrow = None if source.schema is None else _ArrowDecoder(source)
         #: when to look at the partitions' high watermarks again (source lag metric)
         self._next_lag = 0.0
+        #: the direct fetcher (``fetch="auto"`` over plaintext), None once the reader
+        #: reads through librdkafka
+        self._direct: DirectFetcher | None = None
+        #: directly fetched batches not emitted yet: (split key, batch, offset after it)
+        self._ready: deque[tuple[tuple[str, int], Batch | None, int]] = deque()
+        if source.fetch == "auto" and direct_fetch_possible(source.properties):
+            self._direct = DirectFetcher(
+                self._leaders, committed_only=source.isolation == "read_committed"
+            )
 
     def _owns(self, topic: str, partition: int) -> bool:
         return owner_of(topic, partition, self.ctx.parallelism) == self.ctx.subtask_index
@@ -491,11 +522,65 @@ class _KafkaReader(SourceReader):
             self.known.add(key)
             if split.finished:
                 continue
-            self.splits[key] = replace(split)
+            split = self.splits[key] = replace(split)
             self._unannounced.append(split.split_id)
+            if self._direct is not None:
+                if split.offset == EARLIEST:
+                    split.offset = self._earliest(split)
+                self._direct.assign(key, split.offset, split.end)
+                continue
             new.append(ck.TopicPartition(split.topic, split.partition, split.offset))
         if new:
             self.consumer.incremental_assign(new)
+
+    def _earliest(self, split: KafkaSplit) -> int:
+        """The first offset of the split's partition now (a request)."""
+        ck = confluent_kafka()
+        try:
+            low, _ = self.consumer.get_watermark_offsets(
+                ck.TopicPartition(split.topic, split.partition), timeout=REQUEST_TIMEOUT_S
+            )
+        except ck.KafkaException as e:
+            raise ConfigurationError(
+                f"{OWNER} cannot read the first offset of {split.split_id} at "
+                f"{self.source.bootstrap_servers!r}: {e}"
+            ) from e
+        return int(low)
+
+    def _leaders(self, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, int]]:
+        """Each partition's leader broker address, from the consumer's metadata."""
+        ck = confluent_kafka()
+        found: dict[tuple[str, int], tuple[str, int]] = {}
+        for topic in sorted({t for t, _ in wanted}):
+            try:
+                meta = self.consumer.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
+            except ck.KafkaException as e:
+                raise FetchUnavailable(f"metadata of topic {topic!r}: {e}") from e
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None:
+                continue
+            for p, part in info.partitions.items():
+                broker = meta.brokers.get(part.leader)
+                if (topic, p) in wanted and broker is not None:
+                    found[(topic, p)] = (broker.host, broker.port)
+        return found
+
+    def _to_librdkafka(self, why: FetchUnavailable) -> None:
+        """Continue every split through librdkafka from its offset."""
+        ck = confluent_kafka()
+        assert self._direct is not None
+        log.warning(
+            "KafkaSource subtask %d: direct fetching stopped (%s); reading through "
+            "librdkafka from the same offsets",
+            self.ctx.subtask_index,
+            why,
+        )
+        self._direct.close()
+        self._direct = None
+        if self.splits:
+            self.consumer.incremental_assign(
+                [ck.TopicPartition(s.topic, s.partition, s.offset) for s in self.splits.values()]
+            )
 
     def poll(self, output: ReaderOutput) -> InputStatus:
         """Emit what the consumer has ready, one batch per partition, and move every
@@ -511,10 +596,14 @@ class _KafkaReader(SourceReader):
             return (
                 InputStatus.END_OF_INPUT if self.source.bounded else InputStatus.NOTHING_AVAILABLE
             )
-        messages = self.consumer.consume(num_messages=MAX_BATCH, timeout=0)
-        if messages:
-            self._emit(messages, output)
-        self._advance(output)
+        messages: Any = None
+        if self._direct is not None:
+            messages = self._poll_direct(output)
+        if self._direct is None:
+            messages = self.consumer.consume(num_messages=MAX_BATCH, timeout=0)
+            if messages:
+                self._emit(messages, output)
+            self._advance(output)
         now = time.monotonic()
         if now >= self._next_lag:
             self._next_lag = now + LAG_INTERVAL_S
@@ -530,6 +619,12 @@ class _KafkaReader(SourceReader):
         ck = confluent_kafka()
         total: int | None = None
         for split in self.splits.values():
+            if self._direct is not None:
+                high = self._direct.high_watermarks.get((split.topic, split.partition))
+                if high is not None:
+                    end = high if split.end is None else min(high, split.end)
+                    total = (total or 0) + max(0, end - split.offset)
+                continue
             try:
                 low, high = self.consumer.get_watermark_offsets(
                     ck.TopicPartition(split.topic, split.partition), cached=True
@@ -587,6 +682,80 @@ class _KafkaReader(SourceReader):
             if batch is not None:
                 output.emit_from_split(split.split_id, batch)
 
+    def _poll_direct(self, output: ReaderOutput) -> bool:
+        """One batch of the direct fetcher's records emitted (fetching when none is
+        waiting); True when it emitted one or more are waiting."""
+        assert self._direct is not None
+        if not self._ready:
+            try:
+                for records in self._direct.poll():
+                    self._decode_records(records, output)
+            except FetchUnavailable as e:
+                self._to_librdkafka(e)
+                return False
+        emitted = False
+        if self._ready:
+            key, batch, offset = self._ready.popleft()
+            split = self.splits.get(key)
+            if split is not None:
+                if batch is not None:
+                    output.emit_from_split(split.split_id, batch)
+                    emitted = True
+                split.offset = offset
+        self._advance_direct(output)
+        return emitted or bool(self._ready)
+
+    def _decode_records(self, records: PartitionRecords, output: ReaderOutput) -> None:
+        """Decode one partition's directly fetched records and queue them in batches of
+        at most :data:`MAX_BATCH` records (as librdkafka's path emits them), each with
+        the offset its split moves to once it is emitted."""
+        key = (records.topic, records.partition)
+        split = self.splits.get(key)
+        if split is None:
+            return  # a partition just given up
+        batch: Batch | None = None
+        if len(records):
+            if self._arrow is not None:
+                batch = self._arrow.decode_records(records, self._reporter(output))
+            else:
+                batch = self._rows_from(
+                    records.values(),
+                    records.keys,
+                    lambda: list(
+                        zip(records.timestamp_kinds.tolist(), records.timestamps.tolist())
+                    ),
+                    records.messages,
+                    output,
+                )
+        end = records.next_offset if split.end is None else min(records.next_offset, split.end)
+        rows = 0 if batch is None else len(batch)
+        if batch is not None and rows > MAX_BATCH and rows == len(records):
+            # one row per record: cut it, each part moving the split past its last record
+            offsets = records.offsets
+            start = 0
+            while rows - start > MAX_BATCH:
+                stop = start + MAX_BATCH
+                self._ready.append((key, _slice(batch, start, stop), int(offsets[stop - 1]) + 1))
+                start = stop
+            batch = _slice(batch, start, rows)
+        self._ready.append((key, batch, end))
+
+    def _reporter(self, output: ReaderOutput) -> Any:
+        def report(m: Any, raw: Any, error: str) -> None:
+            self._malformed(m, raw, error, output)
+
+        return report
+
+    def _advance_direct(self, output: ReaderOutput) -> None:
+        """Finish the bounded splits the direct fetcher has read to their end."""
+        assert self._direct is not None
+        for key, split in list(self.splits.items()):
+            if split.finished:
+                del self.splits[key]
+                self._finished_offsets[key] = split.offset
+                output.split_finished(split.split_id)
+                self._direct.remove(key)
+
     def _runs(self, messages: list[Any], message: Any) -> dict[tuple[str, int], list[Any]]:
         """``(topic, partition)`` -> the ``(start, stop)`` index ranges of ``messages``
         holding its records, in order (the client hands them over partition by
@@ -614,24 +783,42 @@ class _KafkaReader(SourceReader):
         return runs
 
     def _rows(self, msgs: list[Any], message: Any, output: ReaderOutput) -> RowBatch | None:
-        """The records of one partition's messages as a RowBatch (None if none):
-        decoded at once when every value is well-formed, else record by record."""
-        source = self.source
-        records = _decode_all(
-            list(map(message.value, msgs)), source.format, source.max_record_bytes
+        """The records of one partition's messages as a RowBatch (None if none)."""
+        return self._rows_from(
+            list(map(message.value, msgs)),
+            lambda: list(map(message.key, msgs)),
+            lambda: list(map(message.timestamp, msgs)),
+            lambda: msgs,
+            output,
         )
+
+    def _rows_from(
+        self,
+        values: list[Any],
+        keys: Any,
+        stamps: Any,
+        messages: Any,
+        output: ReaderOutput,
+    ) -> RowBatch | None:
+        """The records of one partition as a RowBatch (None if none): decoded at once
+        when every value is well-formed, else record by record (``messages()``).
+        ``keys()`` and ``stamps()`` give the records' keys and ``(kind, timestamp)``."""
+        source = self.source
+        records = _decode_all(values, source.format, source.max_record_bytes)
         if records is None:  # a tombstone, or a record that fails alone: one by one
-            records = [r for r in (self._record(m, output) for m in msgs) if r is not _MALFORMED]
+            records = [
+                r for r in (self._record(m, output) for m in messages()) if r is not _MALFORMED
+            ]
             return RowBatch(records) if records else None
         key_field, ts_field = source.key_field, source.timestamp_field
         if key_field is None and ts_field is None:
             return RowBatch(records)
         records = [r if isinstance(r, dict) else {"value": r} for r in records]
         if key_field is not None:
-            for r, k in zip(records, map(message.key, msgs)):
+            for r, k in zip(records, keys()):
                 r[key_field] = None if k is None else k.decode("utf-8", "replace")
         if ts_field is not None:
-            for r, (kind, ts) in zip(records, map(message.timestamp, msgs)):
+            for r, (kind, ts) in zip(records, stamps()):
                 r[ts_field] = None if kind == 0 else ts
         return RowBatch(records)
 
@@ -775,6 +962,8 @@ class _KafkaReader(SourceReader):
             )
 
     def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
             consumer.close()
@@ -785,6 +974,12 @@ _MALFORMED = object()
 _SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _VALUE = itemgetter(0)
 _END = itemgetter(1)
+
+
+def _slice(batch: Batch, start: int, stop: int) -> Batch:
+    if isinstance(batch, RowBatch):
+        return RowBatch(batch.rows[start:stop])
+    return batch.slice(start, stop - start)
 
 
 def _decode_all(values: list[Any], fmt: str, limit: int) -> list[Any] | None:
@@ -904,12 +1099,33 @@ class _ArrowDecoder:
             if table is None:
                 return None
             msgs = [msgs[i] for i in kept]
-        columns = [table.column(name).combine_chunks() for name in self.names]
-        if self.source.key_field is not None:
-            columns.append(_keys(list(map(message.key, msgs))))
+        stamps: Any = None
         if self.source.timestamp_field is not None:
             stamps = np.array(list(map(message.timestamp, msgs)), dtype=np.int64).reshape(-1, 2)
-            columns.append(pa.array(stamps[:, 1], type=pa.int64(), mask=stamps[:, 0] == 0))
+            stamps = (stamps[:, 0], stamps[:, 1])
+        return self._batch(table, lambda: list(map(message.key, msgs)), stamps)
+
+    def decode_records(self, records: PartitionRecords, malformed: Any) -> pa.RecordBatch | None:
+        """:meth:`decode` for directly fetched records: the values handed to the JSON
+        reader straight from the fetched bytes when each is one object on one line,
+        else :meth:`decode` of their messages."""
+        lines = records.json_object_lines()
+        table = None
+        if lines is not None and int(records.value_lengths.max()) <= self.source.max_record_bytes:
+            table, _ = self.read(lines, len(records))
+        if table is None:
+            return self.decode(records.messages(), malformed)
+        return self._batch(table, records.keys, (records.timestamp_kinds, records.timestamps))
+
+    def _batch(self, table: pa.Table, keys: Any, stamps: Any) -> pa.RecordBatch:
+        """The schema's columns of ``table``, then the key column (``keys()``) and the
+        timestamp column (``stamps``: kinds and timestamps, kind 0 for none)."""
+        columns = [table.column(name).combine_chunks() for name in self.names]
+        if self.source.key_field is not None:
+            columns.append(_keys(keys()))
+        if self.source.timestamp_field is not None:
+            kinds, ts = stamps
+            columns.append(pa.array(ts, type=pa.int64(), mask=np.asarray(kinds) == 0))
         return pa.RecordBatch.from_arrays(columns, schema=self.out_schema)
 
     def _one_by_one(

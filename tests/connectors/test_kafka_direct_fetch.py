@@ -1,0 +1,237 @@
+"""KafkaSource's direct fetching (``fetch="auto"``: its own Fetch v4 requests, record
+batches decoded with numpy) against the real broker on 127.0.0.1:9092, checked record
+for record against librdkafka's consumer (``fetch="librdkafka"``): keys, tombstones,
+headers, large values, gzip, log append time, read_committed over interleaved
+transactions (M-X1), and the hand-over to librdkafka (no record lost or read twice)
+when direct fetching cannot go on."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from recording_output import RecordingOutput
+from test_kafka_source import read_to_end, read_until
+
+from kafka_fixtures import BOOTSTRAP, produce
+from lockgate.connectors import kafka_source
+from lockgate.connectors.base import InputStatus, assign_splits
+from lockgate.connectors.kafka_source import MAX_BATCH, KafkaSource
+from lockgate.core.batch import RowBatch
+from lockgate.runtime.context import RuntimeContext
+
+
+def ctx() -> RuntimeContext:
+    return RuntimeContext(
+        task_name="t", operator_name="kafka", operator_uid="kafka", subtask_index=0,
+        parallelism=1, max_parallelism=128,
+    )  # fmt: skip
+
+
+class Batches(RecordingOutput):
+    """Records every emitted batch as rows, with its split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emitted: list[tuple[Any, Any]] = []
+
+    def emit_from_split(self, split_id: Any, batch: Any) -> None:
+        self.emitted.append((split_id, batch))
+        if isinstance(batch, pa.RecordBatch):
+            batch = RowBatch(batch.to_pylist())
+        super().emit_from_split(split_id, batch)
+
+
+def read(topic: str, fetch: str, **kwargs: Any) -> tuple[Batches, Any]:
+    """Every record of ``topic`` (bounded) through a reader with ``fetch``; the output
+    and whether the reader still fetched directly at its end."""
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch=fetch, **kwargs)
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
+        out = Batches()
+        read_to_end(reader, out)
+        return out, reader._direct is not None
+    finally:
+        reader.close()
+
+
+def rows(out: Batches) -> list[Any]:
+    return [
+        r for _, b in out.emitted for r in (b.to_pylist() if isinstance(b, pa.RecordBatch) else b)
+    ]
+
+
+def write(topic: str, messages: list[dict[str, Any]], **config: Any) -> None:
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "linger.ms": 20, **config})
+    for m in messages:
+        producer.produce(topic, **m)
+    assert producer.flush(30) == 0
+
+
+def mixed(n: int) -> list[dict[str, Any]]:
+    """Keys absent, empty, long and not UTF-8; tombstones; values up to 20 KB (lengths
+    of one to three varint bytes); headers on some; explicit timestamps."""
+    out = []
+    for i in range(n):
+        m: dict[str, Any] = {
+            "value": None if i % 97 == 5 else json.dumps({"i": i, "pad": "x" * (i % 7 * 40)}),
+            "key": [None, b"", b"k%d" % i, b"\xff" * 300][i % 4],
+            "timestamp": 1_600_000_000_000 + i,
+        }
+        if i % 3 == 0:
+            m["headers"] = [("h", b"v" * (i % 50))]
+        if i % 500 == 7:
+            m["value"] = json.dumps({"i": i, "big": "y" * 20_000})
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_direct_fetch_reads_what_librdkafka_reads_record_for_record(
+    kafka_topic, compression
+) -> None:
+    topic = kafka_topic(2)
+    write(topic, mixed(6_000), **{"compression.type": compression})
+    fields = {"key_field": "key", "timestamp_field": "ts"}
+    for fmt in ("bytes", "json"):
+        direct, still_direct = read(topic, "auto", format=fmt, **fields)
+        assert still_direct, "the direct fetcher read every batch itself"
+        rdkafka, _ = read(topic, "librdkafka", format=fmt, **fields)
+        assert len(direct.records) == 6_000
+        for split in {s for s, _ in rdkafka.emitted}:
+            assert [r for s, b in direct.emitted if s == split for r in b.rows] == [
+                r for s, b in rdkafka.emitted if s == split for r in b.rows
+            ], f"{fmt}: partition {split} differs"
+
+
+def test_with_a_schema_direct_fetch_gives_the_arrow_columns_librdkafka_gives(kafka_topic) -> None:
+    topic = kafka_topic(1)
+    write(
+        topic,
+        [
+            {"value": json.dumps({"k": i % 10, "s": f"é{i}", "f": i / 4}), "key": b"%d" % i}
+            for i in range(12_000)
+        ],
+    )
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string()), ("f", pa.float64())])
+    fields = {"schema": schema, "key_field": "key", "timestamp_field": "ts"}
+    direct, still_direct = read(topic, "auto", **fields)
+    rdkafka, _ = read(topic, "librdkafka", **fields)
+    assert still_direct and len(rows(direct)) == 12_000
+    assert rows(direct) == rows(rdkafka)
+    assert all(isinstance(b, pa.RecordBatch) for _, b in direct.emitted)
+
+
+def test_log_append_time_stamps_every_record_with_the_broker_time(kafka_topic) -> None:
+    topic = kafka_topic(1, {"message.timestamp.type": "LogAppendTime"})
+    write(topic, [{"value": b"%d" % i, "timestamp": 5} for i in range(300)])
+    direct, _ = read(topic, "auto", format="text", timestamp_field="ts")
+    rdkafka, _ = read(topic, "librdkafka", format="text", timestamp_field="ts")
+    assert direct.records == rdkafka.records
+    assert all(r["ts"] > 1_000_000_000_000 for r in direct.records), "the broker's time, not 5"
+
+
+def test_read_committed_skips_interleaved_aborted_transactions_M_X1(kafka_topic) -> None:
+    """Two transactional producers write to one partition in turns; one aborts. Read
+    committed, the direct fetcher gives exactly the committed and plain records, in
+    offset order, as librdkafka does; read uncommitted, everything."""
+    topic = kafka_topic(1)
+    a = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": f"lgt-{uuid.uuid4()}"})
+    b = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": f"lgt-{uuid.uuid4()}"})
+    a.init_transactions(30)
+    b.init_transactions(30)
+    produce(topic, [{"v": "plain-0"}])
+    a.begin_transaction()
+    b.begin_transaction()
+    for i in range(3):
+        a.produce(topic, json.dumps({"v": f"a-{i}"}).encode(), partition=0)
+        a.flush(30)
+        b.produce(topic, json.dumps({"v": f"b-{i}"}).encode(), partition=0)
+        b.flush(30)
+    b.abort_transaction(30)
+    a.commit_transaction(30)
+    produce(topic, [{"v": "plain-1"}])
+    direct, still_direct = read(topic, "auto")
+    rdkafka, _ = read(topic, "librdkafka")
+    want = ["plain-0", "a-0", "a-1", "a-2", "plain-1"]
+    assert [r["v"] for r in direct.records] == want == [r["v"] for r in rdkafka.records]
+    assert still_direct
+    everything, _ = read(topic, "auto", isolation="read_uncommitted")
+    assert sorted(r["v"] for r in everything.records) == sorted(want + ["b-0", "b-1", "b-2"])
+
+
+def test_batches_are_cut_at_max_batch_and_each_moves_the_split_past_it(kafka_topic) -> None:
+    """A fetch of many records goes out in batches of at most MAX_BATCH, one per poll,
+    and a snapshot after any poll holds the offset after the last record emitted, so a
+    checkpoint between two parts of a fetch replays nothing and loses nothing (M-X1)."""
+    topic = kafka_topic(1)
+    n = 3 * MAX_BATCH + 123
+    produce(topic, [{"v": i} for i in range(n)])
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True)
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(source.create_splits(1))
+        out = Batches()
+        deadline = time.monotonic() + 30
+        while len(out.records) < n:
+            assert time.monotonic() < deadline, f"only {len(out.records)} records in 30 s"
+            status = reader.poll(out)
+            positions = reader.snapshot_positions()
+            if positions:
+                assert positions[0].offset == len(out.records)
+            if status is InputStatus.NOTHING_AVAILABLE:
+                time.sleep((reader.wait_hint_ms() or 10) / 1000)  # the task's own idle wait
+        assert max(len(b) for _, b in out.emitted) <= MAX_BATCH
+        assert [r["v"] for r in out.records] == list(range(n))
+    finally:
+        reader.close()
+
+
+def test_a_broker_the_direct_fetcher_cannot_use_hands_over_to_librdkafka_without_loss(
+    kafka_topic, monkeypatch, caplog
+) -> None:
+    """Direct fetching stops (here: the leader it is given does not answer) after some
+    records; librdkafka continues from the split offsets: every record once, in order."""
+    topic = kafka_topic(1)
+    produce(topic, [{"v": i} for i in range(2_000)])
+    source = KafkaSource(BOOTSTRAP, topic)
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(source.create_splits(1))
+        out = Batches()
+        read_until(reader, out, lambda: len(out.records) == 2_000, "the first records")
+        # the next request goes to a port nothing listens on
+        reader._direct._leaders_of = lambda tps: {tp: ("127.0.0.1", 1) for tp in tps}
+        reader._direct._stale = True
+        reader._direct.close()
+        produce(topic, [{"v": i} for i in range(2_000, 4_000)])
+        with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
+            read_until(reader, out, lambda: len(out.records) >= 4_000, "every record")
+        assert reader._direct is None
+        assert "reading through librdkafka from the same offsets" in caplog.text
+        assert [r["v"] for r in out.records] == list(range(4_000))
+    finally:
+        reader.close()
+
+
+def test_a_compression_codec_it_does_not_decode_hands_over_without_loss(kafka_topic) -> None:
+    topic = kafka_topic(1)
+    write(topic, [{"value": b'{"v": %d}' % i} for i in range(1_000)])
+    write(topic, [{"value": b'{"v": %d}' % i} for i in range(1_000, 2_000)], **{
+        "compression.type": "lz4"
+    })  # fmt: skip
+    out, still_direct = read(topic, "auto")
+    assert not still_direct
+    assert [r["v"] for r in out.records] == list(range(2_000))
+
+
+def test_fetch_must_name_a_mode() -> None:
+    with pytest.raises(kafka_source.ConfigurationError, match="fetch must be 'auto'"):
+        KafkaSource(BOOTSTRAP, "t", fetch="fast")

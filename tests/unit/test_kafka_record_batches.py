@@ -1,0 +1,278 @@
+"""The direct fetcher's decoding of Kafka record batches (message format v2) and Fetch v4
+responses, on batches built here byte by byte from the format's definition, so each case
+(multi-byte varints, tombstones, headers, log append time, gzip, transactions, truncation,
+corruption) is exact. The same code against the real broker:
+``tests/connectors/test_kafka_direct_fetch.py``."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import struct
+
+import numpy as np
+import pytest
+
+from lockgate.connectors.kafka_fetcher import (
+    DirectFetcher,
+    FetchUnavailable,
+    _Connection,
+    direct_fetch_possible,
+    fetch_request,
+    parse_fetch_response,
+)
+from lockgate.connectors.kafka_record_batches import (
+    TIMESTAMP_CREATE,
+    TIMESTAMP_LOG_APPEND,
+    TIMESTAMP_NONE,
+    CorruptBatch,
+    UnsupportedBatch,
+    batch_headers,
+    decode_partition,
+)
+
+
+def varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        if z < 0x80:
+            out.append(z)
+            return bytes(out)
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+
+
+def record(
+    offset_delta: int,
+    ts_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] = (),  # type: ignore[assignment]
+) -> bytes:
+    body = bytearray(b"\x00")
+    body += varint(ts_delta) + varint(offset_delta)
+    body += varint(-1) if key is None else varint(len(key)) + key
+    body += varint(-1) if value is None else varint(len(value)) + value
+    body += varint(len(headers))
+    for name, hv in headers:
+        body += varint(len(name)) + name.encode() + varint(len(hv)) + hv
+    return varint(len(body)) + bytes(body)
+
+
+def batch(
+    base_offset: int,
+    records: list[tuple[bytes | None, bytes | None]],
+    *,
+    base_ts: int = 1_000,
+    attributes: int = 0,
+    producer_id: int = -1,
+    headers: bool = False,
+    compress: bool = False,
+    offset_step: int = 1,
+) -> bytes:
+    """A v2 batch of ``(key, value)`` records at offsets ``base_offset + i * step``,
+    timestamps ``base_ts + i``."""
+    body = b"".join(
+        record(i * offset_step, i, k, v, [("h", b"x" * i)] if headers else [])
+        for i, (k, v) in enumerate(records)
+    )
+    if compress:
+        body = gzip.compress(body)
+        attributes |= 1
+    last_delta = (len(records) - 1) * offset_step
+    after_length = struct.pack(
+        ">ibIhiqqqhii", 0, 2, 0, attributes, last_delta, base_ts, base_ts + len(records) - 1,
+        producer_id, 0, 0, len(records),
+    )  # fmt: skip
+    return struct.pack(">qi", base_offset, len(after_length) + len(body)) + after_length + body
+
+
+def control(offset: int, producer_id: int, commit: bool) -> bytes:
+    """A transaction marker: a control batch whose one record's key is (0, type)."""
+    return batch(
+        offset,
+        [(struct.pack(">hh", 0, 1 if commit else 0), b"\x00\x00\x00\x00\x00\x00")],
+        attributes=0x30,
+        producer_id=producer_id,
+    )
+
+
+def decode(data: bytes, fetch_offset: int = 0, end: int | None = None, aborted=None,
+           committed_only: bool = True):  # fmt: skip
+    return decode_partition("t", 0, data, fetch_offset, end, aborted, committed_only)
+
+
+def test_every_field_of_every_record_including_multi_byte_varints_and_headers() -> None:
+    big = json.dumps({"x": "y" * 20_000}).encode()  # a length needing three varint bytes
+    rows = [(None, b'{"a":1}'), (b"k", None), (b"k" * 300, big), (b"", b"")] * 50
+    data = batch(100, rows, headers=True) + batch(300, rows[:3], base_ts=5_000)
+    got = decode(data, fetch_offset=100)
+    assert got.offsets.tolist() == list(range(100, 300)) + [300, 301, 302]
+    assert got.values() == [v for _, v in rows] + [v for _, v in rows[:3]]
+    assert got.keys() == [k for k, _ in rows] + [k for k, _ in rows[:3]]
+    assert got.timestamps.tolist() == [1_000 + i for i in range(200)] + [5_000, 5_001, 5_002]
+    assert set(got.timestamp_kinds.tolist()) == {TIMESTAMP_CREATE}
+    assert got.next_offset == 303
+    messages = got.messages()
+    assert (messages[2].offset(), messages[2].key(), messages[2].value()) == (102, b"k" * 300, big)
+    assert messages[2].timestamp() == (TIMESTAMP_CREATE, 1_002) and messages[2].error() is None
+
+
+def test_records_before_the_fetch_offset_and_at_or_after_the_end_are_left_out() -> None:
+    data = batch(10, [(None, b"%d" % i) for i in range(10)])
+    got = decode(data, fetch_offset=13, end=17)
+    assert got.offsets.tolist() == [13, 14, 15, 16]
+    assert got.values() == [b"3", b"4", b"5", b"6"]
+    assert got.next_offset == 17, "a bounded split stops at its end, not the batch's"
+
+
+def test_a_batch_cut_short_by_the_fetch_size_is_left_for_the_next_fetch() -> None:
+    first = batch(0, [(None, b"a"), (None, b"b")])
+    second = batch(2, [(None, b"c")])
+    got = decode(first + second[:-3], fetch_offset=0)
+    assert got.values() == [b"a", b"b"] and got.next_offset == 2
+    assert decode(b"", fetch_offset=7).next_offset == 7
+
+
+def test_log_append_time_gives_every_record_the_batch_max_timestamp() -> None:
+    got = decode(batch(0, [(None, b"a"), (None, b"b")], attributes=0x08, base_ts=77))
+    assert got.timestamps.tolist() == [78, 78]
+    assert set(got.timestamp_kinds.tolist()) == {TIMESTAMP_LOG_APPEND}
+    none = decode(batch(0, [(None, b"a")], base_ts=-1))
+    assert none.timestamp_kinds.tolist() == [TIMESTAMP_NONE]
+
+
+def test_gzip_batches_decode_like_plain_ones_other_codecs_are_refused() -> None:
+    rows = [(b"k%d" % i, b"value %d" % i) for i in range(500)]
+    plain = decode(batch(0, rows) + batch(500, rows))
+    zipped = decode(batch(0, rows, compress=True) + batch(500, rows))
+    assert zipped.values() == plain.values() and zipped.keys() == plain.keys()
+    assert zipped.offsets.tolist() == list(range(1000))
+    lz4 = bytearray(batch(0, rows))
+    lz4[22] = 3  # attributes' low byte: codec 3 (lz4)
+    with pytest.raises(UnsupportedBatch, match="codec 3"):
+        decode(bytes(lz4))
+    old = bytearray(batch(0, rows))
+    old[16] = 1  # magic 1: the old message format
+    with pytest.raises(UnsupportedBatch, match="v1"):
+        decode(bytes(old))
+
+
+def test_read_committed_skips_aborted_transactions_and_every_marker_KIP_98() -> None:
+    """Two producers' transactions interleave in one partition: 7 commits, 9 aborts. The
+    aborted list names producer 9 from offset 1; producer 9's later transaction (after
+    its abort marker) is committed and kept."""
+    data = (
+        batch(0, [(None, b"plain")])
+        + batch(1, [(None, b"aborted-1")], attributes=0x10, producer_id=9)
+        + batch(2, [(None, b"committed-1")], attributes=0x10, producer_id=7)
+        + batch(3, [(None, b"aborted-2")], attributes=0x10, producer_id=9)
+        + control(4, 9, commit=False)
+        + control(5, 7, commit=True)
+        + batch(6, [(None, b"committed-2")], attributes=0x10, producer_id=9)
+        + control(7, 9, commit=True)
+    )
+    got = decode(data, aborted=[(9, 1)])
+    assert got.values() == [b"plain", b"committed-1", b"committed-2"]
+    assert got.offsets.tolist() == [0, 2, 6]
+    assert got.next_offset == 8, "the position moves past markers and aborted records"
+    everything = decode(data, aborted=[(9, 1)], committed_only=False)
+    assert everything.values() == [
+        b"plain", b"aborted-1", b"committed-1", b"aborted-2", b"committed-2",
+    ]  # fmt: skip
+
+
+def test_corrupt_records_raise_never_decode_garbage() -> None:
+    good = batch(0, [(None, b"abc"), (None, b"def")])
+    short = bytearray(good)
+    short[61] += 2  # the first record claims one more byte than it has
+    with pytest.raises(CorruptBatch):
+        decode(bytes(short))
+    negative = bytearray(good)
+    negative[61] = 0x03  # zigzag -2
+    with pytest.raises(CorruptBatch):
+        decode(bytes(negative))
+    lying_value = bytearray(good)
+    lying_value[61 + 5] = 0x10  # value length 8 inside a record of 8 bytes
+    with pytest.raises(CorruptBatch):
+        decode(bytes(lying_value))
+
+
+def test_json_object_lines_blank_the_framing_and_refuse_what_is_not_one_object_a_line() -> None:
+    rows = [(b"key" * 20, b'{"a": %d}' % i) for i in range(100)]
+    got = decode(batch(0, rows[:60], headers=True) + batch(60, rows[60:]))
+    lines = got.json_object_lines()
+    assert lines is not None
+    assert [json.loads(line) for line in lines.split(b"\n")] == [{"a": i} for i in range(100)]
+    for bad in (b"[1]", b'{"a":\n1}', None, b" {}"):
+        odd = decode(batch(0, [(None, b"{}"), (None, bad)]))
+        assert odd.json_object_lines() is None, bad
+
+
+def test_fetch_responses_parse_and_a_truncated_one_raises() -> None:
+    records = batch(5, [(None, b"x")])
+    topic = b"tp"
+    body = (
+        struct.pack(">ii", 42, 0) + struct.pack(">i", 1) + struct.pack(">h", 2) + topic
+        + struct.pack(">i", 1) + struct.pack(">ihqqi", 3, 0, 6, 6, 1) + struct.pack(">qq", 9, 1)
+        + struct.pack(">i", len(records)) + records
+    )  # fmt: skip
+    (part,) = parse_fetch_response(body, 42)
+    assert (part.topic, part.partition, part.error, part.high_watermark) == ("tp", 3, 0, 6)
+    assert part.aborted == [(9, 1)] and bytes(part.records) == records
+    assert [b.base_offset for b in batch_headers(part.records)] == [5]
+    with pytest.raises(CorruptBatch):
+        parse_fetch_response(body[:-5], 42)
+    with pytest.raises(CorruptBatch, match="expected 41"):
+        parse_fetch_response(body, 41)
+    request = fetch_request(7, [("tp", [(3, 5)])], committed_only=True)
+    assert struct.unpack_from(">ihhi", request) == (len(request) - 4, 1, 4, 7)
+
+
+def test_only_plaintext_connections_are_fetched_directly() -> None:
+    assert direct_fetch_possible({})
+    assert direct_fetch_possible({"security.protocol": "PLAINTEXT", "linger.ms": 5})
+    assert not direct_fetch_possible({"security.protocol": "SASL_SSL"})
+    assert not direct_fetch_possible({"sasl.mechanism": "PLAIN"})
+    assert not direct_fetch_possible({"ssl.ca.location": "/x"})
+
+
+def test_an_unreachable_broker_ends_direct_fetching() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    fetcher = DirectFetcher(lambda tps: {tp: ("127.0.0.1", port) for tp in tps}, True)
+    fetcher.assign(("t", 0), 0, None)
+    with pytest.raises(FetchUnavailable, match="cannot connect"):
+        fetcher.poll()
+    fetcher = DirectFetcher(lambda tps: {}, True)
+    fetcher.assign(("t", 0), 0, None)
+    with pytest.raises(FetchUnavailable, match="no leader"):
+        fetcher.poll()
+
+
+def test_a_response_larger_than_the_bound_is_refused() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        conn = _Connection(server.getsockname())
+        peer, _ = server.accept()
+        peer.sendall(struct.pack(">i", 1 << 30))
+        conn.sock.setblocking(True)
+        with pytest.raises(FetchUnavailable, match="announced a response of"):
+            conn.receive()
+        conn.close()
+        peer.close()
+    finally:
+        server.close()
+
+
+def test_decoding_a_million_records_makes_numpy_columns_not_objects() -> None:
+    rows = [(None, b'{"k":%d}' % (i % 1000)) for i in range(20_000)]
+    data = b"".join(batch(i, rows) for i in range(0, 1_000_000, 20_000))
+    got = decode(data)
+    assert len(got) == 1_000_000 and isinstance(got.offsets, np.ndarray)
+    assert got.offsets[-1] == 999_999 and got.value_lengths.min() >= 7
