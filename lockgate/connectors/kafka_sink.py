@@ -57,13 +57,18 @@ import logging
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import repeat
 from typing import Any
 
-from ..core.batch import Batch, to_rows
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_sink import json_default
+from .json_columns import json_values
 from .kafka_common import (
     check_bootstrap_servers,
     check_format,
@@ -523,31 +528,65 @@ class _Encoder:
         return str(value).encode()
 
     def produce(self, producer: Any, batch: Batch) -> int:
-        """Send ``batch``'s records; returns how many."""
-        ck = confluent_kafka()
+        """Send ``batch``'s records; returns how many. An Arrow batch going to one topic
+        as JSON is encoded a column at a time (:func:`json_values`, the same bytes)."""
         topic = self.sink.topic
-        rows = to_rows(batch)
-        for record in rows:
-            n = self.count
-            value = self.encode_value(record, n)
-            key = self.encode_key(record, n)
-            name = topic(record) if callable(topic) else topic
-            while True:
-                try:
-                    producer.produce(name, value, key)
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: serve deliveries
-                except ck.KafkaException as e:
-                    raise ValueError(
-                        f"KafkaSink cannot send {self.where(n)} to topic {name!r} (key "
-                        f"{key!r}, {len(value)} bytes): {e.args[0].str()}; a record is never "
-                        "dropped: make it smaller or raise message.max.bytes"
-                    ) from e
-            self.count += 1
+        encoded = None if callable(topic) else self._encode_columns(batch)
+        if encoded is not None:
+            values, keys = encoded
+            assert isinstance(topic, str)
+            for value, key in zip(values, keys):
+                self._send(producer, topic, value, key)
+        else:
+            rows = to_rows(batch)
+            for record in rows:
+                n = self.count
+                value = self.encode_value(record, n)
+                key = self.encode_key(record, n)
+                self._send(producer, topic(record) if callable(topic) else topic, value, key)
         producer.poll(0)
         self.check()
-        return len(rows)
+        return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+    def _send(self, producer: Any, name: str, value: bytes, key: bytes | None) -> None:
+        """Queue one record (waiting while librdkafka's queue is full)."""
+        ck = confluent_kafka()
+        while True:
+            try:
+                producer.produce(name, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)  # the local queue is full: serve deliveries
+            except ck.KafkaException as e:
+                raise ValueError(
+                    f"KafkaSink cannot send {self.where(self.count)} to topic {name!r} (key "
+                    f"{key!r}, {len(value)} bytes): {e.args[0].str()}; a record is never "
+                    "dropped: make it smaller or raise message.max.bytes"
+                ) from e
+        self.count += 1
+
+    def _encode_columns(self, batch: Batch) -> tuple[list[bytes], Any] | None:
+        """Values and keys of an Arrow batch encoded a column at a time, or None when
+        the record-by-record encoding is needed (not JSON, a key function, a column
+        type :func:`json_values` does not take)."""
+        sink = self.sink
+        if not isinstance(batch, pa.RecordBatch) or sink.format != "json":
+            return None
+        keys: Any = repeat(None)
+        if sink.key is not None:
+            if callable(sink.key) or is_scalar_schema(batch.schema):
+                return None
+            index = batch.schema.get_field_index(sink.key)
+            if index < 0 or sink.key == TS_COLUMN:
+                return None
+            column = batch.column(index)
+            if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
+                return None
+            keys = pc.cast(pc.cast(column, pa.string()), pa.binary()).to_pylist()
+        values = json_values(batch)
+        if values is None:
+            return None
+        return values, keys
 
     def flush(self, producer: Any) -> None:
         """Wait until every record sent is acknowledged (or refused: then raise)."""

@@ -9,6 +9,7 @@ known exactly (one record ``{k, v, total}`` per value)."""
 from __future__ import annotations
 
 import collections
+import json
 import threading
 
 import pytest
@@ -310,3 +311,49 @@ def test_m_x2_close_waits_for_the_producer_being_initialized_in_the_background(k
     assert not closer.is_alive(), "close() did not return after the initialization ended"
     assert events == ["initialized 0", "initialized 1", "closed"]
     fence_and_abort(BOOTSTRAP, {}, transaction.transactional_id, 60_000)
+
+
+def read_keys_and_values(topic: str, n: int) -> list[tuple[bytes | None, bytes]]:
+    """The first ``n`` records of partition 0 of ``topic``, as (key, value) bytes."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "lgtest-keys"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[tuple[bytes | None, bytes]] = []
+        wait_until(
+            lambda: (
+                got.extend((m.key(), m.value()) for m in consumer.consume(1000, 0.2))
+                or len(got) >= n
+            ),
+            f"{n} records in {topic}",
+            timeout_s=30,
+        )
+        return got
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("columns", ["encoded at once", "float: record by record"])
+def test_arrow_batches_are_written_with_the_bytes_of_the_record_by_record_encoding(
+    kafka_topic, columns
+) -> None:
+    """An Arrow batch's JSON values and keys, encoded a column at a time, are exactly
+    what ``json.dumps`` of each record and ``str`` of its key give; a float column
+    takes the record-by-record path, with the same result."""
+    topic = kafka_topic(1)
+    records = [
+        {"k": i % 7, "name": ["plain", "é ü", None][i % 3], "ok": i % 2 == 0, "n": i}
+        for i in range(3_000)
+    ]
+    if columns.startswith("float"):
+        records = [{**r, "f": r["n"] / 3} for r in records]
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_collection(records).map_batches(lambda b: b, name="to arrow").sink_to(
+        KafkaSink(BOOTSTRAP, topic, key="k", delivery="at_least_once"), name="out"
+    )
+    env.execute("arrow to kafka")
+    got = read_keys_and_values(topic, len(records))
+    assert got == [
+        (str(r["k"]).encode(), json.dumps(r, ensure_ascii=False).encode()) for r in records
+    ]
