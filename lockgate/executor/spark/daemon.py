@@ -1,10 +1,11 @@
 """PySpark's worker daemon, with lockgate's runtime imported before it forks workers.
 
 Spark starts ``python -m <spark.python.daemon.module>`` once per executor; the daemon
-forks one Python worker per task. With lockgate's runtime (pyarrow, numpy, pyzmq and
-lockgate itself) imported in the daemon, every forked worker starts with those imports
-done (shared copy-on-write), so a slot starts in milliseconds instead of the seconds
-the imports take on a small machine, for every job, not only the first.
+forks one Python worker per task. With lockgate's runtime (pyarrow, numpy, pyzmq,
+lockgate itself, and the Kafka clients when installed) imported in the daemon, every
+forked worker starts with those imports done (shared copy-on-write), so a slot starts
+in milliseconds instead of the seconds the imports take on a small machine, for every
+job, not only the first.
 
 Forking safety. Nothing here creates Python threads, sockets, zmq contexts or log
 handlers, and nothing runs lockgate code: importing only. The imports do start two
@@ -24,10 +25,21 @@ the driver's own interpreter and so can import it.
 
 from __future__ import annotations
 
+import importlib
+
 from pyspark import daemon
 
 import lockgate.executor.spark.slot  # noqa: F401
 import lockgate.executor.task_builder  # noqa: F401
+
+# The Kafka clients of the ``kafka`` extra, when installed: a Kafka sink's subtask would
+# otherwise import kafka-python (0.3-0.4 s on a small machine) while its job runs.
+# Importing them starts no thread (librdkafka starts its threads per client).
+for _module in ("confluent_kafka", "confluent_kafka.admin", "kafka"):
+    try:
+        importlib.import_module(_module)
+    except ImportError:
+        pass
 
 if __name__ == "__main__":
     daemon.manager()
