@@ -270,7 +270,10 @@ class DirectFetcher:
         self._asked: dict[Address, dict[TopicPartition, int]] = {}
         self._correlation = 0
         self._stale = True
+        #: metadata refreshes in a row that left a partition without a usable leader
         self._leader_errors = 0
+        #: where the partition order of each broker's next request starts
+        self._turn: dict[Address, int] = {}
 
     def assign(self, tp: TopicPartition, offset: int, end: int | None) -> None:
         self.offsets[tp] = offset
@@ -316,13 +319,18 @@ class DirectFetcher:
         wanted = sorted(self.offsets)
         found = self._leaders_of(wanted) if wanted else {}
         missing = [tp for tp in wanted if tp not in found]
-        if missing:
-            raise FetchUnavailable(f"no leader known for {missing[:3]}")
+        if missing:  # an election under way: ask again at the next poll, a few times
+            self._leader_errors += 1
+            if self._leader_errors > MAX_LEADER_RETRIES:
+                raise FetchUnavailable(
+                    f"no leader known for {missing[:3]} after {MAX_LEADER_RETRIES} "
+                    "metadata refreshes"
+                )
         self._leader = dict(found)
         for address in set(self._connections) - set(found.values()):
             self._connections.pop(address).close()
             self._asked.pop(address, None)
-        self._stale = False
+        self._stale = bool(missing)
 
     def _send(self, address: Address, conn: _Connection, now: float) -> None:
         asked = {
@@ -334,9 +342,15 @@ class DirectFetcher:
         }
         if not asked:
             return
+        # Fetch v4 fills the response in request order (and returns a batch larger than
+        # the partition limit only for the first partition with data): the order turns
+        # by one partition per request, so that none waits behind the others for long
+        order = sorted(asked)
+        turn = self._turn.get(address, 0) % len(order)
+        self._turn[address] = turn + 1
         by_topic: dict[str, list[tuple[int, int]]] = {}
-        for (topic, partition), offset in sorted(asked.items()):
-            by_topic.setdefault(topic, []).append((partition, offset))
+        for topic, partition in order[turn:] + order[:turn]:
+            by_topic.setdefault(topic, []).append((partition, asked[(topic, partition)]))
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         conn.send(
             fetch_request(self._correlation, by_topic.items(), self.committed_only),
@@ -352,14 +366,17 @@ class DirectFetcher:
         try:
             fetched = parse_fetch_response(body, expected)
             ready = []
+            moved = False
             for part in fetched:
                 tp = (part.topic, part.partition)
                 offset = asked.get(tp)
                 if offset is None or self.offsets.get(tp) != offset:
                     continue  # removed or moved meanwhile: its data is not wanted
                 if part.error in _LEADER_MOVED:
-                    self._stale = True
-                    self._leader_errors += 1
+                    if not moved:
+                        moved = True
+                        self._stale = True
+                        self._leader_errors += 1
                     if self._leader_errors > MAX_LEADER_RETRIES:
                         raise FetchUnavailable(
                             f"fetching {tp[0]}[{tp[1]}]: no leader after "
@@ -367,7 +384,6 @@ class DirectFetcher:
                             f"{part.error})"
                         )
                     continue
-                self._leader_errors = 0
                 if part.error != 0:
                     raise FetchUnavailable(
                         f"fetching {tp[0]}[{tp[1]}] at offset {offset}: Kafka error code "
@@ -377,6 +393,8 @@ class DirectFetcher:
                 batches = batch_headers(part.records)
                 self.offsets[tp] = next_offset_after(batches, offset)
                 ready.append((part, offset, batches))
+            if not moved:
+                self._leader_errors = 0
             if not self._stale:
                 self._send(address, conn, now)  # the broker works while we decode
             return [

@@ -194,7 +194,7 @@ class RawMessage:
 
 @dataclass
 class _Batch:
-    """A batch header, and where its records sit (``segment``: which bytes)."""
+    """A batch header, and where its records sit."""
 
     base_offset: int
     last_offset: int
@@ -203,7 +203,6 @@ class _Batch:
     max_timestamp: int
     producer_id: int
     count: int
-    segment: int
     start: int
     stop: int
 
@@ -214,12 +213,15 @@ def batch_headers(data: bytes | memoryview) -> list[_Batch]:
     batches: list[_Batch] = []
     pos = 0
     size = len(data)
+    if 17 <= size < HEADER_BYTES and data[16] != 2:
+        # a whole message of an older format can be shorter than a v2 header
+        raise UnsupportedBatch(f"message format v{data[16]} (v2 is read)")
     while pos + HEADER_BYTES <= size:
         (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid, _pep,
          _seq, count) = _HEAD.unpack_from(data, pos)  # fmt: skip
         stop = pos + 12 + length
         if stop > size:
-            break
+            break  # cut by the fetch's size limit: the next fetch starts here
         if magic != 2:
             raise UnsupportedBatch(f"message format v{magic} at offset {base} (v2 is read)")
         if length < HEADER_BYTES - 12 or count < 0:
@@ -233,7 +235,6 @@ def batch_headers(data: bytes | memoryview) -> list[_Batch]:
                 max_ts,
                 pid,
                 count,
-                0,
                 pos + HEADER_BYTES,
                 stop,
             )  # fmt: skip
@@ -305,44 +306,45 @@ def decode_partition(
         batches = batch_headers(data)
     next_offset = next_offset_after(batches, fetch_offset)
     kept = _kept(batches, aborted or [], committed_only, data)
-    segments: list[bytes] = [bytes(data)]
-    for b in kept:
-        codec = b.attributes & _CODEC_MASK
-        if codec == 0:
-            continue
-        if codec != _GZIP:
-            raise UnsupportedBatch(
-                f"record batch at offset {b.base_offset} of {topic}[{partition}] is compressed "
-                f"with codec {codec} (gzip and none are decoded here)"
-            )
-        try:
-            plain = zlib.decompress(segments[0][b.start : b.stop], 16 + zlib.MAX_WBITS)
-        except zlib.error as e:
-            raise CorruptBatch(f"gzip batch at offset {b.base_offset}: {e}") from e
-        b.segment, b.start, b.stop = len(segments), 0, len(plain)
-        segments.append(plain)
+    whole = bytes(data)
+    buffer = whole
+    if any(b.attributes & _CODEC_MASK for b in kept):
+        # the records of each batch, decompressed where needed, in batch order, so that
+        # every record (and value) sits after the one before it
+        pieces: list[bytes] = []
+        at = 0
+        for b in kept:
+            codec = b.attributes & _CODEC_MASK
+            if codec == 0:
+                piece = whole[b.start : b.stop]
+            elif codec == _GZIP:
+                try:
+                    piece = zlib.decompress(whole[b.start : b.stop], 16 + zlib.MAX_WBITS)
+                except zlib.error as e:
+                    raise CorruptBatch(f"gzip batch at offset {b.base_offset}: {e}") from e
+            else:
+                raise UnsupportedBatch(
+                    f"record batch at offset {b.base_offset} of {topic}[{partition}] is "
+                    f"compressed with codec {codec} (gzip and none are decoded here)"
+                )
+            pieces.append(piece)
+            b.start, b.stop = at, at + len(piece)
+            at = b.stop
+        buffer = b"".join(pieces)
     starts: list[int] = []
-    # where each segment starts in the joined buffer
-    bases = []
-    total = 0
-    for s in segments:
-        bases.append(total)
-        total += len(s)
     for b in kept:
-        _record_starts(segments[b.segment], b.start, b.stop, b.count, bases[b.segment], starts)
-    buffer = segments[0] if len(segments) == 1 else b"".join(segments)
+        _record_starts(buffer, b.start, b.stop, b.count, starts)
     counts = np.array([b.count for b in kept], dtype=np.int64)
     return _columns(topic, partition, buffer, np.array(starts, dtype=np.int64), kept, counts,
                     fetch_offset, end_offset, next_offset)  # fmt: skip
 
 
-def _record_starts(data: bytes, pos: int, stop: int, count: int, base: int,
-                   out: list[int]) -> None:  # fmt: skip
-    """Append where each of a batch's ``count`` records starts (plus ``base``)."""
+def _record_starts(data: bytes, pos: int, stop: int, count: int, out: list[int]) -> None:
+    """Append where each of a batch's ``count`` records starts."""
     append = out.append
     try:
         for _ in range(count):
-            append(pos + base)
+            append(pos)
             c = data[pos]
             if c < 0x80 and not c & 1:  # a one-byte length below 64 (zigzag: 2n)
                 pos += 1 + (c >> 1)
@@ -437,8 +439,9 @@ def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,
         np.repeat(np.array([b.max_timestamp for b in kept], dtype=np.int64), counts),
         np.repeat(np.array([b.base_timestamp for b in kept], dtype=np.int64), counts) + ts_delta,
     )
+    # the kind comes from the attribute bit alone, as librdkafka reports it (a
+    # timestamp of -1 is a create time of -1 there too)
     kinds = np.where(log_append, TIMESTAMP_LOG_APPEND, TIMESTAMP_CREATE).astype(np.int8)
-    kinds[timestamps < 0] = TIMESTAMP_NONE
     keep: Any = offsets >= fetch_offset
     if end_offset is not None:
         keep &= offsets < end_offset

@@ -500,8 +500,9 @@ class _KafkaReader(SourceReader):
         #: the direct fetcher (``fetch="auto"`` over plaintext), None once the reader
         #: reads through librdkafka
         self._direct: DirectFetcher | None = None
-        #: directly fetched batches not emitted yet: (split key, batch, offset after it)
-        self._ready: deque[tuple[tuple[str, int], Batch | None, int]] = deque()
+        #: directly fetched batches not emitted yet: (split key, batch, offset after it,
+        #: the dead letters of its records)
+        self._ready: deque[tuple[tuple[str, int], Batch | None, int, list[Any]]] = deque()
         if source.fetch == "auto" and direct_fetch_possible(source.properties):
             self._direct = DirectFetcher(
                 self._leaders, committed_only=source.isolation == "read_committed"
@@ -689,15 +690,17 @@ class _KafkaReader(SourceReader):
         if not self._ready:
             try:
                 for records in self._direct.poll():
-                    self._decode_records(records, output)
+                    self._decode_records(records)
             except FetchUnavailable as e:
                 self._to_librdkafka(e)
                 return False
         emitted = False
         if self._ready:
-            key, batch, offset = self._ready.popleft()
+            key, batch, offset, dead = self._ready.popleft()
             split = self.splits.get(key)
             if split is not None:
+                for record in dead:
+                    output.emit_dead_letter(record)
                 if batch is not None:
                     output.emit_from_split(split.split_id, batch)
                     emitted = True
@@ -705,7 +708,7 @@ class _KafkaReader(SourceReader):
         self._advance_direct(output)
         return emitted or bool(self._ready)
 
-    def _decode_records(self, records: PartitionRecords, output: ReaderOutput) -> None:
+    def _decode_records(self, records: PartitionRecords) -> None:
         """Decode one partition's directly fetched records and queue them in batches of
         at most :data:`MAX_BATCH` records (as librdkafka's path emits them), each with
         the offset its split moves to once it is emitted."""
@@ -714,9 +717,14 @@ class _KafkaReader(SourceReader):
         if split is None:
             return  # a partition just given up
         batch: Batch | None = None
+        # dead letters go out with the batch they belong to (in the same poll as the
+        # split's move past them), never before: a checkpoint between the two would
+        # hold the dead letter and an offset before its record, and a restore would
+        # send it again
+        dead = _DeadLetters()
         if len(records):
             if self._arrow is not None:
-                batch = self._arrow.decode_records(records, self._reporter(output))
+                batch = self._arrow.decode_records(records, self._reporter(dead))
             else:
                 batch = self._rows_from(
                     records.values(),
@@ -725,7 +733,7 @@ class _KafkaReader(SourceReader):
                         zip(records.timestamp_kinds.tolist(), records.timestamps.tolist())
                     ),
                     records.messages,
-                    output,
+                    dead,
                 )
         end = records.next_offset if split.end is None else min(records.next_offset, split.end)
         rows = 0 if batch is None else len(batch)
@@ -735,10 +743,12 @@ class _KafkaReader(SourceReader):
             start = 0
             while rows - start > MAX_BATCH:
                 stop = start + MAX_BATCH
-                self._ready.append((key, _slice(batch, start, stop), int(offsets[stop - 1]) + 1))
+                self._ready.append(
+                    (key, _slice(batch, start, stop), int(offsets[stop - 1]) + 1, [])
+                )
                 start = stop
             batch = _slice(batch, start, rows)
-        self._ready.append((key, batch, end))
+        self._ready.append((key, batch, end, dead.records))
 
     def _reporter(self, output: ReaderOutput) -> Any:
         def report(m: Any, raw: Any, error: str) -> None:
@@ -974,6 +984,20 @@ _MALFORMED = object()
 _SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _VALUE = itemgetter(0)
 _END = itemgetter(1)
+
+
+class _DeadLetters(ReaderOutput):
+    """Collects the dead letters of records being decoded (nothing else is emitted
+    while decoding)."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def emit_dead_letter(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def emit(self, batch: Batch) -> None:  # pragma: no cover - never called
+        raise AssertionError("decoding emits dead letters only")
 
 
 def _slice(batch: Batch, start: int, stop: int) -> Batch:

@@ -235,3 +235,56 @@ def test_a_compression_codec_it_does_not_decode_hands_over_without_loss(kafka_to
 def test_fetch_must_name_a_mode() -> None:
     with pytest.raises(kafka_source.ConfigurationError, match="fetch must be 'auto'"):
         KafkaSource(BOOTSTRAP, "t", fetch="fast")
+
+
+@pytest.mark.parametrize("fetch", ["auto", "librdkafka"])
+def test_a_dead_letter_goes_out_with_its_partitions_records_never_before_them_M_X1(
+    kafka_topic, fetch
+) -> None:
+    """A dead letter is emitted in the same poll as the move of its split past the bad
+    record: a checkpoint taken after any poll never holds a dead letter together with an
+    offset before its record (a restore would send it twice)."""
+    topic = kafka_topic(2)
+    write(topic, [{"value": b'{"v": %d}' % i, "partition": 0} for i in range(100)])
+    write(
+        topic,
+        [{"value": b"not json" if i == 3 else b'{"v": %d}' % i, "partition": 1} for i in range(10)],
+    )
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch=fetch, on_error="dead_letter")
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
+        out = Batches()
+        deadline = time.monotonic() + 30
+        while not out.finished or len(out.finished) < 2:
+            assert time.monotonic() < deadline, "the reader did not end within 30 s"
+            status = reader.poll(out)
+            at = {s.partition: s.offset for s in reader.snapshot_positions()}
+            if out.dead and 1 in at:
+                assert at[1] > 3, f"a dead letter out, but partition 1 still at {at[1]}"
+            if status is InputStatus.NOTHING_AVAILABLE:
+                time.sleep((reader.wait_hint_ms() or 10) / 1000)  # the task's own idle wait
+        assert [d["offset"] for d in out.dead] == [3]
+        assert sorted(r["v"] for r in out.records) == sorted([*range(100), 0, 1, 2, *range(4, 10)])
+    finally:
+        reader.close()
+
+
+def test_a_batch_over_the_partition_limit_is_not_starved_by_a_busy_partition(kafka_topic) -> None:
+    """Fetch v4 returns a batch larger than the per-partition limit (8 MiB) only for the
+    first partition of a response with data; the request order turns, so a 9 MiB record
+    comes out while the busy partition still has most of its records to go."""
+    topic = kafka_topic(2, {"max.message.bytes": str(12 << 20)})
+    write(
+        topic,
+        [{"value": json.dumps({"big": "x" * (9 << 20)}).encode(), "partition": 1}],
+        **{"message.max.bytes": 12 << 20},
+    )
+    busy = 60_000
+    write(topic, [{"value": b'{"v": %d, "pad": "%s"}' % (i, b"p" * 400), "partition": 0}
+                  for i in range(busy)])  # fmt: skip
+    out, still_direct = read(topic, "auto", format="bytes", max_record_bytes=16 << 20)
+    assert still_direct
+    first_big = next(i for i, (s, _) in enumerate(out.emitted) if s.endswith("[1]"))
+    before = sum(len(b) for s, b in out.emitted[:first_big] if s.endswith("[0]"))
+    assert before < busy / 2, f"the 9 MiB record came out after {before} of {busy} records"

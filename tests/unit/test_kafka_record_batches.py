@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lockgate.connectors.kafka_fetcher import (
+    MAX_LEADER_RETRIES,
     DirectFetcher,
     FetchUnavailable,
     _Connection,
@@ -25,7 +26,6 @@ from lockgate.connectors.kafka_fetcher import (
 from lockgate.connectors.kafka_record_batches import (
     TIMESTAMP_CREATE,
     TIMESTAMP_LOG_APPEND,
-    TIMESTAMP_NONE,
     CorruptBatch,
     UnsupportedBatch,
     batch_headers,
@@ -140,8 +140,8 @@ def test_log_append_time_gives_every_record_the_batch_max_timestamp() -> None:
     got = decode(batch(0, [(None, b"a"), (None, b"b")], attributes=0x08, base_ts=77))
     assert got.timestamps.tolist() == [78, 78]
     assert set(got.timestamp_kinds.tolist()) == {TIMESTAMP_LOG_APPEND}
-    none = decode(batch(0, [(None, b"a")], base_ts=-1))
-    assert none.timestamp_kinds.tolist() == [TIMESTAMP_NONE]
+    unset = decode(batch(0, [(None, b"a")], base_ts=-1))
+    assert unset.messages()[0].timestamp() == (TIMESTAMP_CREATE, -1), "as librdkafka says"
 
 
 def test_gzip_batches_decode_like_plain_ones_other_codecs_are_refused() -> None:
@@ -150,6 +150,18 @@ def test_gzip_batches_decode_like_plain_ones_other_codecs_are_refused() -> None:
     zipped = decode(batch(0, rows, compress=True) + batch(500, rows))
     assert zipped.values() == plain.values() and zipped.keys() == plain.keys()
     assert zipped.offsets.tolist() == list(range(1000))
+    for order in ([True, False, True], [False, True, False], [True, True, False]):
+        mixed = b"".join(
+            batch(i * 10, [(None, b'{"v": %d}' % (i * 10 + j)) for j in range(10)], compress=z)
+            for i, z in enumerate(order)
+        )
+        got = decode(mixed)
+        assert got.values() == [b'{"v": %d}' % i for i in range(30)], order
+        assert got.offsets.tolist() == list(range(30))
+        lines = got.json_object_lines()
+        assert lines is not None and [json.loads(x)["v"] for x in lines.split(b"\n")] == list(
+            range(30)
+        ), f"values in offset order, whatever the codecs: {order}"
     lz4 = bytearray(batch(0, rows))
     lz4[22] = 3  # attributes' low byte: codec 3 (lz4)
     with pytest.raises(UnsupportedBatch, match="codec 3"):
@@ -158,6 +170,8 @@ def test_gzip_batches_decode_like_plain_ones_other_codecs_are_refused() -> None:
     old[16] = 1  # magic 1: the old message format
     with pytest.raises(UnsupportedBatch, match="v1"):
         decode(bytes(old))
+    with pytest.raises(UnsupportedBatch, match="v1"):
+        decode(bytes(old[:40]))  # an old message shorter than a v2 header
 
 
 def test_read_committed_skips_aborted_transactions_and_every_marker_KIP_98() -> None:
@@ -247,10 +261,14 @@ def test_an_unreachable_broker_ends_direct_fetching() -> None:
     fetcher.assign(("t", 0), 0, None)
     with pytest.raises(FetchUnavailable, match="cannot connect"):
         fetcher.poll()
-    fetcher = DirectFetcher(lambda tps: {}, True)
+    asked: list[int] = []
+    fetcher = DirectFetcher(lambda tps: asked.append(1) or {}, True)
     fetcher.assign(("t", 0), 0, None)
+    for _ in range(MAX_LEADER_RETRIES):  # an election may be under way: ask again
+        assert fetcher.poll() == []
     with pytest.raises(FetchUnavailable, match="no leader"):
         fetcher.poll()
+    assert len(asked) == MAX_LEADER_RETRIES + 1
 
 
 def test_a_response_larger_than_the_bound_is_refused() -> None:
