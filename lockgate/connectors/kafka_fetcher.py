@@ -53,9 +53,11 @@ MAX_RESPONSE_BYTES = 256 << 20
 #: how long the broker may hold a fetch that has nothing to return yet
 MAX_WAIT_MS = 100
 REQUEST_TIMEOUT_S = 30.0
-#: leader errors in a row after which the reader goes back to librdkafka (which keeps
-#: retrying, and reports a topic that went away)
-MAX_LEADER_RETRIES = 20
+#: how long a partition may be without a usable leader (a new partition, an election)
+#: before the reader goes back to librdkafka (which keeps retrying, and reports a topic
+#: that went away); the metadata is asked again at most every LEADER_RETRY_S meanwhile
+LEADER_WAIT_S = 10.0
+LEADER_RETRY_S = 0.1
 CONNECT_TIMEOUT_S = 10.0
 #: per-partition error codes that mean "ask for the leader again"
 _LEADER_MOVED = {
@@ -270,8 +272,9 @@ class DirectFetcher:
         self._asked: dict[Address, dict[TopicPartition, int]] = {}
         self._correlation = 0
         self._stale = True
-        #: metadata refreshes in a row that left a partition without a usable leader
-        self._leader_errors = 0
+        #: since when a partition has been without a usable leader (None: none is)
+        self._trouble_since: float | None = None
+        self._next_refresh = 0.0
         #: where the partition order of each broker's next request starts
         self._turn: dict[Address, int] = {}
 
@@ -288,10 +291,12 @@ class DirectFetcher:
     def poll(self) -> list[PartitionRecords]:
         """The records of every response that has arrived (possibly none); never
         blocks. Raises :class:`FetchUnavailable` when direct fetching cannot go on."""
-        if self._stale:
-            self._refresh_leaders()
-        out: list[PartitionRecords] = []
         now = self.clock()
+        if self._stale:
+            if now < self._next_refresh:
+                return []
+            self._refresh_leaders(now)
+        out: list[PartitionRecords] = []
         for address in sorted(set(self._leader.values())):
             conn = self._connection(address)
             if conn.in_flight is None:
@@ -315,22 +320,26 @@ class DirectFetcher:
             conn = self._connections[address] = _Connection(address)
         return conn
 
-    def _refresh_leaders(self) -> None:
+    def _leader_trouble(self, now: float, what: str) -> None:
+        """A partition without a usable leader: ask again soon, for a while."""
+        self._stale = True
+        self._next_refresh = now + LEADER_RETRY_S
+        if self._trouble_since is None:
+            self._trouble_since = now
+        elif now - self._trouble_since > LEADER_WAIT_S:
+            raise FetchUnavailable(f"{what} for over {LEADER_WAIT_S:.0f} s")
+
+    def _refresh_leaders(self, now: float) -> None:
         wanted = sorted(self.offsets)
         found = self._leaders_of(wanted) if wanted else {}
         missing = [tp for tp in wanted if tp not in found]
-        if missing:  # an election under way: ask again at the next poll, a few times
-            self._leader_errors += 1
-            if self._leader_errors > MAX_LEADER_RETRIES:
-                raise FetchUnavailable(
-                    f"no leader known for {missing[:3]} after {MAX_LEADER_RETRIES} "
-                    "metadata refreshes"
-                )
+        self._stale = False
+        if missing:  # a new partition, an election under way: ask again soon
+            self._leader_trouble(now, f"no leader known for {missing[:3]}")
         self._leader = dict(found)
         for address in set(self._connections) - set(found.values()):
             self._connections.pop(address).close()
             self._asked.pop(address, None)
-        self._stale = bool(missing)
 
     def _send(self, address: Address, conn: _Connection, now: float) -> None:
         asked = {
@@ -375,13 +384,8 @@ class DirectFetcher:
                 if part.error in _LEADER_MOVED:
                     if not moved:
                         moved = True
-                        self._stale = True
-                        self._leader_errors += 1
-                    if self._leader_errors > MAX_LEADER_RETRIES:
-                        raise FetchUnavailable(
-                            f"fetching {tp[0]}[{tp[1]}]: no leader after "
-                            f"{MAX_LEADER_RETRIES} metadata refreshes (Kafka error code "
-                            f"{part.error})"
+                        self._leader_trouble(
+                            now, f"fetching {tp[0]}[{tp[1]}]: Kafka error code {part.error}"
                         )
                     continue
                 if part.error != 0:
@@ -393,8 +397,8 @@ class DirectFetcher:
                 batches = batch_headers(part.records)
                 self.offsets[tp] = next_offset_after(batches, offset)
                 ready.append((part, offset, batches))
-            if not moved:
-                self._leader_errors = 0
+            if not moved and not self._stale:
+                self._trouble_since = None
             if not self._stale:
                 self._send(address, conn, now)  # the broker works while we decode
             return [

@@ -97,6 +97,10 @@ MAX_BATCH = 5000
 IDLE_WAIT_MS = 10.0
 #: seconds a metadata or offset request may take
 REQUEST_TIMEOUT_S = 10.0
+#: seconds one poll may wait for a partition's first offset (direct fetching)
+EARLIEST_WAIT_S = 1.0
+#: how often a reader asks again for first offsets it could not learn
+EARLIEST_RETRY_S = 0.1
 #: librdkafka settings the source changes from librdkafka's defaults (``properties``
 #: may set them): when its prefetch queue is full (``queued.min.messages``, 100,000
 #: records), librdkafka waits ``fetch.queue.backoff.ms`` (1 s by default) before
@@ -503,6 +507,9 @@ class _KafkaReader(SourceReader):
         #: directly fetched batches not emitted yet: (split key, batch, offset after it,
         #: the dead letters of its records)
         self._ready: deque[tuple[tuple[str, int], Batch | None, int, list[Any]]] = deque()
+        #: splits at EARLIEST not given to the direct fetcher yet, and until when to try
+        self._unresolved: dict[tuple[str, int], float] = {}
+        self._next_resolve = 0.0
         if source.fetch == "auto" and direct_fetch_possible(source.properties):
             self._direct = DirectFetcher(
                 self._leaders, committed_only=source.isolation == "read_committed"
@@ -527,26 +534,50 @@ class _KafkaReader(SourceReader):
             self._unannounced.append(split.split_id)
             if self._direct is not None:
                 if split.offset == EARLIEST:
-                    split.offset = self._earliest(split)
-                self._direct.assign(key, split.offset, split.end)
+                    # resolved at the next polls: a partition just created may have no
+                    # leader yet (the request fails until it has one)
+                    self._unresolved[key] = time.monotonic() + REQUEST_TIMEOUT_S
+                else:
+                    self._direct.assign(key, split.offset, split.end)
                 continue
             new.append(ck.TopicPartition(split.topic, split.partition, split.offset))
         if new:
             self.consumer.incremental_assign(new)
 
-    def _earliest(self, split: KafkaSplit) -> int:
-        """The first offset of the split's partition now (a request)."""
+    def _resolve_earliest(self) -> None:
+        """Give the direct fetcher the splits that start at their partition's first
+        offset, once the broker tells it (a request each, of at most
+        :data:`EARLIEST_WAIT_S`); one still unknown after :data:`REQUEST_TIMEOUT_S`
+        hands the reader over to librdkafka, which resolves it itself."""
         ck = confluent_kafka()
-        try:
-            low, _ = self.consumer.get_watermark_offsets(
-                ck.TopicPartition(split.topic, split.partition), timeout=REQUEST_TIMEOUT_S
-            )
-        except ck.KafkaException as e:
-            raise ConfigurationError(
-                f"{OWNER} cannot read the first offset of {split.split_id} at "
-                f"{self.source.bootstrap_servers!r}: {e}"
-            ) from e
-        return int(low)
+        assert self._direct is not None
+        now = time.monotonic()
+        if now < self._next_resolve:
+            return
+        self._next_resolve = now + EARLIEST_RETRY_S
+        for key, deadline in list(self._unresolved.items()):
+            split = self.splits.get(key)
+            if split is None:
+                del self._unresolved[key]
+                continue
+            try:
+                low, _ = self.consumer.get_watermark_offsets(
+                    ck.TopicPartition(*key), timeout=EARLIEST_WAIT_S
+                )
+            except ck.KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise FetchUnavailable(
+                        f"the first offset of {split.split_id} stayed unknown for "
+                        f"{REQUEST_TIMEOUT_S:.0f} s: {e}"
+                    ) from e
+                try:  # the client's metadata may not know the partition yet
+                    self.consumer.list_topics(key[0], timeout=EARLIEST_WAIT_S)
+                except ck.KafkaException:
+                    pass
+                continue
+            del self._unresolved[key]
+            split.offset = int(low)
+            self._direct.assign(key, split.offset, split.end)
 
     def _leaders(self, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, int]]:
         """Each partition's leader broker address, from the consumer's metadata."""
@@ -578,6 +609,7 @@ class _KafkaReader(SourceReader):
         )
         self._direct.close()
         self._direct = None
+        self._unresolved.clear()  # librdkafka starts them at the beginning itself
         if self.splits:
             self.consumer.incremental_assign(
                 [ck.TopicPartition(s.topic, s.partition, s.offset) for s in self.splits.values()]
@@ -689,6 +721,8 @@ class _KafkaReader(SourceReader):
         assert self._direct is not None
         if not self._ready:
             try:
+                if self._unresolved:
+                    self._resolve_earliest()
                 for records in self._direct.poll():
                     self._decode_records(records)
             except FetchUnavailable as e:

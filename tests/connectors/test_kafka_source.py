@@ -1105,3 +1105,27 @@ def test_the_reader_tells_its_lag_behind_the_partitions_end(kafka_topic, open_re
     assert behind, f"the lag was never above 0 while reading: {seen[:5]}"
     # the lag is the records not read yet (exactly, for a topic nobody writes to now)
     assert all(lag == total - n for n, lag in behind), behind[:5]
+
+
+@pytest.mark.parametrize("deadline_s", [10.0, 0.0])
+def test_a_split_at_earliest_of_a_partition_not_led_yet_is_read_once_it_is(
+    kafka_topic, monkeypatch, deadline_s
+) -> None:
+    """A discovered partition may have no leader for a moment, so its first offset is
+    unknown: the reader keeps asking (or, past its deadline, reads through librdkafka)
+    and never fails the job for it."""
+    monkeypatch.setattr(kafka_source, "REQUEST_TIMEOUT_S", deadline_s)
+    topic = kafka_topic(1)
+    source = KafkaSource(BOOTSTRAP, topic)
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits([KafkaSplit(topic, 1, EARLIEST)])  # partition 1: not there yet
+        out = RecordingOutput()
+        assert reader.poll(out) is InputStatus.NOTHING_AVAILABLE
+        add_partitions(topic, 2)
+        produce(topic, [{"v": i} for i in range(50)], partition=1)
+        read_until(reader, out, lambda: len(out.records) >= 50, "partition 1's records")
+        assert values(out.records) == list(range(50))
+        assert (reader._direct is None) == (deadline_s == 0.0)
+    finally:
+        reader.close()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lockgate.connectors.kafka_fetcher import (
-    MAX_LEADER_RETRIES,
+    LEADER_WAIT_S,
     DirectFetcher,
     FetchUnavailable,
     _Connection,
@@ -262,13 +262,16 @@ def test_an_unreachable_broker_ends_direct_fetching() -> None:
     with pytest.raises(FetchUnavailable, match="cannot connect"):
         fetcher.poll()
     asked: list[int] = []
-    fetcher = DirectFetcher(lambda tps: asked.append(1) or {}, True)
+    now = [0.0]
+    fetcher = DirectFetcher(lambda tps: asked.append(1) or {}, True, clock=lambda: now[0])
     fetcher.assign(("t", 0), 0, None)
-    for _ in range(MAX_LEADER_RETRIES):  # an election may be under way: ask again
+    for t in (0.0, 0.05, 0.2, 5.0, LEADER_WAIT_S):  # an election may be under way
+        now[0] = t
         assert fetcher.poll() == []
+    assert len(asked) == 4, "asked again at most every LEADER_RETRY_S"
+    now[0] = LEADER_WAIT_S + 1
     with pytest.raises(FetchUnavailable, match="no leader"):
         fetcher.poll()
-    assert len(asked) == MAX_LEADER_RETRIES + 1
 
 
 def test_a_response_larger_than_the_bound_is_refused() -> None:
