@@ -279,10 +279,10 @@ def _is_abort_marker(data: bytes | memoryview, b: _Batch) -> bool:
     if b.attributes & _CODEC_MASK or b.count < 1:
         return True  # markers are never compressed; treat an odd one as ending the abort
     buf = bytes(data[b.start : b.stop])
-    pos = _skip_varint(buf, 0)  # length
+    pos = _varint(buf, 0)[1]  # length
     pos += 1  # attributes
-    pos = _skip_varint(buf, pos)  # timestamp delta
-    pos = _skip_varint(buf, pos)  # offset delta
+    pos = _varint(buf, pos)[1]  # timestamp delta
+    pos = _varint(buf, pos)[1]  # offset delta
     key_length, pos = _varint(buf, pos)
     if key_length < 4:
         return True
@@ -372,10 +372,6 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise CorruptBatch("a varint longer than 10 bytes")
-
-
-def _skip_varint(data: bytes, pos: int) -> int:
-    return _varint(data, pos)[1]
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

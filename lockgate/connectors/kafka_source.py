@@ -691,10 +691,7 @@ class _KafkaReader(SourceReader):
             if not messages:
                 return
         offsets = list(map(message.offset, messages))
-
-        def report(m: Any, raw: Any, error: str) -> None:
-            self._malformed(m, raw, error, output)
-
+        report = self._reporter(output)
         for key, runs in self._runs(messages, message).items():
             split = self.splits.get(key)
             if split is None:

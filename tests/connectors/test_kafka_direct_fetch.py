@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from recording_output import RecordingOutput
-from test_kafka_source import read_to_end, read_until
+from test_kafka_source import BatchOutput, read_to_end, read_until
 
 from kafka_fixtures import BOOTSTRAP, produce
 from lockgate.connectors import kafka_source
@@ -34,18 +34,14 @@ def ctx() -> RuntimeContext:
     )  # fmt: skip
 
 
-class Batches(RecordingOutput):
-    """Records every emitted batch as rows, with its split."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emitted: list[tuple[Any, Any]] = []
+class Batches(BatchOutput):
+    """Records every emitted batch with its split (``emitted``), and its rows too."""
 
     def emit_from_split(self, split_id: Any, batch: Any) -> None:
-        self.emitted.append((split_id, batch))
+        super().emit_from_split(split_id, batch)
         if isinstance(batch, pa.RecordBatch):
             batch = RowBatch(batch.to_pylist())
-        super().emit_from_split(split_id, batch)
+        RecordingOutput.emit_from_split(self, split_id, batch)
 
 
 def read(topic: str, fetch: str, **kwargs: Any) -> tuple[Batches, Any]:
