@@ -121,13 +121,23 @@ class PartitionRecords:
         work = arr[low : int(stops[-1])].copy()
         gap_starts = stops[:-1] - low
         gap_lengths = starts[1:] - stops[:-1]
-        # short gaps (a record's framing) a byte position at a time for all of them;
+        # short gaps (a record's framing) a byte position at a time for all of them,
+        # in order of length so that the gaps longer than j are a tail of that order;
         # long ones (a batch header between two batches, long keys) one by one
         short = gap_lengths <= _SHORT_GAP
-        for j in range(1, min(int(gap_lengths.max(initial=0)), _SHORT_GAP)):
-            work[gap_starts[short & (gap_lengths > j)] + j] = 0x20
-        for a, b in zip(gap_starts[~short].tolist(), (gap_starts + gap_lengths)[~short].tolist()):
-            work[a:b] = 0x20
+        if bool(short.all()):
+            short_starts, short_lengths = gap_starts, gap_lengths
+        else:
+            short_starts, short_lengths = gap_starts[short], gap_lengths[short]
+            longs = zip(gap_starts[~short].tolist(), (gap_starts + gap_lengths)[~short].tolist())
+            for a, b in longs:
+                work[a:b] = 0x20
+        order = np.argsort(short_lengths.astype(np.uint8), kind="stable")
+        by_length = short_starts[order]
+        top = int(short_lengths.max(initial=0))
+        tails = np.searchsorted(short_lengths[order], np.arange(1, top), side="right")
+        for j, tail in zip(range(1, top), tails.tolist()):
+            work[by_length[tail:] + j] = 0x20
         work[gap_starts] = 0x0A
         lines = work.tobytes()
         if lines.count(b"\n") != n - 1:
@@ -376,32 +386,34 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The zigzag varints at every position of ``pos`` (vectorized) and the positions
-    after them."""
+    after them. Each byte rank is read for every position at once (whole-array steps,
+    no index subsets): a record's fields are one to three bytes long, so there are
+    few ranks."""
     limit = len(arr)
     if len(pos) == 0:
         return pos.copy(), pos.copy()
     if int(pos.max()) >= limit:
         raise CorruptBatch("a record field runs past the fetched bytes")
-    first = arr[pos]
-    if not bool((first & 0x80).any()):
-        raw = first.astype(np.int64)
-        return (raw >> 1) ^ -(raw & 1), pos + 1
-    raw = (first & 0x7F).astype(np.int64)
+    byte = arr[pos]
+    more = byte >= 0x80
+    if not bool(more.any()):
+        small = byte.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), pos + 1
+    raw = (byte & 0x7F).astype(np.uint64)
     after = pos + 1
-    going = np.flatnonzero(first & 0x80)
     shift = 7
-    while len(going):
+    while bool(more.any()):
         if shift > 63:
             raise CorruptBatch("a varint longer than 10 bytes")
-        at = after[going]
-        if int(at.max()) >= limit:
+        if int(after[more].max()) >= limit:
             raise CorruptBatch("a record field runs past the fetched bytes")
-        byte = arr[at]
-        raw[going] |= (byte & 0x7F).astype(np.int64) << shift
-        after[going] = at + 1
-        going = going[(byte & 0x80) != 0]
+        byte = arr[np.minimum(after, limit - 1)]
+        raw |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(shift), 0)
+        after += more
+        more &= byte >= 0x80
         shift += 7
-    return (raw >> 1) ^ -(raw & 1), after
+    # unzigzag in 64 unsigned bits: a value of 2**62 or more has its top bit set
+    return (raw >> np.uint64(1)).view(np.int64) ^ -(raw & np.uint64(1)).view(np.int64), after
 
 
 def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,

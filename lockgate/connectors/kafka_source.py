@@ -1090,15 +1090,16 @@ class _ArrowDecoder:
             for nl in (False, True)
         }
 
-    def read(self, joined: bytes, n: int) -> tuple[pa.Table | None, str]:
+    def read(self, joined: bytes, n: int, one_a_line: bool = False) -> tuple[pa.Table | None, str]:
         """``n`` JSON objects (``{...}``), joined by newlines, decoded at once:
-        ``(table, "")``, or ``(None, why)`` when they are not ``n`` valid objects."""
+        ``(table, "")``, or ``(None, why)`` when they are not ``n`` valid objects.
+        ``one_a_line``: the caller checked that ``joined`` holds ``n - 1`` newlines."""
         if not joined.isascii():
             try:
                 joined.decode("utf-8")  # the JSON reader does not check UTF-8
             except UnicodeDecodeError as e:
                 return None, f"not valid UTF-8: {e}"
-        newlines = joined.count(b"\n") != n - 1
+        newlines = not one_a_line and joined.count(b"\n") != n - 1
         try:
             table = self.pj.read_json(
                 io.BytesIO(joined),
@@ -1139,7 +1140,7 @@ class _ArrowDecoder:
             and joined[-1:] == b"}"
             and (len(joined) <= limit or max(map(len, values)) <= limit)
         ):
-            table, _ = self.read(joined, n)
+            table, _ = self.read(joined, n, one_a_line=True)
         else:
             lines = list(map(bytes.strip, values, repeat(_JSON_WS)))
             if (
@@ -1167,7 +1168,7 @@ class _ArrowDecoder:
         lines = records.json_object_lines()
         table = None
         if lines is not None and int(records.value_lengths.max()) <= self.source.max_record_bytes:
-            table, _ = self.read(lines, len(records))
+            table, _ = self.read(lines, len(records), one_a_line=True)
         if table is None:
             return self.decode(records.messages(), malformed)
         return self._batch(table, records.keys, (records.timestamp_kinds, records.timestamps))

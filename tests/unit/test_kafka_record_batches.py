@@ -28,6 +28,7 @@ from lockgate.connectors.kafka_record_batches import (
     TIMESTAMP_LOG_APPEND,
     CorruptBatch,
     UnsupportedBatch,
+    _varints,
     batch_headers,
     decode_partition,
 )
@@ -212,6 +213,21 @@ def test_corrupt_records_raise_never_decode_garbage() -> None:
     lying_value[61 + 5] = 0x10  # value length 8 inside a record of 8 bytes
     with pytest.raises(CorruptBatch):
         decode(bytes(lying_value))
+
+
+def test_varints_of_every_width_decode_at_once_and_overlong_or_cut_ones_raise() -> None:
+    values = [0, 1, -1, 63, -64, 64, 8191, -8192, 8192, 2**20, -(2**31), 2**62, -(2**63)]
+    values += [2**63 - 1, 300, -300, 5]
+    encoded = [varint(v) for v in values]
+    data = b"".join(encoded)
+    pos = np.cumsum([0] + [len(e) for e in encoded[:-1]]).astype(np.int64)
+    got, after = _varints(np.frombuffer(data, dtype=np.uint8), pos)
+    assert got.tolist() == values
+    assert after.tolist() == (pos + [len(e) for e in encoded]).tolist()
+    with pytest.raises(CorruptBatch, match="longer than 10 bytes"):
+        _varints(np.frombuffer(b"\x80" * 11 + b"\x01", dtype=np.uint8), np.array([0]))
+    with pytest.raises(CorruptBatch, match="runs past the fetched bytes"):
+        _varints(np.frombuffer(b"\x02\x80\x80", dtype=np.uint8), np.array([0, 1]))
 
 
 def test_json_object_lines_blank_the_framing_and_refuse_what_is_not_one_object_a_line() -> None:
