@@ -416,6 +416,12 @@ def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (raw >> np.uint64(1)).view(np.int64) ^ -(raw & np.uint64(1)).view(np.int64), after
 
 
+def _within(lengths: np.ndarray, left: np.ndarray, topic: str, partition: int) -> None:
+    """Raise when a key or value length is longer than what is left of its record."""
+    if len(lengths) and bool((lengths > left).any()):
+        raise CorruptBatch(f"a record of {topic}[{partition}] overruns its length")
+
+
 def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,
              kept: list[_Batch], counts: np.ndarray, fetch_offset: int,
              end_offset: int | None, next_offset: int) -> PartitionRecords:  # fmt: skip
@@ -426,9 +432,13 @@ def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,
     ts_delta, pos = _varints(arr, pos)
     offset_delta, pos = _varints(arr, pos)
     key_lengths, pos = _varints(arr, pos)
+    # a length is checked against what is left of its record before it is added: a
+    # length near 2**63 would wrap the sum around and pass the check below
+    _within(key_lengths, record_end - pos, topic, partition)
     key_starts = pos
     pos = pos + np.maximum(key_lengths, 0)
     value_lengths, pos = _varints(arr, pos)
+    _within(value_lengths, record_end - pos, topic, partition)
     value_starts = pos
     pos = pos + np.maximum(value_lengths, 0)
     if len(starts) and (

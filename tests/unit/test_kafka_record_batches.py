@@ -215,6 +215,27 @@ def test_corrupt_records_raise_never_decode_garbage() -> None:
         decode(bytes(lying_value))
 
 
+def test_a_key_or_value_length_near_2_63_raises_never_reads_past_its_record() -> None:
+    def raw_batch(bodies: list[bytes]) -> bytes:
+        body = b"".join(varint(len(b)) + b for b in bodies)
+        after = struct.pack(
+            ">ibIhiqqqhii", 0, 2, 0, 0, len(bodies) - 1, 1000, 1000, -1, 0, 0, len(bodies)
+        )
+        return struct.pack(">qi", 0, len(after) + len(body)) + after + body
+
+    def rec(i: int, key_length: int, value_length: int, payload: bytes) -> bytes:
+        return (
+            b"\x00" + varint(i) * 2 + varint(key_length) + varint(value_length) + payload + b"\x00"
+        )
+
+    for huge in (2**63 - 1, 2**63 - 40, 2**62 + 5):
+        next_record = rec(1, -1, 2, b"{}")
+        with pytest.raises(CorruptBatch, match="overruns its length"):
+            decode(raw_batch([rec(0, -1, huge, b'{"secret": 1}'), next_record]))
+        with pytest.raises(CorruptBatch, match="overruns its length"):
+            decode(raw_batch([rec(0, huge, 2, b"{}"), next_record]))
+
+
 def test_varints_of_every_width_decode_at_once_and_overlong_or_cut_ones_raise() -> None:
     values = [0, 1, -1, 63, -64, 64, 8191, -8192, 8192, 2**20, -(2**31), 2**62, -(2**63)]
     values += [2**63 - 1, 300, -300, 5]

@@ -45,6 +45,18 @@ def test_a_pyspark_zip_whose_installed_package_is_not_on_the_path_stays(tmp_path
     assert archives_to_drop([loose, str(site)]) == []
 
 
+def test_a_pyspark_zip_stays_when_another_pyspark_would_be_imported_without_it(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site-packages"
+    bundled = _installed_pyspark(site)
+    other = tmp_path / "other"
+    (other / "pyspark").mkdir(parents=True)
+    (other / "pyspark" / "__init__.py").write_text("")
+    assert archives_to_drop([bundled, str(other), str(site)]) == []
+    assert archives_to_drop([bundled, str(site), str(other)]) == [bundled]
+
+
 def test_a_jar_with_python_in_it_and_a_jar_that_is_no_zip_stay(tmp_path: Path) -> None:
     with_python = _zip(tmp_path / "with-python.jar", ["pkg/__init__.py", "A.class"])
     compiled = _zip(tmp_path / "compiled.jar", ["pkg/__init__.pyc"])

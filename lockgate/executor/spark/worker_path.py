@@ -4,6 +4,7 @@ that a worker imports nothing from, dropped before the daemon imports pyspark
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import zipfile
 from typing import Any
@@ -22,7 +23,8 @@ def archives_to_drop(path: list[str]) -> list[str]:
     compiled afresh by every daemon (no ``.pyc`` in it). Dropped:
 
     - ``pyspark.zip`` when it lies inside an installed ``pyspark`` package whose parent
-      folder is on ``path`` too: that package is the same release;
+      folder is on ``path`` too (that package is the same release), and ``import
+      pyspark`` finds that package once the zip is gone (no other pyspark before it);
     - a ``.jar`` holding no Python file.
 
     Anything else (the py4j archive, the job's own files, a zip that is not inside an
@@ -30,6 +32,7 @@ def archives_to_drop(path: list[str]) -> list[str]:
     """
     on_path = {os.path.realpath(p) for p in path if p}
     drop = []
+    bundled: dict[str, str] = {}  # a dropped pyspark.zip -> the package holding it
     for entry in path:
         name = os.path.basename(entry)
         if name == "pyspark.zip":
@@ -40,6 +43,7 @@ def archives_to_drop(path: list[str]) -> list[str]:
                 and os.path.dirname(package) in on_path
             ):
                 drop.append(entry)
+                bundled[entry] = package
         elif name.endswith(".jar") and os.path.isfile(entry):
             try:
                 with zipfile.ZipFile(entry) as jar:
@@ -48,6 +52,15 @@ def archives_to_drop(path: list[str]) -> list[str]:
                 continue
             if not has_python:
                 drop.append(entry)
+    if bundled:
+        # the zip goes only if, without it, "import pyspark" finds the package holding
+        # it, not another pyspark further up the path
+        left = [p for p in path if p not in drop]
+        spec = importlib.machinery.PathFinder.find_spec("pyspark", left)
+        found = spec.origin if spec is not None and spec.origin else ""
+        for entry, package in bundled.items():
+            if os.path.dirname(os.path.realpath(found)) != package:
+                drop.remove(entry)
     return drop
 
 
