@@ -30,18 +30,13 @@ def archives_to_drop(path: list[str]) -> list[str]:
     Anything else (the py4j archive, the job's own files, a zip that is not inside an
     installed pyspark) stays.
     """
-    on_path = {os.path.realpath(p) for p in path if p}
     drop = []
     bundled: dict[str, str] = {}  # a dropped pyspark.zip -> the package holding it
     for entry in path:
         name = os.path.basename(entry)
         if name == "pyspark.zip":
             package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(entry))))
-            if (
-                os.path.basename(package) == "pyspark"
-                and os.path.isfile(os.path.join(package, "__init__.py"))
-                and os.path.dirname(package) in on_path
-            ):
+            if os.path.basename(package) == "pyspark":
                 drop.append(entry)
                 bundled[entry] = package
         elif name.endswith(".jar") and os.path.isfile(entry):
@@ -53,8 +48,9 @@ def archives_to_drop(path: list[str]) -> list[str]:
             if not has_python:
                 drop.append(entry)
     if bundled:
-        # the zip goes only if, without it, "import pyspark" finds the package holding
-        # it, not another pyspark further up the path
+        # the zip goes only if, without it, "import pyspark" finds the installed package
+        # holding it (so that package's folder is on the path), not another pyspark
+        # further up the path
         left = [p for p in path if p not in drop]
         spec = importlib.machinery.PathFinder.find_spec("pyspark", left)
         found = spec.origin if spec is not None and spec.origin else ""
