@@ -10,9 +10,9 @@ and its records, each a chain of varints::
     key length, key, value length, value, header count, headers
 
 The batch headers are read one by one in Python (a producer's batch holds thousands of
-records). Within a batch the records are found with one tight Python loop over their
-length prefixes (the only per-record step), then every field of every record of the
-fetch is decoded at once with numpy.
+records). The records of every batch are then located in one compiled pass
+(:func:`lockgate.connectors.kafka_framing.frame`, the only per-record step), and their
+offsets and timestamps computed at once with numpy.
 
 ``read_committed`` (KIP-98): control batches (transaction markers) are never records;
 a transactional batch of a producer whose transaction the response lists as aborted
@@ -341,32 +341,19 @@ def decode_partition(
             b.start, b.stop = at, at + len(piece)
             at = b.stop
         buffer = b"".join(pieces)
-    starts: list[int] = []
-    for b in kept:
-        _record_starts(buffer, b.start, b.stop, b.count, starts)
+    from lockgate.connectors.kafka_framing import frame
+
     counts = np.array([b.count for b in kept], dtype=np.int64)
-    return _columns(topic, partition, buffer, np.array(starts, dtype=np.int64), kept, counts,
+    arr = np.frombuffer(buffer, dtype=np.uint8)
+    fields = frame(
+        arr,
+        np.array([b.start for b in kept], dtype=np.int64),
+        np.array([b.stop for b in kept], dtype=np.int64),
+        counts,
+        f"{topic}[{partition}]",
+    )
+    return _columns(topic, partition, buffer, arr, fields, kept, counts,
                     fetch_offset, end_offset, next_offset)  # fmt: skip
-
-
-def _record_starts(data: bytes, pos: int, stop: int, count: int, out: list[int]) -> None:
-    """Append where each of a batch's ``count`` records starts."""
-    append = out.append
-    try:
-        for _ in range(count):
-            append(pos)
-            c = data[pos]
-            if c < 0x80 and not c & 1:  # a one-byte length below 64 (zigzag: 2n)
-                pos += 1 + (c >> 1)
-            else:
-                length, pos = _varint(data, pos)
-                if length < 0:
-                    raise CorruptBatch(f"a record of negative length {length}")
-                pos += length
-    except IndexError:
-        raise CorruptBatch("a record runs past its batch") from None
-    if pos != stop:
-        raise CorruptBatch(f"records end at byte {pos}, their batch at {stop}")
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -384,69 +371,10 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise CorruptBatch("a varint longer than 10 bytes")
 
 
-def _varints(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zigzag varints at every position of ``pos`` (vectorized) and the positions
-    after them. Each byte rank is read for every position at once (whole-array steps,
-    no index subsets): a record's fields are one to three bytes long, so there are
-    few ranks."""
-    limit = len(arr)
-    if len(pos) == 0:
-        return pos.copy(), pos.copy()
-    if int(pos.max()) >= limit:
-        raise CorruptBatch("a record field runs past the fetched bytes")
-    byte = arr[pos]
-    more = byte >= 0x80
-    if not bool(more.any()):
-        small = byte.astype(np.int64)
-        return (small >> 1) ^ -(small & 1), pos + 1
-    raw = (byte & 0x7F).astype(np.uint64)
-    after = pos + 1
-    shift = 7
-    while bool(more.any()):
-        if shift > 63:
-            raise CorruptBatch("a varint longer than 10 bytes")
-        if int(after[more].max()) >= limit:
-            raise CorruptBatch("a record field runs past the fetched bytes")
-        byte = arr[np.minimum(after, limit - 1)]
-        raw |= np.where(more, (byte & 0x7F).astype(np.uint64) << np.uint64(shift), 0)
-        after += more
-        more &= byte >= 0x80
-        shift += 7
-    # unzigzag in 64 unsigned bits: a value of 2**62 or more has its top bit set
-    return (raw >> np.uint64(1)).view(np.int64) ^ -(raw & np.uint64(1)).view(np.int64), after
-
-
-def _within(lengths: np.ndarray, left: np.ndarray, topic: str, partition: int) -> None:
-    """Raise when a key or value length is longer than what is left of its record."""
-    if len(lengths) and bool((lengths > left).any()):
-        raise CorruptBatch(f"a record of {topic}[{partition}] overruns its length")
-
-
-def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,
+def _columns(topic: str, partition: int, buffer: bytes, arr: np.ndarray, fields: np.ndarray,
              kept: list[_Batch], counts: np.ndarray, fetch_offset: int,
              end_offset: int | None, next_offset: int) -> PartitionRecords:  # fmt: skip
-    arr = np.frombuffer(buffer, dtype=np.uint8)
-    length, pos = _varints(arr, starts)
-    record_end = pos + length
-    pos = pos + 1  # attributes
-    ts_delta, pos = _varints(arr, pos)
-    offset_delta, pos = _varints(arr, pos)
-    key_lengths, pos = _varints(arr, pos)
-    # a length is checked against what is left of its record before it is added: a
-    # length near 2**63 would wrap the sum around and pass the check below
-    _within(key_lengths, record_end - pos, topic, partition)
-    key_starts = pos
-    pos = pos + np.maximum(key_lengths, 0)
-    value_lengths, pos = _varints(arr, pos)
-    _within(value_lengths, record_end - pos, topic, partition)
-    value_starts = pos
-    pos = pos + np.maximum(value_lengths, 0)
-    if len(starts) and (
-        bool((pos >= record_end).any())  # the header count follows the value
-        or bool((key_lengths < -1).any())
-        or bool((value_lengths < -1).any())
-    ):
-        raise CorruptBatch(f"a record of {topic}[{partition}] overruns its length")
+    ts_delta, offset_delta, key_starts, key_lengths, value_starts, value_lengths = fields
     base_offsets = np.repeat(np.array([b.base_offset for b in kept], dtype=np.int64), counts)
     offsets = base_offsets + offset_delta
     log_append = np.repeat(
@@ -469,7 +397,9 @@ def _columns(topic: str, partition: int, buffer: bytes, starts: np.ndarray,
         value_starts, value_lengths = value_starts[keep], value_lengths[keep]
     if end_offset is not None:
         next_offset = min(next_offset, max(end_offset, fetch_offset))
-    return PartitionRecords(
+    records = PartitionRecords(
         topic, partition, buffer, offsets, timestamps, kinds, key_starts, key_lengths,
         value_starts, value_lengths, next_offset,
     )  # fmt: skip
+    records._array = arr
+    return records

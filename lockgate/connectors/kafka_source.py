@@ -1081,6 +1081,8 @@ class _ArrowDecoder:
         if source.timestamp_field is not None:
             fields.append(pa.field(source.timestamp_field, pa.int64()))
         self.out_schema = pa.schema(fields, metadata=self.schema.metadata)
+        #: the compiled reader of flat objects, made on the first directly fetched poll
+        self.flat: Any = None
         self.options = {
             nl: pj.ParseOptions(
                 explicit_schema=self.schema,
@@ -1162,12 +1164,23 @@ class _ArrowDecoder:
         return self._batch(table, lambda: list(map(message.key, msgs)), stamps)
 
     def decode_records(self, records: PartitionRecords, malformed: Any) -> pa.RecordBatch | None:
-        """:meth:`decode` for directly fetched records: the values handed to the JSON
-        reader straight from the fetched bytes when each is one object on one line,
-        else :meth:`decode` of their messages."""
+        """:meth:`decode` for directly fetched records: read in one compiled pass
+        straight from the fetched bytes when each value is a flat JSON object
+        (:mod:`lockgate.connectors.flat_json`, the same result as pyarrow's reader);
+        else handed to pyarrow's JSON reader from the fetched bytes when each is one
+        object on one line; else :meth:`decode` of their messages."""
+        if int(records.value_lengths.max()) > self.source.max_record_bytes:
+            return self.decode(records.messages(), malformed)
+        if self.flat is None:
+            from lockgate.connectors.flat_json import FlatJsonReader
+
+            self.flat = FlatJsonReader(self.schema)
+        table = self.flat.read(records.array(), records.value_starts, records.value_lengths)
+        if table is not None:
+            stamps = (records.timestamp_kinds, records.timestamps)
+            return self._batch(table, records.keys, stamps)
         lines = records.json_object_lines()
-        table = None
-        if lines is not None and int(records.value_lengths.max()) <= self.source.max_record_bytes:
+        if lines is not None:
             table, _ = self.read(lines, len(records), one_a_line=True)
         if table is None:
             return self.decode(records.messages(), malformed)

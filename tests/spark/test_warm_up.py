@@ -68,6 +68,21 @@ def test_python_workers_import_pyspark_from_the_installed_package_not_from_spark
         assert has_worker
 
 
+def _kernels_compiled(_: object) -> list[int]:
+    from lockgate.connectors import flat_json, kafka_framing
+
+    return [len(flat_json._parse.signatures), len(kafka_framing._frame.signatures)]
+
+
+def test_python_workers_start_with_the_kafka_kernels_compiled_by_their_daemon(
+    spark_executor: Any,
+) -> None:
+    """The daemon compiles (or loads from numba's cache) the Kafka source's kernels
+    before it forks: a slot's first poll would otherwise spend a second there."""
+    sc = spark_executor.spark.sparkContext
+    assert sc.parallelize(range(2), 2).map(_kernels_compiled).collect() == [[1, 1], [1, 1]]
+
+
 @pytest.mark.parametrize("slots", [0, -1, "2", 2.0, True])
 def test_warm_up_refuses_a_slot_count_that_is_not_a_positive_int(
     spark_executor: Any, slots: Any

@@ -23,12 +23,12 @@ from lockgate.connectors.kafka_fetcher import (
     fetch_request,
     parse_fetch_response,
 )
+from lockgate.connectors.kafka_framing import frame
 from lockgate.connectors.kafka_record_batches import (
     TIMESTAMP_CREATE,
     TIMESTAMP_LOG_APPEND,
     CorruptBatch,
     UnsupportedBatch,
-    _varints,
     batch_headers,
     decode_partition,
 )
@@ -236,19 +236,28 @@ def test_a_key_or_value_length_near_2_63_raises_never_reads_past_its_record() ->
             decode(raw_batch([rec(0, huge, 2, b"{}"), next_record]))
 
 
-def test_varints_of_every_width_decode_at_once_and_overlong_or_cut_ones_raise() -> None:
+def test_varints_of_every_width_decode_and_overlong_or_cut_ones_raise() -> None:
     values = [0, 1, -1, 63, -64, 64, 8191, -8192, 8192, 2**20, -(2**31), 2**62, -(2**63)]
     values += [2**63 - 1, 300, -300, 5]
-    encoded = [varint(v) for v in values]
-    data = b"".join(encoded)
-    pos = np.cumsum([0] + [len(e) for e in encoded[:-1]]).astype(np.int64)
-    got, after = _varints(np.frombuffer(data, dtype=np.uint8), pos)
-    assert got.tolist() == values
-    assert after.tolist() == (pos + [len(e) for e in encoded]).tolist()
+    bodies = [record(v, -v if v > -(2**63) else v, None, b"x") for v in values]
+    data = b"".join(bodies)
+    got = frame(
+        np.frombuffer(data, dtype=np.uint8),
+        np.array([0]), np.array([len(data)]), np.array([len(values)]), "t[0]",
+    )  # fmt: skip
+    assert got[1].tolist() == values, "offset deltas"
+    assert got[0].tolist() == [-v if v > -(2**63) else v for v in values], "timestamp deltas"
+    assert (got[5] == 1).all() and bytes(data[i] for i in got[4]) == b"x" * len(values)
+
+    def one(body: bytes) -> None:
+        rec = varint(len(body)) + body
+        frame(np.frombuffer(rec, dtype=np.uint8), np.array([0]), np.array([len(rec)]),
+              np.array([1]), "t[0]")  # fmt: skip
+
     with pytest.raises(CorruptBatch, match="longer than 10 bytes"):
-        _varints(np.frombuffer(b"\x80" * 11 + b"\x01", dtype=np.uint8), np.array([0]))
-    with pytest.raises(CorruptBatch, match="runs past the fetched bytes"):
-        _varints(np.frombuffer(b"\x02\x80\x80", dtype=np.uint8), np.array([0, 1]))
+        one(b"\x00" + b"\x80" * 11 + b"\x01\x00\x01\x01\x00")
+    with pytest.raises(CorruptBatch, match="overruns its length"):
+        one(b"\x00\x02\x80\x80")  # the offset delta runs past the record
 
 
 def test_json_object_lines_blank_the_framing_and_refuse_what_is_not_one_object_a_line() -> None:

@@ -44,6 +44,7 @@ from pyspark import daemon  # noqa: E402
 
 import lockgate.executor.spark.slot  # noqa: E402,F401
 import lockgate.executor.task_builder  # noqa: E402,F401
+from lockgate.connectors.compiled import warm_up  # noqa: E402
 
 # The Kafka clients of the ``kafka`` extra, when installed: a Kafka sink's subtask would
 # otherwise import kafka-python (0.3-0.4 s on a small machine) while its job runs.
@@ -53,6 +54,15 @@ for _module in ("confluent_kafka", "confluent_kafka.admin", "kafka"):
         importlib.import_module(_module)
     except ImportError:
         pass
+
+# The compiled Kafka decoding (numba, also of the ``kafka`` extra): loaded from numba's
+# cache (compiled on the very first start) here rather than in each slot's first poll.
+# numba starts no thread unless a parallel function runs, and lockgate has none. A
+# failure here is left to the slot that needs the kernels, which reports it.
+try:
+    warm_up()
+except Exception:  # reported by the slot that decodes
+    pass
 
 if __name__ == "__main__":
     daemon.manager()
