@@ -120,14 +120,19 @@ def test_m_r1_m_x2_seeded_failures_leave_exactly_the_failure_free_output(
 ) -> None:
     seed = 5 if unaligned else 4
     faults = seeded_faults(seed, FAULTS, operators=ROLES, records=4_000)
-    env = sum_job(executor, tmp_path, unaligned=unaligned, faults=faults)
+    # three splits' worth of input: every attempt moves the job on until its fault fires
+    # (a checkpoint-phase fault after up to three checkpoints), and on a loaded machine
+    # checkpoints take longer, so two splits were used up before the last faults' attempts
+    # (16 of 21 attempts once, in a CI run on a busy machine)
+    n = 3 * SPLIT
+    env = sum_job(executor, tmp_path, unaligned=unaligned, faults=faults, n=n)
     result = env.execute("recovery equivalence")
     assert result.attempts == FAULTS + 1, (
         f"every seeded fault fires in its own attempt: expected {FAULTS + 1} attempts, "
         f"got {result.attempts}"
     )
     out = published(str(tmp_path / "out"))
-    expected = expected_records(2 * SPLIT)
+    expected = expected_records(n)
     assert len(out) == len(expected), f"{len(out)} records published, expected {len(expected)}"
     assert by_value(out) == expected
     leftovers = glob.glob(str(tmp_path / "out" / ".*"))

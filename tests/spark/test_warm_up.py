@@ -68,19 +68,28 @@ def test_python_workers_import_pyspark_from_the_installed_package_not_from_spark
         assert has_worker
 
 
-def _kernels_compiled(_: object) -> list[int]:
-    from lockgate.connectors import flat_json, kafka_framing
-
-    return [len(flat_json._parse.signatures), len(kafka_framing._frame.signatures)]
-
-
-def test_python_workers_start_with_the_kafka_kernels_compiled_by_their_daemon(
-    spark_executor: Any,
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_the_daemon_compiles_the_kafka_kernels_before_forking_unless_told_not_to(
+    setting: str | None,
 ) -> None:
-    """The daemon compiles (or loads from numba's cache) the Kafka source's kernels
-    before it forks: a slot's first poll would otherwise spend a second there."""
-    sc = spark_executor.spark.sparkContext
-    assert sc.parallelize(range(2), 2).map(_kernels_compiled).collect() == [[1, 1], [1, 1]]
+    """The daemon compiles (or loads from numba's cache) the Kafka source's kernels when
+    imported, before it forks: a slot's first poll would otherwise spend a second there.
+    ``LOCKGATE_DAEMON_KERNELS=0`` (set for this test run's Spark daemons) skips it."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "LOCKGATE_DAEMON_KERNELS"}
+    if setting is not None:
+        env["LOCKGATE_DAEMON_KERNELS"] = setting
+    code = (
+        "import lockgate.executor.spark.daemon, sys\n"
+        "from lockgate.connectors import flat_json, kafka_framing\n"
+        "print(len(flat_json._parse.signatures), len(kafka_framing._frame.signatures))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == (["1", "1"] if setting is None else ["0", "0"])
 
 
 @pytest.mark.parametrize("slots", [0, -1, "2", 2.0, True])

@@ -32,6 +32,7 @@ the driver's own interpreter and so can import it.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from lockgate.executor.spark.worker_path import drop_archives
@@ -56,13 +57,16 @@ for _module in ("confluent_kafka", "confluent_kafka.admin", "kafka"):
         pass
 
 # The compiled Kafka decoding (numba, also of the ``kafka`` extra): loaded from numba's
-# cache (compiled on the very first start) here rather than in each slot's first poll.
+# cache (compiled on the very first start) here rather than in each slot's first poll
+# (about 1 s of a Kafka job's start on a small machine; the daemon's start takes 3-6 s
+# longer). LOCKGATE_DAEMON_KERNELS=0 skips it: for clusters that never read Kafka.
 # numba starts no thread unless a parallel function runs, and lockgate has none. A
 # failure here is left to the slot that needs the kernels, which reports it.
-try:
-    warm_up()
-except Exception:  # reported by the slot that decodes
-    pass
+if os.environ.get("LOCKGATE_DAEMON_KERNELS", "1") != "0":
+    try:
+        warm_up()
+    except Exception:  # reported by the slot that decodes
+        pass
 
 if __name__ == "__main__":
     daemon.manager()
