@@ -371,10 +371,17 @@ class FlatJsonReader:
         if not self.usable:
             return None
         n = len(starts)
+        if n and (
+            int(starts.min()) < 0
+            or int(lengths.min()) < -1
+            or int((starts + np.maximum(lengths, 0)).max()) > len(buffer)
+        ):
+            raise ValueError("FlatJsonReader.read: a value lies outside the buffer")
         columns = len(self.schema)
-        ints = np.empty((columns, n), dtype=np.int64)
-        floats = np.empty((columns, n), dtype=np.float64)
-        spans = np.empty((columns, n), dtype=np.int64)
+        # zeros, not empty: the values under nulls end up in the Arrow arrays
+        ints = np.zeros((columns, n), dtype=np.int64)
+        floats = np.zeros((columns, n), dtype=np.float64)
+        spans = np.zeros((columns, n), dtype=np.int64)
         valid = np.empty((columns, n), dtype=np.uint8)
         declined = _parse(
             buffer, starts, lengths, self.names, self.name_stops, self.kinds,

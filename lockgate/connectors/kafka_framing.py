@@ -18,6 +18,9 @@ import numpy as np
 from lockgate.connectors.compiled import inline, kernel
 from lockgate.connectors.kafka_record_batches import CorruptBatch
 
+#: the fewest bytes a record takes: length, attributes, timestamp and offset deltas,
+#: key and value lengths, header count (one byte each)
+_SMALLEST_RECORD = 7
 OK = 0
 NEGATIVE_LENGTH = 1
 PAST_BATCH = 2
@@ -112,6 +115,17 @@ def frame(
     delta, key start, key length, value start, value length; length -1 for none), a
     column per record, in order. Raises :class:`CorruptBatch` naming ``where`` (a topic
     partition) when a record does not fit its batch or a length its record."""
+    if len(starts) and (
+        int(starts.min()) < 0
+        or bool((stops < starts).any())
+        or int(stops.max()) > len(buffer)
+        or int(counts.min()) < 0
+    ):
+        raise CorruptBatch(f"record batches of {where} outside the fetched bytes")
+    if bool((counts * _SMALLEST_RECORD > stops - starts).any()):
+        # checked before the columns are allocated: a corrupt count of 2**31 would ask
+        # for 96 GiB
+        raise CorruptBatch(f"a batch of {where} claims more records than its bytes hold")
     out = np.empty((6, int(counts.sum())), dtype=np.int64)
     code, b, pos = _frame(buffer, starts, stops, counts, out)
     if code == OK:

@@ -289,14 +289,17 @@ def _is_abort_marker(data: bytes | memoryview, b: _Batch) -> bool:
     if b.attributes & _CODEC_MASK or b.count < 1:
         return True  # markers are never compressed; treat an odd one as ending the abort
     buf = bytes(data[b.start : b.stop])
-    pos = _varint(buf, 0)[1]  # length
-    pos += 1  # attributes
-    pos = _varint(buf, pos)[1]  # timestamp delta
-    pos = _varint(buf, pos)[1]  # offset delta
-    key_length, pos = _varint(buf, pos)
-    if key_length < 4:
-        return True
-    return struct.unpack_from(">h", buf, pos + 2)[0] == 0
+    try:
+        pos = _varint(buf, 0)[1]  # length
+        pos += 1  # attributes
+        pos = _varint(buf, pos)[1]  # timestamp delta
+        pos = _varint(buf, pos)[1]  # offset delta
+        key_length, pos = _varint(buf, pos)
+        if key_length < 4:
+            return True
+        return bool(struct.unpack_from(">h", buf, pos + 2)[0] == 0)
+    except (IndexError, struct.error):
+        raise CorruptBatch(f"control batch at offset {b.base_offset} is cut short") from None
 
 
 def decode_partition(
@@ -341,7 +344,10 @@ def decode_partition(
             b.start, b.stop = at, at + len(piece)
             at = b.stop
         buffer = b"".join(pieces)
-    from lockgate.connectors.kafka_framing import frame
+    try:
+        from lockgate.connectors.kafka_framing import frame
+    except Exception as e:  # numba missing or unusable here: librdkafka reads instead
+        raise UnsupportedBatch(f"the compiled record decoding is unavailable: {e!r}") from e
 
     counts = np.array([b.count for b in kept], dtype=np.int64)
     arr = np.frombuffer(buffer, dtype=np.uint8)

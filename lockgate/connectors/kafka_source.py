@@ -1172,10 +1172,16 @@ class _ArrowDecoder:
         if int(records.value_lengths.max()) > self.source.max_record_bytes:
             return self.decode(records.messages(), malformed)
         if self.flat is None:
-            from lockgate.connectors.flat_json import FlatJsonReader
+            try:
+                from lockgate.connectors.flat_json import FlatJsonReader
 
-            self.flat = FlatJsonReader(self.schema)
-        table = self.flat.read(records.array(), records.value_starts, records.value_lengths)
+                self.flat = FlatJsonReader(self.schema)
+            except Exception as e:  # numba unusable here: pyarrow decodes every poll
+                log.warning("KafkaSource: the compiled JSON reader is unavailable (%r)", e)
+                self.flat = False
+        table = None
+        if self.flat:
+            table = self.flat.read(records.array(), records.value_starts, records.value_lengths)
         if table is not None:
             stamps = (records.timestamp_kinds, records.timestamps)
             return self._batch(table, records.keys, stamps)

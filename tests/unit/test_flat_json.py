@@ -227,3 +227,11 @@ def test_the_kafka_source_decodes_flat_values_with_the_compiled_reader_and_other
     got = decoder.decode_records(records, lambda m, raw, error: seen.append(m.offset()))
     assert got is not None and got.column("name").to_pylist() == ["n0", "n1", "n2", "café"]
     assert seen == [4], "the malformed record (offset 4) is reported, the rest decoded"
+
+
+def test_a_value_outside_the_buffer_is_refused_before_the_compiled_pass() -> None:
+    reader = FlatJsonReader(SCHEMA)
+    buffer = np.frombuffer(b'{"i": 1}', dtype=np.uint8)
+    for starts, lengths in (([0], [9]), ([-1], [2]), ([0], [-2])):
+        with pytest.raises(ValueError, match="outside the buffer"):
+            reader.read(buffer, np.array(starts), np.array(lengths))

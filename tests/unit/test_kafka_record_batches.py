@@ -257,7 +257,7 @@ def test_varints_of_every_width_decode_and_overlong_or_cut_ones_raise() -> None:
     with pytest.raises(CorruptBatch, match="longer than 10 bytes"):
         one(b"\x00" + b"\x80" * 11 + b"\x01\x00\x01\x01\x00")
     with pytest.raises(CorruptBatch, match="overruns its length"):
-        one(b"\x00\x02\x80\x80")  # the offset delta runs past the record
+        one(b"\x00\x02" + b"\x80" * 5)  # the offset delta runs past the record
 
 
 def test_json_object_lines_blank_the_framing_and_refuse_what_is_not_one_object_a_line() -> None:
@@ -343,3 +343,27 @@ def test_decoding_a_million_records_makes_numpy_columns_not_objects() -> None:
     got = decode(data)
     assert len(got) == 1_000_000 and isinstance(got.offsets, np.ndarray)
     assert got.offsets[-1] == 999_999 and got.value_lengths.min() >= 7
+
+
+def test_a_count_or_control_batch_that_lies_raises_corrupt_batch_and_never_allocates_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    good = bytearray(batch(0, [(None, b"abc")] * 3))
+    good[57:61] = struct.pack(">i", 2**31 - 1)  # the record count, last header field
+    with pytest.raises(CorruptBatch, match="more records than its bytes hold"):
+        decode(bytes(good))
+    marker = bytearray(control(5, producer_id=9, commit=False))
+    cut = bytes(marker[:61]) + b"\x02"  # a marker whose record is cut short
+    cut = cut[:8] + struct.pack(">i", len(cut) - 12) + cut[12:]
+    with pytest.raises(CorruptBatch, match="cut short"):
+        decode(batch(0, [(None, b"x")], attributes=0x10, producer_id=9) + cut, aborted=[(9, 0)])
+
+
+def test_without_the_compiled_decoding_a_fetch_is_unsupported_so_librdkafka_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "lockgate.connectors.kafka_framing", None)
+    with pytest.raises(UnsupportedBatch, match="compiled record decoding is unavailable"):
+        decode(batch(0, [(None, b"abc")]))

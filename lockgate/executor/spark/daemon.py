@@ -14,7 +14,8 @@ each forked worker's ``importlib.invalidate_caches()`` made their importers read
 again, about 0.3 s of every task's start.
 
 Forking safety. Nothing here creates Python threads, sockets, zmq contexts or log
-handlers, and nothing runs lockgate code: importing only. The imports do start two
+handlers, and nothing runs lockgate code but the compiling of the Kafka kernels
+(single-threaded, on a few bytes). The imports do start two
 native threads in the daemon (measured with pyarrow 26 and numpy 2: jemalloc's
 background purging thread, linked into libarrow, and OpenBLAS's worker pool), which
 PySpark's own daemon avoids by importing after the fork. Both libraries register
