@@ -261,10 +261,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # Spark's Python workers must import the test modules (whose functions and classes jobs
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
-    # the Spark worker daemons of the run skip compiling the Kafka kernels (3-6 s at each
-    # of the run's many daemon starts); a slot that needs them loads them itself, and
-    # tests/spark/test_warm_up.py checks the daemon's compiling with this unset
-    os.environ.setdefault("LOCKGATE_DAEMON_KERNELS", "0")
+    # compile the Kafka source's kernels once, here, before any worker or Spark daemon
+    # starts: on a fresh clone numba's cache is empty, and every process compiling them
+    # at once (about 20 s each on a small machine) inside timed tests made them miss
+    # their bounds; from the cache each later process loads them in a moment
+    if not WORKER:
+        from lockgate.connectors.compiled import warm_up
+
+        warm_up()
     # every job registers for command-line control (lockgate list/savepoint/stop): keep
     # the test run's registrations out of the user's ~/.lockgate, and each parallel
     # worker's out of the others' (a worker inherits the environment of the pytest

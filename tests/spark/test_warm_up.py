@@ -74,7 +74,7 @@ def test_the_daemon_compiles_the_kafka_kernels_before_forking_unless_told_not_to
 ) -> None:
     """The daemon compiles (or loads from numba's cache) the Kafka source's kernels when
     imported, before it forks: a slot's first poll would otherwise spend a second there.
-    ``LOCKGATE_DAEMON_KERNELS=0`` (set for this test run's Spark daemons) skips it."""
+    ``LOCKGATE_DAEMON_KERNELS=0`` skips it."""
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "LOCKGATE_DAEMON_KERNELS"}

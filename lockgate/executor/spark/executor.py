@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zipfile
 from typing import Any
 
 import cloudpickle
@@ -178,7 +179,7 @@ class SparkExecutor:
         # Spark's executors fetch the archive from this folder later (new workers too):
         # it goes when the driver process ends, never before
         atexit.register(shutil.rmtree, folder, True)
-        archive = shutil.make_archive(os.path.join(folder, "lockgate"), "zip", root, "lockgate")
+        archive = _package_zip(root, os.path.join(folder, "lockgate.zip"))
         sc.addPyFile(archive)
         self._shipped = True
 
@@ -665,3 +666,16 @@ def _slot_function(job: SlotJob) -> Any:
         yield run_slot(slot, job)
 
     return run_partition
+
+
+def _package_zip(root: str, archive: str) -> str:
+    """``root/lockgate`` zipped to ``archive``, without its ``__pycache__`` folders:
+    what is written there while jobs run (bytecode, numba's compiled kernels) would
+    change the archive, and Spark refuses a second ``addPyFile`` of a changed one."""
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for folder, dirs, files in os.walk(os.path.join(root, "lockgate")):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                out.write(path, os.path.relpath(path, root))
+    return archive
