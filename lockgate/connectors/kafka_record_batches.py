@@ -288,18 +288,19 @@ def _is_abort_marker(data: bytes | memoryview, b: _Batch) -> bool:
     """A control batch's record key is (version int16, type int16); type 0 aborts."""
     if b.attributes & _CODEC_MASK or b.count < 1:
         return True  # markers are never compressed; treat an odd one as ending the abort
+    from lockgate.connectors.kafka_framing import frame
+
     buf = bytes(data[b.start : b.stop])
+    start = np.zeros(1, dtype=np.int64)
     try:
-        pos = _varint(buf, 0)[1]  # length
-        pos += 1  # attributes
-        pos = _varint(buf, pos)[1]  # timestamp delta
-        pos = _varint(buf, pos)[1]  # offset delta
-        key_length, pos = _varint(buf, pos)
-        if key_length < 4:
-            return True
-        return bool(struct.unpack_from(">h", buf, pos + 2)[0] == 0)
-    except (IndexError, struct.error):
-        raise CorruptBatch(f"control batch at offset {b.base_offset} is cut short") from None
+        fields = frame(np.frombuffer(buf, dtype=np.uint8), start, start + len(buf),
+                       np.array([b.count], dtype=np.int64), "a control batch")  # fmt: skip
+    except CorruptBatch as e:
+        raise CorruptBatch(f"control batch at offset {b.base_offset} is cut short: {e}") from None
+    key_start, key_length = int(fields[2, 0]), int(fields[3, 0])
+    if key_length < 4:
+        return True
+    return bool(struct.unpack_from(">h", buf, key_start + 2)[0] == 0)
 
 
 def decode_partition(
@@ -315,6 +316,10 @@ def decode_partition(
     """The records of one partition's fetched ``data`` at or after ``fetch_offset``
     (and before ``end_offset``, if given); ``batches``: ``batch_headers(data)`` if the
     caller has them already."""
+    try:
+        from lockgate.connectors.kafka_framing import frame
+    except Exception as e:  # numba missing or unusable here: librdkafka reads instead
+        raise UnsupportedBatch(f"the compiled record decoding is unavailable: {e!r}") from e
     if batches is None:
         batches = batch_headers(data)
     next_offset = next_offset_after(batches, fetch_offset)
@@ -344,11 +349,6 @@ def decode_partition(
             b.start, b.stop = at, at + len(piece)
             at = b.stop
         buffer = b"".join(pieces)
-    try:
-        from lockgate.connectors.kafka_framing import frame
-    except Exception as e:  # numba missing or unusable here: librdkafka reads instead
-        raise UnsupportedBatch(f"the compiled record decoding is unavailable: {e!r}") from e
-
     counts = np.array([b.count for b in kept], dtype=np.int64)
     arr = np.frombuffer(buffer, dtype=np.uint8)
     fields = frame(
@@ -360,21 +360,6 @@ def decode_partition(
     )
     return _columns(topic, partition, buffer, arr, fields, kept, counts,
                     fetch_offset, end_offset, next_offset)  # fmt: skip
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The zigzag varint at ``pos`` and the position after it."""
-    shift = 0
-    raw = 0
-    while True:
-        c = data[pos]
-        pos += 1
-        raw |= (c & 0x7F) << shift
-        if c < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatch("a varint longer than 10 bytes")
 
 
 def _columns(topic: str, partition: int, buffer: bytes, arr: np.ndarray, fields: np.ndarray,
@@ -403,9 +388,7 @@ def _columns(topic: str, partition: int, buffer: bytes, arr: np.ndarray, fields:
         value_starts, value_lengths = value_starts[keep], value_lengths[keep]
     if end_offset is not None:
         next_offset = min(next_offset, max(end_offset, fetch_offset))
-    records = PartitionRecords(
+    return PartitionRecords(
         topic, partition, buffer, offsets, timestamps, kinds, key_starts, key_lengths,
-        value_starts, value_lengths, next_offset,
+        value_starts, value_lengths, next_offset, _array=arr,
     )  # fmt: skip
-    records._array = arr
-    return records
