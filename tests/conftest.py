@@ -53,6 +53,9 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 #: slowest first. A parallel run hands whole modules to its workers (``--dist loadfile``)
 #: in collection order; these come first, so that the short modules fill the gaps at the
 #: end instead of one worker running a long module alone while the others have finished.
+#: the JVM options of the run's short-lived JVMs (see pytest_configure)
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 SLOW_MODULES = (
     "tests/spark/test_multi_host_cluster.py",
     "tests/connectors/test_exactly_once_pipelines.py",
@@ -261,6 +264,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # Spark's Python workers must import the test modules (whose functions and classes jobs
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
+    # the run's JVMs (Spark's drivers; a standalone cluster's master, workers and, through
+    # cluster_driver.CLUSTER_CONF, executors) live seconds to minutes, and the run is
+    # CPU-bound while its Spark modules run: C1 only and the serial collector spend about
+    # a third less CPU than the defaults getting them going (tests/spark/test_equivalence.py
+    # alone: 37 instead of 53 CPU seconds). The user's own settings win.
+    os.environ.setdefault("LOCKGATE_TEST_JVM_OPTIONS", TEST_JVM_OPTIONS)
+    for var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        os.environ.setdefault(var, os.environ["LOCKGATE_TEST_JVM_OPTIONS"])
     # compile the Kafka source's kernels once, here, before any worker or Spark daemon
     # starts: on a fresh clone numba's cache is empty, and every process compiling them
     # at once (about 20 s each on a small machine) inside timed tests made them miss

@@ -94,28 +94,37 @@ class FailAtRecord(_Fault):
     """The operator raises :class:`InjectedFault` while processing the batch that holds
     its ``record``-th record (0-based) of this attempt, before processing that batch.
     Records are counted in the batches given to ``process_batch``; for a source, in the
-    batches it emits."""
+    batches it emits.
+
+    ``after_checkpoints``: the fault waits until the subtask was notified of that many
+    completed checkpoints in this attempt; it then fires at the first batch at or after
+    the ``record``-th record. So a restore always has a checkpoint of this attempt to
+    start from, however long a loaded machine takes to complete one (if the input ends
+    first, the fault does not fire)."""
 
     operator: str
     record: int
     attempt: int = 0
     subtask: int | None = 0
+    after_checkpoints: int = 0
 
-    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0),)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0), ("after_checkpoints", 0))
 
 
 @dataclass(frozen=True)
 class KillWorker(_Fault):
-    """Like :class:`FailAtRecord`, but the process is killed (SIGKILL): on Spark, the
-    Python worker of the slot running the subtask dies (a lost task). Refused by the
-    local executor, whose tasks run in the test's own process."""
+    """Like :class:`FailAtRecord` (``after_checkpoints`` included), but the process is
+    killed (SIGKILL): on Spark, the Python worker of the slot running the subtask dies
+    (a lost task). Refused by the local executor, whose tasks run in the test's own
+    process."""
 
     operator: str
     record: int
     attempt: int = 0
     subtask: int | None = 0
+    after_checkpoints: int = 0
 
-    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0),)
+    _counted: ClassVar[tuple[tuple[str, int], ...]] = (("record", 0), ("after_checkpoints", 0))
 
 
 @dataclass(frozen=True)

@@ -238,16 +238,29 @@ def _install_at_record(
     from ..runtime.operators.io import SourceOperator
 
     seen = [0]
+    completed = [0]
+    fired = [False]
+    if fault.after_checkpoints:
+        notify = op.notify_checkpoint_complete
+
+        def counting_notify(checkpoint_id: int) -> None:
+            completed[0] += 1
+            notify(checkpoint_id)
+
+        op.notify_checkpoint_complete = counting_notify  # type: ignore[method-assign]
 
     def reached(batch: Any) -> bool:
-        before = seen[0]
-        seen[0] = before + num_rows(batch)
-        return before <= fault.record < seen[0]
+        seen[0] += num_rows(batch)
+        if fired[0] or seen[0] <= fault.record or completed[0] < fault.after_checkpoints:
+            return False
+        fired[0] = True
+        return True
 
     def fire() -> None:
         if isinstance(fault, KillWorker):
             os.kill(os.getpid(), signal.SIGKILL)
-        raise _where(fault, op, sub, f"record {fault.record} reached")
+        after = f" after {completed[0]} completed checkpoints" if fault.after_checkpoints else ""
+        raise _where(fault, op, sub, f"record {fault.record} reached{after}")
 
     if isinstance(op, SourceOperator):
         emit = op.emit

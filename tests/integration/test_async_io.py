@@ -23,7 +23,7 @@ import lockgate as lg
 from conftest import FileProbe
 from lockgate.api.async_stream import AsyncDataStream
 from lockgate.api.functions import AsyncFunction
-from lockgate.testing import FailAtRecord, inject_faults
+from lockgate.checkpoint.storage import open_storage
 from lockgate.time.watermark_generators import PunctuatedWatermarks
 from lockgate.time.watermark_strategy import WatermarkStrategy
 
@@ -251,10 +251,17 @@ class Saw(lg.MapFunction):
 
 
 class SlowSquare(AsyncFunction):
-    """A service with 2-4 ms of latency; after a restart, reports each request."""
+    """A service with 20-40 ms of latency, slower than the source: every request slot is
+    taken at every checkpoint, so each checkpoint holds requests in flight. In the first
+    attempt, the first request at or after record ``fail_from`` issued once a checkpoint
+    of ``storage`` completed fails the job (so the restore has a checkpoint to start
+    from, however slowly a loaded machine takes it). After a restart, reports each
+    request."""
 
-    def __init__(self, probe: FileProbe) -> None:
+    def __init__(self, probe: FileProbe, storage: str, fail_from: int) -> None:
         self.probe = probe
+        self.storage = storage
+        self.fail_from = fail_from
 
     def open(self, ctx: lg.RuntimeContext) -> None:
         self.attempt = ctx.attempt_number
@@ -262,7 +269,9 @@ class SlowSquare(AsyncFunction):
     async def async_invoke(self, record: int) -> list[Any]:
         if self.attempt:
             self.probe.add(("request", record))
-        await asyncio.sleep(0.002 + (record % 3) / 1000)  # simulated I/O latency
+        elif record >= self.fail_from and open_storage(self.storage).read_latest():
+            raise RuntimeError(f"injected failure at request {record}")
+        await asyncio.sleep(0.02 + (record % 3) / 100)  # simulated I/O latency
         return [{"i": record, "sq": record * record}]
 
 
@@ -279,25 +288,27 @@ def read_parts(folder: Path) -> list[list[dict[str, Any]]]:
 def test_a_failure_with_requests_in_flight_loses_and_duplicates_nothing_M_R1_M_T4(
     executor: Any, tmp_path: Path, mode: str
 ) -> None:
-    n = 4000
+    n = 2000
     probe = FileProbe(tmp_path / "probe")
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
+    # each subtask reads 1000 records a second and its service answers about 700
     numbers = (
-        env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=4000), name="numbers")
+        env.from_source(lg.connectors.SequenceSource(0, n, rows_per_second=2000), name="numbers")
         .uid("numbers")
         .map(Saw(probe), name="saw")
         .uid("saw")
     )
     squares = WAITS[mode](
-        numbers, SlowSquare(probe), timeout=30_000, capacity=20, name="square"
+        numbers,
+        SlowSquare(probe, str(tmp_path / "chk"), fail_from=500),
+        timeout=30_000,
+        capacity=20,
+        name="square",
     ).uid("square")
     squares.sink_to(lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")).uid("sink")
-    # subtask 0 takes 0..1999 at 2000 a second: it fails 0.75 s in, after several
-    # checkpoints (Spark's first ones complete later than the local executor's)
-    inject_faults(env, FailAtRecord("square", record=1500, subtask=0))
     result = env.execute(f"{mode} with a failure", executor=executor)
     assert result.attempts == 2, "the injected failure restarted the job once"
     parts = read_parts(tmp_path / "out")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from test_checkpointing import cancel_after_checkpoints, completed
-from test_recovery import by_value, expected_records, published, unbounded_sums
+from test_recovery import RATE, by_value, expected_records, published, unbounded_sums
 
 import lockgate as lg
 from conftest import wait_until
@@ -126,7 +126,10 @@ def test_m_c8_m_s1_a_job_stopped_with_a_savepoint_resumes_from_it_not_an_older_c
     resumes from the savepoint: from an older checkpoint it would publish the records in
     between again."""
     n = 2 * SPLIT
-    client = unbounded_sums(lg.LocalExecutor(), tmp_path, n).execute_async("stopped")
+    # 12 s of input at a quarter of the usual rate: a loaded machine's slow checkpoints
+    # and savepoint still come well before its end (the rerun reads the rest at full rate)
+    slow = unbounded_sums(lg.LocalExecutor(), tmp_path, n, rate=RATE / 4)
+    client = slow.execute_async("stopped")
     wait_until(lambda: len(completed(client)) >= 2 or client.done(), "two checkpoints", 30)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoint"), drain=drain)
     before = published(str(tmp_path / "out"))

@@ -170,8 +170,10 @@ def test_exactly_the_oracles_pairs_after_three_injected_failures_M_R1(
     ).uid("sink")
     inject_faults(
         env,
-        # early enough in each attempt that the next one still has that many to read
-        FailAtRecord("interval-join", record=30_000, subtask=0),
+        # early enough in each attempt that the next one still has that many to read;
+        # the first waits for a checkpoint, however slowly a loaded machine completes
+        # one, so that every later attempt has one to restore
+        FailAtRecord("interval-join", record=30_000, subtask=0, after_checkpoints=1),
         FailAtRecord("interval-join", record=15_000, attempt=1, subtask=1),
         FailAtRecord("interval-join", record=10_000, attempt=2, subtask=0),
     )

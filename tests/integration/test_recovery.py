@@ -89,6 +89,7 @@ def sum_job(
     dedupe=False,
     faults=(),
     strategy=None,
+    rate=RATE,
 ) -> lg.StreamEnvironment:
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200, mode)
@@ -96,7 +97,7 @@ def sum_job(
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(strategy or lg.RestartStrategy.fixed_delay(attempts=50, delay=0))
     (
-        env.from_source(SequenceSource(0, n, rows_per_second=RATE, batch_size=500))
+        env.from_source(SequenceSource(0, n, rows_per_second=rate, batch_size=500))
         .uid("numbers")
         .map(to_record, name="to record")
         .key_by(key_of)
@@ -259,8 +260,8 @@ def test_m_r1_killing_a_slots_python_worker_mid_job_recovers_by_itself(
 # ----------------------------------------------------------------------- manual restore (M-R3)
 
 
-def unbounded_sums(executor, tmp_path, n: int) -> lg.StreamEnvironment:
-    env = sum_job(executor, tmp_path, n=n)
+def unbounded_sums(executor, tmp_path, n: int, rate: float = RATE) -> lg.StreamEnvironment:
+    env = sum_job(executor, tmp_path, n=n, rate=rate)
     env.checkpoint_config.retained = 2
     env.checkpoint_config.externalized = lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
     return env

@@ -36,6 +36,8 @@ CLUSTER_CONF = {
     "spark.cores.max": "2",
     "spark.executor.cores": "1",
     "spark.executor.memory": "512m",
+    # the test run's JVM options (tests/conftest.py), for the executors the workers start
+    "spark.executor.extraJavaOptions": os.environ.get("LOCKGATE_TEST_JVM_OPTIONS", ""),
 }
 
 

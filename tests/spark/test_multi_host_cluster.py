@@ -38,7 +38,7 @@ from netns_cluster import NetnsCluster, _netns_pids, netns_unavailable
 
 import lockgate as lg
 
-pytestmark = [pytest.mark.spark, pytest.mark.hang_guard(240)]
+pytestmark = [pytest.mark.spark, pytest.mark.hang_guard(300)]
 
 HERE = Path(__file__).resolve().parent
 
@@ -296,7 +296,7 @@ def test_a_keyed_job_runs_its_slots_on_two_hosts_and_matches_the_local_result(
     n, rate = 3000, 1000  # about 3 s of records
     driver = NetnsDriver(cluster, n, rate)
     try:
-        ready = driver.expect("ready", 60, "the driver's SparkSession on the cluster started")
+        ready = driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
         assert ready["driver_host"] == cluster.driver_address, ready
         running = driver.expect("running", 60, "both slots of the job registered")
         result = driver.expect("result", 60, "the job finished")
@@ -464,7 +464,7 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
     options = json.dumps({"postgres": pg.options})
     driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri(), options)
     try:
-        driver.expect("ready", 60, "the driver's SparkSession on the cluster started")
+        driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
         first = driver.expect("running", 60, "both slots of the job registered")
         assert first["attempt"] == 0, first
         second = kill("executor", first)

@@ -329,6 +329,51 @@ def test_m_r1_a_fault_fires_at_most_once_per_attempt_and_subtask() -> None:
     ]
 
 
+def test_m_r1_after_checkpoints_holds_the_fault_until_that_many_completions_then_fires_once() -> (
+    None
+):
+    op = Stub("op")
+    install([FailAtRecord("op", 15, after_checkpoints=2)], fake_task(Stub("head"), op))
+    op.process_batch(rows(0, 20))  # holds record 15, but no checkpoint completed yet
+    op.notify_checkpoint_complete(1)
+    op.process_batch(rows(20, 30))  # one of two
+    op.notify_checkpoint_complete(2)
+    with pytest.raises(InjectedFault, match="record 15 reached after 2 completed checkpoints"):
+        op.process_batch(rows(30, 40))  # the first batch once both completed
+    op.notify_checkpoint_complete(3)
+    op.process_batch(rows(40, 50))  # at most once
+    # the operator's own notices still ran, and the failing batch was not processed
+    assert [c for c in op.calls if c[0] == "commit"] == [
+        ("commit", 1),
+        ("commit", 2),
+        ("commit", 3),
+    ]
+    assert [c[1][0] for c in op.calls if c[0] == "batch"] == [0, 20, 40]
+
+
+def test_m_r1_after_checkpoints_fires_at_the_record_itself_when_checkpoints_came_first() -> None:
+    op = Stub("op")
+    install([FailAtRecord("op", 25, after_checkpoints=1)], fake_task(Stub("head"), op))
+    op.notify_checkpoint_complete(7)
+    op.process_batch(rows(0, 20))
+    with pytest.raises(InjectedFault, match="record 25"):
+        op.process_batch(rows(20, 30))
+
+
+def test_m_r1_after_checkpoints_in_a_job_fails_after_a_completed_checkpoint_and_restores_it() -> (
+    None
+):
+    """In a running job: the fault waits for a completed checkpoint, so the restarted
+    attempt restores one instead of starting over."""
+    plan = checkpointed_job(
+        [FailAtRecord("plus one", 10, after_checkpoints=1)],
+        restarts=lg.RestartStrategy.fixed_delay(1, 0),
+    )
+    result = run(plan)
+    assert result.status is lg.JobStatus.FINISHED and result.attempts == 2
+    assert result.records_in("plus one") < 4000, "the last attempt restored a checkpoint"
+
+
 def test_m_r1_a_schedule_matches_operators_by_uid_and_every_subtask_with_none() -> None:
     for subtask in (0, 1, 3):
         op = Stub("op", subtask)
@@ -700,6 +745,10 @@ def test_a_schedule_checks_its_operators_against_a_plan() -> None:
         (lambda: KillWorker("op", True), "KillWorker: record must be an int >= 0, got True"),
         (lambda: FailAtRecord("op", 1, attempt=-1), "FailAtRecord: attempt must be .*got -1"),
         (lambda: FailAtRecord("op", 1, subtask=-2), "FailAtRecord: subtask must be .*got -2"),
+        (
+            lambda: FailAtRecord("op", 1, after_checkpoints=-1),
+            "FailAtRecord: after_checkpoints must be an int >= 0, got -1",
+        ),
         (lambda: FailSnapshot("op", 0), "FailSnapshot: checkpoint must be an int >= 1, got 0"),
         (
             lambda: FailSnapshot("op", phase="later"),
