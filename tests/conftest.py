@@ -49,13 +49,13 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 #: ``gw1``...; scripts/test.sh starts them), "" in a run without workers
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
+#: the JVM options of the run's short-lived JVMs (see pytest_configure)
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 #: the modules that take longest (minutes of clusters, brokers and seeded failures), the
 #: slowest first. A parallel run hands whole modules to its workers (``--dist loadfile``)
 #: in collection order; these come first, so that the short modules fill the gaps at the
 #: end instead of one worker running a long module alone while the others have finished.
-#: the JVM options of the run's short-lived JVMs (see pytest_configure)
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
 SLOW_MODULES = (
     "tests/spark/test_multi_host_cluster.py",
     "tests/connectors/test_exactly_once_pipelines.py",

@@ -290,17 +290,16 @@ def _is_abort_marker(data: bytes | memoryview, b: _Batch) -> bool:
         return True  # markers are never compressed; treat an odd one as ending the abort
     from lockgate.connectors.kafka_framing import frame
 
-    buf = bytes(data[b.start : b.stop])
-    start = np.zeros(1, dtype=np.int64)
     try:
-        fields = frame(np.frombuffer(buf, dtype=np.uint8), start, start + len(buf),
-                       np.array([b.count], dtype=np.int64), "a control batch")  # fmt: skip
+        fields = frame(np.frombuffer(data, dtype=np.uint8), np.array([b.start], dtype=np.int64),
+                       np.array([b.stop], dtype=np.int64), np.array([b.count], dtype=np.int64),
+                       "a control batch")  # fmt: skip
     except CorruptBatch as e:
         raise CorruptBatch(f"control batch at offset {b.base_offset} is cut short: {e}") from None
     key_start, key_length = int(fields[2, 0]), int(fields[3, 0])
     if key_length < 4:
         return True
-    return bool(struct.unpack_from(">h", buf, key_start + 2)[0] == 0)
+    return bool(struct.unpack_from(">h", data, key_start + 2)[0] == 0)
 
 
 def decode_partition(
