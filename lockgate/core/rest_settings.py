@@ -10,8 +10,10 @@ configuration:
 * ``LOCKGATE_REST_BIND``: the address to listen on (e.g. ``0.0.0.0``);
 * ``LOCKGATE_REST_PORT``: the port (0: any free one);
 * ``LOCKGATE_REST_TOKEN_FILE``: a file holding the token (at least 24 characters, no
-  whitespace inside). The file must be private to its owner (no group or other permission
-  bits): a token anyone on the machine can read protects nothing.
+  whitespace inside). The file must be the current user's own (owned by them, and not
+  reached through a symlink another user owns: in a shared folder anyone can plant a
+  0600 file whose token they know) and private (no group or other permission bits): a
+  token anyone on the machine can read protects nothing.
 
 Guarantees: :func:`rest_settings` either returns settings that pass the same checks as
 ``ExecutionConfig`` or raises :class:`~lockgate.errors.ConfigurationError` naming the variable,
@@ -61,24 +63,106 @@ def parse_port(text: str, what: str) -> int:
     return port
 
 
+#: symlinks followed on the way to a token file before giving up (as the kernel's limit)
+MAX_SYMLINKS = 40
+
+
+def _user_name(uid: int) -> str:
+    """``uid 65534 (nobody)``: the uid and, when known, its name."""
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _foreign_symlink(path: str, me: int) -> tuple[str, int] | None:
+    """The first symlink on the way to ``path`` (its folders' and its own) owned by
+    neither ``me`` nor root, with its owner; None when there is none. Whoever owns a
+    symlink chooses what it points to. Resolution as the kernel's (``..`` after a link
+    goes up from where the link led); a missing part ends the walk (opening the file
+    then reports it)."""
+    pending = [p for p in os.path.abspath(path).split("/") if p]
+    current = "/"
+    hops = 0
+    while pending:
+        name = pending.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            return None
+        if not stat.S_ISLNK(info.st_mode):
+            current = candidate
+            continue
+        if info.st_uid not in (me, 0):
+            return candidate, info.st_uid
+        hops += 1
+        if hops > MAX_SYMLINKS:
+            return None  # a loop: opening the file reports it (ELOOP)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            current = "/"
+        pending[:0] = [p for p in target.split("/") if p]
+    return None
+
+
 def read_token_file(path: str, what: str) -> str:
     """The token in the file ``path``; raises ``ConfigurationError`` naming ``what`` when
-    the file is missing, not private to its owner, too large, or holds no usable token."""
+    the file is missing, not the current user's own (owned by another user, or reached
+    through a symlink another user owns: its owner knows the token or picks the file),
+    not private to its owner, too large, or holds no usable token.
+
+    The checks are made on the file opened (``fstat`` of the descriptor read), so the
+    file cannot be swapped between the checks and the read."""
+    me = os.geteuid()
+    link = _foreign_symlink(path, me)
+    if link is not None:
+        where, owner = link
+        raise ConfigurationError(
+            f"{what} {path}: reached through the symlink {where} owned by "
+            f"{_user_name(owner)}, not by you ({_user_name(me)}) or root: its owner chooses "
+            f"which file is read; give the path of a token file of your own, reached "
+            f"through no other user's link"
+        )
     try:
-        info = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK)
     except OSError as e:
         raise ConfigurationError(f"{what} {path}: cannot read it ({e.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigurationError(f"{what} {path}: not a regular file")
-    if info.st_mode & 0o077:
+    with open(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigurationError(f"{what} {path}: not a regular file")
+        if info.st_uid != me:
+            raise ConfigurationError(
+                f"{what} {path}: the file is owned by {_user_name(info.st_uid)}, not by you "
+                f"({_user_name(me)}): whoever created it knows the token (in a shared "
+                f"folder such as /tmp anyone can plant one); create your own, e.g. "
+                f"(umask 077; python -c 'import secrets; print(secrets.token_urlsafe(32))' "
+                f"> ~/.lockgate-token) && chmod 600 ~/.lockgate-token, and pass that file"
+            )
+        if info.st_mode & 0o077:
+            raise ConfigurationError(
+                f"{what} {path}: the file is readable or writable by others "
+                f"(mode {stat.S_IMODE(info.st_mode):o}); make it private with chmod 600 {path}"
+            )
+        if info.st_size > MAX_TOKEN_FILE_BYTES:
+            raise ConfigurationError(f"{what} {path}: {info.st_size} bytes, more than a token")
+        raw = f.read(MAX_TOKEN_FILE_BYTES + 1)
+    try:
+        token = raw.decode("utf-8", errors="strict").strip()
+    except UnicodeDecodeError:
+        token = ""
+    if len(raw) > MAX_TOKEN_FILE_BYTES:
         raise ConfigurationError(
-            f"{what} {path}: the file is readable or writable by others "
-            f"(mode {stat.S_IMODE(info.st_mode):o}); make it private with chmod 600 {path}"
+            f"{what} {path}: more than {MAX_TOKEN_FILE_BYTES} bytes, more than a token"
         )
-    if info.st_size > MAX_TOKEN_FILE_BYTES:
-        raise ConfigurationError(f"{what} {path}: {info.st_size} bytes, more than a token")
-    with open(path, encoding="utf-8", errors="strict") as f:
-        token = f.read().strip()
     if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
         raise ConfigurationError(
             f"{what} {path}: the file must hold one token of at least {MIN_TOKEN_LENGTH} "
