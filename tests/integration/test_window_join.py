@@ -32,6 +32,7 @@ import pytest
 
 import lockgate as lg
 from conftest import is_spark, wait_until
+from lockgate.core.elements import MIN_WATERMARK
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
 from lockgate.testing import FailAtRecord, inject_faults
 
@@ -82,6 +83,25 @@ def right_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
+class BatchWatermarks:
+    """Bounded out-of-orderness (``DISORDER_MS``), emitted after every batch rather than
+    every 200 ms: how far event time has advanced when a record arrives depends on the
+    records before it, never on how fast this machine ran the input (an unpaced input
+    read in less than one periodic interval carried no watermark before its end, so no
+    record was ever late)."""
+
+    def __init__(self) -> None:
+        self.highest = MIN_WATERMARK
+
+    def on_events(self, timestamps: np.ndarray, output: Any) -> None:
+        if len(timestamps):
+            self.highest = max(self.highest, int(timestamps.max()) - DISORDER_MS - 1)
+            output.emit_watermark(self.highest)
+
+    def on_periodic_emit(self, output: Any) -> None:
+        pass
+
+
 def two_sides(
     env: lg.StreamEnvironment, total: int, *sources: lg.connectors.SequenceSource
 ) -> tuple[lg.DataStream, lg.DataStream]:
@@ -94,9 +114,7 @@ def two_sides(
         .uid("events")
         .set_parallelism(1)
         .assign_timestamps_and_watermarks(
-            lg.WatermarkStrategy.for_bounded_out_of_orderness(DISORDER_MS).with_timestamp_assigner(
-                "ts"
-            )
+            lg.WatermarkStrategy.for_generator(BatchWatermarks).with_timestamp_assigner("ts")
         )
         .uid("timestamps")
         .set_parallelism(1)
