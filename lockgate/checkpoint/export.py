@@ -21,45 +21,45 @@ Guarantees:
   against the handle in ``_metadata``; shared files: size and CRC32) and read back
   after it is written: a damaged checkpoint is never exported, and the export fails
   naming the file;
-* the folder refers to nothing outside itself: handles are relative to it, and the
-  RocksDB payloads inside the state files (the only files that change; their handles
-  get the new size and checksum) name the folder as the storage of their shared files;
+* the folder refers to nothing outside itself: handles are relative to it, and a
+  restore reads the shared files of the RocksDB payloads inside the state files from
+  the folder it restores (the payloads' own ``storage_url`` names where they were
+  written, and a restore ignores it: :mod:`lockgate.recovery.restore`);
 * ``dest`` must not exist or be empty; ``_metadata`` comes last, so an interrupted
   export leaves a folder that no restore accepts; a failed export deletes what it
   wrote (or says which folder to delete);
 * the folder restores like the checkpoint itself (``restore_from=dest``,
   ``lockgate run --restore dest``), at any parallelism, and can itself be exported
   again;
-* the source is only read.
+* the source is only read, and nothing in it is deserialized: state files are copied
+  byte for byte, checked against their handles (size, CRC32 and, with a key, MAC), and
+  only ``_metadata`` (JSON) is parsed. Exporting a checkpoint someone else wrote runs
+  none of their code (the pickles run when the export is *restored*, which needs the
+  signing key or trusted storage: docs/security.md).
 
 Signing: with a signing key (the ``signing_key`` argument, else the environment variable
 ``LOCKGATE_CHECKPOINT_SIGNING_KEY``, UTF-8), every file read is checked against its MAC
-first (unsigned or wrongly signed files fail the export), files copied as they are keep
-their MACs, and the files the export writes anew (rewritten RocksDB state files,
-``_metadata``) are signed with the key: restore the export with the same key. Without a
-key, nothing is checked or signed (MACs already in copied files stay).
+first (unsigned or wrongly signed files fail the export), the files are copied as they
+are with their MACs, and ``_metadata``, the one file the export writes anew, is signed
+with the key: restore the export with the same key. Without a key, nothing is checked
+or signed (MACs already in copied files stay).
 
-Because the RocksDB payloads name the folder, move an export by exporting it again
-(``lockgate checkpoint export OLD NEW``) rather than moving its files. Savepoints need
-none of this: they hold canonical state and no shared files (M-S1).
+An export can be moved as a whole folder, or exported again (``lockgate checkpoint
+export OLD NEW``). Savepoints need none of this: they hold canonical state and no
+shared files (M-S1).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import posixpath
 import re
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
 from ..errors import ConfigurationError, LockgateError
-from ..state.canonical import NATIVE_FORMAT
 from .coordinator.completed_store import CompletedCheckpoint, handle_json
 from .fs_storage import (
     KIND_JSON,
@@ -297,11 +297,7 @@ class _Copier:
         done = self._states.get(handle.path)
         if done is not None:
             return done
-        data, payload, crc = self._read_state(handle)
-        if handle.shared:  # a RocksDB payload: it must name the export, not the source
-            payload = self._retarget(handle, payload)
-            data = encode_file(payload, KIND_PICKLE, storage_options_of(self.out))
-            crc = zlib.crc32(payload)
+        data, crc = self._read_state(handle)  # checked, never unpickled
         name = self._target(handle.path.rsplit("/", 1)[-1], handle.path)
         self.write(name, data)
         exported = handle_json(StateHandle(name, len(data), crc))
@@ -362,56 +358,16 @@ class _Copier:
             )
         return rel
 
-    def _read_state(self, handle: StateHandle) -> tuple[bytes, bytes, int]:
+    def _read_state(self, handle: StateHandle) -> tuple[bytes, int]:
         where = f"{self.where}: state file {handle.path}"
         try:
             data = self.src.read_file(handle.path)
         except FileNotFoundError as e:
             raise CorruptCheckpointError(f"{where} is missing") from e
-        payload, crc = decode_file(data, KIND_PICKLE, where, storage_options_of(self.src))
+        _, crc = decode_file(data, KIND_PICKLE, where, storage_options_of(self.src))
         if crc != handle.checksum or len(data) != handle.size:
             raise CorruptCheckpointError(
                 f"{where} does not match its handle: {len(data)} bytes with CRC32 {crc:#010x}, "
                 f"the handle says {handle.size} bytes with CRC32 {handle.checksum:#010x}"
             )
-        return data, payload, crc
-
-    def _retarget(self, handle: StateHandle, payload: bytes) -> bytes:
-        """``payload`` with every RocksDB payload in it naming the export as the storage
-        of its shared files."""
-        try:
-            state = pickle.loads(payload)
-        except Exception as e:
-            raise ExportError(
-                f"{self.where}: state file {handle.path} cannot be read here ({type(e).__name__}: "
-                f"{e}); it references shared files, so the export must rewrite it. Run the "
-                "export where the job's own modules are importable (e.g. with PYTHONPATH set "
-                "to the job's folder)"
-            ) from e
-        found = _visit_native_payloads(state, lambda p: p.__setitem__("storage_url", self.out.url))
-        if not found:
-            raise ExportError(
-                f"{self.where}: state file {handle.path} references shared files but holds no "
-                "RocksDB checkpoint payload naming their storage; this lockgate cannot make "
-                "it self-contained"
-            )
-        result: bytes = cloudpickle.dumps(state, protocol=5)
-        return result
-
-
-def _visit_native_payloads(
-    value: Any, visit: Callable[[dict[str, Any]], None], depth: int = 0
-) -> int:
-    """Call ``visit`` on every RocksDB native payload (a dict with ``format`` ==
-    ``"lockgate-rocksdb"``) inside plain dicts, lists and tuples of ``value``; return how
-    many there were."""
-    if depth > 32:
-        return 0
-    if isinstance(value, dict):
-        if value.get("format") == NATIVE_FORMAT and "storage_url" in value:
-            visit(value)
-            return 1
-        return sum(_visit_native_payloads(v, visit, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_visit_native_payloads(v, visit, depth + 1) for v in value)
-    return 0
+        return data, crc

@@ -59,6 +59,7 @@ from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open
 from ..checkpoint.storage_options import StorageOptions
 from ..checkpoint.types import StateHandle
 from ..errors import LockgateError
+from ..state.canonical import NATIVE_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,12 @@ class OperatorRestore:
         if cached is not _UNREAD:
             return cached
         storage = _storage(self.spec.storage_url, self.spec.storage_options)
-        state = _unwrap(storage.read_state(self.handles[subtask]))
+        handle = self.handles[subtask]
+        state = _unwrap(storage.read_state(handle))
+        if handle.shared:
+            # the shared files are in the storage the checkpoint is restored from (an
+            # export's folder, a storage that was moved), whatever the payload names
+            _native_payloads_in(state, storage.url)
         self._cache[subtask] = state
         return state
 
@@ -187,6 +193,25 @@ class OperatorRestore:
 def _unwrap(payload: Any) -> Any:
     """The operator state in a state file's payload."""
     return payload["state"] if isinstance(payload, dict) and "state" in payload else payload
+
+
+def _native_payloads_in(value: Any, storage_url: str, depth: int = 0) -> int:
+    """Make every RocksDB native payload (a dict with ``format`` == ``NATIVE_FORMAT``,
+    :mod:`lockgate.state.rocksdb_files`) in the plain dicts, lists and tuples of
+    ``value`` name ``storage_url`` as the storage of its shared files; return how many
+    there were. Handles are relative to the storage a checkpoint is read from, and the
+    shared files are there: in the job's storage for its own checkpoints, in the folder
+    of an export (``lockgate checkpoint export``, which copies state files unread)."""
+    if depth > 32:
+        return 0
+    if isinstance(value, dict):
+        if value.get("format") == NATIVE_FORMAT and "storage_url" in value:
+            value["storage_url"] = storage_url
+            return 1
+        return sum(_native_payloads_in(v, storage_url, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_native_payloads_in(v, storage_url, depth + 1) for v in value)
+    return 0
 
 
 def operator_states(

@@ -5,9 +5,11 @@ same with a real RocksDB job: ``tests/integration/test_checkpoint_export.py``.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shutil
+import zlib
 from typing import Any
 
 import pytest
@@ -15,10 +17,16 @@ import pytest
 from lockgate import cli
 from lockgate.checkpoint.coordinator import CompletedCheckpoint
 from lockgate.checkpoint.export import ExportError, export_checkpoint
-from lockgate.checkpoint.fs_storage import HEADER_SIZE, FileSystemCheckpointStorage
+from lockgate.checkpoint.fs_storage import (
+    HEADER_SIZE,
+    KIND_PICKLE,
+    FileSystemCheckpointStorage,
+    encode_file,
+)
 from lockgate.checkpoint.savepoints import read_savepoint
 from lockgate.checkpoint.shared_registry import SharedStateUploader, read_shared_file
 from lockgate.checkpoint.storage import METADATA, CorruptCheckpointError
+from lockgate.checkpoint.types import StateHandle
 from lockgate.errors import ConfigurationError
 from lockgate.recovery.restore import resolve_restore_path
 from lockgate.state.canonical import NATIVE_FORMAT
@@ -103,7 +111,11 @@ def test_m_s3_m_r4_an_export_holds_every_file_and_restores_after_the_source_is_d
     assert exported.read_state(checkpoint.operator_states["numbers"][0])["state"] == {"next": 42}
     sums = checkpoint.operator_states["sums"][0]
     native = exported.read_state(sums)["state"]["keyed"]
-    assert native["storage_url"] == dest, "the RocksDB payload names the export"
+    assert native["storage_url"] == str(tmp_path / "ckpt"), "state files are copied unread"
+    restored = spec.operator("sums", 0, 1)
+    assert restored is not None
+    native = restored.own()["keyed"]
+    assert native["storage_url"] == dest, "a restore reads the shared files from the export"
     assert {name: read_shared_file(exported, h) for name, h in native["sst"].items()} == SST
     assert [h.path for h in sums.shared] == sorted(h.path for h in native["sst"].values())
     with open(os.path.join(dest, METADATA), "rb") as f:
@@ -117,9 +129,9 @@ def test_the_newest_checkpoint_of_a_storage_and_an_export_of_an_export(tmp_path:
     again = export_checkpoint(str(tmp_path / "a"), str(tmp_path / "b"))  # how to move one
     shutil.rmtree(tmp_path / "a")
     assert resolve_restore_path(again.location).checkpoint_id == 6
-    native = FileSystemCheckpointStorage(again.location)
-    sums = read_savepoint(native).operator_states["sums"][0]
-    assert native.read_state(sums)["state"]["keyed"]["storage_url"] == again.location
+    restored = resolve_restore_path(again.location).operator("sums", 0, 1)
+    assert restored is not None
+    assert restored.own()["keyed"]["storage_url"] == again.location
 
 
 def test_the_cli_exports_and_prints_where_and_what(tmp_path: Any, capsys: Any) -> None:
@@ -187,14 +199,70 @@ def test_a_damaged_file_fails_the_export_naming_it_and_leaves_no_metadata(
         export_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "export-2"))
 
 
-def test_a_payload_the_export_cannot_read_says_how_to_fix_it(
-    tmp_path: Any, monkeypatch: Any
+class Tripwire:
+    """Unpickling it creates the file ``marker``: proof that the export ran the pickle."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+def plant_tripwire(storage: FileSystemCheckpointStorage, checkpoint_id: int, marker: str) -> None:
+    """Replace the state file that references shared files (the one an export used to
+    rewrite) with an unsigned pickle that creates ``marker`` when unpickled, and rewrite
+    ``_metadata`` so that its size and CRC32 match (what anyone who can write the storage
+    can do)."""
+    checkpoint = CompletedCheckpoint.from_metadata(storage.read_metadata(checkpoint_id))
+    sums = checkpoint.operator_states["sums"][0]
+    assert sums.shared, "the tripwire sits in the state file that references shared files"
+    payload = pickle.dumps(Tripwire(marker))
+    data = encode_file(payload, KIND_PICKLE)
+    with open(os.path.join(storage.url, sums.path), "wb") as f:
+        f.write(data)
+    operators = dict(checkpoint.operator_states)
+    operators["sums"] = {0: StateHandle(sums.path, len(data), zlib.crc32(payload), sums.shared)}
+    forged = dataclasses.replace(checkpoint, operator_states=operators)
+    storage.write_metadata(checkpoint_id, forged.to_metadata())
+
+
+def test_exporting_an_unsigned_checkpoint_never_unpickles_its_state(
+    tmp_path: Any, capsys: Any
 ) -> None:
+    """Issue 37 item 8: the export only reads its source. A state file someone else wrote
+    is copied byte for byte and checked (size, CRC32, MAC with a key), never unpickled:
+    the tripwire must not go off, through the API or the command line."""
+    storage = make_incremental_checkpoint(str(tmp_path / "ckpt"))
+    marker = str(tmp_path / "tripwire-went-off")
+    plant_tripwire(storage, 4, marker)
+    hostile = CompletedCheckpoint.from_metadata(storage.read_metadata(4)).operator_states["sums"][0]
+    with open(os.path.join(storage.url, hostile.path), "rb") as f:
+        hostile_bytes = f.read()
+
+    done = export_checkpoint(str(tmp_path / "ckpt" / "chk-4"), str(tmp_path / "export"))
+    assert not os.path.exists(marker), "the export unpickled a state file of its source"
+    assert (done.state_files, done.shared_files) == (3, 2), "every file is still exported"
+    exported = read_savepoint(FileSystemCheckpointStorage(done.location))
+    copied = exported.operator_states["sums"][0]
+    with open(os.path.join(done.location, copied.path), "rb") as f:
+        assert f.read() == hostile_bytes, "the state file is copied as it is"
+
+    rc = cli.main(["checkpoint", "export", str(tmp_path / "ckpt"), str(tmp_path / "export-2")])
+    assert rc == 0, capsys.readouterr().err
+    assert not os.path.exists(marker), "lockgate checkpoint export unpickled a state file"
+
+
+def test_an_export_never_calls_the_unpickler(tmp_path: Any, monkeypatch: Any) -> None:
+    """Nothing of the export deserializes state, so a state file whose classes are not
+    importable here (the job's own modules) exports all the same."""
     make_incremental_checkpoint(str(tmp_path / "ckpt"))
 
-    def unreadable(data: bytes) -> Any:
-        raise ModuleNotFoundError("No module named 'my_job_helpers'")
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the export unpickled a state file")
 
-    monkeypatch.setattr(pickle, "loads", unreadable)
-    with pytest.raises(ExportError, match="PYTHONPATH"):
-        export_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "export"))
+    monkeypatch.setattr(pickle, "loads", refused)
+    monkeypatch.setattr(pickle, "load", refused)
+    monkeypatch.setattr(pickle, "Unpickler", refused)
+    done = export_checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "export"))
+    assert (done.state_files, done.shared_files) == (3, 2)
