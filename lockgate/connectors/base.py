@@ -133,6 +133,18 @@ class Source(ABC):
     @abstractmethod
     def create_reader(self, ctx: RuntimeContext) -> SourceReader: ...
 
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
+        """The splits subtask ``ctx.subtask_index`` reads after a restore, from the
+        ``splits`` its reader takes over (the assigned old subtasks' or, with
+        ``restores_every_split``, every old subtask's), reconciled with this source's
+        configuration, which may differ from the run that wrote the checkpoint (M-R3).
+        Called on the subtask before ``add_splits``, once per restore; returns new
+        objects (never changes ``splits``). The positions come from the checkpoint; what
+        the configuration decides is the source's: above all, a source built bounded
+        ends after a restore too, also from the state of an unbounded run (its splits
+        get the ends a fresh start would give them). Default: ``splits`` as they are."""
+        return splits
+
     def max_parallelism(self) -> int | None:
         """The largest parallelism this source can use (None: any)."""
         return None

@@ -132,7 +132,13 @@ class FileSource(Source):
     naming the file.
 
     Without ``monitor_interval`` the source is bounded: it reads the files there
-    when the job starts (one split each, spread over the subtasks) and ends.
+    when the job starts (one split each, spread over the subtasks) and ends. Restored
+    from a bounded run's checkpoint or savepoint, it reads that run's unfinished files
+    from their positions, and no others. Restored from a watching run's (to catch up
+    with the files that came since, then end), it reads the unfinished files from their
+    positions and then the files there at the restore that the watching run never read
+    (as at a fresh start), and ends; the files it finished are not read again. Either
+    way each file goes to the subtask :func:`file_owner` names (:meth:`restore_splits`).
 
     ``monitor_interval`` (seconds, or a ``datetime.timedelta``) watches the folder
     ``path`` instead (on an object store: the prefix, which may still be empty; its
@@ -235,6 +241,42 @@ class FileSource(Source):
             return _MonitoringFileReader(self, ctx)
         return _FileReader(self)
 
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
+        """Bounded: this subtask's share (:func:`file_owner` of the file name) of the
+        restored state of every old subtask (M-R3). A bounded run's state (unfinished
+        files only) is kept as it is: its end was the files of its start. A watching
+        run's (with its :class:`DoneFiles`) ends now: its unfinished files at their
+        positions, then the files listed now that it had neither finished nor started,
+        in name order. Watching: the state unchanged (the reader keeps its share)."""
+        if self.monitoring:
+            return splits
+        done: set[str] = set()
+        watching = False
+        restored: dict[str, FileSplit] = {}
+        for item in splits:
+            if isinstance(item, DoneFiles):
+                watching = True
+                done.update(item.names)
+            elif isinstance(item, FileSplit):
+                restored.setdefault(os.path.basename(item.path), item)
+            else:
+                raise ConfigurationError(
+                    f"FileSource reading {self.path!r} cannot restore {item!r}: the "
+                    "checkpoint holds another source's state under this source's uid"
+                )
+
+        def owned(name: str) -> bool:
+            return file_owner(name, ctx.parallelism) == ctx.subtask_index
+
+        out = [FileSplit(s.split_id, s.path, s.position) for n, s in restored.items() if owned(n)]
+        if watching:
+            for path in self.files():
+                name = os.path.basename(path)
+                if name not in done and name not in restored and owned(name):
+                    out.append(FileSplit(_MonitoringFileReader.split_id(name), path))
+            out.sort(key=lambda s: os.path.basename(s.path))
+        return out
+
 
 def _check_columns(columns: Sequence[str] | None, format: str) -> list[str] | None:
     if columns is None:
@@ -259,7 +301,11 @@ def _check_columns(columns: Sequence[str] | None, format: str) -> list[str] | No
 
 
 class _FileReader(SourceReader):
-    """Reads its splits one after another; ends when they are exhausted."""
+    """Reads its splits one after another; ends when they are exhausted. Restores take
+    the state of every old subtask; the source keeps this subtask's share
+    (``FileSource.restore_splits``)."""
+
+    restores_every_split = True
 
     def __init__(self, source: FileSource) -> None:
         self.source = source

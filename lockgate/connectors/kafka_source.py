@@ -169,7 +169,13 @@ class KafkaSource(Source):
 
     ``bounded=True``: each partition is read up to its end offset when the job starts
     (resolved with the start offsets), then its split ends; records written later are
-    not read, and the job finishes when every partition has ended.
+    not read, and the job finishes when every partition has ended. Restored from the
+    checkpoint or savepoint of an unbounded run (to catch up with what came since), the
+    partitions resume at their restored offsets and end at their end offsets when the
+    restored run starts, as at a fresh start; restored from a bounded run's, they keep
+    that run's ends. An unbounded source restored from a bounded run's state keeps the
+    restored ends too (the end is part of a split's state, as Flink's KafkaSource keeps
+    a split's stopping offset), with a warning (:meth:`restore_splits`).
 
     ``format``: ``"json"`` gives the decoded JSON value (a dict for objects),
     ``"text"`` a str, ``"bytes"`` the value's bytes; a record without a value
@@ -309,6 +315,9 @@ class KafkaSource(Source):
         self.fetch = fetch
         #: the splits of the job's start, resolved once per run (``prepare_run``)
         self._resolved: list[KafkaSplit] | None = None
+        #: bounded: every partition's first offset when ``_resolved`` was resolved
+        #: (restored splits never positioned start there: ``restore_splits``)
+        self._first_offsets: dict[tuple[str, int], int] = {}
 
     @property
     def topic_description(self) -> str:
@@ -330,6 +339,69 @@ class KafkaSource(Source):
         """Resolve every partition's start (and, bounded, end) offset, once per run."""
         self._resolved = self._resolve()
         return True
+
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[KafkaSplit]:
+        """Restored splits reconciled with ``bounded`` (M-R3). Bounded: a split without
+        an end (the state of an unbounded run) gets its partition's end offset of this
+        run, resolved once per run with the start offsets (``prepare_run``), as at a fresh
+        start, so the job reads what came meanwhile and ends; one never positioned
+        (:data:`EARLIEST`) starts at its partition's first offset then. A split with an
+        end (a bounded run's checkpoint) keeps it: a bounded run's end never moves.
+        Unbounded: a restored end is kept as well (it is the split's state, as the
+        stopping offset is in Flink's KafkaSource): such a partition is read up to it
+        and no further, with a warning; start a new job (e.g. ``start=`` the offsets
+        where it stopped) to read past it."""
+        out = [replace(s) for s in splits]
+        if not self.bounded:
+            kept = [
+                f"{s.split_id} (end offset {s.end})"
+                for s in out
+                if s.end is not None
+                and owner_of(s.topic, s.partition, ctx.parallelism) == ctx.subtask_index
+            ]
+            if kept:
+                log.warning(
+                    "KafkaSource subtask %d: restored %s from a bounded job's state; this "
+                    "unbounded source reads them up to those ends and no further (the end is "
+                    "part of a split's state); start a new job at their offsets to read on",
+                    ctx.subtask_index,
+                    ", ".join(kept),
+                )
+            return out
+        open_ended = [s for s in out if s.end is None]
+        if not open_ended:
+            return out
+        bounds = self._bounds(open_ended)
+        for s in open_ended:
+            first, end = bounds[(s.topic, s.partition)]
+            if s.offset == EARLIEST:
+                s.offset = first
+            s.end = end
+        return out
+
+    def _bounds(self, splits: list[KafkaSplit]) -> dict[tuple[str, int], tuple[int, int]]:
+        """``(topic, partition)`` -> (first offset, end offset) of this run for the
+        partitions of ``splits`` (bounded only): resolved once per run
+        (``prepare_run``); a partition the run's start did not list (e.g. its topic
+        no longer matches) is asked now."""
+        if self._resolved is None:
+            self._resolved = self._resolve()
+        known: dict[tuple[str, int], tuple[int, int]] = {}
+        for r in self._resolved:
+            first_offset = self._first_offsets.get((r.topic, r.partition))
+            if r.end is not None and first_offset is not None:
+                known[(r.topic, r.partition)] = (first_offset, r.end)
+        missing = sorted({(s.topic, s.partition) for s in splits} - set(known))
+        if missing:
+            consumer = self._consumer(self.group_id)
+            try:
+                first: dict[tuple[str, int], int] = {}
+                for r in _resolve_offsets(consumer, self, missing, first):
+                    assert r.end is not None
+                    known[(r.topic, r.partition)] = (first[(r.topic, r.partition)], r.end)
+            finally:
+                consumer.close()
+        return known
 
     def create_splits(self, parallelism: int) -> list[KafkaSplit]:
         """The partitions of the job's start with their start (and end) offsets, laid
@@ -353,7 +425,7 @@ class KafkaSource(Source):
         consumer = self._consumer(self.group_id)
         try:
             parts = _partitions(consumer, self)
-            return _resolve_offsets(consumer, self, parts)
+            return _resolve_offsets(consumer, self, parts, self._first_offsets)
         finally:
             consumer.close()
 
@@ -419,12 +491,17 @@ def _partitions(consumer: Any, source: KafkaSource) -> list[tuple[str, int]]:
 
 
 def _resolve_offsets(
-    consumer: Any, source: KafkaSource, parts: list[tuple[str, int]]
+    consumer: Any,
+    source: KafkaSource,
+    parts: list[tuple[str, int]],
+    lows: dict[tuple[str, int], int] | None = None,
 ) -> list[KafkaSplit]:
-    """The splits of ``parts`` with their start offsets (and end offsets when bounded)."""
+    """The splits of ``parts`` with their start offsets (and end offsets when bounded);
+    ``lows`` (when given) receives the partitions' first offsets as they are read."""
     ck = confluent_kafka()
     tp = ck.TopicPartition
-    lows: dict[tuple[str, int], int] = {}
+    if lows is None:
+        lows = {}
     ends: dict[tuple[str, int], int] = {}
     start = source.start
     try:

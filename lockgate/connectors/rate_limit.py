@@ -47,6 +47,9 @@ class RateLimitedSource(Source):
             self.source.create_reader(ctx), ctx, self.rows_per_second / ctx.parallelism
         )
 
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
+        return self.source.restore_splits(splits, ctx)
+
     def max_parallelism(self) -> int | None:
         return self.source.max_parallelism()
 

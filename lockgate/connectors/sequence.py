@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -14,11 +16,24 @@ from .base import InputStatus, ReaderOutput, Source, SourceReader
 
 @dataclass
 class SequenceSplit:
-    """A contiguous range; ``next`` is the read position (the next value to emit)."""
+    """A contiguous range; ``next`` is the read position (the next value to emit).
+    ``split_id`` is ``seq-<index>``; ``count`` is the number of splits the source's range
+    is cut into (indices ``0 .. count-1``; None in checkpoints written before finished
+    splits were kept in them)."""
 
     split_id: str
     next: int
     end: int
+    count: int | None = None
+
+    @property
+    def index(self) -> int | None:
+        """The index in ``seq-<index>`` (None for another id)."""
+        found = _SPLIT_ID.fullmatch(self.split_id)
+        return int(found.group(1)) if found else None
+
+
+_SPLIT_ID = re.compile(r"seq-([0-9]+)")
 
 
 class SequenceSource(Source):
@@ -30,6 +45,13 @@ class SequenceSource(Source):
     the last value; with ``bounded=False`` the source stays running after its last
     value, emitting nothing, until the job is cancelled or stopped (e.g. with
     ``stop_with_savepoint``), so checkpoints and savepoints go on.
+
+    Restored from a checkpoint or savepoint (of a bounded or an unbounded run), the
+    splits resume at their positions, each read by one subtask (the split of index
+    ``i`` by subtask ``i % parallelism``); checkpoints keep the finished splits too, so
+    a restored source whose ``end`` is past the checkpointed range's end reads the
+    values from there to ``end`` as one more split, and a bounded one then ends
+    (:meth:`restore_splits`). A smaller ``end`` does not shorten the restored splits.
     """
 
     default_name = "sequence"
@@ -69,8 +91,44 @@ class SequenceSource(Source):
         for i in range(parallelism):
             lo = self.start + total * i // parallelism
             hi = self.start + total * (i + 1) // parallelism
-            splits.append(SequenceSplit(f"seq-{i}", lo, hi))
+            splits.append(SequenceSplit(f"seq-{i}", lo, hi, parallelism))
         return splits
+
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[SequenceSplit]:
+        """This subtask's share of the restored splits of every old subtask (index
+        modulo the parallelism), finished ones included (kept in its checkpoints), plus,
+        when ``end`` is past the restored range's end, the values from there to ``end``
+        as a new split (index ``count``) (M-R3). Raises ConfigurationError for state that
+        is not a SequenceSource's, or when ``end`` grew but the checkpoint does not say
+        where its range ended (one written before finished splits were kept)."""
+        restored: dict[int, SequenceSplit] = {}
+        for split in splits:
+            index = split.index if isinstance(split, SequenceSplit) else None
+            if index is None:
+                raise ConfigurationError(
+                    f"SequenceSource cannot restore {split!r}: the checkpoint holds another "
+                    "source's state under this source's uid"
+                )
+            restored.setdefault(index, split)
+        out = list(restored.values())
+        old_end = max((s.end for s in out), default=self.start)
+        counts = {s.count for s in out}
+        whole = counts == {len(out)} and sorted(restored) == list(range(len(out)))
+        if self.end > old_end and out:
+            if not whole:
+                raise ConfigurationError(
+                    f"SequenceSource(start={self.start}, end={self.end}) cannot tell where "
+                    "the restored range ended: the checkpoint does not hold every split of "
+                    "it (it was written before finished splits were kept); restore with "
+                    f"the old end (at least {old_end}), or start without the checkpoint"
+                )
+            out.append(SequenceSplit(f"seq-{len(out)}", old_end, self.end))
+        total = len(out) if whole else None
+        return [
+            replace(s, count=total if total is not None else s.count)
+            for s in out
+            if s.index is not None and s.index % ctx.parallelism == ctx.subtask_index
+        ]
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
         rate = None if self.rows_per_second is None else self.rows_per_second / ctx.parallelism
@@ -78,6 +136,8 @@ class SequenceSource(Source):
 
 
 class _SequenceReader(SourceReader):
+    #: the source shares the restored splits out itself (``restore_splits``)
+    restores_every_split = True
     #: how long an unbounded reader without data waits before it is polled again
     IDLE_WAIT_MS = 50.0
 
@@ -89,12 +149,16 @@ class _SequenceReader(SourceReader):
         self.batch_size = batch_size
         self.rate = rate
         self.splits: list[SequenceSplit] = []
+        #: the splits read to their end (kept in checkpoints: a restore with a larger
+        #: range learns where the old one ended from them)
+        self.finished: list[SequenceSplit] = []
         self.emitted = 0
         self.started_ms: float | None = None
         self._wait_ms: float | None = None
 
     def add_splits(self, splits: list[SequenceSplit]) -> None:
         self.splits.extend(s for s in splits if s.next < s.end)
+        self.finished.extend(s for s in splits if s.next >= s.end)
 
     def poll(self, output: ReaderOutput) -> InputStatus:
         if not self.splits:
@@ -116,7 +180,7 @@ class _SequenceReader(SourceReader):
         split.next += n
         self.emitted += n
         if split.next >= split.end:
-            self.splits.pop(0)
+            self.finished.append(self.splits.pop(0))
             output.split_finished(split.split_id)
         return InputStatus.MORE_AVAILABLE if self.splits else self._exhausted()
 
@@ -130,4 +194,5 @@ class _SequenceReader(SourceReader):
         return self._wait_ms
 
     def snapshot_positions(self) -> list[SequenceSplit]:
-        return [SequenceSplit(s.split_id, s.next, s.end) for s in self.splits]
+        """Copies of the unfinished splits at their positions, then the finished ones."""
+        return [replace(s) for s in (*self.splits, *self.finished)]

@@ -185,7 +185,9 @@ def test_without_monitor_interval_the_source_stays_bounded_and_unchanged(tmp_pat
     assert source.bounded is True and source.monitor_interval is None
     assert [s.split_id for s in source.create_splits(1)] == ["file-0", "file-1"]
     reader = new_reader(source, lg.ManualClock(), 0, 1)
-    assert reader.restores_every_split is False
+    # a restore hands it every old subtask's state; the source keeps its share
+    # (FileSource.restore_splits: a watching run's state needs all of its DoneFiles)
+    assert reader.restores_every_split is True
     out = Collect()
     statuses = [reader.poll(out) for _ in range(3)]
     assert statuses[-1] is InputStatus.END_OF_INPUT

@@ -94,9 +94,10 @@ class SourceOperator(StreamOperator):
             if restored is not None:
                 # only readers that pick their own share read every old subtask's state
                 states = restored.all() if self.reader.restores_every_split else restored.assigned()
-                self.reader.add_splits(
-                    [split for state in states if state for split in state["splits"]]
-                )
+                splits = [split for state in states if state for split in state["splits"]]
+                # the source's configuration may differ from the checkpoint's run (e.g.
+                # bounded now): the source reconciles the splits with it
+                self.reader.add_splits(self.source.restore_splits(splits, self.ctx))
             else:
                 splits = self.source.create_splits(self.ctx.parallelism)
                 self.reader.add_splits(
