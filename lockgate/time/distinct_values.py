@@ -1,0 +1,447 @@
+"""Distinct values per accumulator row, exact or sketched, a batch at a time.
+
+The two distinct-count aggregates (``lg.agg.count_distinct`` and
+``lg.agg.approx_count_distinct``, see :mod:`.window_aggregates`) keep, per (key,
+window) row, an immutable value: a row's distinct values as one Arrow array (exact),
+or an Apache DataSketches HyperLogLog sketch (approximate); ``None`` for a row
+without values. Rows are never changed in place: merging builds new arrays or
+sketches, so copies of a row array share them safely (copy-on-write snapshots).
+
+Grouping is vectorized: a column is dictionary-encoded once (Arrow's hash table),
+and (row, value code) pairs are deduplicated with one numpy ``unique``; only the
+distinct pairs of a batch are then touched one by one, and only by the sketch (the
+DataSketches Python API updates a sketch one value at a time).
+
+Equality is the column's, after normalisation: integers of any width are int64
+(uint64 stays uint64), floats float64 with ``-0.0`` taken as ``0.0`` and every NaN
+one value; a column whose numeric type widens between batches (int32 then
+float64) compares in the common type, so ``1`` and ``1.0`` are one value.
+Sketches hash integral floats as integers for the same reason.
+
+Checkpoints hold no Python objects of either: exact rows are written as one Arrow
+IPC stream of all rows' values plus their lengths, sketches with DataSketches'
+own compact serialization (:func:`dump_exact`, :func:`dump_sketches`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ConfigurationError
+
+#: the allowed range of ``relative_error`` (lg_k 21 and 5 of the HLL sketch)
+RELATIVE_ERROR_MIN = 0.001
+RELATIVE_ERROR_MAX = 0.25
+#: the relative standard error of a merged HLL sketch of k = 2**lg_k registers is
+#: about HLL_RSE_FACTOR / sqrt(k) (DataSketches' HLL accuracy documentation)
+HLL_RSE_FACTOR = 1.04
+LG_K_MIN, LG_K_MAX = 4, 21
+SKETCHES_EXTRA = "sketches"
+
+Rows = np.ndarray  # object array, one entry per row: pa.Array, sketch or None
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def lg_k_for(relative_error: float) -> int:
+    """The HLL ``lg_k`` for a relative standard error: the smallest ``lg_k`` with
+    ``1.04 / sqrt(2**lg_k) <= relative_error``. 0.02 -> 12, 0.05 -> 9, 0.01 -> 14,
+    0.001 -> 21."""
+    need = math.ceil(2 * math.log2(HLL_RSE_FACTOR / relative_error) - 1e-12)
+    return max(LG_K_MIN, min(LG_K_MAX, need))
+
+
+def check_relative_error(relative_error: Any, what: str) -> float:
+    """``relative_error`` as a float, or a ConfigurationError naming the allowed range."""
+    ok = isinstance(relative_error, (int, float)) and not isinstance(relative_error, bool)
+    if not ok or not (RELATIVE_ERROR_MIN <= float(relative_error) <= RELATIVE_ERROR_MAX):
+        raise ConfigurationError(
+            f"{what}: relative_error must be a number from {RELATIVE_ERROR_MIN} to "
+            f"{RELATIVE_ERROR_MAX} (the estimate's relative standard error; 0.02 is the "
+            f"default), got {relative_error!r}; for exact counts use lg.agg.count_distinct"
+        )
+    return float(relative_error)
+
+
+def datasketches() -> Any:
+    """The ``datasketches`` module, or a ConfigurationError saying which extra installs it."""
+    try:
+        import datasketches as module
+    except ImportError as e:
+        raise ConfigurationError(
+            "lg.agg.approx_count_distinct needs the datasketches package (Apache "
+            f"DataSketches): pip install 'lockgate[{SKETCHES_EXTRA}]' (or pip install "
+            f"datasketches) in the driver's and the workers' environment ({e})"
+        ) from e
+    return module
+
+
+def check_value_type(what: str, t: pa.DataType) -> None:
+    """Distinct counts take numeric, bool, temporal, string and binary columns."""
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_null(t)
+    ):
+        return
+    raise ConfigurationError(
+        f"{what} counts values of numeric, bool, temporal, decimal, string or binary "
+        f"columns, but the column is {t}; count a derived scalar column (e.g. a string "
+        "made with map_batches), or use a user AggregateFunction"
+    )
+
+
+# --- normalising and grouping values --------------------------------------------------------
+
+
+def _normalize(values: pa.Array) -> pa.Array:
+    """One canonical type per kind of value (see the module docstring)."""
+    t = values.type
+    if pa.types.is_floating(t):
+        return pc.add(values.cast(pa.float64()), pa.scalar(0.0))  # -0.0 + 0.0 is 0.0
+    if pa.types.is_integer(t) and t != pa.uint64() and t != pa.int64():
+        return values.cast(pa.int64())
+    return values
+
+
+def _common_type(types: set[pa.DataType]) -> pa.DataType:
+    if len(types) == 1:
+        return next(iter(types))
+    if all(
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) for t in types
+    ):
+        dtypes = [t.to_pandas_dtype() for t in types]
+        return pa.from_numpy_dtype(np.result_type(*dtypes))
+    if all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
+        return pa.large_string()
+    if all(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in types):
+        return pa.large_binary()
+    raise ConfigurationError(
+        f"distinct values of one column came with incompatible types {sorted(map(str, types))}; "
+        "cast the column to one type upstream"
+    )
+
+
+def _unify(arrays: list[pa.Array]) -> list[pa.Array]:
+    target = _common_type({a.type for a in arrays})
+    return [a if a.type == target else _normalize(a.cast(target)) for a in arrays]
+
+
+def _factorize(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Int64 codes of ``values`` (-1 for nulls) and their dictionary (no duplicates)."""
+    if pa.types.is_null(values.type):
+        return np.full(len(values), -1, np.int64), pa.array([], pa.int64())
+    encoded = _normalize(values).dictionary_encode()
+    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64, copy=False), encoded.dictionary
+
+
+def _distinct_pairs(
+    groups: np.ndarray, codes: np.ndarray, ncodes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, code) pairs, sorted by group then code."""
+    if not len(codes):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    span = max(ncodes, 1)
+    if int(groups.max()) < (np.iinfo(np.int64).max // span) - 1:
+        joined = np.unique(groups * span + codes)
+        return joined // span, joined % span
+    order = np.lexsort((codes, groups))
+    g, c = groups[order], codes[order]
+    keep = np.ones(len(g), bool)
+    keep[1:] = (g[1:] != g[:-1]) | (c[1:] != c[:-1])
+    return g[keep], c[keep]
+
+
+def _bounds(pair_groups: np.ndarray, size: int) -> np.ndarray:
+    return np.searchsorted(pair_groups, np.arange(size + 1, dtype=np.int64))
+
+
+def _exact_rows(pair_groups: np.ndarray, values: pa.Array, size: int) -> Rows:
+    """Row ``g``: the slice of ``values`` (sorted by group) of group ``g``, or None."""
+    out = np.full(size, None, dtype=object)
+    bounds = _bounds(pair_groups, size)
+    for g, lo, hi in _runs(bounds):
+        out[g] = values.slice(lo, hi - lo)
+    return out
+
+
+def _runs(bounds: np.ndarray) -> list[tuple[int, int, int]]:
+    """(group, lo, hi) of each group with pairs, from :func:`_bounds`."""
+    groups = np.flatnonzero(bounds[1:] > bounds[:-1])
+    return list(zip(groups.tolist(), bounds[groups].tolist(), bounds[groups + 1].tolist()))
+
+
+def _present(rows: Rows) -> np.ndarray:
+    return np.fromiter((r is not None for r in rows), dtype=bool, count=len(rows))
+
+
+# --- exact --------------------------------------------------------------------------------
+
+
+def exact_empty(n: int) -> Rows:
+    return np.full(n, None, dtype=object)
+
+
+def exact_partial(column: pa.Array, picks: np.ndarray | None, group: np.ndarray, size: int) -> Rows:
+    """The distinct non-null values of ``column`` per group: record ``picks[i]``
+    (default ``i``) belongs to group ``group[i]``."""
+    codes, dictionary = _factorize(column)
+    if picks is not None:
+        codes = codes[picks]
+    keep = codes >= 0
+    if not bool(keep.all()):
+        codes, group = codes[keep], group[keep]
+    pair_groups, pair_codes = _distinct_pairs(group, codes, len(dictionary))
+    return _exact_rows(pair_groups, dictionary.take(pa.array(pair_codes)), size)
+
+
+def exact_reduce(rows: Rows, group: np.ndarray, size: int) -> Rows:
+    """Row ``g``: the union of the rows in group ``g``."""
+    present = np.flatnonzero(_present(rows))
+    if not len(present):
+        return exact_empty(size)
+    arrays = _unify([rows[i] for i in present.tolist()])
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    flat = pa.concat_arrays(arrays)
+    codes, dictionary = _factorize(flat)
+    groups = np.repeat(group[present], lengths)
+    pair_groups, pair_codes = _distinct_pairs(groups, codes, len(dictionary))
+    return _exact_rows(pair_groups, dictionary.take(pa.array(pair_codes)), size)
+
+
+def exact_merge(a: Rows, b: Rows) -> Rows:
+    """Row ``i``: the union of ``a[i]`` and ``b[i]``."""
+    return _merge_rows(a, b, lambda both_a, both_b: _exact_union(both_a, both_b))
+
+
+def _exact_union(a: Rows, b: Rows) -> Rows:
+    n = len(a)
+    ids = np.arange(n, dtype=np.int64)
+    return exact_reduce(np.concatenate([a, b]), np.concatenate([ids, ids]), n)
+
+
+def exact_counts(rows: Rows) -> np.ndarray:
+    return np.fromiter((0 if r is None else len(r) for r in rows), dtype=np.int64, count=len(rows))
+
+
+def dump_exact(rows: Rows) -> tuple[str, np.ndarray, bytes]:
+    """Rows as plain data: ``("arrow", lengths, IPC stream of every row's values)``."""
+    present = np.flatnonzero(_present(rows))
+    lengths = np.zeros(len(rows), np.int64)
+    if not len(present):
+        return ("arrow", lengths, b"")
+    arrays = _unify([rows[i] for i in present.tolist()])
+    lengths[present] = [len(a) for a in arrays]
+    batch = pa.record_batch([pa.concat_arrays(arrays)], names=["values"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return ("arrow", lengths, sink.getvalue().to_pybytes())
+
+
+def load_exact(state: Any) -> Rows:
+    """Rows from :func:`dump_exact`'s data."""
+    if not (isinstance(state, tuple) and len(state) == 3 and state[0] == "arrow"):
+        raise ConfigurationError(
+            "the checkpointed state of lg.agg.count_distinct is not in the expected form "
+            "(('arrow', lengths, bytes)); was it written by another version?"
+        )
+    _, lengths, data = state
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out = exact_empty(len(lengths))
+    if not data:
+        return out
+    table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    flat = table.column(0).combine_chunks()
+    if int(lengths.sum()) != len(flat):
+        raise ConfigurationError(
+            f"the checkpointed state of lg.agg.count_distinct holds {len(flat)} values for "
+            f"rows of {int(lengths.sum())}: the checkpoint is damaged"
+        )
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    for i in np.flatnonzero(lengths).tolist():
+        out[i] = flat.slice(offsets[i], offsets[i + 1] - offsets[i])
+    return out
+
+
+# --- approximate (HyperLogLog) ------------------------------------------------------------------
+
+
+def _hash_inputs(dictionary: pa.Array) -> list[Any]:
+    """Python values to give the sketch's ``update`` (int, float or str): integers and
+    temporal values as int64, integral floats as ints, binary as latin-1 text."""
+    t = dictionary.type
+    if pa.types.is_boolean(t):
+        return dictionary.cast(pa.int64()).to_pylist()
+    if pa.types.is_integer(t):
+        if t == pa.uint64():
+            return dictionary.view(pa.int64()).to_pylist()
+        return dictionary.cast(pa.int64()).to_pylist()
+    if pa.types.is_temporal(t):
+        storage = pa.int32() if t.bit_width == 32 else pa.int64()
+        return dictionary.view(storage).cast(pa.int64()).to_pylist()
+    if pa.types.is_floating(t):
+        v = dictionary.to_numpy(zero_copy_only=False).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            integral = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0**63)
+        ints = np.where(integral, v, 0).astype(np.int64).tolist()
+        floats = v.tolist()
+        return [i if ok else f for i, f, ok in zip(ints, floats, integral.tolist())]
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return [b.decode("latin-1") for b in dictionary.to_pylist()]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return dictionary.to_pylist()
+    return [str(v) for v in dictionary.to_pylist()]  # decimals: their exact text
+
+
+def _target() -> Any:
+    """HLL_8: a byte per register, the fastest to update and merge (the compact
+    serialization of a sketch with few values stays a short list of them)."""
+    return datasketches().tgt_hll_type.HLL_8
+
+
+def sketch_partial(
+    column: pa.Array, picks: np.ndarray | None, group: np.ndarray, size: int, lg_k: int
+) -> Rows:
+    """A new HLL sketch per group holding that group's distinct non-null values."""
+    ds = datasketches()
+    codes, dictionary = _factorize(column)
+    if picks is not None:
+        codes = codes[picks]
+    keep = codes >= 0
+    if not bool(keep.all()):
+        codes, group = codes[keep], group[keep]
+    pair_groups, pair_codes = _distinct_pairs(group, codes, len(dictionary))
+    out = np.full(size, None, dtype=object)
+    if not len(pair_groups):
+        return out
+    inputs = _hash_inputs(dictionary)
+    codes_list = pair_codes.tolist()
+    target = _target()
+    for g, lo, hi in _runs(_bounds(pair_groups, size)):
+        sketch = ds.hll_sketch(lg_k, target)
+        update = sketch.update
+        for c in codes_list[lo:hi]:
+            update(inputs[c])
+        out[g] = sketch
+    return out
+
+
+def sketch_reduce(rows: Rows, group: np.ndarray, size: int, lg_k: int) -> Rows:
+    """Row ``g``: the union of the sketches in group ``g`` (new sketches)."""
+    out = np.full(size, None, dtype=object)
+    present = np.flatnonzero(_present(rows))
+    if not len(present):
+        return out
+    members: dict[int, list[Any]] = {}
+    for i, g in zip(present.tolist(), group[present].tolist()):
+        members.setdefault(g, []).append(rows[i])
+    for g, sketches in members.items():
+        out[g] = sketches[0] if len(sketches) == 1 else _union(sketches, lg_k)
+    return out
+
+
+def _union(sketches: list[Any], lg_k: int) -> Any:
+    union = datasketches().hll_union(lg_k)
+    for s in sketches:
+        union.update(s)
+    return union.get_result(_target())
+
+
+def sketch_merge(a: Rows, b: Rows, lg_k: int) -> Rows:
+    return _merge_rows(
+        a,
+        b,
+        lambda both_a, both_b: np.array(
+            [_union([x, y], lg_k) for x, y in zip(both_a, both_b)] + [None], dtype=object
+        )[:-1],
+    )
+
+
+def sketch_estimates(rows: Rows) -> np.ndarray:
+    """Each row's estimate, rounded to an integer (0 for a row without values)."""
+    return np.fromiter(
+        (0 if r is None else int(round(r.get_estimate())) for r in rows),
+        dtype=np.int64,
+        count=len(rows),
+    )
+
+
+def dump_sketches(rows: Rows) -> np.ndarray:
+    """Each sketch as DataSketches' compact serialization (bytes), None kept."""
+    out = np.full(len(rows), None, dtype=object)
+    for i in np.flatnonzero(_present(rows)).tolist():
+        out[i] = bytes(rows[i].serialize_compact())
+    return out
+
+
+def load_sketches(data: Any) -> Rows:
+    """Sketches from :func:`dump_sketches`' bytes."""
+    ds = datasketches()
+    rows = np.asarray(data, dtype=object)
+    out = np.full(len(rows), None, dtype=object)
+    for i, b in enumerate(rows.tolist()):
+        if b is None:
+            continue
+        if not isinstance(b, bytes):
+            raise ConfigurationError(
+                "the checkpointed state of lg.agg.approx_count_distinct holds a "
+                f"{type(b).__name__} where a serialized sketch (bytes) belongs"
+            )
+        out[i] = ds.hll_sketch.deserialize(b)
+    return out
+
+
+# --- shared ---------------------------------------------------------------------------------
+
+
+def _merge_rows(a: Rows, b: Rows, union: Any) -> Rows:
+    """Row-wise: ``a[i]`` if ``b[i]`` is None, ``b[i]`` if ``a[i]`` is None, else
+    ``union`` of both (called once, on the rows where both hold values)."""
+    has_a, has_b = _present(a), _present(b)
+    out = a.copy()
+    only_b = has_b & ~has_a
+    out[only_b] = b[only_b]
+    both = np.flatnonzero(has_a & has_b)
+    if len(both):
+        out[both] = union(a[both], b[both])
+    return out
+
+
+__all__ = [
+    "RELATIVE_ERROR_MAX",
+    "RELATIVE_ERROR_MIN",
+    "SKETCHES_EXTRA",
+    "check_relative_error",
+    "check_value_type",
+    "datasketches",
+    "dump_exact",
+    "dump_sketches",
+    "exact_counts",
+    "exact_empty",
+    "exact_merge",
+    "exact_partial",
+    "exact_reduce",
+    "lg_k_for",
+    "load_exact",
+    "load_sketches",
+    "sketch_estimates",
+    "sketch_merge",
+    "sketch_partial",
+    "sketch_reduce",
+]
