@@ -158,7 +158,11 @@ def _distinct_pairs(
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     span = max(ncodes, 1)
     if int(groups.max()) < (np.iinfo(np.int64).max // span) - 1:
-        joined = np.unique(groups * span + codes)
+        # a sort, not np.unique: numpy 2's hashing unique is ten times slower here
+        joined = np.sort(groups * span + codes)
+        keep = np.ones(len(joined), bool)
+        np.not_equal(joined[1:], joined[:-1], out=keep[1:])
+        joined = joined[keep]
         return joined // span, joined % span
     order = np.lexsort((codes, groups))
     g, c = groups[order], codes[order]
