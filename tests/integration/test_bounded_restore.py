@@ -217,7 +217,7 @@ def test_sequence_a_bounded_job_restored_with_a_longer_range_reads_the_rest_and_
     run_unbounded_then_stop(env, probe, 1_000, tmp_path / "sp", executor)
 
     env = environment(tmp_path, executor, "2")
-    env.set_parallelism(3)
+    env.set_parallelism(1)  # rescaled: the restored splits and the new one meet in one
     source = SequenceSource(0, 2_000, bounded=True)
     pipeline(env, source, FileProbe(tmp_path / "probe-2"), tmp_path / "out-2")
     run_restored_to_its_end(env, tmp_path / "sp", executor)
