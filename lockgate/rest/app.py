@@ -28,20 +28,20 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-from urllib.parse import parse_qs
 
 import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..checkpoint.savepoints import check_savepoint_target
 from ..errors import CheckpointFailedError, ConfigurationError
-from .auth import LOGIN_PATH, TOKEN_COOKIE, TokenAuth, tokens_equal, unauthorized
+from .auth import TOKEN_COOKIE, TokenAuth
+from .limits import InFlightLimit
 from .openapi import openapi_document
 from .prometheus import PROMETHEUS_CONTENT_TYPE, prometheus_text
 
@@ -72,7 +72,7 @@ class JobView(Protocol):
     def progress(self) -> dict[str, Any]: ...
     def trigger_savepoint(self, path: str, timeout: float | None = None) -> str: ...
     def stop_with_savepoint(
-        self, path: str, drain: bool = False, timeout: float | None = None
+        self, path: str | None = None, drain: bool = False, timeout: float | None = None
     ) -> str: ...
     def cancel(self) -> None: ...
 
@@ -264,12 +264,14 @@ class JobApi:
                 f"job {self.job_id()!r} has ended ({self.client.status()}); it takes no commands",
             )
 
-    async def call(self, fn: Callable[..., str], path: str, *args: Any) -> Response:
+    async def call(self, fn: Callable[..., str], path: str | None, *args: Any) -> Response:
         """Run a savepoint or stop in a worker thread; map its errors (400 for a bad
-        folder, checked first; 409, 504)."""
+        folder, checked first; 409, 504). ``path=None``: the job's default savepoint
+        folder (a stop; a job without one refuses with 409)."""
         self.ended()
         try:
-            await run_in_threadpool(check_savepoint_target, path)
+            if path is not None:
+                await run_in_threadpool(check_savepoint_target, path)
         except ConfigurationError as e:
             raise ApiError(400, str(e)) from None
         try:
@@ -299,8 +301,9 @@ class JobApi:
         drain = data.get("drain", False)
         if not isinstance(drain, bool):
             raise ApiError(400, f"'drain' must be true or false, got {drain!r}")
-        path, timeout = savepoint_path(data), timeout_of(data)
-        return await self.call(self.client.stop_with_savepoint, path, drain, timeout)
+        # no path (or null): the job's default savepoint folder, as Flink's stop
+        path = None if data.get("path") is None else savepoint_path(data)
+        return await self.call(self.client.stop_with_savepoint, path, drain, timeout_of(data))
 
     async def cancel(self, request: Request) -> Response:
         self.check_job(request)
@@ -310,28 +313,21 @@ class JobApi:
         return JSON({"status": "CANCELING"}, status_code=202)
 
     async def index(self, request: Request) -> Response:
+        """The dashboard's page (served without the token: no job data in it). It expires
+        the login cookie older versions set, which held the token and which a browser
+        sends to every port of the host."""
         page = os.path.join(self.static_dir, "index.html")
+        response: Response
         if os.path.isfile(page):
-            return FileResponse(page, media_type="text/html")
-        return HTMLResponse(
-            "<!doctype html><html><head><meta charset='utf-8'><title>lockgate</title></head>"
-            "<body><h1>lockgate</h1><p>The dashboard is not installed here; the job's API "
-            f"is at <a href='{API}/jobs'>{API}/jobs</a>.</p></body></html>"
-        )
-
-    async def login(self, request: Request) -> Response:
-        raw = await read_body(request)
-        try:
-            form = parse_qs(raw.decode("utf-8"), max_num_fields=10)
-        except (UnicodeDecodeError, ValueError):
-            form = {}
-        given = form.get("token", [""])[0]
-        if not given or not tokens_equal(given, self.token):
-            return unauthorized(LOGIN_PATH, "POST", "Wrong token." if given else "")
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(
-            TOKEN_COOKIE, self.token, httponly=True, samesite="strict", path="/", secure=False
-        )
+            response = FileResponse(page, media_type="text/html")
+        else:
+            response = HTMLResponse(
+                "<!doctype html><html><head><meta charset='utf-8'><title>lockgate</title>"
+                "</head><body><h1>lockgate</h1><p>The dashboard is not installed here; the "
+                f"job's API is at <a href='{API}/jobs'>{API}/jobs</a>.</p></body></html>"
+            )
+        if TOKEN_COOKIE in request.cookies:
+            response.delete_cookie(TOKEN_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
     async def openapi(self, request: Request) -> Response:
@@ -345,7 +341,6 @@ class JobApi:
         job = f"{API}/jobs/{{id}}"
         return [
             Route("/", self.index, methods=["GET"]),
-            Route(LOGIN_PATH, self.login, methods=["POST"]),
             Route("/openapi.json", self.openapi, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route(f"{API}/jobs", self.jobs, methods=["GET"]),
@@ -425,8 +420,16 @@ class BlockingCalls:
 
 
 def secured_app(
-    client: JobView, token: str, job_id: Callable[[], str | None], **kwargs: Any
+    client: JobView,
+    token: str,
+    job_id: Callable[[], str | None],
+    *,
+    max_in_flight: int | None = None,
+    **kwargs: Any,
 ) -> tuple[TokenAuth, Starlette]:
-    """``build_app`` behind :class:`TokenAuth`: (the ASGI app to serve, the inner app)."""
+    """``build_app`` behind :class:`TokenAuth`: (the ASGI app to serve, the inner app).
+    ``max_in_flight``: at most that many requests (all carrying the token) in progress,
+    more get 503 (:class:`~lockgate.rest.limits.InFlightLimit`, behind the token check)."""
     inner = build_app(client, token, job_id, **kwargs)
-    return TokenAuth(inner, token), inner
+    served: Any = inner if max_in_flight is None else InFlightLimit(inner, max_in_flight)
+    return TokenAuth(served, token), inner

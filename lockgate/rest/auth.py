@@ -1,33 +1,39 @@
 """The REST API's token check, an ASGI middleware in front of every route.
 
-Every request must carry the job's token, either as ``Authorization: Bearer <token>``
-or as the cookie :data:`TOKEN_COOKIE` that ``POST /login`` sets (HttpOnly,
-SameSite=Strict). A request authenticated by the cookie with an unsafe method (POST,
-PUT, PATCH, DELETE) must also carry the header ``X-Lockgate-Request: 1``: a page of
-another site can make a browser send the cookie, but not a custom header without a
-CORS preflight this server never grants. Tokens are compared in constant time
-(:func:`hmac.compare_digest`).
+Every request must carry the job's token as ``Authorization: Bearer <token>``; tokens are
+compared in constant time (:func:`hmac.compare_digest`). No cookie authenticates: cookies
+are scoped to a host, not to a port, so a browser sends them to every server on the same
+address (another local user's on another port of 127.0.0.1 included; SameSite does not
+help, the same address is the same site), and a cookie holding a bearer secret would hand
+it to them. The dashboard keeps the token in its origin's ``sessionStorage`` (scheme, host
+and port) and sends the header; since no cookie is ever accepted, a page of another site
+or port cannot make a browser send anything that authenticates (no CSRF).
 
-A request that fails gets 401 and nothing else: the body ``{"error": "unauthorized"}``
-(for ``GET /`` a minimal login form posting to ``/login``), never job data. The only
-path the middleware lets through unauthenticated is ``POST /login``, whose handler
-checks the submitted token itself (and answers 401 the same way when it is wrong).
+Unauthenticated, only the dashboard's page and its files are served (``GET``/``HEAD`` of
+``/`` and ``/static/...``): they are the same for every job and hold no job data; the page
+asks for the token and shows nothing until the API answers. Any other request without the
+right token gets 401 and nothing else: the body ``{"error": "unauthorized"}``, never job
+data, and its connection is closed after the answer (so it holds no place of the server).
 """
 
 from __future__ import annotations
 
 import hmac
-from html import escape
 
 from starlette.requests import HTTPConnection
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: the cookie ``POST /login`` sets
+#: the cookie earlier versions set at login, holding the raw token. Never accepted
+#: now; the dashboard page expires it, so a browser stops sending it to every port.
 TOKEN_COOKIE = "lockgate_token"
-#: the header a cookie-authenticated unsafe request must carry (value ``1``)
+#: a header the API once asked of cookie-authenticated POSTs; no longer needed (no cookie
+#: authenticates), still allowed
 REQUEST_HEADER = "x-lockgate-request"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: what is served without the token: the dashboard's page and its files (no job data)
+PUBLIC_PAGE = "/"
+PUBLIC_PREFIX = "/static/"
 #: headers every response carries: nothing is cached, sniffed or framed by another site
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -41,7 +47,6 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
 }
 UNAUTHORIZED = {"error": "unauthorized"}
-LOGIN_PATH = "/login"
 
 
 def tokens_equal(given: str, expected: str) -> bool:
@@ -51,39 +56,30 @@ def tokens_equal(given: str, expected: str) -> bool:
     )
 
 
-def is_authenticated(conn: HTTPConnection, token: str, method: str) -> bool:
-    """Whether the request carries ``token`` as a Bearer header or as the login cookie
-    (with ``X-Lockgate-Request: 1`` for an unsafe ``method``). A request with an
-    ``Authorization`` header is judged by it alone."""
+def is_authenticated(conn: HTTPConnection, token: str, method: str = "GET") -> bool:
+    """Whether the request carries ``token`` as ``Authorization: Bearer <token>`` (the only
+    way; cookies are ignored, whatever ``method``)."""
     header = conn.headers.get("authorization")
-    if header is not None:
-        scheme, _, value = header.strip().partition(" ")
-        return scheme.lower() == "bearer" and tokens_equal(value.strip(), token)
-    cookie = conn.cookies.get(TOKEN_COOKIE)
-    if cookie is None or not tokens_equal(cookie, token):
+    if header is None:
         return False
-    return method not in UNSAFE_METHODS or conn.headers.get(REQUEST_HEADER) == "1"
+    scheme, _, value = header.strip().partition(" ")
+    return scheme.lower() == "bearer" and tokens_equal(value.strip(), token)
 
 
-def login_form(message: str = "") -> str:
-    """A minimal login page (no job data): one password field posting to /login."""
-    note = f"<p>{escape(message)}</p>" if message else ""
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>lockgate: sign in</title>"
-        "</head><body><h1>lockgate</h1>"
-        f"{note}<form method='post' action='{LOGIN_PATH}'>"
-        "<label>Job token <input type='password' name='token' autocomplete='off' "
-        "autofocus required></label> <button type='submit'>Sign in</button></form>"
-        "<p>The token is <code>client.rest_token</code> of the job (also kept in its "
-        "registry entry).</p></body></html>"
-    )
+def is_public(path: str, method: str) -> bool:
+    """Whether the request is for the dashboard's page or files, served without the token."""
+    return method in ("GET", "HEAD") and (path == PUBLIC_PAGE or path.startswith(PUBLIC_PREFIX))
 
 
-def unauthorized(path: str, method: str, message: str = "") -> Response:
-    """The 401 answer: the login form for a page a browser opens, else the JSON error."""
-    headers = {"www-authenticate": 'Bearer realm="lockgate"', **SECURITY_HEADERS}
-    if (path == "/" and method in ("GET", "HEAD")) or path == LOGIN_PATH:
-        return HTMLResponse(login_form(message), status_code=401, headers=headers)
+def unauthorized(path: str = "", method: str = "", message: str = "") -> Response:
+    """The 401 answer: ``{"error": "unauthorized"}``, and the connection closed after it
+    (``path``, ``method`` and ``message`` are accepted for compatibility and unused)."""
+    # the connection closes after the answer: a client without the token holds no place
+    headers = {
+        "www-authenticate": 'Bearer realm="lockgate"',
+        "connection": "close",
+        **SECURITY_HEADERS,
+    }
     return JSONResponse(UNAUTHORIZED, status_code=401, headers=headers)
 
 
@@ -107,8 +103,7 @@ class TokenAuth:
         method = scope["method"].upper()
         path = scope["path"]
         conn = HTTPConnection(scope)
-        login = path == LOGIN_PATH and method == "POST"
-        if not login and not is_authenticated(conn, self._token, method):
+        if not is_public(path, method) and not is_authenticated(conn, self._token, method):
             await unauthorized(path, method)(scope, receive, send)
             return
 

@@ -327,9 +327,9 @@ _DOCUMENT: dict[str, Any] = {
         "version": __version__,
         "description": (
             "One running lockgate job, served by its driver. Every request needs the job's "
-            "token (JobClient.rest_token): 'Authorization: Bearer <token>', or the cookie "
-            "that POST /login sets (unsafe methods by cookie also need the header "
-            '\'X-Lockgate-Request: 1\'). Errors are JSON {"error": "..."}.'
+            "token (JobClient.rest_token) as 'Authorization: Bearer <token>'; no cookie "
+            "authenticates (only the dashboard's page, / and /static/..., is served without "
+            'it). Errors are JSON {"error": "..."}.'
         ),
     },
     "security": [{"bearer": []}],

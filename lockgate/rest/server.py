@@ -5,13 +5,25 @@ a port in use fails there, and port 0 resolves to the port the system chose) and
 serves the app in a daemon thread ``lockgate rest <job>``. :meth:`RestServer.stop`
 sets uvicorn's ``should_exit`` and wakes its loop at once.
 
-Bounds: at most :data:`MAX_CONNECTIONS` concurrent connections and tasks
-(``limit_concurrency``; more get 503), request heads of at most
-:data:`MAX_HEAD_BYTES`, a connection closed when no request head arrived within
-:data:`HEAD_TIMEOUT_S` (a client that connects and sends nothing, or too slowly)
-or when idle for :data:`KEEP_ALIVE_S` after a response; bodies are bounded by the app
-(:data:`lockgate.rest.app.MAX_BODY_BYTES`, :data:`lockgate.rest.app.BODY_TIMEOUT_S`).
-HTTP/1.1 only (h11), no WebSocket, no proxy headers trusted, no access log.
+Bounds (none of them lets a client without the token keep one with it out):
+
+* connections waiting for a request head (new ones, and idle ones between requests):
+  at most :data:`MAX_WAITING`; a newcomer beyond it closes the one that has waited
+  longest, so unfinished heads held open (and reopened as they are closed) cannot fill
+  the server: a client that sends its head at once gets in, and only a client that waited
+  for its head while ``MAX_WAITING`` newer connections arrived can be closed. Each waits
+  at most :data:`HEAD_TIMEOUT_S` for its head (from its opening, or from its last
+  response), heads are at most :data:`MAX_HEAD_BYTES`, idle connections close after
+  :data:`KEEP_ALIVE_S`;
+* requests in progress: at most :data:`MAX_CONNECTIONS` of those that carry the token
+  (:class:`~lockgate.rest.limits.InFlightLimit`, behind the token check; more get 503);
+  a request without the token gets its 401 at once and its connection is closed, so it
+  holds nothing; bodies are bounded by the app (:data:`lockgate.rest.app.MAX_BODY_BYTES`,
+  :data:`lockgate.rest.app.BODY_TIMEOUT_S`) and read only after the token check.
+
+There is no per-client-address limit: on loopback, where the threat is another local user,
+every client has the same address, so such a limit would make the attacker and the user
+share one quota. HTTP/1.1 only (h11), no WebSocket, no proxy headers trusted, no access log.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import socket
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +46,14 @@ from .app import JobView, secured_app
 
 log = logging.getLogger(__name__)
 
+#: requests carrying the token in progress at once (more get 503)
 MAX_CONNECTIONS = 32
+#: connections waiting for a request head at once (a newcomer closes the oldest)
+MAX_WAITING = 256
 MAX_HEAD_BYTES = 16 * 1024
+#: the listening socket's backlog, also the most connections accepted in one loop
+#: iteration (so at most twice as many new ones wait beyond MAX_WAITING)
+ACCEPT_BACKLOG = 128
 HEAD_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
 #: seconds the server lets requests in flight finish when it stops
@@ -47,26 +66,95 @@ STOP_WAIT_S = 15.0
 TICK_S = 1.0
 
 
-class _BoundedH11(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request head: a connection
-    without a request in progress is closed :data:`HEAD_TIMEOUT_S` after it opened or
-    after its last response (uvicorn alone keeps a silent connection open forever)."""
+class _Waiting:
+    """The connections of one server waiting for a request head, the longest waiting
+    first. Beyond :data:`MAX_WAITING` the longest waiting is closed; a new connection
+    is not closed for room before its head had its chance to be read (see
+    :meth:`_BoundedH11.connection_made`), so a client that sends its head with its
+    connection (every HTTP client does) is never closed for room."""
 
+    def __init__(self) -> None:
+        #: waiting and closable for room, the longest waiting first
+        self._order: OrderedDict[_BoundedH11, None] = OrderedDict()
+        #: new connections whose head has not had its chance to be read yet
+        self._new: set[_BoundedH11] = set()
+
+    def __len__(self) -> int:
+        return len(self._order) + len(self._new)
+
+    def add_new(self, conn: _BoundedH11) -> None:
+        """``conn`` just opened: it waits, but is not closed for room yet."""
+        self._new.add(conn)
+        self._make_room()
+
+    def add(self, conn: _BoundedH11) -> None:
+        """``conn`` waits from now on (last in line) and may be closed for room."""
+        self._new.discard(conn)
+        self._order.pop(conn, None)
+        self._order[conn] = None
+        self._make_room()
+
+    def discard(self, conn: _BoundedH11) -> None:
+        self._new.discard(conn)
+        self._order.pop(conn, None)
+
+    def _make_room(self) -> None:
+        while len(self) > max(1, MAX_WAITING) and self._order:
+            oldest, _ = self._order.popitem(last=False)
+            oldest.close_waiting()
+
+
+class _BoundedH11(H11Protocol):
+    """uvicorn's h11 protocol with bounds for connections without a request in progress
+    (see the module docstring): each is among its server's :attr:`waiting`, closed
+    :data:`HEAD_TIMEOUT_S` after it opened or after its last response, or earlier when
+    :data:`MAX_WAITING` newer ones wait (uvicorn alone keeps a silent connection open
+    forever, and counts it against its concurrency limit)."""
+
+    #: the server's waiting connections (a subclass per server: :func:`_protocol_class`)
+    waiting: _Waiting
     _head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_deadline()
+        self.waiting.add_new(self)
+        # asyncio reads a new connection from the next loop iteration on; two iterations
+        # from now, what the client sent with its connection has been read (a complete
+        # head makes it a request in progress), and only then may it be closed for room
+        self.loop.call_soon(self.loop.call_soon, self._update_waiting, True)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._update_waiting(False)  # part of a head keeps its place in line
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm_head_deadline()
+        self._update_waiting(True)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.waiting.discard(self)
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
         super().connection_lost(exc)
+
+    def _in_request(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _update_waiting(self, last_in_line: bool) -> None:
+        """Out of the waiting line while a request is in progress or once closing;
+        ``last_in_line``: back in it, last (a new wait for a head begins)."""
+        if self._in_request() or self.transport.is_closing():
+            self.waiting.discard(self)
+        elif last_in_line:
+            self.waiting.add(self)
+
+    def close_waiting(self) -> None:
+        """Close this connection, which waits for a request head, to make room."""
+        if not self.transport.is_closing() and not self._in_request():
+            self.transport.close()
 
     def _arm_head_deadline(self) -> None:
         if self._head_deadline is not None:
@@ -78,8 +166,13 @@ class _BoundedH11(H11Protocol):
         self._head_deadline = None
         if self.transport.is_closing():
             return
-        if self.cycle is None or self.cycle.response_complete:
+        if not self._in_request():
             self.transport.close()
+
+
+def _protocol_class() -> type[_BoundedH11]:
+    """:class:`_BoundedH11` with a line of waiting connections of its own (one a server)."""
+    return type("_BoundedH11", (_BoundedH11,), {"waiting": _Waiting()})
 
 
 class _Server(uvicorn.Server):
@@ -153,7 +246,7 @@ def _bind(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
-        sock.listen(128)
+        sock.listen(ACCEPT_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -180,9 +273,10 @@ class RestServer:
         self.url = url
         self.host, self.port = sock.getsockname()[:2]
         self.app = inner
+        self._protocol = _protocol_class()
         config = uvicorn.Config(
             app,
-            http=_BoundedH11,
+            http=self._protocol,
             ws="none",
             lifespan="off",
             interface="asgi3",
@@ -191,10 +285,11 @@ class RestServer:
             access_log=False,
             proxy_headers=False,
             server_header=False,
-            limit_concurrency=MAX_CONNECTIONS,
+            limit_concurrency=None,  # InFlightLimit, behind the token check
             timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=GRACEFUL_S,
             h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            backlog=ACCEPT_BACKLOG,
         )
         self._server = _Server(config)
         self._sock = sock
@@ -272,7 +367,7 @@ def start_rest_server(
     """Serve ``client``'s REST API on ``host``:``port`` (0: any free port) until
     ``stop()``. Raises ``OSError`` when the address cannot be bound."""
     kwargs = {} if static_dir is None else {"static_dir": static_dir}
-    app, inner = secured_app(client, token, job_id, **kwargs)
+    app, inner = secured_app(client, token, job_id, max_in_flight=MAX_CONNECTIONS, **kwargs)
     sock = _bind(host, port)
     try:
         return RestServer(app, inner, sock, url_of(host, sock), name)

@@ -182,16 +182,22 @@ def page_wait(driver: Any) -> WebDriverWait:
 
 
 def log_in(driver: Any, wait: WebDriverWait, client: lg.JobClient) -> None:
-    """Open the job's page, which without the token is a login form and nothing else, and
-    log in through the form with the job's token."""
+    """Open the job's page, which without the token shows a login form and no job data,
+    and log in through the form with the job's token (kept by the page in this origin's
+    sessionStorage, sent as a header; no cookie is set)."""
     assert client.rest_url and client.rest_url.startswith("http://127.0.0.1:")
     assert client.rest_token
     driver.get(client.rest_url + "/")
-    token_field = wait.until(ec.presence_of_element_located((By.NAME, "token")))
+    token_field = wait.until(ec.visibility_of_element_located((By.NAME, "token")))
     assert "numbers" not in driver.page_source, "no job data before the login"
     token_field.send_keys(client.rest_token)
     token_field.submit()
-    wait.until(ec.presence_of_element_located((By.ID, "graph")))
+    wait.until(ec.invisibility_of_element_located((By.ID, "login")), "the login form goes")
+    wait.until(
+        lambda d: d.find_element(By.ID, "job-name").text == client.job_name,
+        "the page shows the job once logged in",
+    )
+    assert not driver.get_cookies(), "the login sets no cookie"
 
 
 def submit_savepoint(

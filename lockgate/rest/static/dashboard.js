@@ -1,8 +1,10 @@
 // lockgate dashboard: polls the driver's REST API (/api/v1/...) and draws the job.
 // Plain JavaScript, no framework, no build step, nothing loaded from elsewhere. The page is
 // built with DOM calls only (never innerHTML with data), so names and tracebacks from the
-// job are shown as text. The browser authenticates with the HttpOnly cookie POST /login
-// sets; POSTs add the header X-Lockgate-Request: 1 that the API asks of cookie requests.
+// job are shown as text. The page keeps the job's token in sessionStorage (this origin's:
+// scheme, host and port, and this tab's only) and sends it as an Authorization header; it
+// keeps no cookie: a browser sends cookies to every port of a host, so another local user's
+// server on another port would receive them.
 "use strict";
 
 (function () {
@@ -13,6 +15,7 @@
   const TABLE_ROWS = 8;
   const SVG_NS = "http://www.w3.org/2000/svg";
   const ENDED = ["FINISHED", "CANCELED", "FAILED"];
+  const TOKEN_KEY = "lockgate.token";
 
   const state = {
     jobId: null,
@@ -135,18 +138,36 @@
     }
   }
 
+  function storedToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY);
+    } catch (e) {
+      return null; // storage disabled: every request gets 401 and the login form shows
+    }
+  }
+
+  function storeToken(token) {
+    try {
+      if (token) sessionStorage.setItem(TOKEN_KEY, token);
+      else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) {
+      // storage disabled: nothing kept
+    }
+  }
+
   async function api(method, path, body, timeoutMs) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), timeoutMs || GET_TIMEOUT_MS);
     const init = {
       method,
-      credentials: "same-origin",
+      credentials: "omit", // no cookie: the token goes in the header, to this origin only
       cache: "no-store",
       signal: ctl.signal,
       headers: { Accept: "application/json" },
     };
+    const token = storedToken();
+    if (token) init.headers.Authorization = "Bearer " + token;
     if (method !== "GET") {
-      init.headers["X-Lockgate-Request"] = "1";
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body || {});
     }
@@ -180,6 +201,12 @@
   }
 
   function showLogin(show) {
+    if (show && storedToken()) {
+      // the job refused the token kept: forget it and ask again
+      storeToken(null);
+      $("login-message").textContent = "The job refused that token; check it and log in again.";
+    }
+    if (!show) $("login-message").textContent = "";
     $("login").hidden = !show;
     $("main").hidden = show;
     if (show) {
@@ -527,6 +554,7 @@
 
   async function poll() {
     if (state.busy) return;
+    clearTimeout(state.timer);
     state.busy = true;
     const errors = [];
     try {
@@ -632,7 +660,20 @@
     }
   }
 
+  function logIn(event) {
+    event.preventDefault();
+    const field = $("login-token");
+    const token = field.value.trim();
+    field.value = "";
+    if (!token) return;
+    storeToken(token);
+    $("login-message").textContent = "";
+    clearTimeout(state.timer);
+    poll();
+  }
+
   function start() {
+    $("login-form").addEventListener("submit", logIn);
     $("savepoint-button").addEventListener("click", () => openDialog("savepoint"));
     $("stop-button").addEventListener("click", () => openDialog("stop"));
     $("savepoint-form").addEventListener("submit", submitDialog);
