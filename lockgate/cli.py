@@ -32,10 +32,12 @@ controlled from another shell, by job id or (unique) job name:
 * ``lockgate status JOB``: the job's status and progress.
 * ``lockgate savepoint JOB PATH [--timeout S]``: take a savepoint of the
   running job into the folder PATH (M-S1) and print its folder.
-* ``lockgate stop JOB [--savepoint PATH [--drain]] [--timeout S]``: with
-  ``--savepoint``, take a savepoint, then stop the job (``--drain`` first
-  sends the maximum watermark through) and print the savepoint's folder;
-  without it, cancel the job.
+* ``lockgate stop JOB [--savepoint PATH] [--drain] [--timeout S]``: take a
+  savepoint, then stop the job (``--drain`` first sends the maximum watermark
+  through) and print the savepoint's folder; without ``--savepoint`` the savepoint
+  goes into the job's default savepoint folder (``checkpoint_config.savepoint_dir``
+  or ``LOCKGATE_SAVEPOINT_DIR`` where the job runs), and a job without one refuses
+  and keeps running.
 * ``lockgate cancel JOB``: cancel the job (no savepoint).
 * ``lockgate top JOB [--interval S] [--once]``: a live view of the job's
   progress and tasks (:mod:`lockgate.cli_top`).

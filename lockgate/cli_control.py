@@ -208,36 +208,34 @@ def stop_command(
     timeout: float | None,
     remote: Remote,
 ) -> int:
-    """``lockgate stop JOB``: stop with a savepoint (print its folder) or cancel; return
-    the exit code."""
-    if drain and savepoint is None:
-        raise UsageError("--drain applies to --savepoint PATH")
-    if savepoint is None:
-        return cancel_command(job, remote, timeout)
-    target = savepoint_target(savepoint, remote.wanted)
+    """``lockgate stop JOB``: take a savepoint, then stop the job, and print the
+    savepoint's folder; return the exit code. The savepoint goes into ``savepoint``
+    when given, else into the job's default savepoint folder
+    (``checkpoint_config.savepoint_dir`` / ``LOCKGATE_SAVEPOINT_DIR`` where the job
+    runs); a job without one refuses, saying so, and keeps running (``lockgate cancel
+    JOB`` stops it without a savepoint). As Flink's ``stop``: a stop always takes a
+    savepoint."""
+    target = None if savepoint is None else savepoint_target(savepoint, remote.wanted)
+    args: dict[str, Any] = {"drain": drain}
+    if target is not None:
+        args["path"] = target
     if remote.wanted:
         client = remote.client()
         job_id = client.find_job(job).get("id")
         reply = client.post(
-            f"/jobs/{job_id}/stop",
-            {"path": target, "drain": drain, "timeout": timeout},
-            wait=savepoint_wait(timeout),
+            f"/jobs/{job_id}/stop", {**args, "timeout": timeout}, wait=savepoint_wait(timeout)
         )
         print(_location(reply, client))
         return 0
     info = job_registry.find_job(job)
-    print(
-        job_registry.send_command(
-            info, job_registry.STOP, path=target, drain=drain, timeout=timeout
-        )
-    )
+    print(job_registry.send_command(info, job_registry.STOP, timeout=timeout, **args))
     return 0
 
 
 def cancel_command(job: str, remote: Remote, timeout: float | None = None) -> int:
-    """``lockgate cancel JOB`` (and ``stop JOB`` without ``--savepoint``): cancel the job
-    without a savepoint; return at once (the job ends shortly after). ``timeout`` bounds
-    the wait for a local job's answer (a remote one answers within the request timeout)."""
+    """``lockgate cancel JOB``: cancel the job without a savepoint; return at once (the
+    job ends shortly after). ``timeout`` bounds the wait for a local job's answer (a
+    remote one answers within the request timeout)."""
     if remote.wanted:
         client = remote.client()
         found = client.find_job(job)

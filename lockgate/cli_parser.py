@@ -278,22 +278,26 @@ def _add_control_commands(commands: Any) -> None:
     _add_remote_options(savepoint)
     stop = commands.add_parser(
         "stop",
-        help="stop a running job, with a savepoint or not",
-        description="With --savepoint PATH: take a savepoint into PATH, then stop the job, "
-        "and print the savepoint's folder. Without: cancel the job.",
+        help="take a savepoint, then stop the job",
+        description="Take a savepoint, then stop the job, and print the savepoint's folder "
+        "(as Flink's stop). The savepoint goes into --savepoint PATH, else into a new folder "
+        "in the job's default savepoint folder (checkpoint_config.savepoint_dir, or "
+        "LOCKGATE_SAVEPOINT_DIR where the job runs); a job without one refuses and keeps "
+        "running. To stop a job without a savepoint: lockgate cancel JOB.",
     )
     stop.add_argument("job", metavar="JOB", help=job_help)
     stop.add_argument(
         "--savepoint",
         metavar="PATH",
         default=None,
-        help="take a savepoint into the folder PATH before stopping",
+        help="the folder of the savepoint (default: a new folder in the job's default "
+        "savepoint folder)",
     )
     stop.add_argument(
         "--drain",
         action="store_true",
         default=False,
-        help="with --savepoint: send the maximum watermark through first "
+        help="end the input first: send the maximum watermark through "
         "(fires every event-time timer and window)",
     )
     stop.add_argument("--timeout", metavar="S", type=_seconds, default=None, help=timeout_help)

@@ -12,7 +12,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..checkpoint.savepoints import check_savepoint_target, publish_savepoint
+from ..checkpoint.config import SAVEPOINT_DIR_ENV
+from ..checkpoint.savepoints import (
+    check_savepoint_target,
+    new_savepoint_folder,
+    publish_savepoint,
+)
 from ..checkpoint.types import CheckpointFailureReason, CheckpointStats
 from ..core.rest_settings import rest_settings
 from ..errors import CheckpointFailedError, ConfigurationError
@@ -35,7 +40,8 @@ class JobClient:
     ``checkpoints()`` lists its checkpoints with their metrics;
     ``trigger_savepoint(path)`` writes a savepoint into the folder ``path`` while the
     job goes on; ``stop_with_savepoint(path)`` writes one and then stops the job
-    (its result then has status ``FINISHED`` and ``savepoint_path`` set).
+    (its result then has status ``FINISHED`` and ``savepoint_path`` set; without
+    ``path``, into the default savepoint folder, ``checkpoint_config.savepoint_dir``).
     """
 
     def __init__(
@@ -335,12 +341,22 @@ class JobClient:
             return self._savepoint(coordinator, path, _left(deadline))[1]
 
     def stop_with_savepoint(
-        self, path: str, drain: bool = False, timeout: float | None = None
+        self, path: str | None = None, drain: bool = False, timeout: float | None = None
     ) -> str:
         """Take a savepoint into ``path``, then stop the job; return the savepoint's
         location. Periodic checkpoints stop first, so no checkpoint after the savepoint
         commits output the savepoint does not cover. If the savepoint fails the job
-        keeps running (periodic checkpoints resume) and the error is raised.
+        keeps running (periodic checkpoints resume) and the error is raised. A job
+        stopped with a savepoint ends ``FINISHED`` (``savepoint_path`` set): its retained
+        checkpoints stay, as after any normal end, and its storage notes the savepoint
+        (``_stopped_with_savepoint``) so that a run resuming there starts from it.
+
+        ``path=None`` (Flink's ``stop`` without a target directory): a new folder in the
+        default savepoint folder, ``checkpoint_config.savepoint_dir`` or else the
+        environment variable ``LOCKGATE_SAVEPOINT_DIR`` of this process
+        (:func:`~lockgate.checkpoint.savepoints.new_savepoint_folder`). With neither, a
+        ``ConfigurationError`` says so and the job goes on: give a folder, configure
+        one, or stop the job without a savepoint with :meth:`cancel`.
 
         ``drain=False``: the job is cancelled once the savepoint completed; the driver
         commits the savepoint's pending transactions (a restore from it goes on where
@@ -361,6 +377,8 @@ class JobClient:
                 f"stop_with_savepoint(drain=...) must be True or False, got {drain!r}"
             )
         _check_timeout(timeout, "stop_with_savepoint")
+        if path is None:
+            path = self._default_savepoint_folder()
         check_savepoint_target(path)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._savepoint_lock:
@@ -384,8 +402,38 @@ class JobClient:
             if not drain:
                 self._handle.cancel()
             # drained: every task ends once it handled the savepoint's completion notice
-        self.wait(_left(deadline))
+        # Wait for the end, but not with wait(): it joins the job's thread, and a stop
+        # from the command line runs in a command thread of the job registry that the
+        # job's thread, ending, lets answer before it closes the registration (a
+        # deadlock until the registry gave up, and the command got no answer)
+        left = _left(deadline)
+        if not self._done.wait(left):
+            raise TimeoutError(f"job '{self.job_name}' still running after {left}s")
+        if self._error is not None:
+            raise self._error
         return location
+
+    def _default_savepoint_folder(self) -> str:
+        """A new folder in the job's default savepoint folder, or a ``ConfigurationError``
+        saying how to stop the job instead."""
+        config = getattr(self._plan, "checkpoint", None)
+        if config is None or not config.enabled:
+            raise ConfigurationError(
+                f"job '{self.job_name}' runs without checkpointing, so it cannot be stopped "
+                "with a savepoint: cancel it (client.cancel(), lockgate cancel JOB), or call "
+                "env.enable_checkpointing(interval) before execute_async next time"
+            )
+        folder = config.default_savepoint_dir()
+        if folder is None:
+            raise ConfigurationError(
+                f"job '{self.job_name}' has no default savepoint folder, so stop needs one: "
+                "give it (client.stop_with_savepoint(path), lockgate stop JOB --savepoint "
+                f"PATH), or configure one (env.checkpoint_config.savepoint_dir, or the "
+                f"environment variable {SAVEPOINT_DIR_ENV} where the job runs). To stop the "
+                "job without a savepoint, cancel it: client.cancel(), lockgate cancel JOB. "
+                "The job keeps running"
+            )
+        return new_savepoint_folder(folder, self.job_name)
 
     def _running_coordinator(self, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout

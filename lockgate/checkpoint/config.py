@@ -7,6 +7,7 @@ invalid combinations with an error saying which setting to change.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,9 @@ class ExternalizedRetention(enum.Enum):
     DELETE_ON_CANCELLATION = "delete_on_cancellation"
     RETAIN_ON_CANCELLATION = "retain_on_cancellation"
 
+
+#: the default savepoint folder when ``CheckpointConfig.savepoint_dir`` is not set
+SAVEPOINT_DIR_ENV = "LOCKGATE_SAVEPOINT_DIR"
 
 _DURATIONS = ("interval", "min_pause", "timeout", "aligned_timeout")
 
@@ -68,6 +72,11 @@ class CheckpointConfig:
       trusted parties can write. See ``docs/security.md``.
     * ``file_mode`` / ``dir_mode`` - permissions of the files and folders the storage
       creates on a local filesystem (default ``0o600`` / ``0o700``: owner only).
+    * ``savepoint_dir`` - the default folder of savepoints (a path or URL, as
+      ``storage``), as Flink's ``state.savepoints.dir``: ``stop_with_savepoint()`` and
+      ``lockgate stop JOB`` without a folder write a new ``savepoint-<job>-<time>-<hex>``
+      folder in it. ``None``: the environment variable ``LOCKGATE_SAVEPOINT_DIR`` of the
+      job's process, if set; else a stop must name its folder (or cancel the job).
     """
 
     interval: Any = None
@@ -85,6 +94,7 @@ class CheckpointConfig:
     signing_key: bytes | str | None = field(default=None, repr=False)
     file_mode: int = 0o600
     dir_mode: int = 0o700
+    savepoint_dir: str | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # unpickled in a worker process (a plan shipped to a slot): register the storage
@@ -96,6 +106,22 @@ class CheckpointConfig:
                 register(self.storage, self.storage_options())
             except ConfigurationError:
                 pass  # invalid settings fail validate() where they are used
+
+    def _check_savepoint_dir(self) -> None:
+        folder = self.savepoint_dir
+        if folder is not None and (not isinstance(folder, str) or not folder.strip()):
+            raise ConfigurationError(
+                f"checkpoint savepoint_dir must be a folder path or URL (e.g. '/data/savepoints' "
+                f"or 's3://bucket/savepoints') or None, got {folder!r}"
+            )
+
+    def default_savepoint_dir(self) -> str | None:
+        """Where a savepoint goes when its folder is not given: ``savepoint_dir``, else
+        the environment variable ``LOCKGATE_SAVEPOINT_DIR`` (read now, in the job's
+        process), else None."""
+        if self.savepoint_dir is not None:
+            return self.savepoint_dir
+        return os.environ.get(SAVEPOINT_DIR_ENV) or None
 
     def storage_options(self) -> StorageOptions:
         """How the checkpoint storage writes and checks files (key and permissions)."""
@@ -181,6 +207,7 @@ class CheckpointConfig:
                 f"{self.allow_replaying_committed_output!r}"
             )
         self.storage_options()  # checks the key and the modes
+        self._check_savepoint_dir()
         if not isinstance(self.externalized, ExternalizedRetention):
             raise ConfigurationError(
                 f"checkpoint externalized must be an lg.ExternalizedRetention, got "

@@ -23,6 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import secrets
+import time
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -62,6 +66,25 @@ def _target_storage(target: str, options: StorageOptions | None = None) -> Check
             "choose a new folder: savepoints are never overwritten"
         )
     return storage
+
+
+def new_savepoint_folder(savepoint_dir: str, job_name: str, now: float | None = None) -> str:
+    """A new folder for a savepoint of ``job_name`` in the default savepoint folder
+    ``savepoint_dir`` (``checkpoint_config.savepoint_dir`` / ``LOCKGATE_SAVEPOINT_DIR``),
+    as Flink names them under ``state.savepoints.dir``:
+    ``<savepoint_dir>/savepoint-<job name>-<UTC time>-<6 random hex digits>`` (the job
+    name reduced to letters, digits, ``-`` and ``_``, at most 40 of them). A local
+    ``savepoint_dir`` is made absolute (the job's working folder)."""
+    if not isinstance(savepoint_dir, str) or not savepoint_dir.strip():
+        raise ConfigurationError(
+            f"the default savepoint folder must be a folder path or URL, got {savepoint_dir!r}"
+        )
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", job_name).strip("-")[:40] or "job"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    name = f"savepoint-{slug}-{stamp}-{secrets.token_hex(3)}"
+    if "://" in savepoint_dir:
+        return f"{savepoint_dir.rstrip('/')}/{name}"
+    return os.path.join(os.path.abspath(os.path.expanduser(savepoint_dir)), name)
 
 
 def check_savepoint_target(target: str) -> None:

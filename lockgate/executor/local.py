@@ -173,7 +173,7 @@ class LocalExecutor:
         finally:
             handle.detach()
             if run is not None:
-                run.stop(cancelled=handle.cancel_requested.is_set())
+                run.stop(cancelled=handle.cancelled)  # not a stop with a savepoint
         if failure is not None:
             task, error, _ = failure
             if gateway.job_error is not None:

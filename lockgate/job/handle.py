@@ -42,6 +42,14 @@ class JobHandle:
         self.restart_causes = RestartCauses()
 
     @property
+    def cancelled(self) -> bool:
+        """Whether the job ends because it was cancelled: a cancel that is not the end of
+        a stop with a savepoint. A job stopped with a savepoint ends ``FINISHED``, so
+        its retained checkpoints are kept as after any normal end (M-S3): only a cancel
+        applies ``ExternalizedRetention.DELETE_ON_CANCELLATION``."""
+        return self.cancel_requested.is_set() and self.final_savepoint is None
+
+    @property
     def coordinator(self) -> Any:
         """The checkpoint coordinator of the current (or last) attempt, or None."""
         with self._lock:

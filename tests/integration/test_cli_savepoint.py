@@ -37,12 +37,12 @@ class FakeControl:
         return os.path.join(path, "savepoint-1")
 
     def stop_with_savepoint(
-        self, path: str, drain: bool = False, timeout: float | None = None
+        self, path: str | None = None, drain: bool = False, timeout: float | None = None
     ) -> str:
         self.calls.append(("stop", path, drain, timeout))
         if self.error is not None:
             raise self.error
-        return os.path.join(path, "savepoint-2")
+        return os.path.join(path or "/default-savepoints", "savepoint-2")
 
     def cancel(self) -> None:
         self.calls.append(("cancel",))
@@ -98,14 +98,28 @@ def test_m_s1_lockgate_savepoint_prints_the_folder_the_job_returns(
     ], "a local path reaches the job absolute, a URL unchanged"
 
 
-def test_lockgate_stop_with_a_savepoint_or_cancelling(home, capsys, tmp_path) -> None:
+def test_lockgate_stop_always_takes_a_savepoint_and_cancel_takes_none(
+    home, capsys, tmp_path
+) -> None:
+    """Issue 37 item 13: as Flink's ``stop``, ``lockgate stop JOB`` without ``--savepoint``
+    asks the job for a savepoint into its default folder (``path`` None), never cancels;
+    ``lockgate cancel JOB`` cancels."""
     control = FakeControl()
     with register_job("sums", control):
         rc, out, _ = run_cli(capsys, "stop", "sums", "--savepoint", str(tmp_path / "sp"), "--drain")
         assert (rc, out) == (0, os.path.join(str(tmp_path), "sp", "savepoint-2") + "\n")
         rc, out, _ = run_cli(capsys, "stop", "sums")
+        assert (rc, out) == (0, "/default-savepoints/savepoint-2\n")
+        rc, out, _ = run_cli(capsys, "stop", "sums", "--drain", "--timeout", "30")
+        assert rc == 0
+        rc, out, _ = run_cli(capsys, "cancel", "sums")
         assert rc == 0 and out.startswith("cancelling job ")
-    assert control.calls == [("stop", str(tmp_path / "sp"), True, None), ("cancel",)]
+    assert control.calls == [
+        ("stop", str(tmp_path / "sp"), True, None),
+        ("stop", None, False, None),
+        ("stop", None, True, 30.0),
+        ("cancel",),
+    ]
 
 
 def test_a_failing_savepoint_exits_1_with_the_jobs_message(home, capsys, tmp_path) -> None:
@@ -127,8 +141,6 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(home, capsys, tmp_path) -> No
     with register_job("twin", control), register_job("twin", control):
         rc, _, err = run_cli(capsys, "stop", "twin")
         assert rc == 2 and "2 running jobs are named 'twin'" in err
-        rc, _, err = run_cli(capsys, "stop", "twin", "--drain")
-        assert rc == 2 and "--drain applies to --savepoint PATH" in err
         rc, _, err = run_cli(capsys, "savepoint", "twin", str(tmp_path / "sp"), "--timeout", "0")
         assert rc == 2 and "expected seconds > 0, got '0'" in err
         rc, _, err = run_cli(capsys, "savepoint", "twin")

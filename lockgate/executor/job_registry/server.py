@@ -63,9 +63,10 @@ class JobControl(Protocol):
         ...
 
     def stop_with_savepoint(
-        self, path: str, drain: bool = False, timeout: float | None = None
+        self, path: str | None = None, drain: bool = False, timeout: float | None = None
     ) -> str:
-        """Take a savepoint into ``path``, then stop the job; return the savepoint folder."""
+        """Take a savepoint into ``path`` (None: the job's default savepoint folder), then
+        stop the job; return the savepoint folder."""
         ...
 
     def cancel(self) -> None:
@@ -91,12 +92,14 @@ def _run_command(control: JobControl, command: str, args: dict[str, Any]) -> Any
     if command == CANCEL:
         control.cancel()
         return None
-    path, timeout = _check_path(args), check_timeout(args.get("timeout"))
+    timeout = check_timeout(args.get("timeout"))
     if command == SAVEPOINT:
-        return control.trigger_savepoint(path, timeout=timeout)
+        return control.trigger_savepoint(_check_path(args), timeout=timeout)
     drain = args.get("drain", False)
     if not isinstance(drain, bool):
         raise ConfigurationError(f"drain must be true or false, got {drain!r}")
+    # a stop without a path: the job's default savepoint folder (or its refusal)
+    path = None if args.get("path") is None else _check_path(args)
     return control.stop_with_savepoint(path, drain=drain, timeout=timeout)
 
 

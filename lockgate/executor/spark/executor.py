@@ -274,7 +274,8 @@ class SparkExecutor:
             raise
         finally:
             if run is not None:
-                run.stop(cancelled=cancelled)
+                # a stop with a savepoint ends FINISHED: its checkpoints are kept
+                run.stop(cancelled=cancelled and handle.cancelled)
             handle.detach()
             server.close()
             _discard_stack_dumps(server)
