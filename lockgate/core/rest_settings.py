@@ -125,11 +125,11 @@ def read_token_file(path: str, what: str) -> str:
     link = _foreign_symlink(path, me)
     if link is not None:
         where, owner = link
+        trusted = f"you ({_user_name(me)})" + ("" if me == 0 else " or root")
         raise ConfigurationError(
             f"{what} {path}: reached through the symlink {where} owned by "
-            f"{_user_name(owner)}, not by you ({_user_name(me)}) or root: its owner chooses "
-            f"which file is read; give the path of a token file of your own, reached "
-            f"through no other user's link"
+            f"{_user_name(owner)}, not by {trusted}: its owner chooses which file is read; "
+            "give the path of a token file of your own, reached through no other user's link"
         )
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK)
