@@ -255,13 +255,13 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
     },
     "StopRequest": {
-        **_obj(
-            {"path": {"type": "string", "minLength": 1}},
-            {
-                "drain": BOOL,
-                "timeout": TIMEOUT,
-            },
-        ),
+        "type": "object",
+        "properties": {
+            # absent or null: the job's default savepoint folder (savepoint_dir)
+            "path": _nullable({"type": "string", "minLength": 1}),
+            "drain": BOOL,
+            "timeout": TIMEOUT,
+        },
         "additionalProperties": False,
     },
     "Location": _obj({"location": STR}),
@@ -355,7 +355,9 @@ _DOCUMENT: dict[str, Any] = {
             (400, 401, 404, 408, 409, 413, 504),
         ),
         "/api/v1/jobs/{id}/stop": _post(
-            "Take a savepoint into 'path', then stop the job (drain: end the input first).",
+            "Take a savepoint into 'path' (absent or null: a new folder in the job's default "
+            "savepoint folder, checkpoint_config.savepoint_dir; 409 when it has none), then "
+            "stop the job (drain: end the input first).",
             "StopRequest",
             "Location",
             200,
