@@ -1,6 +1,10 @@
-"""A package, not a checkout (issue 19 part 4): lockgate is built as an sdist and a wheel
-(``python -m build``, the wheel built from the sdist), the wheel is installed into a fresh
-virtual environment, and a job runs there from outside the repository.
+"""A package, not a checkout (issue 19 part 4, issue 37 item 16): lockgate is built as an
+sdist and a wheel (``python -m build``, the wheel built from the sdist), the wheel is
+installed with the ``kafka`` extra into a fresh virtual environment, and jobs run there
+from outside the repository: one on the local executor, and a Kafka to Kafka job with an
+exactly-once sink on Spark (``lockgate run --executor spark``, Java from the machine).
+Building leaves nothing in the source folder (no ``build/``, no ``*.egg-info``), also
+when pip builds from the path as ``pip install PATH`` does.
 
 The venv is made with ``python -m venv`` from the base interpreter, without system site
 packages, so nothing of this checkout or of ``.venv`` is importable in it: lockgate can
@@ -10,8 +14,9 @@ them once). Every subprocess runs with ``PYTHONPATH`` and the test run's ``LOCKG
 variables removed, in a folder outside the repository.
 
 The build and the install happen once, in a module fixture; each step has a time limit and
-fails with the step's output. About 25 s on the 2-core machine (build ~6 s, venv ~4 s,
-install ~10 s with a warm pip cache, the job and the CLI calls a few seconds).
+fails with the step's output. About a minute on the 2-core machine (build ~6 s, venv ~4 s,
+install ~20 s with a warm pip cache, the local job and the CLI calls a few seconds, the
+Spark job ~20 s with its JVM's start).
 """
 
 from __future__ import annotations
@@ -27,12 +32,13 @@ import textwrap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import lockgate
 
-pytestmark = [pytest.mark.packaging, pytest.mark.hang_guard(120)]
+pytestmark = [pytest.mark.packaging, pytest.mark.hang_guard(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: the version the copy of the source is built with: lockgate.__version__ with a local label,
@@ -44,6 +50,8 @@ BUILD_TIMEOUT_S = 300.0
 VENV_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 600.0
 RUN_TIMEOUT_S = 120.0
+#: a Spark job starts a JVM and its Python workers first
+SPARK_RUN_TIMEOUT_S = 240.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class Installed:
     venv: Path
     work: Path  # an empty folder outside the repository, the cwd of every run
     env: dict[str, str]
+    src: Path  # the copy of the source the distributions were built from
+    root: Path
 
     @property
     def python(self) -> Path:
@@ -102,7 +112,9 @@ def clean_env(venv: Path, home: Path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PYTHON", "LOCKGATE_", "VIRTUAL_ENV", "__PYVENV"))
+        # PYSPARK_PYTHON: a Spark session of the test run sets it to .venv's interpreter,
+        # whose workers would import the checkout's lockgate
+        if not k.startswith(("PYTHON", "PYSPARK_", "LOCKGATE_", "VIRTUAL_ENV", "__PYVENV"))
     }
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
@@ -121,7 +133,7 @@ def copy_source(dest: Path) -> None:
     for entry in REPO.iterdir():
         if entry.is_file():
             shutil.copy2(entry, dest / entry.name)
-    for folder in ("lockgate", "tests"):
+    for folder in ("lockgate", "tests", "build_backend"):
         shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
     init = dest / "lockgate" / "core" / "version.py"
     text, found = VERSION_LINE.subn(f'__version__ = "{VERSION}"', init.read_text())
@@ -142,6 +154,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     wheels = sorted(dist.glob("lockgate-*.whl"))
     sdists = sorted(dist.glob("lockgate-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"python -m build made {os.listdir(dist)}"
+    assert_nothing_left(src, "python -m build")
     env = clean_env(venv, home)
     # the venv module creates it from the base interpreter, not from .venv
     run([sys.executable, "-m", "venv", venv], cwd=work, timeout_s=VENV_TIMEOUT_S, env=env)
@@ -153,13 +166,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            wheels[0],
+            f"{wheels[0]}[kafka]",
         ],
         cwd=work,
         timeout_s=INSTALL_TIMEOUT_S,
         env=env,
     )
-    return Installed(wheel=wheels[0], sdist=sdists[0], venv=venv, work=work, env=env)
+    return Installed(
+        wheel=wheels[0], sdist=sdists[0], venv=venv, work=work, env=env, src=src, root=root
+    )
+
+
+def assert_nothing_left(src: Path, step: str) -> None:
+    """A build wrote nothing into the source folder (setuptools' build/ and egg-info go to
+    a private temporary folder: build_backend/lockgate_backend.py)."""
+    left = sorted(p.name for p in src.iterdir() if p.name == "build" or p.suffix == ".egg-info")
+    assert not left, f"{step} left {left} in the source folder"
 
 
 def test_distributions_are_named_with_the_version_of_lockgate_init(installed: Installed) -> None:
@@ -300,3 +322,112 @@ def test_a_job_runs_with_the_installed_lockgate_outside_the_repository(
         expected[x * x % 7] = expected.get(x * x % 7, 0) + x * x
     assert rows == n
     assert final == expected
+
+
+def test_pip_building_from_a_path_leaves_no_build_folder_in_it(installed: Installed) -> None:
+    """`pip install PATH` builds a wheel in the folder itself (what `pip wheel PATH` does
+    too): setuptools' build/ and lockgate.egg-info went there, and a stale build/lib can
+    put deleted modules into a later wheel. The wheel holds what python -m build's holds."""
+    out = installed.root / "pip-wheel"
+    run(
+        [
+            installed.python,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--wheel-dir",
+            out,
+            installed.src,
+        ],
+        cwd=installed.work,
+        timeout_s=BUILD_TIMEOUT_S,
+        env=installed.env,
+    )
+    assert_nothing_left(installed.src, "pip wheel PATH")
+    (built,) = out.glob("lockgate-*.whl")
+    with zipfile.ZipFile(built) as a, zipfile.ZipFile(installed.wheel) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
+
+
+KAFKA_JOB = '''\
+"""Kafka to Kafka on Spark, exactly once: {k, v} in, {k, v, square, where} out."""
+import json
+import sys
+
+import lockgate as lg
+from lockgate.connectors import KafkaSink, KafkaSource
+
+bootstrap, source_topic, sink_topic, prefix, storage = sys.argv[1:6]
+env = lg.StreamEnvironment(parallelism=2)
+env.enable_checkpointing(200)
+env.checkpoint_config.storage = storage
+(
+    env.from_source(KafkaSource(bootstrap, source_topic, bounded=True), name="kafka in")
+    .uid("kafka-in")
+    # where: the lockgate the Spark worker's Python imported
+    .map(lambda r: {"k": r["k"], "v": r["v"], "square": r["v"] * r["v"], "where": lg.__file__})
+    .uid("square")
+    .sink_to(
+        KafkaSink(
+            bootstrap,
+            sink_topic,
+            key="k",
+            delivery="exactly_once",
+            transactional_id_prefix=prefix,
+        ),
+        name="kafka out",
+    )
+    .uid("kafka-out")
+)
+result = env.execute("wheel kafka job")
+print(json.dumps({"status": result.status.value, "lockgate": lg.__file__}))
+'''
+
+
+@pytest.mark.spark
+def test_a_kafka_job_runs_on_spark_with_the_installed_lockgate(
+    installed: Installed, kafka_topic: Any
+) -> None:
+    """The newcomer's path: the wheel with its kafka extra, `lockgate run --executor spark`
+    from outside the checkout, a few hundred records from a topic to a topic through the
+    exactly-once KafkaSink; a read_committed consumer reads each exactly once."""
+    from kafka_fixtures import BOOTSTRAP, open_transactions, produce, read_committed
+
+    n = 400
+    source, sink = kafka_topic(2), kafka_topic(2)
+    records = [{"k": i % 7, "v": i} for i in range(n)]
+    produce(source, records, partitioner=lambda i, r: r["k"] % 2)
+    job = installed.work / "kafka_job.py"
+    job.write_text(textwrap.dedent(KAFKA_JOB))
+    prefix = f"lgtest-wheel-{sink[-8:]}"
+    done = run(
+        [
+            installed.lockgate,
+            "run",
+            "--executor",
+            "spark",
+            "--master",
+            "local[2]",
+            job,
+            BOOTSTRAP,
+            source,
+            sink,
+            prefix,
+            installed.work / "checkpoints",
+        ],
+        cwd=installed.work,
+        timeout_s=SPARK_RUN_TIMEOUT_S,
+        env=installed.env,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == "FINISHED", done.stdout
+    assert Path(report["lockgate"]).resolve().is_relative_to(installed.venv.resolve())
+    out = read_committed(sink)
+    workers = {str(Path(r["where"]).resolve()) for r in out}
+    assert all(Path(w).is_relative_to(installed.venv.resolve()) for w in workers), workers
+    got = sorted((r["k"], r["v"], r["square"]) for r in out)
+    assert got == sorted((r["k"], r["v"], r["v"] * r["v"]) for r in records)
+    assert open_transactions(prefix) == [], "no transaction of the job's prefix is left open"
