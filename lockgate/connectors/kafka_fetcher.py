@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .kafka_record_batches import (
+    DEFAULT_MAX_BATCH_BYTES,
     CorruptBatch,
     PartitionRecords,
     UnsupportedBatch,
@@ -251,16 +252,21 @@ class DirectFetcher:
     broker, the next sent as soon as a response is in (before its records are decoded).
 
     ``leaders(topic_partitions)`` gives each partition's leader address (the caller's
-    metadata client); ``clock`` is injectable."""
+    metadata client); ``clock`` is injectable. ``max_batch_bytes``: the most one
+    compressed batch may expand to (a larger one is refused,
+    :attr:`PartitionRecords.refused`); a response's batches of one partition expand to
+    at most twice it, the rest is fetched again next."""
 
     def __init__(
         self,
         leaders: Callable[[list[TopicPartition]], dict[TopicPartition, Address]],
         committed_only: bool,
         clock: Callable[[], float] = time.monotonic,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
         self._leaders_of = leaders
         self.committed_only = committed_only
+        self.max_batch_bytes = max_batch_bytes
         self.clock = clock
         #: next offset to fetch, and the (exclusive) end of a bounded partition
         self.offsets: dict[TopicPartition, int] = {}
@@ -401,19 +407,27 @@ class DirectFetcher:
                 self._trouble_since = None
             if not self._stale:
                 self._send(address, conn, now)  # the broker works while we decode
-            return [
-                decode_partition(
+            out = []
+            for part, offset, batches in ready:
+                tp = (part.topic, part.partition)
+                records = decode_partition(
                     part.topic,
                     part.partition,
                     part.records,
                     offset,
-                    self.ends.get((part.topic, part.partition)),
+                    self.ends.get(tp),
                     part.aborted,
                     self.committed_only,
                     batches,
-                )  # fmt: skip
-                for part, offset, batches in ready
-            ]
+                    self.max_batch_bytes,
+                )
+                if tp in self.offsets and records.next_offset < self.offsets[tp]:
+                    # the expanded batches' budget cut the fetch short: the request
+                    # already sent for the partition is answered for nothing (its offset
+                    # no longer matches), and the next one starts at the cut
+                    self.offsets[tp] = records.next_offset
+                out.append(records)
+            return out
         except (CorruptBatch, UnsupportedBatch) as e:
             raise FetchUnavailable(str(e)) from e
 

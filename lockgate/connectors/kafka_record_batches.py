@@ -21,6 +21,15 @@ a transactional batch of a producer whose transaction the response lists as abor
 Compression: uncompressed and gzip batches are decoded here; any other codec raises
 :class:`UnsupportedBatch`, on which the caller reads through librdkafka instead.
 Anything that does not parse raises :class:`CorruptBatch`.
+
+Hostile batches (issue 37 items 2 and 7), which the broker stores as they are: a batch
+whose records' offsets are not strictly increasing inside ``[base offset, base offset +
+last offset delta]`` (a record claiming a later offset would move the reader past other
+producers' records), and a compressed batch that expands to more than
+``max_batch_bytes`` (a gzip bomb), are *refused*: their records are left out and each
+is listed in :attr:`PartitionRecords.refused` for the caller to fail on or dead-letter.
+Decompression is streamed with that bound, and the batches of one fetch expand to at
+most twice it in all: the rest is left for the next fetch (``next_offset``).
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _GZIP = 1
+#: the most bytes one compressed batch may expand to unless the caller says otherwise
+#: (the source passes a bound derived from its fetch and record limits)
+DEFAULT_MAX_BATCH_BYTES = 64 << 20
 #: gaps between two values up to this long are blanked a byte position at a time
 _SHORT_GAP = 24
 #: confluent-kafka's timestamp kinds: none, create time, log append time
@@ -49,6 +61,25 @@ TIMESTAMP_NONE, TIMESTAMP_CREATE, TIMESTAMP_LOG_APPEND = 0, 1, 2
 
 class CorruptBatch(ValueError):
     """Fetched bytes that are not valid record batches."""
+
+
+@dataclass(frozen=True)
+class RefusedBatch:
+    """A record batch the broker stored but no reader may take: its records are not
+    emitted, and the position moves past it only once the caller has failed on it or
+    dead-lettered it. ``last_offset`` is the header's (base offset + last offset
+    delta)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    count: int
+    reason: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.base_offset}"
 
 
 class UnsupportedBatch(ValueError):
@@ -76,6 +107,8 @@ class PartitionRecords:
     value_starts: np.ndarray
     value_lengths: np.ndarray
     next_offset: int
+    #: batches whose records were left out (forged offsets, a decompression bomb)
+    refused: list[RefusedBatch] = field(default_factory=list)
     _array: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -311,10 +344,15 @@ def decode_partition(
     aborted: list[tuple[int, int]] | None,
     committed_only: bool,
     batches: list[_Batch] | None = None,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
 ) -> PartitionRecords:
     """The records of one partition's fetched ``data`` at or after ``fetch_offset``
     (and before ``end_offset``, if given); ``batches``: ``batch_headers(data)`` if the
-    caller has them already."""
+    caller has them already. A compressed batch expanding to more than
+    ``max_batch_bytes``, or whose records' offsets are not strictly increasing inside
+    its header's range, is left out and listed in ``refused``; once the expanded
+    batches reach ``2 * max_batch_bytes`` the rest is left for the next fetch (a lower
+    ``next_offset``)."""
     try:
         from lockgate.connectors.kafka_framing import frame
     except Exception as e:  # numba missing or unusable here: librdkafka reads instead
@@ -323,31 +361,13 @@ def decode_partition(
         batches = batch_headers(data)
     next_offset = next_offset_after(batches, fetch_offset)
     kept = _kept(batches, aborted or [], committed_only, data)
+    refused: list[RefusedBatch] = []
     whole = bytes(data)
     buffer = whole
     if any(b.attributes & _CODEC_MASK for b in kept):
-        # the records of each batch, decompressed where needed, in batch order, so that
-        # every record (and value) sits after the one before it
-        pieces: list[bytes] = []
-        at = 0
-        for b in kept:
-            codec = b.attributes & _CODEC_MASK
-            if codec == 0:
-                piece = whole[b.start : b.stop]
-            elif codec == _GZIP:
-                try:
-                    piece = zlib.decompress(whole[b.start : b.stop], 16 + zlib.MAX_WBITS)
-                except zlib.error as e:
-                    raise CorruptBatch(f"gzip batch at offset {b.base_offset}: {e}") from e
-            else:
-                raise UnsupportedBatch(
-                    f"record batch at offset {b.base_offset} of {topic}[{partition}] is "
-                    f"compressed with codec {codec} (gzip and none are decoded here)"
-                )
-            pieces.append(piece)
-            b.start, b.stop = at, at + len(piece)
-            at = b.stop
-        buffer = b"".join(pieces)
+        kept, buffer, cut = _expand(topic, partition, whole, kept, max_batch_bytes, refused)
+        if cut is not None:
+            next_offset = max(fetch_offset, cut)
     counts = np.array([b.count for b in kept], dtype=np.int64)
     arr = np.frombuffer(buffer, dtype=np.uint8)
     fields = frame(
@@ -357,8 +377,145 @@ def decode_partition(
         counts,
         f"{topic}[{partition}]",
     )
-    return _columns(topic, partition, buffer, arr, fields, kept, counts,
-                    fetch_offset, end_offset, next_offset)  # fmt: skip
+    kept, counts, fields = _offsets_checked(topic, partition, kept, counts, fields, refused)
+    records = _columns(topic, partition, buffer, arr, fields, kept, counts,
+                       fetch_offset, end_offset, next_offset)  # fmt: skip
+    # only what lies at or after the fetch offset (and before a bounded end) is the
+    # caller's: a refused batch before it was refused by an earlier fetch already
+    records.refused = [
+        r
+        for r in sorted(refused, key=lambda r: r.base_offset)
+        if r.last_offset >= fetch_offset and (end_offset is None or r.base_offset < end_offset)
+    ]
+    return records
+
+
+def _expand(
+    topic: str,
+    partition: int,
+    whole: bytes,
+    kept: list[_Batch],
+    max_batch_bytes: int,
+    refused: list[RefusedBatch],
+) -> tuple[list[_Batch], bytes, int | None]:
+    """The records of each batch of ``kept``, decompressed where needed, in batch order
+    in one buffer (so that every record, and value, sits after the one before it):
+    ``(the batches in it, the buffer, the offset the next fetch starts at when the
+    budget of ``2 * max_batch_bytes`` cut the fetch short, else None)``. A batch
+    expanding past ``max_batch_bytes`` goes to ``refused``."""
+    budget = 2 * max_batch_bytes
+    out = bytearray()
+    expanded: list[_Batch] = []
+    cut: int | None = None
+    for b in kept:
+        codec = b.attributes & _CODEC_MASK
+        if codec == 0:
+            piece: bytes | memoryview = memoryview(whole)[b.start : b.stop]
+        elif codec == _GZIP:
+            room = budget - len(out)
+            if out and room <= 0:
+                cut = b.base_offset
+                break
+            limit = min(max_batch_bytes, room) if out else max_batch_bytes
+            piece, over = _gunzip(memoryview(whole)[b.start : b.stop], limit, b.base_offset)
+            if over and limit < max_batch_bytes:
+                cut = b.base_offset  # the next fetch starts with it, with the whole bound
+                break
+            if over:
+                refused.append(
+                    RefusedBatch(
+                        topic,
+                        partition,
+                        b.base_offset,
+                        b.last_offset,
+                        b.count,
+                        f"gzip batch expands to more than {max_batch_bytes} bytes (a "
+                        "decompression bomb, or a batch larger than the source reads: "
+                        "raise max_record_bytes if it is genuine)",
+                    )  # fmt: skip
+                )
+                continue
+        else:
+            raise UnsupportedBatch(
+                f"record batch at offset {b.base_offset} of {topic}[{partition}] is "
+                f"compressed with codec {codec} (gzip and none are decoded here)"
+            )
+        if out and len(out) + len(piece) > budget:
+            cut = b.base_offset
+            break
+        start = len(out)
+        out += piece
+        b.start, b.stop = start, len(out)
+        expanded.append(b)
+    return expanded, bytes(out), cut
+
+
+def _gunzip(data: memoryview, limit: int, base_offset: int) -> tuple[bytes, bool]:
+    """``data`` gunzipped, streamed so that no more than ``limit + 1`` bytes are ever
+    produced: ``(bytes, False)``, or ``(b"", True)`` when it expands past ``limit``."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        piece = inflater.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise CorruptBatch(f"gzip batch at offset {base_offset}: {e}") from e
+    if len(piece) > limit:
+        return b"", True
+    if not inflater.eof:
+        raise CorruptBatch(f"gzip batch at offset {base_offset}: the stream is cut short")
+    return piece, False
+
+
+def _offsets_checked(
+    topic: str,
+    partition: int,
+    kept: list[_Batch],
+    counts: np.ndarray,
+    fields: np.ndarray,
+    refused: list[RefusedBatch],
+) -> tuple[list[_Batch], np.ndarray, np.ndarray]:
+    """``kept``, their counts and record columns without the batches whose records'
+    offset deltas are not strictly increasing inside ``[0, last offset delta]`` (those
+    go to ``refused``): a record claiming an offset past its batch would move the
+    reader past records it never read (issue 37 item 2)."""
+    deltas = fields[1]
+    if not len(deltas):
+        return kept, counts, fields
+    batch_of = np.repeat(np.arange(len(kept)), counts)
+    last = np.repeat(
+        np.array([b.last_offset - b.base_offset for b in kept], dtype=np.int64), counts
+    )
+    bad = (deltas < 0) | (deltas > last)
+    bad[1:] |= (deltas[1:] <= deltas[:-1]) & (batch_of[1:] == batch_of[:-1])
+    if not bool(bad.any()):
+        return kept, counts, fields
+    wrong = set(np.unique(batch_of[bad]).tolist())
+    for i in sorted(wrong):
+        b = kept[i]
+        refused.append(
+            RefusedBatch(
+                topic,
+                partition,
+                b.base_offset,
+                b.last_offset,
+                b.count,
+                f"{_claim(b, bad[batch_of == i], deltas[batch_of == i])}, outside the "
+                f"strictly increasing offsets its header allows ([{b.base_offset}, "
+                f"{b.last_offset}]): a forged batch, refused so that no other record is "
+                "skipped",
+            )  # fmt: skip
+        )
+    good = np.array([i not in wrong for i in range(len(kept))], dtype=np.bool_)
+    mask = good[batch_of]
+    return [b for i, b in enumerate(kept) if good[i]], counts[good], fields[:, mask]
+
+
+def _claim(b: _Batch, bad: np.ndarray, deltas: np.ndarray) -> str:
+    """What the first wrong record of batch ``b`` claims."""
+    j = int(np.flatnonzero(bad)[0])
+    said = f"record {j} of the batch claims offset {b.base_offset + int(deltas[j])}"
+    if j:
+        said += f" after {b.base_offset + int(deltas[j - 1])}"
+    return said
 
 
 def _columns(topic: str, partition: int, buffer: bytes, arr: np.ndarray, fields: np.ndarray,

@@ -80,7 +80,13 @@ from .base import (
     report_malformed,
 )
 from .kafka_common import check_bootstrap_servers, check_format, check_properties, confluent_kafka
-from .kafka_fetcher import DirectFetcher, FetchUnavailable, direct_fetch_possible
+from .kafka_fetcher import (
+    RESPONSE_MAX_BYTES,
+    DirectFetcher,
+    FetchUnavailable,
+    direct_fetch_possible,
+)
+from .kafka_logging import librdkafka_config
 from .kafka_record_batches import PartitionRecords
 
 log = logging.getLogger(__name__)
@@ -231,7 +237,13 @@ class KafkaSource(Source):
     does not fit it) or whose value is larger than
     ``max_record_bytes`` (default 32 MiB) fails the job naming ``topic[partition]@offset``,
     or with ``on_error="dead_letter"`` goes to ``lg.DEAD_LETTER`` with ``topic``,
-    ``partition`` and ``offset``.
+    ``partition`` and ``offset``. So does what a hostile producer can store (the broker
+    does not check it): a batch whose records claim offsets out of order or past their
+    batch (the direct fetch refuses the batch, librdkafka's path the record out of
+    order), and a compressed batch expanding to more than ``max(max_record_bytes,
+    32 MiB) + 1 MiB`` (direct fetch; through librdkafka, a key larger than
+    ``max_record_bytes``). A split's position never passes a record not emitted
+    (docs/security.md, "Hostile record batches").
 
     ``properties``: further librdkafka consumer settings (e.g. security), except those
     the source sets itself. The source changes one librdkafka default, which
@@ -448,7 +460,7 @@ class KafkaSource(Source):
             "enable.partition.eof": False,
         }
         try:
-            return ck.Consumer(config, logger=log)
+            return ck.Consumer(librdkafka_config(config))
         except ck.KafkaException as e:
             raise ConfigurationError(
                 f"{OWNER} cannot create a Kafka consumer for {self.bootstrap_servers!r}: {e}; "
@@ -587,9 +599,19 @@ class _KafkaReader(SourceReader):
         #: splits at EARLIEST not given to the direct fetcher yet, and until when to try
         self._unresolved: dict[tuple[str, int], float] = {}
         self._next_resolve = 0.0
+        #: the last offset librdkafka gave each partition (its records must grow)
+        self._last_offsets: dict[tuple[str, int], int] = {}
+        #: per partition, a record after a gap held back until what follows it shows
+        #: that it skipped nothing (``_in_order``)
+        self._held: dict[tuple[str, int], Any] = {}
+        #: partitions whose client position went past a refused record (a forged one
+        #: claimed an offset there): the split's position stops after the last emitted
+        self._beyond: dict[tuple[str, int], int] = {}
         if source.fetch == "auto" and direct_fetch_possible(source.properties):
             self._direct = DirectFetcher(
-                self._leaders, committed_only=source.isolation == "read_committed"
+                self._leaders,
+                committed_only=source.isolation == "read_committed",
+                max_batch_bytes=max_batch_bytes(source.max_record_bytes),
             )
 
     def _owns(self, topic: str, partition: int) -> bool:
@@ -711,7 +733,7 @@ class _KafkaReader(SourceReader):
             messages = self._poll_direct(output)
         if self._direct is None:
             messages = self.consumer.consume(num_messages=MAX_BATCH, timeout=0)
-            if messages:
+            if messages or self._held:
                 self._emit(messages, output)
             self._advance(output)
         now = time.monotonic()
@@ -759,26 +781,29 @@ class _KafkaReader(SourceReader):
     def _emit(self, messages: list[Any], output: ReaderOutput) -> None:
         """One batch per partition of ``messages`` (those of its split, before a
         bounded end), in offset order; client errors first (a fatal one raises)."""
-        message: Any = type(messages[0])
+        message: Any = type(messages[0] if messages else next(iter(self._held.values())))
         errors = list(filter(None, map(message.error, messages)))
         if errors:
             for err in errors:
                 self._client_error(err)
             messages = [m for m in messages if m.error() is None]
-            if not messages:
-                return
-        offsets = list(map(message.offset, messages))
         report = self._reporter(output)
-        for key, runs in self._runs(messages, message).items():
+        runs_of = self._runs(messages, message) if messages else {}
+        for key in self._held:
+            runs_of.setdefault(key, [])
+        for key, runs in runs_of.items():
             split = self.splits.get(key)
             if split is None:
+                self._held.pop(key, None)
                 continue  # a partition just given up
-            if split.end is not None:  # offsets grow within a run: cut at the end
-                runs = [(a, bisect_left(offsets, split.end, a, b)) for a, b in runs]
             if len(runs) == 1:
                 msgs = messages[runs[0][0] : runs[0][1]]
             else:
                 msgs = [m for a, b in runs for m in messages[a:b]]
+            msgs = self._in_order(key, msgs, message, output)
+            msgs = self._keys_in_bounds(msgs, message, output)
+            if split.end is not None:  # offsets now grow: cut at the end
+                msgs = msgs[: bisect_left(list(map(message.offset, msgs)), split.end)]
             if not msgs:
                 continue
             batch: Batch | None
@@ -788,6 +813,140 @@ class _KafkaReader(SourceReader):
                 batch = self._rows(msgs, message, output)
             if batch is not None:
                 output.emit_from_split(split.split_id, batch)
+
+    def _in_order(
+        self, key: tuple[str, int], msgs: list[Any], message: Any, output: ReaderOutput
+    ) -> list[Any]:
+        """``msgs`` (one partition's, as librdkafka hands them over, after a record held
+        back at the last poll) without the records of forged batches (issue 37 item 2),
+        each failing the job or dead-lettered. A v2 record carries its own offset delta,
+        which the broker stores unchecked in an uncompressed batch; librdkafka reports
+        ``base + delta`` and fetches on from the batch header's end, so a record claiming
+        a later offset than its batch allows comes before records with lower offsets
+        (the next batches', which librdkafka still delivers), or lies at or past the
+        partition's high watermark. Refused here, before anything is emitted or the
+        position moves: a record followed by an offset not above its own, one at or
+        below an offset already read, one at or past the high watermark (asked again of
+        the broker first). The last record, when a gap lies before it (a legitimate
+        one: transaction markers, aborted or compacted records), is held back (the
+        position stays before it) until a higher offset follows it, the consumer's
+        position moves past something after it, or it is the partition's last record:
+        else a forged one would be emitted, and checkpointed past, before the records
+        showing it forged arrive."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            msgs = [held, *msgs]
+        if not msgs:
+            return msgs
+        offsets = list(map(message.offset, msgs))
+        last = self._last_offsets.get(key)
+        if last is None:
+            split = self.splits[key]
+            last = split.offset - 1 if split.offset >= 0 else offsets[0] - 1
+        kept: list[Any] = []
+        kept_offsets: list[int] = []
+        if all(a < b for a, b in zip([last, *offsets], offsets)) and not self._past_end(
+            key, offsets[-1]
+        ):
+            kept, kept_offsets = msgs, offsets
+        else:
+            high: int | None = None
+            for i, (m, o) in enumerate(zip(msgs, offsets)):
+                why = ""
+                if o <= (kept_offsets[-1] if kept_offsets else last):
+                    why = f"it follows offset {kept_offsets[-1] if kept_offsets else last}"
+                elif i + 1 < len(offsets) and offsets[i + 1] <= o:
+                    why = f"offset {offsets[i + 1]} follows it"
+                else:
+                    if high is None and self._past_end(key, o):
+                        high = self._high_watermark(key)
+                    if high is not None and o >= high:
+                        why = f"the partition's high watermark is {high}"
+                if why:
+                    self._malformed(
+                        m,
+                        m.value(),
+                        f"a record claiming offset {o} out of order ({why}): its batch's "
+                        "offset deltas are forged; refused so that no other record is "
+                        "skipped",
+                        output,
+                    )
+                    continue
+                kept.append(m)
+                kept_offsets.append(o)
+        # the client's position is past the last record handed over; when that one is
+        # refused or held, the split's position stops after the last record emitted
+        tail_out = not kept or kept[-1] is not msgs[-1]
+        if kept:
+            o = kept_offsets[-1]
+            before = kept_offsets[-2] if len(kept) > 1 else last
+            if o > before + 1 and not self._confirmed(key, o):
+                self._held[key] = kept[-1]
+                kept = kept[:-1]
+                kept_offsets = kept_offsets[:-1]
+                tail_out = True
+        self._last_offsets[key] = kept_offsets[-1] if kept_offsets else last
+        if tail_out:
+            self._beyond[key] = self._last_offsets[key] + 1
+        return kept
+
+    def _keys_in_bounds(self, msgs: list[Any], message: Any, output: ReaderOutput) -> list[Any]:
+        """``msgs`` without the records whose key is larger than ``max_record_bytes``
+        (each failing the job or dead-lettered, as a value that large is): a gzip bomb
+        librdkafka expanded (issue 37 item 7) goes no further."""
+        limit = self.source.max_record_bytes
+        if max(map(len, filter(None, map(message.key, msgs))), default=0) <= limit:
+            return msgs
+        kept = []
+        for m in msgs:
+            k = m.key()
+            if k is not None and len(k) > limit:
+                self._malformed(
+                    m,
+                    m.value(),
+                    f"its key of {len(k)} bytes is larger than max_record_bytes={limit} "
+                    "(raise max_record_bytes if such keys are genuine)",
+                    output,
+                )
+                continue
+            kept.append(m)
+        return kept
+
+    def _confirmed(self, key: tuple[str, int], offset: int) -> bool:
+        """The record at ``offset`` (after a gap) is its partition's last, or the
+        consumer's position went past something after it (a marker, aborted records):
+        no record it could have skipped is still to come."""
+        ck = confluent_kafka()
+        tp = ck.TopicPartition(*key)
+        try:
+            _, high = self.consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and 0 <= high <= offset + 1:
+                return True
+            (at,) = self.consumer.position([tp])
+        except ck.KafkaException:
+            return False
+        return bool(at.offset > offset + 1)
+
+    def _past_end(self, key: tuple[str, int], offset: int) -> bool:
+        """``offset`` at or past the partition's high watermark as the client last
+        heard it (no request)."""
+        ck = confluent_kafka()
+        try:
+            _, high = self.consumer.get_watermark_offsets(ck.TopicPartition(*key), cached=True)
+        except ck.KafkaException:
+            return False
+        return high is not None and high >= 0 and offset >= high
+
+    def _high_watermark(self, key: tuple[str, int]) -> int | None:
+        """The partition's high watermark, asked of the broker now."""
+        ck = confluent_kafka()
+        try:
+            _, high = self.consumer.get_watermark_offsets(
+                ck.TopicPartition(*key), timeout=REQUEST_TIMEOUT_S
+            )
+        except ck.KafkaException:
+            return None
+        return int(high)
 
     def _poll_direct(self, output: ReaderOutput) -> bool:
         """One batch of the direct fetcher's records emitted (fetching when none is
@@ -843,6 +1002,9 @@ class _KafkaReader(SourceReader):
                     records.messages,
                     dead,
                 )
+        # a refused batch (forged offsets, a decompression bomb) fails the job here, or
+        # its dead letter goes out with the part of the fetch whose offset passes it
+        refused = deque(self._refused(records))
         end = records.next_offset if split.end is None else min(records.next_offset, split.end)
         rows = 0 if batch is None else len(batch)
         if batch is not None and rows > MAX_BATCH and rows == len(records):
@@ -851,12 +1013,34 @@ class _KafkaReader(SourceReader):
             start = 0
             while rows - start > MAX_BATCH:
                 stop = start + MAX_BATCH
-                self._ready.append(
-                    (key, _slice(batch, start, stop), int(offsets[stop - 1]) + 1, [])
-                )
+                after = int(offsets[stop - 1]) + 1
+                passed = []
+                while refused and refused[0]["offset"] < after:
+                    passed.append(refused.popleft())
+                self._ready.append((key, _slice(batch, start, stop), after, passed))
                 start = stop
             batch = _slice(batch, start, rows)
-        self._ready.append((key, batch, end, dead.records))
+        self._ready.append((key, batch, end, [*refused, *dead.records]))
+
+    def _refused(self, records: PartitionRecords) -> list[dict[str, Any]]:
+        """The dead letters of the batches the direct fetch refused (forged offsets, a
+        decompression bomb: issue 37 items 2 and 7), in offset order; with
+        ``on_error="fail"`` the first one fails the job, naming it."""
+        letters = _DeadLetters()
+        for r in records.refused:
+            report_malformed(
+                self.source.on_error,
+                letters,
+                what="kafka record batch",
+                location=r.location,
+                raw=None,
+                error=f"{r.reason}; {r.count} records, offsets {r.base_offset}-{r.last_offset}",
+                topic=r.topic,
+                partition=r.partition,
+                offset=r.base_offset,
+                last_offset=r.last_offset,
+            )
+        return letters.records
 
     def _reporter(self, output: ReaderOutput) -> Any:
         def report(m: Any, raw: Any, error: str) -> None:
@@ -950,7 +1134,8 @@ class _KafkaReader(SourceReader):
         for tp in positions:
             split = self.splits[(tp.topic, tp.partition)]
             if tp.offset >= 0:
-                split.offset = tp.offset if split.end is None else min(tp.offset, split.end)
+                offset = min(tp.offset, self._beyond.pop((tp.topic, tp.partition), tp.offset))
+                split.offset = offset if split.end is None else min(offset, split.end)
             if split.finished:
                 del self.splits[(tp.topic, tp.partition)]
                 self._finished_offsets[(tp.topic, tp.partition)] = split.offset
@@ -1106,6 +1291,14 @@ class _DeadLetters(ReaderOutput):
 
     def emit(self, batch: Batch) -> None:  # pragma: no cover - never called
         raise AssertionError("decoding emits dead letters only")
+
+
+def max_batch_bytes(max_record_bytes: int) -> int:
+    """The most bytes one compressed record batch may expand to when the direct fetch
+    decodes it: what one fetch response may hold (``RESPONSE_MAX_BYTES``), or one record
+    of the largest value the source reads, and 1 MiB for keys, headers and framing. A
+    larger batch is refused as corrupt (a decompression bomb, issue 37 item 7)."""
+    return max(max_record_bytes, RESPONSE_MAX_BYTES) + (1 << 20)
 
 
 def _slice(batch: Batch, start: int, stop: int) -> Batch:

@@ -367,3 +367,66 @@ def test_without_the_compiled_decoding_a_fetch_is_unsupported_so_librdkafka_read
     monkeypatch.setitem(sys.modules, "lockgate.connectors.kafka_framing", None)
     with pytest.raises(UnsupportedBatch, match="compiled record decoding is unavailable"):
         decode(batch(0, [(None, b"abc")]))
+
+
+def forged(base_offset: int, deltas: list[int], last: int | None = None) -> bytes:
+    """An uncompressed batch whose records claim ``deltas``; its header's last offset
+    delta is ``last``, by default what agrees with the count (all the broker checks)."""
+    body = b"".join(record(d, i, None, b'{"i": %d}' % i) for i, d in enumerate(deltas))
+    after_length = struct.pack(
+        ">ibIhiqqqhii",
+        0,
+        2,
+        0,
+        0,
+        len(deltas) - 1 if last is None else last,
+        1_000,
+        1_000,
+        -1,
+        0,
+        0,
+        len(deltas),
+    )
+    return struct.pack(">qi", base_offset, len(after_length) + len(body)) + after_length + body
+
+
+@pytest.mark.parametrize("deltas", [[0, 1, 1_000_000], [0, 2, 1], [0, 1, 1], [0, -1, 2], [3, 1, 2]])
+def test_a_batch_whose_offsets_do_not_increase_inside_its_range_is_refused_alone(
+    deltas: list[int],
+) -> None:
+    """Issue 37 item 2: the records of a batch claiming offsets outside its header's
+    range, or not strictly increasing, are never decoded; the batches around it are."""
+    data = batch(0, [(None, b"a%d" % i) for i in range(3)]) + forged(3, deltas)
+    data += batch(6, [(None, b"c%d" % i) for i in range(2)])
+    out = decode(data)
+    assert out.values() == [b"a0", b"a1", b"a2", b"c0", b"c1"]
+    assert out.offsets.tolist() == [0, 1, 2, 6, 7]
+    assert [(r.base_offset, r.last_offset, r.count) for r in out.refused] == [(3, 5, 3)]
+    assert out.refused[0].location == "t[0]@3"
+    assert out.next_offset == 8
+
+
+def test_a_compacted_batch_with_gaps_inside_its_range_is_read() -> None:
+    """Compaction leaves gaps inside a batch's range; its offsets still increase."""
+    out = decode(forged(10, [0, 2], last=2) + batch(13, [(None, b"x")]))
+    assert out.offsets.tolist() == [10, 12, 13]
+    assert not out.refused
+
+
+def test_gzip_is_expanded_with_a_bound_and_a_budget_per_fetch() -> None:
+    """Issue 37 item 7: a gzip batch expanding past ``max_batch_bytes`` is refused (never
+    expanded whole); once the expanded batches reach twice the bound, the rest is left
+    for the next fetch (``next_offset`` at the first batch left)."""
+    small = [(None, b"v" * 4_000)]
+    bomb = [(None, b"\x00" * 200_000)]
+    pieces = [batch(i, bomb if i == 1 else small, compress=True) for i in range(6)]
+    data = b"".join(pieces)
+    out = decode_partition("t", 0, data, 0, None, None, True, max_batch_bytes=10_000)
+    assert [(r.base_offset, "expands to more than 10000" in r.reason) for r in out.refused] == [
+        (1, True)
+    ]
+    assert out.offsets.tolist() == [0, 2, 3, 4]
+    assert out.next_offset == 5
+    # the next fetch starts at the batch left
+    again = decode_partition("t", 0, pieces[5], 5, None, None, True, max_batch_bytes=10_000)
+    assert again.offsets.tolist() == [5] and not again.refused
