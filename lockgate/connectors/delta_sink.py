@@ -16,8 +16,12 @@ Built on :class:`TwoPhaseCommitSink` and the ``deltalake`` package (delta-rs):
 * the first commit creates the table (schema from ``schema=`` or the first records;
   ``partition_by`` as given) when there is none; a subtask that loses that race appends;
 * transactions begun after the restored checkpoint are discarded, their files deleted
-  (``abort``, ``abort_lingering``); files of other jobs, sinks and runs, and every file
-  a commit may have added, are never deleted.
+  (``abort``, ``abort_lingering``), but only files of this run: a sink deletes only what
+  it can prove its own and dead. Files of other jobs and sinks, of other runs (also of
+  the run whose checkpoint or savepoint this run restored: it may still be running and
+  commit them), and every file a commit may have added, are never deleted. A run's own
+  leftovers are deleted when it ends; those of a run that died without ending stay,
+  invisible to readers, for ``DeltaTable.vacuum`` (see ``DeltaSink.abort_lingering``).
 
 The run id in the app id keeps a new run (a fresh start, or a new checkpoint storage
 whose ids start at 1 again) from being mistaken for a repeat of an earlier run. With
@@ -426,43 +430,44 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
     def abort_lingering(
         self, keep: list[DeltaTransaction], ctx: RuntimeContext, *, job_ended: bool = False
     ) -> None:
-        """Delete data files earlier attempts wrote and no commit added nor will add.
+        """Delete data files earlier attempts of this run wrote and no commit added nor
+        will add (M-X2).
 
-        Done once, by subtask 0 after recovery or by the driver when the job has ended.
-        A file is deleted only when its name says it is this sink's, of this run (not of
-        the attempt now running, unless the job has ended) or of a run whose transactions
-        were restored, it is in no transaction of ``keep``, and its floor is above the
-        version the table holds for its app id: then no commit ever added it. Files of
-        other jobs, sinks and runs are never touched; uncommitted files this rule cannot
-        prove (rare) are left to ``DeltaTable.vacuum``.
+        Done once, by subtask 0 after a restart of the run or by the driver when the job
+        has ended. Only files of runs proven dead are deleted, and the only such runs a
+        sink can prove dead are the attempts of its own run before the one now running
+        (the executor stopped them before starting it; at the job's end, every attempt).
+        A file is deleted when its name says it is this sink's and of this run (not of
+        the attempt now running, unless the job has ended), it is in no transaction of
+        ``keep``, and its floor is above the version the table holds for its app id:
+        then no commit ever added it.
+
+        Files of other runs are never deleted, not even those of the run whose checkpoint
+        or savepoint this run restored: that run may still be running (a job forked from
+        a savepoint of a job that goes on) and commit them, and nothing in a table's
+        folder proves it is gone (unlike PostgreSQL, where a run's sessions hold a lock
+        that dies with them). Such a run deletes its own leftovers when it ends (its
+        driver, here, with ``job_ended``); files of a run that died without ending (its
+        driver killed) stay, invisible to every reader (no commit adds them), until
+        ``DeltaTable.vacuum`` removes files the log does not reference and older than its
+        retention (7 days by default; keep it longer than a checkpoint interval plus the
+        checkpoint timeout).
         """
-        if not job_ended and ctx.subtask_index != 0:
-            return
-        if not job_ended and ctx.attempt_number == 0 and not keep:
-            return  # a fresh start: no earlier attempt of this run, no restored run
+        if not job_ended and (ctx.subtask_index != 0 or ctx.attempt_number == 0):
+            return  # attempt 0 of a run: no earlier attempt of this run left anything
         prefix = file_prefix(ctx.job_name, ctx.operator_uid)
         run = re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id) or "norun"
-        restored: dict[tuple[str, int], str] = {}
-        kept: set[str] = set()
-        for t in keep:
-            if isinstance(t, DeltaTransaction):
-                restored[t.run_and_subtask] = t.app_id
-                kept.update(f.path for f in t.files)
+        kept = {f.path for t in keep if isinstance(t, DeltaTransaction) for f in t.files}
         table = load_table(self.table_uri, self.storage_options)
         versions: dict[str, int | None] = {}
         doomed: list[str] = []
         for path in self._own_files(prefix):
             owner = parse_name(prefix, path.rsplit("/", 1)[-1])
-            if owner is None or path in kept:
-                continue
-            if owner.run == run:
-                if not job_ended and owner.attempt == ctx.attempt_number:
-                    continue  # the attempt now running
-                app_id = app_id_of(ctx.job_name, ctx.operator_uid, owner.subtask, ctx.run_id)
-            elif (owner.run, owner.subtask) in restored:
-                app_id = restored[(owner.run, owner.subtask)]
-            else:
-                continue
+            if owner is None or path in kept or owner.run != run:
+                continue  # not this sink's, committed by the restore, or another run's
+            if not job_ended and owner.attempt == ctx.attempt_number:
+                continue  # the attempt now running
+            app_id = app_id_of(ctx.job_name, ctx.operator_uid, owner.subtask, ctx.run_id)
             if app_id not in versions:
                 versions[app_id] = None if table is None else table.transaction_version(app_id)
             done = versions[app_id]
@@ -470,9 +475,10 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
                 doomed.append(path)
         if doomed:
             log.info(
-                "%s: deleting %d data files earlier attempts wrote and never committed",
+                "%s: deleting %d data files earlier attempts of run %s wrote and never committed",
                 self._where() if self._ctx else f"DeltaSink '{ctx.operator_name}'",
                 len(doomed),
+                ctx.run_id,
             )
             self._delete(doomed)
 

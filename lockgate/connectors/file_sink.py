@@ -24,6 +24,16 @@ output.
   was done. Readers that skip hidden names (every ``part-*`` lister: Spark,
   ``pyarrow.dataset``, ``FileSource``) see only committed files; between the copy and
   the delete the bytes exist twice, once under the hidden name.
+* What a restore deletes: only temporary files of its own run (earlier attempts, all
+  stopped). Temporary files of other runs, also of the run whose checkpoint or savepoint
+  it restored (that run may still be running: a job forked from a savepoint of a job
+  that goes on), are never deleted; numbering continues after every number any run
+  uses in the folder, and a local commit never replaces a part file (a hard link, not a
+  rename over it): a number another run published meanwhile makes the file
+  ``part-<subtask>-<n>.<run>.<ext>``. A run's uncommitted temporary files are deleted
+  when it restarts; those of another run stay, hidden from readers, until that run
+  restarts, or by hand once it has ended. On an object store the copy to the final key
+  cannot refuse an existing key: give forked jobs their own folders there.
 * ``exactly_once=False``: at-least-once. Part files are written in place and
   closed when the input ends; a failure leaves partial files and a restart
   writes its records again.
@@ -31,8 +41,10 @@ output.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
+import errno
 import json
 import os
 import re
@@ -88,6 +100,29 @@ def _fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _link_no_replace(source: str, target: str) -> None:
+    """Give the file ``source`` the name ``target`` too, atomically, failing with
+    ``FileExistsError`` when ``target`` exists. Where hard links are not supported, the
+    file is renamed after a check that ``target`` does not exist (not atomic)."""
+    try:
+        os.link(source, target)
+    except (FileExistsError, FileNotFoundError):
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "file exists", target) from e
+        os.rename(source, target)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 class _PartFile:
@@ -218,6 +253,20 @@ class FileTransaction:
     seq: int
     records: int = 0
     size: int | None = None
+
+
+def fallback_path(transaction: FileTransaction) -> str | None:
+    """Where ``transaction`` is published when its final name is another file already:
+    ``part-<subtask>-<n>.<run>.<ext>`` beside it, the run read from its temporary file's
+    name (None for a transaction of a run without an id)."""
+    final_name = transaction.final_path.rsplit("/", 1)[-1]  # part-<subtask>-<n>.<ext>
+    temp_name = transaction.temp_path.rsplit("/", 1)[-1]  # .<final name>[.<run>].inprogress
+    run = temp_name[1 + len(final_name) : -len(IN_PROGRESS_SUFFIX)].lstrip(".")
+    if not run or not temp_name.startswith(f".{final_name}"):
+        return None
+    stem, ext = final_name.rsplit(".", 1)
+    folder = transaction.final_path[: -len(final_name)]
+    return f"{folder}{stem}.{run}.{ext}"
 
 
 class FileSink(TwoPhaseCommitSink[FileTransaction]):
@@ -379,8 +428,13 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         transaction.size = self.location.size(transaction.temp_path)
 
     def commit(self, transaction: FileTransaction) -> None:
-        """Rename the temporary file into place (atomic) and fsync the folder; on an
-        object store copy it to the final key and delete it. Idempotent."""
+        """Publish the temporary file under its final name without ever replacing a file
+        there (a hard link, then the temporary name is removed; atomic) and fsync the
+        folder; on an object store copy it to the final key and delete it. Idempotent.
+
+        When the final name is already another file (another run writing the same folder
+        took the number: a job forked from a savepoint of a job that goes on), the file is
+        published as ``part-<subtask>-<n>.<run>.<ext>`` instead, never over it."""
         if transaction.records == 0:
             # No file was ever created for it, and its number may already belong to the
             # next transaction (numbers are used up by a first record): touch nothing.
@@ -388,16 +442,35 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         if not self.location.local:
             self._commit_by_copy(transaction)
             return
-        try:
-            os.replace(transaction.temp_path, transaction.final_path)
-        except FileNotFoundError as e:
-            if os.path.exists(transaction.final_path):
-                return  # committed before
-            raise FileNotFoundError(
-                f"FileSink cannot commit {transaction.final_path}: its data file "
-                f"{transaction.temp_path} is gone, so {transaction.records} records are lost "
-                "(was the folder cleaned or moved while the job ran?)"
-            ) from e
+        temp = transaction.temp_path
+        targets = [transaction.final_path]
+        fallback = fallback_path(transaction)
+        if fallback is not None:
+            targets.append(fallback)
+        for target in targets:
+            try:
+                _link_no_replace(temp, target)
+            except FileExistsError:
+                if _same_file(temp, target):
+                    break  # linked before (a crash before the temporary name was removed)
+                continue  # another writer's file: never replaced
+            except FileNotFoundError as e:
+                if any(os.path.exists(t) for t in targets):
+                    return  # committed before
+                raise FileNotFoundError(
+                    f"FileSink cannot commit {transaction.final_path}: its data file "
+                    f"{temp} is gone, so {transaction.records} records are lost (was the "
+                    "folder cleaned or moved while the job ran?)"
+                ) from e
+            break
+        else:
+            raise FileExistsError(
+                f"FileSink cannot commit {temp}: {' and '.join(targets)} are other files "
+                "already (another writer uses this folder with the same run id?); the "
+                f"{transaction.records} records stay in {temp}"
+            )
+        with contextlib.suppress(FileNotFoundError):  # gone already when renamed
+            os.unlink(temp)
         _fsync_path(os.path.dirname(transaction.final_path))
 
     def _commit_by_copy(self, transaction: FileTransaction) -> None:
@@ -436,11 +509,21 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
             part.release()
         self.location.delete(transaction.temp_path)
 
+    def recover_and_abort(self, transaction: FileTransaction) -> None:
+        """Discard a restored transaction that was open at the checkpoint: delete its
+        temporary file if this run began it (an earlier attempt of this run, stopped). A
+        transaction another run began is left alone: that run may still be running (a
+        job forked from a savepoint of a job that goes on) and pre-commit and commit it."""
+        if self._own_temp(transaction.temp_path):
+            self.abort(transaction)
+
     def finish_recovery(self, recovered: list[FileTransaction]) -> None:
-        """Continue numbering after the restored transactions of this subtask and delete the
-        temporary files numbered from there on: transactions a failed attempt began after
-        the checkpoint. Older temporary files are kept (another run's retained checkpoint
-        may still commit them, M-S3)."""
+        """Continue numbering after the restored transactions of this subtask, and after
+        every number any run uses in the folder for it (another run may still be writing
+        there), and delete this run's temporary files numbered from the restored
+        transactions on: transactions a failed attempt of this run began after the
+        checkpoint. Temporary files of other runs are kept (that run may still commit
+        them, or another run's retained checkpoint may, M-S3)."""
         mine = [
             t
             for t in recovered
@@ -452,11 +535,24 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
             return
         next_seq = max(t.seq + 1 if t.records else t.seq for t in mine)
         self._drop_abandoned()
-        _, in_progress = self._used()
+        published, in_progress = self._used()
         for temp, seq in in_progress.items():
-            if seq >= next_seq:
+            if seq >= next_seq and self._own_temp(temp):
                 self.location.delete(temp)
-        self._next_seq = next_seq
+        in_use = published | {seq for t, seq in in_progress.items() if not self._own_temp(t)}
+        self._next_seq = max(next_seq, max(in_use, default=-1) + 1)
+
+    def _own_temp(self, temp_path: str) -> bool:
+        """Whether the temporary file ``temp_path`` was begun by this run (its name
+        carries the run id; a run without one owns the names without one)."""
+        name = temp_path.rsplit("/", 1)[-1]
+        if not name.endswith(IN_PROGRESS_SUFFIX):
+            return False
+        stem = name[: -len(IN_PROGRESS_SUFFIX)]  # .part-<subtask>-<n>.<ext>[.<run>]
+        ext = f".{EXTENSIONS[self.format]}"
+        if self._run:
+            return stem.endswith(f"{ext}.{self._run}")
+        return stem.endswith(ext)
 
     def _drop_abandoned(self) -> None:
         """In a restarted attempt: delete this subtask's temporary files begun by earlier
