@@ -106,9 +106,9 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
 def test_m_r4_signed_incremental_rocksdb_checkpoints_export_and_restore_with_the_key(
     tmp_path,
 ) -> None:
-    """Shared SST files carry their HMAC in the (signed) handles; the export checks them,
-    re-signs the state files it rewrites and restores with the key; a forged shared file
-    is refused."""
+    """Shared SST files carry their HMAC in the (signed) handles; the export checks them
+    and every state file's MAC, copies them as they are (never unpickled), signs its
+    ``_metadata``, and restores with the key; a forged shared file is refused."""
     from lockgate.checkpoint.export import export_checkpoint
 
     n = 2 * SPLIT
