@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
+from .kafka_logging import quiet_kafka_python
 
 #: record formats of the source and the sink: ``json`` (a JSON value per record),
 #: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
@@ -50,6 +51,7 @@ def kafka_python() -> ModuleType:
         raise ConfigurationError(
             f"Kafka's exactly-once mode needs kafka-python ({e}); {_INSTALL}"
         ) from e
+    quiet_kafka_python()  # its per-connection INFO lines (.kafka_logging)
     return module
 
 

@@ -75,6 +75,7 @@ from .kafka_common import (
     check_properties,
     confluent_kafka,
 )
+from .kafka_logging import librdkafka_config
 from .kafka_transactions import (
     RETRY_FOR_S,
     KafkaTransaction,
@@ -280,7 +281,13 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
             self.bootstrap_servers, self.properties, self._tid(slot), self._timeout_ms
         )
         producer = ck.Producer(
-            {**config, "on_delivery": self._encoder.delivered, "delivery.report.only.error": True}
+            librdkafka_config(
+                {
+                    **config,
+                    "on_delivery": self._encoder.delivered,
+                    "delivery.report.only.error": True,
+                }
+            )
         )
         try:
             producer.init_transactions(RETRY_FOR_S)
@@ -614,7 +621,7 @@ class _DirectWriter(SinkWriter):
         }
         if sink.delivery == "at_least_once":
             config.update({"enable.idempotence": True, "acks": "all"})
-        self.producer = ck.Producer(config)
+        self.producer = ck.Producer(librdkafka_config(config))
 
     def write(self, batch: Batch) -> None:
         self.encoder.produce(self.producer, batch)

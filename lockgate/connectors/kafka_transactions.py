@@ -36,6 +36,7 @@ from typing import Any
 
 from ..errors import LockgateError
 from .kafka_common import confluent_kafka, kafka_python
+from .kafka_logging import librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +322,9 @@ def fence_and_abort(
     """Abort the transaction open under ``tid`` (if any) and fence its older producers,
     by initializing a producer for ``tid`` (Kafka's ``InitProducerId``)."""
     ck = confluent_kafka()
-    producer = ck.Producer(producer_config(bootstrap_servers, properties, tid, timeout_ms))
+    producer = ck.Producer(
+        librdkafka_config(producer_config(bootstrap_servers, properties, tid, timeout_ms))
+    )
     try:
         producer.init_transactions(RETRY_FOR_S)
     except ck.KafkaException as e:
@@ -339,7 +342,7 @@ def broker_transaction_max_timeout_ms(
     ck = confluent_kafka()
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient({**properties, "bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(librdkafka_config({**properties, "bootstrap.servers": bootstrap_servers}))
     try:
         brokers = admin.list_topics(timeout=timeout_s).brokers
         resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in brokers]
