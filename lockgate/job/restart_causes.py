@@ -67,6 +67,16 @@ def error_text(failure: JobFailedError) -> str:
     return lines[0] if lines else type(failure).__name__
 
 
+def failure_location(failure: BaseException) -> dict[str, Any]:
+    """Where a lost process ran, for an exceptions entry: ``slot``, ``host``, ``pid``,
+    ``signal`` (the number of the signal that killed it) and ``exit_code`` when the
+    failure's cause knows them (a Spark slot's worker that died), else None each."""
+    cause = failure.__cause__
+    return {
+        name: getattr(cause, name, None) for name in ("slot", "host", "pid", "signal", "exit_code")
+    }
+
+
 #: failures kept with their tracebacks (``RestartCauses.history``)
 HISTORY = 50
 #: the longest traceback kept, in characters (its end is kept: the innermost frames)
@@ -96,6 +106,7 @@ class RestartCauses:
             "operator": key[0],
             "error": key[1],
             "traceback": text,
+            **failure_location(failure),
         }
         with self._lock:
             self._history.append(entry)

@@ -222,7 +222,15 @@ SCHEMAS: dict[str, Any] = {
                         "error": STR,
                         "traceback": _nullable(STR),
                     },
-                    {"final": BOOL},
+                    {
+                        "final": BOOL,
+                        # where a lost process ran (a Spark slot's worker that died)
+                        "slot": _nullable(INT),
+                        "host": _nullable(STR),
+                        "pid": _nullable(INT),
+                        "signal": _nullable(INT),
+                        "exit_code": _nullable(INT),
+                    },
                 ),
             }
         }

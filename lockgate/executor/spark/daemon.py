@@ -25,6 +25,10 @@ and threads only after the fork (``zmq.Context.instance()`` is per process). A s
 watchdog (:mod:`.watchdog`) would show a worker that froze nonetheless (its stacks
 reach the driver through faulthandler, which needs no lock).
 
+Workers' exits. PySpark's daemon ignores ``SIGCHLD`` (the kernel reaps its workers and
+their exit status is lost); this one reaps them and records the signal that killed a
+worker (:mod:`.worker_exits`), so a slot's lost worker is named with it.
+
 The SparkExecutor sets ``spark.python.daemon.module`` to this module on loopback
 clusters (``local[N]``, a standalone cluster on 127.0.0.1), where the executors run
 the driver's own interpreter and so can import it.
@@ -70,4 +74,11 @@ if os.environ.get("LOCKGATE_DAEMON_KERNELS", "1") != "0":
         pass
 
 if __name__ == "__main__":
+    import signal
+
+    from lockgate.executor.spark.worker_exits import install_reaper
+
+    # the daemon reaps its workers itself and records how each one that did not end by
+    # itself ended (the signal that killed it), for the driver's error (.worker_exits)
+    daemon.signal = install_reaper(signal)
     daemon.manager()

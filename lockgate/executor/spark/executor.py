@@ -66,6 +66,7 @@ from .control import (
     ControlServer,
 )
 from .liveness import SlotSilent, SlotsNotStarted, check_liveness, start_timeout
+from .lost_worker import aborted_job_error
 from .session import (
     check_session,
     create_session,
@@ -75,6 +76,7 @@ from .session import (
     wait_for_slots,
 )
 from .slot import SlotJob
+from .worker_exits import discard_exit
 
 log = logging.getLogger(__name__)
 
@@ -357,15 +359,8 @@ class SparkExecutor:
                 break
             if event.type == FAILED:
                 return _reported_failure(plan, event.payload)
-        text = str(error)
-        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-        failure = JobFailedError(
-            f"job '{plan.job_name}' failed: the Spark job was aborted: {first}\n\n{text[:4000]}",
-            reason=FailureReason.TASK_LOST,
-            remote_traceback=text,
-        )
-        failure.__cause__ = error
-        return failure
+        # none came: a slot's worker died (killed, crashed) or its executor was lost
+        return aborted_job_error(plan, error, dict(server.registrations), _alive)
 
     def _await_workers_gone(
         self, master: str, server: ControlServer, timeout_s: float = 10
@@ -470,8 +465,9 @@ def silent_slot_error(
 
 
 def _discard_stack_dumps(server: ControlServer) -> None:
-    """Delete the faulthandler dump files of the attempt's slots on this host (any freeze
-    they held is in the attempt's error by now). A slot deletes its own when it ends; a
+    """Delete the faulthandler dump files and recorded exit statuses (.worker_exits) of
+    the attempt's slots on this host (any freeze or kill they held is in the attempt's
+    error by now). A slot deletes its own when it ends; a
     slot Spark killed (a failed or cancelled attempt) cannot. A slot still running keeps
     writing into its open file, unlinked: nothing is left behind."""
     here = socket.gethostname()
@@ -484,6 +480,8 @@ def _discard_stack_dumps(server: ControlServer) -> None:
                 pass
             except OSError as e:
                 log.debug("could not delete the slot stack dump %s: %s", path, e)
+        if isinstance(reg, dict) and reg.get("host") == here and reg.get("pid") is not None:
+            discard_exit(reg["pid"])  # how a killed slot ended: in the attempt's error by now
 
 
 class _CancelRequested(Exception):

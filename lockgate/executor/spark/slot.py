@@ -68,6 +68,7 @@ from .data_plane import ZmqInputChannel
 from .signals import SocketSignal
 from .slot_channels import SlotChannels
 from .watchdog import SlotWatchdog
+from .worker_exits import discard_exit
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
             else None
         )
         endpoints = channels.bind_inputs(_host())
+        discard_exit(os.getpid())  # an older process's with this pid: not this slot's end
         control.send(
             REGISTER,
             {
