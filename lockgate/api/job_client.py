@@ -24,8 +24,8 @@ from ..errors import CheckpointFailedError, ConfigurationError
 from ..executor.job_registry import register_job
 from ..job.handle import JobHandle
 from ..job.observer import JobObserver, graph_of
-from ..job.progress import ProgressLogger, progress_of
-from ..job.restart_causes import RestartCause
+from ..job.progress import ProgressLogger, format_result, progress_of
+from ..job.restart_causes import RestartCause, failure_location
 from ..job.result import JobExecutionResult, JobStatus
 from .resume import record_stop_with_savepoint
 
@@ -71,7 +71,9 @@ class JobClient:
         self._published: dict[int, str] = {}
         #: wall-clock seconds when the client was made (the job's start)
         self.started_at = time.time()
-        self._observer = JobObserver(plan, self._read_metrics)
+        self._observer = JobObserver(
+            plan, self._read_metrics, earlier=lambda: self._handle.earlier_counts
+        )
         if getattr(getattr(plan, "config", None), "metrics_enabled", False):
             self._observer.start_sampling()
         self._rest_token: str | None = None
@@ -118,6 +120,9 @@ class JobClient:
                 if self._stopped_with is not None:
                     _stopped(result, self._stopped_with)
                 self._result = result
+            if self._progress_logger is not None:
+                self._progress_logger.stop()  # the end line is the last
+            log.info("%s", format_result(result, self._plan))
         except BaseException as e:  # noqa: BLE001 - re-raised by wait()
             self._error = e
         finally:
@@ -223,11 +228,9 @@ class JobClient:
 
     def checkpoints(self) -> list[CheckpointStats]:
         """Every checkpoint of the job so far (ascending id): completed, failed and in
-        progress, with their metrics (M-B10)."""
-        coordinator: Any = self._handle.coordinator
-        if coordinator is None:
-            return []
-        stats: list[CheckpointStats] = coordinator.stats()
+        progress, with their metrics (M-B10); those of earlier attempts of the run too
+        (one in progress when its attempt ended is reported failed)."""
+        stats: list[CheckpointStats] = self._handle.checkpoint_history()
         published = dict(self._published)
         return [
             dataclasses.replace(s, external_path=published[s.checkpoint_id])
@@ -274,13 +277,16 @@ class JobClient:
         return list(provider())
 
     def metrics(self) -> dict[str, Any]:
-        """Live metrics (a JSON-ready dict): ``job`` (status, attempts, restarts,
-        uptime), ``vertices`` (per task and subtask: records and bytes in and out with
-        their rates, busy / idle / backpressured ms per second, queue fill) and
-        ``operators`` (per operator subtask: records in and out with their rates,
-        watermark and its lag, source lag, keys and state size where known). Rates are
-        over about the last second; on Spark the numbers are a heartbeat old. Empty
-        lists while no attempt runs."""
+        """Live metrics (a JSON-ready dict): ``job`` (status, attempt, restarts,
+        uptime, and ``attempts``: the run's ended attempts, each with its status,
+        duration, error, record counts per operator uid and checkpoints), ``vertices``
+        (per task and subtask: records and bytes in and out with their rates, busy /
+        idle / backpressured ms per second, queue fill) and ``operators`` (per operator
+        subtask: records in and out with their rates, watermark and its lag, source
+        lag, keys and state size where known). Record counts span the run: the ended
+        attempts' counts are added to the running one's (replayed records included).
+        Rates are over about the last second; on Spark the numbers are a heartbeat old.
+        Empty lists while no attempt runs."""
         out = self._observer.metrics()
         out["job"] = self._job_summary()
         return out
@@ -294,11 +300,14 @@ class JobClient:
             "uptime_s": round(time.time() - self.started_at, 3),
             "attempt": restarts,
             "restarts": restarts,
+            "attempts": [a.to_json() for a in list(self._handle.attempt_history)],
         }
 
     def exceptions(self) -> list[dict[str, Any]]:
         """The job's failures, oldest first (at most the latest 50): ``time``,
-        ``attempt``, ``operator``, ``error`` (type and first line) and ``traceback``;
+        ``attempt``, ``operator``, ``error`` (type and first line), ``traceback``, and
+        where a lost process ran (``slot``, ``host``, ``pid``, ``signal``, ``exit_code``;
+        None when not known or not a lost process);
         the final error too once the job failed."""
         history = self._handle.restart_causes.history()
         error = self._error if self._done.is_set() else None
@@ -310,6 +319,7 @@ class JobClient:
                     "operator": getattr(error, "operator", None),
                     "error": _first_line(error),
                     "traceback": "".join(traceback.format_exception(error))[-20_000:],
+                    **failure_location(error),
                     "final": True,
                 }
             )

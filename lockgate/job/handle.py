@@ -7,11 +7,13 @@ cancels from another thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .restart_causes import RestartCauses
+from .result import AttemptSummary, JobStatus
 
 
 class JobHandle:
@@ -40,6 +42,13 @@ class JobHandle:
         #: every failure of the run so far, per operator and error, with how often it
         #: repeated (the failover loop records; ``JobClient.restart_causes()`` reads)
         self.restart_causes = RestartCauses()
+        #: the run's ended attempts, oldest first (the failover loop records them)
+        self.attempt_history: list[AttemptSummary] = []
+        #: (vertex id, subtask, operator uid) -> (records in, records out) of the run's
+        #: ended attempts: live metrics add them, so job-level counts span the run
+        self.earlier_counts: dict[tuple[int, int, str], tuple[int, int]] = {}
+        #: the checkpoints of the run's earlier attempts' coordinators
+        self._earlier_checkpoints: list[Any] = []
 
     @property
     def cancelled(self) -> bool:
@@ -59,6 +68,9 @@ class JobHandle:
         """Called by the executor when an attempt starts; cancels at once if a cancel
         was requested before."""
         with self._lock:
+            old = self._coordinator
+            if old is not None and old is not coordinator:
+                self._earlier_checkpoints.extend(_ended(old))
             self._coordinator = coordinator
             self._canceller = canceller
         if self.cancel_requested.is_set():
@@ -75,3 +87,78 @@ class JobHandle:
             canceller = self._canceller
         if canceller is not None:
             canceller()
+
+    def checkpoint_history(self) -> list[Any]:
+        """Every checkpoint of the run (``CheckpointStats``), the earlier attempts' first
+        (one still in progress when its attempt ended is reported failed)."""
+        with self._lock:
+            earlier = list(self._earlier_checkpoints)
+            coordinator = self._coordinator
+        return earlier + (list(coordinator.stats()) if coordinator is not None else [])
+
+    def end_attempt(
+        self,
+        attempt: int,
+        status: JobStatus,
+        duration_ms: float,
+        error: str | None = None,
+        operators: dict[str, tuple[int, int]] | None = None,
+    ) -> AttemptSummary:
+        """Record the end of attempt ``attempt``. ``operators``: its exact counts per
+        operator uid (a finished attempt's result); without them, those of its subtasks'
+        last samples (``metrics``), which also carry on in the live metrics of the
+        attempts after it."""
+        samples: list[dict[str, Any]] = []
+        if self.metrics is not None:
+            try:
+                samples = list(self.metrics())
+            except Exception:  # noqa: BLE001 - an attempt torn down may read nothing
+                samples = []
+        per_uid: dict[str, tuple[int, int]] = {}
+        for s in samples:
+            for op in s.get("operators", []):
+                key = (int(s["vertex"]), int(s["subtask"]), str(op["uid"]))
+                counts = (int(op["records_in"]), int(op["records_out"]))
+                if operators is None:
+                    before = self.earlier_counts.get(key, (0, 0))
+                    self.earlier_counts[key] = (before[0] + counts[0], before[1] + counts[1])
+                total = per_uid.get(key[2], (0, 0))
+                per_uid[key[2]] = (total[0] + counts[0], total[1] + counts[1])
+        coordinator = self.coordinator
+        stats = list(coordinator.stats()) if coordinator is not None else []
+        completed = [c.checkpoint_id for c in stats if getattr(c, "status", None) == "completed"]
+        summary = AttemptSummary(
+            attempt=attempt,
+            status=status,
+            duration_ms=duration_ms,
+            error=error,
+            operators=dict(operators if operators is not None else per_uid),
+            checkpoints_completed=len(completed),
+            last_checkpoint=max(completed) if completed else None,
+        )
+        self.attempt_history.append(summary)
+        return summary
+
+    def earlier_totals(self) -> dict[str, tuple[int, int]]:
+        """Per operator uid, the records in and out of the run's ended attempts."""
+        totals: dict[str, tuple[int, int]] = {}
+        for summary in self.attempt_history:
+            for uid, (i, o) in summary.operators.items():
+                before = totals.get(uid, (0, 0))
+                totals[uid] = (before[0] + i, before[1] + o)
+        return totals
+
+
+def _ended(coordinator: Any) -> list[Any]:
+    """The checkpoints of an ended attempt's coordinator: one still in progress never
+    completes (its attempt is gone), so it is reported failed."""
+    try:
+        stats = list(coordinator.stats())
+    except Exception:  # noqa: BLE001 - history only
+        return []
+    return [
+        dataclasses.replace(s, status="failed", failure_reason=s.failure_reason or "attempt ended")
+        if getattr(s, "status", None) == "in_progress"
+        else s
+        for s in stats
+    ]

@@ -74,6 +74,19 @@ def _worst(rows: list[dict[str, Any]], name: str) -> float | None:
     return max(values) if values else None
 
 
+def _new_run(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ``new`` is a reading of another run of the subtask than ``old`` (a
+    restarted attempt): another run id, or cumulative counters that went back (rates
+    against the old run's readings would be nonsense: an idle task's idle time below
+    the old one's made it look busy 1,000 ms/s)."""
+    if old.get("run") != new.get("run"):
+        return True
+    return any(
+        new.get(name, 0) < old.get(name, 0)
+        for name in ("time_ms", "idle_ms", "backpressured_ms", "bytes_in", "bytes_out")
+    )
+
+
 def _rate(new: float, old: float, seconds: float) -> float:
     return max(0.0, (new - old) / seconds) if seconds > 0 else 0.0
 
@@ -81,6 +94,8 @@ def _rate(new: float, old: float, seconds: float) -> float:
 class JobObserver:
     """Live metrics of one job from the readings ``read()`` returns (a list of
     subtask samples, see :func:`lockgate.runtime.task_metrics.task_sample`).
+    ``earlier()``: the records in and out of the run's ended attempts per (vertex,
+    subtask, operator uid), added to the record counts (not to the rates).
 
     Thread-safe: the REST server, the progress logger and the user may ask at once.
     """
@@ -91,9 +106,11 @@ class JobObserver:
         read: Callable[[], list[dict[str, Any]]],
         *,
         wall_clock: Callable[[], float] = time.time,
+        earlier: Callable[[], dict[tuple[int, int, str], tuple[int, int]]] | None = None,
     ) -> None:
         self._plan = plan
         self._read = read
+        self._earlier = earlier
         self._wall = wall_clock
         self._lock = threading.Lock()
         #: (vertex, subtask) -> recent readings (oldest first)
@@ -133,7 +150,7 @@ class JobObserver:
             for s in readings:
                 key = (int(s["vertex"]), int(s["subtask"]))
                 history = self._history.get(key)
-                if history is None or (history and history[-1].get("run") != s.get("run")):
+                if history is None or (history and _new_run(history[-1], s)):
                     history = self._history[key] = deque(maxlen=_KEPT)
                 if not history or history[-1]["time_ms"] != s["time_ms"]:
                     history.append(s)
@@ -154,6 +171,7 @@ class JobObserver:
         wall clock, source lag (records behind the end of the input, where the source
         knows it), keys and state size (where the operator knows them)."""
         now_ms = self._wall() * 1000.0
+        earlier = dict(self._earlier()) if self._earlier is not None else {}
         subtasks: list[dict[str, Any]] = []
         operators: list[dict[str, Any]] = []
         for s, base in self._samples():
@@ -186,14 +204,16 @@ class JobObserver:
             for op in s["operators"]:
                 before = old_ops.get(op["uid"])
                 watermark = op.get("watermark")
+                ended_in, ended_out = earlier.get((s["vertex"], s["subtask"], op["uid"]), (0, 0))
                 operators.append(
                     {
                         "uid": op["uid"],
                         "name": op["name"],
                         "vertex": s["vertex"],
                         "subtask": s["subtask"],
-                        "records_in": op["records_in"],
-                        "records_out": op["records_out"],
+                        # the run's: the ended attempts' records and the running one's
+                        "records_in": op["records_in"] + ended_in,
+                        "records_out": op["records_out"] + ended_out,
                         "records_in_per_s": (
                             _rate(op["records_in"], before["records_in"], seconds)
                             if before

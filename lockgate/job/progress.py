@@ -23,10 +23,11 @@ def progress_of(metrics: dict[str, Any], checkpoints: list[Any]) -> dict[str, An
     read = [o for o in operators if (o["vertex"], o["uid"]) in heads]
     written = [o for o in operators if (o["vertex"], o["uid"]) in tails]
     watermarks = [o["watermark"] for o in operators if o.get("watermark") is not None]
+    # only a task that is backpressured at all: none names nothing
     backpressure = [
         (v["backpressured_ms_per_s"], v["name"])
         for v in vertices
-        if v.get("backpressured_ms_per_s") is not None
+        if (v.get("backpressured_ms_per_s") or 0) > 0
     ]
     worst = max(backpressure, default=None)
     completed = [c for c in checkpoints if getattr(c, "status", None) == "completed"]
@@ -91,6 +92,36 @@ def format_progress(p: dict[str, Any]) -> str:
         f"{p.get('records_in', 0):,} read{lag_text}, watermark {watermark}, last checkpoint "
         f"{checkpoint}, restarts {p.get('restarts', 0)}, backpressure {back}"
     )
+
+
+def format_result(result: Any, plan: Any) -> str:
+    """The line a job's end logs: ``job 'x' FINISHED in 12,345 ms (2 attempts): 40,000
+    records read, 40,000 written`` (records read: its sources' output, written: its
+    sinks' input, over every attempt, see ``JobExecutionResult``)."""
+    read = written = 0
+    for v in getattr(plan, "vertices", []):
+        if not v.operators:
+            continue
+        if v.is_source:
+            read += _count(result, v.operators[0].uid, "records_out")
+        if not v.out_edges:
+            written += _count(result, v.operators[-1].uid, "records_in")
+    attempts = result.attempts
+    text = (
+        f"job '{result.job_name}' {result.status.value} in {result.duration_ms:,.0f} ms "
+        f"({attempts} attempt{'' if attempts == 1 else 's'}): {read:,} records read, "
+        f"{written:,} written"
+    )
+    if result.savepoint_path:
+        text += f", savepoint {result.savepoint_path}"
+    return text
+
+
+def _count(result: Any, uid: str, name: str) -> int:
+    for m in result.operators.values():
+        if m.uid == uid:
+            return int(getattr(m, name))
+    return 0
 
 
 def _ms(value: float | None) -> str:

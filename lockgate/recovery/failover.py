@@ -115,9 +115,16 @@ def _run_attempts(
         if restore is not None:
             log.info("job %r attempt %d restores %s", plan.job_name, attempt, restore.location)
             check_finished_chains(attempt_plan, restore)
+        attempt_started = time.monotonic()
         try:
             result = run_attempt(attempt_plan, attempt, handle)
         except JobFailedError as failure:
+            handle.end_attempt(
+                attempt,
+                JobStatus.FAILED,
+                (time.monotonic() - attempt_started) * 1000,
+                error=_first_line(failure),
+            )
             if handle.cancel_requested.is_set():
                 raise
             repeated = handle.restart_causes.record(failure, attempt)
@@ -151,9 +158,34 @@ def _run_attempts(
             if restore is not None:
                 _results_of_finished_tasks(attempt_plan, restore, result, handle)
             _commit_final_transactions(plan, result, backoff, clock)
+        _span_the_run(result, handle, attempt, attempt_started, started)
         result.attempts = attempt - first_attempt + 1
         result.restart_causes = handle.restart_causes.snapshot()
         return result
+
+
+def _span_the_run(
+    result: JobExecutionResult,
+    handle: JobHandle,
+    attempt: int,
+    attempt_started: float,
+    run_started: float,
+) -> None:
+    """Make the last attempt's ``result`` the run's: its duration from the start of the
+    first attempt, its record counts plus those of the earlier attempts (replayed
+    records included: each attempt's own counts, added up), every attempt listed."""
+    earlier = handle.earlier_totals()
+    handle.end_attempt(
+        attempt,
+        result.status,
+        (time.monotonic() - attempt_started) * 1000,
+        operators={m.uid: (m.records_in, m.records_out) for m in result.operators.values()},
+    )
+    for m in result.operators.values():
+        records_in, records_out = earlier.get(m.uid, (0, 0))
+        m.add_earlier_attempts(records_in, records_out)
+    result.duration_ms = (time.monotonic() - run_started) * 1000
+    result.attempt_history = list(handle.attempt_history)
 
 
 def _newest_id_at_start(plan: ExecutionPlan) -> int:
@@ -205,6 +237,7 @@ def _cancelled(
         duration_ms=(time.monotonic() - started) * 1000,
         attempts=attempts,
         restart_causes=handle.restart_causes.snapshot(),
+        attempt_history=list(handle.attempt_history),
     )
 
 

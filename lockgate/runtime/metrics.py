@@ -34,16 +34,27 @@ class OperatorMetrics:
     last_emit_s: float | None = None
     #: the operator's event time: the lowest last watermark of its subtasks (None: none)
     watermark: int | None = None
+    #: of ``records_in`` / ``records_out``, those of the run's earlier (failed) attempts
+    #: (a result's counts are summed over every attempt of the run)
+    earlier_attempts_in: int = 0
+    earlier_attempts_out: int = 0
     _subtasks_seen: int = field(default=0, repr=False, compare=False)
 
     @property
     def emit_rate(self) -> float | None:
-        """Records emitted per second between the first and the last emitted batch
-        (sources; start-up excluded)."""
+        """Records emitted per second between the first and the last emitted batch of
+        the last attempt (sources; start-up excluded)."""
         if self.first_emit_s is None or self.last_emit_s is None:
             return None
         span = self.last_emit_s - self.first_emit_s
-        return self.records_out / span if span > 0 else None
+        return (self.records_out - self.earlier_attempts_out) / span if span > 0 else None
+
+    def add_earlier_attempts(self, records_in: int, records_out: int) -> None:
+        """Count the records of the run's earlier attempts too."""
+        self.records_in += records_in
+        self.records_out += records_out
+        self.earlier_attempts_in += records_in
+        self.earlier_attempts_out += records_out
 
     def add(self, c: OperatorCounters) -> None:
         if self._subtasks_seen == 0:

@@ -133,6 +133,11 @@ class StreamTask:
         #: milliseconds the task waited with nothing to do / for a full output
         self.idle_ms = 0.0
         self.backpressured_ms = 0.0
+        #: ``(idle_ms, backpressured_ms, wait started at or None, backpressured)``, replaced
+        #: as one value when a wait starts and ends: a reader from another thread sees
+        #: the totals and the wait in progress consistently (a long wait counts while it
+        #: lasts, not only once it ended)
+        self.wait_state: tuple[float, float, float | None, bool] = (0.0, 0.0, None, False)
         #: in-memory bytes of the data batches taken from the input channels that do not
         #: count them themselves (see ``task_metrics``: in-process channels do)
         self.bytes_in = 0
@@ -472,14 +477,17 @@ class StreamTask:
         if due is not None:
             deadline = now + due if deadline is None else min(deadline, now + due)
         timeout = None if deadline is None else max(0.0, deadline - now)
-        self.clock.wait(self.signal, timeout)
         if not self.metrics_enabled:
+            self.clock.wait(self.signal, timeout)
             return
+        self.wait_state = (self.idle_ms, self.backpressured_ms, now, backpressured)
+        self.clock.wait(self.signal, timeout)
         spent = self.clock.monotonic_ms() - now
         if backpressured:
             self.backpressured_ms += spent
         else:
             self.idle_ms += spent
+        self.wait_state = (self.idle_ms, self.backpressured_ms, None, False)
 
     def _flush_due(self) -> float | None:
         deadline: float | None = None

@@ -17,6 +17,7 @@ attributes:
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 from typing import Any
@@ -24,6 +25,17 @@ from typing import Any
 from ..core.elements import MIN_WATERMARK
 
 _HOST = socket.gethostname()
+#: run ids of this process's tasks (never reused, unlike ``id(task)``)
+_RUNS = itertools.count()
+
+
+def _run_id(task: Any) -> str:
+    """The task's run id: new for every task object, so a restarted attempt's subtask
+    (a new object, perhaps at the address of the old one) is never taken for the old."""
+    run = getattr(task, "metrics_run_id", None)
+    if run is None:
+        run = task.metrics_run_id = f"{os.getpid()}-{next(_RUNS)}"
+    return str(run)
 
 
 def _fill(channels: list[Any]) -> float | None:
@@ -74,9 +86,29 @@ def _taken(gate: Any, enabled: bool) -> int:
     return sum(getattr(c, "taken_bytes", 0) for c in gate.channels)
 
 
+def _waited(task: Any) -> tuple[float, float, float]:
+    """The task's idle and backpressured milliseconds so far, a wait in progress
+    included (an idle task blocked waiting for input is idle all along, not only once
+    its wait ended: counting it at the end made a fresh attempt's idle task look busy
+    1,000 ms/s), and the time they were read at."""
+    state = getattr(task, "wait_state", None)
+    now = float(task.clock.monotonic_ms())
+    if state is None:
+        return float(task.idle_ms), float(task.backpressured_ms), now
+    idle, backpressured, since, is_backpressure = state
+    if since is not None:
+        ongoing = max(0.0, now - since)
+        if is_backpressure:
+            backpressured += ongoing
+        else:
+            idle += ongoing
+    return idle, backpressured, now
+
+
 def task_sample(task: Any) -> dict[str, Any]:
     """The cumulative counters of one subtask (see :mod:`lockgate.job.observer`)."""
     vertex, subtask = task.key
+    idle, backpressured, now = _waited(task)
     outputs = [c for w in task.writers for c in w.channels]
     gate = task.input_gate
     return {
@@ -85,10 +117,10 @@ def task_sample(task: Any) -> dict[str, Any]:
         "task": task.name,
         "host": _HOST,
         # a restarted attempt is a new run: its counters start from zero
-        "run": f"{os.getpid()}-{id(task)}",
-        "time_ms": task.clock.monotonic_ms(),
-        "idle_ms": task.idle_ms,
-        "backpressured_ms": task.backpressured_ms,
+        "run": _run_id(task),
+        "time_ms": now,
+        "idle_ms": idle,
+        "backpressured_ms": backpressured,
         "bytes_in": task.bytes_in + _taken(gate, task.metrics_enabled),
         "bytes_out": sum(w.bytes_out for w in task.writers),
         "input_queue_fill": _fill(list(gate.channels)) if gate is not None else None,

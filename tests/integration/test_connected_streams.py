@@ -279,7 +279,7 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     result = env.execute("enrich with failures", executor=executor)
     assert result.attempts == 4, "each injected failure restarted the job"
     ins = len(frames(n)[0]) + len(frames(n)[1])
-    assert result.records_in(OP) < ins, "the last attempt restored a checkpoint"
+    assert result.records_in_last_attempt(OP) < ins, "the last attempt restored a checkpoint"
     assert_frames_equal(read_sink(tmp_path / "pairs"), expected_pairs(n))
     assert_frames_equal(read_sink(tmp_path / "unmatched"), expected_unmatched(n))
 
