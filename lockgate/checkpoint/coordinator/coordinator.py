@@ -243,7 +243,7 @@ class CheckpointCoordinator:
                     # triggered, it ended without taking the checkpoint: no barrier left
                     # it, so tasks downstream of it may never see this checkpoint; the
                     # next one triggers them directly
-                    log.info(
+                    log.debug(
                         "checkpoint %d aborted: task %s ended before it took it",
                         checkpoint_id,
                         task,
@@ -621,7 +621,7 @@ class CheckpointCoordinator:
                 del self._awaiting_final[task]
         self._reschedule_after_completion()
         self._expedite()
-        log.info("checkpoint %d of job %r complete (%s)", checkpoint_id, self.job_name, path)
+        log.debug("checkpoint %d of job %r complete (%s)", checkpoint_id, self.job_name, path)
         try:
             self._gateway.notify_checkpoint_complete(checkpoint_id)
         except Exception as e:  # noqa: BLE001 - the checkpoint stays complete

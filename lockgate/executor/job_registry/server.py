@@ -443,5 +443,5 @@ def register_job(
         if server is not None:
             server.close(0)
         return JobRegistration(None, None)
-    log.info("job %r registered as %s (%s)", job_name, job_id, job.path)
+    log.debug("job %r registered as %s (%s)", job_name, job_id, job.path)
     return JobRegistration(job, server)

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -108,9 +109,44 @@ def create_session(master: str | None, conf: dict[str, str] | None) -> Any:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update(LOOPBACK_CONF)
     settings.update(conf or {})
+    port = ui_port(settings)
+    if port is not None:
+        settings["spark.ui.port"] = str(port)
     for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+#: the port Spark's UI tries first
+SPARK_UI_PORT = 4040
+
+
+def ui_port(settings: dict[str, str]) -> int | None:
+    """The port for Spark's UI when ``settings`` leave it to Spark and its first choice
+    (4040) is taken, e.g. by another Spark application on this machine: a free one, so
+    a healthy start does not log Spark's "Service 'SparkUI' could not bind on port 4040.
+    Attempting port 4041" warning. None: Spark's own choice (its UI is off, the user set
+    its port, or 4040 is free)."""
+    if settings.get("spark.ui.enabled", "true").strip().lower() == "false":
+        return None
+    if "spark.ui.port" in settings:
+        return None
+    if _free(SPARK_UI_PORT):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _free(port: int) -> bool:
+    """Whether ``port`` can be bound on every interface (as Spark's UI binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def check_java() -> int:
