@@ -53,6 +53,8 @@ _GZIP = 1
 #: the most bytes one compressed batch may expand to unless the caller says otherwise
 #: (the source passes a bound derived from its fetch and record limits)
 DEFAULT_MAX_BATCH_BYTES = 64 << 20
+#: bytes a gzip batch is expanded by at a time (checked against the bound after each)
+_INFLATE_STEP = 1 << 20
 #: gaps between two values up to this long are blanked a byte position at a time
 _SHORT_GAP = 24
 #: confluent-kafka's timestamp kinds: none, create time, log append time
@@ -410,7 +412,7 @@ def _expand(
     for b in kept:
         codec = b.attributes & _CODEC_MASK
         if codec == 0:
-            piece: bytes | memoryview = memoryview(whole)[b.start : b.stop]
+            piece: bytes | bytearray | memoryview = memoryview(whole)[b.start : b.stop]
         elif codec == _GZIP:
             room = budget - len(out)
             if out and room <= 0:
@@ -450,19 +452,25 @@ def _expand(
     return expanded, bytes(out), cut
 
 
-def _gunzip(data: memoryview, limit: int, base_offset: int) -> tuple[bytes, bool]:
-    """``data`` gunzipped, streamed so that no more than ``limit + 1`` bytes are ever
-    produced: ``(bytes, False)``, or ``(b"", True)`` when it expands past ``limit``."""
+def _gunzip(data: memoryview, limit: int, base_offset: int) -> tuple[bytearray, bool]:
+    """``data`` gunzipped a :data:`_INFLATE_STEP` at a time into one growing buffer, so
+    that no more than ``limit`` plus a step is ever held: ``(bytes, False)``, or
+    ``(empty, True)`` as soon as it expands past ``limit``."""
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = bytearray()
+    rest: bytes | memoryview = data
     try:
-        piece = inflater.decompress(data, limit + 1)
+        while not inflater.eof:
+            step = inflater.decompress(rest, _INFLATE_STEP)
+            rest = inflater.unconsumed_tail
+            if not step and not rest:
+                raise CorruptBatch(f"gzip batch at offset {base_offset}: the stream is cut short")
+            out += step
+            if len(out) > limit:
+                return bytearray(), True
     except zlib.error as e:
         raise CorruptBatch(f"gzip batch at offset {base_offset}: {e}") from e
-    if len(piece) > limit:
-        return b"", True
-    if not inflater.eof:
-        raise CorruptBatch(f"gzip batch at offset {base_offset}: the stream is cut short")
-    return piece, False
+    return out, False
 
 
 def _offsets_checked(
