@@ -181,7 +181,9 @@ class KafkaSource(Source):
     restored run starts, as at a fresh start; restored from a bounded run's, they keep
     that run's ends. An unbounded source restored from a bounded run's state keeps the
     restored ends too (the end is part of a split's state, as Flink's KafkaSource keeps
-    a split's stopping offset), with a warning (:meth:`restore_splits`).
+    a split's stopping offset), with a warning (:meth:`restore_splits`). Checkpoints
+    hold the partitions a bounded run finished too, at their ends, so no restore (nor
+    partition discovery after one) reads them again.
 
     ``format``: ``"json"`` gives the decoded JSON value (a dict for objects),
     ``"text"`` a str, ``"bytes"`` the value's bytes; a record without a value
@@ -575,6 +577,9 @@ class _KafkaReader(SourceReader):
         self.splits: dict[tuple[str, int], KafkaSplit] = {}
         #: every partition this reader has had (discovery starts only the others)
         self.known: set[tuple[str, int]] = set()
+        #: the bounded splits read to their end (kept in checkpoints: a restore knows the
+        #: partitions as read, and discovery never starts them again)
+        self.finished: dict[tuple[str, int], KafkaSplit] = {}
         #: splits added since the last poll, announced to the output (``split_started``)
         #: so that they hold the watermark back before their first record (M-W1)
         self._unannounced: list[str] = []
@@ -628,6 +633,7 @@ class _KafkaReader(SourceReader):
                 continue
             self.known.add(key)
             if split.finished:
+                self.finished[key] = replace(split)
                 continue
             split = self.splits[key] = replace(split)
             self._unannounced.append(split.split_id)
@@ -1053,7 +1059,7 @@ class _KafkaReader(SourceReader):
         assert self._direct is not None
         for key, split in list(self.splits.items()):
             if split.finished:
-                del self.splits[key]
+                self.finished[key] = self.splits.pop(key)
                 self._finished_offsets[key] = split.offset
                 output.split_finished(split.split_id)
                 self._direct.remove(key)
@@ -1137,7 +1143,7 @@ class _KafkaReader(SourceReader):
                 offset = min(tp.offset, self._beyond.pop((tp.topic, tp.partition), tp.offset))
                 split.offset = offset if split.end is None else min(offset, split.end)
             if split.finished:
-                del self.splits[(tp.topic, tp.partition)]
+                self.finished[(tp.topic, tp.partition)] = self.splits.pop((tp.topic, tp.partition))
                 self._finished_offsets[(tp.topic, tp.partition)] = split.offset
                 output.split_finished(split.split_id)
                 done.append(ck.TopicPartition(tp.topic, tp.partition))
@@ -1240,8 +1246,10 @@ class _KafkaReader(SourceReader):
         return max(0.0, min(IDLE_WAIT_MS, (self._next_discovery - time.monotonic()) * 1000))
 
     def snapshot_positions(self) -> list[KafkaSplit]:
-        """Copies of the unfinished splits, each with its next offset."""
-        return [replace(s) for s in self.splits.values()]
+        """Copies of the unfinished splits, each with its next offset, then of the
+        finished ones (bounded: at their ends), so that a restore, also into an unbounded
+        source with partition discovery, never reads a finished partition again."""
+        return [replace(s) for s in (*self.splits.values(), *self.finished.values())]
 
     def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
         """Commit the offsets of ``checkpoint_id`` to ``group_id`` (if given), for

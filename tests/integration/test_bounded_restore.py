@@ -23,6 +23,7 @@ import lockgate as lg
 from conftest import FileProbe, wait_until
 from kafka_fixtures import BOOTSTRAP, produce
 from lockgate.connectors import FileSink, FileSource, KafkaSource, SequenceSource
+from lockgate.connectors.base import InputStatus, ReaderOutput
 from lockgate.connectors.kafka_source import EARLIEST, KafkaSplit
 from lockgate.connectors.sequence import SequenceSplit
 from lockgate.runtime.context import RuntimeContext
@@ -161,6 +162,57 @@ def test_kafka_restored_splits_get_the_ends_of_the_restore_and_keep_ends_they_ha
         assert unbounded.restore_splits(restored, kafka_ctx()) == restored
     [warning] = [r.getMessage() for r in caplog.records]
     assert f"{topic}[0]" in warning and "end offset 5" in warning and "bounded" in warning
+
+
+class Records(ReaderOutput):
+    """What a reader emits, as records."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def emit(self, batch: Any) -> None:
+        self.records.extend(batch.rows)
+
+    def emit_from_split(self, split_id: Any, batch: Any) -> None:
+        self.emit(batch)
+
+    def emit_dead_letter(self, record: dict[str, Any]) -> None:
+        raise AssertionError(f"no record is malformed here: {record}")
+
+
+def test_kafka_a_bounded_runs_finished_partitions_stay_finished_in_its_state(
+    kafka_topic: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bounded run's checkpoint keeps the partitions it finished (at their ends), so a
+    restore never takes them for partitions it has not read: an unbounded source with
+    partition discovery restored from it does not read them again from their start (it
+    did: every record of a finished partition twice), and keeps their ends."""
+    topic = kafka_topic(2)
+    produce(topic, [{"v": v} for v in range(6)], partitioner=lambda i, r: r["v"] % 2)
+    bounded = KafkaSource(BOOTSTRAP, topic, bounded=True)
+    reader = bounded.create_reader(kafka_ctx())
+    try:
+        reader.add_splits(bounded.create_splits(1))
+        out = Records()
+        wait_until(lambda: reader.poll(out) is InputStatus.END_OF_INPUT, "the bounded read", 30)
+        state = reader.snapshot_positions()
+    finally:
+        reader.close()
+    assert sorted(r["v"] for r in out.records) == list(range(6))
+    assert sorted((s.partition, s.offset, s.end) for s in state) == [(0, 3, 3), (1, 3, 3)]
+    produce(topic, [{"v": 6}], partition=0)
+    unbounded = KafkaSource(BOOTSTRAP, topic, partition_discovery_interval=0.01)
+    reader = unbounded.create_reader(kafka_ctx())
+    try:
+        with caplog.at_level("WARNING", logger="lockgate.connectors.kafka_source"):
+            reader.add_splits(unbounded.restore_splits(state, kafka_ctx()))
+        again = Records()
+        reader.poll(again)  # discovers the topic's partitions
+        assert reader.snapshot_positions() == state, "no partition started again"
+        assert again.records == []
+    finally:
+        reader.close()
+    assert any("end offset 3" in r.getMessage() for r in caplog.records)
 
 
 # --------------------------------------------------------------------------- files
