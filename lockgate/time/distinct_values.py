@@ -171,6 +171,21 @@ def _distinct_pairs(
     return g[keep], c[keep]
 
 
+def _batch_pairs(
+    column: pa.Array, picks: np.ndarray | None, group: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """The distinct (group, value code) pairs of a batch's non-null values (record
+    ``picks[i]``, default ``i``, in group ``group[i]``) and the codes' dictionary."""
+    codes, dictionary = _factorize(column)
+    if picks is not None:
+        codes = codes[picks]
+    keep = codes >= 0
+    if not bool(keep.all()):
+        codes, group = codes[keep], group[keep]
+    pair_groups, pair_codes = _distinct_pairs(group, codes, len(dictionary))
+    return pair_groups, pair_codes, dictionary
+
+
 def _bounds(pair_groups: np.ndarray, size: int) -> np.ndarray:
     return np.searchsorted(pair_groups, np.arange(size + 1, dtype=np.int64))
 
@@ -204,13 +219,7 @@ def exact_empty(n: int) -> Rows:
 def exact_partial(column: pa.Array, picks: np.ndarray | None, group: np.ndarray, size: int) -> Rows:
     """The distinct non-null values of ``column`` per group: record ``picks[i]``
     (default ``i``) belongs to group ``group[i]``."""
-    codes, dictionary = _factorize(column)
-    if picks is not None:
-        codes = codes[picks]
-    keep = codes >= 0
-    if not bool(keep.all()):
-        codes, group = codes[keep], group[keep]
-    pair_groups, pair_codes = _distinct_pairs(group, codes, len(dictionary))
+    pair_groups, pair_codes, dictionary = _batch_pairs(column, picks, group)
     return _exact_rows(pair_groups, dictionary.take(pa.array(pair_codes)), size)
 
 
@@ -324,13 +333,7 @@ def sketch_partial(
 ) -> Rows:
     """A new HLL sketch per group holding that group's distinct non-null values."""
     ds = datasketches()
-    codes, dictionary = _factorize(column)
-    if picks is not None:
-        codes = codes[picks]
-    keep = codes >= 0
-    if not bool(keep.all()):
-        codes, group = codes[keep], group[keep]
-    pair_groups, pair_codes = _distinct_pairs(group, codes, len(dictionary))
+    pair_groups, pair_codes, dictionary = _batch_pairs(column, picks, group)
     out = np.full(size, None, dtype=object)
     if not len(pair_groups):
         return out
