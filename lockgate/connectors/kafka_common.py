@@ -15,13 +15,14 @@ lockgate talks to Kafka through two clients (the ``kafka`` extra,
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
-from .kafka_logging import quiet_kafka_python
+from .kafka_logging import librdkafka_config, quiet_kafka_python
 
 #: record formats of the source and the sink: ``json`` (a JSON value per record),
 #: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
@@ -110,3 +111,27 @@ def check_properties(
                 f"{owner} sets {name!r} itself: {reserved[name]} (remove it from properties)"
             )
     return dict(value)
+
+
+def topic_max_message_bytes(
+    bootstrap_servers: str, properties: dict[str, Any], topic: str, timeout_s: float = 30.0
+) -> int | None:
+    """The topic's ``max.message.bytes`` (the largest record batch its brokers take), or
+    None when it cannot be read (the topic does not exist yet, or describing its
+    configuration is not allowed): then only the broker's answer tells."""
+    ck = confluent_kafka()
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(librdkafka_config({**properties, "bootstrap.servers": bootstrap_servers}))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout_s)
+    except (ck.KafkaException, TimeoutError, concurrent.futures.TimeoutError):
+        return None
+    entry = entries.get("max.message.bytes")
+    if entry is None or entry.value is None:
+        return None
+    try:
+        return int(entry.value)
+    except ValueError:
+        return None

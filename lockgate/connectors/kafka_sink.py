@@ -9,11 +9,20 @@ and the checkpoint's completion notice commits it. Readers with
 checkpoint has completed, and never records of an interval that a failure rolled back.
 
 * **Transactional ids.** ``<prefix>-<subtask>-<slot>``: the prefix is
-  ``transactional_id_prefix``, by default ``lockgate-<job name>-<sink uid>`` (so two jobs
+  ``transactional_id_prefix``, by default ``lockgate-<job name>-<sink uid>-<hash>``
+  (:func:`default_prefix`; the hash is of the pair, so job ``orders`` with sink
+  ``eu-out`` and job ``orders-eu`` with sink ``out`` get different prefixes: two jobs
   with different names, or two sinks of one job, never share one; give two jobs with one
   name different prefixes). A subtask uses a few slots in turn (the transaction being
   written, the ones pre-committed and waiting for their checkpoint's commit) and a fresh
-  producer per transaction, so every transaction has its own producer epoch.
+  producer per transaction, so every transaction has its own producer epoch. Two
+  producers of one transactional id fence each other (the later one aborts the earlier
+  one's open transaction): the error then says that another producer with the same
+  transactional id took over, naming the id.
+* **Commits are verified.** A commit counts as done only when the broker accepted it
+  for the transaction's own producer id and epoch, or the transaction's COMMIT markers
+  are in the partitions it wrote (:meth:`.TransactionAdmin.commit`); a transaction that
+  someone else aborted fails the job, never passes as committed.
 * **After a failure** the restored job commits the pending transactions of the
   checkpoint it restores, by their recorded producer id and epoch (an ``EndTxn`` request
   from any process, see :mod:`.kafka_transactions`), then aborts every other transaction
@@ -31,6 +40,12 @@ checkpoint has completed, and never records of an interval that a failure rolled
   broker aborted anyway (a restart that took longer than the timeout) makes the restore
   fail with :class:`~lockgate.connectors.kafka_transactions.TransactionLostError`, never
   pass silently.
+* **Restoring a checkpoint of an older lockgate** (whose default prefix was
+  ``lockgate-<job name>-<sink uid>``, :func:`legacy_default_prefix`): its transactions
+  are committed or aborted by the ids recorded in it, never by a prefix computed again;
+  when those ids carry this job's and sink's old default prefix, the lingering
+  transactions of the run that wrote it are looked for under that prefix too; new
+  transactions use the current prefix.
 
 ``delivery="at_least_once"``: one idempotent producer per subtask; the checkpoint
 barrier flushes it and the checkpoint completes only when every record before the
@@ -45,7 +60,9 @@ dict records, or a function of the record returning ``str``, ``bytes`` or None.
 ``topic``: a name, or a function of the record returning one. A record that cannot be
 encoded, or that is larger than the producer's ``message.max.bytes`` or the topic's
 ``max.message.bytes``, fails the job with its position (subtask, the record's number in
-the attempt, its topic and key), never dropped.
+the attempt, its topic, key and size), never dropped: a record larger than the limits
+(without compression) is refused before it is sent; one the broker refuses is named by
+its delivery report, also when a later record's send is what failed.
 """
 
 from __future__ import annotations
@@ -55,6 +72,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from itertools import repeat
@@ -74,6 +92,7 @@ from .kafka_common import (
     check_format,
     check_properties,
     confluent_kafka,
+    topic_max_message_bytes,
 )
 from .kafka_logging import librdkafka_config
 from .kafka_transactions import (
@@ -82,7 +101,10 @@ from .kafka_transactions import (
     TransactionAdmin,
     broker_transaction_max_timeout_ms,
     fence_and_abort,
+    fenced_message,
+    is_fenced,
     parse_transactional_id,
+    prefix_of,
     producer_config,
     transactional_id,
 )
@@ -97,6 +119,15 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 #: how long a flush waits for the brokers to acknowledge what was sent
 FLUSH_TIMEOUT_S = 120.0
 _PREFIX_CHARS = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+#: the least bytes a record takes in a batch of its own beyond its key and value (a v2
+#: batch header, 61, and the record's length, attributes, timestamp and offset deltas,
+#: key and value lengths and header count, one byte each at least)
+_RECORD_OVERHEAD = 68
+#: librdkafka's MSG_SIZE_TOO_LARGE (the producer's limit, and the broker's answer) and
+#: RECORD_LIST_TOO_LARGE
+_SIZE_ERRORS = (10, 18)
+#: how long a failed send waits for the delivery reports of the batch that failed it
+_REPORT_WAIT_S = 5.0
 _RESERVED = {
     "bootstrap.servers": "use the bootstrap_servers argument",
     "transactional.id": "use transactional_id_prefix (ids are <prefix>-<subtask>-<slot>)",
@@ -330,6 +361,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
     def write(self, transaction: KafkaTransaction, batch: Batch) -> None:
         assert self._encoder is not None, "open() first"
         producer = self._live[transaction.transactional_id]
+        self._encoder.tid = transaction.transactional_id
         transaction.records += self._encoder.produce(producer, batch)
 
     def pre_commit(self, transaction: KafkaTransaction) -> None:
@@ -337,11 +369,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         and epoch (the transaction stays open)."""
         assert self._encoder is not None, "open() first"
         producer = self._live[transaction.transactional_id]
+        self._encoder.tid = transaction.transactional_id
         self._encoder.flush(producer)
         if transaction.records:
-            transaction.producer_id, transaction.epoch = self._tx_admin().current(
-                transaction.transactional_id
-            )
+            (
+                transaction.producer_id,
+                transaction.epoch,
+                transaction.partitions,
+            ) = self._tx_admin().pre_committed(transaction.transactional_id)
 
     def commit(self, transaction: KafkaTransaction) -> None:
         producer = self._live.pop(transaction.transactional_id, None)
@@ -379,10 +414,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         == subtask``); on the driver at the end of the job, all of them. ``keep`` (the
         restored checkpoint's pending transactions, committed by their owners) is left
         alone, as is anything this subtask has open now."""
-        prefix = self.prefix(ctx)
         kept = {t.identity for t in keep}
-        admin = self._tx_admin()
-        for tid, described in admin.open_transactions(prefix + "-").items():
+        for prefix, tid, described in self._lingering(keep, ctx):
             parsed = parse_transactional_id(prefix, tid)
             if parsed is None or tid in self._live:
                 continue
@@ -400,6 +433,30 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
             fence_and_abort(self.bootstrap_servers, self.properties, tid, self._timeout_ms)
         if job_ended:
             self.close()
+
+    def _lingering(
+        self, keep: list[KafkaTransaction], ctx: RuntimeContext
+    ) -> list[tuple[str, str, Any]]:
+        """``(prefix, id, description)`` of the transactions open under this sink's
+        prefix, and under this job's and sink's default prefix of older lockgates when
+        the restored checkpoint's transactions carry it (the run that wrote it left its
+        lingering transactions there). Any other prefix a restored transaction carries
+        is not looked under: it may be a running job's (this job forked from its
+        savepoint under another name or prefix)."""
+        prefixes = [self.prefix(ctx)]
+        legacy = legacy_default_prefix(ctx.job_name, ctx.operator_uid)
+        if (
+            self.transactional_id_prefix is None
+            and legacy not in prefixes
+            and any(prefix_of(txn.transactional_id) == legacy for txn in keep)
+        ):
+            prefixes.append(legacy)
+        admin = self._tx_admin()
+        return [
+            (prefix, tid, described)
+            for prefix in prefixes
+            for tid, described in admin.open_transactions(prefix + "-").items()
+        ]
 
     def _release(self, transaction: KafkaTransaction) -> None:
         parsed = (
@@ -431,8 +488,22 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
 
 
 def default_prefix(job_name: str, sink_uid: str) -> str:
-    """``lockgate-<job name>-<sink uid>``, with characters Kafka ids should not hold
-    replaced; a long one is cut and made unique with a hash of the whole."""
+    """``lockgate-<job name>-<sink uid>-<hash>``: distinct for every distinct pair (job
+    name, sink uid). The readable part (characters Kafka ids should not hold replaced
+    by ``_``, cut at 100) is for people; the 16 hex digits of a SHA-256 of the pair
+    (encoded as a JSON list, so no separator can be moved from one name to the other)
+    make the prefix unique: job ``orders`` with sink ``eu-out`` and job ``orders-eu``
+    with sink ``out`` read alike but differ in their hashes. At most 126 characters."""
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", f"{job_name}-{sink_uid}")[:100]
+    pair = json.dumps([job_name, sink_uid], ensure_ascii=True)
+    digest = hashlib.sha256(pair.encode()).hexdigest()[:16]
+    return f"lockgate-{readable}-{digest}"
+
+
+def legacy_default_prefix(job_name: str, sink_uid: str) -> str:
+    """The default prefix of lockgate before issue 37 (``lockgate-<job name>-<sink
+    uid>``, not unique: job ``orders`` with sink ``eu-out`` and job ``orders-eu`` with
+    sink ``out`` shared it), for restoring the checkpoints written under it."""
     raw = f"lockgate-{job_name}-{sink_uid}"
     clean = re.sub(r"[^A-Za-z0-9._-]", "_", raw)
     if len(clean) > 120 or clean != raw:
@@ -451,6 +522,11 @@ def _commit_live(producer: Any, transaction: KafkaTransaction) -> None:
             return
         except ck.KafkaException as e:
             error = e.args[0]
+            if is_fenced(error):
+                raise RuntimeError(
+                    f"committing Kafka transaction {transaction.transactional_id!r} failed "
+                    f"({error}): {fenced_message(transaction.transactional_id)}"
+                ) from e
             if not error.retriable():
                 raise RuntimeError(
                     f"committing Kafka transaction {transaction.transactional_id!r} failed: {error}"
@@ -466,8 +542,16 @@ class _Encoder:
         self.ctx = ctx
         #: records produced by this subtask in this attempt (a record's position)
         self.count = 0
-        #: (size, description) of each record the brokers refused
-        self.failures: list[tuple[int, str]] = []
+        #: (size, description, error) of each record the brokers refused
+        self.failures: list[tuple[int, str, Any]] = []
+        #: the transactional id of the producer in use (None: not transactional)
+        self.tid: str | None = None
+        #: topic -> its max.message.bytes when a record can be checked against it before
+        #: it is sent (None: compression is on, a batch's size is not the records' sizes)
+        self._limits: dict[str, int | None] = {}
+        self._compressed = str(
+            sink.properties.get("compression.type", sink.properties.get("compression.codec", ""))
+        ).lower() not in ("", "none")
 
     def where(self, n: int) -> str:
         return (
@@ -483,22 +567,48 @@ class _Encoder:
             self.failures.append(
                 (
                     len(value),
-                    f"the broker refused a record for topic {message.topic()!r} (key {key!r}, "
-                    f"value {value[:80]!r}..., {len(value)} bytes): {error.str()}",
+                    f"the broker refused a record for topic {message.topic()!r} partition "
+                    f"{message.partition()} (key {key!r}, value {value[:80]!r}..., "
+                    f"{len(value)} bytes): {error.str()}",
+                    error,
                 )
             )
 
     def check(self) -> None:
         """Raise for records the brokers refused (the largest named first: the brokers
-        refuse a whole batch of records for one that is too large)."""
-        if self.failures:
-            failures, self.failures = sorted(self.failures, reverse=True), []
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            raise ValueError(
-                f"KafkaSink of {self.ctx.operator_name!r}: {failures[0][1]}{more}; a record "
-                "over the topic's max.message.bytes must be made smaller (or the limit "
-                "raised): it is never dropped"
+        refuse a whole batch of records for one that is too large); a refusal because
+        another producer of the transactional id took over says so."""
+        if not self.failures:
+            return
+        failures, self.failures = sorted(self.failures, key=lambda f: f[0], reverse=True), []
+        fenced = [f for f in failures if is_fenced(f[2])]
+        if fenced and self.tid is not None:
+            raise RuntimeError(
+                f"KafkaSink of {self.ctx.operator_name!r}: {fenced[0][1]}: "
+                f"{fenced_message(self.tid)}"
             )
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        too_large = failures[0][2] is not None and failures[0][2].code() in _SIZE_ERRORS
+        hint = (
+            "a record over the topic's max.message.bytes must be made smaller (or the limit "
+            "raised): it is never dropped"
+            if too_large
+            else "no record is dropped: the attempt fails and its transaction is rolled back"
+        )
+        raise ValueError(f"KafkaSink of {self.ctx.operator_name!r}: {failures[0][1]}{more}; {hint}")
+
+    def limit(self, topic: str) -> int | None:
+        """The largest ``key + value`` size of a record the broker can take in ``topic``
+        (its max.message.bytes less a batch's and a record's least overhead), or None
+        when it cannot be told before sending (compression on, or the limit unknown)."""
+        if topic not in self._limits:
+            limit = None
+            if not self._compressed:
+                limit = topic_max_message_bytes(
+                    self.sink.bootstrap_servers, self.sink.properties, topic
+                )
+            self._limits[topic] = None if limit is None else limit - _RECORD_OVERHEAD
+        return self._limits[topic]
 
     def encode_value(self, record: Any, n: int) -> bytes:
         fmt = self.sink.format
@@ -542,7 +652,10 @@ class _Encoder:
         if encoded is not None:
             values, keys = encoded
             assert isinstance(topic, str)
+            limit = self.limit(topic)
             for value, key in zip(values, keys):
+                if limit is not None and len(value) + (len(key) if key else 0) > limit:
+                    self._too_large(topic, value, key)
                 self._send(producer, topic, value, key)
         else:
             rows = to_rows(batch)
@@ -550,10 +663,27 @@ class _Encoder:
                 n = self.count
                 value = self.encode_value(record, n)
                 key = self.encode_key(record, n)
-                self._send(producer, topic(record) if callable(topic) else topic, value, key)
+                name = topic(record) if callable(topic) else topic
+                limit = self.limit(name)
+                if limit is not None and len(value) + (len(key) if key else 0) > limit:
+                    self._too_large(name, value, key)
+                self._send(producer, name, value, key)
         producer.poll(0)
         self.check()
         return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+    def _too_large(self, name: str, value: bytes, key: bytes | None) -> None:
+        """Raise for the record about to be sent, which ``name`` cannot take."""
+        limit = self._limits[name]
+        assert limit is not None
+        raise ValueError(
+            f"KafkaSink cannot send {self.where(self.count)} to topic {name!r} (key {key!r}, "
+            f"value {value[:80]!r}..., {len(value)} bytes): with its key it is over the "
+            f"topic's max.message.bytes ({limit + _RECORD_OVERHEAD}, of which a batch of one "
+            f"record takes {_RECORD_OVERHEAD} bytes itself); a record is never dropped: make "
+            "it smaller, raise the topic's max.message.bytes, or compress (properties "
+            "{'compression.type': ...})"
+        )
 
     def _send(self, producer: Any, name: str, value: bytes, key: bytes | None) -> None:
         """Queue one record (waiting while librdkafka's queue is full)."""
@@ -565,12 +695,38 @@ class _Encoder:
             except BufferError:
                 producer.poll(0.05)  # the local queue is full: serve deliveries
             except ck.KafkaException as e:
-                raise ValueError(
-                    f"KafkaSink cannot send {self.where(self.count)} to topic {name!r} (key "
-                    f"{key!r}, {len(value)} bytes): {e.args[0].str()}; a record is never "
-                    "dropped: make it smaller or raise message.max.bytes"
-                ) from e
+                self._failed_send(producer, e, name, value, key)
         self.count += 1
+
+    def _failed_send(
+        self, producer: Any, e: Exception, name: str, value: bytes, key: bytes | None
+    ) -> None:
+        """Raise for a record librdkafka would not queue. A transaction that failed
+        already (the broker refused an earlier record of it) refuses every later record:
+        the refused record's delivery report is served first and named, not the record
+        that happened to come next."""
+        error = e.args[0] if e.args else None
+        producer.poll(0)
+        if getattr(error, "txn_requires_abort", lambda: False)():
+            deadline = time.monotonic() + _REPORT_WAIT_S
+            while not self.failures and time.monotonic() < deadline:
+                producer.poll(0.05)  # bounded: the failed batch's reports are on their way
+        self.check()
+        if is_fenced(error) and self.tid is not None:
+            raise RuntimeError(
+                f"KafkaSink cannot send {self.where(self.count)} to topic {name!r}: "
+                f"{error}: {fenced_message(self.tid)}"
+            ) from e
+        reason = str(error.str()) if error is not None and hasattr(error, "str") else str(e)
+        hint = (
+            "a record is never dropped: make it smaller or raise message.max.bytes"
+            if getattr(error, "code", lambda: None)() in _SIZE_ERRORS
+            else "no record is dropped: the attempt fails and its transaction is rolled back"
+        )
+        raise ValueError(
+            f"KafkaSink cannot send {self.where(self.count)} to topic {name!r} (key "
+            f"{key!r}, {len(value)} bytes): {reason}; {hint}"
+        ) from e
 
     def _encode_columns(self, batch: Batch) -> tuple[list[bytes], Any] | None:
         """Values and keys of an Arrow batch encoded a column at a time, or None when

@@ -13,10 +13,20 @@ fresh epoch: ``InitProducerId`` bumps it) per transaction, and records the trans
 * **commit after a crash** (:meth:`TransactionAdmin.commit`): an ``EndTxn(commit)``
   request with the recorded producer id and epoch, sent to the id's coordinator from any
   process, commits the transaction if it is still open (Flink's sink does the same by
-  resuming the producer). Committing is idempotent: a transaction whose epoch has moved
-  on was completed before, and a retried commit of one being committed waits for it;
-  one the broker aborted on its own (its ``transaction.timeout.ms`` expired before the
-  commit) raises :class:`TransactionLostError`, never passes silently;
+  resuming the producer). Committing is idempotent, and its outcome is verified: when the
+  coordinator answers that the id's epoch has moved on (the transaction ended before:
+  committed by an earlier attempt, or aborted by whoever initialized the id since), the
+  transaction's own markers decide. Each partition it wrote holds, after the
+  transaction's first record (its offset recorded at pre-commit from
+  ``DescribeProducers``), exactly one control batch of its producer id before any later
+  transaction of that id can write there: the marker ending it, COMMIT or ABORT
+  (:meth:`TransactionAdmin.marker`). An ABORT (another producer with the same
+  transactional id took over, or the broker's ``transaction.timeout.ms`` expired) raises
+  :class:`TransactionLostError`; no marker found raises too: a commit is counted as done
+  only when the broker accepted it or its COMMIT markers are in the log. (The
+  coordinator's state alone cannot tell: once another producer of the id has begun and
+  ended a transaction, it describes only that one.) A transaction recorded by a lockgate
+  before this check (no offsets in the checkpoint) falls back to the coordinator's state;
 * **abort** (:func:`fence_and_abort`): a producer that initializes the transactional id
   aborts whatever transaction is open under it and fences every older producer of the
   id (a zombie of an earlier attempt can no longer write);
@@ -44,9 +54,12 @@ log = logging.getLogger(__name__)
 #: is temporary (coordinator moving or loading, markers still being written)
 RETRY_FOR_S = 60.0
 _BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5)
+#: the bytes a Fetch asks for while looking for a transaction marker
+_MARKER_FETCH_BYTES = 1 << 20
 
 # Kafka protocol error codes (org.apache.kafka.common.protocol.Errors)
 _NONE = 0
+_OFFSET_OUT_OF_RANGE = 1
 _COORDINATOR_LOAD_IN_PROGRESS = 14
 _COORDINATOR_NOT_AVAILABLE = 15
 _NOT_COORDINATOR = 16
@@ -83,6 +96,11 @@ class KafkaTransaction:
     producer_id: int = -1
     epoch: int = -1
     records: int = 0
+    #: ``(topic, partition, offset of the transaction's first record there)`` of every
+    #: partition it wrote, recorded at pre-commit; a commit's outcome is read from the
+    #: markers after them. Empty in transactions checkpointed by an older lockgate (a
+    #: class default, so that those unpickle).
+    partitions: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def identity(self) -> tuple[str, int, int]:
@@ -92,6 +110,42 @@ class KafkaTransaction:
 def transactional_id(prefix: str, subtask: int, slot: int) -> str:
     """The transactional id of slot ``slot`` of sink subtask ``subtask``."""
     return f"{prefix}-{subtask}-{slot}"
+
+
+def prefix_of(tid: str) -> str | None:
+    """The prefix of an id made by :func:`transactional_id` (what comes before
+    ``-<subtask>-<slot>``), or None for any other id."""
+    m = re.fullmatch(r"(.+)-(\d+)-(\d+)", tid)
+    return m.group(1) if m else None
+
+
+def fenced_message(tid: str) -> str:
+    """What an error caused by fencing says: who took the id over, and why that happens."""
+    prefix = prefix_of(tid)
+    shared = (
+        f"another job or sink uses the transactional id prefix {prefix!r} (give each "
+        "KafkaSink its own transactional_id_prefix, or leave the default one, which is "
+        "unique per job name and sink uid)"
+        if prefix is not None
+        else "another producer uses this transactional id"
+    )
+    return (
+        f"another producer with the same transactional id {tid!r} took over: it "
+        "initialized the id, which fenced this one and aborted the transaction it had "
+        f"open. Most likely {shared}, or a zombie of an earlier attempt of this job is "
+        "still running"
+    )
+
+
+_FENCED_CODES = {90, 47, -144}  # PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, librdkafka's _FENCED
+
+
+def is_fenced(error: Any) -> bool:
+    """Whether librdkafka's ``KafkaError`` says another producer of the id took over."""
+    try:
+        return int(error.code()) in _FENCED_CODES
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def parse_transactional_id(prefix: str, tid: str) -> tuple[int, int] | None:
@@ -180,6 +234,35 @@ class TransactionAdmin:
             )
         return int(described.producer_id), int(described.producer_epoch)
 
+    def pre_committed(self, tid: str) -> tuple[int, int, tuple[tuple[str, int, int], ...]]:
+        """``(producer id, epoch, partitions)`` of the transaction open under ``tid`` now,
+        its records flushed: ``partitions`` holds ``(topic, partition, offset of its first
+        record there)`` for each partition it wrote (``DescribeProducers``), what
+        :meth:`commit` needs to read its outcome later."""
+        described = self.describe([tid]).get(tid)
+        if described is None or described.state.value != "Ongoing":
+            state = described.state.value if described is not None else "unknown id"
+            raise RuntimeError(
+                f"Kafka transaction {tid!r} should be open after its records were flushed, "
+                f"but the coordinator reports {state}: {fenced_message(tid)}"
+            )
+        pid, epoch = int(described.producer_id), int(described.producer_epoch)
+        wrote = sorted(described.topic_partitions)
+        states = self._retrying(lambda: self._admin().describe_producers(wrote)) if wrote else {}
+        partitions = []
+        for tp in wrote:
+            mine = [p for p in states[tp].active_producers if int(p.producer_id) == pid]
+            start = int(mine[0].current_transaction_start_offset) if mine else -1
+            if not mine or int(mine[0].producer_epoch) != epoch or start < 0:
+                raise RuntimeError(
+                    f"Kafka transaction {tid!r} (producer id {pid}, epoch {epoch}) has no open "
+                    f"records in {tp.topic}[{tp.partition}] although the coordinator lists "
+                    f"that partition (the partition's leader reports {mine}): "
+                    f"{fenced_message(tid)}"
+                )
+            partitions.append((tp.topic, int(tp.partition), start))
+        return pid, epoch, tuple(partitions)
+
     def open_transactions(self, prefix: str) -> dict[str, Any]:
         """The transactions open now (not Empty, CompleteCommit or CompleteAbort) under a
         transactional id starting with ``prefix``: id -> description."""
@@ -210,7 +293,10 @@ class TransactionAdmin:
         if code == _NONE:
             return
         if code in (_PRODUCER_FENCED, _INVALID_PRODUCER_EPOCH, _INVALID_TXN_STATE):
-            self._check_completed(txn, code)
+            if txn.partitions:
+                self._check_markers(txn, code)
+            else:
+                self._check_completed(txn, code)
             return
         if code == _INVALID_PRODUCER_ID_MAPPING:
             raise TransactionLostError(
@@ -224,10 +310,135 @@ class TransactionAdmin:
             f"{txn.producer_id}, epoch {txn.epoch}) failed: EndTxn error code {code}"
         )
 
+    def _check_markers(self, txn: KafkaTransaction, code: int) -> None:
+        """After EndTxn said the epoch moved on: did ``txn`` commit? Its markers say (see
+        the module docstring); anything but a COMMIT marker in every partition it wrote
+        raises. A marker still being written is waited for (:data:`RETRY_FOR_S`)."""
+        deadline = time.monotonic() + RETRY_FOR_S
+        left = list(txn.partitions)
+        attempt = 0
+        while left:
+            topic, partition, start = left[0]
+            kind = self.marker(topic, partition, start, txn.producer_id)
+            if kind == "commit":
+                left.pop(0)
+                continue
+            if kind == "gone":
+                log.warning(
+                    "Kafka transaction %s (producer id %d, epoch %d): its records in %s[%d] "
+                    "from offset %d were deleted (retention) before its outcome was read; "
+                    "committed or not, no reader can see them any more",
+                    txn.transactional_id,
+                    txn.producer_id,
+                    txn.epoch,
+                    topic,
+                    partition,
+                    start,
+                )
+                left.pop(0)
+                continue
+            what = (
+                f"Kafka transaction {txn.transactional_id!r} (producer id {txn.producer_id}, "
+                f"epoch {txn.epoch}, {txn.records} records, first one at {topic}[{partition}] "
+                f"offset {start})"
+            )
+            if kind == "abort":
+                raise TransactionLostError(
+                    f"{what} was aborted before it could be committed: its partition holds "
+                    f"the ABORT marker. Either {fenced_message(txn.transactional_id)}; or "
+                    "the broker aborted it when its transaction.timeout.ms expired before the "
+                    "checkpoint holding it was committed (raise KafkaSink properties "
+                    "{'transaction.timeout.ms': ...} above the checkpoint interval plus "
+                    "timeout plus a restart). Its records were not published"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{what} cannot be shown committed: the coordinator says its epoch moved "
+                    f"on (EndTxn error {code}) but no COMMIT or ABORT marker of producer id "
+                    f"{txn.producer_id} follows offset {start} of {topic}[{partition}] within "
+                    f"{RETRY_FOR_S:.0f} s, so the commit is not counted as done (retried on "
+                    "the next restore)"
+                )
+            time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])  # markers being written
+            attempt += 1
+        log.debug(
+            "Kafka transaction %s (producer id %d, epoch %d) was committed before (EndTxn "
+            "error %d; its COMMIT markers are in the log)",
+            txn.transactional_id,
+            txn.producer_id,
+            txn.epoch,
+            code,
+        )
+
+    def marker(self, topic: str, partition: int, start: int, producer_id: int) -> str | None:
+        """``"commit"`` or ``"abort"``: the first transaction marker (control batch) of
+        ``producer_id`` after offset ``start`` of ``topic[partition]``; None when there is
+        none up to the partition's high watermark; ``"gone"`` when retention deleted the
+        records from ``start`` on. Reads batch headers only (records of other producers
+        are skipped by their batch's length)."""
+        from kafka.protocol.consumer.fetch import FetchRequest
+        from kafka.record import MemoryRecords
+        from kafka.structs import TopicPartition
+
+        admin = self._admin()
+        tp = TopicPartition(topic, partition)
+        part = FetchRequest.FetchTopic.FetchPartition
+
+        async def fetch(offset: int) -> Any:
+            leaders = await admin._async_get_leader_for_partitions([tp])
+            request = FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=_MARKER_FETCH_BYTES,
+                isolation_level=0,  # read_uncommitted: markers up to the high watermark
+                topics=[
+                    FetchRequest.FetchTopic(
+                        topic=topic,
+                        partitions=[
+                            part(
+                                partition=partition,
+                                fetch_offset=offset,
+                                partition_max_bytes=_MARKER_FETCH_BYTES,
+                            )
+                        ],
+                    )
+                ],
+                max_version=12,  # topics by name
+            )
+            return await admin._manager.send(request, node_id=next(iter(leaders)))
+
+        offset = start
+        while True:
+            response = self._retrying(lambda o=offset: admin._manager.run(fetch, o))
+            data = response.responses[0].partitions[0]
+            if int(data.error_code) == _OFFSET_OUT_OF_RANGE and offset == start:
+                return "gone"
+            if int(data.error_code) != _NONE:
+                raise RuntimeError(
+                    f"reading the transaction markers of {topic}[{partition}] from offset "
+                    f"{offset} failed: Fetch error code {data.error_code} (the records may be "
+                    "gone: retention deleted them before the commit could be verified)"
+                )
+            records = MemoryRecords(bytes(data.records or b""))
+            moved = False
+            while (batch := records.next_batch()) is not None:
+                moved = True
+                offset = batch.next_offset
+                if getattr(batch, "is_control_batch", False) and batch.producer_id == producer_id:
+                    if batch.base_offset <= start:
+                        continue
+                    return "abort" if next(iter(batch)).abort else "commit"
+            if not moved or offset >= int(data.high_watermark):
+                return None
+
     def _check_completed(self, txn: KafkaTransaction, code: int) -> None:
-        """After EndTxn said the epoch moved on: was ``txn`` committed, or aborted by the
+        """After EndTxn said the epoch moved on, for a transaction checkpointed without
+        its offsets (by an older lockgate): was ``txn`` committed, or aborted by the
         broker? An abort by timeout leaves the id's state CompleteAbort (or PrepareAbort)
-        one epoch on, with nothing begun since: that is a lost transaction."""
+        one epoch on, with nothing begun since: that is a lost transaction. (Weaker than
+        :meth:`_check_markers`: an abort followed by another transaction of the id is not
+        seen.)"""
         described = self.describe([txn.transactional_id]).get(txn.transactional_id)
         state = described.state.value if described is not None else "unknown id"
         if (

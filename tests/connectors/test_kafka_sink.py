@@ -219,7 +219,7 @@ def test_kafka_sink_arguments_are_checked() -> None:
 
 
 def test_default_prefix_names_job_and_sink() -> None:
-    assert default_prefix("sales", "kafka") == "lockgate-sales-kafka"
+    assert default_prefix("sales", "kafka").startswith("lockgate-sales-kafka-")
     odd = default_prefix("sales job/2", "kafka")
     assert odd.startswith("lockgate-sales_job_2-kafka-") and odd != default_prefix(
         "sales job_2", "kafka"
@@ -264,6 +264,76 @@ def test_m_x2_a_record_the_broker_refuses_fails_with_its_topic_key_and_size(tmp_
     finally:
         for future in admin.delete_topics([topic]).values():
             future.result(30)
+
+
+def test_issue37_9_m_x2_an_oversized_record_is_named_by_its_number_and_size(
+    executor, kafka_topic
+) -> None:
+    """Record #50 (5,020 bytes) of 250 is over its topic's max.message.bytes (2,000):
+    the exactly-once job fails naming that record, its number and its size (before the
+    fix: the broker's refusal of its batch was reported without a number, or a later
+    record's send failed and was named instead, 'record #52 ... 21 bytes')."""
+    topic = kafka_topic(1, {"max.message.bytes": "2000"})
+    records = [f"record {i}" for i in range(50)] + ["y" * 5_020]
+    records += [f"record {i}" for i in range(51, 250)]
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
+    env.set_restart_strategy(lg.RestartStrategy.none())
+    env.from_collection(records).sink_to(
+        KafkaSink(
+            BOOTSTRAP, topic, format="text", transactional_id_prefix=f"lgtest-big-{topic[-8:]}"
+        ),
+        name="out",
+    )
+    with pytest.raises(lg.JobFailedError) as info:
+        env.execute("oversized record")
+    text = str(info.value)
+    assert "record #50 of" in text and "5020 bytes" in text and topic in text, text
+    assert "max.message.bytes (2000" in text, text
+    assert read_committed(topic) == [], "nothing of the failed job is published"
+
+
+def test_issue37_9_m_x2_a_send_failing_after_a_refused_record_names_the_refused_one(
+    kafka_topic,
+) -> None:
+    """With compression the size of a record's batch cannot be told before the broker
+    answers: the broker refuses the batch of a 5,020-byte incompressible record, and the
+    transaction takes no more records. The next record's send fails: the error names
+    the refused record (its key and size), not the one whose send failed."""
+    import os
+
+    from lockgate.core.batch import RowBatch
+
+    topic = kafka_topic(1, {"max.message.bytes": "2000"})
+    sink = KafkaSink(
+        BOOTSTRAP,
+        topic,
+        format="bytes",
+        key=lambda r: b"big" if len(r) > 100 else b"small",
+        transactional_id_prefix=f"lgtest-refused-{topic[-8:]}",
+        properties={"compression.type": "lz4"},
+    )
+    ctx = RuntimeContext(
+        task_name="sink task",
+        operator_name="kafka",
+        operator_uid="kafka",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
+    sink.open(ctx)
+    try:
+        txn = sink.begin_transaction()
+        sink.write(txn, RowBatch([b"r%d" % i for i in range(50)] + [os.urandom(5_020)]))
+        # the broker's refusal reaches the producer (and its delivery reports are served)
+        sink._live[txn.transactional_id].flush(60)
+        with pytest.raises(ValueError) as info:
+            sink.write(txn, RowBatch([b"next"]))
+        text = str(info.value)
+        assert "b'big'" in text and "5020 bytes" in text and topic in text, text
+        assert "b'small'" not in text and "4 bytes" not in text, text
+    finally:
+        sink.close()
+        fence_and_abort(BOOTSTRAP, {}, f"lgtest-refused-{topic[-8:]}-0-0", 60_000)
 
 
 def test_m_x2_close_waits_for_the_producer_being_initialized_in_the_background(kafka_topic):
