@@ -266,6 +266,18 @@ def test_m_x2_a_record_the_broker_refuses_fails_with_its_topic_key_and_size(tmp_
             future.result(30)
 
 
+def sink_context() -> RuntimeContext:
+    """The context of a sink's only subtask, for a sink driven by hand."""
+    return RuntimeContext(
+        task_name="sink task",
+        operator_name="kafka",
+        operator_uid="kafka",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
+
+
 def test_issue37_9_m_x2_an_oversized_record_is_named_by_its_number_and_size(
     executor, kafka_topic
 ) -> None:
@@ -312,14 +324,7 @@ def test_issue37_9_m_x2_a_send_failing_after_a_refused_record_names_the_refused_
         transactional_id_prefix=f"lgtest-refused-{topic[-8:]}",
         properties={"compression.type": "lz4"},
     )
-    ctx = RuntimeContext(
-        task_name="sink task",
-        operator_name="kafka",
-        operator_uid="kafka",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-    )
+    ctx = sink_context()
     sink.open(ctx)
     try:
         txn = sink.begin_transaction()
@@ -356,14 +361,7 @@ def test_m_x2_close_waits_for_the_producer_being_initialized_in_the_background(k
         return producer
 
     sink._new_producer = held_initialize
-    ctx = RuntimeContext(
-        task_name="sink task",
-        operator_name="kafka",
-        operator_uid="kafka",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-    )
+    ctx = sink_context()
     sink.open(ctx)
     transaction = sink.begin_transaction()  # slot 0 now; slot 1 prepared in the background
     assert started.wait(60), "no producer was prepared for the next transaction"
