@@ -70,12 +70,13 @@ class FileSplit:
 
 @dataclass(frozen=True)
 class DoneFiles:
-    """Checkpoint marker of a folder-watching :class:`FileSource` subtask: the names
-    (not paths) of the files it has read to the end. Stored beside its unfinished
-    :class:`FileSplit` s; on restore the union over every old subtask is never read
-    again."""
+    """Checkpoint marker of a :class:`FileSource` subtask: the names (not paths) of the
+    files it has read to the end. Stored beside its unfinished :class:`FileSplit` s; on
+    restore the union over every old subtask is never read again. ``bounded``: written
+    by a bounded run (whose end was the files of its start), not by a watching one."""
 
     names: frozenset[str]
+    bounded: bool = False
 
 
 def _visible(name: str) -> bool:
@@ -139,6 +140,8 @@ class FileSource(Source):
     positions and then the files there at the restore that the watching run never read
     (as at a fresh start), and ends; the files it finished are not read again. Either
     way each file goes to the subtask :func:`file_owner` names (:meth:`restore_splits`).
+    A bounded run's checkpoints name the files it finished (:class:`DoneFiles`), so a
+    watching source restored from one reads only the files it never read.
 
     ``monitor_interval`` (seconds, or a ``datetime.timedelta``) watches the folder
     ``path`` instead (on an object store: the prefix, which may still be empty; its
@@ -243,11 +246,12 @@ class FileSource(Source):
 
     def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
         """Bounded: this subtask's share (:func:`file_owner` of the file name) of the
-        restored state of every old subtask (M-R3). A bounded run's state (unfinished
-        files only) is kept as it is: its end was the files of its start. A watching
-        run's (with its :class:`DoneFiles`) ends now: its unfinished files at their
-        positions, then the files listed now that it had neither finished nor started,
-        in name order. Watching: the state unchanged (the reader keeps its share)."""
+        restored state of every old subtask (M-R3). A bounded run's state is kept as it
+        is: its end was the files of its start. A watching run's ends now: its
+        unfinished files at their positions, then the files listed now that it had
+        neither finished nor started, in name order. The names of the finished files
+        follow (one :class:`DoneFiles`), for the next checkpoints. Watching: the state
+        unchanged (the reader keeps its share)."""
         if self.monitoring:
             return splits
         done: set[str] = set()
@@ -255,7 +259,7 @@ class FileSource(Source):
         restored: dict[str, FileSplit] = {}
         for item in splits:
             if isinstance(item, DoneFiles):
-                watching = True
+                watching = watching or not item.bounded
                 done.update(item.names)
             elif isinstance(item, FileSplit):
                 restored.setdefault(os.path.basename(item.path), item)
@@ -275,7 +279,7 @@ class FileSource(Source):
                 if name not in done and name not in restored and owned(name):
                     out.append(FileSplit(_MonitoringFileReader.split_id(name), path))
             out.sort(key=lambda s: os.path.basename(s.path))
-        return out
+        return [*out, DoneFiles(frozenset(n for n in done if owned(n)), bounded=True)]
 
 
 def _check_columns(columns: Sequence[str] | None, format: str) -> list[str] | None:
@@ -307,13 +311,23 @@ class _FileReader(SourceReader):
 
     restores_every_split = True
 
+    #: whether the reader's checkpoints come from a bounded run (``DoneFiles.bounded``)
+    bounded = True
+
     def __init__(self, source: FileSource) -> None:
         self.source = source
         self.splits: list[FileSplit] = []
         self._open: Any = None
+        #: names of the files this subtask has read to the end (in its checkpoints, so a
+        #: restore, also into a watching source, never reads them again)
+        self.done: set[str] = set()
 
-    def add_splits(self, splits: list[FileSplit]) -> None:
-        self.splits.extend(splits)
+    def add_splits(self, splits: list[Any]) -> None:
+        for item in splits:
+            if isinstance(item, DoneFiles):
+                self.done.update(item.names)
+            else:
+                self.splits.append(item)
 
     def poll(self, output: ReaderOutput) -> InputStatus:
         if not self.splits:
@@ -341,10 +355,16 @@ class _FileReader(SourceReader):
             output.split_finished(split.split_id)
 
     def _finished(self, split: FileSplit) -> None:
-        """Hook: ``split`` was read to its end."""
+        """``split`` was read to its end."""
+        self.done.add(os.path.basename(split.path))
 
     def snapshot_positions(self) -> list[Any]:
-        return [FileSplit(s.split_id, s.path, s.position) for s in self.splits]
+        """Copies of the unfinished files with their positions, then one
+        :class:`DoneFiles` with the names of the finished ones."""
+        return [
+            *(FileSplit(s.split_id, s.path, s.position) for s in self.splits),
+            DoneFiles(frozenset(self.done), bounded=self.bounded),
+        ]
 
     def close(self) -> None:
         if self._open is not None:
@@ -362,6 +382,7 @@ class _MonitoringFileReader(_FileReader):
     """
 
     restores_every_split = True
+    bounded = False
 
     def __init__(self, source: FileSource, ctx: RuntimeContext) -> None:
         super().__init__(source)
@@ -455,14 +476,6 @@ class _MonitoringFileReader(_FileReader):
         if self._next_scan_ms is None:
             return 0.0
         return max(0.0, self._next_scan_ms - self.clock.monotonic_ms())
-
-    def _finished(self, split: FileSplit) -> None:
-        self.done.add(os.path.basename(split.path))
-
-    def snapshot_positions(self) -> list[Any]:
-        """Copies of the unfinished files with their positions, then one
-        :class:`DoneFiles` with the names of the finished ones."""
-        return [*super().snapshot_positions(), DoneFiles(frozenset(self.done))]
 
 
 def _open_reader(source: FileSource, split: FileSplit) -> Any:

@@ -253,6 +253,49 @@ def test_files_a_bounded_job_restored_from_a_watching_savepoint_reads_new_files_
     assert sorted(before + after) == list(range(2_000)), "each record exactly once"
 
 
+def test_files_a_bounded_runs_finished_files_are_never_read_again_by_a_restore(
+    tmp_path: Path,
+) -> None:
+    """A bounded run's state names the files it finished (DoneFiles, marked bounded): a
+    watching source restored from it reads only the files it never read (it read every
+    file again), and a bounded source restored from it keeps its end (the files of its
+    start: one added since is not read)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    put(folder, "a.jsonl", range(0, 3))
+    put(folder, "b.jsonl", range(3, 6))
+    ctx = RuntimeContext(
+        task_name="t",
+        operator_name="files",
+        operator_uid="files",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        clock=lg.ManualClock(),
+    )
+    bounded = FileSource(str(folder))
+    reader = bounded.create_reader(ctx)
+    reader.add_splits(bounded.create_splits(1))
+    out = Records()
+    wait_until(lambda: reader.poll(out) is InputStatus.END_OF_INPUT, "the bounded read", 30)
+    state = reader.snapshot_positions()
+    reader.close()
+    assert sorted(r["v"] for r in out.records) == list(range(6))
+    put(folder, "c.jsonl", range(6, 9))
+
+    again = bounded.create_reader(ctx)
+    again.add_splits(bounded.restore_splits(state, ctx))
+    assert again.poll(Records()) is InputStatus.END_OF_INPUT, "its end: the start's files"
+
+    watching = FileSource(str(folder), monitor_interval=1.0)
+    reader = watching.create_reader(ctx)
+    reader.add_splits(watching.restore_splits(state, ctx))
+    more = Records()
+    wait_until(lambda: reader.poll(more) is InputStatus.NOTHING_AVAILABLE, "c.jsonl read", 30)
+    reader.close()
+    assert sorted(r["v"] for r in more.records) == [6, 7, 8]
+
+
 # --------------------------------------------------------------------------- sequence
 
 

@@ -232,7 +232,7 @@ def test_m_t4_sources_store_their_read_positions(kind, tmp_path) -> None:
     reader = _reader(source)
     out = Sink()
     reader.poll(out)
-    [split] = reader.snapshot_positions()
+    split = reader.snapshot_positions()[0]  # (a file source adds the finished names)
     reader.poll(out)  # the snapshot is a copy: later reads do not move it
     position = getattr(split, "next", getattr(split, "position", None))
     assert position in (4, 0 + 4)
