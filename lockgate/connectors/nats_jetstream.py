@@ -107,7 +107,9 @@ class NatsJetStreamSource(Source):
 
     ``bounded=True``: each split is read up to the stream's last sequence at the
     moment the split is created, then ends (an empty stream or subject ends at
-    once); a restored reader keeps the same end. ``bounded=False``: never ends; with
+    once); a restored reader keeps the same end; a split restored from an unbounded
+    run's state (no end) gets the stream's last sequence of the restore, so the job
+    catches up and ends (:meth:`restore_splits`). ``bounded=False``: never ends; with
     nothing new a poll returns within about ``poll_timeout_ms`` and the reader asks
     to be polled again after ``poll_timeout_ms``.
 
@@ -179,18 +181,36 @@ class NatsJetStreamSource(Source):
     def create_splits(self, parallelism: int) -> list[NatsJetStreamSplit]:
         """One split per subject filter, starting at ``start_sequence``; bounded, each ends
         at the stream's last sequence now. Fails if the stream does not exist."""
+        last_seq = self._last_sequence()
+        end = last_seq if self.bounded else None
+        position = self.start_sequence - 1
+        return [NatsJetStreamSplit(_split_id(s), s, position, end) for s in self.subjects]
+
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
+        """Restored splits reconciled with ``bounded`` (M-R3): bounded, a split without
+        an end (an unbounded run's) ends at the stream's last sequence now, as a fresh
+        start's split would, so the job catches up and ends; a split with an end (a
+        bounded run's) keeps it. Unbounded: the splits as restored."""
+        out = [replace(s) if isinstance(s, NatsJetStreamSplit) else s for s in splits]
+        open_ended = [s for s in out if isinstance(s, NatsJetStreamSplit) and s.end is None]
+        if self.bounded and open_ended:
+            last_seq = self._last_sequence()
+            for split in open_ended:
+                split.end = last_seq
+        return out
+
+    def _last_sequence(self) -> int:
+        """The stream's last sequence now (fails if the stream does not exist)."""
         session = _Session(self.url, self.stream)
         try:
-            last_seq = session.call(
+            last_seq: int = session.call(
                 _stream_last_seq(session.nc, self.url, self.stream),
                 CONTROL_TIMEOUT_S,
                 "reading the stream info",
             )
         finally:
             session.close()
-        end = last_seq if self.bounded else None
-        position = self.start_sequence - 1
-        return [NatsJetStreamSplit(_split_id(s), s, position, end) for s in self.subjects]
+        return last_seq
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
         """A reader with its own connection and event-loop thread, connected now

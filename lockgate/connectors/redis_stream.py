@@ -92,7 +92,9 @@ class RedisStreamSource(Source):
     ``start_id``: read the entries *after* this id (``"0-0"``, the default, reads the
     whole stream), like ``XREAD``. ``bounded=True``: each stream is read up to its last
     entry at the moment its split is created, then the split ends (an empty or missing
-    stream ends at once); a restored reader keeps the same end. ``bounded=False``:
+    stream ends at once); a restored reader keeps the same end; a split restored from an
+    unbounded run's state (no end) gets its stream's last entry id of the restore, so
+    the job catches up and ends (:meth:`restore_splits`). ``bounded=False``:
     never ends; with nothing new the reader asks to be polled again after
     ``poll_interval_ms``. A missing stream is read as empty (Redis creates a stream on
     its first ``XADD``).
@@ -178,6 +180,22 @@ class RedisStreamSource(Source):
             ]
         finally:
             client.close()
+
+    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
+        """Restored splits reconciled with ``bounded`` (M-R3): bounded, a split without
+        an end (an unbounded run's) ends at its stream's last entry id now, as a fresh
+        start's split would, so the job catches up and ends; a split with an end (a
+        bounded run's) keeps it. Unbounded: the splits as restored."""
+        out = [replace(s) if isinstance(s, RedisStreamSplit) else s for s in splits]
+        open_ended = [s for s in out if isinstance(s, RedisStreamSplit) and s.end is None]
+        if self.bounded and open_ended:
+            client = connect(self.url)
+            try:
+                for split in open_ended:
+                    split.end = self._last_id(client, split.stream)
+            finally:
+                client.close()
+        return out
 
     def _last_id(self, client: redis.Redis, stream: str) -> str:
         """The id of the last entry of ``stream`` (the start position when it is empty)."""

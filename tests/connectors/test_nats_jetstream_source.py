@@ -172,6 +172,27 @@ def test_a_bounded_split_ends_at_the_last_sequence_when_it_was_created(
     assert vs(out.records) == list(range(5))
 
 
+def test_a_bounded_source_restoring_an_unbounded_runs_split_ends_at_the_restores_end_M_R3(
+    jetstream, open_reader
+) -> None:
+    """Issue 37 item 10: a split restored from an unbounded run's state has no end; a
+    bounded source gives it the stream's last sequence of the restore (as at a fresh
+    start), so the reader ends (it never did); a split with an end keeps it."""
+    name = jetstream.new()
+    jetstream.publish(json_messages(f"{name}.a", range(8)))
+    restored = [NatsJetStreamSplit(">", None, 3, None)]  # an unbounded run read 3
+    source = NatsJetStreamSource(NATS_URL, name, bounded=True, batch_size=10)
+    splits = source.restore_splits(restored, context())
+    assert splits == [NatsJetStreamSplit(">", None, 3, 8)]
+    assert restored[0].end is None, "the restored splits are not changed in place"
+    jetstream.publish(json_messages(f"{name}.a", range(8, 10)))  # after it: not read
+    out = RecordingOutput()
+    read_to_end(open_reader(source, splits), out)
+    assert vs(out.records) == list(range(3, 8))
+    ended = [NatsJetStreamSplit(">", None, 3, 5)]
+    assert source.restore_splits(ended, context()) == ended
+
+
 def test_a_new_reader_resumes_at_the_sequence_after_the_last_emitted_M_R1(
     jetstream, open_reader
 ) -> None:

@@ -137,6 +137,38 @@ def test_a_bounded_split_ends_at_the_last_entry_that_existed_when_it_was_created
     assert out.records == numbered(5)
 
 
+def context() -> RuntimeContext:
+    return RuntimeContext(
+        task_name="t",
+        operator_name="redis",
+        operator_uid="redis",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    )
+
+
+def test_a_bounded_source_restoring_an_unbounded_runs_split_ends_at_the_restores_end_M_R3(
+    streams, open_reader
+) -> None:
+    """Issue 37 item 10: a split restored from an unbounded run's state has no end; a
+    bounded source gives it the stream's last entry id of the restore (as at a fresh
+    start), so entries added later are not read; a split with an end keeps it."""
+    name = streams.new()
+    ids = streams.add(name, *numbered(8))
+    restored = [RedisStreamSplit(name, name, ids[2], None)]  # an unbounded run read 3
+    source = RedisStreamSource(REDIS_URL, name, bounded=True, batch_size=2)
+    splits = source.restore_splits(restored, context())
+    assert splits == [RedisStreamSplit(name, name, ids[2], ids[-1])]
+    assert restored[0].end is None, "the restored splits are not changed in place"
+    streams.add(name, *numbered(2, start=8))  # after the restore: not read
+    out = RecordingOutput()
+    read_to_end(open_reader(source, splits), out)
+    assert out.records == numbered(5, start=3)
+    ended = [RedisStreamSplit(name, name, ids[2], ids[4])]
+    assert source.restore_splits(ended, context()) == ended
+
+
 def test_a_new_reader_resumes_right_after_the_last_emitted_entry_M_R1(streams, open_reader) -> None:
     """M-R1: a reader given the snapshotted splits rewinds to their positions: no entry is
     lost and none is read twice."""
