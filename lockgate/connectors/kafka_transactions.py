@@ -16,11 +16,15 @@ fresh epoch: ``InitProducerId`` bumps it) per transaction, and records the trans
   resuming the producer). Committing is idempotent, and its outcome is verified: when the
   coordinator answers that the id's epoch has moved on (the transaction ended before:
   committed by an earlier attempt, or aborted by whoever initialized the id since), the
-  transaction's own markers decide. Each partition it wrote holds, after the
-  transaction's first record (its offset recorded at pre-commit from
-  ``DescribeProducers``), exactly one control batch of its producer id before any later
-  transaction of that id can write there: the marker ending it, COMMIT or ABORT
-  (:meth:`TransactionAdmin.marker`). An ABORT (another producer with the same
+  transaction's own markers decide. At pre-commit (its records flushed) the sink
+  records, for each partition it wrote, the partition's high watermark, read while the
+  transaction was still open (``ListOffsets``, then ``DescribeProducers`` shows it open
+  with its epoch): every record of it lies below that offset, and its marker above, and
+  no other control batch of its producer id can come between (a producer id has one
+  transaction open per partition; the marker ending it comes first). So the first
+  control batch of its producer id from that offset on is its marker, COMMIT or ABORT
+  (:meth:`TransactionAdmin.marker`, reading batch headers only: what was written after
+  the pre-commit, not the transaction's records). An ABORT (another producer with the same
   transactional id took over, or the broker's ``transaction.timeout.ms`` expired) raises
   :class:`TransactionLostError`; no marker found raises too: a commit is counted as done
   only when the broker accepted it or its COMMIT markers are in the log. (The
@@ -96,10 +100,11 @@ class KafkaTransaction:
     producer_id: int = -1
     epoch: int = -1
     records: int = 0
-    #: ``(topic, partition, offset of the transaction's first record there)`` of every
-    #: partition it wrote, recorded at pre-commit; a commit's outcome is read from the
-    #: markers after them. Empty in transactions checkpointed by an older lockgate (a
-    #: class default, so that those unpickle).
+    #: ``(topic, partition, offset)`` of every partition it wrote: the partition's high
+    #: watermark at pre-commit, past its records and before its marker (see the module
+    #: docstring); a commit's outcome is read from the first marker of its producer id
+    #: from there. Empty in transactions checkpointed by an older lockgate (a class
+    #: default, so that those unpickle).
     partitions: tuple[tuple[str, int, int], ...] = ()
 
     @property
@@ -236,9 +241,10 @@ class TransactionAdmin:
 
     def pre_committed(self, tid: str) -> tuple[int, int, tuple[tuple[str, int, int], ...]]:
         """``(producer id, epoch, partitions)`` of the transaction open under ``tid`` now,
-        its records flushed: ``partitions`` holds ``(topic, partition, offset of its first
-        record there)`` for each partition it wrote (``DescribeProducers``), what
-        :meth:`commit` needs to read its outcome later."""
+        its records flushed: ``partitions`` holds ``(topic, partition, high watermark)``
+        for each partition it wrote, the watermark read before ``DescribeProducers``
+        shows the transaction still open there with its epoch (so its marker, still to
+        come, lies past it): what :meth:`commit` needs to read its outcome later."""
         described = self.describe([tid]).get(tid)
         if described is None or described.state.value != "Ongoing":
             state = described.state.value if described is not None else "unknown id"
@@ -248,7 +254,14 @@ class TransactionAdmin:
             )
         pid, epoch = int(described.producer_id), int(described.producer_epoch)
         wrote = sorted(described.topic_partitions)
-        states = self._retrying(lambda: self._admin().describe_producers(wrote)) if wrote else {}
+        if not wrote:
+            return pid, epoch, ()
+        from kafka.admin import OffsetSpec
+
+        ends = self._retrying(
+            lambda: self._admin().list_partition_offsets({tp: OffsetSpec.LATEST for tp in wrote})
+        )
+        states = self._retrying(lambda: self._admin().describe_producers(wrote))
         partitions = []
         for tp in wrote:
             mine = [p for p in states[tp].active_producers if int(p.producer_id) == pid]
@@ -260,7 +273,14 @@ class TransactionAdmin:
                     f"that partition (the partition's leader reports {mine}): "
                     f"{fenced_message(tid)}"
                 )
-            partitions.append((tp.topic, int(tp.partition), start))
+            end = int(ends[tp].offset)
+            if end <= start:
+                raise RuntimeError(
+                    f"Kafka transaction {tid!r}: the high watermark of {tp.topic}"
+                    f"[{tp.partition}] ({end}) is not past its first record ({start}) after "
+                    "its records were acknowledged; cannot record where its marker will be"
+                )
+            partitions.append((tp.topic, int(tp.partition), end))
         return pid, epoch, tuple(partitions)
 
     def open_transactions(self, prefix: str) -> dict[str, Any]:
@@ -325,9 +345,9 @@ class TransactionAdmin:
                 continue
             if kind == "gone":
                 log.warning(
-                    "Kafka transaction %s (producer id %d, epoch %d): its records in %s[%d] "
-                    "from offset %d were deleted (retention) before its outcome was read; "
-                    "committed or not, no reader can see them any more",
+                    "Kafka transaction %s (producer id %d, epoch %d): the records of %s[%d] "
+                    "up to offset %d, its own among them, were deleted (retention) before "
+                    "its outcome was read; committed or not, no reader can see them any more",
                     txn.transactional_id,
                     txn.producer_id,
                     txn.epoch,
@@ -339,8 +359,8 @@ class TransactionAdmin:
                 continue
             what = (
                 f"Kafka transaction {txn.transactional_id!r} (producer id {txn.producer_id}, "
-                f"epoch {txn.epoch}, {txn.records} records, first one at {topic}[{partition}] "
-                f"offset {start})"
+                f"epoch {txn.epoch}, {txn.records} records, its marker looked for in "
+                f"{topic}[{partition}] from offset {start})"
             )
             if kind == "abort":
                 raise TransactionLostError(
@@ -355,7 +375,7 @@ class TransactionAdmin:
                 raise RuntimeError(
                     f"{what} cannot be shown committed: the coordinator says its epoch moved "
                     f"on (EndTxn error {code}) but no COMMIT or ABORT marker of producer id "
-                    f"{txn.producer_id} follows offset {start} of {topic}[{partition}] within "
+                    f"{txn.producer_id} is at or after offset {start} of {topic}[{partition}] within "
                     f"{RETRY_FOR_S:.0f} s, so the commit is not counted as done (retried on "
                     "the next restore)"
                 )
@@ -372,10 +392,10 @@ class TransactionAdmin:
 
     def marker(self, topic: str, partition: int, start: int, producer_id: int) -> str | None:
         """``"commit"`` or ``"abort"``: the first transaction marker (control batch) of
-        ``producer_id`` after offset ``start`` of ``topic[partition]``; None when there is
-        none up to the partition's high watermark; ``"gone"`` when retention deleted the
-        records from ``start`` on. Reads batch headers only (records of other producers
-        are skipped by their batch's length)."""
+        ``producer_id`` at or after offset ``start`` of ``topic[partition]``; None when
+        there is none up to the partition's high watermark; ``"gone"`` when retention
+        deleted the records up to ``start``. Reads batch headers only (records of other
+        producers are skipped by their batch's length)."""
         from kafka.protocol.consumer.fetch import FetchRequest
         from kafka.record import MemoryRecords
         from kafka.structs import TopicPartition
@@ -426,7 +446,7 @@ class TransactionAdmin:
                 moved = True
                 offset = batch.next_offset
                 if getattr(batch, "is_control_batch", False) and batch.producer_id == producer_id:
-                    if batch.base_offset <= start:
+                    if batch.base_offset < start:
                         continue
                     return "abort" if next(iter(batch)).abort else "commit"
             if not moved or offset >= int(data.high_watermark):
