@@ -54,6 +54,7 @@ from .control import (
     DECLINE,
     FAILED,
     FINISHED,
+    HEARTBEAT,
     REGISTER,
     STACKS,
     START,
@@ -95,6 +96,21 @@ class SlotFailed(RuntimeError):
 
 def _host() -> str:
     return os.environ.get("SPARK_LOCAL_IP") or socket.gethostbyname(socket.gethostname())
+
+
+def _last_beat(control: ControlClient) -> None:
+    """Send a heartbeat with the subtasks' counts as they ended: a failed or cancelled
+    attempt's counts reach the driver exactly (it adds them to the run's, see
+    ``JobHandle.end_attempt``), not as of the last periodic heartbeat, which a short
+    attempt may not even have sent."""
+    provider = getattr(control, "heartbeat_payload", None)
+    if provider is None:
+        return
+    try:
+        payload = provider()
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return
+    control.send(HEARTBEAT, payload)
 
 
 def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
@@ -148,6 +164,7 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         info = _failure_info(e, f"slot {slot}", slot)
         info["counters"] = [t.chain.counters() for t in tasks]  # a cancelled job's counts
         info["slot_ended"] = True  # this slot's subtasks are closed: the driver may release
+        _last_beat(control)
         control.send(FAILED, info)
         raise
     finally:
@@ -383,6 +400,7 @@ def _run_tasks(
     if failure is None:
         return
     task, error, _ = failure
+    _last_beat(control)
     if isinstance(error, TaskCancelledError):
         raise error
     # Let the other slots close their operators before this Spark task fails and Spark
