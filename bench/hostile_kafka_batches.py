@@ -100,7 +100,7 @@ def _forged_job(topic: str, fetch: str) -> dict[str, Any]:
     env.enable_checkpointing(timedelta(milliseconds=100))
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=2, delay=0))
     source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch=fetch, on_error="dead_letter")
-    records = env.from_source(RateLimitedSource(source, 20_000), name="kafka").uid("kafka")
+    records = env.from_source(RateLimitedSource(source, 4_000), name="kafka").uid("kafka")
     tagged = records.map(_tag, name="tag").uid("tag")
     inject_faults(env, FailAtRecord("tag", record=4_000, attempt=0, after_checkpoints=1))
     dead = records.get_side_output(lg.DEAD_LETTER).map(_dead)
