@@ -16,12 +16,11 @@ Built on :class:`TwoPhaseCommitSink` and the ``deltalake`` package (delta-rs):
 * the first commit creates the table (schema from ``schema=`` or the first records;
   ``partition_by`` as given) when there is none; a subtask that loses that race appends;
 * transactions begun after the restored checkpoint are discarded, their files deleted
-  (``abort``, ``abort_lingering``), but only files of this run: a sink deletes only what
-  it can prove its own and dead. Files of other jobs and sinks, of other runs (also of
-  the run whose checkpoint or savepoint this run restored: it may still be running and
-  commit them), and every file a commit may have added, are never deleted. A run's own
-  leftovers are deleted when it ends; those of a run that died without ending stay,
-  invisible to readers, for ``DeltaTable.vacuum`` (see ``DeltaSink.abort_lingering``).
+  (``abort``, ``abort_lingering``), but only files of runs proven dead: this run's
+  earlier attempts, and the run whose checkpoint this run restored once no process of it
+  holds its run lock (:mod:`.run_locks`; a job forked from a savepoint of a job that
+  goes on leaves that job's files to it). Files of other jobs, sinks and runs, and every
+  file a commit may have added, are never deleted (see ``DeltaSink.abort_lingering``).
 
 The run id in the app id keeps a new run (a fresh start, or a new checkpoint storage
 whose ids start at 1 again) from being mistaken for a repeat of an earlier run. With
@@ -63,6 +62,7 @@ from .delta_log import (
 )
 from .delta_records import conform, infer_schema
 from .local_paths import local_path
+from .run_locks import RunLock, forget_run, hold_run_lock, run_is_alive
 from .two_phase_commit import TwoPhaseCommitSink
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         self._table_schema: pa.Schema | None = None
         self._fs: Any = None
         self._sets: dict[str, FileSet] = {}
+        self._run_lock: RunLock | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -263,6 +264,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
             "_table_schema",
             "_fs",
             "_sets",
+            "_run_lock",
         ):
             state.pop(name, None)
         return state
@@ -306,6 +308,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         self._prefix = file_prefix(ctx.job_name, ctx.operator_uid)
         run = re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id) or "norun"
         self._stem = f"{self._prefix}{ctx.subtask_index}-{run}-{ctx.attempt_number}"
+        if self._local and ctx.run_id:  # this run is alive while this writer is open
+            self._run_lock = hold_run_lock(self.table_uri, run)
         table = load_table(self.table_uri, self.storage_options)
         if table is not None:
             existing = arrow_schema(table)
@@ -427,60 +431,100 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
                 seen = t.version if t.version is not None else t.floor - 1
                 self._last_id = max(self._last_id, seen)
 
+    @property
+    def _local(self) -> bool:
+        """Whether the table is a local (or network) folder, where runs hold run locks."""
+        return not _SCHEME.match(self.table_uri)
+
+    def hold_run(self, ctx: RuntimeContext) -> RunLock | None:
+        """On the driver, for the whole run: the run's lock in the table folder (see
+        :mod:`.run_locks`); None on an object store (no locks there)."""
+        if not self._local or not ctx.run_id:
+            return None
+        return hold_run_lock(self.table_uri, re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id))
+
     def abort_lingering(
         self, keep: list[DeltaTransaction], ctx: RuntimeContext, *, job_ended: bool = False
     ) -> None:
-        """Delete data files earlier attempts of this run wrote and no commit added nor
-        will add (M-X2).
+        """Delete data files that earlier attempts wrote, no commit added and no run that
+        may still be running will add (M-X2).
 
-        Done once, by subtask 0 after a restart of the run or by the driver when the job
-        has ended. Only files of runs proven dead are deleted, and the only such runs a
-        sink can prove dead are the attempts of its own run before the one now running
-        (the executor stopped them before starting it; at the job's end, every attempt).
-        A file is deleted when its name says it is this sink's and of this run (not of
-        the attempt now running, unless the job has ended), it is in no transaction of
-        ``keep``, and its floor is above the version the table holds for its app id:
-        then no commit ever added it.
+        Done once, by subtask 0 after recovery or by the driver when the job has ended.
+        A file is deleted only when its name says it is this sink's, it is in no
+        transaction of ``keep``, its floor is above the version the table holds for its
+        app id (then no commit ever added it), and its run is proven dead:
 
-        Files of other runs are never deleted, not even those of the run whose checkpoint
-        or savepoint this run restored: that run may still be running (a job forked from
-        a savepoint of a job that goes on) and commit them, and nothing in a table's
-        folder proves it is gone (unlike PostgreSQL, where a run's sessions hold a lock
-        that dies with them). Such a run deletes its own leftovers when it ends (its
-        driver, here, with ``job_ended``); files of a run that died without ending (its
-        driver killed) stay, invisible to every reader (no commit adds them), until
-        ``DeltaTable.vacuum`` removes files the log does not reference and older than its
-        retention (7 days by default; keep it longer than a checkpoint interval plus the
-        checkpoint timeout).
+        * this run's files of earlier attempts (stopped before the attempt now running
+          started; at the job's end, every attempt's);
+        * files of a run whose transactions were restored (``keep``) only once no process
+          of it holds its run lock in the table folder (:mod:`.run_locks`, the file-system
+          form of PostgresSink's run locks: the run's driver holds it for the whole run,
+          each writer while open). A restored run still running (a job forked from a
+          savepoint of a job that goes on) keeps its files: it commits them. Where nothing
+          can prove it dead (an object store, or no lock file of it), its files stay too.
+
+        Files of other jobs, sinks and runs are never touched. Files left this way are
+        invisible to every reader (no commit adds them); their run deletes them when it
+        restarts or ends, and ``DeltaTable.vacuum`` removes those of a run that died
+        without ending once older than its retention (7 days by default; keep it longer
+        than a checkpoint interval plus the checkpoint timeout).
         """
-        if not job_ended and (ctx.subtask_index != 0 or ctx.attempt_number == 0):
-            return  # attempt 0 of a run: no earlier attempt of this run left anything
+        if not job_ended and (ctx.subtask_index != 0 or (ctx.attempt_number == 0 and not keep)):
+            return  # not subtask 0, or a fresh start: no earlier attempt, no restored run
         prefix = file_prefix(ctx.job_name, ctx.operator_uid)
         run = re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id) or "norun"
-        kept = {f.path for t in keep if isinstance(t, DeltaTransaction) for f in t.files}
+        ours = [t for t in keep if isinstance(t, DeltaTransaction)]
+        restored = {t.run_and_subtask: t.app_id for t in ours}
+        kept = {f.path for t in ours for f in t.files}
         table = load_table(self.table_uri, self.storage_options)
         versions: dict[str, int | None] = {}
+        alive: dict[str, bool | None] = {}
         doomed: list[str] = []
         for path in self._own_files(prefix):
             owner = parse_name(prefix, path.rsplit("/", 1)[-1])
-            if owner is None or path in kept or owner.run != run:
-                continue  # not this sink's, committed by the restore, or another run's
-            if not job_ended and owner.attempt == ctx.attempt_number:
-                continue  # the attempt now running
-            app_id = app_id_of(ctx.job_name, ctx.operator_uid, owner.subtask, ctx.run_id)
+            if owner is None or path in kept:
+                continue
+            if owner.run == run:
+                if not job_ended and owner.attempt == ctx.attempt_number:
+                    continue  # the attempt now running
+                app_id = app_id_of(ctx.job_name, ctx.operator_uid, owner.subtask, ctx.run_id)
+            elif (owner.run, owner.subtask) in restored:
+                if not self._ended(owner.run, alive):
+                    continue  # it may still commit it
+                app_id = restored[(owner.run, owner.subtask)]
+            else:
+                continue
             if app_id not in versions:
                 versions[app_id] = None if table is None else table.transaction_version(app_id)
             done = versions[app_id]
             if done is None or owner.floor > done:
                 doomed.append(path)
+        where = self._where() if self._ctx else f"DeltaSink '{ctx.operator_name}'"
         if doomed:
             log.info(
-                "%s: deleting %d data files earlier attempts of run %s wrote and never committed",
-                self._where() if self._ctx else f"DeltaSink '{ctx.operator_name}'",
+                "%s: deleting %d data files ended attempts wrote and never committed",
+                where,
                 len(doomed),
-                ctx.run_id,
             )
             self._delete(doomed)
+        for other, state in alive.items():
+            if state is False:
+                forget_run(self.table_uri, other)  # nothing of it is left to prove
+            else:
+                log.info(
+                    "%s: run %s, whose checkpoint this run restored, %s; its uncommitted "
+                    "data files are left to it (or to DeltaTable.vacuum)",
+                    where,
+                    other,
+                    "is still running" if state else "cannot be proven ended",
+                )
+
+    def _ended(self, run: str, alive: dict[str, bool | None]) -> bool:
+        """Whether no process of ``run`` is left (its run lock is free); ``alive`` caches
+        :func:`.run_locks.run_is_alive` per run (None: nothing can tell)."""
+        if run not in alive:
+            alive[run] = run_is_alive(self.table_uri, run) if self._local else None
+        return alive[run] is False
 
     def _own_files(self, prefix: str) -> list[str]:
         """Paths (relative to the table root) of files named with ``prefix``, in the table
@@ -517,3 +561,6 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         for files in self._sets.values():
             files.release()
         self._sets = {}
+        lock, self._run_lock = self._run_lock, None
+        if lock is not None:
+            lock.release()

@@ -24,16 +24,18 @@ output.
   was done. Readers that skip hidden names (every ``part-*`` lister: Spark,
   ``pyarrow.dataset``, ``FileSource``) see only committed files; between the copy and
   the delete the bytes exist twice, once under the hidden name.
-* What a restore deletes: only temporary files of its own run (earlier attempts, all
-  stopped). Temporary files of other runs, also of the run whose checkpoint or savepoint
-  it restored (that run may still be running: a job forked from a savepoint of a job
-  that goes on), are never deleted; numbering continues after every number any run
-  uses in the folder, and a local commit never replaces a part file (a hard link, not a
-  rename over it): a number another run published meanwhile makes the file
-  ``part-<subtask>-<n>.<run>.<ext>``. A run's uncommitted temporary files are deleted
-  when it restarts; those of another run stay, hidden from readers, until that run
-  restarts, or by hand once it has ended. On an object store the copy to the final key
-  cannot refuse an existing key: give forked jobs their own folders there.
+* What a restore deletes: only temporary files of runs proven dead: its own run's
+  (earlier attempts, all stopped), and those of the run whose checkpoint or savepoint it
+  restored once no process of that run holds its run lock (``.lockgate-runs/<run>.lock``
+  in the folder, held by the run's driver for the whole run and by each writer while
+  open; see :mod:`.run_locks`). A run still running (a job forked from a savepoint of a
+  job that goes on) keeps its files: it commits them. Numbering continues after every
+  number a temporary file in the folder uses, and a local commit never replaces a part
+  file (a hard link, not a rename over it): a number another run published meanwhile
+  makes the file ``part-<subtask>-<n>.<run>.<ext>``. On an object store there are no run
+  locks (another run's temporary files are left, hidden, to delete by hand once it has
+  ended) and the copy to the final key cannot refuse an existing key: give forked jobs
+  their own folders there.
 * ``exactly_once=False``: at-least-once. Part files are written in place and
   closed when the input ends; a failure leaves partial files and a restart
   writes its records again.
@@ -60,6 +62,7 @@ from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_locations import FileLocation
+from .run_locks import RunLock, forget_ended_runs, hold_run_lock, run_is_alive
 from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
@@ -269,6 +272,42 @@ def fallback_path(transaction: FileTransaction) -> str | None:
     return f"{folder}{stem}.{run}.{ext}"
 
 
+def _temp_run(temp_path: str) -> str | None:
+    """The run id in the name of the temporary file ``temp_path``
+    (``.part-<subtask>-<n>.<ext>[.<run>].inprogress``; "" without one), or None when it
+    is not such a name."""
+    name = temp_path.rsplit("/", 1)[-1]
+    if not (name.startswith(".part-") and name.endswith(IN_PROGRESS_SUFFIX)):
+        return None
+    parts = name[1 : -len(IN_PROGRESS_SUFFIX)].split(".")
+    if len(parts) == 2 and parts[1] in EXTENSIONS.values():
+        return ""
+    if len(parts) == 3 and parts[1] in EXTENSIONS.values():
+        return parts[2]
+    return None
+
+
+def _has_temps(folder: str, run: str) -> bool:
+    suffix = f".{run}{IN_PROGRESS_SUFFIX}"
+    return any(n.endswith(suffix) for n in os.listdir(folder))
+
+
+class _RunMark:
+    """The driver's run lock of a ``FileSink`` folder (``FileSink.hold_run``). Released
+    with ``forget`` once the run has ended: its lock file goes, and so do those of runs
+    found dead that left no temporary file for a restore to clean up."""
+
+    def __init__(self, folder: str, lock: RunLock) -> None:
+        self.folder = folder
+        self.lock = lock
+
+    def release(self, *, forget: bool = False) -> None:
+        # a run that left temporary files keeps its lock file: a restore proves it dead
+        self.lock.release(forget=forget and not _has_temps(self.folder, self.lock.run))
+        if forget:
+            forget_ended_runs(self.folder, lambda run: _has_temps(self.folder, run))
+
+
 class FileSink(TwoPhaseCommitSink[FileTransaction]):
     """Writes records as JSON lines, CSV or Parquet into the folder ``path``: a local path,
     a ``file://`` URL (``file:///data/out``) or any URL ``pyarrow.fs`` opens
@@ -327,10 +366,20 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self._restarted = False
         self._next_seq: int | None = None
         self._files: dict[str, _PartFile] = {}
+        self._run_lock: RunLock | None = None
+        self._alive: dict[str, bool | None] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_subtask", "_run", "_restarted", "_next_seq", "_files"):
+        for name in (
+            "_subtask",
+            "_run",
+            "_restarted",
+            "_next_seq",
+            "_files",
+            "_run_lock",
+            "_alive",
+        ):
             state.pop(name, None)
         return state
 
@@ -350,6 +399,17 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self._subtask = ctx.subtask_index
         self._run = ctx.run_id
         self._restarted = ctx.attempt_number > 0
+        if self.location.local and ctx.run_id:  # the run is alive while this writer is open
+            self._run_lock = hold_run_lock(self.folder, ctx.run_id)
+
+    def hold_run(self, ctx: RuntimeContext) -> _RunMark | None:
+        """On the driver, for the whole run: the run's lock in the folder (see
+        :mod:`.run_locks`); None on an object store (no locks there)."""
+        if not (self.exactly_once and self.location.local and ctx.run_id):
+            return None
+        self.location.make_folder()
+        lock = hold_run_lock(self.folder, ctx.run_id)
+        return None if lock is None else _RunMark(self.folder, lock)
 
     def _names(self, seq: int) -> tuple[str, str]:
         name = f"part-{self._subtask}-{seq}.{EXTENSIONS[self.format]}"
@@ -510,20 +570,24 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self.location.delete(transaction.temp_path)
 
     def recover_and_abort(self, transaction: FileTransaction) -> None:
-        """Discard a restored transaction that was open at the checkpoint: delete its
-        temporary file if this run began it (an earlier attempt of this run, stopped). A
-        transaction another run began is left alone: that run may still be running (a
-        job forked from a savepoint of a job that goes on) and pre-commit and commit it."""
-        if self._own_temp(transaction.temp_path):
+        """Discard a restored transaction that was open at the checkpoint, deleting its
+        temporary file, when its run is proven dead: this run (an earlier attempt,
+        stopped), or another run none of whose processes holds its run lock any more
+        (:mod:`.run_locks`). A transaction of a run that may still be running (a job
+        forked from a savepoint of a job that goes on) is left to it: it pre-commits and
+        commits it."""
+        run = _temp_run(transaction.temp_path)
+        if run is not None and self._ended(run):
             self.abort(transaction)
 
     def finish_recovery(self, recovered: list[FileTransaction]) -> None:
         """Continue numbering after the restored transactions of this subtask, and after
-        every number any run uses in the folder for it (another run may still be writing
-        there), and delete this run's temporary files numbered from the restored
-        transactions on: transactions a failed attempt of this run began after the
-        checkpoint. Temporary files of other runs are kept (that run may still commit
-        them, or another run's retained checkpoint may, M-S3)."""
+        every number a temporary file left in the folder uses for it, and delete the
+        temporary files numbered from the restored transactions on (transactions begun
+        after the checkpoint) of runs proven dead: this run's, and those of the restored
+        run once none of its processes holds its run lock. Temporary files of other runs
+        are kept (a run still running commits them; another run's retained checkpoint may,
+        M-S3)."""
         mine = [
             t
             for t in recovered
@@ -533,26 +597,28 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         ]
         if not mine:
             return
+        restored = {_temp_run(t.temp_path) for t in mine}
         next_seq = max(t.seq + 1 if t.records else t.seq for t in mine)
         self._drop_abandoned()
         published, in_progress = self._used()
+        in_use = set(published)
         for temp, seq in in_progress.items():
-            if seq >= next_seq and self._own_temp(temp):
+            run = _temp_run(temp)
+            if seq >= next_seq and run in restored and run is not None and self._ended(run):
                 self.location.delete(temp)
-        in_use = published | {seq for t, seq in in_progress.items() if not self._own_temp(t)}
+            else:
+                in_use.add(seq)
         self._next_seq = max(next_seq, max(in_use, default=-1) + 1)
 
-    def _own_temp(self, temp_path: str) -> bool:
-        """Whether the temporary file ``temp_path`` was begun by this run (its name
-        carries the run id; a run without one owns the names without one)."""
-        name = temp_path.rsplit("/", 1)[-1]
-        if not name.endswith(IN_PROGRESS_SUFFIX):
-            return False
-        stem = name[: -len(IN_PROGRESS_SUFFIX)]  # .part-<subtask>-<n>.<ext>[.<run>]
-        ext = f".{EXTENSIONS[self.format]}"
-        if self._run:
-            return stem.endswith(f"{ext}.{self._run}")
-        return stem.endswith(ext)
+    def _ended(self, run: str) -> bool:
+        """Whether no process of ``run`` is left: this run's earlier attempts (stopped),
+        or another run whose run lock nobody holds (cached per run)."""
+        if run == self._run:
+            return True
+        if run not in self._alive:
+            local = self.location.local and bool(run)
+            self._alive[run] = run_is_alive(self.folder, run) if local else None
+        return self._alive[run] is False
 
     def _drop_abandoned(self) -> None:
         """In a restarted attempt: delete this subtask's temporary files begun by earlier
@@ -569,6 +635,9 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
     def close(self) -> None:
         """Close open files; their temporary files stay for ``recover_and_abort``."""
         parts, self._files = list(self._files.values()), {}
+        lock, self._run_lock = self._run_lock, None
+        if lock is not None:
+            lock.release()
         errors: list[BaseException] = []
         for part in parts:
             try:

@@ -148,6 +148,16 @@ class TwoPhaseCommitSink(Sink, Generic[TXN]):
         the default does nothing.
         """
 
+    def hold_run(self, ctx: RuntimeContext) -> Any:
+        """Called on the driver when a run starts (``ctx`` names the job, run and sink):
+        mark the run alive for as long as it may commit this sink's transactions, so that
+        a later run restoring one of its checkpoints or savepoints never deletes or aborts
+        what it may still commit (a sink never touches what a live run may commit).
+        Returns an object whose ``release(forget=True)`` the driver calls once the run's
+        transactions were settled, or None. Default: None (nothing to mark; PostgresSink
+        marks its runs with its writers' sessions)."""
+        return None
+
     def close(self) -> None:
         """Release this subtask's resources; pending transactions must be left intact."""
 

@@ -22,7 +22,11 @@ attempts:
 5. however the run ends, two-phase-commit sinks are settled
    (:func:`~lockgate.recovery.settle.settle_two_phase_sinks`): nothing is left
    pre-committed. After a run that finished with checkpoints this commits
-   nothing (the tasks did); it aborts what failed attempts left behind.
+   nothing (the tasks did); it aborts what failed attempts left behind. From the
+   run's start until then the driver marks the run alive for each sink that can
+   (:func:`~lockgate.recovery.settle.hold_two_phase_runs`: file sinks' run locks), so
+   a run restored from one of its checkpoints or savepoints meanwhile (a fork) never
+   deletes what it may still commit, also between its attempts.
 
 A checkpoint restored is checked first (:func:`~.finished.check_finished_chains`):
 tasks whose operators all finished in it are deployed as finished (FLIP-147), and
@@ -53,7 +57,7 @@ from .finished import check_finished_chains
 from .non_restartable import non_restartable_cause, not_restartable_failure
 from .restart_strategy import RestartBackoff, RestartStrategy
 from .restore import CommittedOutputGuard, RestoreSpec, newest_restorable
-from .settle import settle_two_phase_sinks
+from .settle import hold_two_phase_runs, release_two_phase_runs, settle_two_phase_sinks
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,7 @@ def run_with_restarts(
     """Run ``plan`` attempt after attempt (see the module docstring)."""
     floor = _newest_id_at_start(plan)
     committed_in_tasks = False
+    alive = hold_two_phase_runs(plan)  # until settled: a fork never takes it for ended
     try:
         result = _run_attempts(
             plan, run_attempt, handle=handle, clock=clock, first_attempt=first_attempt, floor=floor
@@ -86,12 +91,15 @@ def run_with_restarts(
         committed_in_tasks = plan.checkpointing and result.status is JobStatus.FINISHED
         return result
     finally:
-        settle_two_phase_sinks(
-            plan,
-            floor,
-            getattr(handle, "final_savepoint", None),
-            committed_in_tasks=committed_in_tasks,
-        )
+        try:
+            settle_two_phase_sinks(
+                plan,
+                floor,
+                getattr(handle, "final_savepoint", None),
+                committed_in_tasks=committed_in_tasks,
+            )
+        finally:
+            release_two_phase_runs(alive)
 
 
 def _run_attempts(

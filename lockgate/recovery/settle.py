@@ -119,6 +119,41 @@ def settle_two_phase_sinks(
             sink.close()
 
 
+def hold_two_phase_runs(plan: ExecutionPlan) -> list[Any]:
+    """Each two-phase-commit sink's mark that this run is alive
+    (``TwoPhaseCommitSink.hold_run``), held by the driver for the whole run: a run
+    restored from one of its checkpoints or savepoints meanwhile (a fork) leaves its
+    transactions alone. A mark that cannot be made is logged, not raised: the run then
+    counts as alive only while its writers are open."""
+    held = []
+    for uid, sink in two_phase_sinks(plan).items():
+        name = plan.operator_names.get(uid, uid)
+        try:
+            mark = sink.hold_run(_driver_context(plan, uid, name))
+        except Exception as e:  # noqa: BLE001 - logged with context, see the docstring
+            log.warning(
+                "job %r: sink %r cannot mark the run alive (%s: %s); a run restored from "
+                "its checkpoints meanwhile may take it for ended between attempts",
+                plan.job_name,
+                name,
+                type(e).__name__,
+                e,
+            )
+            continue
+        if mark is not None:
+            held.append(mark)
+    return held
+
+
+def release_two_phase_runs(held: list[Any]) -> None:
+    """Drop the marks of :func:`hold_two_phase_runs` once the run was settled."""
+    for mark in held:
+        try:
+            mark.release(forget=True)
+        except Exception as e:  # noqa: BLE001 - the run has ended: nothing depends on it
+            log.warning("releasing a sink's run mark failed: %s: %s", type(e).__name__, e)
+
+
 def _driver_context(plan: ExecutionPlan, uid: str, name: str) -> Any:
     from ..runtime.context import RuntimeContext
 

@@ -4,11 +4,12 @@ Job A writes a table (Delta, FileSink's folder, Iceberg) with checkpoints; a sav
 taken while it runs, and job B (same job name, same sink uid: the usual fork to try a new
 version) is started from that savepoint and writes the same table while A goes on. B's
 restore commits the savepoint's pending transactions (idempotent: A commits them too)
-and cleans up what earlier attempts left behind, but A is alive: nothing A may still
+and cleans up what earlier attempts left behind, but A is alive (its driver and writer
+hold A's run lock in the folder, ``lockgate.connectors.run_locks``): nothing A may still
 commit is deleted or aborted. Then A commits more checkpoints, both jobs are drained,
 and the table reads completely: every record A emitted is there exactly once (A's
 records are a contiguous run from 0), every record B emitted exactly once, and no file
-the table refers to is missing.
+the table refers to is missing. Once a restored run is gone, its leftovers are deleted.
 
 The schedule waits for checkpoints and files, never for wall time. A ``Gate`` sink on a
 branch of its own holds one checkpoint of A open (it does not acknowledge until the test
@@ -246,7 +247,7 @@ def rows(lo: int, hi: int) -> Any:
     return RowBatch([{"v": v, "job": "a"} for v in range(lo, hi)])
 
 
-def test_issue37_1_m_x2_a_delta_restore_deletes_its_own_runs_leftovers_never_a_restored_runs(
+def test_issue37_1_m_x2_a_delta_restore_deletes_its_own_leftovers_never_a_running_runs(
     tmp_path: Path,
 ) -> None:
     """Files of the run whose savepoint was restored (it may be alive) stay; files an
@@ -298,6 +299,7 @@ def test_issue37_1_m_x2_a_file_sink_restore_leaves_a_restored_runs_files_and_num
     b = FileSink(out).create_writer(context("runB"))
     b.initialize_state([savepoint])
     assert sorted(os.listdir(out)) == [
+        ".lockgate-runs",  # the run locks of A and B (both writers are open)
         ".part-0-1.jsonl.runA.inprogress",
         ".part-0-2.jsonl.runA.inprogress",
         "part-0-0.jsonl",
@@ -338,3 +340,36 @@ def test_issue37_1_m_x2_a_file_commit_never_replaces_another_runs_part_file(
     assert [json.loads(line)["v"] for line in moved.read_text().splitlines()] == list(range(10))
     assert not [n for n in os.listdir(out) if n.endswith(".inprogress") and "-0-0." in n]
     a.close()
+
+
+def test_issue37_1_m_x2_a_restore_cleans_up_after_a_restored_run_proven_dead(
+    tmp_path: Path,
+) -> None:
+    """When no process of the restored run holds its run lock any more (its driver and
+    writers are gone), its transactions begun after the checkpoint are deleted: on Delta
+    the uncommitted Parquet files, in a FileSink folder the temporary files."""
+    uri, out = str(tmp_path / "table"), tmp_path / "out"
+    for sink, listing in ((DeltaSink(uri), uri), (FileSink(out), str(out))):
+        a = sink.create_writer(context("runA"))
+        a.initialize_state([])
+        a.write(rows(0, 10))
+        savepoint = a.snapshot_state(1)
+        a.notify_checkpoint_complete(1)
+        a.write(rows(10, 20))
+        a.snapshot_state(2)  # never completes: A dies with it pre-committed
+        a.write(rows(20, 30))
+        before = set(os.listdir(listing))
+        a.close()  # A's last process is gone: its run lock is free
+        b = type(sink)(listing).create_writer(context("runB"))
+        b.initialize_state([savepoint])
+        left = sorted(n for n in set(os.listdir(listing)) & before if "runA" in n)
+        if isinstance(sink, DeltaSink):
+            import deltalake
+
+            committed = {os.path.basename(p) for p in deltalake.DeltaTable(uri).file_uris()}
+            assert [n for n in left if n.endswith(".parquet")] == sorted(committed), left
+        else:
+            assert left == [], f"A's temporary files after its checkpoint stay: {left}"
+        b.close()
+        sink.hold_run(context("runB")).release(forget=True)  # B's driver, at B's end
+        assert not os.path.exists(os.path.join(listing, ".lockgate-runs")), os.listdir(listing)
