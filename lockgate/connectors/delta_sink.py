@@ -62,7 +62,7 @@ from .delta_log import (
 )
 from .delta_records import conform, infer_schema
 from .local_paths import local_path
-from .run_locks import RunLock, forget_run, hold_run_lock, run_is_alive
+from .run_locks import RunLock, forget_run, hold_run_lock, run_is_alive, writer_run_lock
 from .two_phase_commit import TwoPhaseCommitSink
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         run = re.sub(r"[^0-9A-Za-z_]", "_", ctx.run_id) or "norun"
         self._stem = f"{self._prefix}{ctx.subtask_index}-{run}-{ctx.attempt_number}"
         if self._local and ctx.run_id:  # this run is alive while this writer is open
-            self._run_lock = hold_run_lock(self.table_uri, run)
+            self._run_lock = writer_run_lock(self.table_uri, run, self._where())
         table = load_table(self.table_uri, self.storage_options)
         if table is not None:
             existing = arrow_schema(table)

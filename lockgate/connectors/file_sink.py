@@ -62,7 +62,13 @@ from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_locations import FileLocation
-from .run_locks import RunLock, forget_ended_runs, hold_run_lock, run_is_alive
+from .run_locks import (
+    RunLock,
+    forget_ended_runs,
+    hold_run_lock,
+    run_is_alive,
+    writer_run_lock,
+)
 from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
@@ -400,7 +406,8 @@ class FileSink(TwoPhaseCommitSink[FileTransaction]):
         self._run = ctx.run_id
         self._restarted = ctx.attempt_number > 0
         if self.location.local and ctx.run_id:  # the run is alive while this writer is open
-            self._run_lock = hold_run_lock(self.folder, ctx.run_id)
+            where = f"FileSink '{ctx.operator_name}' ({self.location.shown})"
+            self._run_lock = writer_run_lock(self.folder, ctx.run_id, where)
 
     def hold_run(self, ctx: RuntimeContext) -> _RunMark | None:
         """On the driver, for the whole run: the run's lock in the folder (see

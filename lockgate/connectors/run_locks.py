@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 #: the folder of the run locks, inside the sink's folder
 LOCKS = ".lockgate-runs"
@@ -87,6 +90,25 @@ def hold_run_lock(folder: str, run: str) -> RunLock | None:
             os.close(fd)
             raise
         os.close(fd)
+
+
+def writer_run_lock(folder: str, run: str, where: str) -> RunLock | None:
+    """:func:`hold_run_lock` for a writer subtask: a folder where the lock cannot be taken
+    (a ``.lockgate-runs`` another user owns) is logged, not raised. The run's driver holds
+    the lock for the whole run anyway; without a lock file nothing proves the run dead, so
+    its files are never deleted by another run."""
+    try:
+        return hold_run_lock(folder, run)
+    except OSError as e:
+        log.warning(
+            "%s: cannot hold run %s's lock in %s (%s); other runs restoring its checkpoints "
+            "rely on its driver's",
+            where,
+            run,
+            os.path.join(folder, LOCKS),
+            e,
+        )
+        return None
 
 
 def run_is_alive(folder: str, run: str) -> bool | None:
