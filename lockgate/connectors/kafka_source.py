@@ -851,8 +851,11 @@ class _KafkaReader(SourceReader):
             last = split.offset - 1 if split.offset >= 0 else offsets[0] - 1
         kept: list[Any] = []
         kept_offsets: list[int] = []
-        if all(a < b for a, b in zip([last, *offsets], offsets)) and not self._past_end(
-            key, offsets[-1]
+        steps = np.asarray(offsets, dtype=np.int64)
+        if (
+            offsets[0] > last
+            and bool((steps[1:] > steps[:-1]).all())
+            and not self._past_end(key, offsets[-1])
         ):
             kept, kept_offsets = msgs, offsets
         else:
