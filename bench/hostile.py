@@ -30,7 +30,12 @@ replay_data         a data message under an already-used sequence number on one 
                     creating a file when unpickled: never decoded (no file), the job
                     runs on.
 
-Another part (checkpoint tampering, item 6) adds cases with :func:`case`. Usage:
+Another part (checkpoint tampering, item 6) adds cases with :func:`case`, and so do
+issue 37's attacks (each a module of its own, runnable alone, running its own jobs):
+``delta_fork`` (bench/hostile_delta_fork.py), ``forged_offset_deltas`` and ``gzip_bomb``
+(bench/hostile_kafka_batches.py), ``txn_prefix_collision`` (bench/hostile_txn_prefix.py),
+``cookie_on_second_port``, ``sustained_slow_heads`` and ``planted_token_file``
+(bench/hostile_rest.py), ``unsigned_export`` (bench/hostile_export.py). Usage:
 
     python bench/hostile.py [--cases a,b] [--frame-mb 300] [--frames 3] [--replays 3]
                             [--master local[2]] [--interval-ms 1000]
@@ -41,6 +46,7 @@ Exit status 1 when a case is not ``ok``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -461,6 +467,38 @@ def replay_data(target: Target) -> dict[str, Any]:
 from hostile_checkpoints import tampered_checkpoint  # noqa: E402
 
 case("tampered_checkpoint")(tampered_checkpoint)
+
+# issue 37, items 1-8: each attack is a module of its own (runnable alone, one JSON line
+# per case) that runs its own jobs beside the one above.
+
+
+def _attacks(module: str, *names: str) -> list[Case]:
+    """The cases ``names`` of bench module ``module``. The Kafka ones take bench/ off
+    sys.path (bench/kafka.py would shadow kafka-python): kafka-python is imported while
+    it is off, then the path is put back."""
+    saved = list(sys.path)
+    try:
+        loaded = importlib.import_module(module)
+        if sys.path != saved:  # took bench/ off: kafka-python, whatever sys.path says later
+            importlib.import_module("kafka")
+    finally:
+        sys.path[:] = saved
+    return [getattr(loaded, name) for name in names]
+
+
+for _attack in (
+    *_attacks("hostile_delta_fork", "delta_fork"),  # 1: a fork writing the same Delta table
+    *_attacks("hostile_kafka_batches", "forged_offset_deltas"),  # 2: offsets not increasing
+    *_attacks("hostile_txn_prefix", "txn_prefix_collision"),  # 3: colliding default prefixes
+    # 4: a page on another port of 127.0.0.1; 5: unfinished request heads, reopened as
+    # they close; 6: a 0600 token file another user planted
+    *_attacks(
+        "hostile_rest", "cookie_on_second_port", "sustained_slow_heads", "planted_token_file"
+    ),
+    *_attacks("hostile_kafka_batches", "gzip_bomb"),  # 7: batches expanding a thousandfold
+    *_attacks("hostile_export", "unsigned_export"),  # 8: export of a tripwire checkpoint
+):
+    case(_attack.__name__)(_attack)
 
 
 # --------------------------------------------------------------------------- running
