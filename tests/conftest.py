@@ -58,6 +58,7 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: end instead of one worker running a long module alone while the others have finished.
 SLOW_MODULES = (
     "tests/spark/test_multi_host_cluster.py",
+    "tests/integration/test_wheel_install.py",
     "tests/connectors/test_exactly_once_pipelines.py",
     "tests/connectors/test_kafka_end_to_end.py",
     "tests/integration/test_recovery.py",
@@ -67,7 +68,10 @@ SLOW_MODULES = (
     "tests/integration/test_window_join.py",
     "tests/integration/test_interval_join.py",
     "tests/spark/test_standalone_cluster.py",
-    "tests/integration/test_wheel_install.py",
+    "tests/connectors/test_sink_forks.py",
+    "tests/connectors/test_kafka_hostile_batches.py",
+    "tests/integration/test_distinct_counts.py",
+    "tests/integration/test_newcomer_job.py",
 )
 
 # --------------------------------------------------------------------------- helpers

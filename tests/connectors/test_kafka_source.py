@@ -674,10 +674,16 @@ def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
     """M-W2: partition 1 has one record at T0, then nothing; partition 0 keeps
     receiving records 10 ms of event time apart. Partition 1's generator marks it idle
     after 100 ms, so the watermark follows partition 0 and its windows fire while the
-    job runs (partition 1 alone would hold event time at 0)."""
+    job runs (partition 1 alone would hold event time at 0).
+
+    Partition 0 is fed only once the job has read partition 1's record: a split that
+    went idle before its first record was fetched (100 ms is short beside a loaded
+    machine's start) lets the others' event time pass it, and then its record is late,
+    as with Flink's idleness; the feed must not race the job's start."""
     topic = kafka_topic(2)
     produce(topic, [{"k": 0}], partition=1, timestamps=[T0])
     probe = FileProbe(tmp_path / "windows")  # user code may run in a Spark worker
+    read = FileProbe(tmp_path / "read")
     env = lg.StreamEnvironment(parallelism=1, executor=executor)
     strategy = (
         lg.WatermarkStrategy.for_bounded_out_of_orderness(0)
@@ -687,6 +693,7 @@ def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
     source = KafkaSource(BOOTSTRAP, topic, timestamp_field="ts")
     (
         env.from_source(source, name="kafka", watermark_strategy=strategy)
+        .map(lambda r: read.add(r["ts"] - T0) or r)
         .key_by("k")
         .window(lg.TumblingEventTimeWindows.of(1000))
         .aggregate(lg.agg.count(), name="count")
@@ -707,12 +714,14 @@ def test_an_idle_partition_stops_holding_the_watermark_back_with_idleness_M_W2(
 
     feeder = threading.Thread(target=feed, name="test feeder", daemon=True)
     client = env.execute_async("kafka idleness")
-    feeder.start()
     try:
+        wait_until(lambda: len(read) >= 1, "the job read partition 1's record", 60)
+        feeder.start()
         wait_until(lambda: len(probe) >= 3, "the windows up to 3 s fired", 30)
     finally:
         stop.set()
-        feeder.join(30)
+        if feeder.ident is not None:
+            feeder.join(30)
         client.cancel()
         client.wait(60)
     assert probe.items[:3] == [(0, 101), (1000, 100), (2000, 100)]
