@@ -24,10 +24,12 @@ from lockgate.checkpoint.shared_registry import SHARED_FOLDER
 N = 2 * SPLIT
 
 
-def incremental_sums(executor: Any, tmp_path: Any, storage: str) -> lg.StreamEnvironment:
+def incremental_sums(
+    executor: Any, tmp_path: Any, storage: str, *, bounded: bool = True
+) -> lg.StreamEnvironment:
     """The recovery equivalence job (running sums into an exactly-once FileSink) on the
     incremental RocksDB backend, checkpointing into ``storage``."""
-    env = sum_job(executor, tmp_path, n=N)
+    env = sum_job(executor, tmp_path, n=N, bounded=bounded)
     env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
     env.checkpoint_config.storage = storage
     env.checkpoint_config.retained = 2
@@ -37,12 +39,16 @@ def incremental_sums(executor: Any, tmp_path: Any, storage: str) -> lg.StreamEnv
 
 def retained_incremental_checkpoint(tmp_path: Any) -> str:
     """Run the job until three checkpoints completed, cancel it (the retained ones stay)
-    and return the newest one's folder, which references shared files."""
+    and return the newest one's folder, which references shared files. Its source waits
+    after its last number instead of ending, so the job is still running when the third
+    checkpoint completes however slowly a loaded machine takes them (it used to run out
+    of input first); the restore then reads what is left, if anything."""
     storage = str(tmp_path / "checkpoints")
-    client = incremental_sums(lg.LocalExecutor(), tmp_path, storage).execute_async("to export")
-    result = cancel_after_checkpoints(client, 3, "three checkpoints completed")
+    client = incremental_sums(lg.LocalExecutor(), tmp_path, storage, bounded=False).execute_async(
+        "to export"
+    )
+    result = cancel_after_checkpoints(client, 3, "three checkpoints completed", timeout_s=120)
     assert result.status is lg.JobStatus.CANCELED
-    assert len(published(str(tmp_path / "out"))) < N, "cancelled before the end"
     fs = FileSystemCheckpointStorage(storage)
     newest = max(fs.completed_ids())
     checkpoint = CompletedCheckpoint.from_metadata(fs.read_metadata(newest))

@@ -90,14 +90,17 @@ def sum_job(
     faults=(),
     strategy=None,
     rate=RATE,
+    bounded=True,
 ) -> lg.StreamEnvironment:
+    """``bounded=False``: the source waits for more after its ``n`` numbers instead of
+    ending (the job runs until cancelled, whatever the machine's speed)."""
     env = lg.StreamEnvironment(parallelism=2, executor=executor)
     env.enable_checkpointing(200, mode)
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(strategy or lg.RestartStrategy.fixed_delay(attempts=50, delay=0))
     (
-        env.from_source(SequenceSource(0, n, rows_per_second=rate, batch_size=500))
+        env.from_source(SequenceSource(0, n, rows_per_second=rate, batch_size=500, bounded=bounded))
         .uid("numbers")
         .map(to_record, name="to record")
         .key_by(key_of)
