@@ -120,7 +120,15 @@ def _link_no_replace(source: str, target: str) -> None:
     except (FileExistsError, FileNotFoundError):
         raise
     except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+        # ENOSYS: FUSE file systems without link(); EACCES: CIFS shares that refuse it
+        if e.errno not in (
+            errno.EPERM,
+            errno.ENOTSUP,
+            errno.EOPNOTSUPP,
+            errno.EMLINK,
+            errno.ENOSYS,
+            errno.EACCES,
+        ):
             raise
         if os.path.lexists(target):
             raise FileExistsError(errno.EEXIST, "file exists", target) from e

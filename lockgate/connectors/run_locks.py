@@ -119,7 +119,9 @@ def run_is_alive(folder: str, run: str) -> bool | None:
         return None
     try:
         fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
+    except OSError as e:  # gone, or another account's (0600): nothing can be proven
+        if not isinstance(e, FileNotFoundError):
+            log.warning("cannot tell whether run %s is alive: %s", run, e)
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

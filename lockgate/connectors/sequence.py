@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -12,6 +13,8 @@ from ..core.batch import scalar_batch
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -111,6 +114,15 @@ class SequenceSource(Source):
                 )
             restored.setdefault(index, split)
         out = list(restored.values())
+        if not out and self.end > self.start and ctx.subtask_index == 0:
+            log.warning(
+                "SequenceSource(start=%d, end=%d) restored state that holds no split (a "
+                "finished run's, written before finished splits were kept): it cannot tell "
+                "where the old range ended, so it reads nothing; if end grew, start without "
+                "the checkpoint or read the new values with a source of their own",
+                self.start,
+                self.end,
+            )
         old_end = max((s.end for s in out), default=self.start)
         counts = {s.count for s in out}
         whole = counts == {len(out)} and sorted(restored) == list(range(len(out)))
