@@ -612,6 +612,11 @@ class _KafkaReader(SourceReader):
         #: partitions whose client position went past a refused record (a forged one
         #: claimed an offset there): the split's position stops after the last emitted
         self._beyond: dict[tuple[str, int], int] = {}
+        #: per partition, the largest offset a refused record claimed while no record
+        #: emitted is past it yet: librdkafka's position (which only moves forward) is
+        #: past it, the records below it that follow are still to come, so the split's
+        #: position stops after the last record emitted until one emitted passes it
+        self._forged: dict[tuple[str, int], int] = {}
         if source.fetch == "auto" and direct_fetch_possible(source.properties):
             self._direct = DirectFetcher(
                 self._leaders,
@@ -838,7 +843,9 @@ class _KafkaReader(SourceReader):
         position stays before it) until a higher offset follows it, the consumer's
         position moves past something after it, or it is the partition's last record:
         else a forged one would be emitted, and checkpointed past, before the records
-        showing it forged arrive."""
+        showing it forged arrive. librdkafka's position stays past a refused record, so
+        the split's stays after the last record emitted until one emitted passes it
+        (``_forged``; the polls until then may all end on records below it)."""
         held = self._held.pop(key, None)
         if held is not None:
             msgs = [held, *msgs]
@@ -849,8 +856,6 @@ class _KafkaReader(SourceReader):
         if last is None:
             split = self.splits[key]
             last = split.offset - 1 if split.offset >= 0 else offsets[0] - 1
-        kept: list[Any] = []
-        kept_offsets: list[int] = []
         steps = np.asarray(offsets, dtype=np.int64)
         if (
             offsets[0] > last
@@ -859,30 +864,7 @@ class _KafkaReader(SourceReader):
         ):
             kept, kept_offsets = msgs, offsets
         else:
-            high: int | None = None
-            for i, (m, o) in enumerate(zip(msgs, offsets)):
-                why = ""
-                if o <= (kept_offsets[-1] if kept_offsets else last):
-                    why = f"it follows offset {kept_offsets[-1] if kept_offsets else last}"
-                elif i + 1 < len(offsets) and offsets[i + 1] <= o:
-                    why = f"offset {offsets[i + 1]} follows it"
-                else:
-                    if high is None and self._past_end(key, o):
-                        high = self._high_watermark(key)
-                    if high is not None and o >= high:
-                        why = f"the partition's high watermark is {high}"
-                if why:
-                    self._malformed(
-                        m,
-                        m.value(),
-                        f"a record claiming offset {o} out of order ({why}): its batch's "
-                        "offset deltas are forged; refused so that no other record is "
-                        "skipped",
-                        output,
-                    )
-                    continue
-                kept.append(m)
-                kept_offsets.append(o)
+            kept, kept_offsets = self._refuse_out_of_order(key, msgs, offsets, last, output)
         # the client's position is past the last record handed over; when that one is
         # refused or held, the split's position stops after the last record emitted
         tail_out = not kept or kept[-1] is not msgs[-1]
@@ -894,10 +876,53 @@ class _KafkaReader(SourceReader):
                 kept = kept[:-1]
                 kept_offsets = kept_offsets[:-1]
                 tail_out = True
-        self._last_offsets[key] = kept_offsets[-1] if kept_offsets else last
+        last = self._last_offsets[key] = kept_offsets[-1] if kept_offsets else last
         if tail_out:
-            self._beyond[key] = self._last_offsets[key] + 1
+            self._beyond[key] = last + 1
+        if self._forged.get(key, last + 1) <= last:
+            del self._forged[key]  # a record emitted is past every refused one
         return kept
+
+    def _refuse_out_of_order(
+        self,
+        key: tuple[str, int],
+        msgs: list[Any],
+        offsets: list[int],
+        last: int,
+        output: ReaderOutput,
+    ) -> tuple[list[Any], list[int]]:
+        """``msgs`` (with their ``offsets``) without the records out of order (each
+        failing the job or dead-lettered), after ``last``, the offset read before them:
+        see :meth:`_in_order`. The largest offset refused is kept in ``_forged``."""
+        kept: list[Any] = []
+        kept_offsets: list[int] = []
+        high: int | None = None
+        for i, (m, o) in enumerate(zip(msgs, offsets)):
+            why = ""
+            if o <= (kept_offsets[-1] if kept_offsets else last):
+                why = f"it follows offset {kept_offsets[-1] if kept_offsets else last}"
+            elif i + 1 < len(offsets) and offsets[i + 1] <= o:
+                why = f"offset {offsets[i + 1]} follows it"
+            else:
+                if high is None and self._past_end(key, o):
+                    high = self._high_watermark(key)
+                if high is not None and o >= high:
+                    why = f"the partition's high watermark is {high}"
+            if why:
+                if o > self._forged.get(key, -1):
+                    self._forged[key] = o
+                self._malformed(
+                    m,
+                    m.value(),
+                    f"a record claiming offset {o} out of order ({why}): its batch's "
+                    "offset deltas are forged; refused so that no other record is "
+                    "skipped",
+                    output,
+                )
+                continue
+            kept.append(m)
+            kept_offsets.append(o)
+        return kept, kept_offsets
 
     def _keys_in_bounds(self, msgs: list[Any], message: Any, output: ReaderOutput) -> list[Any]:
         """``msgs`` without the records whose key is larger than ``max_record_bytes``
@@ -1143,7 +1168,13 @@ class _KafkaReader(SourceReader):
         for tp in positions:
             split = self.splits[(tp.topic, tp.partition)]
             if tp.offset >= 0:
-                offset = min(tp.offset, self._beyond.pop((tp.topic, tp.partition), tp.offset))
+                key = (tp.topic, tp.partition)
+                offset = min(tp.offset, self._beyond.pop(key, tp.offset))
+                if key in self._forged:
+                    # the client's position is past a refused record, and the records
+                    # between the last one emitted and it are still to come (the polls
+                    # since may have ended on records below it, not only on it)
+                    offset = min(offset, self._last_offsets[key] + 1)
                 split.offset = offset if split.end is None else min(offset, split.end)
             if split.finished:
                 self.finished[(tp.topic, tp.partition)] = self.splits.pop((tp.topic, tp.partition))

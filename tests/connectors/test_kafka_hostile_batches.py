@@ -34,7 +34,7 @@ from kafka_fixtures import BOOTSTRAP, produce
 from kafka_raw import forged_batch, gzip_bomb_batch, produce_raw
 from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, assign_splits
-from lockgate.connectors.kafka_source import KafkaSource
+from lockgate.connectors.kafka_source import MAX_BATCH, KafkaSource
 from lockgate.errors import MalformedRecordError
 from lockgate.testing import FailAtRecord, inject_faults
 
@@ -47,17 +47,19 @@ ATTACK = 7_000
 JUMPS = [2_000, 1_000_000]
 
 
-def forged_topic(kafka_topic: Any, jump: int) -> tuple[str, int, int]:
+def forged_topic(kafka_topic: Any, jump: int, trailing: int = VICTIMS) -> tuple[str, int, int]:
     """A topic holding a victim's records 0..2999, then a forged batch of 7,000
     attacker records whose last one claims an offset ``jump`` past the batch, then the
-    victim's records 3000..5999. Returns the topic, the forged batch's base offset and
-    the offset its last record claims."""
+    victim's ``trailing`` records 3000.. (3000..5999 by default). Returns the topic,
+    the forged batch's base offset and the offset its last record claims."""
     topic = kafka_topic(1)
     produce(topic, [{"p": "victim", "i": i} for i in range(VICTIMS)], partition=0)
     values = [json.dumps({"p": "attacker", "i": i}).encode() for i in range(ATTACK)]
     deltas = [*range(ATTACK - 1), ATTACK - 1 + jump]
     (base,) = produce_raw(BOOTSTRAP, topic, 0, [forged_batch(values, deltas)])
-    produce(topic, [{"p": "victim", "i": i} for i in range(VICTIMS, 2 * VICTIMS)], partition=0)
+    produce(
+        topic, [{"p": "victim", "i": i} for i in range(VICTIMS, VICTIMS + trailing)], partition=0
+    )
     return topic, base, base + ATTACK - 1 + jump
 
 
@@ -65,10 +67,10 @@ def victim_offset(i: int, base: int) -> int:
     return i if i < VICTIMS else base + ATTACK + (i - VICTIMS)
 
 
-def read_checking_positions(source: KafkaSource, base: int) -> Batches:
+def read_checking_positions(source: KafkaSource, base: int, victims: int = 2 * VICTIMS) -> Batches:
     """Read ``source`` (bounded) to its end, checking after every poll that the split's
-    position has not passed a victim record that was not emitted yet: a checkpoint
-    taken then would lose it on a restore."""
+    position has not passed one of the ``victims`` records that was not emitted yet: a
+    checkpoint taken then would lose it on a restore."""
     reader: Any = source.create_reader(ctx())
     try:
         reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
@@ -82,7 +84,7 @@ def read_checking_positions(source: KafkaSource, base: int) -> Batches:
             for split in reader.snapshot_positions():
                 skipped = [
                     i
-                    for i in range(2 * VICTIMS)
+                    for i in range(victims)
                     if victim_offset(i, base) < split.offset and i not in emitted
                 ]
                 assert not skipped, (
@@ -118,6 +120,27 @@ def test_a_forged_batch_is_dead_lettered_and_no_victim_record_is_skipped_M_X1(
         assert [d["offset"] for d in out.dead] == [claimed]
         attackers = [r["i"] for r in out.records if r["p"] == "attacker"]
         assert attackers == list(range(ATTACK - 1))
+
+
+def test_through_librdkafka_no_poll_ends_with_the_position_past_victims_before_a_refused_record_M_X1(
+    kafka_topic,
+) -> None:
+    """The forged record claims an offset more than a poll (MAX_BATCH records) past its
+    batch's end, inside the victim's later records. librdkafka hands it over before
+    them, and its position (which only moves forward) is past it from then on; the
+    record is refused, and whichever way the polls are cut (a loaded machine hands over
+    fewer records a poll), the polls that follow end on victims below it. The split's
+    position must stay after the last record emitted until an emitted record passes
+    the refused one: a checkpoint taken at any of those polls would otherwise hold a
+    position past victim records never emitted, and a restore would skip them."""
+    jump = MAX_BATCH + 1_000
+    trailing = jump + 1_000
+    topic, base, claimed = forged_topic(kafka_topic, jump, trailing)
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch="librdkafka", on_error="dead_letter")
+    out = read_checking_positions(source, base, VICTIMS + trailing)
+    victims = [r["i"] for r in out.records if r["p"] == "victim"]
+    assert victims == list(range(VICTIMS + trailing)), "every victim record, once, in order"
+    assert [d["offset"] for d in out.dead] == [claimed]
 
 
 @pytest.mark.parametrize("fetch", FETCHES)
