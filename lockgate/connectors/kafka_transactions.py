@@ -29,8 +29,17 @@ fresh epoch: ``InitProducerId`` bumps it) per transaction, and records the trans
   :class:`TransactionLostError`; no marker found raises too: a commit is counted as done
   only when the broker accepted it or its COMMIT markers are in the log. (The
   coordinator's state alone cannot tell: once another producer of the id has begun and
-  ended a transaction, it describes only that one.) A transaction recorded by a lockgate
-  before this check (no offsets in the checkpoint) falls back to the coordinator's state;
+  ended a transaction, it describes only that one.) The scan is bounded by
+  :data:`RETRY_FOR_S` and never starts again from the recorded offset within a commit.
+  Where the markers cannot be read, the commit falls back to the coordinator's state
+  (:meth:`TransactionAdmin._check_completed`, as before markers were read), with a
+  warning saying why: the topic was deleted, retention deleted (or a truncation
+  removed) the records up to the recorded offset, the brokers refuse reading the topic,
+  or a compacted topic's log cleaner removed the marker (none of the producer id up to
+  the high watermark although the coordinator has moved past the transaction). The
+  same fallback serves a transaction recorded without offsets: by a lockgate before
+  this check, or by a sink whose principal may not ``DescribeProducers`` (no ``READ``
+  on the topic; one warning names the ACL);
 * **abort** (:func:`fence_and_abort`): a producer that initializes the transactional id
   aborts whatever transaction is open under it and fences every older producer of the
   id (a zombie of an earlier attempt can no longer write);
@@ -72,6 +81,29 @@ _INVALID_TXN_STATE = 48
 _INVALID_PRODUCER_ID_MAPPING = 49
 _CONCURRENT_TRANSACTIONS = 51
 _PRODUCER_FENCED = 90
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_UNKNOWN_TOPIC_ID = 100
+_TOPIC_AUTHORIZATION_FAILED = 29
+_CLUSTER_AUTHORIZATION_FAILED = 31
+#: a refusal by the brokers' authorizer (the principal lacks an ACL)
+_REFUSED = {_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED}
+#: the topic is not there (deleted)
+_NO_TOPIC = {_UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC_ID}
+#: the states in which a transaction's markers are being written
+_ENDING = ("PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: why a transaction's marker cannot be read, as the warning says it
+_UNREADABLE = {
+    "deleted": "the topic was deleted (or its partition is gone)",
+    "retention": "retention (or DeleteRecords) deleted the partition's records up to "
+    "that offset, its own among them; committed or not, no reader can see them any more",
+    "truncated": "the partition's log ends below that offset: it was truncated (an unclean "
+    "leader election, or the topic deleted and created again)",
+    "refused": "the brokers refuse reading the topic (the principal lacks READ on it; "
+    "see docs/security.md)",
+    "compacted": "the topic is compacted and no marker of its producer id is left up to "
+    "the high watermark, although the coordinator has moved past it: the log cleaner "
+    "removed the marker (delete.retention.ms after its records were superseded)",
+}
 _RETRIABLE = {
     _COORDINATOR_LOAD_IN_PROGRESS,
     _COORDINATOR_NOT_AVAILABLE,
@@ -193,6 +225,8 @@ class TransactionAdmin:
         self.bootstrap_servers = bootstrap_servers
         self.properties = properties
         self._client: Any = None
+        #: topic -> whether it is compacted (None: unknown)
+        self._policies: dict[str, bool | None] = {}
 
     def _admin(self) -> Any:
         if self._client is None:
@@ -258,10 +292,20 @@ class TransactionAdmin:
             return pid, epoch, ()
         from kafka.admin import OffsetSpec
 
-        ends = self._retrying(
-            lambda: self._admin().list_partition_offsets({tp: OffsetSpec.LATEST for tp in wrote})
-        )
-        states = self._retrying(lambda: self._admin().describe_producers(wrote))
+        try:
+            ends = self._retrying(
+                lambda: self._admin().list_partition_offsets(
+                    {tp: OffsetSpec.LATEST for tp in wrote}
+                )
+            )
+            states = self._retrying(lambda: self._admin().describe_producers(wrote))
+        except Exception as e:
+            if error_code(e) not in _REFUSED:
+                raise
+            # a principal with producer ACLs only: the commit after a restore falls back
+            # to the coordinator's state (what lockgate did before it read markers)
+            _warn_unverifiable(self.bootstrap_servers, sorted({tp.topic for tp in wrote}), e)
+            return pid, epoch, ()
         partitions = []
         for tp in wrote:
             mine = [p for p in states[tp].active_producers if int(p.producer_id) == pid]
@@ -332,70 +376,185 @@ class TransactionAdmin:
 
     def _check_markers(self, txn: KafkaTransaction, code: int) -> None:
         """After EndTxn said the epoch moved on: did ``txn`` commit? Its markers say (see
-        the module docstring); anything but a COMMIT marker in every partition it wrote
-        raises. A marker still being written is waited for (:data:`RETRY_FOR_S`)."""
+        the module docstring). A COMMIT marker in a partition it wrote shows it committed
+        (the coordinator decides once for all its partitions); an ABORT marker raises
+        :class:`TransactionLostError`, whatever else is found. A marker still being
+        written is waited for, up to :data:`RETRY_FOR_S` in all: each partition is read
+        once, from its recorded offset on, each retry going on from where the last read
+        stopped (never from the start again).
+
+        When no marker can be read in any partition, the coordinator's state decides as it
+        did before markers were read (:meth:`_check_completed`), with a warning saying
+        why: the topic was deleted; retention deleted the records up to the recorded
+        offset, or the log was truncated below it; the log cleaner of a compacted topic
+        removed the marker (no marker of the producer id up to the high watermark,
+        although the coordinator has moved past the transaction, so that its markers were
+        all written); or the brokers refuse reading the topic (no READ ACL). In a topic
+        that is not compacted, a marker missing once the coordinator moved past the
+        transaction is not explained: that raises."""
         deadline = time.monotonic() + RETRY_FOR_S
-        left = list(txn.partitions)
+        starts = {(t, p): start for t, p, start in txn.partitions}
+        position = dict(starts)
+        #: (topic, partition) -> why its marker cannot be read
+        unreadable: dict[tuple[str, int], str] = {}
+        committed: list[tuple[str, int]] = []
+        pending = [(t, p) for t, p, _ in txn.partitions]
         attempt = 0
-        while left:
-            topic, partition, start = left[0]
-            kind = self.marker(topic, partition, start, txn.producer_id)
-            if kind == "commit":
-                left.pop(0)
-                continue
-            if kind == "gone":
-                log.warning(
-                    "Kafka transaction %s (producer id %d, epoch %d): the records of %s[%d] "
-                    "up to offset %d, its own among them, were deleted (retention) before "
-                    "its outcome was read; committed or not, no reader can see them any more",
-                    txn.transactional_id,
-                    txn.producer_id,
-                    txn.epoch,
-                    topic,
-                    partition,
-                    start,
-                )
-                left.pop(0)
-                continue
-            what = (
-                f"Kafka transaction {txn.transactional_id!r} (producer id {txn.producer_id}, "
-                f"epoch {txn.epoch}, {txn.records} records, its marker looked for in "
-                f"{topic}[{partition}] from offset {start})"
-            )
-            if kind == "abort":
-                raise TransactionLostError(
-                    f"{what} was aborted before it could be committed: its partition holds "
-                    f"the ABORT marker. Either {fenced_message(txn.transactional_id)}; or "
-                    "the broker aborted it when its transaction.timeout.ms expired before the "
-                    "checkpoint holding it was committed (raise KafkaSink properties "
-                    "{'transaction.timeout.ms': ...} above the checkpoint interval plus "
-                    "timeout plus a restart). Its records were not published"
-                )
+        while pending:
+            waiting: list[tuple[str, int]] = []  # scanned to the high watermark, no marker
+            for topic, partition in pending:
+                start = position[(topic, partition)]
+                kind, reached = self._scan(topic, partition, start, txn.producer_id, deadline)
+                position[(topic, partition)] = reached
+                if kind == "commit":
+                    committed.append((topic, partition))
+                elif kind == "abort":
+                    raise TransactionLostError(
+                        f"{self._what(txn, topic, partition)} was aborted before it could be "
+                        "committed: its partition holds the ABORT marker. Either "
+                        f"{fenced_message(txn.transactional_id)}; or the broker aborted it "
+                        "when its transaction.timeout.ms expired before the checkpoint "
+                        "holding it was committed (raise KafkaSink properties "
+                        "{'transaction.timeout.ms': ...} above the checkpoint interval plus "
+                        "timeout plus a restart). Its records were not published"
+                    )
+                elif kind in ("none", "timeout"):
+                    waiting.append((topic, partition))
+                else:
+                    unreadable[(topic, partition)] = kind
+            if not waiting or committed:
+                break
+            if self._markers_written(txn):
+                for topic, partition in waiting:
+                    if self._compacted(topic) is not True:
+                        raise RuntimeError(
+                            f"{self._what(txn, topic, partition)} cannot be shown committed: "
+                            f"the coordinator says its epoch moved on (EndTxn error {code}) "
+                            "and has written its markers, but no COMMIT or ABORT marker of "
+                            f"producer id {txn.producer_id} is in {topic}[{partition}] from "
+                            f"offset {starts[(topic, partition)]} "
+                            f"up to its high watermark ({position[(topic, partition)]}), and "
+                            "the topic is not compacted (cleanup.policy), so no log cleaner "
+                            "removed it: the log was changed under it. The commit is not "
+                            "counted as done (retried on the next restore)"
+                        )
+                    unreadable[(topic, partition)] = "compacted"
+                break
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{what} cannot be shown committed: the coordinator says its epoch moved "
-                    f"on (EndTxn error {code}) but no COMMIT or ABORT marker of producer id "
-                    f"{txn.producer_id} is at or after offset {start} of {topic}[{partition}] within "
-                    f"{RETRY_FOR_S:.0f} s, so the commit is not counted as done (retried on "
-                    "the next restore)"
-                )
+                for topic, partition in waiting:
+                    if self._compacted(topic) is True:
+                        unreadable[(topic, partition)] = "compacted"
+                        continue
+                    raise RuntimeError(
+                        f"{self._what(txn, topic, partition)} cannot be shown committed: the "
+                        f"coordinator says its epoch moved on (EndTxn error {code}) but no "
+                        f"COMMIT or ABORT marker of producer id {txn.producer_id} was found "
+                        f"in {topic}[{partition}] (read up to offset "
+                        f"{position[(topic, partition)]}) within {RETRY_FOR_S:.0f} s, so "
+                        "the commit is not counted as done (retried on the next restore)"
+                    )
+                break
             time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])  # markers being written
             attempt += 1
-        log.debug(
-            "Kafka transaction %s (producer id %d, epoch %d) was committed before (EndTxn "
-            "error %d; its COMMIT markers are in the log)",
-            txn.transactional_id,
+            pending = waiting
+        if committed:
+            log.debug(
+                "Kafka transaction %s (producer id %d, epoch %d) was committed before (EndTxn "
+                "error %d; its COMMIT marker is in %s)",
+                txn.transactional_id,
+                txn.producer_id,
+                txn.epoch,
+                code,
+                ", ".join(f"{t}[{p}]" for t, p in committed),
+            )
+            return
+        for (topic, partition), why in sorted(unreadable.items()):
+            log.warning(
+                "Kafka transaction %s (producer id %d, epoch %d): its marker in %s[%d] (from "
+                "offset %d) cannot be read: %s. Its outcome is taken from the transaction "
+                "coordinator's state instead, as before lockgate read markers (an abort "
+                "followed by another transaction of the id is not seen)",
+                txn.transactional_id,
+                txn.producer_id,
+                txn.epoch,
+                topic,
+                partition,
+                starts[(topic, partition)],
+                _UNREADABLE.get(why, why),
+            )
+        self._check_completed(txn, code)
+
+    @staticmethod
+    def _what(txn: KafkaTransaction, topic: str, partition: int) -> str:
+        start = {(t, p): s for t, p, s in txn.partitions}.get((topic, partition), -1)
+        return (
+            f"Kafka transaction {txn.transactional_id!r} (producer id {txn.producer_id}, "
+            f"epoch {txn.epoch}, {txn.records} records, its marker looked for in "
+            f"{topic}[{partition}] from offset {start})"
+        )
+
+    def _markers_written(self, txn: KafkaTransaction) -> bool:
+        """Whether the coordinator has moved past ``txn`` with its markers all written: the
+        id is described with another producer id or a later epoch and is not in the middle
+        of ending a transaction (the markers of the one before are written before another
+        can begin), or the id is forgotten."""
+        described = self.describe([txn.transactional_id]).get(txn.transactional_id)
+        if described is None:
+            return True
+        state = described.state.value
+        moved = (int(described.producer_id), int(described.producer_epoch)) != (
             txn.producer_id,
             txn.epoch,
-            code,
         )
+        return state not in _ENDING and (moved or state in _SETTLED)
+
+    def _compacted(self, topic: str) -> bool | None:
+        """Whether ``topic``'s cleanup.policy holds ``compact`` (its log cleaner removes
+        transaction markers delete.retention.ms after the records they end are
+        superseded); None when it cannot be read."""
+        if topic not in self._policies:
+            from kafka.admin import ConfigResource, ConfigResourceType
+
+            policy: str | None = None
+            try:
+                described = self._retrying(
+                    lambda: self._admin().describe_configs(
+                        [ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": None})],
+                        config_filter="all",
+                    ),
+                    final=frozenset(_REFUSED | _NO_TOPIC),
+                )
+                entry = described.get("topic", {}).get(topic, {}).get("cleanup.policy")
+                policy = None if entry is None else entry.get("value")
+            except Exception as e:
+                log.debug("cannot read the cleanup.policy of topic %s: %s", topic, e)
+            self._policies[topic] = (
+                None if policy is None else "compact" in [p.strip() for p in policy.split(",")]
+            )
+        return self._policies[topic]
 
     def marker(self, topic: str, partition: int, start: int, producer_id: int) -> str | None:
         """``"commit"`` or ``"abort"``: the first transaction marker (control batch) of
         ``producer_id`` at or after offset ``start`` of ``topic[partition]``; None when
-        there is none up to the partition's high watermark; ``"gone"`` when retention
-        deleted the records up to ``start``. Reads batch headers only (records of other
-        producers are skipped by their batch's length)."""
+        there is none up to the partition's high watermark (or none was found within
+        :data:`RETRY_FOR_S`); ``"gone"`` when its records up to ``start`` cannot be read
+        any more (the topic deleted, retention, truncation) or reading is refused."""
+        kind, _ = self._scan(topic, partition, start, producer_id, time.monotonic() + RETRY_FOR_S)
+        return (
+            kind if kind in ("commit", "abort") else None if kind in ("none", "timeout") else "gone"
+        )
+
+    def _scan(
+        self, topic: str, partition: int, start: int, producer_id: int, deadline: float
+    ) -> tuple[str, int]:
+        """Read the batch headers of ``topic[partition]`` from offset ``start`` for the
+        first control batch of ``producer_id``, until the high watermark or ``deadline``.
+        Returns ``(kind, offset reached)``, kind one of ``"commit"``, ``"abort"``,
+        ``"none"`` (the high watermark reached), ``"timeout"`` (``deadline`` passed
+        first), ``"deleted"`` (no such topic), ``"retention"`` (records up to ``start``
+        deleted), ``"truncated"`` (the log ends below ``start``) or ``"refused"`` (no READ
+        ACL). Records of other producers are skipped by their batch's length; what is
+        fetched is bounded by :data:`_MARKER_FETCH_BYTES` a request."""
         from kafka.protocol.consumer.fetch import FetchRequest
         from kafka.record import MemoryRecords
         from kafka.structs import TopicPartition
@@ -430,15 +589,30 @@ class TransactionAdmin:
 
         offset = start
         while True:
-            response = self._retrying(lambda o=offset: admin._manager.run(fetch, o))
+            try:
+                response = self._retrying(
+                    lambda o=offset: admin._manager.run(fetch, o),
+                    deadline=deadline,
+                    final=frozenset(_NO_TOPIC | _REFUSED),
+                )
+            except Exception as e:
+                if error_code(e) in _NO_TOPIC:
+                    return "deleted", offset
+                if error_code(e) in _REFUSED:
+                    return "refused", offset
+                raise
             data = response.responses[0].partitions[0]
-            if int(data.error_code) == _OFFSET_OUT_OF_RANGE and offset == start:
-                return "gone"
-            if int(data.error_code) != _NONE:
+            error = int(data.error_code)
+            if error in _NO_TOPIC:
+                return "deleted", offset
+            if error in _REFUSED:
+                return "refused", offset
+            if error == _OFFSET_OUT_OF_RANGE:
+                return self._out_of_range(tp, offset), offset
+            if error != _NONE:
                 raise RuntimeError(
                     f"reading the transaction markers of {topic}[{partition}] from offset "
-                    f"{offset} failed: Fetch error code {data.error_code} (the records may be "
-                    "gone: retention deleted them before the commit could be verified)"
+                    f"{offset} failed: Fetch error code {error}"
                 )
             records = MemoryRecords(bytes(data.records or b""))
             moved = False
@@ -448,9 +622,26 @@ class TransactionAdmin:
                 if getattr(batch, "is_control_batch", False) and batch.producer_id == producer_id:
                     if batch.base_offset < start:
                         continue
-                    return "abort" if next(iter(batch)).abort else "commit"
+                    return ("abort" if next(iter(batch)).abort else "commit"), offset
             if not moved or offset >= int(data.high_watermark):
-                return None
+                return "none", offset
+            if time.monotonic() > deadline:
+                return "timeout", offset
+
+    def _out_of_range(self, tp: Any, offset: int) -> str:
+        """Why ``offset`` of ``tp`` cannot be fetched: ``"retention"`` (the log starts
+        past it) or ``"truncated"`` (the log ends below it)."""
+        from kafka.admin import OffsetSpec
+
+        try:
+            first = self._retrying(
+                lambda: self._admin().list_partition_offsets({tp: OffsetSpec.EARLIEST}),
+                final=frozenset(_NO_TOPIC | _REFUSED),
+            )
+            return "retention" if int(first[tp].offset) > offset else "truncated"
+        except Exception as e:
+            log.debug("cannot read the log start offset of %s: %s", tp, e)
+            return "retention"
 
     def _check_completed(self, txn: KafkaTransaction, code: int) -> None:
         """After EndTxn said the epoch moved on, for a transaction checkpointed without
@@ -519,18 +710,62 @@ class TransactionAdmin:
             time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])  # broker backoff
         return code  # pragma: no cover - the deadline ends the loop first
 
-    def _retrying(self, request: Any) -> Any:
-        """``request()`` retried while kafka-python says the failure is retriable."""
-        deadline = time.monotonic() + RETRY_FOR_S
+    def _retrying(
+        self, request: Any, *, deadline: float | None = None, final: frozenset[int] = frozenset()
+    ) -> Any:
+        """``request()`` retried while kafka-python says the failure is retriable (until
+        ``deadline``, :data:`RETRY_FOR_S` from now by default), except for the error
+        codes in ``final``, raised at once."""
+        if deadline is None:
+            deadline = time.monotonic() + RETRY_FOR_S
         attempt = 0
         while True:
             try:
                 return request()
             except Exception as e:
-                if not getattr(e, "retriable", False) or time.monotonic() > deadline:
+                if (
+                    not getattr(e, "retriable", False)
+                    or error_code(e) in final
+                    or time.monotonic() > deadline
+                ):
                     raise
             time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])  # broker backoff
             attempt += 1
+
+
+def error_code(error: BaseException) -> int | None:
+    """The Kafka protocol error code of a kafka-python ``BrokerResponseError`` (None for
+    any other exception)."""
+    code = getattr(error, "errno", None)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+#: (brokers, topics) whose commits cannot be verified, warned about once per process
+_UNVERIFIABLE_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _warn_unverifiable(bootstrap_servers: str, topics: list[str], error: BaseException) -> None:
+    """Log once per process and topics at WARNING that the brokers refused what verifying
+    a commit's outcome needs, and which ACL would allow it."""
+    key = (bootstrap_servers, tuple(topics))
+    if key in _UNVERIFIABLE_WARNED:
+        return
+    _UNVERIFIABLE_WARNED.add(key)
+    log.warning(
+        "KafkaSink cannot record where the markers of its transactions in topic(s) %s will "
+        "be: the brokers %s refused it (%s: %s). The sink's principal lacks READ on those "
+        "topics (DescribeProducers and reading transaction markers need READ; producer ACLs "
+        "give WRITE and DESCRIBE only). Commits after a restore fall back to the "
+        "transaction coordinator's state, which cannot tell a transaction aborted by another "
+        "producer of its transactional id that has committed one of its own since. To have "
+        "every commit verified, allow READ on the output topic(s) (kafka-acls --add "
+        "--allow-principal User:<sink principal> --operation Read --topic <topic>; see "
+        "docs/security.md). Logged once per process",
+        ", ".join(topics),
+        bootstrap_servers,
+        type(error).__name__,
+        error,
+    )
 
 
 def producer_config(
