@@ -113,16 +113,32 @@ def check_properties(
     return dict(value)
 
 
+def config_admin(bootstrap_servers: str, properties: dict[str, Any]) -> Any:
+    """A librdkafka admin client for configuration lookups (no ``close``: its handle is
+    destroyed when the last reference to it goes)."""
+    confluent_kafka()
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(librdkafka_config({**properties, "bootstrap.servers": bootstrap_servers}))
+
+
 def topic_max_message_bytes(
-    bootstrap_servers: str, properties: dict[str, Any], topic: str, timeout_s: float = 30.0
+    bootstrap_servers: str,
+    properties: dict[str, Any],
+    topic: str,
+    timeout_s: float = 30.0,
+    *,
+    admin: Any = None,
 ) -> int | None:
     """The topic's ``max.message.bytes`` (the largest record batch its brokers take), or
     None when it cannot be read (the topic does not exist yet, or describing its
-    configuration is not allowed): then only the broker's answer tells."""
+    configuration is not allowed): then only the broker's answer tells. ``admin``: a
+    :func:`config_admin` client to ask through (one made for this lookup otherwise)."""
     ck = confluent_kafka()
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import ConfigResource
 
-    admin = AdminClient(librdkafka_config({**properties, "bootstrap.servers": bootstrap_servers}))
+    if admin is None:
+        admin = config_admin(bootstrap_servers, properties)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         entries = admin.describe_configs([resource])[resource].result(timeout_s)

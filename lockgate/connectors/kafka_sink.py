@@ -91,6 +91,7 @@ from .kafka_common import (
     check_bootstrap_servers,
     check_format,
     check_properties,
+    config_admin,
     confluent_kafka,
     topic_max_message_bytes,
 )
@@ -482,6 +483,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._live.clear()
+        if self._encoder is not None:
+            self._encoder.close()
         if self._admin is not None:
             self._admin.close()
             self._admin = None
@@ -549,6 +552,8 @@ class _Encoder:
         #: topic -> its max.message.bytes when a record can be checked against it before
         #: it is sent (None: compression is on, a batch's size is not the records' sizes)
         self._limits: dict[str, int | None] = {}
+        #: the admin client of the limits' lookups (one per encoder; dropped by close)
+        self._config_admin: Any = None
         self._compressed = str(
             sink.properties.get("compression.type", sink.properties.get("compression.codec", ""))
         ).lower() not in ("", "none")
@@ -604,11 +609,23 @@ class _Encoder:
         if topic not in self._limits:
             limit = None
             if not self._compressed:
+                if self._config_admin is None:
+                    self._config_admin = config_admin(
+                        self.sink.bootstrap_servers, self.sink.properties
+                    )
                 limit = topic_max_message_bytes(
-                    self.sink.bootstrap_servers, self.sink.properties, topic
+                    self.sink.bootstrap_servers,
+                    self.sink.properties,
+                    topic,
+                    admin=self._config_admin,
                 )
             self._limits[topic] = None if limit is None else limit - _RECORD_OVERHEAD
         return self._limits[topic]
+
+    def close(self) -> None:
+        """Drop the admin client of the limits' lookups (librdkafka's admin client has no
+        close: the last reference going destroys its handle)."""
+        self._config_admin = None
 
     def encode_value(self, record: Any, n: int) -> bytes:
         fmt = self.sink.format
@@ -793,6 +810,7 @@ class _DirectWriter(SinkWriter):
 
     def close(self) -> None:
         self.producer.flush(0)
+        self.encoder.close()
 
 
 def _topic_name_ok(name: str) -> bool:

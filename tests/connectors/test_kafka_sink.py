@@ -425,3 +425,54 @@ def test_arrow_batches_are_written_with_the_bytes_of_the_record_by_record_encodi
     assert got == [
         (str(r["k"]).encode(), json.dumps(r, ensure_ascii=False).encode()) for r in records
     ]
+
+
+@pytest.mark.hang_guard(120)
+def test_review_m_x2_topic_limits_are_read_through_one_admin_client_per_writer(
+    kafka_topic, monkeypatch
+) -> None:
+    """The max.message.bytes lookups of one writer go through one librdkafka admin client,
+    once per topic, however many topics and batches it writes; closing the writer drops
+    the client (before the fix: a new admin client per topic, never closed)."""
+    from confluent_kafka import admin as ck_admin
+
+    from lockgate.core.batch import RowBatch
+
+    made: list[object] = []
+    lookups: list[str] = []
+
+    real_init = ck_admin.AdminClient.__init__
+    real_describe = ck_admin.AdminClient.describe_configs
+
+    def counted_init(self, *args, **kwargs):  # the real client, counted
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    def counted_describe(self, resources, *args, **kwargs):
+        lookups.extend(r.name for r in resources)
+        return real_describe(self, resources, *args, **kwargs)
+
+    first, second = kafka_topic(1), kafka_topic(1)
+    monkeypatch.setattr(ck_admin.AdminClient, "__init__", counted_init)
+    monkeypatch.setattr(ck_admin.AdminClient, "describe_configs", counted_describe)
+    sink = KafkaSink(
+        BOOTSTRAP, lambda r: first if r % 2 else second, format="json", delivery="at_least_once"
+    )
+    ctx = RuntimeContext(
+        task_name="sink task",
+        operator_name="kafka",
+        operator_uid="kafka",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        job_name="lgtest limits",
+    )
+    writer = sink.create_writer(ctx)
+    for n in range(3):
+        writer.write(RowBatch(list(range(n * 10, n * 10 + 10))))
+    writer.finish()
+    assert sorted(lookups) == sorted([first, second]), lookups
+    assert len(made) == 1, f"{len(made)} admin clients for the limits of two topics"
+    writer.close()
+    assert writer.encoder._config_admin is None, "closing the writer keeps its admin client"
+    assert sorted(read_committed(first)) == list(range(1, 30, 2))
