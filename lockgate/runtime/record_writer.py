@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import pyarrow as pa
+
 from ..core.batch import Batch, concat, nbytes, num_rows, slice_batch
 from ..core.clock import Clock
 from ..core.elements import StreamElement
@@ -98,7 +100,9 @@ class RecordWriter:
         self._pending_rows[target] = 0
         self._pending_bytes[target] = 0
         self._since[target] = None
-        self._ready[target].append(concat(parts))
+        ready = self._ready[target]
+        for run in _same_form_runs(parts):
+            ready.append(concat(run))
 
     def _send_ready(self, target: int) -> None:
         """Send the ready batches of ``target`` while its channel takes them at once."""
@@ -175,3 +179,22 @@ class RecordWriter:
                 if ready:
                     return False
         return all(c.has_capacity() for c in self.channels)
+
+
+def _same_form_runs(parts: list[Batch]) -> list[list[Batch]]:
+    """``parts`` cut, in order, where an Arrow batch's schema differs from the previous
+    Arrow batch's: each run concatenates as Arrow. Arrow batches of different schemas (a
+    column whose type changed between batches) are never joined as Python rows, which
+    would infer one type for both (int64 IDs above 2**53 next to floats fail there; a
+    receiver of the rows would fail on every attempt)."""
+    runs: list[list[Batch]] = [[parts[0]]]
+    for prev, part in zip(parts, parts[1:]):
+        if (
+            isinstance(part, pa.RecordBatch)
+            and isinstance(prev, pa.RecordBatch)
+            and not part.schema.equals(prev.schema, check_metadata=True)
+        ):
+            runs.append([part])
+        else:
+            runs[-1].append(part)
+    return runs

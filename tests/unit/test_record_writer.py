@@ -293,3 +293,33 @@ def test_an_unaligned_barrier_overtakes_the_batches_waiting_in_the_writer_M_B7()
         got.extend(to_rows(element))
         w.flush_due(clock.monotonic_ms())
     assert got == list(range(300))
+
+
+def test_buffered_arrow_batches_of_different_schemas_stay_arrow_in_order() -> None:
+    """A column that changes type between batches (pandas turns an int column with a
+    null into float64) is buffered as it came: Arrow batches of one schema are joined,
+    a change of schema starts a new batch, never a fall back to Python rows (which
+    re-inferred one type for both: int64 IDs above 2**53 next to floats failed to
+    convert at the receiver, on every attempt, and smaller ones became floats)."""
+    import pyarrow as pa
+
+    big = 2**53 + 1
+    ints = pa.record_batch({"u": pa.array([big, big + 2], pa.int64())})
+    floats = pa.record_batch({"u": pa.array([1.5], pa.float64())})
+    w, [ch], clock = writer(timeout_ms=100)
+    for b in (ints, ints, floats, ints):
+        w.write(b)
+    clock.advance(100)
+    assert w.flush_due(clock.monotonic_ms()) is None
+    out = drain(ch)
+    assert all(isinstance(b, pa.RecordBatch) for b in out), [type(b) for b in out]
+    assert [b.schema.field("u").type for b in out] == [pa.int64(), pa.float64(), pa.int64()]
+    assert [v for b in out for v in b.column("u").to_pylist()] == [
+        big,
+        big + 2,
+        big,
+        big + 2,
+        1.5,
+        big,
+        big + 2,
+    ]
