@@ -14,12 +14,21 @@ DataSketches Python API updates a sketch one value at a time).
 
 Equality is the column's, after normalisation: integers of any width are int64
 (uint64 stays uint64), floats float64 with ``-0.0`` taken as ``0.0`` and every NaN
-one value; a column whose numeric type widens between batches (int32 then
-float64) compares in the common type, so ``1`` and ``1.0`` are one value.
-Sketches hash integral floats as integers for the same reason.
+one value. A row's values have one type; rows of different types (a column whose
+type changed between batches) are united exactly, never rounded (:func:`_unify`):
+numbers as int64 (or uint64) when every float among them is integral and in range,
+so ``1`` and ``1.0`` are one value and ``2**53 + 1`` stays apart from ``2**53``, else
+as float64 when every int is within +-2**53; strings as large_string, binary as
+large_binary; values with no exact common type raise :class:`IncomparableValues`
+(a ConfigurationError). Only the rows of one (key, window) are ever unified. Sketches
+hash integral floats as integers for the same equality.
+
+Rows own their values: a row that is a small part of the array a batch or merge
+built gets a compact copy (:func:`_split`), so a row no longer updated does not keep
+the other rows' values alive.
 
 Checkpoints hold no Python objects of either: exact rows are written as one Arrow
-IPC stream of all rows' values plus their lengths, sketches with DataSketches'
+IPC stream per value type plus each row's length and stream, sketches with DataSketches'
 own compact serialization (:func:`dump_exact`, :func:`dump_sketches`).
 """
 
@@ -118,27 +127,77 @@ def _normalize(values: pa.Array) -> pa.Array:
     return values
 
 
-def _common_type(types: set[pa.DataType]) -> pa.DataType:
-    if len(types) == 1:
-        return next(iter(types))
-    if all(
-        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) for t in types
-    ):
-        dtypes = [t.to_pandas_dtype() for t in types]
-        return pa.from_numpy_dtype(np.result_type(*dtypes))
-    if all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
-        return pa.large_string()
-    if all(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in types):
-        return pa.large_binary()
-    raise ConfigurationError(
-        f"distinct values of one column came with incompatible types {sorted(map(str, types))}; "
-        "cast the column to one type upstream"
-    )
+class IncomparableValues(ConfigurationError):
+    """Distinct values of one row came with types that have no exact common type
+    (the window aggregate adds its column's name to the message)."""
+
+    def __init__(self, types: list[pa.DataType], reason: str) -> None:
+        self.types = sorted({_type_name(t) for t in types})
+        super().__init__(
+            f"holds values of types {' and '.join(self.types)} in one (key, window) that "
+            f"cannot be compared exactly ({reason}); cast the column to one type upstream "
+            "(e.g. keep an ID column int64 with nulls instead of letting pandas turn it "
+            "into float64, or make it a string)"
+        )
+
+
+def _type_name(t: pa.DataType) -> str:
+    """Arrow's name of ``t``, floats by their width as numpy and pandas name them."""
+    return {"double": "float64", "float": "float32", "halffloat": "float16"}.get(str(t), str(t))
+
+
+def _family(t: pa.DataType) -> str:
+    """Kinds of value that can be equal across types; no value of one family equals a
+    value of another (the int ``1`` is not the string ``"1"``)."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return f"timestamp[{t.tz}]"
+    for name in ("date", "time", "duration", "decimal"):
+        if getattr(pa.types, f"is_{name}")(t):
+            return name
+    return str(t)
+
+
+def _candidates(types: list[pa.DataType]) -> list[pa.DataType]:
+    """The types to try, in order, as the exact common type of ``types``' values."""
+    family = _family(types[0])
+    if family == "number":
+        # integers first: an integral float equals the int it is exactly, and ints are
+        # never rounded to floats (int64 above 2**53 into float64 fails the safe cast)
+        return [pa.int64(), pa.uint64(), pa.float64()]
+    if family == "string":
+        return [pa.large_string()]
+    if family == "binary":
+        return [pa.large_binary()]
+    return sorted(types, key=str)  # temporal, decimal: whichever holds all exactly
 
 
 def _unify(arrays: list[pa.Array]) -> list[pa.Array]:
-    target = _common_type({a.type for a in arrays})
-    return [a if a.type == target else _normalize(a.cast(target)) for a in arrays]
+    """``arrays`` in one type holding every value exactly (safe casts only: a cast that
+    would round, truncate or overflow a value is not taken), or IncomparableValues."""
+    types = list({a.type for a in arrays})
+    if len(types) == 1:
+        return arrays
+    if len({_family(t) for t in types}) > 1:
+        raise IncomparableValues(types, "values of different kinds are never equal")
+    for target in _candidates(types):
+        try:
+            return [a if a.type == target else _normalize(a.cast(target)) for a in arrays]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    numbers = _family(types[0]) == "number"
+    raise IncomparableValues(
+        types,
+        "no type holds them all exactly: int64 above 2**53 or uint64 above 2**63 - 1 next "
+        "to non-integral floats, NaN or negative ints"
+        if numbers
+        else "no type among them holds them all exactly",
+    )
 
 
 def _factorize(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -191,12 +250,49 @@ def _bounds(pair_groups: np.ndarray, size: int) -> np.ndarray:
 
 
 def _exact_rows(pair_groups: np.ndarray, values: pa.Array, size: int) -> Rows:
-    """Row ``g``: the slice of ``values`` (sorted by group) of group ``g``, or None."""
+    """Row ``g``: the values of ``values`` (sorted by group) of group ``g``, or None."""
+    return _split(values, _bounds(pair_groups, size), size)
+
+
+def _split(values: pa.Array, bounds: np.ndarray, size: int) -> Rows:
+    """Row ``g``: ``values[bounds[g]:bounds[g + 1]]`` (None if empty), each row its own
+    compact copy unless it holds at least half of ``values``' bytes.
+
+    A zero-copy slice keeps its whole buffer alive: a row not updated again would keep
+    the values of every row it was built with (a whole batch or merge) for as long as
+    its window lives. A row's copy costs one concatenation; a row that is most of the
+    buffer keeps the slice (at most twice its own size held).
+    """
     out = np.full(size, None, dtype=object)
-    bounds = _bounds(pair_groups, size)
-    for g, lo, hi in _runs(bounds):
-        out[g] = values.slice(lo, hi - lo)
+    runs = _runs(bounds)
+    if not runs:
+        return out
+    row_bytes, total = _row_bytes(values, bounds)
+    whole = len(runs) == 1 and runs[0][1] == 0 and runs[0][2] == len(values)
+    for g, lo, hi in runs:
+        row = values.slice(lo, hi - lo)
+        out[g] = row if whole or 2 * int(row_bytes[g]) >= total else pa.concat_arrays([row])
     return out
+
+
+def _row_bytes(values: pa.Array, bounds: np.ndarray) -> tuple[np.ndarray, int]:
+    """The bytes of each row's values (``bounds`` as in :func:`_split`) and of all."""
+    counts = np.diff(bounds)
+    t = values.type
+    variable = {pa.string(): np.int32, pa.binary(): np.int32}.get(t) or (
+        np.int64 if t in (pa.large_string(), pa.large_binary()) else None
+    )
+    if variable is None:
+        width = max(t.bit_width // 8, 1) if t != pa.bool_() else 1
+        sizes = counts * width
+        return sizes, int(len(values) * width)
+    offsets = np.frombuffer(values.buffers()[1], dtype=variable)[
+        values.offset : values.offset + len(values) + 1
+    ].astype(np.int64)
+    data = offsets[bounds[1:]] - offsets[bounds[:-1]]
+    width = np.dtype(variable).itemsize
+    sizes = data + counts * width
+    return sizes, int(offsets[-1] - offsets[0]) + len(values) * width
 
 
 def _runs(bounds: np.ndarray) -> list[tuple[int, int, int]]:
@@ -224,16 +320,92 @@ def exact_partial(column: pa.Array, picks: np.ndarray | None, group: np.ndarray,
 
 
 def exact_reduce(rows: Rows, group: np.ndarray, size: int) -> Rows:
-    """Row ``g``: the union of the rows in group ``g``."""
+    """Row ``g``: the union of the rows in group ``g``.
+
+    Only rows of one group are ever compared: groups whose rows share a type (the
+    usual case) reduce together in one vectorized pass, groups mixing types are
+    reduced per mix of types (:func:`_reduce_mix`), each group in the exact common
+    type of its own values (:func:`_unify`): rows of other groups never need a common
+    type with them.
+    """
     present = np.flatnonzero(_present(rows))
     if not len(present):
         return exact_empty(size)
-    arrays = _unify([rows[i] for i in present.tolist()])
+    arrays = [rows[i] for i in present.tolist()]
+    groups = group[present]
+    codes: dict[pa.DataType, int] = {}
+    type_code = np.fromiter(
+        (codes.setdefault(a.type, len(codes)) for a in arrays), dtype=np.int64, count=len(arrays)
+    )
+    if len(codes) == 1:
+        return _reduce_one(arrays, groups, size)
+    # each group's mix of types, as a bit set of type codes (object ints: any number)
+    mixes = np.zeros(size, dtype=object)
+    bits = np.array([1 << c for c in type_code.tolist()], dtype=object)
+    np.bitwise_or.at(mixes, groups, bits)
+    out = exact_empty(size)
+    row_mix = mixes[groups]
+    for mix in set(row_mix.tolist()):
+        mine = np.flatnonzero(row_mix == mix)
+        part = _reduce_mix([arrays[i] for i in mine.tolist()], groups[mine], size)
+        targets = np.unique(groups[mine])
+        out[targets] = part[targets]
+    return out
+
+
+def _reduce_mix(arrays: list[pa.Array], groups: np.ndarray, size: int) -> Rows:
+    """:func:`_reduce_one` of groups that mix the same types: all at once when one type
+    holds all their values exactly, else each group in the first candidate type
+    (:func:`_candidates`) that holds its own values (groups of one candidate reduce
+    together); a group no type holds raises IncomparableValues."""
+    try:
+        return _reduce_one(arrays, groups, size)
+    except IncomparableValues:
+        present = np.unique(groups)
+        if len(present) == 1:
+            raise
+    candidates = _candidates(list({a.type for a in arrays}))
+    chosen = np.full(size, -1, np.int64)
+    for c, target in enumerate(candidates):
+        fits = np.fromiter(
+            (_holds_exactly(a, target) for a in arrays), dtype=bool, count=len(arrays)
+        )
+        group_fits = np.ones(size, bool)
+        np.logical_and.at(group_fits, groups, fits)
+        chosen[group_fits & (chosen < 0)] = c
+    lost = present[chosen[present] < 0]
+    if len(lost):
+        first = np.flatnonzero(groups == lost[0])
+        _unify([arrays[i] for i in first.tolist()])  # raises, naming the group's types
+    out = exact_empty(size)
+    row_choice = chosen[groups]
+    for c in np.unique(row_choice).tolist():
+        mine = np.flatnonzero(row_choice == c)
+        part = _reduce_one([arrays[i] for i in mine.tolist()], groups[mine], size)
+        targets = np.unique(groups[mine])
+        out[targets] = part[targets]
+    return out
+
+
+def _holds_exactly(values: pa.Array, target: pa.DataType) -> bool:
+    """Whether ``target`` holds every value of ``values`` exactly (a safe cast)."""
+    if values.type == target:
+        return True
+    try:
+        values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _reduce_one(arrays: list[pa.Array], groups: np.ndarray, size: int) -> Rows:
+    """Row ``g``: the distinct values of the arrays of group ``g`` (``groups[i]`` is
+    the group of ``arrays[i]``), which must have an exact common type."""
+    arrays = _unify(arrays)
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     flat = pa.concat_arrays(arrays)
     codes, dictionary = _factorize(flat)
-    groups = np.repeat(group[present], lengths)
-    pair_groups, pair_codes = _distinct_pairs(groups, codes, len(dictionary))
+    pair_groups, pair_codes = _distinct_pairs(np.repeat(groups, lengths), codes, len(dictionary))
     return _exact_rows(pair_groups, dictionary.take(pa.array(pair_codes)), size)
 
 
@@ -252,43 +424,68 @@ def exact_counts(rows: Rows) -> np.ndarray:
     return np.fromiter((0 if r is None else len(r) for r in rows), dtype=np.int64, count=len(rows))
 
 
-def dump_exact(rows: Rows) -> tuple[str, np.ndarray, bytes]:
-    """Rows as plain data: ``("arrow", lengths, IPC stream of every row's values)``."""
-    present = np.flatnonzero(_present(rows))
-    lengths = np.zeros(len(rows), np.int64)
-    if not len(present):
-        return ("arrow", lengths, b"")
-    arrays = _unify([rows[i] for i in present.tolist()])
-    lengths[present] = [len(a) for a in arrays]
-    batch = pa.record_batch([pa.concat_arrays(arrays)], names=["values"])
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return ("arrow", lengths, sink.getvalue().to_pybytes())
+#: the form of :func:`dump_exact`'s data
+EXACT_FORM = "arrow-by-type"
+
+
+def dump_exact(rows: Rows) -> tuple[str, np.ndarray, np.ndarray, tuple[bytes, ...]]:
+    """Rows as plain data: ``("arrow-by-type", lengths, type index, streams)``: row
+    ``i`` holds ``lengths[i]`` values of ``streams[index[i]]`` (-1: no values), one
+    Arrow IPC stream per value type with its rows' values in row order. Rows of
+    different types never need a common type (keys may differ in type)."""
+    n = len(rows)
+    lengths = np.zeros(n, np.int64)
+    index = np.full(n, -1, np.int64)
+    by_type: dict[pa.DataType, list[int]] = {}
+    for i in np.flatnonzero(_present(rows)).tolist():
+        by_type.setdefault(rows[i].type, []).append(i)
+    streams = []
+    for k, members in enumerate(by_type.values()):
+        arrays = [rows[i] for i in members]
+        lengths[members] = [len(a) for a in arrays]
+        index[members] = k
+        batch = pa.record_batch([pa.concat_arrays(arrays)], names=["values"])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        streams.append(sink.getvalue().to_pybytes())
+    return (EXACT_FORM, lengths, index, tuple(streams))
 
 
 def load_exact(state: Any) -> Rows:
-    """Rows from :func:`dump_exact`'s data."""
-    if not (isinstance(state, tuple) and len(state) == 3 and state[0] == "arrow"):
+    """Rows from :func:`dump_exact`'s data (each row its own compact copy)."""
+    if not (
+        isinstance(state, tuple)
+        and len(state) == 4
+        and state[0] == EXACT_FORM
+        and isinstance(state[3], tuple)
+    ):
         raise ConfigurationError(
             "the checkpointed state of lg.agg.count_distinct is not in the expected form "
-            "(('arrow', lengths, bytes)); was it written by another version?"
+            f"(({EXACT_FORM!r}, lengths, type index, streams)); was it written by another "
+            "version? Restore it with the version that wrote it, or start without it"
         )
-    _, lengths, data = state
+    _, lengths, index, streams = state
     lengths = np.asarray(lengths, dtype=np.int64)
+    index = np.asarray(index, dtype=np.int64)
     out = exact_empty(len(lengths))
-    if not data:
-        return out
-    table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-    flat = table.column(0).combine_chunks()
-    if int(lengths.sum()) != len(flat):
+    if len(index) != len(lengths) or int(index.max(initial=-1)) >= len(streams):
         raise ConfigurationError(
-            f"the checkpointed state of lg.agg.count_distinct holds {len(flat)} values for "
-            f"rows of {int(lengths.sum())}: the checkpoint is damaged"
+            "the checkpointed state of lg.agg.count_distinct has rows of streams it "
+            "does not hold: the checkpoint is damaged"
         )
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    for i in np.flatnonzero(lengths).tolist():
-        out[i] = flat.slice(offsets[i], offsets[i + 1] - offsets[i])
+    for k, data in enumerate(streams):
+        members = np.flatnonzero(index == k)
+        flat = pa.ipc.open_stream(pa.py_buffer(data)).read_all().column(0).combine_chunks()
+        mine = lengths[members]
+        if int(mine.sum()) != len(flat):
+            raise ConfigurationError(
+                f"the checkpointed state of lg.agg.count_distinct holds {len(flat)} values "
+                f"of {flat.type} for rows of {int(mine.sum())}: the checkpoint is damaged"
+            )
+        bounds = np.concatenate([[0], np.cumsum(mine)]).astype(np.int64)
+        part = _split(flat, bounds, len(members))
+        out[members] = part
     return out
 
 
@@ -444,6 +641,7 @@ __all__ = [
     "exact_merge",
     "exact_partial",
     "exact_reduce",
+    "IncomparableValues",
     "lg_k_for",
     "load_exact",
     "load_sketches",

@@ -709,7 +709,8 @@ class Accumulators:
 
     ``fields[i]`` holds the numpy fields of aggregate ``i`` (see the module
     docstring); ``types[i]`` the Arrow type of its column (None until a
-    non-null-typed column was seen, and for ``count``). Methods that return an
+    non-null-typed column was seen, and for ``count`` and the distinct counts, whose
+    rows keep their values' own types). Methods that return an
     ``Accumulators`` leave their inputs untouched; :meth:`merge_into` updates
     in place. Picklable.
     """
@@ -775,7 +776,9 @@ class Accumulators:
         for spec, af, bf, at, bt in zip(
             self.aggregation.aggregates, self.fields, other.fields, self.types, other.types
         ):
-            t = _promote(at, bt, spec)
+            # distinct counts: each row keeps its values' own type (rows of other keys
+            # need no common type; one row's values unify exactly, dv._unify)
+            t = None if spec.kind in DISTINCT_KINDS else _promote(at, bt, spec)
             k = _kind_of(spec).value_fields
             if k and af[0].dtype != bf[0].dtype:
                 dtype = (
@@ -805,7 +808,7 @@ class Accumulators:
             )
         a, b = self._aligned(other)
         fields = [
-            _kind_of(s).merge(af, bf)
+            _naming_columns(s, _kind_of(s).merge, af, bf)
             for s, af, bf in zip(self.aggregation.aggregates, a.fields, b.fields)
         ]
         return Accumulators(self.aggregation, fields, a.types)
@@ -819,7 +822,7 @@ class Accumulators:
                 f"reduce needs one group id per row: {len(group)} ids for {len(self)} rows"
             )
         fields = [
-            _kind_of(s).reduce(fs, group, num_groups)
+            _naming_columns(s, _kind_of(s).reduce, fs, group, num_groups)
             for s, fs in zip(self.aggregation.aggregates, self.fields)
         ]
         return Accumulators(self.aggregation, fields, self.types)
@@ -884,6 +887,14 @@ class Accumulators:
             s.name: _kind_of(s).result(fs, t)
             for s, fs, t in zip(self.aggregation.aggregates, self.fields, self.types)
         }
+
+
+def _naming_columns(spec: WindowAggregate, fn: Callable[..., Fields], *args: Any) -> Fields:
+    """``fn(*args)``, with a distinct count's IncomparableValues naming the column."""
+    try:
+        return fn(*args)
+    except dv.IncomparableValues as e:
+        raise ConfigurationError(f"{spec!r}: column {spec.column!r} {e}") from e
 
 
 def _one_form(parts: Sequence[Accumulators]) -> bool:
@@ -1030,7 +1041,7 @@ class WindowAggregation:
                 made = kind.from_column(col, picks, group, num_groups)
                 assert made is not None
                 fields.append(made)
-                types.append(None if pa.types.is_null(col.type) else col.type)
+                types.append(None)  # per row, in the values (see _aligned)
                 continue
             values, valid, t = _read(spec, cache[spec.column])
             if picks is not None:
