@@ -459,7 +459,9 @@ class KafkaSource(Source):
             "enable.auto.offset.store": False,
             "isolation.level": self.isolation,
             "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
+            # the fetch position a partition's end event carries shows what was handed
+            # over (a forged record's claimed offset moves the client's position past it)
+            "enable.partition.eof": True,
         }
         try:
             return ck.Consumer(librdkafka_config(config))
@@ -617,6 +619,9 @@ class _KafkaReader(SourceReader):
         #: past it, the records below it that follow are still to come, so the split's
         #: position stops after the last record emitted until one emitted passes it
         self._forged: dict[tuple[str, int], int] = {}
+        #: per partition, the fetch position of its last end event: every record
+        #: before it has been handed over
+        self._eof: dict[tuple[str, int], int] = {}
         if source.fetch == "auto" and direct_fetch_possible(source.properties):
             self._direct = DirectFetcher(
                 self._leaders,
@@ -740,13 +745,17 @@ class _KafkaReader(SourceReader):
                 InputStatus.END_OF_INPUT if self.source.bounded else InputStatus.NOTHING_AVAILABLE
             )
         messages: Any = None
+        got = False
         if self._direct is not None:
             messages = self._poll_direct(output)
         if self._direct is None:
             messages = self.consumer.consume(num_messages=MAX_BATCH, timeout=0)
+            if messages:
+                messages, got = self._events(messages)
             if messages or self._held:
                 self._emit(messages, output)
             self._advance(output)
+            messages = messages or got
         now = time.monotonic()
         if now >= self._next_lag:
             self._next_lag = now + LAG_INTERVAL_S
@@ -789,15 +798,30 @@ class _KafkaReader(SourceReader):
             return 0
         return total
 
+    def _events(self, messages: list[Any]) -> tuple[list[Any], bool]:
+        """``messages`` without the client's events: errors (a fatal one raises), and
+        partition ends, whose fetch position is kept in ``_eof``; and whether any
+        record or error came (a partition's end alone is nothing more to read)."""
+        message: Any = type(messages[0])
+        if not any(map(message.error, messages)):
+            return messages, True
+        records = []
+        errors = False
+        for m in messages:
+            err = m.error()
+            if err is None:
+                records.append(m)
+            elif err.code() == confluent_kafka().KafkaError._PARTITION_EOF:
+                self._eof[(m.topic(), m.partition())] = m.offset()
+            else:
+                self._client_error(err)
+                errors = True
+        return records, bool(records) or errors
+
     def _emit(self, messages: list[Any], output: ReaderOutput) -> None:
         """One batch per partition of ``messages`` (those of its split, before a
-        bounded end), in offset order; client errors first (a fatal one raises)."""
+        bounded end), in offset order (client events taken out by :meth:`_events`)."""
         message: Any = type(messages[0] if messages else next(iter(self._held.values())))
-        errors = list(filter(None, map(message.error, messages)))
-        if errors:
-            for err in errors:
-                self._client_error(err)
-            messages = [m for m in messages if m.error() is None]
         report = self._reporter(output)
         runs_of = self._runs(messages, message) if messages else {}
         for key in self._held:
@@ -1170,11 +1194,18 @@ class _KafkaReader(SourceReader):
             if tp.offset >= 0:
                 key = (tp.topic, tp.partition)
                 offset = min(tp.offset, self._beyond.pop(key, tp.offset))
-                if key in self._forged:
+                forged = self._forged.get(key)
+                if forged is not None:
                     # the client's position is past a refused record, and the records
-                    # between the last one emitted and it are still to come (the polls
-                    # since may have ended on records below it, not only on it)
-                    offset = min(offset, self._last_offsets[key] + 1)
+                    # between the last one emitted and it may still be to come (the
+                    # polls since may have ended on records below it, not only on it),
+                    # unless the client reached the partition's end beyond them (what
+                    # lay between was markers or aborted records)
+                    eof = self._eof.get(key, -1)
+                    if eof > forged:
+                        del self._forged[key]
+                    else:
+                        offset = min(offset, max(self._last_offsets[key] + 1, eof))
                 split.offset = offset if split.end is None else min(offset, split.end)
             if split.finished:
                 self.finished[(tp.topic, tp.partition)] = self.splits.pop((tp.topic, tp.partition))

@@ -23,10 +23,12 @@ import json
 import logging
 import time
 import tracemalloc
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from test_kafka_direct_fetch import Batches, ctx
 
 import lockgate as lg
@@ -141,6 +143,48 @@ def test_through_librdkafka_no_poll_ends_with_the_position_past_victims_before_a
     victims = [r["i"] for r in out.records if r["p"] == "victim"]
     assert victims == list(range(VICTIMS + trailing)), "every victim record, once, in order"
     assert [d["offset"] for d in out.dead] == [claimed]
+
+
+def test_through_librdkafka_a_bounded_read_ends_when_markers_follow_a_record_claiming_past_the_end_M_X1(
+    kafka_topic,
+) -> None:
+    """A forged record claiming an offset far past the partition's end, then a
+    transaction's records and its commit marker, the partition's last offset. The
+    split's position stays after the last record emitted while the refused record's
+    offset is above it; the client's end-of-partition event (its fetch position, not
+    the forged offset) shows that only the marker lay between, so the bounded read
+    ends, with every record read, instead of waiting for ever one offset short."""
+    topic = kafka_topic(1)
+    produce(topic, [{"p": "victim", "i": i} for i in range(100)], partition=0)
+    values = [json.dumps({"p": "attacker", "i": i}).encode() for i in range(10)]
+    (base,) = produce_raw(BOOTSTRAP, topic, 0, [forged_batch(values, [*range(9), 1_000_009])])
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "transactional.id": f"lgt-{uuid.uuid4()}"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(100, 150):
+        producer.produce(topic, json.dumps({"p": "victim", "i": i}).encode(), partition=0)
+    producer.commit_transaction()
+    source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch="librdkafka", on_error="dead_letter")
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
+        (split,) = reader.snapshot_positions()
+        end = split.end
+        out = Batches()
+        deadline = time.monotonic() + 30
+        status = None
+        while status is not InputStatus.END_OF_INPUT:
+            assert time.monotonic() < deadline, (
+                f"the bounded read has not ended in 30 s: {len(out.records)} records, "
+                f"positions {[s.offset for s in reader.snapshot_positions()]}, end {end}"
+            )
+            status = reader.poll(out)
+            if status is InputStatus.NOTHING_AVAILABLE:
+                time.sleep((reader.wait_hint_ms() or 10) / 1000)  # the task's own idle wait
+    finally:
+        reader.close()
+    assert [r["i"] for r in out.records if r["p"] == "victim"] == list(range(150))
+    assert [d["offset"] for d in out.dead] == [base + 1_000_009]
 
 
 @pytest.mark.parametrize("fetch", FETCHES)
