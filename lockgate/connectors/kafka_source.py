@@ -50,6 +50,7 @@ import re
 import time
 import uuid
 import zlib
+from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -835,23 +836,26 @@ class _KafkaReader(SourceReader):
                 msgs = messages[runs[0][0] : runs[0][1]]
             else:
                 msgs = [m for a, b in runs for m in messages[a:b]]
-            msgs = self._in_order(key, msgs, message, output)
-            msgs = self._keys_in_bounds(msgs, message, output)
-            if split.end is not None:  # offsets now grow: cut at the end
-                msgs = msgs[: bisect_left(list(map(message.offset, msgs)), split.end)]
+            # each record's offset and key are read once, for all the checks
+            msgs, offsets = self._in_order(key, msgs, message, output)
+            msgs, offsets, keys = self._keys_in_bounds(msgs, offsets, message, output)
+            if split.end is not None and offsets and offsets[-1] >= split.end:
+                cut = bisect_left(offsets, split.end)  # offsets now grow: cut at the end
+                msgs = msgs[:cut]
+                keys = None if keys is None else keys[:cut]
             if not msgs:
                 continue
             batch: Batch | None
             if self._arrow is not None:
-                batch = self._arrow.decode(msgs, report)
+                batch = self._arrow.decode(msgs, report, keys)
             else:
-                batch = self._rows(msgs, message, output)
+                batch = self._rows(msgs, message, output, keys)
             if batch is not None:
                 output.emit_from_split(split.split_id, batch)
 
     def _in_order(
         self, key: tuple[str, int], msgs: list[Any], message: Any, output: ReaderOutput
-    ) -> list[Any]:
+    ) -> tuple[list[Any], list[int]]:
         """``msgs`` (one partition's, as librdkafka hands them over, after a record held
         back at the last poll) without the records of forged batches (issue 37 item 2),
         each failing the job or dead-lettered. A v2 record carries its own offset delta,
@@ -874,13 +878,13 @@ class _KafkaReader(SourceReader):
         if held is not None:
             msgs = [held, *msgs]
         if not msgs:
-            return msgs
+            return msgs, []
         offsets = list(map(message.offset, msgs))
         last = self._last_offsets.get(key)
         if last is None:
             split = self.splits[key]
             last = split.offset - 1 if split.offset >= 0 else offsets[0] - 1
-        steps = np.asarray(offsets, dtype=np.int64)
+        steps = np.frombuffer(array("q", offsets), dtype=np.int64)  # faster than asarray
         if (
             offsets[0] > last
             and bool((steps[1:] > steps[:-1]).all())
@@ -905,7 +909,7 @@ class _KafkaReader(SourceReader):
             self._beyond[key] = last + 1
         if self._forged.get(key, last + 1) <= last:
             del self._forged[key]  # a record emitted is past every refused one
-        return kept
+        return kept, kept_offsets
 
     def _refuse_out_of_order(
         self,
@@ -948,15 +952,25 @@ class _KafkaReader(SourceReader):
             kept_offsets.append(o)
         return kept, kept_offsets
 
-    def _keys_in_bounds(self, msgs: list[Any], message: Any, output: ReaderOutput) -> list[Any]:
-        """``msgs`` without the records whose key is larger than ``max_record_bytes``
-        (each failing the job or dead-lettered, as a value that large is): a gzip bomb
-        librdkafka expanded (issue 37 item 7) goes no further."""
+    def _keys_in_bounds(
+        self, msgs: list[Any], offsets: list[int], message: Any, output: ReaderOutput
+    ) -> tuple[list[Any], list[int], list[Any] | None]:
+        """``msgs`` and their ``offsets`` without the records whose key is larger than
+        ``max_record_bytes`` (each failing the job or dead-lettered, as a value that
+        large is): a gzip bomb librdkafka expanded (issue 37 item 7) goes no further.
+        With a ``key_field``, also the kept records' keys (read once), else None."""
         limit = self.source.max_record_bytes
-        if max(map(len, filter(None, map(message.key, msgs))), default=0) <= limit:
-            return msgs
+        if self.source.key_field is None:
+            keys = None
+            if max(map(len, filter(None, map(message.key, msgs))), default=0) <= limit:
+                return msgs, offsets, None
+        else:
+            keys = list(map(message.key, msgs))
+            if max(map(len, filter(None, keys)), default=0) <= limit:
+                return msgs, offsets, keys
         kept = []
-        for m in msgs:
+        kept_offsets = []
+        for m, o in zip(msgs, offsets):
             k = m.key()
             if k is not None and len(k) > limit:
                 self._malformed(
@@ -968,7 +982,8 @@ class _KafkaReader(SourceReader):
                 )
                 continue
             kept.append(m)
-        return kept
+            kept_offsets.append(o)
+        return kept, kept_offsets, None if keys is None else list(map(message.key, kept))
 
     def _confirmed(self, key: tuple[str, int], offset: int) -> bool:
         """The record at ``offset`` (after a gap) is its partition's last, or the
@@ -1142,11 +1157,14 @@ class _KafkaReader(SourceReader):
             runs.setdefault((topic, parts[a]), []).append((a, b))
         return runs
 
-    def _rows(self, msgs: list[Any], message: Any, output: ReaderOutput) -> RowBatch | None:
-        """The records of one partition's messages as a RowBatch (None if none)."""
+    def _rows(
+        self, msgs: list[Any], message: Any, output: ReaderOutput, keys: list[Any] | None = None
+    ) -> RowBatch | None:
+        """The records of one partition's messages as a RowBatch (None if none);
+        ``keys``: their keys when already read."""
         return self._rows_from(
             list(map(message.value, msgs)),
-            lambda: list(map(message.key, msgs)),
+            (lambda: keys) if keys is not None else lambda: list(map(message.key, msgs)),
             lambda: list(map(message.timestamp, msgs)),
             lambda: msgs,
             output,
@@ -1459,10 +1477,13 @@ class _ArrowDecoder:
             return None, "more than one JSON value"
         return table, ""
 
-    def decode(self, msgs: list[Any], malformed: Any) -> pa.RecordBatch | None:
+    def decode(
+        self, msgs: list[Any], malformed: Any, keys: list[Any] | None = None
+    ) -> pa.RecordBatch | None:
         """One RecordBatch of the schema's columns (plus key and timestamp columns) for
         the good records of ``msgs``, in order; ``malformed(message, raw, error)`` for
-        each bad one, in offset order, before (with on_error="fail" it raises)."""
+        each bad one, in offset order, before (with on_error="fail" it raises).
+        ``keys``: the records' keys when already read."""
         message: Any = type(msgs[0])
         values = list(map(message.value, msgs))
         if None in values:  # a tombstone: a row of nulls
@@ -1500,11 +1521,16 @@ class _ArrowDecoder:
             if table is None:
                 return None
             msgs = [msgs[i] for i in kept]
+            keys = None if keys is None else [keys[i] for i in kept]
         stamps: Any = None
         if self.source.timestamp_field is not None:
             stamps = np.array(list(map(message.timestamp, msgs)), dtype=np.int64).reshape(-1, 2)
             stamps = (stamps[:, 0], stamps[:, 1])
-        return self._batch(table, lambda: list(map(message.key, msgs)), stamps)
+        return self._batch(
+            table,
+            (lambda: keys) if keys is not None else lambda: list(map(message.key, msgs)),
+            stamps,
+        )
 
     def decode_records(self, records: PartitionRecords, malformed: Any) -> pa.RecordBatch | None:
         """:meth:`decode` for directly fetched records: read in one compiled pass
