@@ -281,7 +281,9 @@ def test_a_column_changing_type_between_batches_counts_exactly_across_restores(
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=2, delay=0))
-    source = lg.connectors.SequenceSource(0, n, rows_per_second=20_000, batch_size=1000)
+    # paced over 4 s: the fault waits for a completed checkpoint, and the input must
+    # not end before a loaded machine completes one (the fault would not fire)
+    source = lg.connectors.SequenceSource(0, n, rows_per_second=10_000, batch_size=1000)
     folder = tmp_path / "out"
     (
         stream(env, source, type_changing_events)
@@ -292,7 +294,7 @@ def test_a_column_changing_type_between_batches_counts_exactly_across_restores(
         .sink_to(lg.connectors.FileSink(str(folder), format="jsonl"))
         .uid("sink")
     )
-    inject_faults(env, FailAtRecord("distinct", record=8_000, subtask=0, after_checkpoints=1))
+    inject_faults(env, FailAtRecord("distinct", record=4_000, subtask=0, after_checkpoints=1))
     result = env.execute("distinct counts of a changing type", executor=executor)
     assert result.attempts == 2, "the injected failure restarted the job"
     assert result.records_in_last_attempt("distinct") < n, "the last attempt restored a checkpoint"
