@@ -28,6 +28,9 @@ class SequenceSplit:
     next: int
     end: int
     count: int | None = None
+    #: the end of the whole range the splits were cut from (None in checkpoints written
+    #: before it was kept: a split of a finished subtask may be missing from those)
+    range_end: int | None = None
 
     @property
     def index(self) -> int | None:
@@ -94,7 +97,7 @@ class SequenceSource(Source):
         for i in range(parallelism):
             lo = self.start + total * i // parallelism
             hi = self.start + total * (i + 1) // parallelism
-            splits.append(SequenceSplit(f"seq-{i}", lo, hi, parallelism))
+            splits.append(SequenceSplit(f"seq-{i}", lo, hi, parallelism, self.end))
         return splits
 
     def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[SequenceSplit]:
@@ -123,21 +126,32 @@ class SequenceSource(Source):
                 self.start,
                 self.end,
             )
-        old_end = max((s.end for s in out), default=self.start)
+        known = [s.range_end for s in out if s.range_end is not None]
         counts = {s.count for s in out}
-        whole = counts == {len(out)} and sorted(restored) == list(range(len(out)))
+        if known and None not in counts:
+            # the range's end and its number of splits are kept in every split: a split
+            # missing here (its subtask had finished) was read whole and stays finished
+            old_end, total = max(known), max(c for c in counts if c is not None)
+        else:  # older checkpoints: whole only if every split of the range is here
+            old_end = max((s.end for s in out), default=self.start)
+            whole = counts == {len(out)} and sorted(restored) == list(range(len(out)))
+            total = len(out) if whole else None
         if self.end > old_end and out:
-            if not whole:
+            if total is None:
                 raise ConfigurationError(
                     f"SequenceSource(start={self.start}, end={self.end}) cannot tell where "
                     "the restored range ended: the checkpoint does not hold every split of "
                     "it (it was written before finished splits were kept); restore with "
                     f"the old end (at least {old_end}), or start without the checkpoint"
                 )
-            out.append(SequenceSplit(f"seq-{len(out)}", old_end, self.end))
-        total = len(out) if whole else None
+            out.append(SequenceSplit(f"seq-{total}", old_end, self.end))
+            total, old_end = total + 1, self.end
         return [
-            replace(s, count=total if total is not None else s.count)
+            replace(
+                s,
+                count=total if total is not None else s.count,
+                range_end=old_end if total is not None else s.range_end,
+            )
             for s in out
             if s.index is not None and s.index % ctx.parallelism == ctx.subtask_index
         ]

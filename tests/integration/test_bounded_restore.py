@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -332,16 +333,36 @@ def test_sequence_restored_splits_are_shared_once_and_the_range_past_them_is_add
     source = SequenceSource(0, 2_000, bounded=True)
     shares = [source.restore_splits(restored + restored, _ctx(i, 2)) for i in range(2)]
     assert shares == [
-        [SequenceSplit("seq-0", 500, 500, 3), SequenceSplit("seq-2", 1_000, 2_000, 3)],
-        [SequenceSplit("seq-1", 700, 1_000, 3)],
+        [
+            SequenceSplit("seq-0", 500, 500, 3, 2_000),
+            SequenceSplit("seq-2", 1_000, 2_000, 3, 2_000),
+        ],
+        [SequenceSplit("seq-1", 700, 1_000, 3, 2_000)],
     ]
     assert restored[0].count == 2, "the restored splits are not changed in place"
     same = SequenceSource(0, 1_000, bounded=True)
-    assert same.restore_splits(restored, _ctx(0, 1)) == restored
+    assert same.restore_splits(restored, _ctx(0, 1)) == [
+        replace(s, range_end=1_000) for s in restored
+    ]
     older = [SequenceSplit("seq-1", 700, 1_000)]  # its finished seq-0 was not kept
     assert same.restore_splits(older, _ctx(0, 1)) == older
     with pytest.raises(lg.ConfigurationError, match="cannot tell where the restored range"):
         source.restore_splits(older, _ctx(0, 1))
+
+
+def test_sequence_a_finished_subtasks_missing_split_stays_finished_M_R3() -> None:
+    """A subtask that finished its split takes no more checkpoints, so a later one lacks
+    its split: the restore neither refuses (it did, on Spark's attempt-number test) nor
+    reads that split again, and a longer range still adds the values past the old end,
+    after the last index of the range."""
+    present = [SequenceSplit("seq-0", 600, 1_000, 2, 2_000)]  # seq-1 had finished
+    same = SequenceSource(0, 2_000, bounded=True)
+    assert same.restore_splits(present, _ctx(0, 1)) == present
+    longer = SequenceSource(0, 3_000, bounded=True)
+    assert longer.restore_splits(present, _ctx(0, 1)) == [
+        SequenceSplit("seq-0", 600, 1_000, 3, 3_000),
+        SequenceSplit("seq-2", 2_000, 3_000, 3, 3_000),
+    ]
 
 
 def _ctx(subtask: int, parallelism: int) -> RuntimeContext:
