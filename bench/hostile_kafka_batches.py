@@ -3,7 +3,8 @@ access to a topic can store, read by KafkaSource on both fetch paths.
 
 * ``forged_offset_deltas``: a victim writes 3,000 records, the attacker an uncompressed
   batch of 7,000 records whose last record claims an offset 2,000 past the batch (the
-  broker checks only the count and the last delta), the victim 3,000 more. A job
+  broker checks only the count and the last delta), the victim 3,000 more; then the
+  same with 7,000 victim records on each side and a jump of 6,000 (more than a poll). A job
   (``LocalExecutor``, checkpoints every 100 ms, one failure after a completed
   checkpoint, a restore) reads the topic with ``on_error="dead_letter"``, once with the
   direct fetch and once through librdkafka. Before the fix a checkpoint could hold a
@@ -51,6 +52,11 @@ from lockgate.testing import FailAtRecord, inject_faults  # noqa: E402
 
 BOOTSTRAP = os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092")
 VICTIMS, ATTACK, JUMP = 3_000, 7_000, 2_000
+#: the layouts of the forged batch: (name, victims before and after it, its last
+#: record's jump past the batch). "far" jumps more than one poll (5,000 records) past
+#: the batch, with more victims after it than the jump: through librdkafka no poll then
+#: reaches past the forged offset, whatever the polls' cuts
+LAYOUTS = (("near", VICTIMS, JUMP), ("far", 7_000, 6_000))
 BOMBS, BOMB_BYTES = 64, 64 << 20
 
 
@@ -95,7 +101,7 @@ def _dead(d: dict[str, Any]) -> tuple[str, int]:
     return ("dead", d["offset"])
 
 
-def _forged_job(topic: str, fetch: str) -> dict[str, Any]:
+def _forged_job(topic: str, fetch: str, per_side: int) -> dict[str, Any]:
     env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
     env.enable_checkpointing(timedelta(milliseconds=100))
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=2, delay=0))
@@ -108,7 +114,7 @@ def _forged_job(topic: str, fetch: str) -> dict[str, Any]:
     victims = [i for tag, i in out if tag == "victim"]
     return {
         "victims_read": len(set(victims)),
-        "victims_lost": 2 * VICTIMS - len(set(victims)),
+        "victims_lost": 2 * per_side - len(set(victims)),
         "victims_duplicated": len(victims) - len(set(victims)),
         "dead_letters": len([i for tag, i in out if tag == "dead"]),
         "attacker_records_read": len([i for tag, i in out if tag == "attacker"]),
@@ -117,24 +123,25 @@ def _forged_job(topic: str, fetch: str) -> dict[str, Any]:
 
 def forged_offset_deltas(target: Any = None) -> dict[str, Any]:
     """The case (``target``, the job of ``bench/hostile.py``, is not needed). JSON
-    fields: ``ok`` and, per fetch path, what the restored job read."""
-    topic = _topic("hostile-forged")
-    try:
-        _produce(topic, [{"p": "victim", "i": i} for i in range(VICTIMS)])
-        values = [json.dumps({"p": "attacker", "i": i}).encode() for i in range(ATTACK)]
-        deltas = [*range(ATTACK - 1), ATTACK - 1 + JUMP]
-        produce_raw(BOOTSTRAP, topic, 0, [forged_batch(values, deltas)])
-        _produce(topic, [{"p": "victim", "i": i} for i in range(VICTIMS, 2 * VICTIMS)])
-        result: dict[str, Any] = {}
-        for fetch in ("auto", "librdkafka"):
-            result[fetch] = _forged_job(topic, fetch)
-        result["ok"] = all(
-            r["victims_lost"] == 0 and r["victims_duplicated"] == 0 and r["dead_letters"] > 0
-            for r in (result["auto"], result["librdkafka"])
-        )
-        return result
-    finally:
-        _delete(topic)
+    fields: ``ok`` and, per layout and fetch path, what the restored job read."""
+    result: dict[str, Any] = {}
+    for layout, victims, jump in LAYOUTS:
+        topic = _topic("hostile-forged")
+        try:
+            _produce(topic, [{"p": "victim", "i": i} for i in range(victims)])
+            values = [json.dumps({"p": "attacker", "i": i}).encode() for i in range(ATTACK)]
+            deltas = [*range(ATTACK - 1), ATTACK - 1 + jump]
+            produce_raw(BOOTSTRAP, topic, 0, [forged_batch(values, deltas)])
+            _produce(topic, [{"p": "victim", "i": i} for i in range(victims, 2 * victims)])
+            for fetch in ("auto", "librdkafka"):
+                result[f"{layout}_{fetch}"] = _forged_job(topic, fetch, victims)
+        finally:
+            _delete(topic)
+    result["ok"] = all(
+        r["victims_lost"] == 0 and r["victims_duplicated"] == 0 and r["dead_letters"] > 0
+        for r in list(result.values())
+    )
+    return result
 
 
 def _read_bombs(topic: str, fetch: str) -> dict[str, Any]:
