@@ -128,6 +128,7 @@ class SequenceSource(Source):
             )
         known = [s.range_end for s in out if s.range_end is not None]
         counts = {s.count for s in out}
+        total: int | None
         if known and None not in counts:
             # the range's end and its number of splits are kept in every split: a split
             # missing here (its subtask had finished) was read whole and stays finished
