@@ -187,8 +187,14 @@ class FileProbe:
             os.close(fd)
 
     def _entries(self) -> list[tuple[str, Any]]:
+        """The entries written whole: a line without its newline yet is being written by
+        another process (a reader can see a write half done) and is left for next time."""
         with open(self.path, "rb") as f:
-            return [pickle.loads(base64.b64decode(line)) for line in f if line.strip()]
+            return [
+                pickle.loads(base64.b64decode(line))
+                for line in f
+                if line.endswith(b"\n") and line.strip()
+            ]
 
     def add(self, item: Any) -> None:
         self._append(("item", item))
