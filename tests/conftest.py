@@ -82,14 +82,31 @@ def lockgate_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("lockgate ") and t.is_alive()]
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    """Poll ``predicate`` until it is true; fail with ``what`` after ``timeout_s``."""
+def wait_until(
+    predicate: Callable[[], bool],
+    what: str | Callable[[], str],
+    timeout_s: float = 5.0,
+    *,
+    every_s: float | None = None,
+) -> None:
+    """Poll ``predicate`` until it is true; fail with ``what`` (or what ``what()`` says
+    then, for a message that shows the last state seen) after ``timeout_s``.
+
+    The pause between two polls starts at 2 ms and doubles up to 50 ms, so a quick
+    condition is seen at once and a long wait does not spin; ``every_s`` fixes it
+    instead. Give a predicate that asks another process (an HTTP request, a command) a
+    ``every_s`` of a tenth of a second or more: a tight loop of requests keeps the other
+    process busy answering instead of doing what the test waits for."""
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
+    step = 0.002 if every_s is None else every_s
     while not predicate():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting until {what}")
-        pause.wait(0.002)
+            said = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout_s}s waiting until {said}")
+        pause.wait(step)
+        if every_s is None:
+            step = min(step * 2, 0.05)
 
 
 def wait_for_checkpoints(client: lg.JobClient, count: int, timeout_s: float = 60.0) -> None:

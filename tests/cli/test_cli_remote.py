@@ -132,6 +132,29 @@ def _tail(path: str) -> str:
         return "(no log)"
 
 
+#: seconds between two requests of a wait on the job's REST API: a tight loop of them
+#: keeps the job's process busy answering instead of starting
+POLL_S = 0.2
+
+
+def wait_until_running(capsys, job: Detached, remote: list[str], timeout_s: float = 120) -> None:
+    """Poll ``lockgate list`` until it shows ``job`` RUNNING (a registered job is CREATED
+    until its tasks start); fail with the last answer and the job's log."""
+    last: list[tuple[int, str, str]] = []
+
+    def running() -> bool:
+        last[:] = [run_cli(capsys, "list", *remote)]
+        rc, out, _ = last[0]
+        return rc == 0 and " RUNNING " in out
+
+    wait_until(
+        running,
+        lambda: f"the job runs; 'lockgate list' last said {last}; log:\n{_tail(job.log)}",
+        timeout_s,
+        every_s=POLL_S,
+    )
+
+
 @pytest.mark.hang_guard(240)
 def test_detach_then_list_status_top_savepoint_and_stop_through_the_rest_api(
     home, jobs, capsys, tmp_path
@@ -147,6 +170,7 @@ def test_detach_then_list_status_top_savepoint_and_stop_through_the_rest_api(
     assert process_alive(job.pid)
     remote = ["--url", job.url, "--token", job.token]
 
+    wait_until_running(capsys, job, remote)
     rc, out, err = run_cli(capsys, "list", *remote)
     assert rc == 0, err
     header, row = out.splitlines()
@@ -170,7 +194,12 @@ def test_detach_then_list_status_top_savepoint_and_stop_through_the_rest_api(
         rc, out, _ = run_cli(capsys, "status", "remote sums", *remote)
         return rc == 0 and "last checkpoint none" not in out
 
-    wait_until(status_shows_a_checkpoint, f"a checkpoint completed (log:\n{_tail(job.log)})", 60)
+    wait_until(
+        status_shows_a_checkpoint,
+        lambda: f"a checkpoint completed (log:\n{_tail(job.log)})",
+        60,
+        every_s=POLL_S,
+    )
     rc, out, err = run_cli(capsys, "status", job.job_id, *remote)
     assert rc == 0, err
     assert f"job       {job.job_id} ('remote sums')" in out
@@ -222,11 +251,7 @@ def test_409_of_a_job_without_checkpointing_and_cancel_from_another_process(
     jobs.append(job)
     remote = ["--url", job.url, "--token", job.token]
 
-    def running() -> bool:
-        rc, out, _ = run_cli(capsys, "list", *remote)
-        return rc == 0 and " RUNNING " in out
-
-    wait_until(running, "the job runs", 60)
+    wait_until_running(capsys, job, remote)
     # status shows the rates (it reads the metrics again a second later when they have none)
     rc, out, err = run_cli(capsys, "status", job.job_id, *remote)
     assert rc == 0, err
@@ -277,13 +302,14 @@ def test_top_runs_live_in_a_terminal_and_ends_with_ctrl_c(home, jobs, tmp_path) 
             clock = re.search(r"lockgate top - watched job at \S+ - (\d\d:\d\d:\d\d)", screens[-1])
             return bool(clock) and "numbers -> double" in screens[-1]
 
-        wait_until(frame_with_clock, "top shows a frame in the pane", 60)
+        wait_until(frame_with_clock, "top shows a frame in the pane", 60, every_s=POLL_S)
         first = re.search(r" - (\d\d:\d\d:\d\d)", screens[-1])
         assert first is not None
         wait_until(
             lambda: frame_with_clock() and first.group(1) not in screens[-1].splitlines()[0],
             "top redraws the frame in place (a new time in the first line)",
             30,
+            every_s=POLL_S,
         )
         assert screens[-1].count("lockgate top - ") == 1, "one frame on screen, redrawn"
         tmux("send-keys", "-t", session, "C-c")
