@@ -114,7 +114,9 @@ def decode_message_indexes(
     count, pos = _read_varint(value, pos)
     if count == 0:
         return [0], pos
-    if not 0 < count <= MAX_MESSAGE_INDEXES:
+    if count < 0:
+        raise WireFormatError(f"a negative count of Protobuf message indexes ({count})")
+    if count > MAX_MESSAGE_INDEXES:
         raise WireFormatError(
             f"{count} Protobuf message indexes (at most {MAX_MESSAGE_INDEXES} are read)"
         )
