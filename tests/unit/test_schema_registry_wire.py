@@ -8,10 +8,9 @@ from __future__ import annotations
 import io
 
 import pytest
+from confluent_kafka.schema_registry.common import serde
 
 from lockgate.connectors.schema_registry import wire
-
-serde = pytest.importorskip("confluent_kafka.schema_registry.common.serde")
 
 INDEXES = [[0], [1], [0, 0], [2, 5], [1, 0, 3], [200], [0, 70000]]
 
