@@ -2,12 +2,17 @@
 # Install (when missing) and start the services the connector tests use, on 127.0.0.1:
 # PostgreSQL (5432, with max_prepared_transactions > 0 for PostgresSink's exactly-once
 # mode), Redis (6379), NATS with JetStream (4222) and Apache Kafka 4.x in KRaft mode (one
-# broker that is its own controller, 9092; configuration in scripts/kafka/).
+# broker that is its own controller, 9092; configuration in scripts/kafka/) and Apicurio
+# Registry 3.0.9 (a schema registry with the Confluent-compatible REST API at
+# http://127.0.0.1:8081/apis/ccompat/v7, in-memory storage, global compatibility BACKWARD
+# as Confluent's default).
 #
 # Missing programs are installed with apt-get (Debian's packages: postgresql,
 # redis-server, nats-server, maven); that needs root, or sudo without a password. Kafka's
 # jars come from Maven Central (scripts/kafka/pom.xml), copied once into a cache folder
-# ($LOCKGATE_CACHE_DIR, default ~/.cache/lockgate) and reused; Kafka needs Java 17+. A service that
+# ($LOCKGATE_CACHE_DIR, default ~/.cache/lockgate) and reused, as is Apicurio's distribution
+# (io.apicurio:apicurio-registry-app:3.0.9:tar.gz:all, ~109 MB, unpacked there); both need
+# Java 17+. A service that
 # already answers is left alone; one that does not is started and waited for (bounded
 # polling, 30 s at most). Idempotent: when everything runs it only checks, in well under
 # a second.
@@ -224,6 +229,95 @@ else
         if kafka_up; then say "Kafka is running"
         else fail "Kafka did not answer within 60 s (logs: $kafka_dir/kafka.out, $kafka_dir/server.log)"
         fi
+    fi
+fi
+
+# --- Apicurio Registry (Confluent-compatible schema registry API) -----------------------
+# One JVM on 127.0.0.1:8081 (HTTP and Quarkus' management interface both bound to
+# loopback), storage in memory: its schemas and ids are gone when it stops. Its
+# Confluent-compatible API is /apis/ccompat/v7. Two settings make it behave as Confluent's
+# registry does by default: the global compatibility rule BACKWARD, both as the default
+# rule (apicurio.rules.global.compatibility, enforced from the first request) and stored
+# through PUT /config (without it GET /config and GET /config/{subject}?defaultToGlobal=true
+# answer NONE although BACKWARD is enforced).
+registry_version="3.0.9"
+registry_api="/apis/ccompat/v7"
+registry_dir="/tmp/lockgate-apicurio"
+# registry_request METHOD PATH [JSON]: one HTTP/1.0 request to 127.0.0.1:8081 (bash's
+# /dev/tcp, as the Kafka and NATS probes: no curl needed); prints the whole response
+registry_request() {
+    timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/8081 || exit 1
+        printf "%s %s HTTP/1.0\r\nHost: 127.0.0.1:8081\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" \
+            "$1" "$2" "${#3}" "$3" >&3
+        cat <&3' _ "$1" "$2" "${3:-}" 2>/dev/null
+}
+# registry_up: GET .../subjects answers 200 with a JSON array
+registry_up() {
+    local answer
+    answer="$(registry_request GET "$registry_api/subjects")" || return 1
+    [[ "$answer" == "HTTP/1."?" 200"* ]] && [[ "$answer" == *$'\r\n\r\n['* ]]
+}
+registry_backward() {
+    [[ "$(registry_request GET "$registry_api/config")" == *'"compatibilityLevel":"BACKWARD"'* ]]
+}
+# java_major: the major version of the java on PATH (17 for "17.0.15", 1 for "1.8.0")
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+registry_started=0
+if registry_up; then
+    say "Apicurio Registry is running"
+elif ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+    fail "Apicurio Registry $registry_version needs Java 17 or newer on PATH (found: $(java -version 2>&1 | head -1))"
+else
+    cache="${LOCKGATE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lockgate}"
+    home="$cache/apicurio-registry-$registry_version"
+    runner="$home/apicurio-registry-app-$registry_version-runner.jar"
+    if [ ! -f "$home/.complete" ]; then
+        command -v mvn >/dev/null || apt_install maven
+        if command -v mvn >/dev/null; then
+            say "fetching Apicurio Registry $registry_version from Maven Central into $home (once, ~109 MB)"
+            rm -rf "$home"
+            mkdir -p "$home"
+            log="$home/mvn.log"
+            tarball="$home/apicurio-registry-app-$registry_version-all.tar.gz"
+            if mvn -q -B dependency:copy \
+                    -Dartifact="io.apicurio:apicurio-registry-app:$registry_version:tar.gz:all" \
+                    -DoutputDirectory="$home" >"$log" 2>&1 \
+                    && tar -xzf "$tarball" -C "$home" --no-same-owner && [ -f "$runner" ]; then
+                rm -f "$tarball"
+                touch "$home/.complete"
+            else
+                cat "$log" >&2
+                fail "could not fetch or unpack Apicurio Registry $registry_version (log: $log)"
+            fi
+        fi
+    fi
+    if [ -f "$home/.complete" ]; then
+        mkdir -p "$registry_dir"
+        chmod 700 "$registry_dir"
+        say "starting Apicurio Registry $registry_version (127.0.0.1:8081, in-memory storage)"
+        # setsid + nohup: the registry outlives this script and the test run's process group;
+        # its working folder is private (it writes nothing else but this log)
+        (cd "$registry_dir" && umask 077 && setsid nohup java -Xms64m -Xmx384m \
+            -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port=8081 \
+            -Dquarkus.management.host=127.0.0.1 \
+            -Dapicurio.rules.global.compatibility=BACKWARD \
+            -jar "$runner" </dev/null >"$registry_dir/apicurio.out" 2>&1 &)
+        for _ in $(seq 1 360); do registry_up && break; sleep 0.25; done
+        if registry_up; then
+            say "Apicurio Registry is running"
+            registry_started=1
+        else
+            fail "Apicurio Registry did not answer GET http://127.0.0.1:8081$registry_api/subjects within 90 s (log: $registry_dir/apicurio.out; is port 8081 taken?)"
+        fi
+    fi
+fi
+if registry_up && ! registry_backward; then
+    [ "$registry_started" = 1 ] || say "Apicurio Registry: the global compatibility was not BACKWARD"
+    if [[ "$(registry_request PUT "$registry_api/config" '{"compatibility":"BACKWARD"}')" == "HTTP/1."?" 200"* ]] \
+            && registry_backward; then
+        say "Apicurio Registry: global compatibility BACKWARD"
+    else
+        fail "cannot set Apicurio Registry's global compatibility to BACKWARD (PUT http://127.0.0.1:8081$registry_api/config)"
     fi
 fi
 
