@@ -1,5 +1,6 @@
 """Kafka -> one-second tumbling event-time count per key -> Kafka, exactly-once: lockgate
-side by side with Spark Structured Streaming and Flink SQL, one JSON line per case.
+side by side with Spark Structured Streaming and Flink SQL, one JSON line per case, on
+JSON records and on Avro records through a Schema Registry (``--formats json,avro``).
 
 The data (written once per run, read by every system): ``--records`` JSON values
 ``{"key": k, "ts": epoch ms}`` in a fresh input topic of 2 partitions (record ``i`` goes
@@ -38,8 +39,25 @@ flink              Flink SQL, Kafka connector (``flink-sql-connector-kafka``),
                    1 s, ``bench/kafka_flink.py``
 =================  ============================================================
 
+The Avro case (``--formats avro``, ``bench/kafka_avro.py``): the same records (markers
+included) as Avro values in the Confluent wire format (magic byte, schema id, Avro binary)
+of a record schema ``{key: long, ts: long, temperature: double, sensor: string}``
+registered under ``<input topic>-value`` in the registry at ``--registry`` (its
+Confluent-compatible API; ``scripts/services.sh`` starts Apicurio Registry at
+``http://127.0.0.1:8081/apis/ccompat/v7``); the results ``{key, window_start, count}`` as
+Avro in the wire format, each system registering its own output schema under ``<output
+topic>-value``. lockgate reads with ``KafkaSource(format="avro", schema_registry=...,
+schema=<pyarrow schema>)`` and writes with ``KafkaSink(format="avro",
+schema_registry=..., schema=<pyarrow schema>)`` (``--lockgate-avro-decode registry``);
+Flink SQL with ``'value.format' = 'avro-confluent'`` on both tables (its
+``flink-sql-avro-confluent-registry`` jar from Maven Central), otherwise as in the JSON
+case. Spark has no Avro case: open-source Spark's ``from_avro`` takes a fixed schema (its
+registry support is Databricks-only). The run's subjects are deleted at its end (with its
+topics, unless ``--keep-topics``).
+
 Verification: each output topic is read with a read_committed consumer after its job;
-the multiset of ``(key, window_start, count)`` is compared with the counts computed from
+the multiset of ``(key, window_start, count)`` (Avro: decoded by fastavro with the
+writer's schema fetched by each value's id) is compared with the counts computed from
 the generated data. ``missing`` counts expected results not written, ``duplicates``
 results written more than once, ``unexpected`` results with a wrong count or window;
 ``verified`` is true only when all three are zero.
@@ -51,14 +69,18 @@ package resolution are not (``process_seconds`` is the peer's whole process, sta
 included). ``records_per_s`` = records / seconds. With ``--repeat K`` every case runs K times (each
 into a fresh output topic, each verified): ``seconds`` is the fastest run, ``seconds_each``
 all of them, and ``verified`` holds only if every run's output is right. ``cores`` is the
-machine's CPU count.
+machine's CPU count, ``load_average_1m`` the machine's load after the case (other work
+on the same cores slows every system).
 
 Usage (the peers' virtual environments come from ``bash bench/setup_peers.sh flink
 spark``; the jars from Maven Central, cached under ``~/.cache/lockgate``; the broker from
 ``bash scripts/services.sh``)::
 
-    .venv/bin/python bench/kafka.py [--records 5000000] [--systems lockgate,spark,flink]
+    .venv/bin/python bench/kafka.py [--records 5000000] [--formats json,avro]
+                                    [--systems lockgate,spark,flink]
                                     [--executors local] [--lockgate-decode json,arrow,schema]
+                                    [--lockgate-avro-decode registry]
+                                    [--registry http://127.0.0.1:8081/apis/ccompat/v7]
                                     [--parallelism 2]
                                     [--bootstrap 127.0.0.1:9092] [--keep-topics]
                                     [--spark-max-offsets 500000] [--repeat 1]
@@ -82,6 +104,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +117,21 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+def _load_bench_module(name: str) -> Any:
+    """A module of bench/ by its file (bench/ is off sys.path, see above)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"lgbench_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+AVRO = _load_bench_module("kafka_avro")
 
 ROOT = HERE.parent
 KEYS = 1000
@@ -111,6 +149,8 @@ CACHE = Path(
 # pyspark), so the closest served version: 4.2.0.
 SPARK_KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 FLINK_KAFKA = "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2"
+# The avro-confluent format of the peer's Flink (apache-flink 2.3.0, bench/setup_peers.sh)
+FLINK_AVRO = "org.apache.flink:flink-sql-avro-confluent-registry:2.3.0"
 PEERS = HERE / ".peers"
 
 Result = collections.Counter  # (key, window_start, count) -> times written
@@ -157,8 +197,19 @@ def create_topic(admin: AdminClient, name: str) -> None:
     raise SystemExit(f"topic {name}: not every partition had a leader within 30 s")
 
 
-def produce_input(bootstrap: str, topic: str, records: int) -> float:
-    """Write the records and the two markers; return the seconds it took."""
+def json_values(keys: np.ndarray, ts: np.ndarray) -> list[bytes]:
+    """The JSON case's values of records with these keys and event times."""
+    return [b'{"key":%d,"ts":%d}' % kt for kt in zip(keys.tolist(), ts.tolist(), strict=True)]
+
+
+def produce_input(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    encode: Callable[[np.ndarray, np.ndarray], list[bytes]] = json_values,
+) -> float:
+    """Write the records and the two markers, their values made by ``encode`` from
+    their keys and event times; return the seconds it took."""
     started = time.perf_counter()
     producer = Producer(
         {
@@ -178,8 +229,7 @@ def produce_input(bootstrap: str, topic: str, records: int) -> float:
     chunk = 200_000
     for start in range(0, records, chunk):
         keys, ts = event_columns(start, min(records, start + chunk))
-        for j, (k, t) in enumerate(zip(keys.tolist(), ts.tolist(), strict=True)):
-            value = b'{"key":%d,"ts":%d}' % (k, t)
+        for j, value in enumerate(encode(keys, ts)):
             while True:
                 try:
                     producer.produce(
@@ -190,7 +240,7 @@ def produce_input(bootstrap: str, topic: str, records: int) -> float:
                     producer.poll(0.05)  # the local queue is full: let deliveries drain it
         producer.poll(0)
     last = int(event_columns(max(records - 1, 0), records)[1].max()) if records else BASE_MS
-    marker = b'{"key":%d,"ts":%d}' % (MARKER_KEY, last + MARKER_AFTER_MS)
+    marker = encode(np.array([MARKER_KEY]), np.array([last + MARKER_AFTER_MS]))[0]
     for p in range(PARTITIONS):
         producer.produce(topic, marker, partition=p, on_delivery=delivered)
     left = producer.flush(120)
@@ -199,9 +249,21 @@ def produce_input(bootstrap: str, topic: str, records: int) -> float:
     return time.perf_counter() - started
 
 
-def read_output(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[Result, int]:
-    """The ``(key, window_start, count)`` results a read_committed consumer sees in
-    ``topic`` (markers left out), and how many records it read in all."""
+def json_result(value: bytes) -> tuple[int, int, int]:
+    """``(key, window_start, count)`` of a JSON output value."""
+    r = json.loads(value)
+    return int(r["key"]), int(r["window_start"]), int(r["count"])
+
+
+def read_output(
+    bootstrap: str,
+    topic: str,
+    timeout_s: float = 120.0,
+    decode: Callable[[bytes], tuple[int, int, int]] = json_result,
+) -> tuple[Result, int]:
+    """The ``(key, window_start, count)`` results (``decode`` of each value) a
+    read_committed consumer sees in ``topic`` (markers left out), and how many records
+    it read in all."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -232,9 +294,9 @@ def read_output(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[R
                         continue
                     raise KafkaException(msg.error())
                 total += 1
-                r = json.loads(msg.value())
-                if r["key"] != MARKER_KEY:
-                    seen[(int(r["key"]), int(r["window_start"]), int(r["count"]))] += 1
+                result = decode(msg.value())
+                if result[0] != MARKER_KEY:
+                    seen[result] += 1
     finally:
         consumer.close()
     return seen, total
@@ -287,6 +349,14 @@ DECODES = {
 }
 
 
+AVRO_DECODES = {
+    "registry": "KafkaSource(format='avro', schema_registry=..., schema=...): the source "
+    "decodes each partition's poll into an Arrow batch of the schema's columns, the writer's "
+    "schema fetched by id; KafkaSink(format='avro', schema_registry=..., schema=...) "
+    "registers its schema under <topic>-value and frames every record with its id",
+}
+
+
 _SPARK_EXECUTORS: dict[int, object] = {}
 
 
@@ -305,7 +375,12 @@ def _spark_executor(parallelism: int) -> object:
 
 
 def run_lockgate(
-    args: argparse.Namespace, executor_name: str, decode: str, topic_in: str, topic_out: str
+    args: argparse.Namespace,
+    executor_name: str,
+    decode: str,
+    topic_in: str,
+    topic_out: str,
+    fmt: str = "json",
 ) -> dict:
     import lockgate as lg
     from lockgate.connectors.kafka_sink import KafkaSink
@@ -323,6 +398,24 @@ def run_lockgate(
     strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
         DISORDER_MS
     ).with_timestamp_assigner("ts")
+    if fmt == "avro":
+        registry = lg.connectors.SchemaRegistry(args.registry)
+        source_format: dict[str, Any] = {
+            "format": "avro",
+            "schema_registry": registry,
+            "schema": AVRO.INPUT_ARROW,
+        }
+        sink_format: dict[str, Any] = {
+            "format": "avro",
+            "schema_registry": registry,
+            "schema": AVRO.OUTPUT_ARROW,
+        }
+    else:
+        source_format = {
+            "format": "bytes" if decode == "arrow" else "json",
+            **({"schema": INPUT_SCHEMA} if decode == "schema" else {}),
+        }
+        sink_format = {"format": "json"}
     stream = env.from_source(
         KafkaSource(
             args.bootstrap,
@@ -330,8 +423,7 @@ def run_lockgate(
             group_id=f"lgbench-lockgate-{topic_in}",
             start="earliest",
             bounded=True,
-            format="bytes" if decode == "arrow" else "json",
-            **({"schema": INPUT_SCHEMA} if decode == "schema" else {}),
+            **source_format,
         ),
         name="kafka-in",
     ).uid("kafka-in")
@@ -350,7 +442,7 @@ def run_lockgate(
             KafkaSink(
                 args.bootstrap,
                 topic_out,
-                format="json",
+                **sink_format,
                 delivery="exactly_once",
                 transactional_id_prefix=f"lgbench-lockgate-{topic_out}",
             ),
@@ -372,7 +464,7 @@ def run_lockgate(
     return {
         "system": "lockgate",
         "executor": type(executor).__name__,
-        "decode": DECODES[decode],
+        "decode": (AVRO_DECODES if fmt == "avro" else DECODES)[decode],
         "version": lg.__version__ if hasattr(lg, "__version__") else None,
         "seconds": seconds,
         "delivery": "exactly-once (Kafka transactions committed on checkpoints)",
@@ -407,27 +499,30 @@ def peer_python(name: str) -> Path:
     return python
 
 
-def flink_jar() -> Path:
-    """The Flink Kafka SQL connector jar, fetched once from Maven Central with mvn."""
-    group, artifact, version = FLINK_KAFKA.split(":")
+def flink_jar(coordinates: str = FLINK_KAFKA) -> Path:
+    """A Flink jar (the Kafka SQL connector by default), fetched once from Maven Central
+    with mvn."""
+    group, artifact, version = coordinates.split(":")
     folder = CACHE / "bench-kafka-flink"
     jar = folder / f"{artifact}-{version}.jar"
     if not jar.exists():
         folder.mkdir(parents=True, exist_ok=True)
         cmd = [
             "mvn", "-q", "-B", "dependency:copy",
-            f"-Dartifact={FLINK_KAFKA}", f"-DoutputDirectory={folder}",
+            f"-Dartifact={coordinates}", f"-DoutputDirectory={folder}",
         ]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not jar.exists():
             raise SystemExit(
-                f"fetching {FLINK_KAFKA} from Maven Central failed: "
+                f"fetching {coordinates} from Maven Central failed: "
                 f"{(done.stdout + done.stderr)[-2000:]}"
             )
     return jar
 
 
-def run_peer(name: str, args: argparse.Namespace, topic_in: str, topic_out: str) -> dict:
+def run_peer(
+    name: str, args: argparse.Namespace, topic_in: str, topic_out: str, fmt: str = "json"
+) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"lockgate-bench-kafka-{name}-"))
     common = [
         "--bootstrap", args.bootstrap, "--input", topic_in, "--output", topic_out,
@@ -436,6 +531,9 @@ def run_peer(name: str, args: argparse.Namespace, topic_in: str, topic_out: str)
     if name == "flink":
         cmd = [str(peer_python("flink")), str(HERE / "kafka_flink.py"), *common]
         cmd += ["--jar", str(flink_jar()), "--checkpoint-ms", "1000"]
+        if fmt == "avro":
+            cmd += ["--format", "avro-confluent", "--registry", args.registry]
+            cmd += ["--jar", str(flink_jar(FLINK_AVRO))]
     else:
         cmd = [str(peer_python("spark")), str(HERE / "kafka_spark.py"), *common]
         cmd += ["--package", SPARK_KAFKA, "--ivy", str(CACHE / "bench-kafka-spark-ivy")]
@@ -461,6 +559,12 @@ def run_peer(name: str, args: argparse.Namespace, topic_in: str, topic_out: str)
     }
     if name == "flink":
         row["delivery"] = "exactly-once (sink.delivery-guarantee = exactly-once)"
+        if fmt == "avro":
+            row["decode"] = (
+                "'value.format' = 'avro-confluent' on both tables: the writer's schema "
+                "fetched by id and resolved to the table's; the output schema registered "
+                "under <topic>-value"
+            )
         row["checkpoints_completed"] = out["checkpoints"]
         row["timing"] = (
             "statement submission to the job's end: SQL planning, deployment on the "
@@ -482,15 +586,92 @@ def run_peer(name: str, args: argparse.Namespace, topic_in: str, topic_out: str)
 # -- driver ----------------------------------------------------------------------------
 
 
+def run_case(
+    args: argparse.Namespace,
+    admin: AdminClient,
+    case: tuple[str, str, str, str],
+    topic_in: str,
+    run_id: str,
+    made: list[str],
+    expected: Result,
+) -> dict[str, Any]:
+    """Run one case ``(system, lockgate executor, lockgate decode, format)`` ``--repeat``
+    times, each into a fresh output topic (added to ``made``) checked against
+    ``expected``; the case's JSON line."""
+    system, executor, decode, fmt = case
+    decode_result = AVRO.result_decoder(args.registry) if fmt == "avro" else json_result
+    suffix = (f"-{executor}-{decode}" if executor else "") + ("-avro" if fmt == "avro" else "")
+    runs = []
+    for attempt in range(args.repeat):
+        topic_out = f"lgbench-kafka-out-{system}{suffix}-{run_id}-{attempt}"
+        create_topic(admin, topic_out)
+        made.append(topic_out)
+        if system == "lockgate":
+            row = run_lockgate(args, executor, decode, topic_in, topic_out, fmt)
+        else:
+            row = run_peer(system, args, topic_in, topic_out, fmt)
+        seen, total = read_output(args.bootstrap, topic_out, decode=decode_result)
+        runs.append((row, total, compare(expected, seen)))
+    seconds_each = [round(r[0]["seconds"], 3) for r in runs]
+    row, total, checked = min(runs, key=lambda r: r[0]["seconds"])
+    seconds = row.pop("seconds")
+    line = {
+        "bench": "kafka",
+        "case": f"{system}{suffix}",
+        "job": "window-count",
+        "format": "avro-confluent" if fmt == "avro" else "json",
+        **row,
+        "records": args.records,
+        "keys": KEYS,
+        "disorder_ms": DISORDER_MS,
+        "window_ms": WINDOW_MS,
+        "checkpoint_interval_ms": 1000,
+        "parallelism": args.parallelism,
+        "partitions": PARTITIONS,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(args.records / seconds),
+        "runs": args.repeat,
+        "seconds_each": seconds_each,
+        "output_records": total,
+        **checked,
+        # every run's output, not only the fastest one's, must be right
+        "verified": all(r[2]["verified"] for r in runs),
+        "cores": os.cpu_count(),
+        # the machine's load after the case (other work shares the cores)
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    return line
+
+
+def _split(option: str, value: str, allowed: Any) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or any(v not in allowed for v in items):
+        raise SystemExit(
+            f"{option}: a comma-separated subset of {','.join(allowed)}, got {value!r}"
+        )
+    return items
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--formats", default="json,avro", help="the cases' formats: json,avro")
     ap.add_argument("--systems", default="lockgate,spark,flink")
     ap.add_argument("--executors", default="local", help="lockgate executors: local,spark")
     ap.add_argument(
         "--lockgate-decode",
         default="json,arrow,schema",
-        help="how lockgate decodes: json,arrow,schema",
+        help="how lockgate decodes JSON: json,arrow,schema",
+    )
+    ap.add_argument(
+        "--lockgate-avro-decode",
+        default="registry",
+        help=f"how lockgate decodes Avro: {','.join(AVRO_DECODES)}",
+    )
+    ap.add_argument(
+        "--registry",
+        default=os.environ.get("LOCKGATE_TEST_SCHEMA_REGISTRY", AVRO.DEFAULT_REGISTRY),
+        help="the schema registry's Confluent-compatible API (the Avro case)",
     )
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--bootstrap", default=os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092"))
@@ -498,92 +679,70 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per case; the fastest is kept")
     ap.add_argument("--keep-topics", action="store_true")
     args = ap.parse_args()
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    bad = [s for s in systems if s not in ("lockgate", "spark", "flink")]
-    if bad or not systems:
-        ap.error(
-            f"--systems: a comma-separated subset of lockgate,spark,flink, got {args.systems!r}"
-        )
-    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
-    if not executors or any(e not in ("local", "spark") for e in executors):
-        ap.error(f"--executors: a comma-separated subset of local,spark, got {args.executors!r}")
-    decodes = [d.strip() for d in args.lockgate_decode.split(",") if d.strip()]
-    if not decodes or any(d not in DECODES for d in decodes):
-        ap.error(
-            "--lockgate-decode: a comma-separated subset of json,arrow,schema, got "
-            f"{args.lockgate_decode!r}"
-        )
+    formats = _split("--formats", args.formats, ("json", "avro"))
+    systems = _split("--systems", args.systems, ("lockgate", "spark", "flink"))
+    executors = _split("--executors", args.executors, ("local", "spark"))
+    decodes = _split("--lockgate-decode", args.lockgate_decode, tuple(DECODES))
+    avro_decodes = _split("--lockgate-avro-decode", args.lockgate_avro_decode, tuple(AVRO_DECODES))
     if args.repeat < 1:
         ap.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.records < 1:
         ap.error(f"--records must be at least 1, got {args.records}")
+    if "avro" in formats:
+        AVRO.wait_for_registry(args.registry)
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     run_id = uuid.uuid4().hex[:8]
-    topic_in = f"lgbench-kafka-in-{run_id}"
-    made = [topic_in]
-    try:
-        create_topic(admin, topic_in)
-    except KafkaException as e:
-        raise SystemExit(
-            f"cannot create topic {topic_in} on {args.bootstrap}: {e}; is the broker running "
-            "(bash scripts/services.sh starts it)?"
-        ) from e
-    produce_s = produce_input(args.bootstrap, topic_in, args.records)
-    print(f"wrote {args.records:,} records to {topic_in} in {produce_s:.1f} s", file=sys.stderr)
+    made: list[str] = []
     expected = expected_counts(args.records)
-
-    cases: list[tuple[str, str, str]] = []
-    if "lockgate" in systems:
-        cases += [("lockgate", e, d) for e in executors for d in decodes]
-    cases += [(s, "", "") for s in ("spark", "flink") if s in systems]
     try:
-        for system, executor, decode in cases:
-            suffix = f"-{executor}-{decode}" if executor else ""
-            runs = []
-            for attempt in range(args.repeat):
-                topic_out = f"lgbench-kafka-out-{system}{suffix}-{run_id}-{attempt}"
-                create_topic(admin, topic_out)
-                made.append(topic_out)
-                if system == "lockgate":
-                    row = run_lockgate(args, executor, decode, topic_in, topic_out)
-                else:
-                    row = run_peer(system, args, topic_in, topic_out)
-                seen, total = read_output(args.bootstrap, topic_out)
-                runs.append((row, total, compare(expected, seen)))
-            seconds_each = [round(r[0]["seconds"], 3) for r in runs]
-            row, total, checked = min(runs, key=lambda r: r[0]["seconds"])
-            seconds = row.pop("seconds")
-            line = {
-                "bench": "kafka",
-                "case": f"{system}{suffix}",
-                "job": "window-count",
-                **row,
-                "records": args.records,
-                "keys": KEYS,
-                "disorder_ms": DISORDER_MS,
-                "window_ms": WINDOW_MS,
-                "checkpoint_interval_ms": 1000,
-                "parallelism": args.parallelism,
-                "partitions": PARTITIONS,
-                "seconds": round(seconds, 3),
-                "records_per_s": round(args.records / seconds),
-                "runs": args.repeat,
-                "seconds_each": seconds_each,
-                "output_records": total,
-                **checked,
-                # every run's output, not only the fastest one's, must be right
-                "verified": all(r[2]["verified"] for r in runs),
-                "cores": os.cpu_count(),
-            }
-            print(json.dumps(line), flush=True)
+        for fmt in formats:
+            topic_in = f"lgbench-kafka-in-{run_id}" + ("-avro" if fmt == "avro" else "")
+            made.append(topic_in)
+            try:
+                create_topic(admin, topic_in)
+            except KafkaException as e:
+                raise SystemExit(
+                    f"cannot create topic {topic_in} on {args.bootstrap}: {e}; is the broker "
+                    "running (bash scripts/services.sh starts it)?"
+                ) from e
+            if fmt == "avro":
+                schema_id = AVRO.register_input_schema(args.registry, topic_in)
+                encode = AVRO.value_encoder(schema_id)
+            else:
+                encode = json_values
+            produce_s = produce_input(args.bootstrap, topic_in, args.records, encode)
+            print(
+                f"wrote {args.records:,} {fmt} records to {topic_in} in {produce_s:.1f} s",
+                file=sys.stderr,
+            )
+            cases: list[tuple[str, str, str]] = []
+            if "lockgate" in systems:
+                for_lockgate = avro_decodes if fmt == "avro" else decodes
+                cases += [("lockgate", e, d) for e in executors for d in for_lockgate]
+            if fmt == "avro" and "spark" in systems:
+                print(
+                    "no Spark case for Avro: open-source Spark's from_avro takes a fixed "
+                    "schema, its Schema Registry support is Databricks-only",
+                    file=sys.stderr,
+                )
+            peers = ("flink",) if fmt == "avro" else ("spark", "flink")
+            cases += [(s, "", "") for s in peers if s in systems]
+            for system, executor, decode in cases:
+                line = run_case(
+                    args, admin, (system, executor, decode, fmt), topic_in, run_id, made, expected
+                )
+                print(json.dumps(line), flush=True)
     finally:
         if not args.keep_topics:
-            for future in admin.delete_topics(made).values():
-                try:
-                    future.result(30)
-                except KafkaException:
-                    pass  # already gone
+            if made:
+                for future in admin.delete_topics(made).values():
+                    try:
+                        future.result(30)
+                    except KafkaException:
+                        pass  # already gone
+            if "avro" in formats:
+                AVRO.delete_subjects(args.registry, [f"{t}-value" for t in made])
 
 
 if __name__ == "__main__":
