@@ -175,6 +175,27 @@ def _order_file(version: int) -> descriptor_pb2.FileDescriptorProto:
     return f
 
 
+def proto_text(version: int) -> str:
+    """The ``.proto`` text of ``version`` (what the registry stores: Apicurio refuses
+    the base64 descriptor confluent-kafka's ProtobufSerializer registers, so the tests
+    register this text and serialize with ``use.latest.version``)."""
+    field5 = "  string legacy = 5;" if version == 1 else "  reserved 5;\n  double score = 6;"
+    return (
+        'syntax = "proto3";\n'
+        "package lgtest;\n\n"
+        "enum Status {\n  NEW = 0;\n  PAID = 1;\n}\n\n"
+        "message Customer {\n  string email = 1;\n}\n\n"
+        "message Order {\n"
+        "  int64 id = 1;\n"
+        "  string name = 2;\n"
+        "  repeated string tags = 3;\n"
+        "  Status status = 4;\n"
+        f"{field5}\n"
+        "  Customer customer = 7;\n"
+        "}\n"
+    )
+
+
 def _message_class(version: int) -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_order_file(version))
@@ -184,6 +205,56 @@ def _message_class(version: int) -> Any:
 #: ``lgtest.Order`` version 1 and version 2 (message classes, as protoc would generate)
 OrderV1: Any = _message_class(1)
 OrderV2: Any = _message_class(2)
+
+
+def _proto_texts() -> dict[str, str]:
+    """confluent-kafka's registration text of each version's file (a base64
+    FileDescriptorProto) -> its ``.proto`` text."""
+    from confluent_kafka.schema_registry.common.protobuf import _schema_to_str
+
+    return {
+        _schema_to_str(OrderV1.DESCRIPTOR.file): proto_text(1),
+        _schema_to_str(OrderV2.DESCRIPTOR.file): proto_text(2),
+    }
+
+
+def protobuf_serializer(cls: Any, conf: dict[str, Any] | None = None) -> Any:
+    """confluent-kafka's own ``ProtobufSerializer`` of ``cls`` (``OrderV1`` or
+    ``OrderV2``) against the test registry. Its client registers the ``.proto`` text
+    in place of the base64 descriptor the serializer sends (Apicurio parses only the
+    text); the records are framed by the serializer itself (id, message indexes)."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    texts = _proto_texts()
+
+    class TextClient(SchemaRegistryClient):  # type: ignore[misc]
+        def register_schema_full_response(
+            self, subject_name: str, schema: Any, *a: Any, **kw: Any
+        ) -> Any:
+            if schema.schema_type == "PROTOBUF" and schema.schema_str in texts:
+                schema = Schema(texts[schema.schema_str], "PROTOBUF", schema.references)
+            return super().register_schema_full_response(subject_name, schema, *a, **kw)
+
+    return ProtobufSerializer(cls, TextClient({"url": REGISTRY_URL}), conf or {})
+
+
+def allow_any_evolution(subject: str) -> None:
+    """Let ``subject`` (registered already) take any next version. Apicurio's Protobuf
+    compatibility check refuses a removed field under every rule (Confluent's BACKWARD
+    allows it), and its Confluent-compatible ``/config`` cannot override the global
+    BACKWARD with NONE; its own API sets the subject's rule to NONE."""
+    import urllib.request
+
+    base = REGISTRY_URL.split("/apis/")[0]
+    request = urllib.request.Request(
+        f"{base}/apis/registry/v3/groups/default/artifacts/{subject}/rules",
+        method="POST",
+        data=json.dumps({"ruleType": "COMPATIBILITY", "config": "NONE"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status in (200, 204), f"setting {subject}'s rule: HTTP {answer.status}"
 
 
 def proto_v1(i: int) -> Any:
