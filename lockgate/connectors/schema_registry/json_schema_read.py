@@ -1,0 +1,124 @@
+"""JSON Schema values of the Schema Registry wire format.
+
+Each value is JSON text after the 5-byte header. It is decoded, then validated against
+its writer's JSON Schema (fetched by id, its validator made once per process and
+cached per id): a value that is not UTF-8 JSON or does not match the writer's schema is
+malformed (the "Bad input" rule). Remote ``$ref`` are never fetched.
+
+With a reader schema (a JSON Schema, dict or text) the record is resolved to it as
+Avro resolves records, for objects with ``properties`` (at every level): a property
+the reader does not name is dropped, one the record lacks takes the reader's
+``default`` when it has one; the result must then match the reader schema (else the
+record is malformed). Without one, records are the decoded JSON as written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .formats import MalformedValue, ParsedCache, writer_schema
+from .wire import HEADER_BYTES
+
+if TYPE_CHECKING:
+    from .client import SchemaRegistry
+
+
+def validator_of(schema: Any) -> Any:
+    """A jsonschema validator of ``schema`` (its ``$schema`` draft, else 2020-12);
+    ``jsonschema.SchemaError`` when the schema is not valid."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def parse_reader_schema(schema: object) -> Any:
+    """``schema`` (a JSON Schema as a dict or JSON text) as JSON data, checked;
+    ValueError saying what is wrong otherwise."""
+    data = schema
+    if isinstance(schema, str):
+        try:
+            data = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"it is not JSON text: {e}") from e
+    if not isinstance(data, (dict, bool)):
+        raise ValueError(f"a JSON Schema is a dict (or its JSON text), got {schema!r}")
+    try:
+        validator_of(data)
+    except Exception as e:  # noqa: BLE001 - SchemaError and its kin
+        raise ValueError(f"it is not a valid JSON Schema: {e}") from e
+    return data
+
+
+def resolve(record: Any, schema: Any) -> Any:
+    """``record`` resolved to the reader ``schema`` (see the module docstring)."""
+    if not isinstance(schema, dict) or not isinstance(record, dict):
+        return record
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return record
+    out: dict[str, Any] = {}
+    for name, sub in props.items():
+        if name in record:
+            out[name] = resolve(record[name], sub)
+        elif isinstance(sub, dict) and "default" in sub:
+            out[name] = sub["default"]
+    return out
+
+
+def _why(validator: Any, record: Any) -> str:
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is None:  # pragma: no cover - only asked after is_valid said no
+        return "invalid"
+    where = "/".join(str(p) for p in error.absolute_path) or "(the value)"
+    return f"{error.message} at {where}"
+
+
+class JsonSchemaValueDecoder:
+    """Decodes framed JSON Schema values of one side (value or key) of a source."""
+
+    def __init__(self, registry: SchemaRegistry, reader_schema: Any = None) -> None:
+        self.registry = registry
+        self.reader_schema = reader_schema
+        self.reader = None if reader_schema is None else validator_of(reader_schema)
+        self._validators: ParsedCache = ParsedCache(1000)
+
+    def _validator(self, schema_id: int) -> Any:
+        validator = self._validators.get(schema_id)
+        if validator is None:
+            text = writer_schema(self.registry, schema_id, "JSON")
+            try:
+                validator = validator_of(json.loads(text))
+            except Exception as e:  # noqa: BLE001 - bad JSON, SchemaError
+                raise MalformedValue(
+                    f"the registry's schema id {schema_id} is not a valid JSON Schema: {e}"
+                ) from e
+            self._validators.put(schema_id, validator)
+        return validator
+
+    def decode(self, schema_id: int, value: bytes) -> Any:
+        validator = self._validator(schema_id)
+        try:
+            record = json.loads(memoryview(value)[HEADER_BYTES:].tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise MalformedValue(
+                f"its payload is not UTF-8 JSON (schema id {schema_id}): {e}"
+            ) from e
+        if not validator.is_valid(record):
+            raise MalformedValue(
+                f"it does not match the writer's JSON Schema (schema id {schema_id}): "
+                f"{_why(validator, record)}"
+            )
+        if self.reader is None:
+            return record
+        record = resolve(record, self.reader_schema)
+        if not self.reader.is_valid(record):
+            raise MalformedValue(
+                f"it cannot be resolved to the reader schema (written with schema id "
+                f"{schema_id}): {_why(self.reader, record)}"
+            )
+        return record
