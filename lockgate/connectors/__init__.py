@@ -15,6 +15,7 @@ from .postgres_sink import PostgresSink
 from .print_sink import PrintSink
 from .rate_limit import RateLimitedSource
 from .redis_stream import RedisStreamSource
+from .schema_registry import Schema, SchemaRegistry
 from .sequence import SequenceSource
 from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 
@@ -36,6 +37,8 @@ __all__ = [
     "RateLimitedSource",
     "RedisStreamSource",
     "ReaderOutput",
+    "Schema",
+    "SchemaRegistry",
     "SequenceSource",
     "Sink",
     "SinkWriter",

@@ -1,0 +1,30 @@
+"""Kafka records in a Schema Registry's formats (Avro, Protobuf, JSON Schema).
+
+:class:`SchemaRegistry` is the client of the registry's REST API (Confluent's, or
+Apicurio Registry's Confluent-compatible one); :mod:`.wire` frames and unframes the
+Confluent wire format.
+"""
+
+from .client import (
+    IncompatibleSchemaError,
+    InvalidSchemaError,
+    RegisteredSchema,
+    Schema,
+    SchemaReference,
+    SchemaRegistry,
+    SchemaRegistryError,
+    SchemaRegistryUnavailable,
+    UnknownSchemaError,
+)
+
+__all__ = [
+    "IncompatibleSchemaError",
+    "InvalidSchemaError",
+    "RegisteredSchema",
+    "Schema",
+    "SchemaReference",
+    "SchemaRegistry",
+    "SchemaRegistryError",
+    "SchemaRegistryUnavailable",
+    "UnknownSchemaError",
+]
