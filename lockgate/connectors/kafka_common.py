@@ -24,9 +24,12 @@ from typing import Any
 from ..errors import ConfigurationError
 from .kafka_logging import librdkafka_config, quiet_kafka_python
 
-#: record formats of the source and the sink: ``json`` (a JSON value per record),
+#: record formats that need no schema registry: ``json`` (a JSON value per record),
 #: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
 FORMATS = ("json", "text", "bytes")
+#: record formats framed by the Confluent wire format, their schemas in a Schema
+#: Registry (``schema_registry=``): ``avro``, ``protobuf`` and ``json_schema``
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 _INSTALL = "install the kafka extra: pip install 'lockgate[kafka]'"
 
@@ -77,15 +80,49 @@ def check_bootstrap_servers(owner: str, value: object) -> str:
     return ",".join(str(i) for i in items)
 
 
-def check_format(owner: str, value: object) -> str:
-    """``format`` checked: one of :data:`FORMATS`."""
-    if value not in FORMATS:
+def check_format(owner: str, value: object, arg: str = "format") -> str:
+    """``format`` (or the argument ``arg``) checked: one of :data:`FORMATS` or
+    :data:`REGISTRY_FORMATS`."""
+    every = (*FORMATS, *REGISTRY_FORMATS)
+    if value not in every:
         raise ConfigurationError(
-            f"{owner} format must be one of {', '.join(repr(f) for f in FORMATS)} ('json': "
-            "a JSON value per record; 'text': UTF-8 text; 'bytes': the value as it is), "
-            f"got {value!r}"
+            f"{owner} {arg} must be one of {', '.join(repr(f) for f in every)} ('json': "
+            "a JSON value per record; 'text': UTF-8 text; 'bytes': the value as it is; "
+            "'avro', 'protobuf', 'json_schema': framed by a Schema Registry serializer, "
+            f"with schema_registry=), got {value!r}"
         )
     return str(value)
+
+
+def check_schema_registry(owner: str, registry: object, formats: dict[str, str | None]) -> Any:
+    """``schema_registry`` checked against the formats in use (``{argument: format}``,
+    e.g. ``{"format": "avro", "key_format": None}``): a registry format needs a
+    ``SchemaRegistry``; without one in use, passing a registry is refused."""
+    used = [f"{arg}={fmt!r}" for arg, fmt in formats.items() if fmt in REGISTRY_FORMATS]
+    if registry is None:
+        if used:
+            raise ConfigurationError(
+                f"{owner} {' and '.join(used)} reads the writers' schemas from a Schema "
+                "Registry: pass schema_registry=lg.connectors.SchemaRegistry(url) (e.g. "
+                "'http://registry:8081')"
+            )
+        return None
+    from .schema_registry.client import SchemaRegistry
+
+    if not isinstance(registry, SchemaRegistry):
+        raise ConfigurationError(
+            f"{owner} schema_registry must be a lg.connectors.SchemaRegistry(url), got "
+            f"{registry!r:.200}"
+        )
+    if not used:
+        given = ", ".join(f"{arg}={fmt!r}" for arg, fmt in formats.items() if fmt is not None)
+        raise ConfigurationError(
+            f"{owner} schema_registry is only used by the registry formats "
+            f"({', '.join(repr(f) for f in REGISTRY_FORMATS)}), but {given} does not read "
+            "from it: drop schema_registry, or pass format='avro' (or 'protobuf', "
+            "'json_schema')"
+        )
+    return registry
 
 
 def check_properties(
