@@ -15,10 +15,12 @@ nothing of it."""
 from __future__ import annotations
 
 import io
+import logging
 import pickle
 import struct
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import fastavro
@@ -32,6 +34,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from recording_output import RecordingOutput
 
 import lockgate as lg
+from conftest import on_executors
 from kafka_fixtures import BOOTSTRAP
 from lockgate.connectors.base import InputStatus, SourceReader
 from lockgate.connectors.kafka_source import KafkaSource
@@ -40,6 +43,7 @@ from lockgate.connectors.schema_registry.avro_arrow import avro_arrow_schema
 from lockgate.connectors.schema_registry.wire import frame
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
+from lockgate.testing import FailAtRecord, FailDuringAlignment, FailSnapshot, inject_faults
 from registry_schemas import (
     AVRO_KEY,
     AVRO_V1_TEXT,
@@ -60,6 +64,7 @@ from registry_schemas import (
     proto_v2,
     protobuf_serializer,
 )
+from running_sums import RunningTotal, expected_totals, key_of
 
 #: records per schema version and partition
 N = 30
@@ -294,6 +299,84 @@ def test_unknown_ids_corrupt_and_unframed_records_go_to_the_dead_letter_with_pos
     errors = {d["offset"]: d["error"] for tag, d in out if tag == "dead" and d["partition"] == 1}
     assert f"schema id {2**31 - 7}" in errors[2]
     assert f"schema id {schema_id}" in errors[3]
+
+
+#: the exactly-once test's records and key width
+EO_RECORDS = 20_000
+EO_CHUNK = 500
+EO_SCHEMA = {
+    "type": "record",
+    "name": "Sum",
+    "namespace": "lgtest",
+    "fields": [{"name": "k", "type": "int"}, {"name": "v", "type": "long"}],
+}
+#: the reader's shape: k promoted to long, a field the writer lacks with its default
+EO_READER = {
+    "type": "record",
+    "name": "Sum",
+    "namespace": "lgtest",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "v", "type": "long"},
+        {"name": "note", "type": "string", "default": "-"},
+    ],
+}
+
+
+@pytest.mark.hang_guard(300)
+@pytest.mark.parametrize(("executor", "parallelism"), on_executors(2), indirect=["executor"])
+def test_an_avro_keyed_running_sum_is_exactly_once_through_five_injected_failures_M_X1(
+    kafka_topic, executor, parallelism, caplog
+) -> None:
+    """M-X1, M-R1: five faults (the source, the operator, an alignment, an asynchronous
+    snapshot) fail five attempts of a job reading Avro through a reader schema; each
+    restore seeks every partition back to its checkpointed offset, so the output equals
+    the failure-free run's: decoding through the registry changes nothing of it."""
+    topic = kafka_topic(3)
+    ctx_ = SerializationContext(topic, MessageField.VALUE)
+    serialize = AvroSerializer(confluent_client(), json_text(EO_SCHEMA))
+    send(
+        topic,
+        [
+            ((v // EO_CHUNK) % 3, None, serialize({"k": v // EO_CHUNK, "v": v}, ctx_))
+            for v in range(EO_RECORDS)
+        ],
+    )
+    env = lg.StreamEnvironment(parallelism=parallelism, executor=executor)
+    env.enable_checkpointing(timedelta(milliseconds=100))
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=10, delay=0))
+    source = KafkaSource(
+        BOOTSTRAP,
+        topic,
+        bounded=True,
+        format="avro",
+        schema_registry=registry(),
+        reader_schema=EO_READER,
+    )
+    sums = (
+        env.from_source(lg.connectors.RateLimitedSource(source, 6_000), name="kafka")
+        .uid("kafka")
+        .key_by(key_of)
+        .process(RunningTotal(), name="running sum")
+        .uid("sums")
+    )
+    # attempt 0 fails its third checkpoint, so two completed: every later attempt
+    # restores one, then fails in the source, the operator, an alignment, the source
+    inject_faults(
+        env,
+        FailSnapshot("running sum", checkpoint=3, phase="async", attempt=0, subtask=0),
+        FailAtRecord("kafka", record=1_000, attempt=1, subtask=0),
+        FailAtRecord("running sum", record=1_000, attempt=2, subtask=parallelism - 1),
+        FailDuringAlignment("running sum", attempt=3, subtask=0),
+        FailAtRecord("kafka", record=500, attempt=4, subtask=parallelism - 1),
+    )
+    with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
+        out = sums.execute_and_collect("registry exactly once", executor=executor)
+    restores = [r for r in caplog.records if " restores " in r.getMessage()]
+    assert len(restores) == 5, "each later attempt restored a checkpoint"
+    got = sorted((r["k"], r["v"], r["total"]) for r in out)
+    assert len(got) == EO_RECORDS, f"{len(got)} records, expected {EO_RECORDS}"
+    assert got == expected_totals(EO_RECORDS, EO_CHUNK)
 
 
 @pytest.mark.parametrize("fetch", ["auto", "librdkafka"])
