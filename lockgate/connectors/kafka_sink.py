@@ -55,6 +55,18 @@ the input only; a failure may lose what was in flight.
 
 Records: ``format="json"`` writes each record as JSON (dicts, lists, numbers, ...);
 ``"text"`` writes ``str`` records as UTF-8; ``"bytes"`` writes ``bytes`` as they are.
+``"avro"``, ``"protobuf"`` and ``"json_schema"`` write each record encoded against
+``schema`` (an Avro schema or a pyarrow schema; a Protobuf message class; a JSON
+Schema) in the Confluent wire format, framed with the schema's id in
+``schema_registry``: the schema is registered (``auto_register=True``, the registry's
+compatibility rule deciding) or looked up (``auto_register=False``) under the subject
+``subject_strategy`` names (``"topic"``: ``<topic>-value``; ``"record"``: the record
+type's fully-qualified name; ``"topic_record"``: ``<topic>-<name>``) on the driver
+before the job's first record, so a schema the registry refuses, or a subject that does
+not hold it, fails the job at start naming the subject (with a topic function, the
+``topic`` and ``topic_record`` subjects are resolved when a topic's first record comes).
+Encoding is the only difference: every delivery mode works as with the other formats.
+See docs/schema_registry.md.
 ``key``: None (no key: the producer spreads records over partitions), a field name of
 dict records, or a function of the record returning ``str``, ``bytes`` or None.
 ``topic``: a name, or a function of the record returning one. A record that cannot be
@@ -81,16 +93,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows
+from ..core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows, user_view
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_sink import json_default
 from .json_columns import json_values
 from .kafka_common import (
+    REGISTRY_FORMATS,
     check_bootstrap_servers,
     check_format,
     check_properties,
+    check_schema_registry,
     config_admin,
     confluent_kafka,
     topic_max_message_bytes,
@@ -109,6 +123,7 @@ from .kafka_transactions import (
     producer_config,
     transactional_id,
 )
+from .schema_registry.subjects import check_strategy
 from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
@@ -143,6 +158,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
 
     ``properties``: further librdkafka producer settings (e.g. ``linger.ms``,
     ``compression.type``, security settings; ``transaction.timeout.ms`` in ms).
+
+    ``format`` ``"avro"``, ``"protobuf"`` or ``"json_schema"`` needs
+    ``schema_registry`` (a :class:`~lockgate.connectors.schema_registry.client.SchemaRegistry`)
+    and ``schema``; ``subject_strategy`` (``"topic"``, ``"record"``,
+    ``"topic_record"``) and ``auto_register`` say under which subject the schema is
+    registered or looked up at start (see the module docstring). ``key_format`` (one of
+    those formats) with ``key_schema`` encodes the keys ``key`` gives the same way,
+    under the keys' subject (``<topic>-key`` for ``"topic"``); a None key stays None.
     """
 
     default_name = "kafka sink"
@@ -157,6 +180,12 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         delivery: str = "exactly_once",
         transactional_id_prefix: str | None = None,
         properties: dict[str, Any] | None = None,
+        schema_registry: Any = None,
+        schema: Any = None,
+        subject_strategy: str = "topic",
+        auto_register: bool = True,
+        key_format: str | None = None,
+        key_schema: Any = None,
     ) -> None:
         owner = "KafkaSink"
         self.bootstrap_servers = check_bootstrap_servers(owner, bootstrap_servers)
@@ -173,6 +202,23 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
             )
         self.key = key
         self.format = check_format(owner, format)
+        key_format = _check_key_format(key_format, key, key_schema)
+        check_schema_registry(
+            owner, schema_registry, {"format": self.format, "key_format": key_format}
+        )
+        check_strategy(owner, subject_strategy)
+        if not isinstance(auto_register, bool):
+            raise ConfigurationError(
+                "KafkaSink auto_register must be True (register the schema under its subject "
+                f"at start) or False (only look it up), got {auto_register!r}"
+            )
+        #: the writers of a registry format's values and keys (None: not one)
+        self.registry_writer = _registry_writer(
+            self.format, schema_registry, schema, subject_strategy, auto_register
+        )
+        self.key_writer = _registry_writer(
+            key_format, schema_registry, key_schema, subject_strategy, auto_register, key=True
+        )
         if delivery not in DELIVERIES:
             raise ConfigurationError(
                 f"KafkaSink delivery must be one of {', '.join(repr(d) for d in DELIVERIES)} "
@@ -239,8 +285,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         return self.delivery == "exactly_once"
 
     def check_before_run(self, plan: Any = None) -> None:
-        """On the driver: for exactly-once, the producers' transaction timeout must be
-        allowed by the brokers and outlast a checkpoint interval plus its timeout."""
+        """On the driver: a registry format's schema registered or looked up under its
+        subject (refused by the registry's compatibility rule, or missing with
+        ``auto_register=False``: a ConfigurationError naming the subject); for
+        exactly-once, the producers' transaction timeout must be allowed by the brokers
+        and outlast a checkpoint interval plus its timeout."""
+        for writer in (self.registry_writer, self.key_writer):
+            if writer is not None:
+                writer.check_at_start(None if callable(self.topic) else self.topic)
         if self.delivery != "exactly_once":
             return
         broker_max = broker_transaction_max_timeout_ms(self.bootstrap_servers, self.properties)
@@ -627,8 +679,22 @@ class _Encoder:
         close: the last reference going destroys its handle)."""
         self._config_admin = None
 
-    def encode_value(self, record: Any, n: int) -> bytes:
+    def encode_value(self, record: Any, n: int, topic: str | None = None) -> bytes:
+        """``record`` (the ``n``-th of the attempt, going to ``topic``) encoded as the
+        sink's format; a ValueError with its position when it cannot be."""
         fmt = self.sink.format
+        registry = self.sink.registry_writer
+        if registry is not None:
+            assert topic is not None, "a registry format's subject depends on the topic"
+            schema_id = registry.schema_id(topic)  # not a record's fault: raised as it is
+            try:
+                return bytes(registry.encode(record, schema_id))
+            except (TypeError, ValueError) as e:
+                raise ValueError(
+                    f"KafkaSink cannot encode {self.where(n)} for topic {topic!r} as {fmt} "
+                    f"(schema id {schema_id} of subject {registry.subject(topic)!r}): {e}; "
+                    f"record: {record!r:.200}"
+                ) from e
         try:
             if fmt == "json":
                 return json.dumps(
@@ -646,7 +712,9 @@ class _Encoder:
                 f"KafkaSink cannot encode {self.where(n)} as {fmt}: {e}; record: {record!r:.200}"
             ) from e
 
-    def encode_key(self, record: Any, n: int) -> bytes | None:
+    def encode_key(self, record: Any, n: int, topic: str | None = None) -> bytes | None:
+        """The key of ``record`` (the ``n``-th of the attempt, going to ``topic``): None,
+        bytes as they are, UTF-8 text of anything else, or encoded as ``key_format``."""
         key = self.sink.key
         if key is None:
             return None
@@ -657,6 +725,18 @@ class _Encoder:
                 f"KafkaSink cannot take the key of {self.where(n)}: {type(e).__name__}: {e}; "
                 f"record: {record!r:.200}"
             ) from e
+        writer = self.sink.key_writer
+        if writer is not None and value is not None:
+            assert topic is not None, "a registry format's subject depends on the topic"
+            schema_id = writer.schema_id(topic)  # not a record's fault: raised as it is
+            try:
+                return bytes(writer.encode(value, schema_id))
+            except (TypeError, ValueError) as e:
+                raise ValueError(
+                    f"KafkaSink cannot encode the key of {self.where(n)} for topic {topic!r} "
+                    f"as {writer.format} (schema id {schema_id} of subject "
+                    f"{writer.subject(topic)!r}): {e}; key: {value!r:.200}"
+                ) from e
         if value is None or isinstance(value, bytes):
             return value
         return str(value).encode()
@@ -675,12 +755,12 @@ class _Encoder:
                     self._too_large(topic, value, key)
                 self._send(producer, topic, value, key)
         else:
-            rows = to_rows(batch)
+            rows = self._rows(batch)
             for record in rows:
                 n = self.count
-                value = self.encode_value(record, n)
-                key = self.encode_key(record, n)
                 name = topic(record) if callable(topic) else topic
+                value = self.encode_value(record, n, name)
+                key = self.encode_key(record, n, name)
                 limit = self.limit(name)
                 if limit is not None and len(value) + (len(key) if key else 0) > limit:
                     self._too_large(name, value, key)
@@ -688,6 +768,24 @@ class _Encoder:
         producer.poll(0)
         self.check()
         return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+    def _rows(self, batch: Batch) -> list[Any]:
+        """``batch``'s records; for a registry format, an Arrow map column's values as
+        dicts (Avro and Protobuf maps), not Arrow's lists of pairs."""
+        if (
+            (self.sink.registry_writer is None and self.sink.key_writer is None)
+            or not isinstance(batch, pa.RecordBatch)
+            or is_scalar_schema(batch.schema)
+        ):
+            return to_rows(batch)
+        try:
+            return list(user_view(batch).to_pylist(maps_as_pydicts="strict"))  # type: ignore[union-attr]
+        except KeyError as e:
+            raise ValueError(
+                f"KafkaSink cannot encode an Arrow batch of {batch.num_rows} records from "
+                f"{self.where(self.count)} on as {self.sink.format}: a map column holds the "
+                f"key {e} twice in one record, which a map of the schema cannot hold"
+            ) from e
 
     def _too_large(self, name: str, value: bytes, key: bytes | None) -> None:
         """Raise for the record about to be sent, which ``name`` cannot take."""
@@ -750,7 +848,7 @@ class _Encoder:
         the record-by-record encoding is needed (not JSON, a key function, a column
         type :func:`json_values` does not take)."""
         sink = self.sink
-        if not isinstance(batch, pa.RecordBatch) or sink.format != "json":
+        if not isinstance(batch, pa.RecordBatch) or sink.format != "json" or sink.key_writer:
             return None
         keys: Any = repeat(None)
         if sink.key is not None:
@@ -823,3 +921,56 @@ def _ms(value: Any) -> int | None:
     if isinstance(value, timedelta):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+def _check_key_format(key_format: object, key: object, key_schema: object) -> str | None:
+    """``key_format``: None (keys as UTF-8 text, bytes as they are) or a registry format,
+    which needs a ``key`` and a ``key_schema``."""
+    if key_format is None:
+        if key_schema is not None:
+            raise ConfigurationError(
+                "KafkaSink key_schema is for a registry key_format "
+                f"({', '.join(repr(f) for f in REGISTRY_FORMATS)}): remove it, or set key_format"
+            )
+        return None
+    if key_format not in REGISTRY_FORMATS:
+        raise ConfigurationError(
+            "KafkaSink key_format must be None (keys as UTF-8 text, bytes as they are) or one "
+            f"of {', '.join(repr(f) for f in REGISTRY_FORMATS)} (keys encoded against "
+            f"key_schema), got {key_format!r}"
+        )
+    if key is None:
+        raise ConfigurationError(
+            f"KafkaSink key_format={key_format!r} encodes keys, but key is None: set key= (a "
+            "field name or a function of the record giving the key)"
+        )
+    return str(key_format)
+
+
+def _registry_writer(
+    fmt: str | None,
+    registry: Any,
+    schema: Any,
+    subject_strategy: str,
+    auto_register: bool,
+    *,
+    key: bool = False,
+) -> Any:
+    """The writer of a registry format (None for the others, which refuse a schema)."""
+    arg = "key_schema" if key else "schema"
+    if fmt not in REGISTRY_FORMATS:
+        if schema is not None:
+            raise ConfigurationError(
+                f"KafkaSink {arg} is for the registry formats "
+                f"({', '.join(repr(f) for f in REGISTRY_FORMATS)}), but format is "
+                f"{fmt!r}: remove it, or choose one of those formats"
+            )
+        return None
+    from .schema_registry.writing import RegistryWriter
+
+    try:
+        return RegistryWriter(
+            "KafkaSink", fmt, registry, schema, subject_strategy, auto_register, key=key
+        )
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{e} (for the keys: key_schema=)" if key else str(e)) from e

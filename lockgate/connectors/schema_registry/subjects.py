@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from ...errors import ConfigurationError
 
-#: the record formats written (and read) through a schema registry
-REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 #: the subject name strategies, by Confluent's names without "Strategy"
 STRATEGIES = ("topic", "record", "topic_record")
 
