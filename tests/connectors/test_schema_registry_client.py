@@ -41,7 +41,6 @@ from lockgate.connectors.schema_registry import (
     SchemaRegistryUnavailable,
     UnknownSchemaError,
 )
-from lockgate.connectors.schema_registry import client as client_module
 from lockgate.errors import ConfigurationError
 
 REGISTRY_URL = os.environ.get(
@@ -565,8 +564,8 @@ def test_an_endless_body_is_refused_at_the_bound(fake_api: Callable[..., FakeApi
         h.send_header("Connection", "close")
         h.end_headers()
         chunk = b"[" * 65536
-        try:  # at most 4x the bound, so the server never runs away either
-            while sent[0] < 4 * client_module.MAX_RESPONSE_BYTES:
+        try:  # at most 4x the bound (16 MiB), so the server never runs away either
+            while sent[0] < 4 * 16 * 1024 * 1024:
                 h.wfile.write(chunk)
                 sent[0] += len(chunk)
         except OSError:
@@ -580,6 +579,7 @@ def test_an_endless_body_is_refused_at_the_bound(fake_api: Callable[..., FakeApi
     assert "GET /schemas/ids/1" in str(caught.value)
     assert not isinstance(caught.value, SchemaRegistryUnavailable)
     assert len(api.seen) == 1 and clock.sleeps == []  # refused, not retried
+    assert sent[0] < 4 * 16 * 1024 * 1024  # the client stopped reading at the bound
 
 
 def test_a_declared_huge_body_is_refused_before_reading(fake_api: Callable[..., FakeApi]) -> None:
