@@ -15,6 +15,7 @@ nothing of it."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import pickle
 import struct
@@ -63,6 +64,7 @@ from registry_schemas import (
     proto_v1,
     proto_v2,
     protobuf_serializer,
+    unique,
 )
 from running_sums import RunningTotal, expected_totals, key_of
 
@@ -600,8 +602,6 @@ def test_avro_bytes_left_after_the_record_make_it_malformed(kafka_topic, open_re
 
 
 def json_text(schema: Any) -> str:
-    import json
-
     return json.dumps(schema)
 
 
@@ -749,3 +749,64 @@ def test_avro_arrow_schema_maps_types_and_refuses_what_no_column_holds() -> None
         avro_arrow_schema(
             {"type": "record", "name": "L", "fields": [{"name": "next", "type": ["null", "L"]}]}
         )
+
+
+def _with_field(schema: dict[str, Any], name: str, field: dict[str, Any] | None) -> dict[str, Any]:
+    """``schema`` with field ``name`` replaced by ``field`` (None: removed)."""
+    out = json.loads(json.dumps(schema))
+    fields = [f for f in out["fields"] if f["name"] != name or field is not None]
+    out["fields"] = [field if f["name"] == name and field is not None else f for f in fields]
+    return out
+
+
+def test_avro_resolution_without_fastavro_per_record_resolution_gives_fastavros_records() -> None:
+    """The planned resolution (fields dropped and defaulted once decoded with the
+    writer's schema) gives exactly fastavro's resolved record; anything else falls back
+    to fastavro's resolution."""
+    from lockgate.connectors.schema_registry import Schema
+    from lockgate.connectors.schema_registry.avro_read import AvroValueDecoder, resolution_plan
+    from lockgate.connectors.schema_registry.formats import MalformedValue
+
+    v1, v2 = json.loads(AVRO_V1_TEXT), AVRO_V2
+    list_default = _with_field(
+        v2, "score", {"name": "score", "type": {"type": "array", "items": "long"}, "default": [1]}
+    )
+    long_id = _with_field(v1, "id", {"name": "id", "type": "long"})
+    int_id = _with_field(v1, "id", {"name": "id", "type": "int"})
+    bytes_name = _with_field(v2, "name", {"name": "name", "type": "bytes"})
+    more_symbols = _with_field(
+        v2,
+        "status",
+        {
+            "name": "status",
+            "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID", "X"]},
+        },
+    )
+    no_default = _with_field(v2, "score", {"name": "score", "type": "double"})
+    cases = [
+        (v1, v2, True),
+        (v1, v1, True),
+        (v1, list_default, True),
+        (int_id, long_id, True),
+        (v1, bytes_name, False),
+        (v1, more_symbols, False),
+        (v1, no_default, False),
+    ]
+    reg = registry()
+    for writer, reader, planned in cases:
+        pw, pr = fastavro.parse_schema(writer), fastavro.parse_schema(reader)
+        assert (resolution_plan(pw, pr) is not None) is planned, (writer, reader)
+        record = order_v1(3) if "legacy" in json.dumps(writer) else order_v2(3)
+        schema_id = reg.register(unique("plan") + "-value", Schema(json.dumps(writer)))
+        decoder = AvroValueDecoder(reg, reader)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, pw, record)
+        value = frame(schema_id, buf.getvalue())
+        try:
+            expected = fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), pw, pr)
+        except fastavro.read.SchemaResolutionError:
+            with pytest.raises(MalformedValue, match="cannot be resolved to the reader schema"):
+                decoder.decode(schema_id, value)
+            continue
+        got = decoder.decode(schema_id, value)
+        assert got == expected and list(got) == list(expected), (writer, reader)

@@ -11,10 +11,20 @@ fastavro gives them: ``datetime``, ``date``, ``Decimal``, ``UUID``).
 A value that does not decode, leaves bytes after its record, or cannot be resolved to
 the reader schema raises :class:`~.formats.MalformedValue` (the record is malformed:
 the "Bad input" rule of CONTRIBUTING.md).
+
+Speed: fastavro resolves record by record, field by field (about three times the time
+of decoding with the writer's schema alone). Each writer schema is therefore compared
+with the reader schema once (:func:`resolution_plan`): when they are the same, or
+differ only by top-level fields the reader drops or adds with a default (every field
+both have of the same type, every named type both have the same), a record is decoded
+with the writer's schema alone and its fields then dropped and defaulted as fastavro's
+resolution would (the same dict); any other difference goes through fastavro's
+resolution.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 from typing import TYPE_CHECKING, Any
@@ -49,6 +59,50 @@ def parse_reader_schema(schema: object) -> dict[str, Any] | str | list[Any]:
     return data
 
 
+#: promotions that keep the Python value as it is (int and long are ints, float and
+#: double floats)
+_SAME_VALUE = {("int", "long"), ("float", "double")}
+
+
+def resolution_plan(writer: Any, reader: Any) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
+    """How a record of the parsed ``writer`` schema resolves to the parsed ``reader``
+    schema without fastavro's per-record resolution: ``(fields to drop, (name, default)
+    pairs to add)``, ``((), ())`` when nothing changes; None when fastavro must resolve
+    (anything but top-level fields dropped or added with defaults: another record name,
+    aliases, a field whose type changed other than int to long or float to double, a
+    named type both define differently, a new field without a default)."""
+    if writer == reader:
+        return (), ()
+    if not (isinstance(writer, dict) and isinstance(reader, dict)):
+        return None
+    if writer.get("type") != "record" or reader.get("type") != "record":
+        return None
+    if writer.get("name") != reader.get("name") or reader.get("aliases"):
+        return None
+    top = writer.get("name")
+    named_w, named_r = writer.get("__named_schemas", {}), reader.get("__named_schemas", {})
+    for name in set(named_w) & set(named_r):
+        if name != top and named_w[name] != named_r[name]:
+            return None
+    written = {f["name"]: f for f in writer["fields"]}
+    read_names = set()
+    added = []
+    for f in reader["fields"]:
+        if f.get("aliases"):
+            return None
+        name = f["name"]
+        read_names.add(name)
+        w = written.get(name)
+        if w is None:
+            if "default" not in f:
+                return None  # fastavro says what is missing
+            added.append((name, f["default"]))
+        elif w["type"] != f["type"] and (w["type"], f["type"]) not in _SAME_VALUE:
+            return None
+    dropped = tuple(n for n in written if n not in read_names)
+    return dropped, tuple(added)
+
+
 class AvroValueDecoder:
     """Decodes framed Avro values of one side (value or key) of a source."""
 
@@ -59,11 +113,14 @@ class AvroValueDecoder:
         self._read = fastavro.schemaless_reader
         self._parse = fastavro.parse_schema
         self.reader = None if reader_schema is None else fastavro.parse_schema(reader_schema)
+        #: schema id -> (parsed writer schema, reader schema for fastavro, plan)
         self._writers: ParsedCache = ParsedCache(PARSED_CACHE)
 
-    def _writer(self, schema_id: int) -> Any:
-        parsed = self._writers.get(schema_id)
-        if parsed is None:
+    def _writer(self, schema_id: int) -> tuple[Any, Any, Any]:
+        """The parsed writer schema of ``schema_id``, the reader schema fastavro must
+        resolve to (None when :func:`resolution_plan` does it), and that plan."""
+        entry = self._writers.get(schema_id)
+        if entry is None:
             text = writer_schema(self.registry, schema_id, "AVRO")
             try:
                 parsed = self._parse(json.loads(text))
@@ -72,15 +129,18 @@ class AvroValueDecoder:
                     f"the registry's schema id {schema_id} is not an Avro schema fastavro can "
                     f"parse: {e}"
                 ) from e
-            self._writers.put(schema_id, parsed)
-        return parsed
+            plan = None if self.reader is None else resolution_plan(parsed, self.reader)
+            entry = (parsed, self.reader if plan is None else None, plan)
+            self._writers.put(schema_id, entry)
+        return entry
 
     def decode(self, schema_id: int, value: bytes) -> Any:
-        writer = self._writer(schema_id)
+        writer, reader, plan = self._writer(schema_id)
         stream = io.BytesIO(value)
         stream.seek(HEADER_BYTES)
+        record: Any
         try:
-            record = self._read(stream, writer, self.reader)
+            record = self._read(stream, writer, reader)
         except Exception as e:  # noqa: BLE001 - a corrupt payload fails in many ways
             what = (
                 "cannot be resolved to the reader schema"
@@ -97,4 +157,12 @@ class AvroValueDecoder:
                 f"{left} bytes follow the Avro record decoded with the writer's schema "
                 f"(schema id {schema_id}): the payload is corrupt or was written with another schema"
             )
+        if plan:
+            dropped, added = plan
+            for name in dropped:
+                del record[name]
+            for name, default in added:
+                record[name] = (
+                    default if isinstance(default, (str, int, float)) else copy.deepcopy(default)
+                )
         return record
