@@ -810,3 +810,35 @@ def test_avro_resolution_without_fastavro_per_record_resolution_gives_fastavros_
             continue
         got = decoder.decode(schema_id, value)
         assert got == expected and list(got) == list(expected), (writer, reader)
+
+
+@pytest.mark.parametrize("fmt", ["protobuf", "json_schema"])
+def test_protobuf_and_json_schema_records_become_arrow_batches_of_the_schema(
+    kafka_topic, open_reader, fmt
+) -> None:
+    topic = kafka_topic(1)
+    send(topic, two_versions(topic, fmt, 1))
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("status", pa.string()),
+            ("tags", pa.list_(pa.string())),
+            ("score", pa.float64()),
+            ("customer", pa.struct([("email", pa.string())])),
+        ]
+    )
+    source = KafkaSource(
+        BOOTSTRAP,
+        topic,
+        bounded=True,
+        format=fmt,
+        schema_registry=registry(),
+        reader_schema=READERS[fmt],
+        schema=schema,
+    )
+    out = read_to_end(open_reader(source))
+    assert all(isinstance(b, pa.RecordBatch) and b.schema == schema for _, b in out.emitted)
+    reader = 2 if fmt == "protobuf" else AVRO_V2
+    assert out.rows() == [
+        {name: written(fmt, i, reader).get(name) for name in schema.names} for i in range(4 * N)
+    ]
