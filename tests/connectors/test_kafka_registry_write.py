@@ -707,6 +707,64 @@ def test_keys_in_a_registry_format_are_read_by_confluent_deserializers(
     assert got == [(key_of(r), r) for r in records]
 
 
+ARROW_ROWS = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("name", pa.string()),
+        ("at", pa.timestamp("ms", tz="UTC")),
+        ("attrs", pa.map_(pa.string(), pa.int64())),
+        ("line", pa.struct([("sku", pa.string()), ("qty", pa.int32())])),
+    ]
+)
+
+
+def arrow_row(i: int) -> dict[str, Any]:
+    return {
+        "id": i,
+        "name": None if i % 5 == 0 else f"order-{i}",
+        "at": datetime.datetime(2026, 1, 1, tzinfo=UTC) + datetime.timedelta(milliseconds=i),
+        "attrs": {"a": i, "b": 2 * i} if i % 2 else None,
+        "line": {"sku": f"s{i}", "qty": i % 7},
+    }
+
+
+def to_arrow(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(batch.to_pylist(), schema=ARROW_ROWS)
+
+
+def test_arrow_batches_are_written_as_avro_of_their_pyarrow_schema(
+    executor, tmp_path, kafka_topic
+) -> None:
+    """Arrow RecordBatches (a map, a struct, a timestamp, nulls) going to a sink whose
+    schema is their pyarrow schema: encoded by rows as ``arrow_to_avro`` gives it, and
+    read back by confluent-kafka's AvroDeserializer as the rows."""
+    topic = kafka_topic(1)
+    sink = KafkaSink(
+        BOOTSTRAP,
+        topic,
+        format="avro",
+        schema_registry=SchemaRegistry(REGISTRY_URL),
+        schema=ARROW_ROWS,
+        delivery="exactly_once",
+    )
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
+    env.enable_checkpointing(200)
+    env.checkpoint_config.storage = str(tmp_path / "checkpoints")
+    records = [arrow_row(i) for i in range(200)]
+    env.from_collection(records).map_batches(to_arrow, name="to arrow").sink_to(
+        sink, name="out"
+    ).uid("out")
+    env.execute("arrow to avro")
+    client = sr_client()
+    deserializer = AvroDeserializer(schema_registry_client=client)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    values = read_values(topic)
+    assert {schema_id_of(v) for v in values} == {
+        client.get_latest_version(f"{topic}-value").schema_id
+    }
+    assert [deserializer(v, ctx) for v in values] == records
+
+
 def registry_job(executor, tmp_path, topic: str, sink: KafkaSink, records: list[Any]):
     env = lg.StreamEnvironment(parallelism=1, executor=executor)
     env.enable_checkpointing(200)
@@ -808,7 +866,7 @@ def test_a_record_that_does_not_fit_the_schema_fails_with_its_position(
 
 # ------------------------------------------------------------------ exactly once
 
-EO_N = 60_000
+EO_N = 90_000
 EO_KEYS = 300
 EO_PARTITIONS = 3
 EO_RATE = 5_000  # slow enough that every attempt completes a checkpoint long before the end
@@ -907,12 +965,15 @@ def test_m_x1_m_x2_an_exactly_once_avro_pipeline_through_5_failures_equals_the_f
         )
         .uid("kafka-out")
     )
+    # each fault fires at the first batch after its attempt's first completed checkpoint
+    # (a few hundred records in), so an attempt moves the input on by about one
+    # checkpoint's worth and the input (18 s at EO_RATE) outlasts the five of them
     faults = [
-        FailAtRecord("kafka in", record=1_500, attempt=0, subtask=0, after_checkpoints=1),
-        FailAtRecord("running total", record=2_000, attempt=1, subtask=1, after_checkpoints=1),
-        FailAtRecord("kafka out", record=1_000, attempt=2, subtask=0, after_checkpoints=2),
-        FailAtRecord("running total", record=500, attempt=3, subtask=0, after_checkpoints=1),
-        FailAtRecord("kafka out", record=2_500, attempt=4, subtask=1, after_checkpoints=1),
+        FailAtRecord("kafka in", record=300, attempt=0, subtask=0, after_checkpoints=1),
+        FailAtRecord("running total", record=300, attempt=1, subtask=1, after_checkpoints=1),
+        FailAtRecord("kafka out", record=300, attempt=2, subtask=0, after_checkpoints=1),
+        FailAtRecord("running total", record=300, attempt=3, subtask=0, after_checkpoints=1),
+        FailAtRecord("kafka out", record=300, attempt=4, subtask=1, after_checkpoints=1),
     ]
     inject_faults(env, *faults)
     result = env.execute("avro exactly once")
