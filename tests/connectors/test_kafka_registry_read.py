@@ -842,3 +842,34 @@ def test_protobuf_and_json_schema_records_become_arrow_batches_of_the_schema(
     assert out.rows() == [
         {name: written(fmt, i, reader).get(name) for name in schema.names} for i in range(4 * N)
     ]
+
+
+def test_a_writer_json_schema_with_a_remote_ref_makes_its_records_malformed_not_fetched(
+    kafka_topic, open_reader
+) -> None:
+    """A $ref to another document is never fetched (the registry's schema must not make
+    the reader open connections): its records are malformed, the job goes on."""
+    from lockgate.connectors.schema_registry import Schema
+
+    topic = kafka_topic(1)
+    remote = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"a": {"$ref": "http://127.0.0.1:9/other.json"}},
+    }
+    schema_id = registry().register(f"{topic}-value", Schema(json.dumps(remote), "JSON"))
+    send(topic, [(0, None, frame(schema_id, b'{"a": 1}'))])
+    source = KafkaSource(
+        BOOTSTRAP,
+        topic,
+        bounded=True,
+        format="json_schema",
+        schema_registry=registry(),
+        on_error="dead_letter",
+    )
+    out = read_to_end(open_reader(source))
+    assert out.rows() == []
+    (letter,) = out.dead_letters
+    assert letter["schema_id"] == schema_id and letter["offset"] == 0
+    assert "http://127.0.0.1:9/other.json" in letter["error"]
+    assert "never fetched" in letter["error"] and "Connection refused" not in letter["error"]

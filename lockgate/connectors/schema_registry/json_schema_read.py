@@ -3,7 +3,8 @@
 Each value is JSON text after the 5-byte header. It is decoded, then validated against
 its writer's JSON Schema (fetched by id, its validator made once per process and
 cached per id): a value that is not UTF-8 JSON or does not match the writer's schema is
-malformed (the "Bad input" rule). Remote ``$ref`` are never fetched.
+malformed (the "Bad input" rule). A ``$ref`` to another document is never fetched (jsonschema's
+default would fetch http(s) URLs): a record whose schema needs one is malformed.
 
 With a reader schema (a JSON Schema, dict or text) the record is resolved to it as
 Avro resolves records, for objects with ``properties`` (at every level): a property
@@ -24,14 +25,36 @@ if TYPE_CHECKING:
     from .client import SchemaRegistry
 
 
+def _never_retrieve(uri: str) -> Any:
+    """The retrieval of a ``$ref`` to another document: refused (a schema from the
+    registry must not make a reader open connections, nor read files)."""
+    import referencing.exceptions
+
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
 def validator_of(schema: Any) -> Any:
-    """A jsonschema validator of ``schema`` (its ``$schema`` draft, else 2020-12);
-    ``jsonschema.SchemaError`` when the schema is not valid."""
+    """A jsonschema validator of ``schema`` (its ``$schema`` draft, else 2020-12) that
+    never retrieves a ``$ref`` outside ``schema`` (jsonschema's default would fetch
+    http(s) URLs); ``jsonschema.SchemaError`` when the schema is not valid."""
     import jsonschema
+    import referencing
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))
+
+
+def _valid(validator: Any, record: Any, what: str) -> None:
+    """MalformedValue unless ``record`` is valid for ``validator`` (``what`` names the
+    schema, e.g. "the writer's JSON Schema (schema id 7)")."""
+    try:
+        if validator.is_valid(record):
+            return
+        why = _why(validator, record)
+    except Exception as e:  # noqa: BLE001 - an unresolvable $ref, and its kin
+        why = f"the schema cannot be applied: {type(e).__name__}: {e} ($ref to other documents are never fetched)"
+    raise MalformedValue(f"it does not match {what}: {why}")
 
 
 def parse_reader_schema(schema: object) -> Any:
@@ -108,17 +131,15 @@ class JsonSchemaValueDecoder:
             raise MalformedValue(
                 f"its payload is not UTF-8 JSON (schema id {schema_id}): {e}"
             ) from e
-        if not validator.is_valid(record):
-            raise MalformedValue(
-                f"it does not match the writer's JSON Schema (schema id {schema_id}): "
-                f"{_why(validator, record)}"
-            )
+        _valid(validator, record, f"the writer's JSON Schema (schema id {schema_id})")
         if self.reader is None:
             return record
         record = resolve(record, self.reader_schema)
-        if not self.reader.is_valid(record):
+        try:
+            _valid(self.reader, record, "the reader schema")
+        except MalformedValue as e:
             raise MalformedValue(
                 f"it cannot be resolved to the reader schema (written with schema id "
-                f"{schema_id}): {_why(self.reader, record)}"
-            )
+                f"{schema_id}): {e}"
+            ) from e
         return record
