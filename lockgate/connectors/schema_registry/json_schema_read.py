@@ -30,7 +30,7 @@ def _never_retrieve(uri: str) -> Any:
     registry must not make a reader open connections, nor read files)."""
     import referencing.exceptions
 
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
 def validator_of(schema: Any) -> Any:
@@ -42,7 +42,7 @@ def validator_of(schema: Any) -> Any:
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))
+    return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))  # type: ignore[call-arg]
 
 
 def _valid(validator: Any, record: Any, what: str) -> None:
