@@ -50,7 +50,7 @@ from lockgate.connectors.schema_registry.protobuf_write import (
 from lockgate.connectors.schema_registry.subjects import subject_name
 from lockgate.connectors.schema_registry.wire import decode_message_indexes, schema_id_of
 from lockgate.errors import ConfigurationError
-from registry_schemas import REGISTRY_URL, unique
+from registry_schemas import JSON_V1, REGISTRY_URL, OrderV1, order_v1, proto_row, unique
 
 UTC = datetime.timezone.utc
 
@@ -763,6 +763,57 @@ def test_arrow_batches_are_written_as_avro_of_their_pyarrow_schema(
         client.get_latest_version(f"{topic}-value").schema_id
     }
     assert [deserializer(v, ctx) for v in values] == records
+
+
+def v1_proto_row(i: int) -> dict[str, Any]:
+    return proto_row(i, 1, 1)
+
+
+@pytest.mark.hang_guard(300)
+def test_protobuf_and_json_schema_output_reads_back_through_kafka_source(
+    executor, tmp_path, kafka_topic
+) -> None:
+    """lockgate's sink, then lockgate's source (format='protobuf' with the message
+    class, format='json_schema'): the registered .proto text and JSON Schema are what
+    the reader resolves each record's id to, and the records come back as written."""
+    from lockgate.connectors import KafkaSource
+
+    n = 40
+    registry = SchemaRegistry(REGISTRY_URL)
+    proto_topic, json_topic = kafka_topic(1), kafka_topic(1)
+    env = lg.StreamEnvironment(parallelism=1, executor=executor)
+    env.enable_checkpointing(200)
+    env.checkpoint_config.storage = str(tmp_path / "out")
+    numbers = env.from_collection(list(range(n)))
+    numbers.map(v1_proto_row).sink_to(
+        KafkaSink(
+            BOOTSTRAP, proto_topic, format="protobuf", schema_registry=registry, schema=OrderV1
+        ),
+        name="proto out",
+    ).uid("proto-out")
+    numbers.map(order_v1).sink_to(
+        KafkaSink(
+            BOOTSTRAP, json_topic, format="json_schema", schema_registry=registry, schema=JSON_V1
+        ),
+        name="json out",
+    ).uid("json-out")
+    env.execute("protobuf and json schema out")
+
+    for topic, fmt, reader, want in (
+        (proto_topic, "protobuf", OrderV1, [proto_row(i, 1, 1) for i in range(n)]),
+        (json_topic, "json_schema", None, [order_v1(i) for i in range(n)]),
+    ):
+        env = lg.StreamEnvironment(parallelism=1, executor=executor)
+        source = KafkaSource(
+            BOOTSTRAP,
+            topic,
+            bounded=True,
+            format=fmt,
+            schema_registry=registry,
+            reader_schema=reader,
+        )
+        got = env.from_source(source, name="in").execute_and_collect(f"{fmt} in")
+        assert sorted(got, key=lambda r: r["id"]) == want, fmt
 
 
 def registry_job(executor, tmp_path, topic: str, sink: KafkaSink, records: list[Any]):

@@ -15,19 +15,20 @@ in; a message importing another file of its own is refused (it would need that f
 registered as a schema reference).
 
 :class:`ProtobufWriter` is picklable (it travels to Spark workers inside the sink):
-a message class built at run time has no importable module, so the writer pickles the
-serialized descriptors of its file and the file's imports and builds the class again
-in a pool of its own when it is unpickled.
+a message class built at run time has no importable module, so the writer keeps it as
+a :class:`~.protobuf_read.MessageClassRef`, which pickles as the descriptors of its file
+and the file's imports and builds the class again in a pool of its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 
 from ...errors import ConfigurationError
+from .protobuf_read import MessageClassRef, is_message_class
 
 _F = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {
@@ -289,9 +290,7 @@ class ProtobufWriter:
     def __init__(self, message_class: Any) -> None:
         descriptor = getattr(message_class, "DESCRIPTOR", None)
         if not (
-            isinstance(message_class, type)
-            and issubclass(message_class, Message)
-            and descriptor is not None
+            is_message_class(message_class)
             and hasattr(descriptor, "full_name")
             and hasattr(descriptor, "file")
         ):
@@ -300,6 +299,7 @@ class ProtobufWriter:
                 f"orders_pb2.Order, or a class from message_factory.GetMessageClass), got "
                 f"{message_class!r}"
             )
+        descriptor = message_class.DESCRIPTOR
         file = descriptor.file
         for dep in file.dependencies:
             if not is_builtin(dep.name):
@@ -316,13 +316,12 @@ class ProtobufWriter:
         file.CopyToProto(proto)
         #: the .proto text registered as the schema
         self.schema_text: str = render_proto(proto)
-        #: serialized descriptors of the imports (each after its own) then of the file
-        self._files: list[bytes] = _closure(file)
-        self._cls: Any = message_class
+        #: the class, picklable as its file descriptors (rebuilt where unpickled)
+        self._ref = MessageClassRef(message_class)
 
     @property
     def message_class(self) -> Any:
-        return self._cls
+        return self._ref.cls
 
     def encode(self, record: Any) -> bytes:
         """``record`` as the message's bytes (TypeError or ValueError saying why not)."""
@@ -338,37 +337,7 @@ class ProtobufWriter:
             )
         fields = {k: v for k, v in record.items() if v is not None}
         try:
-            message = self._cls(**fields)
+            message = self._ref.cls(**fields)
         except TypeError as e:
             raise TypeError(f"{e} (in {self.full_name})") from e
         return bytes(message.SerializeToString())
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_cls"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        pool = descriptor_pool.DescriptorPool()
-        for serialized in self._files:
-            pool.AddSerializedFile(serialized)
-        self._cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(self.full_name))
-
-
-def _closure(file: Any) -> list[bytes]:
-    """The serialized descriptors of ``file``'s imports (each after its own) and of
-    ``file`` last, each once."""
-    seen: set[str] = set()
-    out: list[bytes] = []
-
-    def visit(f: Any) -> None:
-        if f.name in seen:
-            return
-        seen.add(f.name)
-        for dep in f.dependencies:
-            visit(dep)
-        out.append(bytes(f.serialized_pb))
-
-    visit(file)
-    return out
