@@ -1223,10 +1223,11 @@ class _KafkaReader(SourceReader):
             self._malformed(messages[i], raw, error, output, schema_id=schema_id)
 
         return self._registry.decode(
-            records.values(),
+            records.values,
             records.keys,
             lambda: (records.timestamp_kinds, records.timestamps),
             malformed,
+            raw=(records.array(), records.value_starts, records.value_lengths),
         )
 
     def _reporter(self, output: ReaderOutput) -> Any:

@@ -184,6 +184,10 @@ class RegistryDecoder:
         self.schema = schema
         self.limit = max_record_bytes
         self.out_schema: pa.Schema | None = None
+        #: the compiled Avro readers by schema id (``schema=`` with Avro values only)
+        self._fast: ParsedCache | None = None
+        if schema is not None and value is not None and value.format == "avro" and key is None:
+            self._fast = ParsedCache(1000)
         if schema is not None:
             fields = list(schema)
             if key_field is not None:
@@ -206,19 +210,77 @@ class RegistryDecoder:
         except (MalformedValue, WireFormatError) as e:
             raise _WithId(f"its key: {e}", schema_id) from e
 
+    def _columns(
+        self, values: Any, raw: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    ) -> pa.Table | None:
+        """Avro values read by the compiled reader (:mod:`.avro_columns`) straight into
+        the schema's columns, or None when it cannot take them (then they are decoded
+        the general way, which reports what is wrong)."""
+        from .avro_columns import AvroColumnsReader
+        from .avro_read import AvroValueDecoder
+
+        assert self.schema is not None and isinstance(self.value, AvroValueDecoder)
+        assert self._fast is not None
+        if raw is None:
+            listed = values() if callable(values) else values
+            if not listed or None in listed:
+                return None
+            lengths = np.fromiter(map(len, listed), dtype=np.int64, count=len(listed))
+            buffer = np.frombuffer(b"".join(listed), dtype=np.uint8)
+            starts = np.zeros(len(lengths), dtype=np.int64)
+            np.cumsum(lengths[:-1], out=starts[1:])
+        else:
+            buffer, starts, lengths = raw
+        if len(lengths) == 0 or int(lengths.min()) < 5 or int(lengths.max()) > self.limit:
+            return None
+        heads = buffer[starts[:, None] + np.arange(5)]
+        if heads[:, 0].any() or not bool((heads[:, 1:] == heads[0, 1:]).all()):
+            return None
+        schema_id = int.from_bytes(heads[0, 1:].tobytes(), "big")
+        reader = self._fast.get(schema_id)
+        if reader is None:
+            try:
+                writer, _, plan = self.value._writer(schema_id)
+            except MalformedValue:
+                return None
+            resolved = self.value.reader is not None
+            # without a reader schema the records are as written: nothing to resolve
+            reader = AvroColumnsReader(
+                writer, plan if resolved else ((), ()), resolved, self.schema
+            )
+            self._fast.put(schema_id, reader)
+        if not reader.usable:
+            return None
+        try:
+            return reader.read(buffer, starts, lengths)
+        except ImportError:  # numba missing: the general path decodes every poll
+            reader.usable = False
+            return None
+
     def decode(
         self,
-        values: Sequence[bytes | None],
+        values: Sequence[bytes | None] | Callable[[], Sequence[bytes | None]],
         keys: Callable[[], Sequence[bytes | None]],
         stamps: Callable[[], tuple[Any, Any]],
         malformed: Report,
+        raw: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> Batch | None:
         """One batch of the good records among ``values`` (one partition's, in offset
         order), None when none is good; ``keys()`` gives their keys, ``stamps()`` their
         timestamp kinds and timestamps (kind 0: none). Each bad record is reported by
         ``malformed(index, raw, error, schema_id)`` in offset order (``raw``: its
         value's bytes), before the batch is made (with ``on_error="fail"`` the first
-        one raises)."""
+        one raises). ``values`` may be a function giving them (called only when
+        needed); ``raw``: the values as ``(buffer, starts, lengths)`` (directly fetched
+        records), for the compiled Avro reader."""
+        if self._fast is not None:
+            table = self._columns(values, raw)
+            if table is not None:
+                n = table.num_rows
+                key_list = keys() if self.key_field is not None else None
+                return self._finish(table, list(range(n)), key_list, stamps)
+        if callable(values):
+            values = values()
         n = len(values)
         key_list = keys() if (self.key is not None or self.key_field is not None) else None
         records: list[Any] = []
@@ -241,8 +303,8 @@ class RegistryDecoder:
                 if value is None:
                     record = None
                 elif len(value) > limit:
-                    raw, error = oversized(len(value), limit, value)
-                    bad.append((i, raw, error, None))
+                    cut, error = oversized(len(value), limit, value)
+                    bad.append((i, cut, error, None))
                     continue
                 elif decode_value is not None:
                     schema_id = schema_id_of(value)
@@ -323,8 +385,21 @@ class RegistryDecoder:
         table = self._table(rows, fit, bad, values)
         if table is None:
             return None
-        rows_kept = [fit[j] for j in table[1]]
-        columns = [table[0].column(name) for name in self.schema.names]
+        return self._finish(table[0], [fit[j] for j in table[1]], key_list, stamps)
+
+    def _finish(
+        self,
+        table: pa.RecordBatch | pa.Table,
+        rows_kept: list[int],
+        key_list: Sequence[bytes | None] | None,
+        stamps: Callable[[], tuple[Any, Any]],
+    ) -> pa.RecordBatch:
+        """The schema's columns of ``table`` (the records ``rows_kept`` of the poll),
+        then the key and timestamp columns."""
+        assert self.schema is not None and self.out_schema is not None
+        columns = [table.column(name) for name in self.schema.names]
+        if isinstance(table, pa.Table):
+            columns = [c.combine_chunks() for c in columns]
         if self.key_field is not None:
             assert key_list is not None
             columns.append(_keys([key_list[i] for i in rows_kept]))
