@@ -225,6 +225,9 @@ class AvroColumnsReader:
         n = len(starts)
         if not self.usable or n == 0 or int(lengths.min()) < 5:
             return None
+        if int(starts.min()) < 0 or int((starts + lengths).max()) > len(buffer):
+            # the kernel does not check its reads: a value outside the buffer is a bug
+            raise ValueError("AvroColumnsReader.read: a value lies outside the buffer")
         fields = len(self.kinds)
         ints = np.zeros((fields, n), dtype=np.int64)
         spans = np.zeros((fields, n), dtype=np.int64)
