@@ -238,7 +238,9 @@ class KafkaSource(Source):
     filled in and validated against it. Records are dicts (a tombstone is None);
     with ``schema=`` (a pyarrow schema, e.g.
     ``lg.connectors.avro_arrow_schema(reader_schema)``) one Arrow RecordBatch per poll
-    and partition with exactly the schema's columns, as with JSON. ``key_format``
+    and partition with exactly the schema's columns, as with JSON (flat Avro records
+    straight from the fetched bytes in one compiled pass,
+    :mod:`~lockgate.connectors.schema_registry.avro_columns`). ``key_format``
     (a registry format; needs ``key_field``; ``key_reader_schema`` as
     ``reader_schema``) decodes keys the same way into ``key_field`` (rows only).
     Malformed here (failing the job or dead-lettered, as below, with ``schema_id``,

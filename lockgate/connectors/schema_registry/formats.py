@@ -10,7 +10,9 @@ records of one poll: every value (and, with ``key_format``, every key) framed by
 Confluent wire format is decoded by its format's decoder (:mod:`.avro_read`,
 :mod:`.protobuf_read`, :mod:`.json_schema_read`), and the records go out as one
 RowBatch of dicts, or with ``schema=`` as one Arrow RecordBatch of exactly the
-schema's columns (plus the key and timestamp columns).
+schema's columns (plus the key and timestamp columns); flat Avro records go straight
+from the fetched bytes into those columns in one compiled pass (:mod:`.avro_columns`)
+when it can take the whole poll.
 
 A record that is not framed, whose schema id the registry does not know, whose payload
 does not decode, or that cannot be resolved to the reader schema is malformed (the
