@@ -683,18 +683,8 @@ class _Encoder:
         """``record`` (the ``n``-th of the attempt, going to ``topic``) encoded as the
         sink's format; a ValueError with its position when it cannot be."""
         fmt = self.sink.format
-        registry = self.sink.registry_writer
-        if registry is not None:
-            assert topic is not None, "a registry format's subject depends on the topic"
-            schema_id = registry.schema_id(topic)  # not a record's fault: raised as it is
-            try:
-                return bytes(registry.encode(record, schema_id))
-            except (TypeError, ValueError) as e:
-                raise ValueError(
-                    f"KafkaSink cannot encode {self.where(n)} for topic {topic!r} as {fmt} "
-                    f"(schema id {schema_id} of subject {registry.subject(topic)!r}): {e}; "
-                    f"record: {record!r:.200}"
-                ) from e
+        if self.sink.registry_writer is not None:
+            return self._registry_encode(self.sink.registry_writer, record, n, topic, "record")
         try:
             if fmt == "json":
                 return json.dumps(
@@ -725,21 +715,30 @@ class _Encoder:
                 f"KafkaSink cannot take the key of {self.where(n)}: {type(e).__name__}: {e}; "
                 f"record: {record!r:.200}"
             ) from e
-        writer = self.sink.key_writer
-        if writer is not None and value is not None:
-            assert topic is not None, "a registry format's subject depends on the topic"
-            schema_id = writer.schema_id(topic)  # not a record's fault: raised as it is
-            try:
-                return bytes(writer.encode(value, schema_id))
-            except (TypeError, ValueError) as e:
-                raise ValueError(
-                    f"KafkaSink cannot encode the key of {self.where(n)} for topic {topic!r} "
-                    f"as {writer.format} (schema id {schema_id} of subject "
-                    f"{writer.subject(topic)!r}): {e}; key: {value!r:.200}"
-                ) from e
+        if self.sink.key_writer is not None and value is not None:
+            return self._registry_encode(self.sink.key_writer, value, n, topic, "key")
         if value is None or isinstance(value, bytes):
             return value
         return str(value).encode()
+
+    def _registry_encode(
+        self, writer: Any, value: Any, n: int, topic: str | None, what: str
+    ) -> bytes:
+        """``value`` (the ``n``-th record's value or key, going to ``topic``) encoded by
+        a registry format's ``writer``; a ValueError with its position when it does not
+        fit the schema. The schema's id is resolved first (once per subject): a registry
+        that refuses or cannot be reached is not the record's fault and raises as it is."""
+        assert topic is not None, "a registry format's subject depends on the topic"
+        schema_id = writer.schema_id(topic)
+        try:
+            return bytes(writer.encode(value, schema_id))
+        except (TypeError, ValueError) as e:
+            of = f"{self.where(n)}" if what == "record" else f"the key of {self.where(n)}"
+            raise ValueError(
+                f"KafkaSink cannot encode {of} for topic {topic!r} as {writer.format} "
+                f"(schema id {schema_id} of subject {writer.subject(topic)!r}): {e}; "
+                f"{what}: {value!r:.200}"
+            ) from e
 
     def produce(self, producer: Any, batch: Batch) -> int:
         """Send ``batch``'s records; returns how many. An Arrow batch going to one topic

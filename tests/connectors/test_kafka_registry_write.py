@@ -652,6 +652,7 @@ def test_sink_output_is_read_by_confluent_deserializers_per_format_and_strategy(
             assert registered.schema_str == render_proto(order_file(f"lgw.p{tag}"))
 
 
+@pytest.mark.hang_guard(300)
 def test_keys_in_a_registry_format_are_read_by_confluent_deserializers(
     executor, tmp_path, kafka_topic
 ) -> None:
@@ -732,6 +733,7 @@ def to_arrow(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(batch.to_pylist(), schema=ARROW_ROWS)
 
 
+@pytest.mark.hang_guard(300)
 def test_arrow_batches_are_written_as_avro_of_their_pyarrow_schema(
     executor, tmp_path, kafka_topic
 ) -> None:
@@ -825,6 +827,7 @@ def registry_job(executor, tmp_path, topic: str, sink: KafkaSink, records: list[
     return env
 
 
+@pytest.mark.hang_guard(300)
 def test_auto_register_false_fails_at_start_when_the_subject_lacks_the_schema(
     executor, tmp_path, kafka_topic
 ) -> None:
@@ -863,6 +866,7 @@ def test_auto_register_false_fails_at_start_when_the_subject_lacks_the_schema(
     assert {schema_id_of(v) for v in values} == {schema_id}
 
 
+@pytest.mark.hang_guard(300)
 def test_an_incompatible_schema_is_refused_at_start_naming_subject_and_rule(
     executor, tmp_path, kafka_topic
 ) -> None:
@@ -890,6 +894,7 @@ def test_an_incompatible_schema_is_refused_at_start_naming_subject_and_rule(
     assert read_values(topic) == []
 
 
+@pytest.mark.hang_guard(300)
 def test_a_record_that_does_not_fit_the_schema_fails_with_its_position(
     executor, tmp_path, kafka_topic
 ) -> None:
