@@ -462,6 +462,9 @@ def test_avro_writer_names_what_does_not_fit() -> None:
 def test_json_schema_writer_validates_and_names_the_path() -> None:
     writer = JsonSchemaWriter(json_order("LgwOrder"))
     assert writer.full_name == "LgwOrder"
+    described = {**json_order("LgwOrder"), "description": "commande réglée"}
+    assert JsonSchemaWriter(described).schema_text == json.dumps(described), "as Python sends it"
+    assert AvroWriter(avro_order("lgw.t")).schema_text == json.dumps(avro_order("lgw.t"))
     assert json.loads(writer.encode(json_record(1))) == json_record(1)
     copy = pickle.loads(pickle.dumps(writer))
     with pytest.raises(ValueError, match=r"\['id'\] does not fit the JSON Schema"):

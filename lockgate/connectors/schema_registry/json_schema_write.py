@@ -32,7 +32,9 @@ class JsonSchemaWriter:
         elif isinstance(schema, dict):
             parsed = schema
             try:
-                text = json.dumps(schema, ensure_ascii=False, allow_nan=False)
+                # as json.dumps(schema) gives it, the text a Python producer registers:
+                # a registry comparing texts (Apicurio's lookups) then finds it
+                text = json.dumps(schema, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise ConfigurationError(
                     f"a JSON Schema given as a dict must be JSON-serializable: {e}"
