@@ -351,8 +351,9 @@ DECODES = {
 
 AVRO_DECODES = {
     "registry": "KafkaSource(format='avro', schema_registry=..., schema=...): the source "
-    "decodes each partition's poll into an Arrow batch of the schema's columns, the writer's "
-    "schema fetched by id; KafkaSink(format='avro', schema_registry=..., schema=...) "
+    "decodes each partition's poll into an Arrow batch of the schema's columns (flat records "
+    "straight from the fetched bytes in compiled code), the writer's schema fetched by id; "
+    "KafkaSink(format='avro', schema_registry=..., schema=...) "
     "registers its schema under <topic>-value and frames every record with its id",
 }
 
