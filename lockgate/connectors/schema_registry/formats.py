@@ -218,14 +218,19 @@ class RegistryDecoder:
         """Avro values read by the compiled reader (:mod:`.avro_columns`) straight into
         the schema's columns, or None when it cannot take them (then they are decoded
         the general way, which reports what is wrong)."""
-        from .avro_columns import AvroColumnsReader
         from .avro_read import AvroValueDecoder
 
-        assert self.schema is not None and isinstance(self.value, AvroValueDecoder)
-        assert self._fast is not None
+        assert isinstance(self.value, AvroValueDecoder)
         if raw is None:
             listed = values() if callable(values) else values
             if not listed or None in listed:
+                return None
+            try:  # the poll's first schema id: joining the values is worth it only
+                # when the compiled reader takes that schema
+                first = self._fast_reader(schema_id_of(listed[0]))
+            except WireFormatError:
+                return None
+            if first is None:
                 return None
             lengths = np.fromiter(map(len, listed), dtype=np.int64, count=len(listed))
             buffer = np.frombuffer(b"".join(listed), dtype=np.uint8)
@@ -238,7 +243,23 @@ class RegistryDecoder:
         heads = buffer[starts[:, None] + np.arange(5)]
         if heads[:, 0].any() or not bool((heads[:, 1:] == heads[0, 1:]).all()):
             return None
-        schema_id = int.from_bytes(heads[0, 1:].tobytes(), "big")
+        reader = self._fast_reader(int.from_bytes(heads[0, 1:].tobytes(), "big"))
+        if reader is None:
+            return None
+        try:
+            return reader.read(buffer, starts, lengths)
+        except ImportError:  # numba missing: the general path decodes every poll
+            reader.usable = False
+            return None
+
+    def _fast_reader(self, schema_id: int) -> Any:
+        """The compiled reader of ``schema_id``'s records (made once per id), or None
+        when it cannot read them (or the registry does not know the id)."""
+        from .avro_columns import AvroColumnsReader
+        from .avro_read import AvroValueDecoder
+
+        assert self._fast is not None and self.schema is not None
+        assert isinstance(self.value, AvroValueDecoder)
         reader = self._fast.get(schema_id)
         if reader is None:
             try:
@@ -251,13 +272,7 @@ class RegistryDecoder:
                 writer, plan if resolved else ((), ()), resolved, self.schema
             )
             self._fast.put(schema_id, reader)
-        if not reader.usable:
-            return None
-        try:
-            return reader.read(buffer, starts, lengths)
-        except ImportError:  # numba missing: the general path decodes every poll
-            reader.usable = False
-            return None
+        return reader if reader.usable else None
 
     def decode(
         self,
