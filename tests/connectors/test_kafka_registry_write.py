@@ -891,7 +891,8 @@ def test_an_incompatible_schema_is_refused_at_start_naming_subject_and_rule(
     with pytest.raises(ConfigurationError) as info:
         env.execute("incompatible schema")
     text = str(info.value)
-    assert f"subject {subject!r}" in text and "BACKWARD" in text, text
+    assert f"subject {subject!r}" in text and "rule BACKWARD refuses it" in text, text
+    assert "region" in text, f"the registry's reason names the field: {text}"
     assert "give an added field a default" in text
     assert len(client.get_versions(subject)) == 1, "version 2 was not registered"
     assert read_values(topic) == []

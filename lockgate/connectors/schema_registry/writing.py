@@ -18,7 +18,7 @@ import pyarrow as pa
 from ...errors import ConfigurationError
 from ..base import check_bool
 from ..kafka_common import REGISTRY_FORMATS
-from .client import IncompatibleSchemaError, Schema, SchemaRegistry, SchemaRegistryError
+from .client import IncompatibleSchemaError, Schema, SchemaRegistry
 from .subjects import check_strategy, subject_name
 from .wire import frame
 
@@ -137,18 +137,11 @@ class RegistryWriter:
         except IncompatibleSchemaError as e:
             raise ConfigurationError(self._incompatible(subject, e)) from e
 
-    def _incompatible(self, subject: str, error: Exception) -> str:
+    def _incompatible(self, subject: str, error: IncompatibleSchemaError) -> str:
         """The message of a schema the subject's compatibility rule refuses: the rule
-        and the registry's reasons (asked for again, verbosely, when it can be)."""
-        try:
-            rule = self.registry.compatibility_level(subject)
-        except SchemaRegistryError:
-            rule = "its compatibility rule"
-        try:
-            reasons = self.registry.incompatibilities(subject, self.schema)
-        except SchemaRegistryError:
-            reasons = []
-        why = "; ".join(reasons) if reasons else str(error)
+        and the registry's reasons, as the client read them from its answer."""
+        rule = error.level or "its compatibility rule"
+        why = "; ".join(error.messages) or str(error)
         return (
             f"{self.owner} cannot register its {self.format} schema under subject "
             f"{subject!r}: the registry's compatibility rule {rule} refuses it ({why}). Make "
