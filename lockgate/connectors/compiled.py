@@ -50,7 +50,8 @@ def inline(fn: F) -> F:
 
 
 def warm_up() -> bool:
-    """Compile (or load from numba's cache) the Kafka source's kernels in this process,
+    """Compile (or load from numba's cache) the Kafka source's kernels (JSON and Avro
+    columns) in this process,
     so that processes forked from it start with them; False when numba is not
     installed (the kernels are then never used: the Kafka extra is not installed)."""
     try:
@@ -69,4 +70,11 @@ def warm_up() -> bool:
     schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("c", pa.float64()),
                         ("d", pa.bool_())])  # fmt: skip
     FlatJsonReader(schema).read(data, np.array([1]), np.array([len(data) - 1]))
+    from lockgate.connectors.schema_registry.avro_columns import AvroColumnsReader
+
+    writer = {"type": "record", "name": "WarmUp", "fields": [{"name": "a", "type": "long"}]}
+    avro = np.frombuffer(b"\x00\x00\x00\x00\x01\x02", dtype=np.uint8)  # id 1, a = 1
+    AvroColumnsReader(writer, ((), ()), False, pa.schema([("a", pa.int64())])).read(
+        avro, np.array([0]), np.array([len(avro)])
+    )
     return True

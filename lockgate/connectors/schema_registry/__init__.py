@@ -5,6 +5,7 @@ Apicurio Registry's Confluent-compatible one); :mod:`.wire` frames and unframes 
 Confluent wire format.
 """
 
+from .avro_arrow import avro_arrow_schema
 from .client import (
     IncompatibleSchemaError,
     InvalidSchemaError,
@@ -27,4 +28,5 @@ __all__ = [
     "SchemaRegistryError",
     "SchemaRegistryUnavailable",
     "UnknownSchemaError",
+    "avro_arrow_schema",
 ]
