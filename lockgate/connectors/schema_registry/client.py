@@ -306,13 +306,14 @@ class SchemaRegistry:
 
     def register(self, subject: str, schema: Schema) -> int:
         """Register ``schema`` under ``subject`` (``POST /subjects/{s}/versions``) and
-        return its id (the existing id when the subject already holds it). The registry
+        return its id (the existing id when the subject already holds it, compared
+        normalized: ``?normalize=true``). The registry
         applies the subject's compatibility rule: :class:`IncompatibleSchemaError` (naming
         the subject, the level and the registry's reasons) when it breaks it,
         :class:`InvalidSchemaError` when the registry refuses the schema's text."""
         _check_subject(subject)
         _check_schema(schema)
-        path = f"/subjects/{_quote(subject)}/versions"
+        path = f"/subjects/{_quote(subject)}/versions?normalize=true"
         what = f"registering a {schema.schema_type} schema under subject {subject!r}"
         status, body = self._request("POST", path, _schema_body(schema), what=what)
         if status == 409:
@@ -324,10 +325,12 @@ class SchemaRegistry:
 
     def lookup(self, subject: str, schema: Schema) -> RegisteredSchema | None:
         """The version of ``subject`` that holds ``schema`` (``POST /subjects/{s}``), or
-        None when the subject does not exist or does not hold it."""
+        None when the subject does not exist or does not hold it. The registry compares
+        normalized schemas (``?normalize=true``): the same schema written with other
+        whitespace is found."""
         _check_subject(subject)
         _check_schema(schema)
-        path = f"/subjects/{_quote(subject)}"
+        path = f"/subjects/{_quote(subject)}?normalize=true"
         what = f"looking up a {schema.schema_type} schema under subject {subject!r}"
         status, body = self._request("POST", path, _schema_body(schema), what=what)
         if status == 404 and _error_code(body) in (SUBJECT_NOT_FOUND, SCHEMA_NOT_FOUND):
