@@ -40,7 +40,9 @@ SPLIT = 60_000
 
 
 def _cancelled_with_checkpoints(executor, tmp_path: Path, name: str, n: int) -> str:
-    client = unbounded_sums(executor, tmp_path, n).execute_async(name)
+    """Run the sums of ``n // 2`` numbers, waiting for more after them (never finishing
+    before the cancel), and cancel it after two checkpoints; a rerun of ``n`` resumes."""
+    client = unbounded_sums(executor, tmp_path, n // 2).execute_async(name)
     result = cancel_after_checkpoints(client, 2, "two checkpoints completed")
     assert result.status is lg.JobStatus.CANCELED
     assert len(published(str(tmp_path / "out"))) < n, "cancelled before the end"
@@ -54,7 +56,7 @@ def test_m_c8_a_job_run_again_on_its_storage_resumes_and_ends_exact(
     n = 2 * SPLIT
     storage = _cancelled_with_checkpoints(executor, tmp_path, "resumable", n)
     with caplog.at_level(logging.WARNING, logger="lockgate.api.resume"):
-        again = unbounded_sums(executor, tmp_path, n).execute("resumable")
+        again = unbounded_sums(executor, tmp_path, n, bounded=True).execute("resumable")
     assert again.status is lg.JobStatus.FINISHED
     said = [
         r.getMessage() for r in caplog.records if "resumes from its checkpoint" in r.getMessage()
@@ -69,7 +71,9 @@ def test_m_c8_fresh_starts_over_from_empty_state(tmp_path, caplog) -> None:
     storage = _cancelled_with_checkpoints(lg.LocalExecutor(), tmp_path, "starts over", n)
     before = len(published(str(tmp_path / "out")))
     with caplog.at_level(logging.WARNING, logger="lockgate.api.resume"):
-        again = unbounded_sums(lg.LocalExecutor(), tmp_path, n).execute("starts over", fresh=True)
+        again = unbounded_sums(lg.LocalExecutor(), tmp_path, n, bounded=True).execute(
+            "starts over", fresh=True
+        )
     assert again.status is lg.JobStatus.FINISHED
     # from empty state: every record once more on top of what the first run published
     assert len(published(str(tmp_path / "out"))) == before + n
@@ -126,9 +130,9 @@ def test_m_c8_m_s1_a_job_stopped_with_a_savepoint_resumes_from_it_not_an_older_c
     resumes from the savepoint: from an older checkpoint it would publish the records in
     between again."""
     n = 2 * SPLIT
-    # 12 s of input at a quarter of the usual rate: a loaded machine's slow checkpoints
-    # and savepoint still come well before its end (the rerun reads the rest at full rate)
-    slow = unbounded_sums(lg.LocalExecutor(), tmp_path, n, rate=RATE / 4)
+    # half the input, waiting for more after it (the job never ends before the stop,
+    # however slow the machine); the rerun reads all of it, the rest at full rate
+    slow = unbounded_sums(lg.LocalExecutor(), tmp_path, n // 2, rate=RATE / 4)
     client = slow.execute_async("stopped")
     wait_until(lambda: len(completed(client)) >= 2 or client.done(), "two checkpoints", 30)
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoint"), drain=drain)
@@ -136,7 +140,7 @@ def test_m_c8_m_s1_a_job_stopped_with_a_savepoint_resumes_from_it_not_an_older_c
     assert len(before) < n
     assert glob.glob(str(tmp_path / "checkpoints" / "chk-*" / "_metadata")), "older ones kept"
     with caplog.at_level(logging.WARNING, logger="lockgate.api.resume"):
-        again = unbounded_sums(lg.LocalExecutor(), tmp_path, n).execute("stopped")
+        again = unbounded_sums(lg.LocalExecutor(), tmp_path, n, bounded=True).execute("stopped")
     assert again.status is lg.JobStatus.FINISHED
     assert any("the savepoint it was stopped with" in r.getMessage() for r in caplog.records)
     # drained or not, the savepoint holds the sources' positions: the rerun goes on from

@@ -36,8 +36,12 @@ class Evil:
         return (open, (self.marker, "w"))
 
 
-def signed_sums(executor, tmp_path, n: int, key: str | None = KEY) -> lg.StreamEnvironment:
-    env = unbounded_sums(executor, tmp_path, n)
+def signed_sums(
+    executor, tmp_path, n: int, key: str | None = KEY, *, bounded: bool = False
+) -> lg.StreamEnvironment:
+    """``unbounded_sums`` with a signing key: a run of ``n // 2`` to cancel, restored into
+    one of ``n`` with ``bounded=True``."""
+    env = unbounded_sums(executor, tmp_path, n, bounded=bounded)
     env.checkpoint_config.signing_key = key
     return env
 
@@ -68,7 +72,7 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
     executor, tmp_path
 ) -> None:
     n = 2 * SPLIT
-    client = signed_sums(executor, tmp_path, n).execute_async("signed")
+    client = signed_sums(executor, tmp_path, n // 2).execute_async("signed")
     cancel_after_checkpoints(client, 3, "three checkpoints completed")
     storage = str(tmp_path / "checkpoints")
     newest = chk_folders(storage)[-1]
@@ -85,17 +89,17 @@ def test_m_r3_a_signed_checkpoint_restores_exactly_and_a_tampered_one_is_refused
     marker = str(tmp_path / "evil-ran")
     tamper(os.path.join(copy, newest), marker)
     with pytest.raises(lg.RestoreError, match="not signed"):
-        signed_sums(executor, tmp_path, n).execute(
+        signed_sums(executor, tmp_path, n, bounded=True).execute(
             "tampered", restore_from=os.path.join(copy, newest)
         )
     assert not os.path.exists(marker), "a tampered state file was unpickled"
     # another key refuses the genuine checkpoint too
     with pytest.raises(lg.RestoreError, match="signing key"):
-        signed_sums(executor, tmp_path, n, key="another key of 32 bytes.........").execute(
-            "other key", restore_from=os.path.join(storage, newest)
-        )
+        signed_sums(
+            executor, tmp_path, n, key="another key of 32 bytes.........", bounded=True
+        ).execute("other key", restore_from=os.path.join(storage, newest))
 
-    restored = signed_sums(executor, tmp_path, n).execute(
+    restored = signed_sums(executor, tmp_path, n, bounded=True).execute(
         "restored", restore_from=os.path.join(storage, newest)
     )
     assert restored.status is lg.JobStatus.FINISHED
@@ -113,13 +117,13 @@ def test_m_r4_signed_incremental_rocksdb_checkpoints_export_and_restore_with_the
 
     n = 2 * SPLIT
 
-    def job() -> lg.StreamEnvironment:
-        env = signed_sums(lg.LocalExecutor(), tmp_path, n)
+    def job(bounded: bool = True) -> lg.StreamEnvironment:
+        env = signed_sums(lg.LocalExecutor(), tmp_path, n if bounded else n // 2, bounded=bounded)
         env.set_state_backend(lg.RocksDBStateBackend(incremental=True))
         return env
 
     cancel_after_checkpoints(
-        job().execute_async("signed rocksdb"), 3, "three checkpoints completed"
+        job(bounded=False).execute_async("signed rocksdb"), 3, "three checkpoints completed"
     )
     storage = str(tmp_path / "checkpoints")
     newest = os.path.join(storage, chk_folders(storage)[-1])
