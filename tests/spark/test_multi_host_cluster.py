@@ -719,10 +719,18 @@ def test_m_c8_a_submitted_supervised_driver_killed_on_its_worker_resumes_and_end
 
     def answering(url: str) -> None:
         def running() -> bool:
-            done = lockgate("status", "submitted", "--url", url, timeout_s=30)
+            try:
+                done = lockgate("status", "submitted", "--url", url, timeout_s=30)
+            except subprocess.TimeoutExpired:
+                return False  # a loaded host: ask again, within the wait's own bound
             return done.returncode == 0 and "RUNNING" in done.stdout
 
-        wait_until(running, f"the job answered 'lockgate status --url {url}'\n{driver_log()}", 180)
+        wait_until(
+            running,
+            lambda: f"the job answered 'lockgate status --url {url}'\n{driver_log()}",
+            180,
+            every_s=0.5,
+        )
 
     def published() -> list[int]:
         values = []
