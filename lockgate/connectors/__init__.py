@@ -15,7 +15,7 @@ from .postgres_sink import PostgresSink
 from .print_sink import PrintSink
 from .rate_limit import RateLimitedSource
 from .redis_stream import RedisStreamSource
-from .schema_registry import Schema, SchemaRegistry, avro_arrow_schema
+from .schema_registry import Schema, SchemaRegistry, arrow_to_avro, avro_arrow_schema
 from .sequence import SequenceSource
 from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 
@@ -45,5 +45,6 @@ __all__ = [
     "Source",
     "SourceReader",
     "TwoPhaseCommitSink",
+    "arrow_to_avro",
     "avro_arrow_schema",
 ]

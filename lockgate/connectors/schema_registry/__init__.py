@@ -5,6 +5,7 @@ Apicurio Registry's Confluent-compatible one); :mod:`.wire` frames and unframes 
 Confluent wire format.
 """
 
+from .arrow_to_avro import arrow_to_avro
 from .avro_arrow import avro_arrow_schema
 from .client import (
     IncompatibleSchemaError,
@@ -28,5 +29,6 @@ __all__ = [
     "SchemaRegistryError",
     "SchemaRegistryUnavailable",
     "UnknownSchemaError",
+    "arrow_to_avro",
     "avro_arrow_schema",
 ]
