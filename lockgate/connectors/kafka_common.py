@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+import pyarrow as pa
+
 from ..errors import ConfigurationError
 from .kafka_logging import librdkafka_config, quiet_kafka_python
 
@@ -188,3 +190,15 @@ def topic_max_message_bytes(
         return int(entry.value)
     except ValueError:
         return None
+
+
+def key_column(keys: list[bytes | None]) -> pa.Array:
+    """Kafka message keys as an Arrow string column, as the source's ``key_field``
+    gives them: UTF-8 text, invalid bytes replaced, None for a record without a key."""
+    binary = pa.array(keys, type=pa.binary())
+    try:
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array(
+            [None if k is None else k.decode("utf-8", "replace") for k in keys], type=pa.string()
+        )

@@ -87,6 +87,7 @@ from .kafka_common import (
     check_properties,
     check_schema_registry,
     confluent_kafka,
+    key_column,
 )
 from .kafka_fetcher import (
     RESPONSE_MAX_BYTES,
@@ -1686,7 +1687,7 @@ class _ArrowDecoder:
         timestamp column (``stamps``: kinds and timestamps, kind 0 for none)."""
         columns = [table.column(name).combine_chunks() for name in self.names]
         if self.source.key_field is not None:
-            columns.append(_keys(keys()))
+            columns.append(key_column(keys()))
         if self.source.timestamp_field is not None:
             kinds, ts = stamps
             columns.append(pa.array(ts, type=pa.int64(), mask=np.asarray(kinds) == 0))
@@ -1737,17 +1738,6 @@ class _ArrowDecoder:
         if not pieces:
             return None, []
         return pa.concat_tables(pieces), kept
-
-
-def _keys(keys: list[bytes | None]) -> pa.Array:
-    """Message keys as a string column (UTF-8; invalid bytes replaced, as without a schema)."""
-    binary = pa.array(keys, type=pa.binary())
-    try:
-        return binary.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array(
-            [None if k is None else k.decode("utf-8", "replace") for k in keys], type=pa.string()
-        )
 
 
 # --------------------------------------------------------------------------- arguments

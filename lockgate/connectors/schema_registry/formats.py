@@ -37,6 +37,7 @@ import pyarrow as pa
 from ...core.batch import Batch, RowBatch
 from ...errors import ConfigurationError
 from ..base import DECODE_ERRORS, decode_error, oversized
+from ..kafka_common import key_column
 from .wire import WireFormatError, schema_id_of
 
 if TYPE_CHECKING:
@@ -419,7 +420,7 @@ class RegistryDecoder:
             columns = [c.combine_chunks() for c in columns]
         if self.key_field is not None:
             assert key_list is not None
-            columns.append(_keys([key_list[i] for i in rows_kept]))
+            columns.append(key_column([key_list[i] for i in rows_kept]))
         if self.timestamp_field is not None:
             kinds, ts = stamps()
             idx = np.asarray(rows_kept, dtype=np.int64)
@@ -477,14 +478,3 @@ class _WithId(MalformedValue):
     def __init__(self, message: str, schema_id: int | None) -> None:
         super().__init__(message)
         self.schema_id = schema_id
-
-
-def _keys(keys: list[bytes | None]) -> pa.Array:
-    """Message keys as a string column (UTF-8; invalid bytes replaced)."""
-    binary = pa.array(keys, type=pa.binary())
-    try:
-        return binary.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array(
-            [None if k is None else k.decode("utf-8", "replace") for k in keys], type=pa.string()
-        )
