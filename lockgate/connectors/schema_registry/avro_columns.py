@@ -117,7 +117,7 @@ def _decode(  # noqa: C901 (one branch per field kind, in one compiled loop)
                 ints[f, i] = value
             elif kind == 3 or kind == 4:  # float, double: their little-endian bits
                 size = 4 if kind == 3 else 8
-                if p + size > end:
+                if size > end - p:
                     return i
                 bits = np.int64(0)
                 for k in range(size):
@@ -126,7 +126,9 @@ def _decode(  # noqa: C901 (one branch per field kind, in one compiled loop)
                 p += size
             else:  # string, bytes
                 size, p = _varint(buf, p, end)
-                if p < 0 or size < 0 or p + size > end:
+                # never p + size > end: a length near 2**63 wraps it and the reads
+                # past the buffer crash the process
+                if p < 0 or size < 0 or size > end - p:
                     return i
                 ints[f, i] = p
                 spans[f, i] = size

@@ -1,0 +1,139 @@
+"""Reading registry-encoded records that a hostile or broken producer wrote: the
+decoders (:mod:`lockgate.connectors.schema_registry.formats`, ``avro_read``,
+``avro_columns``, ``json_schema_read``) report a bad record as malformed, never crash
+the worker, loop without bound or read outside their buffers; a bad writer's schema
+fails the job (it is not one record's fault). The registry is a stub here: these are
+the decoders' own rules (the real registry and broker are in
+``tests/connectors/test_kafka_registry_read.py``).
+
+Cases that could crash the interpreter (a segfault in compiled code, the C stack
+overflowing) run in a child process, so that a crash fails the test instead of
+killing pytest.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+# the helpers below are also pasted into the child processes
+_HELPERS = '''
+import json
+import numpy as np
+import pyarrow as pa
+from lockgate.connectors.schema_registry.client import RegisteredSchema, Schema
+from lockgate.connectors.schema_registry.formats import RegistryDecoder, RegistryFormat
+
+
+def zigzag(n):
+    """n as an Avro long (zigzag varint), n taken modulo 2**64."""
+    n = ((n << 1) ^ (n >> 63)) & ((1 << 64) - 1)
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+class Stub:
+    """A registry holding one schema text under every id."""
+
+    def __init__(self, text, schema_type="AVRO"):
+        self.text, self.schema_type = text, schema_type
+
+    def schema(self, schema_id):
+        return RegisteredSchema(schema_id, Schema(self.text, self.schema_type))
+
+
+def decoder(writer, schema=None, reader=None, fmt="avro", schema_type="AVRO"):
+    return RegistryDecoder(
+        Stub(json.dumps(writer), schema_type), value=RegistryFormat(fmt, reader),
+        plain_format=fmt, key=None, key_field=None, timestamp_field=None, schema=schema,
+        max_record_bytes=1 << 25,
+    )
+
+
+def decode(d, values):
+    """(the batch, [(index, error, schema_id)] of the malformed records)."""
+    bad = []
+    batch = d.decode(
+        values, lambda: [None] * len(values), lambda: ([0] * len(values), [0] * len(values)),
+        lambda i, raw, error, sid: bad.append((i, error, sid)),
+    )
+    return batch, bad
+'''
+exec(_HELPERS)  # noqa: S102 - the same helpers here and in the children
+
+zigzag: Any
+Stub: Any
+decoder: Any
+decode: Any
+
+
+def _run_child(code: str, timeout: float = 120) -> str:
+    """``code`` (after the helpers) run in a fresh interpreter; its stdout. Fails the
+    test on a crash (a signal), an exception or when it outlives ``timeout``."""
+    source = _HELPERS + "\n" + textwrap.dedent(code)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the child ran past {timeout} s (unbounded work): {e.stdout!r:.500}")
+    assert done.returncode == 0, (
+        f"the child exited with {done.returncode} (negative: killed by that signal, e.g. "
+        f"-11 a segfault)\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-3000:]}"
+    )
+    return done.stdout
+
+
+FLAT = {
+    "type": "record",
+    "name": "R",
+    "fields": [{"name": "s", "type": "string"}, {"name": "a", "type": "long"}],
+}
+FLAT_ARROW = pa.schema([("s", pa.string()), ("a", pa.int64())])
+
+
+def test_hostile_string_lengths_make_the_compiled_avro_reader_give_up_and_the_record_malformed() -> (
+    None
+):
+    """A string's varint length near 2**63 - 1 wrapped the compiled reader's bound check
+    (``p + size > end``) and it read outside the buffer: the worker segfaulted, and
+    again after each restart. Every hostile length (huge, negative, just past the end)
+    must make the compiled reader return None, and the general path then reports the
+    record malformed; a good record around it still arrives."""
+    out = _run_child(
+        """
+        from lockgate.connectors.schema_registry.avro_columns import AvroColumnsReader
+        writer = {"type": "record", "name": "R",
+                  "fields": [{"name": "s", "type": "string"}, {"name": "a", "type": "long"}]}
+        schema = pa.schema([("s", pa.string()), ("a", pa.int64())])
+        reader = AvroColumnsReader(writer, ((), ()), False, schema)
+        assert reader.usable
+        good = b"\\x00\\x00\\x00\\x00\\x07" + zigzag(2) + b"ab" + zigzag(7)
+        for size in (2**63 - 1, 2**63 - 3, 2**62, 2**40, -1, -(2**63), 3, 4):
+            bad = b"\\x00\\x00\\x00\\x00\\x07" + zigzag(size) + b"ab" + zigzag(7)
+            for values in ([bad], [good, bad], [bad, good]):
+                lengths = np.array([len(v) for v in values], dtype=np.int64)
+                starts = np.zeros(len(values), dtype=np.int64)
+                np.cumsum(lengths[:-1], out=starts[1:])
+                buf = np.frombuffer(b"".join(values), dtype=np.uint8)
+                assert reader.read(buf, starts, lengths) is None, (size, values)
+            batch, bad_records = decode(decoder(writer, schema), [good, bad, good])
+            assert batch.num_rows == 2 and batch.column("s").to_pylist() == ["ab", "ab"]
+            assert [(i, sid) for i, _, sid in bad_records] == [(1, 7)], bad_records
+            assert "does not decode" in bad_records[0][1], bad_records
+            print("ok", size)
+        """
+    )
+    assert out.count("ok") == 8, out
