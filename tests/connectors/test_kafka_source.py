@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from recording_output import RecordingOutput
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import FileProbe, on_executors, wait_until
 from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
 from lockgate.connectors import RateLimitedSource, kafka_source
@@ -498,6 +499,9 @@ def test_a_missing_topic_or_unreachable_broker_fails_naming_them(monkeypatch) ->
 #: key's records come from one partition in order and the failure-free output is known
 RECORDS = 30_000
 CHUNK = 500
+#: the job's source reads at most this many records per completed checkpoint (a
+#: subtask reading two partitions needs about ten checkpoints for its 20,000)
+PACE = 2_000
 
 
 class RunningSum(lg.KeyedProcessFunction):
@@ -519,9 +523,32 @@ def key_of(record):
 def test_a_keyed_running_sum_is_exactly_once_through_injected_failures_M_X1_M_R1(
     kafka_topic, executor, parallelism, caplog
 ) -> None:
-    """M-X1, M-R1: four faults (in the source, the operator, an alignment and an
-    asynchronous snapshot) fail four attempts; each restore seeks every partition back
-    to its checkpointed offset, so the collected output equals the failure-free run's."""
+    """M-X1, M-R1: four faults (an asynchronous snapshot, the source, the operator, an
+    alignment) fail four attempts; each restore seeks every partition back to its
+    checkpointed offset, so the collected output equals the failure-free run's.
+
+    Every fault waits for checkpoints, never for time: the source is paced by completed
+    checkpoints (:class:`CheckpointPacedSource`: nothing before an attempt's first
+    completed checkpoint, then ``PACE`` records per completion, and its end held until
+    three completions), so on a machine of any speed each attempt is still reading when
+    its fault's checkpoint comes. Attempt by attempt (subtask 0 reads partitions 0 and
+    2, 20,000 records; subtask 1 partition 1):
+
+    0. the sources cannot end before three completed checkpoints, and the third needs
+       the running sum's third snapshot, which fails: the job fails, and the last of the
+       two completed checkpoints holds at most ``PACE`` records and one more poll
+       (at most 5,000) a subtask;
+    1. restores it; the source fails once it read 100 records after the attempt's first
+       completed checkpoint (subtask 0 has at least 13,000 records left);
+    2. restores a checkpoint of attempt 1 (subtask 0 emitted at most 100 records
+       before); the running sum's subtask 1 fails on a batch after its first completed
+       checkpoint: the 12,900 or more records left in partitions 0 and 2 hold keys of
+       both subtasks (any five consecutive keys of a partition, 2,500 records, include
+       one of subtask 1);
+    3. restores attempt 2's last checkpoint; its first checkpoint finds both sources
+       running (their end is held), so the running sum's subtask 0 aligns two channels
+       and fails inside that alignment;
+    4. restores attempt 2's checkpoint again and reads to the end."""
     topic = kafka_topic(3)
     produce(
         topic,
@@ -533,19 +560,19 @@ def test_a_keyed_running_sum_is_exactly_once_through_injected_failures_M_X1_M_R1
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=8, delay=0))
     source = KafkaSource(BOOTSTRAP, topic, bounded=True)
     sums = (
-        env.from_source(RateLimitedSource(source, 8_000), name="kafka")
+        env.from_source(CheckpointPacedSource(source, PACE, end_after=3), name="kafka")
         .uid("kafka")
         .key_by(key_of)
         .process(RunningSum(), name="running sum")
         .uid("sums")
     )
-    # attempt 0 fails its third checkpoint, so two completed: every later attempt
-    # restores one, then fails in the source, the operator, an alignment
     inject_faults(
         env,
         FailSnapshot("running sum", checkpoint=3, phase="async", attempt=0, subtask=0),
-        FailAtRecord("kafka", record=1_000, attempt=1, subtask=0),
-        FailAtRecord("running sum", record=1_000, attempt=2, subtask=parallelism - 1),
+        FailAtRecord("kafka", record=100, attempt=1, subtask=0, after_checkpoints=1),
+        FailAtRecord(
+            "running sum", record=100, attempt=2, subtask=parallelism - 1, after_checkpoints=1
+        ),
         FailDuringAlignment("running sum", attempt=3, subtask=0),
     )
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
