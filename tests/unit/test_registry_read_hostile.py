@@ -137,3 +137,109 @@ def test_hostile_string_lengths_make_the_compiled_avro_reader_give_up_and_the_re
         """
     )
     assert out.count("ok") == 8, out
+
+
+def test_a_deep_record_of_a_recursive_avro_schema_is_malformed_not_a_stack_overflow() -> None:
+    """fastavro's compiled reader recursed on the C stack through a recursive writer
+    schema (a linked list, ``next: ["null", "Node"]``) and a 10,000-deep payload
+    overflowed it: a segfault. A recursive schema is decoded with fastavro's
+    pure-Python reader, whose RecursionError makes the record malformed; a shallow
+    list still decodes, also through a reader schema and on a thread (the local
+    executor's tasks run on threads)."""
+    out = _run_child(
+        """
+        import threading
+        node = {"type": "record", "name": "Node", "fields": [
+            {"name": "v", "type": "long", "default": 0},
+            {"name": "next", "type": ["null", "Node"]}]}
+        reader = dict(node, fields=node["fields"] + [{"name": "w", "type": "int", "default": 5}])
+        head = b"\\x00\\x00\\x00\\x00\\x03"
+        deep = head + b"\\x02\\x02" * 10_000 + b"\\x02\\x00"
+        shallow = head + b"\\x02\\x02" + b"\\x04\\x00"  # v=1 -> v=2 -> end
+
+        def check(d, expected):
+            batch, bad = decode(d, [shallow, deep, shallow])
+            assert batch.rows == [expected, expected], batch.rows
+            assert [(i, sid) for i, _, sid in bad] == [(1, 3)], bad
+            assert "RecursionError" in bad[0][1], bad
+            print("ok")
+
+        plain = {"v": 1, "next": {"v": 2, "next": None}}
+        resolved = {"v": 1, "next": {"v": 2, "next": None, "w": 5}, "w": 5}
+        check(decoder(node), plain)
+        check(decoder(node, reader=reader), resolved)
+        errors = []
+        def on_thread():
+            try:
+                check(decoder(node), plain)
+            except BaseException as e:
+                errors.append(e)
+        t = threading.Thread(target=on_thread)
+        t.start()
+        t.join()
+        assert not errors, errors
+        """
+    )
+    assert out.count("ok") == 3, out
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        (FLAT, False),
+        (  # named types used twice, nested: not recursive
+            {
+                "type": "record",
+                "name": "A",
+                "fields": [
+                    {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["x"]}},
+                    {"name": "f", "type": "E"},
+                    {
+                        "name": "r",
+                        "type": {
+                            "type": "record",
+                            "name": "B",
+                            "fields": [{"name": "e", "type": "E"}],
+                        },
+                    },
+                    {"name": "r2", "type": "B"},
+                ],
+            },
+            False,
+        ),
+        (  # through another record and an array
+            {
+                "type": "record",
+                "name": "ns.A",
+                "fields": [
+                    {
+                        "name": "b",
+                        "type": {
+                            "type": "record",
+                            "name": "B",
+                            "fields": [{"name": "a", "type": {"type": "array", "items": "A"}}],
+                        },
+                    }
+                ],
+            },
+            True,
+        ),
+        (  # through a map, with a namespace
+            {
+                "type": "record",
+                "name": "T",
+                "namespace": "x",
+                "fields": [{"name": "kids", "type": {"type": "map", "values": "T"}}],
+            },
+            True,
+        ),
+    ],
+)
+def test_recursive_avro_schemas_are_told_from_ones_that_reuse_a_named_type(
+    schema, expected
+) -> None:
+    import fastavro
+
+    from lockgate.connectors.schema_registry.avro_read import recursive
+
+    assert recursive(fastavro.parse_schema(schema)) is expected

@@ -64,13 +64,52 @@ def parse_reader_schema(schema: object) -> dict[str, Any] | str | list[Any]:
 _SAME_VALUE = {("int", "long"), ("float", "double")}
 
 
+def recursive(parsed: Any) -> bool:
+    """Whether the parsed (fastavro) schema has a named type reachable from itself (a
+    linked list, a tree): its records may nest as deep as their bytes allow."""
+    named: dict[str, Any] = {}
+    if isinstance(parsed, dict):
+        named = parsed.get("__named_schemas", {})
+    done: set[str] = set()
+
+    def visit(t: Any, path: frozenset[str]) -> bool:
+        if isinstance(t, str):
+            if t in path:
+                return True
+            if t in done or t not in named:
+                return False
+            found = visit(named[t], path)  # its definition adds it to the path
+            done.add(t)
+            return found
+        if isinstance(t, list):
+            return any(visit(b, path) for b in t)
+        if not isinstance(t, dict):
+            return False
+        name = t.get("name")
+        if isinstance(name, str) and t.get("type") in ("record", "error"):
+            if name in path:
+                return True
+            path = path | {name}
+        kind = t.get("type")
+        if kind in ("record", "error"):
+            return any(visit(f["type"], path) for f in t.get("fields", []))
+        if kind == "array":
+            return visit(t.get("items"), path)
+        if kind == "map":
+            return visit(t.get("values"), path)
+        return isinstance(kind, (dict, list)) and visit(kind, path)
+
+    return visit(parsed, frozenset())
+
+
 def resolution_plan(writer: Any, reader: Any) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
     """How a record of the parsed ``writer`` schema resolves to the parsed ``reader``
     schema without fastavro's per-record resolution: ``(fields to drop, (name, default)
     pairs to add)``, ``((), ())`` when nothing changes; None when fastavro must resolve
     (anything but top-level fields dropped or added with defaults: another record name,
     aliases, a field whose type changed other than int to long or float to double, a
-    named type both define differently, a new field without a default)."""
+    named type both define differently, a new field without a default, a recursive
+    schema)."""
     if writer == reader:
         return (), ()
     if not (isinstance(writer, dict) and isinstance(reader, dict)):
@@ -79,6 +118,8 @@ def resolution_plan(writer: Any, reader: Any) -> tuple[tuple[str, ...], tuple[An
         return None
     if writer.get("name") != reader.get("name") or reader.get("aliases"):
         return None
+    if recursive(writer) or recursive(reader):
+        return None  # a nested record of the top-level type changes too
     top = writer.get("name")
     named_w, named_r = writer.get("__named_schemas", {}), reader.get("__named_schemas", {})
     for name in set(named_w) & set(named_r):
@@ -113,12 +154,18 @@ class AvroValueDecoder:
         self._read = fastavro.schemaless_reader
         self._parse = fastavro.parse_schema
         self.reader = None if reader_schema is None else fastavro.parse_schema(reader_schema)
-        #: schema id -> (parsed writer schema, reader schema for fastavro, plan)
+        self._reader_recursive = self.reader is not None and recursive(self.reader)
+        #: schema id -> (parsed writer schema, reader schema for fastavro, plan, the
+        #: schemaless_reader to decode with)
         self._writers: ParsedCache = ParsedCache(PARSED_CACHE)
 
-    def _writer(self, schema_id: int) -> tuple[Any, Any, Any]:
+    def _writer(self, schema_id: int) -> tuple[Any, Any, Any, Any]:
         """The parsed writer schema of ``schema_id``, the reader schema fastavro must
-        resolve to (None when :func:`resolution_plan` does it), and that plan."""
+        resolve to (None when :func:`resolution_plan` does it), that plan, and the
+        fastavro reader to decode with: its compiled one, but the pure-Python one for a
+        :func:`recursive` schema (the compiled one recurses on the C stack, and a deep
+        enough record overflows it: a segfault; the pure-Python one raises
+        RecursionError, and the record is malformed)."""
         entry = self._writers.get(schema_id)
         if entry is None:
             text = writer_schema(self.registry, schema_id, "AVRO")
@@ -130,17 +177,22 @@ class AvroValueDecoder:
                     f"parse: {e}"
                 ) from e
             plan = None if self.reader is None else resolution_plan(parsed, self.reader)
-            entry = (parsed, self.reader if plan is None else None, plan)
+            read = self._read
+            if self._reader_recursive or recursive(parsed):
+                from fastavro._read_py import schemaless_reader
+
+                read = schemaless_reader
+            entry = (parsed, self.reader if plan is None else None, plan, read)
             self._writers.put(schema_id, entry)
         return entry
 
     def decode(self, schema_id: int, value: bytes) -> Any:
-        writer, reader, plan = self._writer(schema_id)
+        writer, reader, plan, read = self._writer(schema_id)
         stream = io.BytesIO(value)
         stream.seek(HEADER_BYTES)
         record: Any
         try:
-            record = self._read(stream, writer, reader)
+            record = read(stream, writer, reader)
         except Exception as e:  # noqa: BLE001 - a corrupt payload fails in many ways
             what = (
                 "cannot be resolved to the reader schema"

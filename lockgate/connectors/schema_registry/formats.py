@@ -264,7 +264,7 @@ class RegistryDecoder:
         reader = self._fast.get(schema_id)
         if reader is None:
             try:
-                writer, _, plan = self.value._writer(schema_id)
+                writer, _, plan, _ = self.value._writer(schema_id)
             except MalformedValue:
                 return None
             resolved = self.value.reader is not None
