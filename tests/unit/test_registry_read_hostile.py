@@ -16,73 +16,25 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from registry_read_stub import decode, decoder
 
-# the helpers below are also pasted into the child processes
-_HELPERS = '''
-import json
-import numpy as np
-import pyarrow as pa
-from lockgate.connectors.schema_registry.client import RegisteredSchema, Schema
-from lockgate.connectors.schema_registry.formats import RegistryDecoder, RegistryFormat
-
-
-def zigzag(n):
-    """n as an Avro long (zigzag varint), n taken modulo 2**64."""
-    n = ((n << 1) ^ (n >> 63)) & ((1 << 64) - 1)
-    out = bytearray()
-    while True:
-        low = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-class Stub:
-    """A registry holding one schema text under every id."""
-
-    def __init__(self, text, schema_type="AVRO"):
-        self.text, self.schema_type = text, schema_type
-
-    def schema(self, schema_id):
-        return RegisteredSchema(schema_id, Schema(self.text, self.schema_type))
-
-
-def decoder(writer, schema=None, reader=None, fmt="avro", schema_type="AVRO"):
-    return RegistryDecoder(
-        Stub(json.dumps(writer), schema_type), value=RegistryFormat(fmt, reader),
-        plain_format=fmt, key=None, key_field=None, timestamp_field=None, schema=schema,
-        max_record_bytes=1 << 25,
-    )
-
-
-def decode(d, values):
-    """(the batch, [(index, error, schema_id)] of the malformed records)."""
-    bad = []
-    batch = d.decode(
-        values, lambda: [None] * len(values), lambda: ([0] * len(values), [0] * len(values)),
-        lambda i, raw, error, sid: bad.append((i, error, sid)),
-    )
-    return batch, bad
-'''
-exec(_HELPERS)  # noqa: S102 - the same helpers here and in the children
-
-zigzag: Any
-Stub: Any
-decoder: Any
-decode: Any
+#: prefixed to a child's code: the helpers of registry_read_stub
+_CHILD_PRELUDE = (
+    f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    "from registry_read_stub import Stub, decode, decoder, zigzag\n"
+    "import json\nimport numpy as np\nimport pyarrow as pa\n"
+)
 
 
 def _run_child(code: str, timeout: float = 120) -> str:
     """``code`` (after the helpers) run in a fresh interpreter; its stdout. Fails the
     test on a crash (a signal), an exception or when it outlives ``timeout``."""
-    source = _HELPERS + "\n" + textwrap.dedent(code)
+    source = _CHILD_PRELUDE + textwrap.dedent(code)
     try:
         done = subprocess.run(
             [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout
@@ -243,3 +195,125 @@ def test_recursive_avro_schemas_are_told_from_ones_that_reuse_a_named_type(
     from lockgate.connectors.schema_registry.avro_read import recursive
 
     assert recursive(fastavro.parse_schema(schema)) is expected
+
+
+def _framed_avro(writer: dict[str, Any], record: dict[str, Any], schema_id: int = 9) -> bytes:
+    import io
+
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def test_every_avro_logical_type_arrives_in_the_columns_avro_arrow_schema_gives() -> None:
+    """fastavro gives a ``uuid`` string as a ``uuid.UUID``, which pyarrow refused for
+    the ``string`` column avro_arrow_schema maps it to: every record was malformed.
+    Each logical type (at the top level and nested in a record, an array and a union
+    with null) now arrives in its column as its value."""
+    import datetime
+    import decimal
+    import uuid
+
+    from lockgate.connectors.schema_registry.avro_arrow import avro_arrow_schema
+
+    utc = datetime.timezone.utc
+    an_id = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    cases = [
+        ({"type": "string", "logicalType": "uuid"}, an_id, str(an_id)),
+        (
+            {"type": "fixed", "name": "U16", "size": 16, "logicalType": "uuid"},
+            an_id.bytes,
+            an_id.bytes,
+        ),
+        (
+            {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            decimal.Decimal("-12.34"),
+            decimal.Decimal("-12.34"),
+        ),
+        (
+            {
+                "type": "fixed",
+                "name": "D8",
+                "size": 8,
+                "logicalType": "decimal",
+                "precision": 12,
+                "scale": 3,
+            },
+            decimal.Decimal("1.500"),
+            decimal.Decimal("1.500"),
+        ),
+        (
+            {"type": "int", "logicalType": "date"},
+            datetime.date(2024, 2, 29),
+            datetime.date(2024, 2, 29),
+        ),
+        (
+            {"type": "int", "logicalType": "time-millis"},
+            datetime.time(1, 2, 3, 4000),
+            datetime.time(1, 2, 3, 4000),
+        ),
+        (
+            {"type": "long", "logicalType": "time-micros"},
+            datetime.time(1, 2, 3, 4005),
+            datetime.time(1, 2, 3, 4005),
+        ),
+        (
+            {"type": "long", "logicalType": "timestamp-millis"},
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=utc),
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=utc),
+        ),
+        (
+            {"type": "long", "logicalType": "timestamp-micros"},
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4005, tzinfo=utc),
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4005, tzinfo=utc),
+        ),
+        (
+            {"type": "long", "logicalType": "local-timestamp-millis"},
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4000),
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4000),
+        ),
+        (
+            {"type": "long", "logicalType": "local-timestamp-micros"},
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4005),
+            datetime.datetime(2024, 1, 1, 1, 2, 3, 4005),
+        ),
+    ]
+    for typ, written, expected in cases:
+        writer = {
+            "type": "record",
+            "name": "R",
+            "fields": [
+                {"name": "x", "type": typ},
+                {
+                    "name": "nested",
+                    "type": {
+                        "type": "record",
+                        "name": "N",
+                        "fields": [
+                            {
+                                "name": "many",
+                                "type": {
+                                    "type": "array",
+                                    "items": typ.get("name", typ),
+                                },
+                            },
+                            {
+                                "name": "maybe",
+                                "type": ["null", typ.get("name", typ)],
+                            },
+                        ],
+                    },
+                },
+            ],
+        }
+        schema = avro_arrow_schema(writer)
+        record = {"x": written, "nested": {"many": [written, written], "maybe": written}}
+        batch, bad = decode(decoder(writer, schema), [_framed_avro(writer, record)])
+        assert bad == [], (typ, bad)
+        row = batch.to_pylist()[0]
+        assert row == {
+            "x": expected,
+            "nested": {"many": [expected, expected], "maybe": expected},
+        }, typ

@@ -8,9 +8,11 @@ fixed_size_binary; a union of null and one type -> that type, nullable. Logical 
 date -> date32; time-millis -> time32[ms]; time-micros -> time64[us];
 timestamp-millis / -micros -> timestamp[ms / us, UTC]; local-timestamp-millis /
 -micros -> timestamp[ms / us] (no zone); decimal -> decimal128 (decimal256 above 38
-digits); uuid -> string. A nested field is nullable only when its type is a union with
-null; the top-level columns are all nullable (the source gives a tombstone, a record
-without a value, as a row of nulls).
+digits); uuid -> string (its text; a uuid on a fixed(16): fixed_size_binary(16), the
+bytes as fastavro gives them). Other logical types (duration, timestamp-nanos, ...) take
+their underlying type's column, as fastavro gives them undecoded. A nested field is
+nullable only when its type is a union with null; the top-level columns are all
+nullable (the source gives a tombstone, a record without a value, as a row of nulls).
 
 Refused (ValueError saying which field): a union of two or more non-null types (no
 single column type holds it), and a recursive record (Arrow types are finite).
@@ -103,8 +105,8 @@ def _type(  # noqa: C901 (one branch per Avro type)
         if kind == "fixed":
             names[_full(t["name"], t.get("namespace", ns))] = typ
         return typ
-    if logical == "uuid" and kind in ("string", "fixed"):
-        return pa.string()
+    if logical == "uuid" and kind == "string":
+        return pa.string()  # its text (fastavro gives a uuid.UUID, the source its text)
     if kind == "int" and logical == "date":
         return pa.date32()
     if kind == "int" and logical == "time-millis":

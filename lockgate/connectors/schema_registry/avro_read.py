@@ -28,6 +28,7 @@ import copy
 import io
 import json
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from .formats import MalformedValue, ParsedCache, writer_schema
 from .wire import HEADER_BYTES
@@ -102,6 +103,44 @@ def recursive(parsed: Any) -> bool:
     return visit(parsed, frozenset())
 
 
+def has_uuid(parsed: Any) -> bool:
+    """Whether the parsed schema has a ``uuid`` string anywhere (fastavro reads it as a
+    :class:`uuid.UUID`)."""
+    seen: set[int] = set()
+
+    def visit(t: Any) -> bool:
+        if isinstance(t, list):
+            return any(visit(b) for b in t)
+        if not isinstance(t, dict) or id(t) in seen:
+            return False
+        seen.add(id(t))
+        if t.get("logicalType") == "uuid" and t.get("type") == "string":
+            return True
+        return any(visit(v) for k, v in t.items() if k in ("type", "fields", "items", "values"))
+        # a field's dict: its "type"; a record's "fields" list of field dicts
+
+    named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
+    return visit(parsed) or any(visit(t) for t in named.values())
+
+
+def uuids_as_text(value: Any) -> Any:
+    """``value`` (a decoded record, list or map) with each :class:`uuid.UUID` in it as its
+    text (in place for dicts and lists)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list, UUID)):
+                value[k] = uuids_as_text(v)
+        return value
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, (dict, list, UUID)):
+                value[i] = uuids_as_text(v)
+        return value
+    if isinstance(value, UUID):
+        return str(value)
+    return value
+
+
 def resolution_plan(writer: Any, reader: Any) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
     """How a record of the parsed ``writer`` schema resolves to the parsed ``reader``
     schema without fastavro's per-record resolution: ``(fields to drop, (name, default)
@@ -155,17 +194,23 @@ class AvroValueDecoder:
         self._parse = fastavro.parse_schema
         self.reader = None if reader_schema is None else fastavro.parse_schema(reader_schema)
         self._reader_recursive = self.reader is not None and recursive(self.reader)
+        #: give a ``uuid`` string as its text, not a :class:`uuid.UUID` (set by a
+        #: source with ``schema=``: the column :func:`.avro_arrow.avro_arrow_schema`
+        #: gives it is a string)
+        self.uuid_as_text = False
+        self._reader_uuid = self.reader is not None and has_uuid(self.reader)
         #: schema id -> (parsed writer schema, reader schema for fastavro, plan, the
         #: schemaless_reader to decode with)
         self._writers: ParsedCache = ParsedCache(PARSED_CACHE)
 
-    def _writer(self, schema_id: int) -> tuple[Any, Any, Any, Any]:
+    def _writer(self, schema_id: int) -> tuple[Any, Any, Any, Any, bool]:
         """The parsed writer schema of ``schema_id``, the reader schema fastavro must
         resolve to (None when :func:`resolution_plan` does it), that plan, and the
         fastavro reader to decode with: its compiled one, but the pure-Python one for a
         :func:`recursive` schema (the compiled one recurses on the C stack, and a deep
         enough record overflows it: a segfault; the pure-Python one raises
-        RecursionError, and the record is malformed)."""
+        RecursionError, and the record is malformed); and whether its records may hold
+        a :class:`uuid.UUID`."""
         entry = self._writers.get(schema_id)
         if entry is None:
             text = writer_schema(self.registry, schema_id, "AVRO")
@@ -182,12 +227,13 @@ class AvroValueDecoder:
                 from fastavro._read_py import schemaless_reader
 
                 read = schemaless_reader
-            entry = (parsed, self.reader if plan is None else None, plan, read)
+            uuids = self._reader_uuid or has_uuid(parsed)
+            entry = (parsed, self.reader if plan is None else None, plan, read, uuids)
             self._writers.put(schema_id, entry)
         return entry
 
     def decode(self, schema_id: int, value: bytes) -> Any:
-        writer, reader, plan, read = self._writer(schema_id)
+        writer, reader, plan, read, uuids = self._writer(schema_id)
         stream = io.BytesIO(value)
         stream.seek(HEADER_BYTES)
         record: Any
@@ -217,4 +263,6 @@ class AvroValueDecoder:
                 record[name] = (
                     default if isinstance(default, (str, int, float)) else copy.deepcopy(default)
                 )
+        if uuids and self.uuid_as_text:
+            return uuids_as_text(record)
         return record

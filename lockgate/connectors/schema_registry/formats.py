@@ -187,6 +187,10 @@ class RegistryDecoder:
         self.schema = schema
         self.limit = max_record_bytes
         self.out_schema: pa.Schema | None = None
+        if schema is not None:
+            for side in (self.value, self.key):
+                if side is not None and hasattr(side, "uuid_as_text"):
+                    side.uuid_as_text = True  # Avro: a uuid's column is a string
         #: the compiled Avro readers by schema id (``schema=`` with Avro values only)
         self._fast: ParsedCache | None = None
         if schema is not None and value is not None and value.format == "avro" and key is None:
@@ -264,7 +268,7 @@ class RegistryDecoder:
         reader = self._fast.get(schema_id)
         if reader is None:
             try:
-                writer, _, plan, _ = self.value._writer(schema_id)
+                writer, _, plan, _, _ = self.value._writer(schema_id)
             except MalformedValue:
                 return None
             resolved = self.value.reader is not None
