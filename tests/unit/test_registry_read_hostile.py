@@ -13,6 +13,7 @@ killing pytest.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -317,3 +318,26 @@ def test_every_avro_logical_type_arrives_in_the_columns_avro_arrow_schema_gives(
             "x": expected,
             "nested": {"many": [expected, expected], "maybe": expected},
         }, typ
+
+
+def test_a_json_schema_without_dollar_schema_is_draft_7_as_the_sink_and_confluent_read_it() -> None:
+    """The reader took a schema naming no ``$schema`` as draft 2020-12, the sink (and
+    Confluent's serializers) as Draft 7: a Draft 7 tuple (``"items": [...]``) was not a
+    valid 2020-12 schema, and every record of it was refused. Draft 7 by default, for
+    the writer's schema and a reader schema alike."""
+    from lockgate.connectors.schema_registry.formats import check_registry_format
+
+    tuple_schema = {"type": "array", "items": [{"type": "integer"}, {"type": "string"}]}
+
+    def framed(value: Any) -> bytes:
+        return b"\x00\x00\x00\x00\x05" + json.dumps(value).encode()
+
+    for reader in (
+        None,
+        check_registry_format("t", "reader_schema", "json_schema", tuple_schema).reader_schema,
+    ):
+        d = decoder(tuple_schema, fmt="json_schema", schema_type="JSON", reader=reader)
+        batch, bad = decode(d, [framed([1, "a"]), framed([1, 2]), framed([2, "b", True])])
+        assert batch.rows == [[1, "a"], [2, "b", True]]
+        assert [(i, sid) for i, _, sid in bad] == [(1, 5)], bad
+        assert "is not of type 'string'" in bad[0][1], bad

@@ -34,13 +34,14 @@ def _never_retrieve(uri: str) -> Any:
 
 
 def validator_of(schema: Any) -> Any:
-    """A jsonschema validator of ``schema`` (its ``$schema`` draft, else 2020-12) that
-    never retrieves a ``$ref`` outside ``schema`` (jsonschema's default would fetch
-    http(s) URLs); ``jsonschema.SchemaError`` when the schema is not valid."""
+    """A jsonschema validator of ``schema`` (its ``$schema`` draft, else Draft 7: the
+    registries' and confluent-kafka's default, and the sink's) that never retrieves a
+    ``$ref`` outside ``schema`` (jsonschema's default would fetch http(s) URLs);
+    ``jsonschema.SchemaError`` when the schema is not valid."""
     import jsonschema
     import referencing
 
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     cls.check_schema(schema)
     return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))  # type: ignore[call-arg]
 
