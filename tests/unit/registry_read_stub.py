@@ -24,18 +24,26 @@ def zigzag(n):
 
 
 class Stub:
-    """A registry holding one schema text under every id."""
+    """A registry holding one schema text (with ``references``) under every id."""
 
-    def __init__(self, text, schema_type="AVRO"):
+    redacted_url = "http://***@registry.invalid:8081"
+
+    def __init__(self, text, schema_type="AVRO", references=(), subject=None):
         self.text, self.schema_type = text, schema_type
+        self.references, self.subject = tuple(references), subject
+        self.asked = []
 
     def schema(self, schema_id):
-        return RegisteredSchema(schema_id, Schema(self.text, self.schema_type))
+        self.asked.append(schema_id)
+        return RegisteredSchema(
+            schema_id, Schema(self.text, self.schema_type, self.references), self.subject
+        )
 
 
-def decoder(writer, schema=None, reader=None, fmt="avro", schema_type="AVRO"):
+def decoder(writer, schema=None, reader=None, fmt="avro", schema_type="AVRO", registry=None):
+    text = writer if isinstance(writer, str) else json.dumps(writer)
     return RegistryDecoder(
-        Stub(json.dumps(writer), schema_type),
+        registry or Stub(text, schema_type),
         value=RegistryFormat(fmt, reader),
         plain_format=fmt,
         key=None,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from registry_read_stub import decode, decoder
+from registry_read_stub import Stub, decode, decoder, zigzag
 
 #: prefixed to a child's code: the helpers of registry_read_stub
 _CHILD_PRELUDE = (
@@ -341,3 +341,96 @@ def test_a_json_schema_without_dollar_schema_is_draft_7_as_the_sink_and_confluen
         assert batch.rows == [[1, "a"], [2, "b", True]]
         assert [(i, sid) for i, _, sid in bad] == [(1, 5)], bad
         assert "is not of type 'string'" in bad[0][1], bad
+
+
+def _writer_schema_cases() -> list[tuple[str, Any, str, str]]:
+    from lockgate.connectors.schema_registry.client import SchemaReference
+
+    ref = (SchemaReference("lgtest.Other", "other-value", 3),)
+    ok_avro = json.dumps(FLAT)
+    ok_json = json.dumps({"type": "object"})
+    return [
+        (
+            "avro",
+            Stub('{"type": "record", "name": "R", "fields": [{"name": "a", "type": "nosuch"}]}'),
+            "fastavro can parse",
+            "avro",
+        ),
+        ("avro", Stub("not json at all"), "fastavro can parse", "avro"),
+        (
+            "avro",
+            Stub(ok_avro, references=ref, subject="t-value"),
+            "lgtest.Other (other-value v3)",
+            "avro",
+        ),
+        ("json_schema", Stub('{"type": 5}', "JSON"), "not a valid JSON Schema", "json"),
+        (
+            "json_schema",
+            Stub(ok_json, "JSON", references=ref, subject="t-value"),
+            "lgtest.Other (other-value v3)",
+            "json",
+        ),
+        (
+            "json_schema",
+            Stub(
+                json.dumps(
+                    {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}}
+                ),
+                "JSON",
+            ),
+            "http://127.0.0.1:9/x.json",
+            "json",
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("fmt", "registry", "says", "kind"), _writer_schema_cases())
+@pytest.mark.parametrize("arrow", [False, True])
+def test_a_writer_schema_that_cannot_decode_fails_the_job_not_every_record(
+    fmt, registry, says, kind, arrow
+) -> None:
+    """A writer's schema fastavro cannot parse, one with references to other schemas
+    (ignored, so fastavro reported an unknown type), an invalid JSON Schema or one with
+    a $ref to another document made each of its records malformed: with dead_letter
+    the whole topic drained into the dead-letter output and the offsets moved on.
+    It is the schema that is wrong: WriterSchemaError (not restartable) fails the job,
+    naming the schema id, its subject when known, the registry's redacted URL and what
+    is wrong; no record is reported malformed."""
+    from lockgate.connectors.schema_registry.formats import WriterSchemaError
+    from lockgate.errors import NonRestartableError
+    from lockgate.recovery.non_restartable import non_restartable_cause
+
+    value = b"\x00\x00\x00\x00\x07" + (b'{"a": 1}' if kind == "json" else b"\x02a\x0e")
+    schema = FLAT_ARROW if arrow else None
+    d = decoder("unused", schema=schema, fmt=fmt, registry=registry)
+    with pytest.raises(WriterSchemaError) as raised:
+        decode(d, [value, value])
+    message = str(raised.value)
+    assert "schema id 7" in message and says in message, message
+    assert "http://***@registry.invalid:8081" in message, message
+    if registry.subject:
+        assert "'t-value'" in message and raised.value.subject == "t-value"
+    assert raised.value.schema_id == 7
+    assert isinstance(non_restartable_cause(raised.value), NonRestartableError)
+
+
+def test_an_unknown_id_a_corrupt_payload_and_an_unframed_value_stay_malformed_records() -> None:
+    """The other side of the rule: the record's own problems (an id the registry does
+    not know, a payload that does not decode, a value without the wire format's
+    header) are malformed records, and the good ones around them arrive."""
+    from lockgate.connectors.schema_registry.client import UnknownSchemaError
+
+    class Partial(Stub):
+        def schema(self, schema_id):
+            if schema_id == 8:
+                raise UnknownSchemaError("no such id", url=self.redacted_url, status=404)
+            return super().schema(schema_id)
+
+    good = b"\x00\x00\x00\x00\x07" + zigzag(1) + b"a" + zigzag(7)
+    unknown = b"\x00\x00\x00\x00\x08" + zigzag(1) + b"a" + zigzag(7)
+    corrupt = b"\x00\x00\x00\x00\x07" + zigzag(9) + b"a"
+    for schema in (None, FLAT_ARROW):
+        d = decoder("unused", schema=schema, registry=Partial(json.dumps(FLAT)))
+        batch, bad = decode(d, [good, unknown, corrupt, b"plain", good])
+        assert len(batch) == 2 if schema is None else batch.num_rows == 2
+        assert [(i, sid) for i, _, sid in bad] == [(1, 8), (2, 7), (3, None)], bad

@@ -10,7 +10,9 @@ fastavro gives them: ``datetime``, ``date``, ``Decimal``, ``UUID``).
 
 A value that does not decode, leaves bytes after its record, or cannot be resolved to
 the reader schema raises :class:`~.formats.MalformedValue` (the record is malformed:
-the "Bad input" rule of CONTRIBUTING.md).
+the "Bad input" rule of CONTRIBUTING.md). A writer's schema fastavro cannot parse, or
+one with references to other schemas (not supported yet), raises
+:class:`~.formats.WriterSchemaError`: the job fails (the schema is wrong, not a record).
 
 Speed: fastavro resolves record by record, field by field (about three times the time
 of decoding with the writer's schema alone). Each writer schema is therefore compared
@@ -30,7 +32,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from .formats import MalformedValue, ParsedCache, writer_schema
+from .formats import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 from .wire import HEADER_BYTES
 
 if TYPE_CHECKING:
@@ -213,14 +215,27 @@ class AvroValueDecoder:
         a :class:`uuid.UUID`."""
         entry = self._writers.get(schema_id)
         if entry is None:
-            text = writer_schema(self.registry, schema_id, "AVRO")
+            registered = registered_writer(self.registry, schema_id, "AVRO")
+            if registered.schema.references:
+                names = ", ".join(
+                    f"{r.name} ({r.subject} v{r.version})" for r in registered.schema.references
+                )
+                raise bad_writer_schema(
+                    self.registry,
+                    schema_id,
+                    f"it refers to other schemas ({names}); schema references are not "
+                    "supported yet: register the schema with its named types inlined",
+                    registered.subject,
+                )
             try:
-                parsed = self._parse(json.loads(text))
+                parsed = self._parse(json.loads(registered.schema.schema))
             except Exception as e:  # noqa: BLE001 - fastavro raises several kinds
-                raise MalformedValue(
-                    f"the registry's schema id {schema_id} is not an Avro schema fastavro can "
-                    f"parse: {e}"
-                ) from e
+                raise bad_writer_schema(
+                    self.registry,
+                    schema_id,
+                    f"it is not an Avro schema fastavro can parse: {type(e).__name__}: {e}",
+                    registered.subject,
+                ) from None
             plan = None if self.reader is None else resolution_plan(parsed, self.reader)
             read = self._read
             if self._reader_recursive or recursive(parsed):

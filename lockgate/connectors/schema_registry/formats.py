@@ -17,7 +17,10 @@ when it can take the whole poll.
 A record that is not framed, whose schema id the registry does not know, whose payload
 does not decode, or that cannot be resolved to the reader schema is malformed (the
 "Bad input" rule): the caller reports it, in offset order, with its ``schema_id`` (None
-when unframed). A registry that cannot be reached is not a record's fault: the
+when unframed). A writer's schema that cannot decode records (fastavro cannot parse
+it, it refers to other schemas, an invalid JSON Schema) is not a record's fault either:
+:class:`WriterSchemaError` fails the job. A registry that cannot be reached is not a
+record's fault: the
 client's :class:`~.client.SchemaRegistryUnavailable` (after its bounded retries)
 propagates and fails the job, which restarts from its checkpoint (M-X1: nothing is
 skipped, the split's position never passed the record).
@@ -35,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.batch import Batch, RowBatch
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, NonRestartableError
 from ..base import DECODE_ERRORS, decode_error, oversized
 from ..kafka_common import key_column
 from .wire import WireFormatError, schema_id_of
@@ -49,6 +52,42 @@ SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
 
 class MalformedValue(ValueError):
     """A registry-encoded value that cannot be decoded (the reason is the message)."""
+
+
+class WriterSchemaError(NonRestartableError):
+    """The registry's schema of a record's id cannot decode records (fastavro cannot
+    parse it, it refers to other schemas, it is not a valid JSON Schema, it needs a
+    ``$ref`` to another document): the writer's schema is wrong, not the record, so
+    the job fails (no restart fixes it: a schema id's text never changes) rather than
+    report every record of that schema malformed; its records stay unread in the topic.
+    ``schema_id`` and ``subject`` (None when unknown) name the schema."""
+
+    def __init__(
+        self, message: str, schema_id: int | None = None, subject: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.schema_id = schema_id
+        self.subject = subject
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.schema_id, self.subject)
+
+
+def bad_writer_schema(
+    registry: Any, schema_id: int, what: str, subject: str | None = None
+) -> WriterSchemaError:
+    """The :class:`WriterSchemaError` of the registry's schema ``schema_id``: ``what``
+    says what is wrong; the registry named by its redacted URL."""
+    url = getattr(registry, "redacted_url", None) or "the registry"
+    named = f"schema id {schema_id}" + (f" (subject {subject!r})" if subject else "")
+    return WriterSchemaError(
+        f"the writer's schema, {named} at {url}, cannot decode records: {what}. The "
+        "schema is wrong, not a record: the job fails rather than report every record "
+        "of it malformed (they stay unread in the topic); the producer must register a "
+        "schema this reader can use",
+        schema_id,
+        subject,
+    )
 
 
 class ParsedCache:
@@ -71,10 +110,16 @@ class ParsedCache:
 
 
 def writer_schema(registry: SchemaRegistry, schema_id: int, schema_type: str) -> str:
-    """The text of the registry's schema ``schema_id``, which must be of
+    """The text of the registry's schema ``schema_id`` (see :func:`registered_writer`)."""
+    return registered_writer(registry, schema_id, schema_type).schema.schema
+
+
+def registered_writer(registry: SchemaRegistry, schema_id: int, schema_type: str) -> Any:
+    """The registry's schema ``schema_id`` (a ``RegisteredSchema``), which must be of
     ``schema_type``; :class:`MalformedValue` when the registry does not know the id
-    (404) or holds another type. An unreachable registry raises the client's
-    ``SchemaRegistryUnavailable`` (the job fails; not the record's fault)."""
+    (404) or holds another type (a record of another producer). An unreachable
+    registry raises the client's ``SchemaRegistryUnavailable`` (the job fails; not the
+    record's fault)."""
     from .client import UnknownSchemaError
 
     try:
@@ -86,7 +131,7 @@ def writer_schema(registry: SchemaRegistry, schema_id: int, schema_type: str) ->
         raise MalformedValue(
             f"schema id {schema_id} is a {found} schema in the registry, not {schema_type}"
         )
-    return registered.schema.schema
+    return registered
 
 
 @dataclass(frozen=True)

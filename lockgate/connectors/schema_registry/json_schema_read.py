@@ -3,8 +3,10 @@
 Each value is JSON text after the 5-byte header. It is decoded, then validated against
 its writer's JSON Schema (fetched by id, its validator made once per process and
 cached per id): a value that is not UTF-8 JSON or does not match the writer's schema is
-malformed (the "Bad input" rule). A ``$ref`` to another document is never fetched (jsonschema's
-default would fetch http(s) URLs): a record whose schema needs one is malformed.
+malformed (the "Bad input" rule). A writer's schema that is not a valid JSON Schema, refers
+to other registered schemas (references: not supported yet) or needs a ``$ref`` to
+another document (never fetched: jsonschema's default would fetch http(s) URLs) raises
+:class:`~.formats.WriterSchemaError`: the job fails (the schema is wrong, not a record).
 
 With a reader schema (a JSON Schema, dict or text) the record is resolved to it as
 Avro resolves records, for objects with ``properties`` (at every level): a property
@@ -16,9 +18,11 @@ record is malformed). Without one, records are the decoded JSON as written.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .formats import MalformedValue, ParsedCache, writer_schema
+from ...errors import ConfigurationError
+from .formats import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 from .wire import HEADER_BYTES
 
 if TYPE_CHECKING:
@@ -46,16 +50,26 @@ def validator_of(schema: Any) -> Any:
     return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))  # type: ignore[call-arg]
 
 
-def _valid(validator: Any, record: Any, what: str) -> None:
+def _valid(validator: Any, record: Any, what: str, broken: Callable[[str], Exception]) -> None:
     """MalformedValue unless ``record`` is valid for ``validator`` (``what`` names the
-    schema, e.g. "the writer's JSON Schema (schema id 7)")."""
+    schema, e.g. "the writer's JSON Schema (schema id 7)"); ``broken(why)`` raised when
+    the schema itself cannot be applied (a ``$ref`` to another document: the schema is
+    wrong, not the record)."""
     try:
         if validator.is_valid(record):
             return
         why = _why(validator, record)
     except Exception as e:  # noqa: BLE001 - an unresolvable $ref, and its kin
-        why = f"the schema cannot be applied: {type(e).__name__}: {e} ($ref to other documents are never fetched)"
+        raise broken(
+            f"it cannot be applied: {type(e).__name__}: {e} (a $ref to another document is "
+            "never fetched: a schema from the registry must not make a reader open "
+            "connections; inline what it refers to)"
+        ) from None
     raise MalformedValue(f"it does not match {what}: {why}")
+
+
+def _broken_reader(why: str) -> Exception:
+    return ConfigurationError(f"the reader schema (reader_schema=) {why}")
 
 
 def parse_reader_schema(schema: object) -> Any:
@@ -111,33 +125,56 @@ class JsonSchemaValueDecoder:
         self.reader = None if reader_schema is None else validator_of(reader_schema)
         self._validators: ParsedCache = ParsedCache(1000)
 
-    def _validator(self, schema_id: int) -> Any:
+    def _validator(self, schema_id: int) -> tuple[Any, str | None]:
+        """The validator of the writer's schema ``schema_id`` and its subject (when the
+        registry says it); WriterSchemaError when the schema cannot be used."""
         validator = self._validators.get(schema_id)
         if validator is None:
-            text = writer_schema(self.registry, schema_id, "JSON")
+            registered = registered_writer(self.registry, schema_id, "JSON")
+            if registered.schema.references:
+                names = ", ".join(
+                    f"{r.name} ({r.subject} v{r.version})" for r in registered.schema.references
+                )
+                raise bad_writer_schema(
+                    self.registry,
+                    schema_id,
+                    f"it refers to other schemas ({names}); schema references are not "
+                    "supported yet: register the schema with what it refers to inlined",
+                    registered.subject,
+                )
             try:
-                validator = validator_of(json.loads(text))
+                validator = validator_of(json.loads(registered.schema.schema))
             except Exception as e:  # noqa: BLE001 - bad JSON, SchemaError
-                raise MalformedValue(
-                    f"the registry's schema id {schema_id} is not a valid JSON Schema: {e}"
-                ) from e
-            self._validators.put(schema_id, validator)
+                raise bad_writer_schema(
+                    self.registry,
+                    schema_id,
+                    f"it is not a valid JSON Schema: {type(e).__name__}: "
+                    f"{getattr(e, 'message', e)}",
+                    registered.subject,
+                ) from None
+            self._validators.put(schema_id, (validator, registered.subject))
+            return validator, registered.subject
         return validator
 
     def decode(self, schema_id: int, value: bytes) -> Any:
-        validator = self._validator(schema_id)
+        validator, subject = self._validator(schema_id)
         try:
             record = json.loads(memoryview(value)[HEADER_BYTES:].tobytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise MalformedValue(
                 f"its payload is not UTF-8 JSON (schema id {schema_id}): {e}"
             ) from e
-        _valid(validator, record, f"the writer's JSON Schema (schema id {schema_id})")
+        _valid(
+            validator,
+            record,
+            f"the writer's JSON Schema (schema id {schema_id})",
+            lambda why: bad_writer_schema(self.registry, schema_id, why, subject),
+        )
         if self.reader is None:
             return record
         record = resolve(record, self.reader_schema)
         try:
-            _valid(self.reader, record, "the reader schema")
+            _valid(self.reader, record, "the reader schema", _broken_reader)
         except MalformedValue as e:
             raise MalformedValue(
                 f"it cannot be resolved to the reader schema (written with schema id "
