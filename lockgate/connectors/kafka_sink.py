@@ -742,7 +742,8 @@ class _Encoder:
 
     def produce(self, producer: Any, batch: Batch) -> int:
         """Send ``batch``'s records; returns how many. An Arrow batch going to one topic
-        as JSON is encoded a column at a time (:func:`json_values`, the same bytes)."""
+        as JSON or Avro is encoded a column at a time (:func:`json_values`,
+        :meth:`RegistryWriter.encode_columns`: the same bytes)."""
         topic = self.sink.topic
         encoded = None if callable(topic) else self._encode_columns(batch)
         if encoded is not None:
@@ -844,10 +845,16 @@ class _Encoder:
 
     def _encode_columns(self, batch: Batch) -> tuple[list[bytes], Any] | None:
         """Values and keys of an Arrow batch encoded a column at a time, or None when
-        the record-by-record encoding is needed (not JSON, a key function, a column
-        type :func:`json_values` does not take)."""
+        the record-by-record encoding is needed (not JSON or Avro, a key function or
+        key format, a column type :func:`json_values` or the Avro column encoder
+        (:meth:`RegistryWriter.encode_columns`) does not take)."""
         sink = self.sink
-        if not isinstance(batch, pa.RecordBatch) or sink.format != "json" or sink.key_writer:
+        registry = sink.registry_writer
+        if (
+            not isinstance(batch, pa.RecordBatch)
+            or sink.key_writer
+            or not (sink.format == "json" or (registry is not None and registry.format == "avro"))
+        ):
             return None
         keys: Any = repeat(None)
         if sink.key is not None:
@@ -860,7 +867,11 @@ class _Encoder:
             if not (pa.types.is_integer(column.type) or pa.types.is_string(column.type)):
                 return None
             keys = pc.cast(pc.cast(column, pa.string()), pa.binary()).to_pylist()
-        values = json_values(batch)
+        if registry is not None:
+            assert isinstance(sink.topic, str)
+            values = registry.encode_columns(batch, sink.topic)
+        else:
+            values = json_values(batch)
         if values is None:
             return None
         return values, keys

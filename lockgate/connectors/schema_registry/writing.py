@@ -97,10 +97,13 @@ class RegistryWriter:
         #: Protobuf only: the message's indexes in its file, framed before the payload
         self.message_indexes: list[int] | None = getattr(self.writer, "message_indexes", None)
         self._ids: dict[str, int] = {}
+        #: the column-at-a-time Avro encoder, made on first use
+        self._columns: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_ids"] = {}
+        state["_columns"] = None
         return state
 
     def subject(self, topic: str) -> str:
@@ -165,6 +168,22 @@ class RegistryWriter:
             f"subject {subject!r} of registry {self.registry.redacted_url}, which {state}: "
             "register the schema under that subject first, or set auto_register=True"
         )
+
+    def encode_columns(self, batch: pa.RecordBatch, topic: str) -> list[bytes] | None:
+        """Each record of ``batch`` (going to ``topic``) encoded and framed a column at a
+        time (:mod:`.avro_columns_write`: the bytes :meth:`encode` gives each record), or
+        None when it is not encoded that way (not Avro, a schema or column not flat):
+        the caller then encodes record by record, with that path's errors."""
+        if self.format != "avro" or batch.num_rows == 0:
+            return None
+        if getattr(self, "_columns", None) is None:
+            from .avro_columns_write import AvroColumnsWriter
+
+            self._columns = AvroColumnsWriter(self.writer.schema)
+        if self._columns.fields is None:
+            return None
+        result: list[bytes] | None = self._columns.encode(batch, self.schema_id(topic))
+        return result
 
     def encode(self, record: Any, schema_id: int) -> bytes:
         """``record`` encoded and framed with ``schema_id`` (TypeError or ValueError
