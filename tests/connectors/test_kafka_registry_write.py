@@ -929,7 +929,8 @@ def test_a_record_that_does_not_fit_the_schema_fails_with_its_position(
 EO_N = 90_000
 EO_KEYS = 300
 EO_PARTITIONS = 3
-EO_RATE = 5_000  # slow enough that every attempt completes a checkpoint long before the end
+#: records a source subtask may emit per completed checkpoint (CheckpointPacedSource)
+EO_PACE = 5_000
 
 
 def eo_schemas(tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -985,7 +986,8 @@ def test_m_x1_m_x2_an_exactly_once_avro_pipeline_through_5_failures_equals_the_f
     checkpoint of its attempt, in the source, the operator and the sink: a
     read_committed consumer decoding with confluent-kafka's AvroDeserializer reads
     exactly the failure-free output."""
-    from lockgate.connectors import KafkaSource, RateLimitedSource
+    from checkpoint_paced import CheckpointPacedSource
+    from lockgate.connectors import KafkaSource
     from lockgate.testing import FailAtRecord, inject_faults
     from running_sums import RunningTotal, key_of
 
@@ -1005,7 +1007,7 @@ def test_m_x1_m_x2_an_exactly_once_avro_pipeline_through_5_failures_equals_the_f
         BOOTSTRAP, source_topic, bounded=True, format="avro", schema_registry=registry
     )
     (
-        env.from_source(RateLimitedSource(source, EO_RATE), name="kafka in")
+        env.from_source(CheckpointPacedSource(source, EO_PACE, end_after=2), name="kafka in")
         .uid("kafka-in")
         .key_by(key_of)
         .process(RunningTotal(), name="running total")
@@ -1025,9 +1027,11 @@ def test_m_x1_m_x2_an_exactly_once_avro_pipeline_through_5_failures_equals_the_f
         )
         .uid("kafka-out")
     )
-    # each fault fires at the first batch after its attempt's first completed checkpoint
-    # (a few hundred records in), so an attempt moves the input on by about one
-    # checkpoint's worth and the input (18 s at EO_RATE) outlasts the five of them
+    # paced by checkpoints, not time: a source subtask emits nothing before its attempt's
+    # first completed checkpoint, then EO_PACE records per completed checkpoint, and ends
+    # only after two; so each fault (the 300th record after the attempt's first completed
+    # checkpoint) fires whatever the machine's speed, with the input (45,000 records a
+    # subtask) far from used up, and the sixth attempt reads to the end
     faults = [
         FailAtRecord("kafka in", record=300, attempt=0, subtask=0, after_checkpoints=1),
         FailAtRecord("running total", record=300, attempt=1, subtask=1, after_checkpoints=1),
