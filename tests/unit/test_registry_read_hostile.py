@@ -32,13 +32,26 @@ _CHILD_PRELUDE = (
 )
 
 
-def _run_child(code: str, timeout: float = 120) -> str:
+def _run_child(code: str, timeout: float = 120, memory_bytes: int | None = None) -> str:
     """``code`` (after the helpers) run in a fresh interpreter; its stdout. Fails the
-    test on a crash (a signal), an exception or when it outlives ``timeout``."""
+    test on a crash (a signal), an exception or when it outlives ``timeout``;
+    ``memory_bytes`` bounds its data (RLIMIT_DATA: unbounded allocation then ends in
+    a MemoryError, not in a machine short of memory)."""
     source = _CHILD_PRELUDE + textwrap.dedent(code)
+
+    def limit() -> None:
+        if memory_bytes is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+
     try:
         done = subprocess.run(
-            [sys.executable, "-c", source], capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-c", source],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=limit,  # noqa: PLW1509 - the child is a plain interpreter
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the child ran past {timeout} s (unbounded work): {e.stdout!r:.500}")
@@ -434,3 +447,48 @@ def test_an_unknown_id_a_corrupt_payload_and_an_unframed_value_stay_malformed_re
         batch, bad = decode(d, [good, unknown, corrupt, b"plain", good])
         assert len(batch) == 2 if schema is None else batch.num_rows == 2
         assert [(i, sid) for i, _, sid in bad] == [(1, 8), (2, 7), (3, None)], bad
+
+
+def test_an_array_of_items_that_take_no_bytes_is_refused_not_decoded_without_bound() -> None:
+    """An array whose items take no bytes (null, an empty record, a record of nulls, a
+    fixed of size 0) let a few payload bytes claim 2**62 items: fastavro looped and
+    allocated without bound. A writer's schema with one fails the job
+    (WriterSchemaError naming the field); an array of items that take bytes stops at
+    the payload's end (malformed), and a map's entries always take their key's bytes."""
+    out = _run_child(
+        """
+        from lockgate.connectors.schema_registry.formats import WriterSchemaError
+        empty = {"type": "record", "name": "Empty", "fields": []}
+        nulls = {"type": "record", "name": "Nulls", "fields": [{"name": "n", "type": "null"},
+                 {"name": "z", "type": {"type": "fixed", "name": "Z", "size": 0}}]}
+        for items in ("null", empty, nulls, {"type": "fixed", "name": "Z0", "size": 0}):
+            writer = {"type": "record", "name": "A", "fields": [
+                {"name": "ok", "type": "long"},
+                {"name": "deep", "type": {"type": "record", "name": "In", "fields": [
+                    {"name": "a", "type": ["null", {"type": "array", "items": items}]}]}}]}
+            bomb = b"\\x00\\x00\\x00\\x00\\x07" + zigzag(1) + zigzag(1) + zigzag(2**62) + b"\\x00"
+            try:
+                decode(decoder(writer), [bomb])
+            except WriterSchemaError as e:
+                assert "deep.a" in str(e) and "take no bytes" in str(e), str(e)
+                print("refused")
+            else:
+                raise AssertionError(f"decoded {items}")
+        for items in ("long", {"type": "map", "values": "null"}):
+            writer = {"type": "record", "name": "A", "fields": [
+                {"name": "a", "type": {"type": "array", "items": items}}]}
+            bomb = b"\\x00\\x00\\x00\\x00\\x07" + zigzag(2**62) + b"\\x02" * 1000
+            batch, bad = decode(decoder(writer), [bomb])
+            assert batch is None and [i for i, _, _ in bad] == [0], bad
+            print("malformed")
+        writer = {"type": "record", "name": "A", "fields": [
+            {"name": "m", "type": {"type": "map", "values": "null"}}]}
+        bomb = b"\\x00\\x00\\x00\\x00\\x07" + zigzag(2**62) + b"\\x02a" * 1000
+        batch, bad = decode(decoder(writer), [bomb])
+        assert batch is None and [i for i, _, _ in bad] == [0], bad
+        print("malformed")
+        """,
+        timeout=60,
+        memory_bytes=1 << 30,
+    )
+    assert out.split() == ["refused"] * 4 + ["malformed"] * 3, out

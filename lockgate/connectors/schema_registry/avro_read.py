@@ -105,6 +105,71 @@ def recursive(parsed: Any) -> bool:
     return visit(parsed, frozenset())
 
 
+def empty_item_array(parsed: Any) -> str | None:
+    """Where the parsed schema has an array whose items take no bytes (null, a fixed of
+    size 0, a record of only such fields), e.g. ``"a.b[]"``; None when it has none.
+
+    Such an array lets a few bytes claim 2**62 items, and fastavro would loop and
+    allocate for each: a record of such a schema cannot be decoded within any bound.
+    Every other array is bounded by its payload (each item takes at least a byte, so
+    the decoder runs out of bytes), and so is every map (each entry takes its key's)."""
+    named = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
+    return _find_empty_array(parsed, "", named, set())
+
+
+def _takes_no_bytes(t: Any, named: dict[str, Any], seen: frozenset[str]) -> bool:
+    if isinstance(t, str):
+        if t == "null":
+            return True
+        if t in seen or t not in named:
+            return False  # a primitive, or a record that holds itself
+        return _takes_no_bytes(named[t], named, seen | {t})
+    if not isinstance(t, dict):
+        return False  # a union: its branch index takes a byte
+    kind = t.get("type")
+    if kind == "fixed":
+        return int(t.get("size", 1)) == 0
+    if kind in ("record", "error"):
+        inside = seen | {t["name"]} if isinstance(t.get("name"), str) else seen
+        return all(_takes_no_bytes(f["type"], named, inside) for f in t.get("fields", []))
+    if kind in ("array", "map", "enum"):
+        return False  # a count or an index takes a byte
+    return isinstance(kind, (str, dict)) and _takes_no_bytes(kind, named, seen)
+
+
+def _find_empty_array(t: Any, where: str, named: dict[str, Any], visited: set[str]) -> str | None:
+    if isinstance(t, str):
+        if t in named and t not in visited:
+            visited.add(t)
+            return _find_empty_array(named[t], where, named, visited)
+        return None
+    if isinstance(t, list):
+        found = (_find_empty_array(b, where, named, visited) for b in t)
+        return next((f for f in found if f), None)
+    if not isinstance(t, dict):
+        return None
+    kind = t.get("type")
+    if kind in ("record", "error"):
+        if isinstance(t.get("name"), str):
+            visited.add(t["name"])
+        found = (
+            _find_empty_array(
+                f["type"], f"{where}.{f['name']}" if where else f["name"], named, visited
+            )
+            for f in t.get("fields", [])
+        )
+        return next((f for f in found if f), None)
+    if kind == "array":
+        if _takes_no_bytes(t.get("items"), named, frozenset()):
+            return f"{where}[]"
+        return _find_empty_array(t.get("items"), f"{where}[]", named, visited)
+    if kind == "map":
+        return _find_empty_array(t.get("values"), f"{where}{{}}", named, visited)
+    if isinstance(kind, (dict, list)):
+        return _find_empty_array(kind, where, named, visited)
+    return None
+
+
 def has_uuid(parsed: Any) -> bool:
     """Whether the parsed schema has a ``uuid`` string anywhere (fastavro reads it as a
     :class:`uuid.UUID`)."""
@@ -236,6 +301,17 @@ class AvroValueDecoder:
                     f"it is not an Avro schema fastavro can parse: {type(e).__name__}: {e}",
                     registered.subject,
                 ) from None
+            bomb = empty_item_array(parsed)
+            if bomb is not None:
+                raise bad_writer_schema(
+                    self.registry,
+                    schema_id,
+                    f"its array {bomb} has items that take no bytes, so a few bytes of a "
+                    "record could claim 2**62 of them and decoding would never end; "
+                    "lockgate refuses such schemas (give the items a field that takes "
+                    "bytes, or count them in a long)",
+                    registered.subject,
+                )
             plan = None if self.reader is None else resolution_plan(parsed, self.reader)
             read = self._read
             if self._reader_recursive or recursive(parsed):
