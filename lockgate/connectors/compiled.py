@@ -51,7 +51,7 @@ def inline(fn: F) -> F:
 
 def warm_up() -> bool:
     """Compile (or load from numba's cache) the Kafka source's kernels (JSON and Avro
-    columns) in this process,
+    columns, read and written) in this process,
     so that processes forked from it start with them; False when numba is not
     installed (the kernels are then never used: the Kafka extra is not installed)."""
     try:
@@ -77,4 +77,7 @@ def warm_up() -> bool:
     AvroColumnsReader(writer, ((), ()), False, pa.schema([("a", pa.int64())])).read(
         avro, np.array([0]), np.array([len(avro)])
     )
+    from lockgate.connectors.schema_registry.avro_columns_write import AvroColumnsWriter
+
+    AvroColumnsWriter(writer).encode(pa.record_batch({"a": pa.array([1], pa.int64())}), 1)
     return True
