@@ -492,3 +492,69 @@ def test_an_array_of_items_that_take_no_bytes_is_refused_not_decoded_without_bou
         memory_bytes=1 << 30,
     )
     assert out.split() == ["refused"] * 4 + ["malformed"] * 3, out
+
+
+def test_the_json_schema_sink_refuses_a_ref_outside_its_document_and_never_fetches_it() -> None:
+    """The sink's validator had no never-retrieve registry: a ``$ref`` to http://...
+    went out through urlopen, without a timeout, when the first record was written,
+    and its error lost the record's position. Now such a schema is refused when the
+    writer is made (ConfigurationError naming the $ref), nothing is fetched, and refs
+    inside the document (a JSON pointer, an embedded ``$id``) still work."""
+    import http.server
+    import threading
+
+    from lockgate.connectors.schema_registry.json_schema_write import JsonSchemaWriter
+    from lockgate.errors import ConfigurationError
+
+    asked: list[str] = []
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            asked.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = f"http://127.0.0.1:{server.server_port}/n.json"
+        for schema in (
+            {"type": "object", "properties": {"a": {"$ref": remote}}},
+            {"type": "array", "items": {"anyOf": [{"type": "null"}, {"$ref": remote + "#/x"}]}},
+            {
+                "$id": f"http://127.0.0.1:{server.server_port}/root.json",
+                "properties": {"a": {"$ref": "n.json"}},
+            },
+            {"properties": {"a": {"$ref": "#/definitions/missing"}}},
+        ):
+            with pytest.raises(ConfigurationError, match=r"\$ref") as raised:
+                writer = JsonSchemaWriter(schema)
+                writer.encode({"a": 1})
+            assert "outside" in str(raised.value) or "cannot be resolved" in str(raised.value), (
+                raised.value
+            )
+        assert asked == [], "a $ref was fetched"
+    finally:
+        server.shutdown()
+        server.server_close()
+    inside = JsonSchemaWriter(
+        {
+            "$id": "http://example.invalid/root.json",
+            "definitions": {"n": {"type": "integer"}, "e": {"$id": "e.json", "type": "string"}},
+            "type": "object",
+            "properties": {
+                "a": {"$ref": "#/definitions/n"},
+                "b": {"$ref": "e.json"},
+                "c": {"enum": [{"$ref": "http://data.invalid/data-not-a-ref"}, 1]},
+            },
+        }
+    )
+    assert inside.encode({"a": 1, "b": "x"}) == b'{"a": 1, "b": "x"}'
+    with pytest.raises(ValueError, match=r"\['a'\] does not fit the JSON Schema"):
+        inside.encode({"a": "x", "b": "x"})

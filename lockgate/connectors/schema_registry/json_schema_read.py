@@ -50,6 +50,42 @@ def validator_of(schema: Any) -> Any:
     return cls(schema, registry=referencing.Registry(retrieve=_never_retrieve))  # type: ignore[call-arg]
 
 
+#: keywords whose values are data, not schemas (a "$ref" in them is no reference)
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def unresolvable_refs(validator: Any, schema: Any) -> list[str]:
+    """The ``$ref`` of ``schema`` (whose ``validator`` is :func:`validator_of`'s) that
+    do not resolve inside the document (another document's URL, a pointer to nowhere),
+    each as ``"<ref>: <why>"``; [] when every one resolves. Nothing is fetched."""
+    from urllib.parse import urljoin
+
+    resolver = validator._resolver
+    found: list[str] = []
+
+    def walk(node: Any, base: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, base)
+            return
+        if not isinstance(node, dict):
+            return
+        if isinstance(node.get("$id"), str):
+            base = urljoin(base, node["$id"])
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                resolver.lookup(urljoin(base, ref) if base else ref)
+            except Exception as e:  # noqa: BLE001 - referencing's Unresolvable and kin
+                found.append(f"{ref}: {type(e).__name__}")
+        for key, value in node.items():
+            if key not in _DATA_KEYWORDS:
+                walk(value, base)
+
+    walk(schema, schema.get("$id", "") if isinstance(schema, dict) else "")
+    return found
+
+
 def _valid(validator: Any, record: Any, what: str, broken: Callable[[str], Exception]) -> None:
     """MalformedValue unless ``record`` is valid for ``validator`` (``what`` names the
     schema, e.g. "the writer's JSON Schema (schema id 7)"); ``broken(why)`` raised when

@@ -3,7 +3,9 @@ the schema and written as JSON text (UTF-8), as confluent-kafka's ``JSONSerializ
 does.
 
 The schema is a dict or its JSON text; its ``$schema`` picks the draft (Draft 7, the
-registries' default, when it names none). Its ``title`` is the record type's name for
+registries' default, when it names none). A ``$ref`` must resolve inside the schema (a
+JSON pointer, an embedded ``$id``): one to another document is refused when the writer
+is made, never fetched. Its ``title`` is the record type's name for
 the ``record`` and ``topic_record`` subject strategies.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ..file_sink import json_default
+from .json_schema_read import unresolvable_refs, validator_of
 
 
 class JsonSchemaWriter:
@@ -49,11 +52,19 @@ class JsonSchemaWriter:
             )
         validator_class = _validator_class(parsed)
         try:
-            validator_class.check_schema(parsed)
+            validator = validator_of(parsed)
         except Exception as e:  # jsonschema.SchemaError
             raise ConfigurationError(
                 f"not a valid JSON Schema ({validator_class.__name__}): {getattr(e, 'message', e)}"
             ) from e
+        outside = unresolvable_refs(validator, parsed)
+        if outside:
+            raise ConfigurationError(
+                f"the JSON Schema has a $ref that cannot be resolved inside it ("
+                f"{'; '.join(outside)}): a $ref to a document outside the schema is never "
+                "fetched (a sink must not open connections a schema names); inline what it "
+                "refers to, e.g. under definitions, and refer to it as #/definitions/..."
+            )
         #: the schema text registered
         self.schema_text: str = text
         self.schema: Any = parsed
@@ -66,7 +77,8 @@ class JsonSchemaWriter:
         """``record`` as JSON, if the schema accepts it (ValueError naming the first
         violation and where in the record it is otherwise)."""
         if self._validator is None:
-            self._validator = _validator_class(self.schema)(self.schema)
+            # refs never retrieved (the schema was checked to need none)
+            self._validator = validator_of(self.schema)
         from jsonschema.exceptions import best_match
 
         error = best_match(self._validator.iter_errors(record))
