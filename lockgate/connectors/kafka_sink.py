@@ -285,16 +285,21 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
         return self.delivery == "exactly_once"
 
     def check_before_run(self, plan: Any = None) -> None:
-        """On the driver: a registry format's schema registered or looked up under its
+        """On the driver: for exactly-once, the producers' transaction timeout must be
+        allowed by the brokers and outlast a checkpoint interval plus its timeout; then,
+        once every other check passed (a job refused at start adds nothing to a shared
+        registry), a registry format's schema is registered or looked up under its
         subject (refused by the registry's compatibility rule, or missing with
-        ``auto_register=False``: a ConfigurationError naming the subject); for
-        exactly-once, the producers' transaction timeout must be allowed by the brokers
-        and outlast a checkpoint interval plus its timeout."""
+        ``auto_register=False``: a ConfigurationError naming the subject)."""
+        if self.delivery == "exactly_once":
+            self._check_transaction_timeout(plan)
         for writer in (self.registry_writer, self.key_writer):
             if writer is not None:
                 writer.check_at_start(None if callable(self.topic) else self.topic)
-        if self.delivery != "exactly_once":
-            return
+
+    def _check_transaction_timeout(self, plan: Any) -> None:
+        """The exactly-once producers' transaction timeout, checked against the brokers'
+        limit and the checkpoint interval plus timeout of ``plan``."""
         broker_max = broker_transaction_max_timeout_ms(self.bootstrap_servers, self.properties)
         asked = self.properties.get("transaction.timeout.ms")
         if asked is not None and asked > broker_max:

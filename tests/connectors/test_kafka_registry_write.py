@@ -1053,3 +1053,27 @@ def test_m_x1_m_x2_an_exactly_once_avro_pipeline_through_5_failures_equals_the_f
     got = sorted((r["k"], r["v"], r["total"]) for r in (deserializer(v, ctx) for v in values))
     assert len(got) == EO_N, f"{len(got)} records committed, expected {EO_N}"
     assert got == eo_expected()
+
+
+def test_a_sink_refused_at_start_registers_nothing(tmp_path, kafka_topic) -> None:
+    """A job its exactly-once sink refuses at start (a transaction timeout shorter than a
+    checkpoint interval plus timeout, M-X2) adds no version to the shared registry: the
+    sink registers its schema only once every other check of its start passed."""
+    topic = kafka_topic(1)
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.enable_checkpointing(5_000)
+    env.checkpoint_config.timeout = 60_000
+    env.from_collection([avro_record(0)]).sink_to(
+        KafkaSink(
+            BOOTSTRAP,
+            topic,
+            format="avro",
+            schema_registry=SchemaRegistry(REGISTRY_URL),
+            schema=avro_order(f"lgw.refused{uuid.uuid4().hex[:8]}"),
+            properties={"transaction.timeout.ms": 30_000},
+        ),
+        name="out",
+    )
+    with pytest.raises(ConfigurationError, match="65000 ms in all"):
+        env.execute("short timeout")
+    assert f"{topic}-value" not in sr_client().get_subjects(), "a refused job registered"
