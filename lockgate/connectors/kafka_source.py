@@ -284,7 +284,8 @@ class KafkaSource(Source):
     does not fit it) or whose value is larger than
     ``max_record_bytes`` (default 32 MiB) fails the job naming ``topic[partition]@offset``,
     or with ``on_error="dead_letter"`` goes to ``lg.DEAD_LETTER`` with ``topic``,
-    ``partition`` and ``offset`` (and ``schema_id`` for the registry formats). So does
+    ``partition`` and ``offset`` (and ``schema_id`` for the registry formats, and
+    ``raw_key``, the key's bytes, with a registry ``key_format``). So does
     what a hostile producer can store (the broker does not check it): a batch whose
     records claim offsets out of order or past their batch (the direct fetch refuses the
     batch, librdkafka's path the record out of order), and a compressed batch expanding
@@ -1204,8 +1205,8 @@ class _KafkaReader(SourceReader):
             pairs = np.array(list(map(message.timestamp, msgs)), dtype=np.int64).reshape(-1, 2)
             return pairs[:, 0], pairs[:, 1]
 
-        def malformed(i: int, raw: Any, error: str, schema_id: int | None) -> None:
-            self._malformed(msgs[i], raw, error, output, schema_id=schema_id)
+        def malformed(i: int, raw: Any, error: str, schema_id: int | None, **more: Any) -> None:
+            self._malformed(msgs[i], raw, error, output, schema_id=schema_id, **more)
 
         return self._registry.decode(
             list(map(message.value, msgs)),
@@ -1220,10 +1221,10 @@ class _KafkaReader(SourceReader):
         assert self._registry is not None
         messages: list[Any] = []
 
-        def malformed(i: int, raw: Any, error: str, schema_id: int | None) -> None:
+        def malformed(i: int, raw: Any, error: str, schema_id: int | None, **more: Any) -> None:
             if not messages:
                 messages.extend(records.messages())
-            self._malformed(messages[i], raw, error, output, schema_id=schema_id)
+            self._malformed(messages[i], raw, error, output, schema_id=schema_id, **more)
 
         return self._registry.decode(
             records.values,
@@ -1429,7 +1430,8 @@ class _KafkaReader(SourceReader):
 
     def _malformed(self, m: Any, raw: Any, error: str, output: ReaderOutput, **fields: Any) -> None:
         """Report message ``m`` as malformed; ``fields``: more of its position (the
-        registry formats add ``schema_id``, None when the record is not framed)."""
+        registry formats add ``schema_id``, None when the record is not framed, and
+        with a registry ``key_format`` ``raw_key``, the key's bytes)."""
         report_malformed(
             self.source.on_error,
             output,

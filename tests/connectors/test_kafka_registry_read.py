@@ -613,6 +613,50 @@ def test_registry_encoded_keys_are_decoded_into_the_key_field(kafka_topic, open_
     assert [r["id"] for r in rows] == list(range(N)) + [0]
 
 
+@pytest.mark.parametrize("fetch", ["auto", "librdkafka"])
+def test_a_dead_letter_of_a_registry_keyed_record_carries_its_key_bytes(
+    kafka_topic, open_reader, fetch
+) -> None:
+    """With key_format, a record whose key (or value) is malformed was dead-lettered
+    with ``raw`` = the value only: a bad key's bytes were lost. Its dead letter has
+    ``raw_key`` (the key's bytes, None without a key) too."""
+    topic = kafka_topic(1)
+    ctx_ = SerializationContext(topic, MessageField.KEY)
+    keys = AvroSerializer(confluent_client(), json_text(AVRO_KEY))
+    values = two_versions(topic, "avro", 1)[:2]
+    good_key = keys({"region": "eu", "id": 1}, ctx_)
+    bad_key = b"not a framed key"
+    send(
+        topic,
+        [
+            (0, good_key, values[0][2]),
+            (0, bad_key, values[1][2]),
+            (0, good_key, b"not a framed value"),
+            (0, None, b"unframed, no key"),
+        ],
+    )
+    source = KafkaSource(
+        BOOTSTRAP,
+        topic,
+        bounded=True,
+        format="avro",
+        key_format="avro",
+        key_field="k",
+        schema_registry=registry(),
+        on_error="dead_letter",
+        fetch=fetch,
+    )
+    out = read_to_end(open_reader(source))
+    assert [r["k"] for r in out.rows()] == [{"region": "eu", "id": 1}]
+    letters = [(d["offset"], d["raw"], d["raw_key"]) for d in out.dead_letters]
+    assert letters == [
+        (1, values[1][2], bad_key),
+        (2, b"not a framed value", good_key),
+        (3, b"unframed, no key", None),
+    ]
+    assert "its key" in out.dead_letters[0]["error"]
+
+
 def test_a_json_schema_value_that_breaks_its_writer_schema_is_malformed(
     kafka_topic, open_reader
 ) -> None:

@@ -187,8 +187,10 @@ def check_registry_format(owner: str, arg: str, fmt: str, reader_schema: object)
         ) from e
 
 
-#: ``malformed(index, raw, error, schema_id)``: report record ``index`` of the poll
-Report = Callable[[int, Any, str, "int | None"], None]
+#: ``malformed(index, raw, error, schema_id, **fields)``: report record ``index`` of the
+#: poll; ``fields``: more for its dead letter (with ``key_format``: ``raw_key``, the
+#: key's bytes)
+Report = Callable[..., None]
 
 
 def _decode_plain(value: bytes, fmt: str) -> Any:
@@ -336,7 +338,8 @@ class RegistryDecoder:
         order), None when none is good; ``keys()`` gives their keys, ``stamps()`` their
         timestamp kinds and timestamps (kind 0: none). Each bad record is reported by
         ``malformed(index, raw, error, schema_id)`` in offset order (``raw``: its
-        value's bytes), before the batch is made (with ``on_error="fail"`` the first
+        value's bytes; with ``key_format`` also ``raw_key=`` its key's bytes), before the
+        batch is made (with ``on_error="fail"`` the first
         one raises). ``values`` may be a function giving them (called only when
         needed); ``raw``: the values as ``(buffer, starts, lengths)`` (directly fetched
         records), for the compiled Avro reader."""
@@ -398,7 +401,11 @@ class RegistryDecoder:
         else:
             batch = self._arrow(records, kept, key_list, stamps, bad, values)
         for i, raw, error, schema_id in sorted(bad, key=lambda b: b[0]):
-            malformed(i, raw, error, schema_id)
+            if key_side is not None:  # the key's bytes too: a bad key is not lost
+                assert key_list is not None
+                malformed(i, raw, error, schema_id, raw_key=key_list[i])
+            else:
+                malformed(i, raw, error, schema_id)
         return batch
 
     def _rows(
