@@ -407,6 +407,75 @@ def test_an_unknown_id_raises_unknown_schema_error_and_unknown_subjects_are_none
     assert registry.lookup(subject, avro_v1("lg.m")) is None
 
 
+def test_an_unknown_id_is_asked_once_more_then_remembered_for_a_few_seconds() -> None:
+    """Each record with an unknown schema id cost an HTTP request (10,000 such records:
+    a flood), and a 404 from a registry follower a moment behind was final. Now the
+    first 404 of an id is asked once more after UNKNOWN_RECHECK_S (the injected
+    sleep), then the id is remembered as unknown for UNKNOWN_MEMORY_S (the injected
+    clock): no request for it until then; afterwards it is asked again."""
+    from lockgate.connectors.schema_registry import client as client_module
+
+    fake = FakeClock()
+    registry = CountingRegistry(REGISTRY_URL, clock=fake.clock, sleep=fake.sleep)
+    unknown = 2**32 - 3
+    path = f"GET /schemas/ids/{unknown}"
+    for _ in range(1000):
+        with pytest.raises(UnknownSchemaError, match=f"does not know schema id {unknown}") as e:
+            registry.schema(unknown)
+        assert e.value.schema_id == unknown and e.value.status == 404
+    assert registry.requests == [path, path], "asked, then once more after the back-off"
+    assert fake.sleeps == [client_module.UNKNOWN_RECHECK_S]
+    assert 0 < client_module.UNKNOWN_RECHECK_S <= 1
+    fake.now += client_module.UNKNOWN_MEMORY_S - 0.01
+    with pytest.raises(UnknownSchemaError):
+        registry.schema(unknown)
+    assert len(registry.requests) == 2
+    fake.now += 0.02
+    with pytest.raises(UnknownSchemaError):
+        registry.schema(unknown)
+    assert registry.requests == [path] * 4
+    # the memory does not travel with the client (it is per process)
+    assert pickle.loads(pickle.dumps(registry))._unknown == {}
+
+
+def test_distinct_unknown_ids_do_not_make_the_client_sleep_for_each(
+    fake_api: Callable[..., FakeApi],
+) -> None:
+    """A flood of distinct unknown ids: each is asked (one request), but the re-asks
+    after a back-off are bounded per UNKNOWN_MEMORY_S (at most 1 s of sleeping), so a
+    poll of such records is not held for minutes."""
+    from lockgate.connectors.schema_registry import client as client_module
+
+    api = fake_api(lambda h: answer(h, 404, {"error_code": 40403, "message": "Schema not found"}))
+    fake = FakeClock()
+    registry = SchemaRegistry(api.url(), clock=fake.clock, sleep=fake.sleep)
+    for schema_id in range(1, 201):
+        with pytest.raises(UnknownSchemaError):
+            registry.schema(schema_id)
+    assert sum(fake.sleeps) <= 1.0, fake.sleeps
+    assert len(api.seen) == 200 + len(fake.sleeps)
+    assert client_module.UNKNOWN_MEMORY_S >= 1
+
+
+def test_a_brief_404_of_a_registry_behind_is_not_final(fake_api: Callable[..., FakeApi]) -> None:
+    """A follower that has not yet seen a new schema answers 404 for a moment: the id
+    asked once more after the back-off is found, and its records are not malformed."""
+    answers = iter([404, 200])
+
+    def behind(h: http.server.BaseHTTPRequestHandler) -> None:
+        if next(answers, 200) == 404:
+            answer(h, 404, {"error_code": 40403, "message": "Schema not found"})
+        else:
+            schema_by_id(h)
+
+    api = fake_api(behind)
+    fake = FakeClock()
+    registry = SchemaRegistry(api.url(), clock=fake.clock, sleep=fake.sleep)
+    assert registry.schema(5).schema.schema == AVRO_TEXT
+    assert [path for _, path, _ in api.seen] == ["/apis/ccompat/v7/schemas/ids/5"] * 2
+    assert len(fake.sleeps) == 1
+
+
 def test_a_wrong_base_url_is_not_mistaken_for_an_unknown_schema() -> None:
     """The registry's root without /apis/ccompat/v7 answers 404 for every id: without the
     registry's own error code that is a wrong URL, not an unknown schema (a reader would

@@ -11,7 +11,9 @@ own (on :mod:`http.client`), not confluent-kafka's, for what a stream job needs:
   exponential back-off (0.1 s doubling to 5 s) for ``retry_for_s``, then
   :class:`SchemaRegistryUnavailable`; the clock and the sleep are injectable;
 - cached: :meth:`SchemaRegistry.schema` keeps up to ``cache_size`` schemas by id (least
-  recently used out first), so a job asks once per schema id;
+  recently used out first), so a job asks once per schema id; an id the registry does
+  not know is asked once more after a short back-off (a follower a moment behind), then
+  remembered as unknown for a few seconds (a flood of its records costs no requests);
 - discreet: credentials (``auth=`` or ``user:password@`` in the URL) are sent only in
   the ``Authorization`` header, never in a message, log line or ``repr``; errors show
   :attr:`SchemaRegistry.redacted_url`;
@@ -49,6 +51,15 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 #: back-off between attempts: FIRST_BACKOFF_S doubling up to MAX_BACKOFF_S
 FIRST_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 5.0
+#: an id the registry does not know (404) is asked once more after this back-off before
+#: it is declared unknown (a follower a moment behind the leader answers 404 for a new
+#: schema); these re-asks sleep at most RECHECK_BUDGET_S per UNKNOWN_MEMORY_S in all (a
+#: flood of distinct unknown ids does not hold a poll for minutes)
+UNKNOWN_RECHECK_S = 0.5
+RECHECK_BUDGET_S = 1.0
+#: an id declared unknown is not asked again for this long (each record of it would
+#: cost a request otherwise): it raises UnknownSchemaError at once
+UNKNOWN_MEMORY_S = 5.0
 #: the registry's error codes (the "error_code" of its JSON error bodies) for a subject, a
 #: version, a schema that does not exist, and a subject without its own compatibility level
 SUBJECT_NOT_FOUND = 40401
@@ -249,11 +260,15 @@ class SchemaRegistry:
         self._lock = threading.Lock()
         self._by_id: OrderedDict[int, RegisteredSchema] = OrderedDict()
         self._ssl_context: ssl.SSLContext | None = None
+        #: ids declared unknown: id -> (until when, the error to raise again)
+        self._unknown: OrderedDict[int, tuple[float, SchemaRegistryError]] = OrderedDict()
+        #: the re-asks' sleeping in the current UNKNOWN_MEMORY_S window: (its start, spent)
+        self._recheck_window = (-math.inf, 0.0)
 
     # --- pickling: everything but the caches, the lock and the TLS context ----------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for local in ("_lock", "_by_id", "_ssl_context"):
+        for local in ("_lock", "_by_id", "_ssl_context", "_unknown", "_recheck_window"):
             state.pop(local, None)
         return state
 
@@ -274,17 +289,28 @@ class SchemaRegistry:
     def schema(self, schema_id: int) -> RegisteredSchema:
         """The schema with id ``schema_id`` (``GET /schemas/ids/{id}``), from the cache
         when it was fetched before; :class:`UnknownSchemaError` when the registry does not
-        know the id."""
+        know the id: asked once more after :data:`UNKNOWN_RECHECK_S` (a registry follower
+        a moment behind), then remembered as unknown for :data:`UNKNOWN_MEMORY_S` (no
+        request for it until then)."""
         _check_schema_id(schema_id)
+        clock = self._clock or time.monotonic
         with self._lock:
             found = self._by_id.get(schema_id)
             if found is not None:
                 self._by_id.move_to_end(schema_id)
                 return found
+            known_unknown = self._unknown.get(schema_id)
+            if known_unknown is not None:
+                if clock() < known_unknown[0]:
+                    raise _again(known_unknown[1])
+                del self._unknown[schema_id]
         path = f"/schemas/ids/{schema_id}"
         status, body = self._request("GET", path, what=f"fetching schema id {schema_id}")
+        if status == 404 and _error_code(body) == SCHEMA_NOT_FOUND and self._may_recheck(clock()):
+            (self._sleep or time.sleep)(UNKNOWN_RECHECK_S)
+            status, body = self._request("GET", path, what=f"fetching schema id {schema_id}")
         if status == 404 and _error_code(body) == SCHEMA_NOT_FOUND:
-            raise self._error(
+            error = self._error(
                 UnknownSchemaError,
                 f"the registry does not know schema id {schema_id}",
                 "GET",
@@ -293,6 +319,12 @@ class SchemaRegistry:
                 body,
                 schema_id=schema_id,
             )
+            with self._lock:
+                self._unknown[schema_id] = (clock() + UNKNOWN_MEMORY_S, error)
+                self._unknown.move_to_end(schema_id)
+                while len(self._unknown) > self.cache_size:
+                    self._unknown.popitem(last=False)
+            raise _again(error)
         answer = self._expect_object("GET", path, status, body)
         registered = RegisteredSchema(
             schema_id=schema_id, schema=self._schema_of(answer, "GET", path, default_type="AVRO")
@@ -303,6 +335,19 @@ class SchemaRegistry:
             while len(self._by_id) > self.cache_size:
                 self._by_id.popitem(last=False)
         return registered
+
+    def _may_recheck(self, now: float) -> bool:
+        """Whether a 404 may be asked once more after :data:`UNKNOWN_RECHECK_S` (within
+        :data:`RECHECK_BUDGET_S` of sleeping per :data:`UNKNOWN_MEMORY_S`), counting it."""
+        with self._lock:
+            start, spent = self._recheck_window
+            if now - start >= UNKNOWN_MEMORY_S:
+                start, spent = now, 0.0
+            if spent + UNKNOWN_RECHECK_S > RECHECK_BUDGET_S:
+                self._recheck_window = (start, spent)
+                return False
+            self._recheck_window = (start, spent + UNKNOWN_RECHECK_S)
+            return True
 
     def register(self, subject: str, schema: Schema) -> int:
         """Register ``schema`` under ``subject`` (``POST /subjects/{s}/versions``) and
@@ -642,6 +687,14 @@ class SchemaRegistry:
 
 
 # --- helpers ------------------------------------------------------------------------------
+def _again(error: SchemaRegistryError) -> SchemaRegistryError:
+    """A fresh copy of ``error`` (its message and attributes) to raise again: a raised
+    exception keeps its traceback, and one kept to raise again must not grow it."""
+    copy = type(error)(str(error), url=error.url, status=error.status)
+    copy.__dict__.update(error.__dict__)
+    return copy
+
+
 def _parse_url(url: object) -> tuple[str, str, int | None, str, str, tuple[str, str] | None]:
     """(scheme, host, port, path without a trailing /, netloc without credentials,
     (user, password) or None) of a registry URL; ConfigurationError when it is not one."""
