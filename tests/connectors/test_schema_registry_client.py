@@ -708,6 +708,32 @@ def test_a_body_that_drips_is_bounded_by_timeout_s(fake_api: Callable[..., FakeA
     assert time.monotonic() - started < 15
 
 
+def test_headers_that_trickle_are_bounded_by_timeout_s(fake_api: Callable[..., FakeApi]) -> None:
+    """A server sending its header lines a byte at a time (each within the socket's
+    timeout) held a request far past timeout_s: only the body had a total deadline.
+    One deadline bounds the whole exchange."""
+    stop = threading.Event()
+
+    def trickle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        try:
+            while not stop.wait(0.05):  # one header line, a byte at a time
+                h.wfile.write(b"a")
+                h.wfile.flush()
+        except OSError:
+            pass
+
+    api = fake_api(trickle)
+    registry = SchemaRegistry(api.url(), timeout_s=0.5, retry_for_s=0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(SchemaRegistryUnavailable, match=r"within 0.5 s \(timeout_s\)"):
+            registry.schema(1)
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 15
+
+
 @pytest.mark.parametrize(
     ("path_answered", "body", "call", "what"),
     [

@@ -5,8 +5,9 @@ under ``/apis/ccompat/v7``: fetch a schema by id, register, look up, read a subj
 latest version, check compatibility and read a subject's compatibility level. It is our
 own (on :mod:`http.client`), not confluent-kafka's, for what a stream job needs:
 
-- bounded: every socket operation waits at most ``timeout_s`` and an answer's body is
-  read within ``timeout_s`` and up to :data:`MAX_RESPONSE_BYTES`; a registry that cannot
+- bounded: a whole exchange (connection, request, the answer's headers and body) takes
+  at most ``timeout_s`` (plus a connection's own ``timeout_s`` when connecting is what
+  is slow), and a body is read up to :data:`MAX_RESPONSE_BYTES`; a registry that cannot
   be reached (refused or dropped connections, timeouts, HTTP 5xx, 429) is retried with
   exponential back-off (0.1 s doubling to 5 s) for ``retry_for_s``, then
   :class:`SchemaRegistryUnavailable`; the clock and the sleep are injectable;
@@ -32,6 +33,7 @@ import base64
 import http.client
 import json
 import math
+import socket
 import ssl
 import threading
 import time
@@ -640,6 +642,14 @@ class SchemaRegistry:
             headers["Content-Type"] = _CONTENT_TYPE
         if self._authorization is not None:
             headers["Authorization"] = self._authorization
+        # one deadline for the whole exchange: a server trickling its header lines (each
+        # byte within the socket's timeout) is cut off when it passes (the socket shut
+        # down under the blocked read)
+        deadline = time.monotonic() + self.timeout_s
+        late = f"the answer did not arrive within {self.timeout_s:g} s (timeout_s)"
+        cutter = threading.Timer(self.timeout_s, _cut, (connection,))
+        cutter.daemon = True
+        cutter.start()
         try:
             connection.request(method, self._base_path + path, body=data, headers=headers)
             sock = connection.sock
@@ -647,14 +657,25 @@ class SchemaRegistry:
             length = response.getheader("Content-Length")
             if length is not None and length.strip().isdigit() and int(length) > MAX_RESPONSE_BYTES:
                 raise self._too_large(method, path, response.status, f"Content-Length {length}")
-            return response.status, self._read_body(response, sock, method, path)
+            return response.status, self._read_body(response, sock, method, path, deadline)
+        except SchemaRegistryError:
+            raise  # a ConnectionError too, but the registry's answer, not a late one
+        except (OSError, http.client.HTTPException) as e:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(late) from e
+            raise
         finally:
+            cutter.cancel()
             connection.close()
 
     def _read_body(
-        self, response: http.client.HTTPResponse, sock: Any, method: str, path: str
+        self,
+        response: http.client.HTTPResponse,
+        sock: Any,
+        method: str,
+        path: str,
+        deadline: float,
     ) -> bytes:
-        deadline = time.monotonic() + self.timeout_s
         chunks: list[bytes] = []
         size = 0
         late = f"the answer's body did not arrive within {self.timeout_s:g} s (timeout_s)"
@@ -687,6 +708,17 @@ class SchemaRegistry:
 
 
 # --- helpers ------------------------------------------------------------------------------
+def _cut(connection: http.client.HTTPConnection) -> None:
+    """Shut down ``connection``'s socket: a read blocked on it returns at once (the
+    exchange's deadline passed)."""
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
 def _again(error: SchemaRegistryError) -> SchemaRegistryError:
     """A fresh copy of ``error`` (its message and attributes) to raise again: a raised
     exception keeps its traceback, and one kept to raise again must not grow it."""
