@@ -476,6 +476,21 @@ def test_a_brief_404_of_a_registry_behind_is_not_final(fake_api: Callable[..., F
     assert len(fake.sleeps) == 1
 
 
+def test_a_subjects_version_is_read_as_a_reference_names_it() -> None:
+    registry = SchemaRegistry(REGISTRY_URL)
+    subject = unique("lg-version")
+    schema_id = registry.register(subject, avro_v1("lg.v"))
+    found = registry.version(subject, 1)
+    assert found is not None and found.schema_id == schema_id and found.version == 1
+    assert found.subject == subject and json.loads(found.schema.schema)["name"] == "Order"
+    latest = registry.version(subject, -1)
+    assert latest is not None and latest.schema_id == schema_id
+    assert registry.version(subject, 99) is None
+    assert registry.version(unique("lg-none"), 1) is None
+    with pytest.raises(ConfigurationError, match="version must be an int >= 1"):
+        registry.version(subject, 0)
+
+
 def test_a_wrong_base_url_is_not_mistaken_for_an_unknown_schema() -> None:
     """The registry's root without /apis/ccompat/v7 answers 404 for every id: without the
     registry's own error code that is a wrong URL, not an unknown schema (a reader would

@@ -33,6 +33,9 @@ class Stub:
         self.references, self.subject = tuple(references), subject
         self.asked = []
 
+    def version(self, subject, version):
+        return None  # no subject: a reference to one is not in the registry
+
     def schema(self, schema_id):
         self.asked.append(schema_id)
         return RegisteredSchema(

@@ -558,3 +558,51 @@ def test_the_json_schema_sink_refuses_a_ref_outside_its_document_and_never_fetch
     assert inside.encode({"a": 1, "b": "x"}) == b'{"a": 1, "b": "x"}'
     with pytest.raises(ValueError, match=r"\['a'\] does not fit the JSON Schema"):
         inside.encode({"a": "x", "b": "x"})
+
+
+def test_avro_references_are_resolved_or_fail_the_job_saying_which_one() -> None:
+    """A writer's schema with references is parsed with the named types of the
+    subjects' versions they name (their own references first); a reference that is
+    not in the registry, is not Avro or does not define the type it names fails the
+    job (WriterSchemaError naming it), never each record."""
+    from lockgate.connectors.schema_registry.client import (
+        RegisteredSchema,
+        Schema,
+        SchemaReference,
+    )
+    from lockgate.connectors.schema_registry.formats import WriterSchemaError
+
+    kind = {"type": "enum", "name": "Kind", "namespace": "lg", "symbols": ["A", "B"]}
+    other = {"type": "record", "name": "Other", "namespace": "lg", "fields": [
+        {"name": "x", "type": "long"}, {"name": "k", "type": "lg.Kind"}]}  # fmt: skip
+    main = {"type": "record", "name": "Main", "namespace": "lg", "fields": [
+        {"name": "o", "type": "lg.Other"}]}  # fmt: skip
+
+    class Versions(Stub):
+        def __init__(self, versions: dict[tuple[str, int], Schema]) -> None:
+            super().__init__(json.dumps(main), references=[SchemaReference("lg.Other", "o", 2)])
+            self.versions = versions
+
+        def version(self, subject: str, version: int) -> Any:
+            found = self.versions.get((subject, version))
+            return None if found is None else RegisteredSchema(1, found, subject, version)
+
+    good = {
+        ("o", 2): Schema(json.dumps(other), references=(SchemaReference("lg.Kind", "k", 1),)),
+        ("k", 1): Schema(json.dumps(kind)),
+    }
+    value = b"\x00\x00\x00\x00\x07" + zigzag(3) + zigzag(1)
+    batch, bad = decode(decoder("unused", registry=Versions(good)), [value])
+    assert bad == [] and batch.rows == [{"o": {"x": 3, "k": "B"}}]
+    for versions, says in (
+        ({("o", 2): good[("o", 2)]}, "lg.Kind (k v1) is not in the registry"),
+        (
+            {**good, ("k", 1): Schema('{"type": "string"}')},
+            "does not define the named type lg.Kind",
+        ),
+        ({**good, ("k", 1): Schema('{"type": "object"}', "JSON")}, "is a JSON schema, not Avro"),
+        ({**good, ("k", 1): Schema('{"type": "enum", "name": "lg.Kind"}')}, "fastavro can parse"),
+    ):
+        with pytest.raises(WriterSchemaError, match="schema id 7") as raised:
+            decode(decoder("unused", registry=Versions(versions)), [value])
+        assert says in str(raised.value), str(raised.value)

@@ -10,9 +10,12 @@ fastavro gives them: ``datetime``, ``date``, ``Decimal``, ``UUID``).
 
 A value that does not decode, leaves bytes after its record, or cannot be resolved to
 the reader schema raises :class:`~.formats.MalformedValue` (the record is malformed:
-the "Bad input" rule of CONTRIBUTING.md). A writer's schema fastavro cannot parse, or
-one with references to other schemas (not supported yet), raises
-:class:`~.formats.WriterSchemaError`: the job fails (the schema is wrong, not a record).
+the "Bad input" rule of CONTRIBUTING.md). A writer's schema may refer to named types of
+other registered schemas (the registry's ``references``: each a subject's version,
+fetched once per writer schema through the client, their own references too); one
+fastavro cannot parse, or whose references cannot be fetched or do not define what
+they name, raises :class:`~.formats.WriterSchemaError`: the job fails (the schema is
+wrong, not a record).
 
 Speed: fastavro resolves record by record, field by field (about three times the time
 of decoding with the writer's schema alone). Each writer schema is therefore compared
@@ -40,6 +43,12 @@ if TYPE_CHECKING:
 
 #: parsed writer schemas kept per decoder (by schema id)
 PARSED_CACHE = 1000
+#: how deep a writer schema's references may nest (a reference's own references...)
+MAX_REFERENCE_DEPTH = 32
+
+
+class _ReferenceError(Exception):
+    """A writer schema's reference that cannot be used (the message says which, why)."""
 
 
 def parse_reader_schema(schema: object) -> dict[str, Any] | str | list[Any]:
@@ -281,19 +290,14 @@ class AvroValueDecoder:
         entry = self._writers.get(schema_id)
         if entry is None:
             registered = registered_writer(self.registry, schema_id, "AVRO")
-            if registered.schema.references:
-                names = ", ".join(
-                    f"{r.name} ({r.subject} v{r.version})" for r in registered.schema.references
-                )
-                raise bad_writer_schema(
-                    self.registry,
-                    schema_id,
-                    f"it refers to other schemas ({names}); schema references are not "
-                    "supported yet: register the schema with its named types inlined",
-                    registered.subject,
-                )
+            named: dict[str, Any] = {}
             try:
-                parsed = self._parse(json.loads(registered.schema.schema))
+                self._references(registered.schema.references, named, 0)
+                parsed = self._parse(json.loads(registered.schema.schema), named_schemas=named)
+            except _ReferenceError as e:
+                raise bad_writer_schema(
+                    self.registry, schema_id, str(e), registered.subject
+                ) from None
             except Exception as e:  # noqa: BLE001 - fastavro raises several kinds
                 raise bad_writer_schema(
                     self.registry,
@@ -322,6 +326,32 @@ class AvroValueDecoder:
             entry = (parsed, self.reader if plan is None else None, plan, read, uuids)
             self._writers.put(schema_id, entry)
         return entry
+
+    def _references(self, references: Any, named: dict[str, Any], depth: int) -> None:
+        """The schemas ``references`` name (each a subject's version, fetched through the
+        registry client; their own references first) parsed into ``named``, the named
+        types the referring schema is parsed with; _ReferenceError saying which one
+        cannot be used."""
+        for ref in references:
+            if ref.name in named:
+                continue
+            where = f"the schema it refers to as {ref.name} ({ref.subject} v{ref.version})"
+            if depth >= MAX_REFERENCE_DEPTH:
+                raise _ReferenceError(f"{where}: references nest deeper than {MAX_REFERENCE_DEPTH}")
+            found = self.registry.version(ref.subject, ref.version)
+            if found is None:
+                raise _ReferenceError(f"{where} is not in the registry")
+            if (found.schema.schema_type or "AVRO").upper() != "AVRO":
+                raise _ReferenceError(f"{where} is a {found.schema.schema_type} schema, not Avro")
+            self._references(found.schema.references, named, depth + 1)
+            try:
+                self._parse(json.loads(found.schema.schema), named_schemas=named)
+            except Exception as e:  # noqa: BLE001 - fastavro raises several kinds
+                raise _ReferenceError(
+                    f"{where} is not an Avro schema fastavro can parse: {type(e).__name__}: {e}"
+                ) from None
+            if ref.name not in named:
+                raise _ReferenceError(f"{where} does not define the named type {ref.name}")
 
     def decode(self, schema_id: int, value: bytes) -> Any:
         writer, reader, plan, read, uuids = self._writer(schema_id)

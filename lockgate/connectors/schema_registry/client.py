@@ -399,6 +399,30 @@ class SchemaRegistry:
         answer = self._expect_object("GET", path, status, body)
         return self._registered(answer, "GET", path, default_type="AVRO")
 
+    def version(self, subject: str, version: int) -> RegisteredSchema | None:
+        """Version ``version`` of ``subject`` (``GET /subjects/{s}/versions/{v}``; -1:
+        the latest), or None when the subject or that version does not exist (what a
+        schema's :class:`SchemaReference` names)."""
+        _check_subject(subject)
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or not (version >= 1 or version == -1)
+        ):
+            raise ConfigurationError(
+                f"SchemaRegistry.version: version must be an int >= 1 (or -1 for the "
+                f"latest), got {version!r}"
+            )
+        label = "latest" if version == -1 else str(version)
+        path = f"/subjects/{_quote(subject)}/versions/{label}"
+        status, body = self._request(
+            "GET", path, what=f"reading version {label} of subject {subject!r}"
+        )
+        if status == 404 and _error_code(body) in (SUBJECT_NOT_FOUND, VERSION_NOT_FOUND):
+            return None
+        answer = self._expect_object("GET", path, status, body)
+        return self._registered(answer, "GET", path, default_type="AVRO")
+
     def incompatibilities(self, subject: str, schema: Schema) -> list[str]:
         """Why ``schema`` breaks ``subject``'s compatibility rule against its latest
         version (``POST /compatibility/subjects/{s}/versions/latest?verbose=true``): []
