@@ -36,6 +36,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from recording_output import RecordingOutput
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import on_executors
 from kafka_fixtures import BOOTSTRAP
 from lockgate.connectors.base import InputStatus, SourceReader
@@ -305,7 +306,9 @@ def test_unknown_ids_corrupt_and_unframed_records_go_to_the_dead_letter_with_pos
 
 
 #: the exactly-once test's records and key width
-EO_RECORDS = 20_000
+EO_RECORDS = 60_000
+#: the job's source reads at most this many records a subtask per completed checkpoint
+EO_PACE = 2_000
 EO_CHUNK = 500
 EO_SCHEMA = {
     "type": "record",
@@ -334,7 +337,26 @@ def test_an_avro_keyed_running_sum_is_exactly_once_through_five_injected_failure
     """M-X1, M-R1: five faults (the source, the operator, an alignment, an asynchronous
     snapshot) fail five attempts of a job reading Avro through a reader schema; each
     restore seeks every partition back to its checkpointed offset, so the output equals
-    the failure-free run's: decoding through the registry changes nothing of it."""
+    the failure-free run's: decoding through the registry changes nothing of it.
+
+    Every fault waits for checkpoints, never for time: the source is paced by completed
+    checkpoints (``CheckpointPacedSource``: nothing before an attempt's first completed
+    checkpoint, then ``EO_PACE`` records per completion, its end held until three), so on
+    a machine of any speed each attempt is still reading when its fault comes. Partitions
+    0 and 2 go to one source subtask, 1 to the other: at least 20,000 records each.
+
+    0. the sources cannot end before three completed checkpoints and the third needs the
+       failing snapshot: the job fails; the second checkpoint holds at most ``EO_PACE``
+       records and one more poll (at most 5,000) a subtask;
+    1. the source's subtask 0 fails at its 100th record after the attempt's first
+       completed checkpoint (it has more than 13,000 left);
+    2. the running sum's last subtask fails likewise (thousands of records of many keys
+       are left);
+    3. the first checkpoint finds both sources running (their end is held): the running
+       sum's subtask 0 fails inside its alignment of two channels;
+    4. the source's last subtask fails at its 500th record after a completed checkpoint
+       (attempts 1 to 3 moved the input on by at most a poll each);
+    5. reads to the end."""
     topic = kafka_topic(3)
     ctx_ = SerializationContext(topic, MessageField.VALUE)
     serialize = AvroSerializer(confluent_client(), json_text(EO_SCHEMA))
@@ -357,21 +379,20 @@ def test_an_avro_keyed_running_sum_is_exactly_once_through_five_injected_failure
         reader_schema=EO_READER,
     )
     sums = (
-        env.from_source(lg.connectors.RateLimitedSource(source, 6_000), name="kafka")
+        env.from_source(CheckpointPacedSource(source, EO_PACE, end_after=3), name="kafka")
         .uid("kafka")
         .key_by(key_of)
         .process(RunningTotal(), name="running sum")
         .uid("sums")
     )
-    # attempt 0 fails its third checkpoint, so two completed: every later attempt
-    # restores one, then fails in the source, the operator, an alignment, the source
+    last = parallelism - 1
     inject_faults(
         env,
         FailSnapshot("running sum", checkpoint=3, phase="async", attempt=0, subtask=0),
-        FailAtRecord("kafka", record=1_000, attempt=1, subtask=0),
-        FailAtRecord("running sum", record=1_000, attempt=2, subtask=parallelism - 1),
+        FailAtRecord("kafka", record=100, attempt=1, subtask=0, after_checkpoints=1),
+        FailAtRecord("running sum", record=100, attempt=2, subtask=last, after_checkpoints=1),
         FailDuringAlignment("running sum", attempt=3, subtask=0),
-        FailAtRecord("kafka", record=500, attempt=4, subtask=parallelism - 1),
+        FailAtRecord("kafka", record=500, attempt=4, subtask=last, after_checkpoints=1),
     )
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         out = sums.execute_and_collect("registry exactly once", executor=executor)
