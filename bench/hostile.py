@@ -35,7 +35,9 @@ issue 37's attacks (each a module of its own, runnable alone, running its own jo
 ``delta_fork`` (bench/hostile_delta_fork.py), ``forged_offset_deltas`` and ``gzip_bomb``
 (bench/hostile_kafka_batches.py), ``txn_prefix_collision`` (bench/hostile_txn_prefix.py),
 ``cookie_on_second_port``, ``sustained_slow_heads`` and ``planted_token_file``
-(bench/hostile_rest.py), ``unsigned_export`` (bench/hostile_export.py). Usage:
+(bench/hostile_rest.py), ``unsigned_export`` (bench/hostile_export.py); and issue 38's
+``registry_read`` (bench/hostile_registry_read.py: Avro records built to crash a decoder).
+Usage:
 
     python bench/hostile.py [--cases a,b] [--frame-mb 300] [--frames 3] [--replays 3]
                             [--master local[2]] [--interval-ms 1000]
@@ -497,6 +499,9 @@ for _attack in (
     ),
     *_attacks("hostile_kafka_batches", "gzip_bomb"),  # 7: batches expanding a thousandfold
     *_attacks("hostile_export", "unsigned_export"),  # 8: export of a tripwire checkpoint
+    # issue 38: registry records with a wrapping string length, a 10,000-deep recursive
+    # record, an array of a 2**62 empty items
+    *_attacks("hostile_registry_read", "registry_read"),
 ):
     case(_attack.__name__)(_attack)
 
