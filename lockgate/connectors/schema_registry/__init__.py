@@ -18,6 +18,7 @@ from .client import (
     SchemaRegistryUnavailable,
     UnknownSchemaError,
 )
+from .formats import WriterSchemaError
 
 __all__ = [
     "IncompatibleSchemaError",
@@ -29,6 +30,7 @@ __all__ = [
     "SchemaRegistryError",
     "SchemaRegistryUnavailable",
     "UnknownSchemaError",
+    "WriterSchemaError",
     "arrow_to_avro",
     "avro_arrow_schema",
 ]
