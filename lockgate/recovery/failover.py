@@ -134,7 +134,16 @@ def _run_attempts(
                 error=_first_line(failure),
             )
             if handle.cancel_requested.is_set():
-                raise
+                # cancel wins, as in Flink: an attempt failing while it is cancelled (the
+                # failure raced the cancel, or the cancel interrupted it) ends the job
+                # CANCELED, not FAILED; the failure stays in the attempt's history
+                log.info(
+                    "job %r attempt %d failed while being cancelled (%s): the job is cancelled",
+                    plan.job_name,
+                    attempt,
+                    _first_line(failure),
+                )
+                return _cancelled(plan, started, attempt - first_attempt + 1, handle)
             repeated = handle.restart_causes.record(failure, attempt)
             fatal = non_restartable_cause(failure)
             if fatal is not None:

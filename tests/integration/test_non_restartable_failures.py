@@ -12,6 +12,7 @@ both executors.
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -103,3 +104,53 @@ def test_m_r2_a_deterministic_failure_restarts_saying_how_often_it_repeated(
         assert (
             f"the same error at operator 'poison' repeated {times} in a row ({n} in this run)"
         ) in line, line
+
+
+class FailOnceCancelled(lg.MapFunction):
+    """On the value ``at``: writes ``reached``, waits (bounded) until ``cancelled``
+    exists, then raises: an attempt that fails after its job was cancelled."""
+
+    def __init__(self, at: int, reached: str, cancelled: str) -> None:
+        self.at, self.reached, self.cancelled = at, reached, cancelled
+
+    def map(self, x):
+        if x == self.at:
+            import os
+            import threading
+
+            open(self.reached, "w").close()
+            pause = threading.Event()
+            for _ in range(6_000):  # at most a minute: the test creates the file at once
+                if os.path.exists(self.cancelled):
+                    break
+                pause.wait(0.01)
+            raise ValueError(f"record {x} failed after the cancel")
+        return x
+
+
+def test_m_r2_an_attempt_failing_while_the_job_is_cancelled_ends_it_canceled(
+    executor, tmp_path
+) -> None:
+    """Cancel wins, as in Flink: a failure racing the cancel (here: raised after it) ends
+    the job CANCELED, not FAILED, and no attempt restarts; the failure stays in the
+    attempt's history. (It ended FAILED, in a test cancelling a job failing in a loop.)"""
+    reached, cancelled = str(tmp_path / "reached"), str(tmp_path / "cancelled")
+    env = lg.StreamEnvironment(parallelism=2, executor=executor)
+    env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=5, delay=0))
+    (
+        env.from_source(SequenceSource(0, 2_000, batch_size=100))
+        .uid("numbers")
+        .map(FailOnceCancelled(500, reached, cancelled), name="late failure")
+        .uid("late-failure")
+        .sink_to(CollectSink(), name="collect")
+        .uid("collect")
+    )
+    client = env.execute_async("cancelled while failing")
+    try:
+        wait_until(lambda: os.path.exists(reached), "the map reached its record", 120)
+    finally:
+        client.cancel()
+        open(cancelled, "w").close()
+    result = client.wait(60)
+    assert result.status is lg.JobStatus.CANCELED
+    assert result.attempts == 1, "a cancelled job restarted"
