@@ -21,8 +21,8 @@ import pytest
 from recording_output import RecordingOutput
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import lockgate_threads
-from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, SourceReader, assign_splits
 from lockgate.connectors.nats_jetstream import NatsJetStreamSource, NatsJetStreamSplit
 from lockgate.errors import ConfigurationError, MalformedRecordError
@@ -543,14 +543,14 @@ def test_a_failed_job_restores_the_sequences_of_its_checkpoint_exactly_once_M_R1
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=1, delay=0))
     source = NatsJetStreamSource(NATS_URL, name, [a, b], bounded=True, batch_size=50)
     out = (
-        # 4,000 rows/s: record 1,500 of subtask 0 comes after about 0.75 s, many checkpoint
-        # intervals after every task reported RUNNING (checkpoints start only then), so
-        # a checkpoint completed before the fault even on a loaded machine
-        env.from_source(RateLimitedSource(source, 4_000), name="nats")
+        # paced by completed checkpoints, not time: nothing before the attempt's first
+        # completed checkpoint, then 500 records a subtask per completion, so a checkpoint
+        # has completed before the fault on a machine of any speed
+        env.from_source(CheckpointPacedSource(source, 500), name="nats")
         .uid("nats")
         .map_batches(lambda b: b, name="slow")
     )
-    inject_faults(env, FailAtRecord("slow", record=1500, attempt=0, subtask=0))
+    inject_faults(env, FailAtRecord("slow", record=1500, attempt=0, subtask=0, after_checkpoints=1))
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         records = out.execute_and_collect("nats restore", executor=executor)
     assert any(" restores " in r.getMessage() for r in caplog.records), (
