@@ -9,7 +9,8 @@ Purging 1 unserved events`` when a client closes) at DEBUG. A ``logger`` or
 
 kafka-python (the exactly-once sink's transaction requests) logs every connection at
 INFO; :func:`quiet_kafka_python` sets its ``kafka`` logger to WARNING unless the
-application gave it a level of its own (``logging.getLogger("kafka").setLevel(...)``).
+application gave it a level of its own (``logging.getLogger("kafka").setLevel(...)``),
+and its event loop's slow-task warnings (a loaded machine's, not a fault) at DEBUG.
 """
 
 from __future__ import annotations
@@ -45,9 +46,31 @@ def librdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "logger": LIBRDKAFKA_LOG}
 
 
+class _SlowTaskAtDebug(logging.Filter):
+    """kafka-python's event loop warns of a task that ran longer than 0.1 s (``Task ...
+    ran for 0.898s (>0.100s threshold). It is blocking the event loop ...``): on a busy
+    machine that is the machine's load, not a fault of the job, so the line goes out at
+    DEBUG (when that logger is enabled for DEBUG), like librdkafka's informational
+    lines. Every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if record.levelno == logging.WARNING and text.startswith("Task ") and "threshold" in text:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_SLOW_TASK = _SlowTaskAtDebug()
+
+
 def quiet_kafka_python() -> None:
     """kafka-python's connection lines at DEBUG-worthy WARNING, unless the application
-    set the ``kafka`` logger's level itself."""
+    set the ``kafka`` logger's level itself; its event loop's slow-task warnings at
+    DEBUG (:class:`_SlowTaskAtDebug`)."""
     logger = logging.getLogger("kafka")
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
+    selector = logging.getLogger("kafka.net.selector")
+    if _SLOW_TASK not in selector.filters:
+        selector.addFilter(_SLOW_TASK)
