@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
-from lockgate.core.batch import Batch, num_rows
+from lockgate.connectors.rate_limit import CountingOutput
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 
@@ -76,31 +76,6 @@ class CheckpointPacedSource(Source):
         return self.source.prepare_run()
 
 
-class _Counting(ReaderOutput):
-    """Passes everything to ``inner`` and counts the records emitted."""
-
-    def __init__(self, inner: ReaderOutput) -> None:
-        self.inner = inner
-        self.count = 0
-
-    def emit(self, batch: Batch) -> None:
-        self.count += num_rows(batch)
-        self.inner.emit(batch)
-
-    def emit_from_split(self, split_id: Any, batch: Batch) -> None:
-        self.count += num_rows(batch)
-        self.inner.emit_from_split(split_id, batch)
-
-    def split_started(self, split_id: Any) -> None:
-        self.inner.split_started(split_id)
-
-    def split_finished(self, split_id: Any) -> None:
-        self.inner.split_finished(split_id)
-
-    def emit_dead_letter(self, record: dict[str, Any]) -> None:
-        self.inner.emit_dead_letter(record)
-
-
 class _PacedReader(SourceReader):
     def __init__(self, inner: SourceReader, source: CheckpointPacedSource) -> None:
         self.inner = inner
@@ -125,7 +100,7 @@ class _PacedReader(SourceReader):
         if not self.ended:
             if self.emitted >= self.completed * self.per_checkpoint:
                 return InputStatus.NOTHING_AVAILABLE  # held until the next completion
-            counting = _Counting(output)
+            counting = CountingOutput(output)
             status = self.inner.poll(counting)
             self.emitted += counting.count
             if status is not InputStatus.END_OF_INPUT:

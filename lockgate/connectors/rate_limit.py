@@ -60,8 +60,9 @@ class RateLimitedSource(Source):
         return self.source.prepare_run()
 
 
-class _Counting(ReaderOutput):
-    """Passes everything to ``inner`` and counts the records emitted."""
+class CountingOutput(ReaderOutput):
+    """Passes everything to ``inner`` and counts the records emitted (``count``): for a
+    source wrapper that paces its wrapped reader."""
 
     def __init__(self, inner: ReaderOutput) -> None:
         self.inner = inner
@@ -106,7 +107,7 @@ class _RateLimitedReader(SourceReader):
             self._throttled = True
             return InputStatus.NOTHING_AVAILABLE
         self._throttled = False
-        counting = _Counting(output)
+        counting = CountingOutput(output)
         status = self.inner.poll(counting)
         self.emitted += counting.count
         return status
