@@ -16,6 +16,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from conftest import wait_until
+
 BOOTSTRAP = os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092")
 
 
@@ -151,6 +153,51 @@ def read_committed(topic: str, *, raw: bool = False, timeout_s: float = 60.0) ->
         return [v for p in parts for v in out[p]]
     finally:
         consumer.close()
+
+
+def wait_stable(topic: str, timeout_s: float = 30.0) -> None:
+    """Wait until no partition of ``topic`` has a transaction still ending: a producer's
+    ``commit_transaction()`` returns once the coordinator logged the commit, before the
+    partitions' commit markers are written, and until then a ``read_committed`` reader
+    (and a bounded source's end) stops at the last stable offset, before the
+    transaction's records. Fails after ``timeout_s`` naming the partitions."""
+    consumers = {
+        iso: Consumer(
+            {
+                "bootstrap.servers": BOOTSTRAP,
+                "group.id": f"lgtest-stable-{uuid.uuid4().hex[:8]}",
+                "isolation.level": iso,
+            }
+        )
+        for iso in ("read_committed", "read_uncommitted")
+    }
+    try:
+        parts = sorted(
+            consumers["read_committed"].list_topics(topic, timeout=10).topics[topic].partitions
+        )
+        seen: dict[int, tuple[int, int]] = {}
+
+        def settled() -> bool:
+            for p in parts:
+                ends = tuple(
+                    consumers[iso].get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for iso in ("read_committed", "read_uncommitted")
+                )
+                seen[p] = ends  # type: ignore[assignment]
+            return all(stable == high for stable, high in seen.values())
+
+        wait_until(
+            settled,
+            lambda: (
+                f"{topic}: a transaction did not end within {timeout_s} s "
+                f"(partition: (last stable offset, high watermark) {seen})"
+            ),
+            timeout_s,
+            every_s=0.05,
+        )
+    finally:
+        for c in consumers.values():
+            c.close()
 
 
 def open_transactions(prefix: str) -> list[str]:

@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 from test_kafka_direct_fetch import Batches, ctx
 
 import lockgate as lg
-from kafka_fixtures import BOOTSTRAP, produce
+from kafka_fixtures import BOOTSTRAP, produce, wait_stable
 from kafka_raw import forged_batch, gzip_bomb_batch, produce_raw
 from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, assign_splits
@@ -164,6 +164,8 @@ def test_through_librdkafka_a_bounded_read_ends_when_markers_follow_a_record_cla
     for i in range(100, 150):
         producer.produce(topic, json.dumps({"p": "victim", "i": i}).encode(), partition=0)
     producer.commit_transaction()
+    # the bounded end is the last stable offset at the start: past the commit marker
+    wait_stable(topic)
     source = KafkaSource(BOOTSTRAP, topic, bounded=True, fetch="librdkafka", on_error="dead_letter")
     reader: Any = source.create_reader(ctx())
     try:

@@ -271,8 +271,10 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     per_subtask = n * 12 // 13 // 2  # about, of both inputs, per subtask and attempt
     inject_faults(
         env,
-        # each fault leaves enough of its subtask's records for the next one to fire
-        FailAtRecord(OP, record=per_subtask * 45 // 100, subtask=0),
+        # each fault leaves enough of its subtask's records for the next one to fire; the
+        # first waits for two checkpoints, so that however slow the machine every later
+        # attempt restores progress (a CI run under load once failed all three before any)
+        FailAtRecord(OP, record=per_subtask * 45 // 100, subtask=0, after_checkpoints=2),
         FailAtRecord(OP, record=per_subtask * 25 // 100, attempt=1, subtask=1),
         FailAtRecord(OP, record=per_subtask * 15 // 100, attempt=2, subtask=0),
     )

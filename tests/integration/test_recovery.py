@@ -418,7 +418,9 @@ def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_rest
         .sink_to(CollectSink(), name="collect")
         .uid("collect")
     )
-    inject_faults(env, FailAtRecord("slow", record=120_000, attempt=0, subtask=0))
+    inject_faults(
+        env, FailAtRecord("slow", record=120_000, attempt=0, subtask=0, after_checkpoints=1)
+    )
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
         result = env.execute("replay in-flight data")
     assert result.attempts == 2

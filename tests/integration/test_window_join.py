@@ -395,7 +395,8 @@ def test_the_window_join_is_exactly_once_through_three_failures_M_R1_M_T4(
     quarter = total // 8  # a quarter of what a window subtask reads
     inject_faults(
         env,
-        FailAtRecord("join", record=2 * quarter, subtask=0),
+        # the first waits for checkpoints: every later attempt restores progress
+        FailAtRecord("join", record=2 * quarter, subtask=0, after_checkpoints=2),
         FailAtRecord("join", record=quarter, attempt=1, subtask=1),
         FailAtRecord("join", record=quarter // 2, attempt=2, subtask=0),
     )

@@ -140,7 +140,8 @@ def test_the_tumbling_count_is_exactly_once_with_failures_injected_M_R1_M_T4(
     ).uid("sink")
     inject_faults(
         env,
-        FailAtRecord("window-count", record=600_000, subtask=0),
+        # the first waits for checkpoints: every later attempt restores progress
+        FailAtRecord("window-count", record=600_000, subtask=0, after_checkpoints=2),
         FailAtRecord("window-count", record=200_000, attempt=1, subtask=1),
     )
     result = env.execute("tumbling count with failures", executor=executor)
