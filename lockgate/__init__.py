@@ -46,8 +46,10 @@ from .core.key_groups import (
     subtask_for_key,
     subtask_for_key_group,
 )
+from .core.row_kind import Change, RowKind
 from .core.version import __version__ as __version__
 from .errors import (
+    ChangelogError,
     CheckpointFailedError,
     ConfigurationError,
     CorruptStreamError,
@@ -102,6 +104,9 @@ from .time.windows import (
 )
 
 __all__ = [
+    "Change",
+    "RowKind",
+    "ChangelogError",
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",

@@ -65,6 +65,11 @@ class MalformedRecordError(LockgateError, ValueError):
         )
 
 
+class ChangelogError(NonRestartableError, ValueError):
+    """A changelog (updates, deletes) reached an operator or sink that takes only
+    inserts, or a change could not be applied; a restart would meet it again."""
+
+
 class UnsupportedKeyError(LockgateError, TypeError):
     """A key_by key has a type lockgate cannot hash stably across processes."""
 

@@ -50,15 +50,16 @@ def freeze(batch: Batch) -> Any:
     """A copy of ``batch`` later processing cannot change: Arrow batches are immutable;
     row batches hold Python objects operators may mutate, so they are pickled now."""
     if isinstance(batch, RowBatch):
-        return pickle.dumps((batch.rows, batch.timestamps), protocol=5)
+        if batch.kinds is None:  # the layout of earlier releases, still read
+            return pickle.dumps((batch.rows, batch.timestamps), protocol=5)
+        return pickle.dumps((batch.rows, batch.timestamps, batch.kinds), protocol=5)
     return batch
 
 
 def thaw(frozen: Any) -> Batch:
     """The batch :func:`freeze` stored (channel state replay, M-R1)."""
     if isinstance(frozen, bytes):
-        rows, timestamps = pickle.loads(frozen)
-        return RowBatch(rows, timestamps)
+        return RowBatch(*pickle.loads(frozen))  # (rows, timestamps[, kinds])
     return cast(Batch, frozen)
 
 

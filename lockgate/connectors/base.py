@@ -183,6 +183,15 @@ class Sink(ABC):
     default_name: str = "sink"
 
     @property
+    def accepts_changes(self) -> bool:
+        """Whether the sink applies a changelog (updates and deletes). When True its
+        writer gets batches with their row kinds (``lockgate.core.batch.kinds_of``; the
+        event-time column is still left out); when False (default) it gets what users
+        see, and a record that is not an insert fails the job naming the sink, since
+        writing an update or a delete as a new row would corrupt its output."""
+        return False
+
+    @property
     def commits_on_checkpoint(self) -> bool:
         """Whether the sink publishes its records only when a checkpoint completes (or,
         without checkpoints, when a bounded job has ended): exactly-once two-phase

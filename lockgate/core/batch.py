@@ -24,6 +24,14 @@ the scalar check leave the column out. Operators carry timestamps from input to
 output (``map`` keeps them, ``filter`` selects them, ``flat_map``/``process`` repeat
 a record's timestamp for each of its outputs). :data:`NO_TIMESTAMP` marks a record
 without one.
+
+Row kinds
+---------
+A changelog's records carry their kind (:mod:`lockgate.core.row_kind`) the same way: a
+``RowBatch`` holds a ``kinds`` int8 array, an Arrow batch the reserved column
+:data:`~lockgate.core.row_kind.KIND_COLUMN`; a batch with neither is all inserts.
+:func:`user_view` and :func:`to_rows` leave it out; operators carry it as they carry
+timestamps (:func:`kinds_of`, :func:`with_kinds`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from typing import Any, Union, cast
 import numpy as np
 import pyarrow as pa
 
+from .row_kind import KIND_COLUMN
+
 SCALAR_METADATA_KEY = b"lockgate.scalar"
 SCALAR_COLUMN = "value"
 _SCALAR_METADATA = {SCALAR_METADATA_KEY: b"1"}
@@ -42,17 +52,26 @@ _SCALAR_METADATA = {SCALAR_METADATA_KEY: b"1"}
 TS_COLUMN = "__lockgate_event_time"
 #: the timestamp of a record that has none
 NO_TIMESTAMP = -(2**63)
+#: the reserved columns: never part of what users see
+_RESERVED = frozenset({TS_COLUMN, KIND_COLUMN})
 
 
 class RowBatch:
     """A batch of Python records (dicts, values or arbitrary picklable objects), with
-    their event timestamps when they have some (an int64 array, one per row)."""
+    their event timestamps when they have some (an int64 array, one per row) and their
+    row kinds when they are a changelog's (an int8 array; None: all inserts)."""
 
-    __slots__ = ("rows", "timestamps")
+    __slots__ = ("rows", "timestamps", "kinds")
 
-    def __init__(self, rows: list[Any], timestamps: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        rows: list[Any],
+        timestamps: np.ndarray | None = None,
+        kinds: np.ndarray | None = None,
+    ) -> None:
         self.rows = rows
         self.timestamps = timestamps
+        self.kinds = kinds
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -79,7 +98,7 @@ def is_scalar_schema(schema: pa.Schema) -> bool:
     md = schema.metadata
     if not md or md.get(SCALAR_METADATA_KEY) != b"1":
         return False
-    return len(schema) == 1 or (len(schema) == 2 and schema.names[1] == TS_COLUMN)
+    return all(name in _RESERVED for name in schema.names[1:])
 
 
 def timestamps_of(batch: Batch) -> np.ndarray | None:
@@ -95,7 +114,7 @@ def timestamps_of(batch: Batch) -> np.ndarray | None:
 def with_timestamps(batch: Batch, timestamps: np.ndarray | None) -> Batch:
     """``batch`` with its records' event timestamps set to ``timestamps`` (None: none)."""
     if isinstance(batch, RowBatch):
-        return RowBatch(batch.rows, timestamps)
+        return RowBatch(batch.rows, timestamps, batch.kinds)
     i = batch.schema.get_field_index(TS_COLUMN)
     if i >= 0:
         batch = batch.remove_column(i)
@@ -105,14 +124,49 @@ def with_timestamps(batch: Batch, timestamps: np.ndarray | None) -> Batch:
     return batch.append_column(pa.field(TS_COLUMN, pa.int64()), column)
 
 
-def user_view(batch: Batch) -> Batch:
-    """``batch`` as users see it: without event timestamps (no reserved column)."""
-    if isinstance(batch, pa.RecordBatch):
-        i = batch.schema.get_field_index(TS_COLUMN)
-        if i >= 0:
-            return batch.remove_column(i)
+def kinds_of(batch: Batch) -> np.ndarray | None:
+    """The row kinds of ``batch``'s records (int8 :class:`~lockgate.core.row_kind.RowKind`
+    values), or None when it carries none (all inserts)."""
+    if isinstance(batch, RowBatch):
+        return batch.kinds
+    i = batch.schema.get_field_index(KIND_COLUMN)
+    if i < 0:
+        return None
+    return batch.column(i).to_numpy(zero_copy_only=False)
+
+
+def with_kinds(batch: Batch, kinds: np.ndarray | None) -> Batch:
+    """``batch`` with its records' row kinds set to ``kinds`` (None: all inserts, and
+    nothing carried)."""
+    if isinstance(batch, RowBatch):
+        return RowBatch(batch.rows, batch.timestamps, kinds)
+    i = batch.schema.get_field_index(KIND_COLUMN)
+    if i >= 0:
+        batch = batch.remove_column(i)
+    if kinds is None:
         return batch
-    return batch if batch.timestamps is None else RowBatch(batch.rows)
+    column = pa.array(np.asarray(kinds, dtype=np.int8), type=pa.int8())
+    return batch.append_column(pa.field(KIND_COLUMN, pa.int8()), column)
+
+
+def has_changes(batch: Batch) -> bool:
+    """True when a record of ``batch`` is not an insert (an update or a delete)."""
+    kinds = kinds_of(batch)
+    return kinds is not None and bool(np.any(kinds))
+
+
+def user_view(batch: Batch) -> Batch:
+    """``batch`` as users see it: without event timestamps and row kinds (no reserved
+    column)."""
+    if isinstance(batch, pa.RecordBatch):
+        names = batch.schema.names
+        if TS_COLUMN in names or KIND_COLUMN in names:
+            keep = [i for i, n in enumerate(names) if n not in _RESERVED]
+            return batch.select(keep)
+        return batch
+    if batch.timestamps is None and batch.kinds is None:
+        return batch
+    return RowBatch(batch.rows)
 
 
 def scalar_batch(values: pa.Array | np.ndarray | list[Any]) -> pa.RecordBatch:
@@ -147,7 +201,9 @@ def to_arrow(batch: Batch, *, operator: str = "an operator") -> pa.RecordBatch:
             arrow = pa.RecordBatch.from_pylist(rows)
         else:
             arrow = scalar_batch(pa.array(rows))
-        return arrow if batch.timestamps is None else with_timestamps(arrow, batch.timestamps)
+        if batch.timestamps is not None:
+            arrow = with_timestamps(arrow, batch.timestamps)
+        return arrow if batch.kinds is None else with_kinds(arrow, batch.kinds)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
         sample = rows[0]
         raise TypeError(
@@ -168,15 +224,24 @@ def take(batch: Batch, indices: np.ndarray) -> Batch:
         return batch.take(pa.array(indices, type=pa.int64()))
     rows = batch.rows
     ts = batch.timestamps
-    return RowBatch([rows[i] for i in indices.tolist()], None if ts is None else ts[indices])
+    kinds = batch.kinds
+    return RowBatch(
+        [rows[i] for i in indices.tolist()],
+        None if ts is None else ts[indices],
+        None if kinds is None else kinds[indices],
+    )
 
 
 def slice_batch(batch: Batch, start: int, length: int) -> Batch:
     if isinstance(batch, pa.RecordBatch):
         return batch.slice(start, length)
     ts = batch.timestamps
+    kinds = batch.kinds
+    end = start + length
     return RowBatch(
-        batch.rows[start : start + length], None if ts is None else ts[start : start + length]
+        batch.rows[start:end],
+        None if ts is None else ts[start:end],
+        None if kinds is None else kinds[start:end],
     )
 
 
@@ -191,19 +256,26 @@ def concat(batches: list[Batch]) -> Batch:
             return pa.concat_batches(arrow)
     rows: list[Any] = []
     stamps = [timestamps_of(b) for b in batches]
+    kinds = [kinds_of(b) for b in batches]
     for b in batches:
         rows.extend(to_rows(b))
-    if all(t is None for t in stamps):
-        return RowBatch(rows)
-    return RowBatch(
-        rows,
-        np.concatenate(
+    timestamps = None
+    if any(t is not None for t in stamps):
+        timestamps = np.concatenate(
             [
                 np.full(num_rows(b), NO_TIMESTAMP, dtype=np.int64) if t is None else t
                 for b, t in zip(batches, stamps)
             ]
-        ),
-    )
+        )
+    all_kinds = None
+    if any(k is not None for k in kinds):
+        all_kinds = np.concatenate(
+            [
+                np.zeros(num_rows(b), dtype=np.int8) if k is None else k
+                for b, k in zip(batches, kinds)
+            ]
+        )
+    return RowBatch(rows, timestamps, all_kinds)
 
 
 def _row_size(obj: Any) -> int:

@@ -265,17 +265,20 @@ def split_by_target(batch: Batch, targets: np.ndarray, n: int) -> list[tuple[int
         return out
     rows = batch.rows
     ts = batch.timestamps
+    kinds = batch.kinds
     ordered = order.tolist()
     for t in range(n):
         c = int(counts[t])
         if c:
             part = ordered[start : start + c]
+            picked = order[start : start + c]
             out.append(
                 (
                     t,
                     RowBatch(
                         [rows[i] for i in part],
-                        None if ts is None else ts[order[start : start + c]],
+                        None if ts is None else ts[picked],
+                        None if kinds is None else kinds[picked],
                     ),
                 )
             )

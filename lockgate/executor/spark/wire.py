@@ -41,7 +41,10 @@ def encode(element: Any, generation: int, mark: int = 0, seq: int = 0) -> tuple[
         return _HEADER.pack(ARROW, generation, mark, seq), sink.getvalue()
     if isinstance(element, RowBatch):
         return _HEADER.pack(ROWS, generation, mark, seq), pickle.dumps(
-            (element.rows, element.timestamps), protocol=5
+            (element.rows, element.timestamps)
+            if element.kinds is None
+            else (element.rows, element.timestamps, element.kinds),
+            protocol=5,
         )
     return _HEADER.pack(ELEMENT, generation, mark, seq), pickle.dumps(element, protocol=5)
 
@@ -74,8 +77,7 @@ def decode(header: memoryview, body: memoryview, generation: int) -> StreamEleme
         reader = pa.ipc.open_stream(pa.py_buffer(body))
         return reader.read_next_batch()
     if kind == ROWS:
-        rows, timestamps = pickle.loads(body)
-        return RowBatch(rows, timestamps)
+        return RowBatch(*pickle.loads(body))  # (rows, timestamps[, kinds])
     if kind == ELEMENT:
         return pickle.loads(body)
     raise ValueError(f"unknown data message kind {kind}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from ...connectors.base import (
     DEAD_LETTER_TAG,
     InputStatus,
@@ -15,9 +17,18 @@ from ...connectors.base import (
     SourceReader,
     assign_splits,
 )
-from ...core.batch import Batch, RowBatch, num_rows, user_view
+from ...core.batch import (
+    Batch,
+    RowBatch,
+    has_changes,
+    kinds_of,
+    num_rows,
+    user_view,
+    with_timestamps,
+)
 from ...core.elements import MAX_WATERMARK, Watermark
-from ...errors import LockgateError, MalformedRecordError
+from ...core.row_kind import RowKind
+from ...errors import ChangelogError, LockgateError, MalformedRecordError
 from .base import StreamOperator
 from .event_time import OperatorWatermarks
 
@@ -185,6 +196,22 @@ class SinkOperator(StreamOperator):
         super().__init__()
         self.sink = sink
         self.writer: SinkWriter | None = None
+        self._changes = bool(getattr(sink, "accepts_changes", False))
+
+    def _append_only_error(self, batch: Batch) -> str:
+        kinds = kinds_of(batch)
+        assert kinds is not None
+        first = int(np.flatnonzero(kinds)[0])
+        kind = RowKind(int(kinds[first])).short
+        return (
+            f"sink '{self.name}' ({type(self.sink).__name__}) writes append-only, but its "
+            f"input is a changelog: record #{first} of a batch is {kind} "
+            f"({RowKind(int(kinds[first])).name}). Writing it as a new row would corrupt "
+            "the output. Use a sink that applies changes (PostgresSink(mode='upsert', "
+            "key=...), DeltaSink(mode='merge', key=...), KafkaSink(format='upsert', "
+            "key=...) or format='debezium-json'), or make the stream append-only first "
+            "(.kinds_to_field('op') keeps each kind as a field)"
+        )
 
     _restored: Any = None
 
@@ -237,7 +264,12 @@ class SinkOperator(StreamOperator):
         self.counters.records_in += num_rows(batch)
         assert self.writer is not None
         try:
-            self.writer.write(user_view(batch))  # sinks never see the event-time column
+            if self._changes:
+                self.writer.write(with_timestamps(batch, None))
+            else:
+                if has_changes(batch):
+                    raise ChangelogError(self._append_only_error(batch))
+                self.writer.write(user_view(batch))  # sinks never see reserved columns
         except LockgateError:
             raise
         except Exception as e:
