@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install (when missing) and start the services the connector tests use, on 127.0.0.1:
 # PostgreSQL (5432, with max_prepared_transactions > 0 for PostgresSink's exactly-once
-# mode), Redis (6379), NATS with JetStream (4222) and Apache Kafka 4.x in KRaft mode (one
+# mode; a second cluster on 5433 with wal_level=logical for PostgresCdcSource), Redis (6379), NATS with JetStream (4222) and Apache Kafka 4.x in KRaft mode (one
 # broker that is its own controller, 9092; configuration in scripts/kafka/) and Apicurio
 # Registry 3.0.9 (a schema registry with the Confluent-compatible REST API at
 # http://127.0.0.1:8081/apis/ccompat/v7, in-memory storage, global compatibility BACKWARD
@@ -131,6 +131,58 @@ if [ -n "$(pg_version)" ] && command -v pg_ctlcluster >/dev/null; then
                 say "PostgreSQL: creating database 'test'"
                 psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test" \
                     || fail "cannot create the database 'test'"
+            fi
+        fi
+    fi
+fi
+
+# --- PostgreSQL with wal_level=logical (5433, for PostgresCdcSource) -------------------
+# A second cluster of the same version, 'cdc' on 127.0.0.1:5433, with logical decoding
+# (wal_level = logical, replication slots and WAL senders for the CDC tests), trust on
+# loopback (replication connections too), database 'test'. Its own cluster, so the 5432
+# one is never restarted or reconfigured for it.
+postgres_cdc_up() { pg_isready -h 127.0.0.1 -p 5433 -q; }
+pg_cdc_setting() { psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -Atc "SHOW $1" 2>/dev/null; }
+if [ -n "$(pg_version)" ] && command -v pg_ctlcluster >/dev/null; then
+    ver="$(pg_version)"
+    cdc_conf="/etc/postgresql/$ver/cdc"
+    if [ ! -d "$cdc_conf" ]; then
+        say "creating the PostgreSQL $ver cluster 'cdc' (127.0.0.1:5433, wal_level = logical)"
+        as_root pg_createcluster "$ver" cdc --port 5433 >/dev/null || fail "pg_createcluster $ver cdc --port 5433 failed"
+    fi
+    if [ -d "$cdc_conf" ]; then
+        restart_cdc=0
+        cdc_hba="$cdc_conf/pg_hba.conf"
+        if ! grep -q '^host replication all 127.0.0.1/32 trust' "$cdc_hba" 2>/dev/null; then
+            say "PostgreSQL cdc: trusting loopback connections (127.0.0.1, ::1), replication too"
+            as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\nhost replication all 127.0.0.1/32 trust\nhost replication all ::1/128 trust' "$cdc_hba"
+            restart_cdc=1
+        fi
+        if ! grep -q "^wal_level = logical" "$cdc_conf/postgresql.conf" 2>/dev/null; then
+            say "PostgreSQL cdc: wal_level = logical"
+            printf '\n# lockgate CDC tests (scripts/services.sh)\nwal_level = logical\nmax_replication_slots = 32\nmax_wal_senders = 32\nmax_prepared_transactions = 64\nlisten_addresses = '"'"'127.0.0.1'"'"'\nport = 5433\n' \
+                | as_root tee -a "$cdc_conf/postgresql.conf" >/dev/null
+            restart_cdc=1
+        fi
+        if postgres_cdc_up && [ "$restart_cdc" = 1 ]; then
+            as_root pg_ctlcluster --skip-systemctl-redirect "$ver" cdc restart || fail "restarting PostgreSQL cdc failed"
+        elif ! postgres_cdc_up; then
+            say "starting PostgreSQL $ver cdc (5433)"
+            as_root pg_ctlcluster --skip-systemctl-redirect "$ver" cdc start \
+                || fail "pg_ctlcluster $ver cdc start failed (log: /var/log/postgresql/postgresql-$ver-cdc.log)"
+        fi
+        if wait_until "PostgreSQL cdc (5433)" postgres_cdc_up; then
+            wal_level="$(pg_cdc_setting wal_level)"
+            if [ "$wal_level" != logical ]; then
+                fail "PostgreSQL on 5433 answers but wal_level is '${wal_level:-unknown}' (want logical) or user postgres cannot log in over 127.0.0.1"
+            else
+                say "PostgreSQL cdc is running (5433, wal_level = logical)"
+            fi
+            if [ "$(psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -Atc \
+                    "SELECT 1 FROM pg_database WHERE datname = 'test'" 2>/dev/null)" != 1 ]; then
+                say "PostgreSQL cdc: creating database 'test'"
+                psql -h 127.0.0.1 -p 5433 -U postgres -d postgres -qc "CREATE DATABASE test" \
+                    || fail "cannot create the database 'test' on 5433"
             fi
         fi
     fi
