@@ -1,0 +1,465 @@
+"""The reader of :class:`~.source.PostgresCdcSource`: snapshot chunks, then the slot's
+change stream (on subtask 0), as changelog batches."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...core.batch import with_kinds
+from ...core.row_kind import RowKind
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import InputStatus, ReaderOutput, SourceReader
+from .connection import OWNER, ReplicationStream, connect
+from .pgoutput import (
+    UNCHANGED,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Keepalive,
+    Message,
+    Relation,
+    Truncate,
+    Update,
+    Value,
+    decode,
+    format_lsn,
+)
+from .slot import drop_slot, slot_info
+from .snapshot import marker_prefix, parse_marker, read_chunk, write_marker
+from .source import ChunkSplit, PostgresCdcSource, StreamSplit
+from .tables import TableInfo
+from .types import Column, ValueConversionError, batch_of
+from .xids import XidSnapshot
+
+log = logging.getLogger(__name__)
+#: frames read from the replication connection per poll, at most
+FRAMES_PER_POLL = 20_000
+
+Row = tuple[str | None, ...]
+
+
+class SchemaChangedError(ConfigurationError):
+    """A table's columns changed while it was replicated (a Relation message that
+    differs from the columns the job started with)."""
+
+
+class LostSlotError(ConfigurationError):
+    """The slot a restore needs is gone or was moved past the checkpoint's position."""
+
+
+@dataclass
+class _Txn:
+    begin: Begin
+    skip: bool
+    #: (table, kind, row) in commit order
+    changes: list[tuple[str, int, Row]] = field(default_factory=list)
+
+
+class _TableFilter:
+    """The snapshot chunks of one table: which chunk a key falls in."""
+
+    def __init__(self, table: TableInfo, chunks: list[tuple[int, Any]]) -> None:
+        key = table.integer_key
+        self.key_index = table.column_index(key.name) if key is not None else None
+        ordered = sorted(chunks, key=lambda c: -(1 << 64) if c[1].lo is None else c[1].lo)
+        self.los = [-(1 << 64) if c.lo is None else c.lo for _, c in ordered]
+        self.indexes = [i for i, _ in ordered]
+
+    def chunk(self, row: Row) -> int:
+        if self.key_index is None or len(self.indexes) == 1:
+            return self.indexes[0]
+        value = row[self.key_index]
+        if value is None:
+            return self.indexes[0]
+        return self.indexes[bisect.bisect_right(self.los, int(value)) - 1]
+
+
+class CdcReader(SourceReader):
+    """Reads its snapshot chunks (one per poll, emitted whole), then, on the subtask
+    with the stream split, the slot's changes, whole transactions per poll."""
+
+    restores_every_split = True
+
+    def __init__(self, source: PostgresCdcSource, ctx: RuntimeContext) -> None:
+        self.source = source
+        self.ctx = ctx
+        self.plan = source.plan
+        self.tables = {t.qualified: t for t in self.plan.tables}
+        self.run_tag = f"{ctx.run_id}:{ctx.attempt_number}"
+        self.chunks: list[ChunkSplit] = []
+        self.stream: StreamSplit | None = None
+        self._conn: Any = None
+        self._repl: ReplicationStream | None = None
+        #: chunks read in this attempt whose marker is not written yet
+        self._unmarked: dict[int, str] = {}
+        self._relations: dict[int, Relation] = {}
+        self._txn: _Txn | None = None
+        self._filters: dict[str, _TableFilter] = {}
+        self._snapshots: dict[int, XidSnapshot] = {}
+        self._filter_below: XidSnapshot | None = None
+        self._started: set[str] = set()
+        self._announced = False
+        self._wait_since = time.monotonic()
+
+    # -- splits ------------------------------------------------------------------------
+    def add_splits(self, splits: list[Any]) -> None:
+        for split in splits:
+            if isinstance(split, ChunkSplit):
+                self.chunks.append(replace(split))
+            elif isinstance(split, StreamSplit):
+                self.stream = replace(split, known=dict(split.known))
+                self._check_slot(self.stream)
+                if self.stream.snapshots is not None:
+                    self._use_snapshots(self.stream.snapshots)
+
+    def _sql(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.source.dsn, timeout_s=self.source.connect_timeout_s)
+        return self._conn
+
+    def _check_slot(self, split: StreamSplit) -> None:
+        """The slot still holds what the split needs: it exists and has not confirmed
+        past the split's position (else changes in between are gone)."""
+        info = slot_info(self._sql(), self.source.slot)
+        if info is None:
+            raise LostSlotError(
+                f"{OWNER}: replication slot {self.source.slot!r} does not exist; the changes "
+                f"after LSN {format_lsn(split.position)} (where the checkpoint resumes) are "
+                "lost. Start a fresh job (fresh=True or without restoring), which creates the "
+                "slot and takes a new snapshot"
+            )
+        if info.confirmed_flush_lsn is not None and info.confirmed_flush_lsn > split.position:
+            raise LostSlotError(
+                f"{OWNER}: replication slot {self.source.slot!r} has confirmed LSN "
+                f"{format_lsn(info.confirmed_flush_lsn)}, past the checkpoint's position "
+                f"{format_lsn(split.position)}: the changes in between are gone (was the slot "
+                "dropped and created again, or read by another consumer?). Restore a newer "
+                "checkpoint, or start a fresh job with a new snapshot"
+            )
+
+    # -- polling -----------------------------------------------------------------------
+    def poll(self, output: ReaderOutput) -> InputStatus:
+        for split in self.chunks:
+            if split.snapshot is None:
+                self._read_chunk(split, output)
+                return InputStatus.MORE_AVAILABLE
+        stream = self.stream
+        if stream is not None and not stream.finished:
+            if stream.snapshots is None:
+                return self._wait_for_chunks(stream)
+            return self._read_stream(stream, output)
+        if self.source.bounded and not self._unmarked:
+            return InputStatus.END_OF_INPUT
+        return InputStatus.NOTHING_AVAILABLE
+
+    def wait_hint_ms(self) -> float | None:
+        return self.source.poll_interval_ms
+
+    # -- snapshot chunks ---------------------------------------------------------------
+    def _read_chunk(self, split: ChunkSplit, output: ReaderOutput) -> None:
+        table = self.tables[split.chunk.table]
+        start = XidSnapshot.parse(self.plan.start_snapshot) if self.plan.start_snapshot else None
+        snapshot, rows = read_chunk(self._sql(), table, split.chunk, start)
+        if split.split_id not in self._started:
+            output.split_started(split.split_id)
+            self._started.add(split.split_id)
+        if rows:
+            n = len(rows)
+            extra = self._metadata(table.qualified, [None] * n, [self.plan.snapshot_time_us] * n)
+            output.emit_from_split(split.split_id, self._batch(table, rows, extra, None))
+        split.snapshot = str(snapshot)
+        self._unmarked[split.index] = split.snapshot
+        output.split_finished(split.split_id)
+
+    def _wait_for_chunks(self, stream: StreamSplit) -> InputStatus:
+        """Before the stream emits anything, every chunk must be read and in a completed
+        checkpoint (its rows then reached every downstream operator before any change of
+        the stream can): the readers of the chunks announce this in the WAL (markers,
+        :func:`~.snapshot.write_marker`); this reads the slot's stream only for them."""
+        needed = set(range(len(stream.chunks))) - set(stream.known)
+        if needed:
+            repl = self._replication(stream)
+            prefix = marker_prefix(self.source.slot)
+            for frame in repl.read(FRAMES_PER_POLL):
+                if isinstance(frame, Keepalive):
+                    if frame.reply_requested:
+                        repl.send_status()
+                    continue
+                if frame.payload[:1] != b"M":
+                    continue
+                msg = decode(frame.payload)
+                if isinstance(msg, Message) and msg.prefix == prefix:
+                    marker = parse_marker(msg.content)
+                    if marker is not None and marker[0] == self.run_tag:
+                        stream.known[marker[1]] = str(marker[2])
+            repl.keep_alive(self.source.status_interval_s)
+            needed = set(range(len(stream.chunks))) - set(stream.known)
+            if needed:
+                if time.monotonic() - self._wait_since > 120:
+                    self._wait_since = time.monotonic()
+                    log.warning(
+                        "%s: the stream still waits for %d snapshot chunks to be read and "
+                        "checkpointed (is checkpointing enabled? snapshot='initial' needs it)",
+                        OWNER,
+                        len(needed),
+                    )
+                return InputStatus.NOTHING_AVAILABLE
+        # every chunk is known: read the stream again from its start, filtering
+        self._close_replication()
+        stream.snapshots = dict(stream.known)
+        stream.known = {}
+        self._use_snapshots(stream.snapshots)
+        return InputStatus.MORE_AVAILABLE
+
+    def _use_snapshots(self, snapshots: dict[int, str]) -> None:
+        assert self.stream is not None
+        self._snapshots = {i: XidSnapshot.parse(s) for i, s in snapshots.items()}
+        by_table: dict[str, list[tuple[int, Any]]] = {}
+        for i, chunk in enumerate(self.stream.chunks):
+            by_table.setdefault(chunk.table, []).append((i, chunk))
+        self._filters = {
+            name: _TableFilter(self.tables[name], chunks) for name, chunks in by_table.items()
+        }
+        # transactions at or above the newest snapshot's xmax are seen by none
+        self._filter_below = max(self._snapshots.values(), key=lambda s: s.xmax, default=None)
+
+    # -- the stream --------------------------------------------------------------------
+    def _replication(self, stream: StreamSplit) -> ReplicationStream:
+        if self._repl is None:
+            info = slot_info(self._sql(), self.source.slot)
+            confirmed = (info.confirmed_flush_lsn if info else None) or 0
+            self._repl = ReplicationStream(
+                self.source.dsn,
+                self.source.slot,
+                self.source.publication,
+                stream.position,
+                confirmed,
+                timeout_s=self.source.connect_timeout_s,
+            )
+            self._relations.clear()
+            self._txn = None
+        return self._repl
+
+    def _close_replication(self) -> None:
+        repl, self._repl = self._repl, None
+        if repl is not None:
+            repl.close()
+        self._txn = None
+
+    def _read_stream(self, stream: StreamSplit, output: ReaderOutput) -> InputStatus:
+        if not self._announced:
+            output.split_started(stream.split_id)
+            self._announced = True
+        repl = self._replication(stream)
+        done: list[_Txn] = []
+        rows = 0
+        for frame in repl.read(FRAMES_PER_POLL):
+            if isinstance(frame, Keepalive):
+                if self._txn is None and frame.wal_end > stream.position:
+                    stream.position = frame.wal_end  # every commit before it was sent
+                if frame.reply_requested:
+                    repl.send_status()
+                continue
+            txn = self._handle(stream, decode(frame.payload))
+            if txn is not None:
+                done.append(txn)
+                rows += len(txn.changes)
+            if rows >= self.source.batch_size and self._txn is None:
+                break
+        repl.keep_alive(self.source.status_interval_s)
+        for txn in done:
+            self._emit(stream, txn, output)
+        if stream.end is not None and stream.position >= stream.end and self._txn is None:
+            stream.finished = True
+            output.split_finished(stream.split_id)
+            self._close_replication()
+            return InputStatus.MORE_AVAILABLE
+        return InputStatus.MORE_AVAILABLE if done else InputStatus.NOTHING_AVAILABLE
+
+    def _handle(self, stream: StreamSplit, msg: Any) -> _Txn | None:
+        """Take in one message; a transaction it completes with changes to emit."""
+        if isinstance(msg, Begin):
+            self._txn = _Txn(msg, skip=msg.final_lsn < stream.position)
+        elif isinstance(msg, Commit):
+            txn, self._txn = self._txn, None
+            if txn is None:
+                raise ConnectionError(f"{OWNER}: a Commit without a Begin in the stream")
+            if not txn.skip:
+                stream.position = max(stream.position, msg.end_lsn)
+                return txn if txn.changes else None
+        elif isinstance(msg, Relation):
+            self._relation(stream, msg)
+        elif isinstance(msg, (Insert, Update, Delete, Truncate)) and (
+            self._txn is not None and not self._txn.skip
+        ):
+            self._change(self._txn, msg)
+        return None
+
+    def _relation(self, stream: StreamSplit, rel: Relation) -> None:
+        expected = stream.schemas.get(rel.qualified)
+        if expected is None:
+            return  # a table of the publication the source was not asked for
+        got = tuple(Column(c.name, c.type_oid, c.type_mod, c.key) for c in rel.columns)
+        if len(got) != len(expected) or not all(a.same_shape(b) for a, b in zip(got, expected)):
+            raise SchemaChangedError(
+                f"{OWNER}: the columns of {rel.qualified} changed while it was replicated: "
+                f"the job started with {[(c.name, c.type_oid) for c in expected]}, the WAL now "
+                f"has {[(c.name, c.type_oid) for c in got]} (at LSN "
+                f"{format_lsn(stream.position)}). The source does not follow schema changes: "
+                "start a fresh job (a new slot and snapshot) for the new schema"
+            )
+        self._relations[rel.relid] = rel
+
+    def _change(self, txn: _Txn, msg: Insert | Update | Delete | Truncate) -> None:
+        if isinstance(msg, Truncate):
+            names = [self._relations[r].qualified for r in msg.relids if r in self._relations]
+            raise ConfigurationError(
+                f"{OWNER}: TRUNCATE of {names} (transaction {txn.begin.xid}) cannot be "
+                "replicated as row changes; remove 'truncate' from the publication's "
+                "publish list to ignore truncates, or start a fresh job after one"
+            )
+        rel = self._relations.get(msg.relid)
+        if rel is None:
+            return  # not one of the source's tables
+        table = rel.qualified
+        if table not in self.tables:
+            return
+        xid = txn.begin.xid
+        if isinstance(msg, Insert):
+            self._add(txn, table, RowKind.INSERT, _plain(msg.new), xid)
+        elif isinstance(msg, Update):
+            new = self._filled(table, msg.new, msg.old if not msg.old_is_key_only else None)
+            if msg.old is not None:
+                self._add(txn, table, RowKind.UPDATE_BEFORE, _plain(msg.old), xid)
+            self._add(txn, table, RowKind.UPDATE_AFTER, new, xid)
+        else:
+            self._add(txn, table, RowKind.DELETE, _plain(msg.old), xid)
+
+    def _filled(self, table: str, new: tuple[Value, ...], old: tuple[Value, ...] | None) -> Row:
+        if UNCHANGED not in new:
+            return new  # type: ignore[return-value]
+        if old is not None:
+            return tuple(o if n is UNCHANGED else n for n, o in zip(new, old))  # type: ignore[misc]
+        columns = [c.name for c, v in zip(self.tables[table].columns, new) if v is UNCHANGED]
+        raise ConfigurationError(
+            f"{OWNER}: an update of {table} left TOASTed column(s) {columns} unchanged and "
+            "PostgreSQL did not send their values; the source cannot emit the new row. Run "
+            f"ALTER TABLE {self.tables[table].sql_name} REPLICA IDENTITY FULL (the old row, "
+            "with them, is then sent) and start a fresh job"
+        )
+
+    def _add(self, txn: _Txn, table: str, kind: RowKind, row: Row, xid: int) -> None:
+        snapshots = self._snapshots
+        if snapshots:
+            newest = self._filter_below
+            if newest is not None and newest.full_xid(xid) < newest.xmax:
+                chunk = self._filters[table].chunk(row)
+                if snapshots[chunk].sees(xid):
+                    return  # the chunk's rows already show this change
+        txn.changes.append((table, int(kind), row))
+
+    def _emit(self, stream: StreamSplit, txn: _Txn, output: ReaderOutput) -> None:
+        """A transaction's changes as batches of consecutive changes of one table."""
+        changes = txn.changes
+        start = 0
+        commit_us = txn.begin.commit_time_us
+        while start < len(changes):
+            table = changes[start][0]
+            end = start
+            while end < len(changes) and changes[end][0] == table:
+                end += 1
+            part = changes[start:end]
+            n = len(part)
+            extra = self._metadata(table, [txn.begin.final_lsn] * n, [commit_us] * n)
+            kinds = np.fromiter((c[1] for c in part), dtype=np.int8, count=n)
+            batch = self._batch(self.tables[table], [c[2] for c in part], extra, kinds)
+            output.emit_from_split(stream.split_id, batch)
+            start = end
+
+    def _metadata(
+        self, table: str, lsns: list[int | None], times_us: list[int]
+    ) -> list[tuple[pa.Field, pa.Array]]:
+        name, lsn, commit_time = self.source.metadata_columns
+        n = len(lsns)
+        return [
+            (pa.field(name, pa.string()), pa.array([table] * n, pa.string())),
+            (pa.field(lsn, pa.int64()), pa.array(lsns, pa.int64())),
+            (
+                pa.field(commit_time, pa.timestamp("us", tz="UTC")),
+                pa.array(times_us, pa.timestamp("us", tz="UTC")),
+            ),
+        ]
+
+    def _batch(
+        self,
+        table: TableInfo,
+        rows: list[Row],
+        extra: list[tuple[pa.Field, pa.Array]],
+        kinds: np.ndarray | None,
+    ) -> pa.RecordBatch:
+        try:
+            batch = batch_of(table.columns, rows, extra)
+        except ValueConversionError as e:
+            raise ConfigurationError(f"{OWNER}: table {table.qualified}: {e}") from e
+        return with_kinds(batch, kinds) if kinds is not None else batch
+
+    # -- checkpoints -------------------------------------------------------------------
+    def snapshot_positions(self) -> list[Any]:
+        out: list[Any] = [replace(c) for c in self.chunks]
+        if self.stream is not None:
+            out.insert(0, replace(self.stream, known=dict(self.stream.known)))
+        return out
+
+    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
+        """The chunks read in this checkpoint are announced in the WAL (their rows are
+        now past every downstream operator), and the slot confirms the stream's
+        checkpointed position: the server keeps the WAL from there, frees the rest."""
+        for split in positions:
+            if isinstance(split, ChunkSplit) and split.index in self._unmarked:
+                snapshot = self._unmarked.pop(split.index)
+                write_marker(
+                    self._sql(),
+                    self.source.slot,
+                    self.run_tag,
+                    split.index,
+                    XidSnapshot.parse(snapshot),
+                )
+            elif isinstance(split, StreamSplit) and split.snapshots is not None:
+                self._confirm(split.position)
+                if split.finished and self.source.drop_slot_on_finish:
+                    self._close_replication()
+                    drop_slot(self._sql(), self.source.slot)
+                    log.info("%s: dropped replication slot %r", OWNER, self.source.slot)
+
+    def _confirm(self, lsn: int) -> None:
+        if self._repl is not None:
+            self._repl.confirm(lsn)
+            return
+        info = slot_info(self._sql(), self.source.slot)
+        if info is None or info.confirmed_flush_lsn is None or info.confirmed_flush_lsn >= lsn:
+            return
+        if info.active_pid is None:
+            self._sql().execute(
+                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                (self.source.slot, format_lsn(lsn)),
+            )
+
+    def close(self) -> None:
+        self._close_replication()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _plain(values: tuple[Value, ...]) -> Row:
+    """An old row's values (unchanged TOASTed values cannot occur in it) as text/None."""
+    return tuple(None if v is UNCHANGED else v for v in values)  # type: ignore[misc]
