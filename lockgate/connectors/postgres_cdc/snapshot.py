@@ -75,8 +75,8 @@ def read_chunk(
     them. With ``start`` (the slot's exported snapshot, when the source created the
     slot): a snapshot missing a transaction ``start`` sees is refused and the chunk read
     again, so every chunk shows what the stream will never send."""
-    columns = ", ".join(f"{quote_ident(c.name)}::text" for c in table.columns)
-    where, params = _range_condition(table, chunk)
+    columns = ", ".join(quote_ident(c.name) for c in table.columns)
+    where = _range_condition(table, chunk)
     query = f"SELECT {columns} FROM {table.sql_name}{where}"
     for _ in range(MAX_CHUNK_RETRIES):
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -86,8 +86,7 @@ def read_chunk(
             )
             if start is not None and any(start.sees_full(x) for x in snapshot.xip):
                 continue  # a transaction committed before the slot began is still finishing
-            rows = conn.execute(query, params).fetchall()
-            return snapshot, rows
+            return snapshot, text_rows(conn, query)
         finally:
             conn.execute("COMMIT")
     raise ConfigurationError(
@@ -96,19 +95,37 @@ def read_chunk(
     )
 
 
-def _range_condition(table: TableInfo, chunk: ChunkRange) -> tuple[str, tuple[int, ...]]:
+def text_rows(conn: Any, query: str) -> list[tuple[str | None, ...]]:
+    """The rows of ``query`` with every value as its type's text output function writes
+    it, as pgoutput sends it (not a ``::text`` cast: that writes booleans as ``true`` and
+    trims ``char(n)``), through the connection's libpq handle."""
+    from psycopg import pq
+
+    result = conn.pgconn.exec_(query.encode())
+    if result.status != pq.ExecStatus.TUPLES_OK:
+        message = result.error_message.decode(errors="replace")
+        raise ConnectionError(f"{OWNER}: reading a snapshot chunk failed: {message.strip()}")
+    width = result.nfields
+    return [
+        tuple(
+            None if (v := result.get_value(i, j)) is None else bytes(v).decode()
+            for j in range(width)
+        )
+        for i in range(result.ntuples)
+    ]
+
+
+def _range_condition(table: TableInfo, chunk: ChunkRange) -> str:
     key = table.integer_key
     if key is None:
-        return "", ()
+        return ""
     column = quote_ident(key.name)
-    parts, params = [], []
+    parts = []
     if chunk.lo is not None:
-        parts.append(f"{column} >= %s")
-        params.append(chunk.lo)
+        parts.append(f"{column} >= {int(chunk.lo)}")
     if chunk.hi is not None:
-        parts.append(f"{column} < %s")
-        params.append(chunk.hi)
-    return (" WHERE " + " AND ".join(parts) if parts else ""), tuple(params)
+        parts.append(f"{column} < {int(chunk.hi)}")
+    return " WHERE " + " AND ".join(parts) if parts else ""
 
 
 # -- chunk-done markers -----------------------------------------------------------------
