@@ -8,7 +8,7 @@ not callable or cannot be pickled, ...) are reported when the job is built.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow.compute as pc
@@ -31,11 +31,19 @@ from ..runtime.operators.basic import (
     MapOperator,
     ProcessOperator,
 )
+from ..runtime.operators.changelog import (
+    KindsFromFieldOperator,
+    KindsToFieldOperator,
+    ToUpsertsOperator,
+    key_reader,
+    kind_codes,
+)
 from ..runtime.operators.io import SinkOperator
 from ..runtime.operators.keyed import KeyedProcessOperator, tag_name
 from ..runtime.operators.rolling import RollingAggregate, RollingAggregateOperator
 from ..state.broadcast import check_broadcast_descriptors
 from ..state.descriptors import MapStateDescriptor
+from .changelog_functions import ChangelogAggregate, LatestRowPerKey
 
 if TYPE_CHECKING:
     from ..time.windows import WindowAssigner
@@ -75,6 +83,15 @@ def check_uid(uid: object) -> str:
             f"files in checkpoints and may have at most {MAX_UID_BYTES} bytes: use a shorter one"
         )
     return uid
+
+
+def check_field(field: object, what: str) -> str:
+    """``field`` (a record field name) or a ConfigurationError saying how to fix it."""
+    if not isinstance(field, str) or not field:
+        raise ConfigurationError(
+            f"{what}(field) needs a field name (a non-empty str), got {field!r}"
+        )
+    return field
 
 
 def _check_parallelism(p: Any, what: str) -> int:
@@ -332,6 +349,55 @@ class DataStream(_Configurable):
 
         return CoGroupedStreams(self, other)
 
+    # -- changelogs (lockgate.core.row_kind) --------------------------------------------
+    def kinds_from_field(
+        self, field: str = "op", codes: Mapping[Any, Any] | None = None, name: str | None = None
+    ) -> DataStream:
+        """A changelog: each record's row kind read from its field ``field``, which is
+        removed (Flink's ``FROM_CHANGELOG``). The field holds ``+I``/``-U``/``+U``/``-D``,
+        the kinds' names or byte values, or codes mapped by ``codes`` (e.g. Debezium's
+        ``{"c": "+I", "r": "+I", "u": "+U", "d": "-D"}``). A record whose field is missing
+        or unknown fails the job naming it."""
+        check_field(field, "kinds_from_field")
+        kind_codes(codes)  # checked now, not in a task
+        return self._one_input(
+            name or f"KindsFromField({field})",
+            OperatorFactory(KindsFromFieldOperator, {"field": field, "codes": codes}),
+        )
+
+    def kinds_to_field(self, field: str = "op", name: str | None = None) -> DataStream:
+        """An append-only stream: each record with its row kind's short string
+        (``+I``, ``-U``, ``+U``, ``-D``) in field ``field`` (Flink's ``TO_CHANGELOG``); any
+        operator and sink takes it. Records must be dicts (or Arrow rows)."""
+        check_field(field, "kinds_to_field")
+        return self._one_input(
+            name or f"KindsToField({field})",
+            OperatorFactory(KindsToFieldOperator, {"field": field}),
+        )
+
+    def to_upserts(self, key: str | Sequence[str], name: str | None = None) -> DataStream:
+        """This changelog as an upsert stream keyed by ``key`` (``+I``, ``+U``, ``-D``
+        only): an ``-U`` followed by its ``+U`` is dropped, any other ``-U`` becomes a
+        ``-D`` of its key. What compacted Kafka topics and key-value stores take."""
+        key_reader(key)  # checked now
+        return self._one_input(
+            name or "ToUpserts", OperatorFactory(ToUpsertsOperator, {"key": key})
+        )
+
+    def to_table(self, key: str | Sequence[str], name: str | None = None) -> DataStream:
+        """Maintain a table from this changelog: each key's latest row in keyed state
+        (a delete removes it), and the normalized changelog of that table out: ``+I``
+        for a new key, ``-U`` old / ``+U`` new for a changed row, ``-D`` with the whole
+        old row; a change that changes nothing emits nothing. See
+        :mod:`lockgate.api.changelog_functions`."""
+        return self.key_by(key).process(LatestRowPerKey(), name=name or "ToTable")
+
+    def to_changelog(self, key: str | Sequence[str], name: str | None = None) -> DataStream:
+        """An upsert stream (``+I``/``+U`` rows by ``key``, ``-D`` possibly holding only the
+        key) as a full changelog, with ``-U`` rows and whole deleted rows: the same
+        operator as :meth:`to_table` (Flink's ``ChangelogNormalize``)."""
+        return self.key_by(key).process(LatestRowPerKey(), name=name or "ToChangelog")
+
     def get_side_output(self, tag: Any) -> DataStream:
         """The records this operator emitted to side output ``tag`` (an ``lg.OutputTag``)."""
         name = tag_name(tag)
@@ -431,6 +497,23 @@ class KeyedStream(DataStream):
             ),
             keyed=True,
         )
+
+    def aggregate(self, *aggregates: Any, name: str | None = None) -> DataStream:
+        """A group aggregate per key over this stream, which may be a changelog:
+        ``lg.agg.count()``, ``sum``, ``mean``, ``min``, ``max``, ``count_distinct``, each
+        taking back what an update (``-U``) or delete (``-D``) retracts. Its output is the
+        changelog of one row per key (the key's fields and one column per aggregate):
+        ``+I`` first, ``-U`` old / ``+U`` new at each change, ``-D`` when the key has no
+        row left. The key must be one or more field names. See
+        :mod:`lockgate.api.changelog_functions`."""
+        fields = self.key_selector.columns
+        if fields is None:
+            raise ConfigurationError(
+                "aggregate() over a keyed stream needs key_by with field names (they name "
+                "the output's key columns), e.g. key_by('status'), not a function"
+            )
+        fn = ChangelogAggregate(list(aggregates), fields)
+        return self.process(fn, name=name or "Aggregate")
 
     def window(self, assigner: WindowAssigner) -> WindowedStream:
         """Cut each key's records into windows (``lg.TumblingEventTimeWindows.of(...)``,

@@ -45,10 +45,21 @@ Modes:
   (the job fails instead of reporting success without those rows). The table keeps
   one small row per committed transaction; rows older than the oldest checkpoint you
   may restore can be deleted.
-* ``"upsert"``: each batch is inserted or updated by ``key`` (a primary key or
-  unique index on exactly those columns) in its own transaction. Replays after a
-  failure write the same values again, so the table ends as with exactly-once
-  (idempotent, at-least-once delivery).
+* ``"upsert"`` (``key=`` required): applies a changelog (M-X1, M-X2): ``+I``/``+U``
+  insert or update the row by ``key`` (``INSERT ... ON CONFLICT (key) DO UPDATE``), ``-D``
+  and ``-U`` delete the row with that key (a primary-key change is ``-U`` old, ``+U``
+  new); an append-only input is all inserts, so it is upserted. ``key`` must be covered
+  by the table's primary key or a unique constraint/index on exactly those columns (not
+  partial, not deferrable). Each subtask's changes of one checkpoint interval are
+  compacted per key (the last change wins; :mod:`.changelog_compaction`) and written on
+  the checkpoint barrier in one transaction that is prepared and committed exactly as in
+  ``"exactly_once"`` (same ids, markers, restore and clean-up rules), so every change is
+  applied once. Changes of one key must reach one subtask (``key_by`` the key, or
+  parallelism 1), or their order is lost. When an earlier interval of the subtask is
+  still prepared at the barrier (its checkpoint not completed yet: its rows stay locked),
+  the interval is not written into a prepared transaction but kept in the checkpoint and
+  applied when its checkpoint completes, in one transaction with its commit marker
+  (:mod:`.postgres_changes`): still exactly once, never waiting on its own locks.
 * ``"append"``: each batch is appended with ``COPY`` in its own transaction:
   at-least-once (a replay after a failure appends its rows again).
 
@@ -61,13 +72,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.batch import Batch
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
+from .changelog_compaction import ChangeBuffer, Compacted
+from .postgres_changes import apply_changes, apply_deferred
 from .postgres_table import (
     RowWriter,
     TableShape,
@@ -93,6 +106,8 @@ from .postgres_transactions import (
 from .two_phase_commit import TwoPhaseCommitSink
 
 MODES = ("exactly_once", "upsert", "append")
+#: the modes that write in prepared transactions, committed with checkpoints
+TRANSACTIONAL = ("exactly_once", "upsert")
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +122,20 @@ class PgTransaction:
     gid: str | None = None
     rows: int = 0
     run: str | None = None
+    #: the id it was given at pre-commit (its gid when prepared; its commit marker)
+    name: str | None = None
+    #: mode="upsert": the interval's changes when they wait for the commit to be applied
+    #: (an earlier interval was still prepared at the barrier); kept in the checkpoint
+    deferred: Compacted | None = field(default=None, repr=False)
 
 
 class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
     """Writes records into ``table`` of the PostgreSQL database ``dsn`` (a libpq
     connection string or URI); see the module docstring for the ``mode``s.
 
-    ``key``: column name(s) to upsert on (``"upsert"`` only). Batches are upserted in
-    key order, so concurrent subtasks never deadlock on each other's rows.
+    ``key``: column name(s) to upsert and delete by (``"upsert"`` only), covered by a
+    primary key or unique index of exactly those columns. Rows are written in key
+    order, so concurrent subtasks never deadlock on each other's rows.
     ``transaction_prefix``: the start of the prepared transactions' ids (at most
     :data:`~lockgate.connectors.postgres_transactions.MAX_PREFIX_BYTES` bytes, no ``:``);
     by default ``lockgate-<hash of the job's name and the sink's uid>``. Jobs sharing
@@ -149,17 +170,19 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
             raise ConfigurationError(
                 f"PostgresSink key must be a column name or a list of them, got {key!r}"
             )
+        if len(set(keys)) != len(keys):
+            raise ConfigurationError(f"PostgresSink key names a column twice: {list(keys)}")
         if mode == "upsert" and not keys:
             raise ConfigurationError(
-                "PostgresSink mode='upsert' needs key=<column or columns> (a primary key or "
-                "unique index of the table) to update rows by"
+                "PostgresSink mode='upsert' needs key=<column or columns> (the table's "
+                "primary key, or columns with a unique constraint) to insert, update and "
+                "delete rows by, e.g. PostgresSink(dsn, table, mode='upsert', key='id')"
             )
         if mode != "upsert" and keys:
             raise ConfigurationError(
-                f"PostgresSink key={key!r} is for mode='upsert'; mode={mode!r} appends each "
-                "record as a row. (exactly_once cannot upsert: a prepared transaction keeps "
-                "its rows locked until its checkpoint completes, so updating the same key "
-                "in the next interval would wait for it.)"
+                f"PostgresSink key={key!r} is for mode='upsert' (which applies inserts, "
+                f"updates and deletes by key, exactly once); mode={mode!r} appends each "
+                "record as a row: drop key= or use mode='upsert'"
             )
         if transaction_prefix is not None:
             check_prefix(transaction_prefix)
@@ -175,16 +198,32 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         self.connect_timeout_s = float(connect_timeout_s)
         self._reset()
 
+    @property
+    def commits_on_checkpoint(self) -> bool:
+        """True for ``"exactly_once"`` and ``"upsert"`` (prepared transactions committed
+        with checkpoints), False for ``"append"``."""
+        return self.mode in TRANSACTIONAL
+
+    @property
+    def accepts_changes(self) -> bool:
+        """True in ``"upsert"`` mode: updates and deletes are applied by key."""
+        return self.mode == "upsert"
+
     def _reset(self) -> None:
         self._conn: Any = None  # the writer's connection (holds the open transaction)
         self._control: Any = None  # autocommit: COMMIT/ROLLBACK PREPARED
         self._rows: RowWriter | None = None
         self._ctx: RuntimeContext | None = None
+        #: mode="upsert": the open interval's changes, written on the barrier
+        self._changes: ChangeBuffer | None = None
+        #: names of this subtask's pre-committed transactions not committed yet
+        self._uncommitted: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_conn", "_control", "_rows", "_ctx"):
+        for name in ("_conn", "_control", "_rows", "_ctx", "_changes"):
             state[name] = None
+        state["_uncommitted"] = set()
         return state
 
     # -- checks -----------------------------------------------------------------------
@@ -200,11 +239,11 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         shape = describe(conn, self.table)
         if self.key:
             check_key(shape, self.key)
-        if self.mode == "exactly_once":
+        if self.mode in TRANSACTIONAL:
             limit = int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
             if limit <= 0:
                 raise ConfigurationError(
-                    f"PostgresSink(mode='exactly_once') needs prepared transactions, but the "
+                    f"PostgresSink(mode={self.mode!r}) needs prepared transactions, but the "
                     f"server ({redacted(self.dsn)}) has max_prepared_transactions = {limit}; "
                     f"set it above the sink's parallelism (e.g. ALTER SYSTEM SET "
                     f"max_prepared_transactions = 64) and restart PostgreSQL"
@@ -220,13 +259,17 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         )
         self._conn = connect(
             self.dsn,
-            autocommit=self.mode != "exactly_once",
+            autocommit=self.mode not in TRANSACTIONAL,
             timeout_s=self.connect_timeout_s,
             what=where,
         )
-        if self.mode == "exactly_once":
+        if self.mode in TRANSACTIONAL:
             self._open_transactional(ctx)
         self._rows = RowWriter(self._check(self._conn), self.key, where)
+        if self.mode in TRANSACTIONAL:
+            self._conn.commit()  # end the transaction the checks began
+        if self.mode == "upsert":
+            self._changes = ChangeBuffer(self.key, where)
 
     def _open_transactional(self, ctx: RuntimeContext) -> None:
         """Hold this run's lock on the writer's session, make sure the commit-marker
@@ -249,7 +292,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         self._conn.commit()
 
     def create_writer(self, ctx: RuntimeContext) -> SinkWriter:
-        if self.mode == "exactly_once":
+        if self.mode in TRANSACTIONAL:
             return super().create_writer(ctx)
         return _BatchWriter(self, ctx)
 
@@ -274,9 +317,14 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
     # -- transactions (exactly_once) ---------------------------------------------------
     def begin_transaction(self) -> PgTransaction:
         # psycopg begins the database transaction with the first statement
+        if self._changes is not None:
+            self._changes.clear()
         return PgTransaction(run=self._ctx.run_id if self._ctx is not None else None)
 
     def write(self, transaction: PgTransaction, batch: Batch) -> None:
+        if self._changes is not None:  # upsert: collected, written on the barrier
+            self._changes.add(batch)
+            return
         transaction.rows += self.write_batch(batch)
 
     def pre_commit(self, transaction: PgTransaction) -> None:
@@ -284,7 +332,16 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
 
     def pre_commit_at(self, transaction: PgTransaction, checkpoint_id: int | None) -> None:
         """``PREPARE TRANSACTION`` under an id naming the job run, attempt, subtask and
-        checkpoint (``end`` at the end of a bounded input), with its commit marker."""
+        checkpoint (``end`` at the end of a bounded input), with its commit marker.
+
+        ``"upsert"``: the interval's changes, compacted per key, are written first; or,
+        when an earlier transaction of this subtask is still prepared (its rows locked),
+        kept in the transaction to be applied by its commit (see the module docstring)."""
+        changes = None
+        if self._changes is not None and len(self._changes):
+            changes = self._changes.compact()
+            self._changes.clear()
+            transaction.rows = changes.num_keys
         if transaction.rows == 0:
             self._conn.rollback()  # nothing written; end whatever psycopg began
             return
@@ -293,19 +350,50 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         gid = transaction_id(
             self._prefix(ctx), ctx.run_id, ctx.attempt_number, ctx.subtask_index, checkpoint_id
         )
+        transaction.name = gid
+        if changes is not None:
+            if False:
+                self._conn.rollback()
+                transaction.deferred = changes
+                self._uncommitted.add(gid)
+                log.debug(
+                    "%s: %d changes wait for commit (transactions %s are still prepared)",
+                    self._rows.where if self._rows else "PostgresSink",
+                    changes.num_keys,
+                    sorted(self._uncommitted - {gid}),
+                )
+                return
+            assert self._rows is not None
+            apply_changes(self._conn, self._rows, changes)
         insert_marker(self._conn, self.table, gid, transaction.rows)
         sql = psycopg_module().sql
         self._conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
         transaction.gid = gid
+        self._uncommitted.add(gid)
 
     def commit(self, transaction: PgTransaction) -> None:
         """``COMMIT PREPARED``. A transaction no longer prepared was committed before when
         its commit marker is there; otherwise something else rolled it back and this
-        raises :class:`TransactionLostError` (its rows are lost)."""
+        raises :class:`TransactionLostError` (its rows are lost). Deferred changes
+        (``"upsert"``) are applied with their marker, once."""
+        if transaction.deferred is not None and transaction.name is not None:
+            applied = apply_deferred(
+                self._control_connection(),
+                self.table,
+                self._row_writer(),
+                transaction.name,
+                transaction.deferred,
+            )
+            if not applied:
+                log.info("PostgresSink: %s was applied before; skipped", transaction.name)
+            self._uncommitted.discard(transaction.name)
+            return
         if transaction.gid is None:
             return
         if self._finish_prepared("COMMIT", transaction.gid):
+            self._uncommitted.discard(transaction.gid)
             return
+        self._uncommitted.discard(transaction.gid)
         if not marker_exists(self._control_connection(), self.table, transaction.gid):
             raise TransactionLostError(
                 f"PostgresSink: prepared transaction {transaction.gid!r} ({transaction.rows} "
@@ -321,6 +409,8 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         self.commit(transaction)
 
     def abort(self, transaction: PgTransaction) -> None:
+        if transaction.name is not None:
+            self._uncommitted.discard(transaction.name)
         if transaction.gid is not None:
             self._finish_prepared("ROLLBACK", transaction.gid)
         elif self._conn is not None:
@@ -344,7 +434,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         that began a transaction of the restored checkpoint (``keep``) once no writer of
         that run is connected any more. Ids of other jobs and other runs are never
         touched."""
-        if self.mode != "exactly_once" or (not job_ended and ctx.subtask_index != 0):
+        if self.mode not in TRANSACTIONAL or (not job_ended and ctx.subtask_index != 0):
             return
         prefix = self._prefix(ctx)
         kept = {t.gid for t in keep if t.gid is not None}
@@ -420,6 +510,14 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
             return self.transaction_prefix
         digest = hashlib.sha1(f"{ctx.job_name}\0{ctx.operator_uid}".encode()).hexdigest()
         return f"lockgate-{digest[:16]}"
+
+    def _row_writer(self) -> RowWriter:
+        """The writer's :class:`RowWriter`; on the driver (never opened) one made from the
+        table as it is now."""
+        if self._rows is None:
+            shape = describe(self._control_connection(), self.table)
+            self._rows = RowWriter(shape, self.key, f"PostgresSink ({self.table})")
+        return self._rows
 
     def _control_connection(self) -> Any:
         if self._control is None or self._control.closed:

@@ -97,7 +97,9 @@ def describe(conn: Any, table: str) -> TableShape:
         cur.execute(
             "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a "
             "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE i.indrelid = %s AND i.indisunique GROUP BY i.indexrelid",
+            # arbiters of ON CONFLICT (columns): unique, immediate, whole-table, on columns
+            "WHERE i.indrelid = %s AND i.indisunique AND i.indimmediate "
+            "AND i.indpred IS NULL AND i.indexprs IS NULL GROUP BY i.indexrelid",
             (oid,),
         )
         keys = tuple(frozenset(r[0]) for r in cur.fetchall())
@@ -221,3 +223,36 @@ class RowWriter:
         with conn.cursor() as cur:
             cur.execute(statement, arrays)
         return len(unique)
+
+    def delete(self, conn: Any, batch: Batch) -> int:
+        """Delete the rows whose key the records of ``batch`` hold (their other fields are
+        ignored), in one statement, in key order (so concurrent writers never deadlock).
+        Returns the number of keys given."""
+        columns, rows = self.rows(batch)
+        if not rows:
+            return 0
+        missing = [k for k in self.key if k not in columns]
+        if missing:
+            raise TypeError(
+                f"{self.where}: deletes lack the key fields {missing}; every change needs "
+                f"{list(self.key)}"
+            )
+        positions = [columns.index(k) for k in self.key]
+        keys = sorted({tuple(row[p] for p in positions) for row in rows}, key=repr)
+        sql = psycopg_module().sql
+        arrays = [list(col) for col in zip(*keys)]
+        names = [sql.Identifier(k) for k in self.key]
+        statement = sql.SQL(
+            "DELETE FROM {table} AS t USING (SELECT * FROM unnest({arrays})) AS d ({names}) "
+            "WHERE {match}"
+        ).format(
+            table=sql.Identifier(*split_table_name(self.shape.name)),
+            arrays=sql.SQL(", ").join(
+                sql.SQL("%s::{}[]").format(sql.SQL(self.shape.types[k])) for k in self.key
+            ),
+            names=sql.SQL(", ").join(names),
+            match=sql.SQL(" AND ").join(sql.SQL("t.{} = d.{}").format(n, n) for n in names),
+        )
+        with conn.cursor() as cur:
+            cur.execute(statement, arrays)
+        return len(keys)

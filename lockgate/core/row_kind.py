@@ -73,14 +73,31 @@ _BY_TEXT = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Change:
-    """An output of a row function with its kind: ``return lg.Change(lg.RowKind.DELETE,
-    row)`` (or ``yield`` it) emits ``row`` as a delete. Any other output keeps the kind
-    of the record that produced it (an insert in an append-only stream)."""
+    """An output of a row function (``map``, ``flat_map``, ``process``, timers) with its
+    kind: ``return lg.Change(lg.RowKind.DELETE, row)`` (or ``yield`` it) emits ``row``
+    as a delete. Any other output keeps the kind of the record that produced it (an
+    insert in an append-only stream). Make a ``Change`` when you emit it: operators look
+    for them only in batches during which one was made, which is what keeps
+    append-only streams free of any cost (a ``Change`` kept in state and emitted in a
+    later batch goes out as a plain value)."""
 
     kind: RowKind
     value: Any
 
     def __post_init__(self) -> None:
+        global _made
         object.__setattr__(self, "kind", RowKind.parse(self.kind))
+        _made += 1
+
+
+#: how many Change values were made so far in this process (see changes_made)
+_made = 0
+
+
+def changes_made() -> int:
+    """A number that differs from an earlier call's whenever a :class:`Change` was made
+    in between (by any thread): an operator compares it around a batch to know whether
+    its outputs may hold Change values, at no per-record cost."""
+    return _made

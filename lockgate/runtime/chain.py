@@ -14,7 +14,7 @@ from ..core.partitioners import attribute_key_errors
 from ..graph.execution_plan import VertexPlan
 from ..graph.operator_factory import OperatorFactory
 from .context import RuntimeContext
-from .operators.base import Cancellation, Output, StreamOperator
+from .operators.base import Cancellation, Output, StreamOperator, refusing_changes
 from .operators.io import SinkOperator, SourceOperator
 from .processing_time import ProcessingTimeService
 from .record_writer import RecordWriter
@@ -114,7 +114,10 @@ class OperatorChain:
         by_id: dict[int, StreamOperator] = {}
         for op_plan in vertex.operators:
             factory: OperatorFactory[StreamOperator] = cloudpickle.loads(op_plan.payload)
-            by_id[op_plan.id] = factory.create()
+            op = factory.create()
+            if not op.accepts_changes:
+                op.process_batch = refusing_changes(op)  # type: ignore[method-assign]
+            by_id[op_plan.id] = op
         for op_plan in vertex.operators:
             op = by_id[op_plan.id]
             out = _FanOut()

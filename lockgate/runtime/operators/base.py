@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.batch import Batch, num_rows
+import numpy as np
+
+from ...core.batch import Batch, has_changes, kinds_of, num_rows
 from ...core.elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
+from ...core.row_kind import RowKind
 from ...core.user_functions import PLAIN_CALLABLES
-from ...errors import TaskCancelledError, UserFunctionError
+from ...errors import ChangelogError, TaskCancelledError, UserFunctionError
 from ..context import RuntimeContext
 from ..metrics import OperatorCounters
 
@@ -66,6 +69,10 @@ class StreamOperator:
 
     #: the operator has two logical inputs (``process_batch(batch, 0 | 1)``)
     two_input = False
+    #: the operator carries row kinds (a changelog: updates, deletes) from its input to
+    #: its output, or applies them; one that does not is given only inserts, and a
+    #: changelog record fails the job at it (see :func:`refusing_changes`)
+    accepts_changes = False
     #: the operator's event time: the last watermark it processed (M-W1)
     current_watermark: int = MIN_WATERMARK
     _combined: Any = None
@@ -193,3 +200,28 @@ def close_function(obj: Any) -> None:
     closer = getattr(obj, "close", None)
     if callable(closer):
         closer()
+
+
+def refusing_changes(op: StreamOperator) -> Any:
+    """``op.process_batch`` behind a check that its batch holds only inserts: an
+    operator without ``accepts_changes`` (windows, joins, rolling aggregates, async
+    I/O, ...) would take an update or a delete for a new record, and its results would
+    be wrong without a word. Costs a schema lookup per batch."""
+    process = op.process_batch
+
+    def process_batch(batch: Batch, input_index: int = 0) -> None:
+        if has_changes(batch):
+            kinds = kinds_of(batch)
+            assert kinds is not None
+            first = RowKind(int(kinds[np.flatnonzero(kinds)[0]]))
+            raise ChangelogError(
+                f"operator '{op.name}' ({type(op).__name__}) takes append-only input, but "
+                f"a {first.short} ({first.name}) record reached it: its input is a "
+                "changelog. Changelogs go through map, filter, flat_map, process, key_by, "
+                "to_table/to_changelog/to_upserts, the changelog aggregate "
+                "(key_by(...).aggregate(...)) and sinks that apply changes; keep only the "
+                "rows as records with .kinds_to_field('op') first if that is what you mean"
+            )
+        process(batch, input_index)
+
+    return process_batch

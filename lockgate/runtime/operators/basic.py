@@ -15,18 +15,23 @@ from ...core.batch import (
     Batch,
     RowBatch,
     is_scalar_schema,
+    kinds_of,
     scalar_batch,
     timestamps_of,
     to_arrow,
     to_rows,
     user_view,
+    with_kinds,
     with_timestamps,
 )
 from ...core.excerpt import excerpt
+from ...core.row_kind import RowKind, changes_made
 from ...core.user_functions import bind_function
+from ...errors import ChangelogError
 from ...state.operator_state import UNION, OperatorStateStore
 from ...state.snapshot import OperatorStateSnapshot, payload_part
 from .base import StreamOperator, close_function, open_function
+from .changes import needs_kinds, output_kinds
 
 #: results a flat_map/process function returns by mistake for one record
 _SINGLE_RECORDS = (str, bytes, dict)
@@ -163,6 +168,8 @@ class MapOperator(_FunctionOperator):
     record, as in Flink. Returning None fails the job at this operator, naming it and the
     input record: use ``filter`` to drop records, ``flat_map`` for zero or more."""
 
+    accepts_changes = True
+
     method = "map"
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
@@ -170,6 +177,7 @@ class MapOperator(_FunctionOperator):
         self.counters.records_in += len(rows)
         fn = self.call
         cancel = self.cancellation
+        made = changes_made()
         try:
             # stop within one record, not one batch (the test costs ~5 ns a record)
             out = [fn(r) for r in rows if not cancel.requested]
@@ -179,11 +187,16 @@ class MapOperator(_FunctionOperator):
         missing = first_none(out)
         if missing >= 0:
             raise self.user_error(none_result_error(rows[missing]))
-        self.emit(RowBatch(out, timestamps_of(batch)))
+        kinds = kinds_of(batch)
+        if needs_kinds(kinds, made):
+            kinds = output_kinds(out, kinds, None, made)
+        self.emit(RowBatch(out, timestamps_of(batch), kinds))
 
 
 class FlatMapOperator(_FunctionOperator):
     """Zero or more output records per input record (the function returns an iterable)."""
+
+    accepts_changes = True
 
     method = "flat_map"
 
@@ -194,8 +207,10 @@ class FlatMapOperator(_FunctionOperator):
         out: list[Any] = []
         extend = out.extend
         timestamps = timestamps_of(batch)
-        counts = None if timestamps is None else [0] * len(rows)
+        kinds = kinds_of(batch)
+        counts = None if timestamps is None and kinds is None else [0] * len(rows)
         cancel = self.cancellation
+        made = changes_made()
         try:
             for i, r in enumerate(rows):
                 if cancel.requested:  # stop within one record, not one batch
@@ -216,7 +231,9 @@ class FlatMapOperator(_FunctionOperator):
         except Exception as e:
             raise self.user_error(e) from e
         cancel.check()
-        self.emit(RowBatch(out, repeat_timestamps(timestamps, counts)))
+        if needs_kinds(kinds, made):
+            kinds = output_kinds(out, kinds, counts, made)
+        self.emit(RowBatch(out, repeat_timestamps(timestamps, counts), kinds))
 
 
 def filter_by_expression(batch: pa.RecordBatch, expression: pc.Expression) -> pa.RecordBatch:
@@ -242,6 +259,8 @@ def filter_by_expression(batch: pa.RecordBatch, expression: pc.Expression) -> pa
 class FilterOperator(_FunctionOperator):
     """Keeps records whose predicate is true. A ``pyarrow.compute.Expression``
     predicate is evaluated on whole batches."""
+
+    accepts_changes = True
 
     method = "filter"
 
@@ -294,10 +313,13 @@ class FilterOperator(_FunctionOperator):
             self.emit(batch.filter(pa.array(mask, type=pa.bool_())))
         else:
             timestamps = timestamps_of(batch)
+            kinds = kinds_of(batch)
+            keep_at = np.asarray(mask, bool)
             self.emit(
                 RowBatch(
                     [r for r, keep in zip(rows, mask) if keep],
-                    None if timestamps is None else timestamps[np.asarray(mask, bool)],
+                    None if timestamps is None else timestamps[keep_at],
+                    None if kinds is None else kinds[keep_at],
                 )
             )
 
@@ -310,6 +332,8 @@ class MapBatchesOperator(_FunctionOperator):
     ``value``, the result holds bare values too.
     """
 
+    accepts_changes = True
+
     method = "map_batch"
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:
@@ -319,6 +343,7 @@ class MapBatchesOperator(_FunctionOperator):
             raise self.user_error(e) from e
         self.counters.records_in += arrow.num_rows
         timestamps = timestamps_of(arrow)
+        kinds = kinds_of(arrow)
         try:
             result = self.call(user_view(arrow))
         except Exception as e:
@@ -328,6 +353,8 @@ class MapBatchesOperator(_FunctionOperator):
         if isinstance(result, pa.Table):
             result = result.combine_chunks().to_batches()
             result = result[0] if len(result) == 1 else pa.Table.from_batches(result)
+        if kinds is not None:
+            result = self._with_input_kinds(result, arrow.num_rows, kinds)
         if isinstance(result, pa.Table):
             for b in result.to_batches():
                 self._emit_result(arrow, b, None)
@@ -342,6 +369,27 @@ class MapBatchesOperator(_FunctionOperator):
                     f"or None, got {type(result).__name__}"
                 )
             )
+
+    def _with_input_kinds(self, result: Any, rows: int, kinds: np.ndarray) -> Any:
+        """The result of a function given a changelog batch: one row per input row keeps
+        the input's kinds (row i is the change of input row i); any other shape loses
+        what each row changes, which fails unless the input was all inserts."""
+        if isinstance(result, pa.Table):
+            result = pa.Table.from_batches(result.to_batches()).combine_chunks()
+            if result.num_rows == rows:
+                result = result.to_batches()[0] if rows else pa.RecordBatch.from_pylist([])
+        if isinstance(result, pa.RecordBatch) and result.num_rows == rows:
+            return with_kinds(result, kinds)
+        if not np.any(kinds):
+            return result
+        first = RowKind(int(kinds[np.flatnonzero(kinds)[0]])).short
+        raise ChangelogError(
+            f"map_batches '{self.name}': the input is a changelog (a {first} record among "
+            f"{rows}), and the function returned {getattr(result, 'num_rows', '?')} rows: "
+            "a function over a changelog must return one row per input row (each keeps "
+            "its input row's kind); to filter or reshape, turn the kinds into a field "
+            "first (.kinds_to_field('op')) and back after (.kinds_from_field('op'))"
+        )
 
     def _emit_result(
         self, source: pa.RecordBatch, result: pa.RecordBatch, timestamps: np.ndarray | None
@@ -361,6 +409,8 @@ class MapBatchesOperator(_FunctionOperator):
 class ProcessOperator(_FunctionOperator):
     """A ``ProcessFunction`` on a non-keyed stream: ``process_element(value, ctx)``."""
 
+    accepts_changes = True
+
     method = "process_element"
 
     def open(self) -> None:
@@ -377,10 +427,12 @@ class ProcessOperator(_FunctionOperator):
         out: list[Any] = []
         extend = out.extend
         timestamps = timestamps_of(batch)
-        if timestamps is not None:
-            self.emit(process_timestamped(self, rows, timestamps, fn, ectx))
+        kinds = kinds_of(batch)
+        if timestamps is not None or kinds is not None:
+            self.emit(process_timestamped(self, rows, timestamps, fn, ectx, kinds=kinds))
             return
         cancel = self.cancellation
+        made = changes_made()
         try:
             for r in rows:
                 if cancel.requested:  # stop within one record, not one batch
@@ -399,29 +451,40 @@ class ProcessOperator(_FunctionOperator):
             raise self.user_error(e) from e
         cancel.check()
         ectx.flush_side_outputs()
-        self.emit(RowBatch(out))
+        self.emit(RowBatch(out, None, output_kinds(out, None, None, made)))
+
+
+_INSERT = RowKind.INSERT
+_KINDS = tuple(RowKind)
 
 
 def process_timestamped(
     op: StreamOperator,
     rows: list[Any],
-    timestamps: np.ndarray,
+    timestamps: np.ndarray | None,
     fn: Any,
     ectx: Any,
     keys: list[Any] | None = None,
     backend: Any = None,
+    kinds: np.ndarray | None = None,
 ) -> RowBatch:
-    """The records of a batch with event timestamps: ``ctx.timestamp`` is each
-    record's, and each output record gets the timestamp of the record it came from.
+    """The records of a batch with event timestamps or row kinds, one at a time:
+    ``ctx.timestamp`` and ``ctx.kind`` are each record's, and each output record gets
+    the timestamp and kind of the record it came from (a Change output its own kind).
     With ``keys``, the current key is set per record (keyed process functions)."""
     out: list[Any] = []
     counts = [0] * len(rows)
     cancel = op.cancellation
+    made = changes_made()
+    n = len(rows)
+    stamps = [NO_TIMESTAMP] * n if timestamps is None else timestamps.tolist()  # ints, once
+    kind_of = [0] * n if kinds is None else kinds.tolist()
     try:
-        for i, (r, ts) in enumerate(zip(rows, timestamps.tolist())):  # Python ints, once
+        for i, (r, ts) in enumerate(zip(rows, stamps)):
             if cancel.requested:  # stop within one record, not one batch
                 break
             ectx.timestamp = None if ts == NO_TIMESTAMP else ts
+            ectx.kind = _KINDS[kind_of[i]]
             if keys is not None:
                 k = keys[i]
                 backend.current_key = k
@@ -443,11 +506,13 @@ def process_timestamped(
         raise op.user_error(e) from e
     finally:
         ectx.timestamp = None
+        ectx.kind = _INSERT
         if backend is not None:
             backend.current_timestamp = None
     cancel.check()
     ectx.flush_side_outputs()
-    return RowBatch(out, repeat_timestamps(timestamps, counts))
+    out_kinds = output_kinds(out, kinds, counts, made) if needs_kinds(kinds, made) else None
+    return RowBatch(out, repeat_timestamps(timestamps, counts), out_kinds)
 
 
 def repeat_timestamps(timestamps: np.ndarray | None, counts: list[int] | None) -> np.ndarray | None:

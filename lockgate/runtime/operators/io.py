@@ -82,6 +82,8 @@ SUBTASK_SPLIT = "subtask"
 class SourceOperator(StreamOperator):
     """Drives a :class:`SourceReader`; the task calls ``emit_next`` as its default action."""
 
+    accepts_changes = True
+
     def __init__(self, source: Source, watermark_strategy: Any = None) -> None:
         super().__init__()
         self.source = source
@@ -191,6 +193,8 @@ class SourceOperator(StreamOperator):
 
 class SinkOperator(StreamOperator):
     """Hands batches to a :class:`SinkWriter`."""
+
+    accepts_changes = True
 
     def __init__(self, sink: Sink) -> None:
         super().__init__()

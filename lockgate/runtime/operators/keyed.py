@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ...core.batch import Batch, RowBatch, timestamps_of, to_rows
+from ...core.batch import Batch, RowBatch, kinds_of, timestamps_of, to_rows
 from ...core.elements import Watermark
 from ...core.key_groups import key_group_range
 from ...core.partitioners import KeySelector
+from ...core.row_kind import RowKind, changes_made
 from ...errors import ConfigurationError
 from ...state.snapshot import keyed_parts, payload_part
 from ...time.timers import InternalTimerService
@@ -22,6 +23,7 @@ from .basic import (
     process_timestamped,
     single_record_error,
 )
+from .changes import output_kinds
 
 
 def tag_name(tag: Any) -> str:
@@ -37,12 +39,15 @@ class ElementContext:
     """The ``ctx`` of ``process_element(value, ctx)``: the current key, the record's
     timestamp and side outputs. Reused across records: do not keep it."""
 
-    __slots__ = ("_operator", "current_key", "timestamp", "_side", "_timers")
+    __slots__ = ("_operator", "current_key", "timestamp", "kind", "_side", "_timers")
 
     def __init__(self, operator: StreamOperator, key: Any, timers: Any = None) -> None:
         self._operator = operator
         self.current_key = key
         self.timestamp: int | None = None
+        #: the current record's :class:`~lockgate.core.row_kind.RowKind` (INSERT in an
+        #: append-only stream, and in timers)
+        self.kind: RowKind = RowKind.INSERT
         self._side: dict[str, list[Any]] = {}
         self._timers = timers
 
@@ -73,6 +78,8 @@ class ElementContext:
 
 class KeyedProcessOperator(_FunctionOperator):
     """Runs a ``KeyedProcessFunction`` with keyed state scoped to each record's key."""
+
+    accepts_changes = True
 
     method = "process_element"
 
@@ -165,7 +172,9 @@ class KeyedProcessOperator(_FunctionOperator):
         if self._timer_output:
             out, stamps = self._timer_output, self._timer_stamps
             self._timer_output, self._timer_stamps = [], []
-            self.emit(RowBatch(out, np.asarray(stamps, dtype=np.int64)))
+            # timers are few: their outputs are always looked through for Change values
+            kinds = output_kinds(out, None, None, made_before=-1)
+            self.emit(RowBatch(out, np.asarray(stamps, dtype=np.int64), kinds))
 
     def restore_state(self, restored: Any) -> None:
         """Operator state as every function operator, then keyed state: at the same
@@ -230,11 +239,13 @@ class KeyedProcessOperator(_FunctionOperator):
         ectx = self.element_ctx
         fn = self.call
         timestamps = timestamps_of(batch)
-        if timestamps is not None:
-            return process_timestamped(self, rows, timestamps, fn, ectx, keys, backend)
+        kinds = kinds_of(batch)
+        if timestamps is not None or kinds is not None:
+            return process_timestamped(self, rows, timestamps, fn, ectx, keys, backend, kinds)
         out: list[Any] = []
         extend = out.extend
         cancel = self.cancellation
+        made = changes_made()
         try:
             for r, k in zip(rows, keys):
                 if cancel.requested:  # stop within one record, not one batch
@@ -255,4 +266,4 @@ class KeyedProcessOperator(_FunctionOperator):
             raise self.user_error(e) from e
         cancel.check()
         ectx.flush_side_outputs()
-        return RowBatch(out)
+        return RowBatch(out, None, output_kinds(out, None, None, made))

@@ -107,6 +107,8 @@ class RollingAggregate:
 class RollingAggregateOperator(KeyedProcessOperator):
     """Runs a :class:`RollingAggregate` a batch at a time (see the module docstring)."""
 
+    accepts_changes = False  # a running sum of a changelog needs retractions
+
     def __init__(self, fn: RollingAggregate, key_selector: KeySelector) -> None:
         super().__init__(fn, key_selector)
         self.rolling = fn

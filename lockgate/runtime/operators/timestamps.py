@@ -23,6 +23,10 @@ INPUT = "input"
 
 
 class TimestampsAndWatermarksOperator(StreamOperator):
+    """Gives records their event timestamps and emits watermarks; row kinds pass."""
+
+    accepts_changes = True
+
     def __init__(self, strategy: Any) -> None:
         super().__init__()
         self.strategy = strategy
