@@ -109,6 +109,7 @@ class ChangelogAggregate(KeyedProcessFunction):
             )
         sign = 1 if ctx.kind.is_addition else -1
         held = self.state.value()
+        acc: dict[str, Any]
         if held is None:
             if sign < 0:
                 return None  # a retraction of a row this group never held: nothing
