@@ -352,7 +352,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
         )
         transaction.name = gid
         if changes is not None:
-            if False:
+            if self._uncommitted:
                 self._conn.rollback()
                 transaction.deferred = changes
                 self._uncommitted.add(gid)
