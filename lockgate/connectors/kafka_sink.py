@@ -99,6 +99,7 @@ from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_sink import json_default
 from .json_columns import json_values
+from .kafka_changelog import CHANGELOG_FORMATS, ChangelogEncoder, check_key
 from .kafka_common import (
     REGISTRY_FORMATS,
     check_bootstrap_servers,
@@ -195,13 +196,31 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
                 f"most 249 characters) or a function of the record returning one, got {topic!r}"
             )
         self.topic = topic
-        if not (key is None or callable(key) or (isinstance(key, str) and key)):
+        #: the key fields of a changelog format (``"upsert"``, ``"debezium-json"``)
+        self.changelog_key: tuple[str, ...] | None = None
+        if format in CHANGELOG_FORMATS:
+            self.changelog_key = check_key(owner, str(format), key)
+            if key_format is not None:
+                raise ConfigurationError(
+                    f"KafkaSink format={format!r} writes its keys as JSON of the key fields; "
+                    "key_format is not supported with it: remove it"
+                )
+        elif not (key is None or callable(key) or (isinstance(key, str) and key)):
             raise ConfigurationError(
                 "KafkaSink key must be None (no key), a field name of dict records, or a "
                 f"function of the record returning str, bytes or None, got {key!r}"
             )
         self.key = key
-        self.format = check_format(owner, format)
+        if format in CHANGELOG_FORMATS:
+            self.format = str(format)
+        else:
+            try:
+                self.format = check_format(owner, format)
+            except ConfigurationError as e:
+                raise ConfigurationError(
+                    f"{e}; or, for a changelog, 'upsert' (keyed rows, deletes as tombstones) "
+                    "or 'debezium-json' (Debezium change events)"
+                ) from None
         key_format = _check_key_format(key_format, key, key_schema)
         check_schema_registry(
             owner, schema_registry, {"format": self.format, "key_format": key_format}
@@ -283,6 +302,12 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
     @property
     def commits_on_checkpoint(self) -> bool:
         return self.delivery == "exactly_once"
+
+    @property
+    def accepts_changes(self) -> bool:
+        """True for the changelog formats (``"upsert"``, ``"debezium-json"``), which write
+        updates and deletes (:mod:`.kafka_changelog`); the others take inserts only."""
+        return self.format in CHANGELOG_FORMATS
 
     def check_before_run(self, plan: Any = None) -> None:
         """On the driver: for exactly-once, the producers' transaction timeout must be
@@ -611,6 +636,12 @@ class _Encoder:
         self._limits: dict[str, int | None] = {}
         #: the admin client of the limits' lookups (one per encoder; dropped by close)
         self._config_admin: Any = None
+        #: the changelog formats' encoder (None for the others)
+        self.changelog = (
+            ChangelogEncoder(sink.format, sink.changelog_key, f"KafkaSink of {ctx.operator_name!r}")
+            if sink.format in CHANGELOG_FORMATS
+            else None
+        )
         self._compressed = str(
             sink.properties.get("compression.type", sink.properties.get("compression.codec", ""))
         ).lower() not in ("", "none")
@@ -750,6 +781,8 @@ class _Encoder:
         as JSON or Avro is encoded a column at a time (:func:`json_values`,
         :meth:`RegistryWriter.encode_columns`: the same bytes)."""
         topic = self.sink.topic
+        if self.changelog is not None:
+            return self._produce_changes(producer, batch)
         encoded = None if callable(topic) else self._encode_columns(batch)
         if encoded is not None:
             values, keys = encoded
@@ -773,6 +806,23 @@ class _Encoder:
         producer.poll(0)
         self.check()
         return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+    def _produce_changes(self, producer: Any, batch: Batch) -> int:
+        """A changelog format: send ``batch``'s changes as keyed records (tombstones for
+        deletes); returns how many records were sent."""
+        assert self.changelog is not None
+        topic = self.sink.topic
+        sent = 0
+        for record, value, key in self.changelog.messages(batch):
+            name = topic(record) if callable(topic) else topic
+            limit = self.limit(name)
+            if limit is not None and len(value or b"") + len(key or b"") > limit:
+                self._too_large(name, value or b"", key)
+            self._send(producer, name, value, key)
+            sent += 1
+        producer.poll(0)
+        self.check()
+        return sent
 
     def _rows(self, batch: Batch) -> list[Any]:
         """``batch``'s records; for a registry format, an Arrow map column's values as
@@ -805,7 +855,7 @@ class _Encoder:
             "{'compression.type': ...})"
         )
 
-    def _send(self, producer: Any, name: str, value: bytes, key: bytes | None) -> None:
+    def _send(self, producer: Any, name: str, value: bytes | None, key: bytes | None) -> None:
         """Queue one record (waiting while librdkafka's queue is full)."""
         ck = confluent_kafka()
         while True:
@@ -819,7 +869,7 @@ class _Encoder:
         self.count += 1
 
     def _failed_send(
-        self, producer: Any, e: Exception, name: str, value: bytes, key: bytes | None
+        self, producer: Any, e: Exception, name: str, value: bytes | None, key: bytes | None
     ) -> None:
         """Raise for a record librdkafka would not queue. A transaction that failed
         already (the broker refused an earlier record of it) refuses every later record:
@@ -845,7 +895,7 @@ class _Encoder:
         )
         raise ValueError(
             f"KafkaSink cannot send {self.where(self.count)} to topic {name!r} (key "
-            f"{key!r}, {len(value)} bytes): {reason}; {hint}"
+            f"{key!r}, {len(value or b'')} bytes): {reason}; {hint}"
         ) from e
 
     def _encode_columns(self, batch: Batch) -> tuple[list[bytes], Any] | None:

@@ -80,6 +80,13 @@ from .base import (
     oversized,
     report_malformed,
 )
+from .debezium import (
+    DEBEZIUM_FORMATS,
+    DebeziumConverter,
+    check_debezium,
+    check_not_debezium,
+)
+from .debezium import batch_of as debezium_batch
 from .kafka_common import (
     REGISTRY_FORMATS,
     check_bootstrap_servers,
@@ -333,6 +340,8 @@ class KafkaSource(Source):
         reader_schema: Any = None,
         key_format: str | None = None,
         key_reader_schema: Any = None,
+        debezium_metadata: Mapping[str, str] | None = None,
+        debezium_skip_ops: Sequence[str] | None = None,
     ) -> None:
         self.bootstrap_servers = check_bootstrap_servers(OWNER, bootstrap_servers)
         self.topics, self.pattern = _check_topics(topics)
@@ -344,7 +353,28 @@ class KafkaSource(Source):
         self.group_id = group_id
         self.start = _check_start(start, self.topics, self.pattern, group_id)
         self.bounded = check_bool(OWNER, "bounded", bounded)
-        self.format = check_format(OWNER, format)
+        #: Debezium envelopes (format="debezium-json"/"debezium-avro"): the converter of
+        #: the decoded values into changelog rows; ``format`` is then the decoding's
+        self.debezium: DebeziumConverter | None = None
+        if format in DEBEZIUM_FORMATS:
+            self.debezium = check_debezium(
+                OWNER,
+                format,
+                debezium_metadata,
+                debezium_skip_ops,
+                key_field=key_field,
+                timestamp_field=timestamp_field,
+                schema=schema,
+            )
+            format = DEBEZIUM_FORMATS[format]
+        else:
+            check_not_debezium(OWNER, str(format), debezium_metadata, debezium_skip_ops)
+        try:
+            self.format = check_format(OWNER, format)
+        except ConfigurationError as e:
+            raise ConfigurationError(
+                f"{e}; or 'debezium-json' / 'debezium-avro' (Debezium change events as a changelog)"
+            ) from None
         self.key_field = _check_field("key_field", key_field, "the record's key")
         self.timestamp_field = _check_field(
             "timestamp_field", timestamp_field, "the record's Kafka timestamp in epoch ms"
@@ -1159,7 +1189,12 @@ class _KafkaReader(SourceReader):
         refused = deque(self._refused(records))
         end = records.next_offset if split.end is None else min(records.next_offset, split.end)
         rows = 0 if batch is None else len(batch)
-        if batch is not None and rows > MAX_BATCH and rows == len(records):
+        if (
+            batch is not None
+            and rows > MAX_BATCH
+            and rows == len(records)
+            and self.source.debezium is None  # an envelope gives 0, 1 or 2 rows
+        ):
             # one row per record: cut it, each part moving the split past its last record
             offsets = records.offsets
             start = 0
@@ -1205,15 +1240,21 @@ class _KafkaReader(SourceReader):
             pairs = np.array(list(map(message.timestamp, msgs)), dtype=np.int64).reshape(-1, 2)
             return pairs[:, 0], pairs[:, 1]
 
+        bad: set[int] = set()
+
         def malformed(i: int, raw: Any, error: str, schema_id: int | None, **more: Any) -> None:
+            bad.add(i)
             self._malformed(msgs[i], raw, error, output, schema_id=schema_id, **more)
 
-        return self._registry.decode(
+        batch = self._registry.decode(
             list(map(message.value, msgs)),
             (lambda: keys) if keys is not None else lambda: list(map(message.key, msgs)),
             stamps,
             malformed,
         )
+        if self.source.debezium is not None:
+            return self._debezium_registry(batch, bad, msgs.__getitem__, len(msgs), output)
+        return batch
 
     def _registry_records(self, records: PartitionRecords, output: ReaderOutput) -> Batch | None:
         """One partition's directly fetched records through the registry decoder (as
@@ -1221,18 +1262,27 @@ class _KafkaReader(SourceReader):
         assert self._registry is not None
         messages: list[Any] = []
 
-        def malformed(i: int, raw: Any, error: str, schema_id: int | None, **more: Any) -> None:
+        bad: set[int] = set()
+
+        def message_at(i: int) -> Any:
             if not messages:
                 messages.extend(records.messages())
-            self._malformed(messages[i], raw, error, output, schema_id=schema_id, **more)
+            return messages[i]
 
-        return self._registry.decode(
+        def malformed(i: int, raw: Any, error: str, schema_id: int | None, **more: Any) -> None:
+            bad.add(i)
+            self._malformed(message_at(i), raw, error, output, schema_id=schema_id, **more)
+
+        batch = self._registry.decode(
             records.values,
             records.keys,
             lambda: (records.timestamp_kinds, records.timestamps),
             malformed,
             raw=(records.array(), records.value_starts, records.value_lengths),
         )
+        if self.source.debezium is not None:
+            return self._debezium_registry(batch, bad, message_at, len(records), output)
+        return batch
 
     def _reporter(self, output: ReaderOutput) -> Any:
         def report(m: Any, raw: Any, error: str) -> None:
@@ -1301,6 +1351,8 @@ class _KafkaReader(SourceReader):
         when every value is well-formed, else record by record (``messages()``).
         ``keys()`` and ``stamps()`` give the records' keys and ``(kind, timestamp)``."""
         source = self.source
+        if source.debezium is not None:
+            return self._debezium_rows(values, messages, output)
         records = _decode_all(values, source.format, source.max_record_bytes)
         if records is None:  # a tombstone, or a record that fails alone: one by one
             records = [
@@ -1318,6 +1370,48 @@ class _KafkaReader(SourceReader):
             for r, (kind, ts) in zip(records, stamps()):
                 r[ts_field] = None if kind == 0 else ts
         return RowBatch(records)
+
+    def _debezium_rows(
+        self, values: list[Any], messages: Any, output: ReaderOutput
+    ) -> Batch | None:
+        """One partition's Debezium-JSON values as changelog rows (:mod:`.debezium`):
+        decoded as JSON (at once, or one by one as :meth:`_record`, which reports what
+        does not decode), then converted, a malformed envelope reported by its message."""
+        source = self.source
+        assert source.debezium is not None
+        envelopes = _decode_all(values, "json", source.max_record_bytes)
+        if envelopes is not None:
+            listed: list[Any] = []
+
+            def message_at(i: int) -> Any:
+                if not listed:
+                    listed.extend(messages())
+                return listed[i]
+
+            return source.debezium.convert(envelopes, message_at, self._reporter(output))
+        # one by one, decoding and converting each record in turn: the first malformed
+        # one (in offset order) fails the job
+        report = self._reporter(output)
+        rows: list[Any] = []
+        kinds: list[int] = []
+        for m in messages():
+            envelope = self._record(m, output)
+            if envelope is not _MALFORMED:
+                source.debezium.add(envelope, 0, [m].__getitem__, report, rows, kinds)
+        return debezium_batch(rows, kinds)
+
+    def _debezium_registry(
+        self, batch: Batch | None, bad: set[int], message_at: Any, n: int, output: ReaderOutput
+    ) -> Batch | None:
+        """A registry decoder's records of ``n`` messages (those at the indices ``bad``
+        reported malformed left out) converted from Debezium envelopes."""
+        assert self.source.debezium is not None and isinstance(batch, (RowBatch, type(None)))
+        if batch is None:
+            return None
+        kept = [i for i in range(n) if i not in bad]
+        return self.source.debezium.convert(
+            batch.rows, lambda j: message_at(kept[j]), self._reporter(output)
+        )
 
     def _advance(self, output: ReaderOutput) -> None:
         """Every split's offset := the consumer's position; finish bounded splits."""
