@@ -67,6 +67,12 @@ not hold it, fails the job at start naming the subject (with a topic function, t
 ``topic`` and ``topic_record`` subjects are resolved when a topic's first record comes).
 Encoding is the only difference: every delivery mode works as with the other formats.
 See docs/schema_registry.md.
+A changelog (the sink then accepts updates and deletes): ``format="upsert"`` with
+``key=`` (a field or a list of fields) writes ``+I``/``+U`` rows as JSON under the JSON
+object of their key fields and ``-D`` (and a ``-U`` not followed by its ``+U``) as
+tombstones, for compacted topics; ``format="debezium-json"`` writes Debezium envelopes
+(``c``, ``u``, ``d``) that ``KafkaSource(format="debezium-json")`` reads back
+(:mod:`.kafka_changelog`, docs/debezium.md).
 ``key``: None (no key: the producer spreads records over partitions), a field name of
 dict records, or a function of the record returning ``str``, ``bytes`` or None.
 ``topic``: a name, or a function of the record returning one. A record that cannot be

@@ -105,6 +105,7 @@ from .kafka_fetcher import (
 from .kafka_logging import librdkafka_config
 from .kafka_record_batches import PartitionRecords
 from .schema_registry.formats import RegistryDecoder, RegistryFormat, check_registry_format
+from .schema_registry.wire import WireFormatError, schema_id_of
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +262,16 @@ class KafkaSource(Source):
     (credentials redacted) and restarts from its last checkpoint, the split's position
     still before the record (M-X1). Both fetch paths decode through one function
     (:class:`~lockgate.connectors.schema_registry.formats.RegistryDecoder`).
+
+    Debezium change events (``format="debezium-json"``, plain or in Kafka Connect's
+    JsonConverter wrapper, or ``"debezium-avro"`` with ``schema_registry=``): each
+    envelope decoded as JSON or Avro, then converted by
+    :class:`~lockgate.connectors.debezium.DebeziumConverter` into changelog rows with
+    the table's columns (``c``/``r`` ``+I``, ``u`` ``-U`` and ``+U`` or ``+U`` alone,
+    ``d`` ``-D``, tombstones skipped); a malformed envelope, a truncate or a message is
+    malformed as below unless ``debezium_skip_ops`` names its op;
+    ``debezium_metadata={key: column}`` adds envelope fields (``"source.ts_ms"``,
+    ``"source.lsn"``, ...) to the rows. See docs/debezium.md.
 
     ``isolation="read_committed"`` (default): records of aborted transactions and
     transaction markers are never emitted, and a partition is read only up to its last
@@ -1388,10 +1399,10 @@ class _KafkaReader(SourceReader):
                     listed.extend(messages())
                 return listed[i]
 
-            return source.debezium.convert(envelopes, message_at, self._reporter(output))
+            return source.debezium.convert(envelopes, message_at, self._envelope_reporter(output))
         # one by one, decoding and converting each record in turn: the first malformed
         # one (in offset order) fails the job
-        report = self._reporter(output)
+        report = self._envelope_reporter(output)
         rows: list[Any] = []
         kinds: list[int] = []
         for m in messages():
@@ -1410,8 +1421,25 @@ class _KafkaReader(SourceReader):
             return None
         kept = [i for i in range(n) if i not in bad]
         return self.source.debezium.convert(
-            batch.rows, lambda j: message_at(kept[j]), self._reporter(output)
+            batch.rows, lambda j: message_at(kept[j]), self._envelope_reporter(output)
         )
+
+    def _envelope_reporter(self, output: ReaderOutput) -> Any:
+        """Reports a malformed Debezium envelope with its record's value as ``raw``: the
+        text of a JSON one, the bytes (and ``schema_id``) of an Avro one."""
+
+        def report(m: Any, _envelope: Any, error: str) -> None:
+            value = m.value()
+            if self._registry is None:
+                self._malformed(m, value.decode("utf-8", "replace"), error, output)
+                return
+            try:
+                schema_id: int | None = schema_id_of(value)
+            except WireFormatError:
+                schema_id = None
+            self._malformed(m, value, error, output, schema_id=schema_id)
+
+        return report
 
     def _advance(self, output: ReaderOutput) -> None:
         """Every split's offset := the consumer's position; finish bounded splits."""

@@ -247,6 +247,7 @@ def test_malformed_envelopes_go_to_the_dead_letter_output_with_their_offsets(
     assert [d["offset"] for d in letters] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert all(d["topic"] == topic and d["partition"] == 0 for d in letters)
     assert letters[0]["location"] == f"{topic}[0]@1"
+    assert [d["raw"] for d in letters] == [b.decode() for b in BAD[1:9]]
     assert "unknown op 'x'" in letters[1]["error"]
     assert "invalid JSON" in letters[7]["error"]
 
@@ -310,6 +311,41 @@ def test_debezium_avro_through_the_registry_with_a_column_added_midway(kafka_top
     expected = by_key(expected_changes(events))
     assert by_key(got) == expected
     assert any("note" in r for r in table.values()) and any("note" not in r for r in table.values())
+
+
+@pytest.mark.hang_guard(60)
+def test_a_malformed_avro_envelope_is_a_dead_letter_with_its_schema_id(kafka_topic) -> None:
+    """An Avro envelope that decodes but is no row change (op ``x``): a dead letter with
+    its position, its bytes and its schema id; the events around it still come."""
+    topic = kafka_topic(1)
+    client = SchemaRegistryClient({"url": REGISTRY_URL})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serialize = AvroSerializer(client, json.dumps(avro_envelope()))
+    h = history(snapshot_rows=2, changes=0)
+    bad = Event({"id": 1}, {**h.events[0].value, "op": "x"})  # type: ignore[dict-item]
+    produce_events(topic, [h.events[0], bad, h.events[1]], 1, encode=lambda v: serialize(v, ctx))
+    env = lg.StreamEnvironment(parallelism=1)
+    rows = env.from_source(
+        KafkaSource(
+            BOOTSTRAP,
+            topic,
+            bounded=True,
+            format="debezium-avro",
+            schema_registry=SchemaRegistry(REGISTRY_URL),
+            on_error="dead_letter",
+        ),
+        name="cdc",
+    )
+    rows.get_side_output(lg.DEAD_LETTER).sink_to(lg.connectors.CollectSink()).uid("dead")
+    rows.sink_to(lg.connectors.CollectSink(changelog=True)).uid("out")
+    result = env.execute("debezium avro dead letter", executor=LOCAL)
+    got = [c for part in result.sink_results["out"] for c in part]
+    (letter,) = [d for part in result.sink_results["dead"] for d in part]
+    assert got == [lg.Change(INS, h.table[1]), lg.Change(INS, h.table[2])]
+    assert (letter["offset"], letter["location"]) == (1, f"{topic}[0]@1")
+    assert isinstance(letter["raw"], bytes) and letter["raw"][0] == 0
+    assert letter["schema_id"] == int.from_bytes(letter["raw"][1:5], "big")
+    assert "unknown op 'x'" in letter["error"]
 
 
 # ------------------------------------------------------------------------------- the sink
