@@ -129,6 +129,8 @@ def kinds_of(batch: Batch) -> np.ndarray | None:
     values), or None when it carries none (all inserts)."""
     if isinstance(batch, RowBatch):
         return batch.kinds
+    if not isinstance(batch, pa.RecordBatch):
+        return None  # not a batch (a test's stand-in): nothing carried
     i = batch.schema.get_field_index(KIND_COLUMN)
     if i < 0:
         return None
