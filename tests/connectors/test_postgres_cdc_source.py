@@ -390,3 +390,15 @@ def test_the_stream_split_goes_to_subtask_0_and_chunks_round_robin_on_restore(cd
     assert isinstance(shares[0][0], StreamSplit) and shares[0][0].known == {0: "1:1:"}
     assert sorted(s.index for s in shares[0][1:]) == [1, 3]
     assert sorted(s.index for s in shares[1]) == [0, 2, 4]
+
+
+def test_a_small_batch_size_drops_nothing_between_polls_M_X1(cdc, open_reader) -> None:
+    """Polls stop after batch_size changes; the frames already read wait for the next."""
+    table = cdc.table("id int PRIMARY KEY", identity="FULL")
+    source = source_for(cdc, table, batch_size=3)
+    reader = open_reader(source, source.create_splits(1))
+    for i in range(300):
+        cdc.sql(f"INSERT INTO {table} VALUES ({i})")
+    out = Changes()
+    read_until(reader, out, lambda: len(out.changes) >= 300, "300 inserts")
+    assert [r["id"] for _, r in out.changes] == list(range(300))

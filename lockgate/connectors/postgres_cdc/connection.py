@@ -111,7 +111,10 @@ class ReplicationStream:
             while len(frames) < limit:
                 size, data = conn.get_copy_data(1)
                 if size == 0:
-                    break
+                    conn.consume_input()  # what arrived meanwhile (the socket, not waited for)
+                    size, data = conn.get_copy_data(1)
+                    if size == 0:
+                        break
                 if size < 0:
                     result = conn.get_result()
                     detail = conn.get_error_message()

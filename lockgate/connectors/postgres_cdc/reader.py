@@ -43,6 +43,8 @@ from .xids import XidSnapshot
 log = logging.getLogger(__name__)
 #: frames read from the replication connection per poll, at most
 FRAMES_PER_POLL = 20_000
+#: frames taken from the connection at a time
+FRAMES_PER_READ = 500
 
 Row = tuple[str | None, ...]
 
@@ -262,22 +264,37 @@ class CdcReader(SourceReader):
         repl = self._replication(stream)
         done: list[_Txn] = []
         rows = 0
-        for frame in repl.read(FRAMES_PER_POLL):
-            if isinstance(frame, Keepalive):
-                if self._txn is None and frame.wal_end > stream.position:
-                    stream.position = frame.wal_end  # every commit before it was sent
-                if frame.reply_requested:
-                    repl.send_status()
-                continue
-            txn = self._handle(stream, decode(frame.payload))
-            if txn is not None:
-                done.append(txn)
-                rows += len(txn.changes)
-            if rows >= self.source.batch_size and self._txn is None:
-                break
+        # every frame read is handled (none dropped); the poll stops between reads once
+        # enough changes are complete
+        for _ in range(FRAMES_PER_POLL // FRAMES_PER_READ):
+            frames = repl.read(FRAMES_PER_READ)
+            for frame in frames:
+                if isinstance(frame, Keepalive):
+                    if self._txn is None and frame.wal_end > stream.position:
+                        stream.position = frame.wal_end  # every commit before it was sent
+                    if frame.reply_requested:
+                        repl.send_status()
+                    continue
+                msg = decode(frame.payload)
+                if (
+                    stream.end is not None
+                    and isinstance(msg, Begin)
+                    and msg.final_lsn >= stream.end
+                ):
+                    # committed after the end: every transaction up to it was read
+                    stream.position = max(stream.position, stream.end)
+                    break
+                txn = self._handle(stream, msg)
+                if txn is not None:
+                    done.append(txn)
+                    rows += len(txn.changes)
+            else:
+                if frames and rows < self.source.batch_size:
+                    continue
+            break
         repl.keep_alive(self.source.status_interval_s)
-        for txn in done:
-            self._emit(stream, txn, output)
+        if done:
+            self._emit(stream, done, output)
         if stream.end is not None and stream.position >= stream.end and self._txn is None:
             stream.finished = True
             output.split_finished(stream.split_id)
@@ -367,21 +384,23 @@ class CdcReader(SourceReader):
                     return  # the chunk's rows already show this change
         txn.changes.append((table, int(kind), row))
 
-    def _emit(self, stream: StreamSplit, txn: _Txn, output: ReaderOutput) -> None:
-        """A transaction's changes as batches of consecutive changes of one table."""
-        changes = txn.changes
+    def _emit(self, stream: StreamSplit, txns: list[_Txn], output: ReaderOutput) -> None:
+        """The changes of whole transactions, in commit order, as batches of consecutive
+        changes of one table (one batch for many small transactions)."""
+        changes = [(c, t.begin) for t in txns for c in t.changes]
         start = 0
-        commit_us = txn.begin.commit_time_us
         while start < len(changes):
-            table = changes[start][0]
+            table = changes[start][0][0]
             end = start
-            while end < len(changes) and changes[end][0] == table:
+            while end < len(changes) and changes[end][0][0] == table:
                 end += 1
             part = changes[start:end]
             n = len(part)
-            extra = self._metadata(table, [txn.begin.final_lsn] * n, [commit_us] * n)
-            kinds = np.fromiter((c[1] for c in part), dtype=np.int8, count=n)
-            batch = self._batch(self.tables[table], [c[2] for c in part], extra, kinds)
+            extra = self._metadata(
+                table, [b.final_lsn for _, b in part], [b.commit_time_us for _, b in part]
+            )
+            kinds = np.fromiter((c[1] for c, _ in part), dtype=np.int8, count=n)
+            batch = self._batch(self.tables[table], [c[2] for c, _ in part], extra, kinds)
             output.emit_from_split(stream.split_id, batch)
             start = end
 

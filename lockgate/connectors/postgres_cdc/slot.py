@@ -141,12 +141,14 @@ def create_slot(dsn: str, slot: str, timeout_s: float) -> tuple[int, XidSnapshot
                 f"{OWNER}: cannot create replication slot {slot!r}: "
                 f"{' '.join(repl.get_error_message().split())}"
             )
-        consistent = parse_lsn(result.get_value(0, 1).decode())
-        snapshot_name = result.get_value(0, 2).decode()
+        consistent = parse_lsn(bytes(result.get_value(0, 1) or b"").decode())
+        snapshot_name = bytes(result.get_value(0, 2) or b"").decode()
         with psycopg.connect(conninfo(dsn)) as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
-            text = conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0]
+            row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            assert row is not None
+            text = row[0]
             conn.rollback()
         return consistent, XidSnapshot.parse(text)
     finally:

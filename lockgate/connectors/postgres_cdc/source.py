@@ -142,7 +142,7 @@ class PostgresCdcSource(Source):
         drop_slot_on_finish: bool = False,
         metadata_prefix: str = "_",
         poll_interval_ms: float = 50,
-        status_interval_s: float = 10.0,
+        status_interval_s: float = 1.0,
         connect_timeout_s: float = 10.0,
     ) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
