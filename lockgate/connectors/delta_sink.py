@@ -22,6 +22,12 @@ Built on :class:`TwoPhaseCommitSink` and the ``deltalake`` package (delta-rs):
   goes on leaves that job's files to it). Files of other jobs, sinks and runs, and every
   file a commit may have added, are never deleted (see ``DeltaSink.abort_lingering``).
 
+``mode="merge"`` (with ``key=``) applies a changelog instead (:mod:`.delta_merge`): each
+transaction's changes, compacted per key (the last change wins), are staged in one file
+on the barrier and merged into the table by one Delta commit (delta-rs's ``MERGE``:
+deletes included) with the same ``(app_id, version)`` rule, so every change is applied
+once.
+
 The run id in the app id keeps a new run (a fresh start, or a new checkpoint storage
 whose ids start at 1 again) from being mistaken for a repeat of an earlier run. With
 rescaling every restored transaction keeps the app id it was begun with, and new
@@ -40,9 +46,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.batch import Batch, num_rows
+from ..core.batch import Batch, num_rows, user_view
 from ..errors import ConfigurationError, LockgateError
 from ..runtime.context import RuntimeContext
+from .changelog_compaction import ChangeBuffer
 from .delta_files import (
     PARTITION_TYPES,
     DataFile,
@@ -60,6 +67,7 @@ from .delta_log import (
     deltalake,
     load_table,
 )
+from .delta_merge import merge_changes, staged_table, staging_schema
 from .delta_records import conform, infer_schema
 from .local_paths import local_path
 from .run_locks import RunLock, forget_run, hold_run_lock, run_is_alive, writer_run_lock
@@ -67,7 +75,9 @@ from .two_phase_commit import TwoPhaseCommitSink
 
 log = logging.getLogger(__name__)
 
-MODES = ("append",)
+MODES = ("append", "merge")
+#: key column types a merge can match on (compared with ``=`` in the merge predicate)
+_KEY_TYPES = "integers, strings, binaries, booleans, decimals, dates and timestamps"
 #: URL schemes delta-rs (and so DeltaSink) writes to; a plain path is a local folder
 SCHEMES = ("file", "s3", "s3a", "gs", "az", "abfs", "abfss")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -95,6 +105,8 @@ class DeltaTransaction:
     files: list[DataFile] = field(default_factory=list)
     schema_json: str = ""
     records: int = 0
+    #: mode="merge": ``files`` holds the staged changes file, merged (not added) by commit
+    merge: bool = False
 
     @property
     def run_and_subtask(self) -> tuple[str, int]:
@@ -105,6 +117,37 @@ class DeltaTransaction:
 def app_id_of(job_name: str, sink_uid: str, subtask: int, run_id: str) -> str:
     """The Delta transaction identifier's application id of one sink subtask in one run."""
     return f"lockgate:{job_name}:{sink_uid}:{subtask}:{run_id or 'norun'}"
+
+
+def _keys(key: object, mode: str) -> list[str]:
+    """``key`` as a list of column names, checked against ``mode``."""
+    keys = [key] if isinstance(key, str) else list(key) if isinstance(key, (list, tuple)) else key
+    if keys is not None and (
+        not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys)
+    ):
+        raise ConfigurationError(
+            f"DeltaSink key must be a column name or a list of them, got {key!r}"
+        )
+    keys = keys or []
+    bad = [k for k in keys if "`" in k]
+    if bad:
+        raise ConfigurationError(
+            f"DeltaSink key column {bad[0]!r}: a name with '`' is not supported"
+        )
+    if len(set(keys)) != len(keys):
+        raise ConfigurationError(f"DeltaSink key names a column twice: {keys}")
+    if mode == "merge" and not keys:
+        raise ConfigurationError(
+            "DeltaSink mode='merge' needs key=<column or columns> identifying a row, to "
+            "update and delete rows by, e.g. DeltaSink(uri, mode='merge', key='id')"
+        )
+    if mode != "merge" and keys:
+        raise ConfigurationError(
+            f"DeltaSink key={key!r} is for mode='merge' (which applies inserts, updates "
+            f"and deletes by key); mode={mode!r} adds every record as a row: drop key= or "
+            "use mode='merge'"
+        )
+    return keys
 
 
 def _table_uri(uri: object) -> str:
@@ -145,7 +188,12 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
     ``table_uri``: a local folder, a ``file://`` URL, or an object store URL (``s3://``,
     ``gs://``, ``az://``, ``abfss://``) with ``storage_options`` as delta-rs takes them
     (e.g. ``{"AWS_ENDPOINT_URL": ..., "AWS_REGION": ..., "AWS_ACCESS_KEY_ID": ...}``).
-    ``mode``: ``"append"`` (the only one: a streaming sink adds to the table).
+    ``mode``: ``"append"`` (records are added to the table) or ``"merge"`` (a changelog
+    is applied by ``key``: ``+I``/``+U`` insert or update the row with that key, ``-D``
+    and ``-U`` delete it; one Delta ``MERGE`` commit per subtask and checkpoint, exactly
+    once; changes of one key must reach one subtask: ``key_by`` the key upstream).
+    ``key``: the column name(s) identifying a row, for ``"merge"`` only; the sink keeps
+    them unique in the table when it is the table's only writer.
     ``partition_by``: columns to partition a new table by (integers, strings, booleans or
     dates); an existing table's partitioning must be the same. ``schema``: a
     ``pyarrow.Schema`` for a new table (default: the types of the first records); an
@@ -160,6 +208,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         table_uri: str | os.PathLike[str],
         *,
         mode: str = "append",
+        key: str | list[str] | tuple[str, ...] | None = None,
         partition_by: list[str] | str | None = None,
         storage_options: dict[str, str] | None = None,
         schema: pa.Schema | None = None,
@@ -168,11 +217,13 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         self.table_uri = _table_uri(table_uri)
         if mode not in MODES:
             raise ConfigurationError(
-                f"DeltaSink mode must be 'append', got {mode!r}: a streaming sink adds each "
-                "checkpoint's records to the table (to replace a table's content, delete or "
-                "overwrite it before the job starts)"
+                f"DeltaSink mode must be 'append' or 'merge', got {mode!r}: 'append' adds "
+                "each checkpoint's records to the table, 'merge' (with key=) applies a "
+                "changelog's inserts, updates and deletes by key (to replace a table's "
+                "content, delete or overwrite it before the job starts)"
             )
         self.mode = mode
+        self.key: list[str] = _keys(key, mode)
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         if partition_by is None:
@@ -204,8 +255,31 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
                     f"DeltaSink schema must be a pyarrow.Schema, got {type(schema).__name__}"
                 )
             schema = self._delta_arrow(schema)
+            self._check_key(schema, "the schema= given")
         self.schema: pa.Schema | None = schema
         self._reset()
+
+    def _check_key(self, schema: pa.Schema, what: str) -> None:
+        """The key columns are in ``schema`` (``what`` names it) and of a type a merge can
+        match on."""
+        missing = [k for k in self.key if k not in schema.names]
+        if missing:
+            raise ConfigurationError(
+                f"DeltaSink key {self.key}: {what} has no column(s) {missing} (columns: "
+                f"{', '.join(schema.names)}); key by columns of the table"
+            )
+        for k in self.key:
+            t = schema.field(k).type
+            if pa.types.is_nested(t) or pa.types.is_floating(t) or pa.types.is_null(t):
+                raise ConfigurationError(
+                    f"DeltaSink key column {k!r} has type {t}; a merge matches rows by "
+                    f"equal keys, so key by {_KEY_TYPES}"
+                )
+
+    @property
+    def accepts_changes(self) -> bool:
+        """True in ``"merge"`` mode: updates and deletes are applied by key."""
+        return self.mode == "merge"
 
     # -------------------------------------------------------------- configuration
 
@@ -251,6 +325,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         self._fs: Any = None
         self._sets: dict[str, FileSet] = {}
         self._run_lock: RunLock | None = None
+        #: mode="merge": the open transactions' changes (by stem), staged on the barrier
+        self._changes: dict[str, ChangeBuffer] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -265,6 +341,7 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
             "_fs",
             "_sets",
             "_run_lock",
+            "_changes",
         ):
             state.pop(name, None)
         return state
@@ -274,7 +351,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         self._reset()
 
     def __repr__(self) -> str:
-        return f"DeltaSink({self.table_uri!r}, partition_by={self.partition_by!r})"
+        keyed = f", mode='merge', key={self.key!r}" if self.mode == "merge" else ""
+        return f"DeltaSink({self.table_uri!r}{keyed}, partition_by={self.partition_by!r})"
 
     def _where(self) -> str:
         ctx = self._ctx
@@ -321,6 +399,8 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
                     check_schema_fits(existing, self.schema, self.table_uri)
                 except TypeError as e:
                     raise ConfigurationError(str(e).replace("data files", "schema= given")) from e
+            if self.mode == "merge":
+                self._check_key(existing, f"the table at {self.table_uri}")
             self._table_schema = existing
         else:
             self._table_schema = self.schema
@@ -337,7 +417,19 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
         if num_rows(batch) == 0:
             return
         if self._table_schema is None:
-            self._table_schema = self._delta_arrow(infer_schema(batch, self._where()))
+            inferred = self._delta_arrow(infer_schema(user_view(batch), self._where()))
+            if self.mode == "merge":
+                self._check_key(inferred, "the first records")
+            self._table_schema = inferred
+        if self.mode == "merge":
+            if transaction.version is not None:
+                raise RuntimeError(f"{self._where()}: write after the transaction's pre-commit")
+            changes = self._changes.get(transaction.stem)
+            if changes is None:
+                changes = self._changes[transaction.stem] = ChangeBuffer(self.key, self._where())
+            changes.add(batch)
+            transaction.records += num_rows(batch)
+            return
         schema = self._table_schema
         table = conform(batch, schema, self._where())
         files = self._sets.get(transaction.stem)
@@ -355,7 +447,18 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
 
     def pre_commit_at(self, transaction: DeltaTransaction, checkpoint_id: int | None) -> None:
         """Close the transaction's data files (durable) and give it its version: the
-        checkpoint id, or at the end of input the newest id seen plus one."""
+        checkpoint id, or at the end of input the newest id seen plus one. ``"merge"``:
+        the compacted changes are staged in one closed file first."""
+        changes = self._changes.pop(transaction.stem, None)
+        if changes is not None and len(changes):
+            assert self._table_schema is not None
+            staged = staged_table(changes.compact(), self._table_schema, self._where())
+            files_of = FileSet(
+                self.filesystem(), transaction.stem, staging_schema(self._table_schema), []
+            )
+            files_of.write(staged)
+            self._sets[transaction.stem] = files_of
+            transaction.merge = True
         files = self._sets.pop(transaction.stem, None)
         if files is not None:
             transaction.files = files.close()
@@ -389,6 +492,9 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
             return
         if transaction.version is None:
             raise RuntimeError(f"{self._where()}: commit of {transaction!r} before pre-commit")
+        if transaction.merge:
+            self._commit_merge(transaction)
+            return
         try:
             committed = commit_files(
                 self.table_uri,
@@ -415,8 +521,43 @@ class DeltaSink(TwoPhaseCommitSink[DeltaTransaction]):
                 transaction.version,
             )
 
+    def _commit_merge(self, transaction: DeltaTransaction) -> None:
+        """Merge the staged changes (one Delta commit with the transaction's ``(app_id,
+        version)``, skipped when the table records it), then delete the staged file."""
+        assert transaction.version is not None
+        try:
+            merged = merge_changes(
+                self.table_uri,
+                self.storage_options,
+                app_id=transaction.app_id,
+                version=transaction.version,
+                staged=transaction.files[0].path,
+                filesystem=self.filesystem(),
+                key=self.key,
+                schema_json=transaction.schema_json,
+                partition_by=self.partition_by,
+                where=self._where(),
+            )
+        except (ConfigurationError, TypeError, LockgateError):
+            raise
+        except Exception as e:
+            raise DeltaCommitError(
+                f"{self._where()}: could not merge {transaction.records} changes as "
+                f"{transaction.app_id} v{transaction.version}: {e}"
+            ) from e
+        if not merged:
+            log.info(
+                "%s: %s v%d was merged before; skipped",
+                self._where(),
+                transaction.app_id,
+                transaction.version,
+            )
+        # in the log now: the staged file is needed by nobody (a repeat is skipped)
+        self._delete([f.path for f in transaction.files])
+
     def abort(self, transaction: DeltaTransaction) -> None:
         """Delete the transaction's data files (those still open and those closed)."""
+        self._changes.pop(transaction.stem, None)
         paths: list[str] = []
         files = self._sets.pop(transaction.stem, None)
         if files is not None:
