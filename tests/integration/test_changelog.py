@@ -345,13 +345,15 @@ def order_changes(steps: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.hang_guard(300)
+@pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
 def test_count_and_sum_per_status_retract_as_statuses_change_and_equal_pandas_M_T4_M_R1(
-    executor: Any, tmp_path: Path
+    executor: Any, unaligned: bool, tmp_path: Path
 ) -> None:
     """Orders change status (-U old, +U new) and are deleted; a keyed aggregate per
     status (count, sum, min, max, count_distinct of amount) retracts what each update
     and delete takes back. The changelog of its results, applied, equals pandas' group-by
-    over the final orders table, through a failure restored from a checkpoint."""
+    over the final orders table, through a failure restored from a checkpoint (unaligned:
+    the changes in flight are recorded and replayed with their kinds, M-R1)."""
     rows = order_changes(30_000)
     final: dict[int, dict[str, Any]] = {}
     for r in rows:
@@ -374,6 +376,7 @@ def test_count_and_sum_per_status_retract_as_statuses_change_and_equal_pandas_M_
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(timedelta(milliseconds=50))
     env.checkpoint_config.storage = str(tmp_path / "chk")
+    env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=2, delay=0))
     # about 5,000 changes per checkpoint: every attempt lives through checkpoints with
     # aggregates in state, however slow the machine
