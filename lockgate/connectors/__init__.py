@@ -11,6 +11,7 @@ from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when o
 from .kafka_sink import KafkaSink
 from .kafka_source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource
+from .postgres_cdc import PostgresCdcSource
 from .postgres_sink import PostgresSink
 from .print_sink import PrintSink
 from .rate_limit import RateLimitedSource
@@ -32,6 +33,7 @@ __all__ = [
     "KafkaSink",
     "KafkaSource",
     "NatsJetStreamSource",
+    "PostgresCdcSource",
     "PostgresSink",
     "PrintSink",
     "RateLimitedSource",
