@@ -212,3 +212,31 @@ def test_snapshot_and_stream_under_a_concurrent_writer_with_failures_exactly_onc
     with open(target) as f:
         end = parse_lsn(f.read())
     assert confirmed is not None and confirmed >= end > before
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_finished_bounded_job_keeps_its_slot_unless_asked_M_X1(cdc, drop) -> None:
+    """A bounded job ends at the WAL position of its start; its final checkpoint confirms
+    the slot there; the slot stays (a later job goes on from it) unless
+    drop_slot_on_finish=True."""
+    table = cdc.table("id int PRIMARY KEY, v int", identity="FULL")
+    cdc.sql(f"INSERT INTO {table} SELECT g, g FROM generate_series(1, 500) g")
+    source = PostgresCdcSource(
+        CDC_DSN,
+        table,
+        slot=cdc.slot(),
+        publication=cdc.publication(),
+        snapshot="initial",
+        chunk_size=100,
+        bounded=True,
+        drop_slot_on_finish=drop,
+    )
+    env = lg.StreamEnvironment(parallelism=2, executor=LocalExecutor())
+    env.enable_checkpointing(timedelta(milliseconds=50))
+    stream = env.from_source(source, name="cdc").uid("cdc")
+    stream.sink_to(CollectSink(changelog=True), name="collect").uid("collect").set_parallelism(1)
+    result = env.execute("bounded cdc")
+    changes = [c for part in result.sink_results["collect"] for c in part]
+    assert apply(changes) == cdc.rows(table)
+    slots = cdc.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (source.slot,))
+    assert slots == ([] if drop else [(1,)])
