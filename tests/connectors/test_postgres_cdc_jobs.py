@@ -214,11 +214,11 @@ def test_snapshot_and_stream_under_a_concurrent_writer_with_failures_exactly_onc
     assert confirmed is not None and confirmed >= end > before
 
 
-@pytest.mark.parametrize("drop", [False, True])
-def test_a_finished_bounded_job_keeps_its_slot_unless_asked_M_X1(cdc, drop) -> None:
+@pytest.mark.parametrize("drop", [None, False, True], ids=["default", "keep", "drop"])
+def test_a_finished_bounded_job_drops_its_slot_unless_asked_to_keep_it_M_X1(cdc, drop) -> None:
     """A bounded job ends at the WAL position of its start; its final checkpoint confirms
-    the slot there; the slot stays (a later job goes on from it) unless
-    drop_slot_on_finish=True."""
+    the slot there; the finished job leaves no slot behind (default), unless
+    drop_slot_on_finish=False (a later job goes on from it)."""
     table = cdc.table("id int PRIMARY KEY, v int", identity="FULL")
     cdc.sql(f"INSERT INTO {table} SELECT g, g FROM generate_series(1, 500) g")
     source = PostgresCdcSource(
@@ -229,7 +229,7 @@ def test_a_finished_bounded_job_keeps_its_slot_unless_asked_M_X1(cdc, drop) -> N
         snapshot="initial",
         chunk_size=100,
         bounded=True,
-        drop_slot_on_finish=drop,
+        **({} if drop is None else {"drop_slot_on_finish": drop}),
     )
     env = lg.StreamEnvironment(parallelism=2, executor=LocalExecutor())
     env.enable_checkpointing(timedelta(milliseconds=50))
@@ -239,4 +239,4 @@ def test_a_finished_bounded_job_keeps_its_slot_unless_asked_M_X1(cdc, drop) -> N
     changes = [c for part in result.sink_results["collect"] for c in part]
     assert apply(changes) == cdc.rows(table)
     slots = cdc.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (source.slot,))
-    assert slots == ([] if drop else [(1,)])
+    assert slots == ([(1,)] if drop is False else [])

@@ -120,9 +120,10 @@ class PostgresCdcSource(Source):
     the stream; the others only read snapshot chunks.
 
     ``bounded=True``: reads up to the server's flushed WAL position at the job's start,
-    then ends. The slot is kept when a job ends or is cancelled (so a later job can go
-    on from it) unless ``drop_slot_on_finish=True`` (a bounded job then drops it after
-    its final checkpoint). A missing publication is created ``FOR TABLE`` the tables,
+    then ends. A bounded job that finishes drops the slot after its final checkpoint
+    (nothing is left holding WAL on the server) unless ``drop_slot_on_finish=False``
+    (a later job then goes on from it); a cancelled, stopped or failed job always keeps
+    it, since its checkpoints or savepoint restore from it. A missing publication is created ``FOR TABLE`` the tables,
     a missing slot created; neither is ever altered.
     """
 
@@ -139,7 +140,7 @@ class PostgresCdcSource(Source):
         bounded: bool = False,
         chunk_size: int = 10_000,
         batch_size: int = 10_000,
-        drop_slot_on_finish: bool = False,
+        drop_slot_on_finish: bool = True,
         metadata_prefix: str = "_",
         poll_interval_ms: float = 50,
         status_interval_s: float = 1.0,
