@@ -8,7 +8,6 @@ confirmed LSN advanced."""
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 from collections.abc import Iterator
@@ -16,92 +15,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from cdc_fixtures import CDC_DSN, Cdc, open_cdc
+from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc
 
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
-from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
 from lockgate.connectors.collect_sink import CollectSink
 from lockgate.connectors.postgres_cdc.pgoutput import parse_lsn
-from lockgate.connectors.postgres_cdc.reader import CdcReader
 from lockgate.connectors.postgres_cdc.source import PostgresCdcSource
 from lockgate.executor.local import LocalExecutor
-from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, inject_faults
 
 
 @pytest.fixture
 def cdc() -> Iterator[Cdc]:
     yield from open_cdc()
-
-
-class EndAt(Source):
-    """The CDC source, ended once the LSN written into ``target_file`` (by the test, after
-    its writer's last commit) is read and every chunk of the subtask is announced: a
-    test's way to end an unbounded CDC job at a known point of the WAL."""
-
-    def __init__(self, source: PostgresCdcSource, target_file: str) -> None:
-        self.source = source
-        self.target_file = target_file
-        self.bounded = True
-        self.default_name = source.default_name
-
-    def create_splits(self, parallelism: int) -> list[Any]:
-        return self.source.create_splits(parallelism)
-
-    def restore_splits(self, splits: list[Any], ctx: RuntimeContext) -> list[Any]:
-        return self.source.restore_splits(splits, ctx)
-
-    def prepare_run(self) -> bool:
-        return self.source.prepare_run()
-
-    def create_reader(self, ctx: RuntimeContext) -> SourceReader:
-        inner = self.source.create_reader(ctx)
-        assert isinstance(inner, CdcReader)
-        return _EndAtReader(inner, self.target_file)
-
-
-class _EndAtReader(SourceReader):
-    restores_every_split = True
-
-    def __init__(self, inner: CdcReader, target_file: str) -> None:
-        self.inner = inner
-        self.target_file = target_file
-
-    def add_splits(self, splits: list[Any]) -> None:
-        self.inner.add_splits(splits)
-
-    def _target(self) -> int | None:
-        if not os.path.exists(self.target_file):
-            return None
-        with open(self.target_file) as f:
-            text = f.read().strip()
-        return parse_lsn(text) if text else None
-
-    def poll(self, output: ReaderOutput) -> InputStatus:
-        status = self.inner.poll(output)
-        target = self._target()
-        if target is None or status is InputStatus.MORE_AVAILABLE:
-            return status
-        r = self.inner
-        chunks_done = all(c.snapshot is not None for c in r.chunks) and not r._unmarked
-        stream = r.stream
-        stream_done = stream is None or (
-            stream.snapshots is not None and stream.position >= target and r._txn is None
-        )
-        return InputStatus.END_OF_INPUT if chunks_done and stream_done else status
-
-    def wait_hint_ms(self) -> float | None:
-        return self.inner.wait_hint_ms()
-
-    def snapshot_positions(self) -> list[Any]:
-        return self.inner.snapshot_positions()
-
-    def notify_checkpoint_complete(self, checkpoint_id: int, positions: list[Any]) -> None:
-        self.inner.notify_checkpoint_complete(checkpoint_id, positions)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def writer(cdc_dsn: str, table: str, transactions: int, seed: int, done: threading.Event) -> None:
