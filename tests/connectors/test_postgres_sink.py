@@ -257,7 +257,7 @@ def test_a_server_without_prepared_transactions_is_refused_at_job_start(
     with pytest.raises(ConfigurationError, match=r"max_prepared_transactions = 0.*ALTER SYSTEM"):
         env.execute("no 2pc")
     assert query("SELECT count(*) FROM t", dsn=pg_without_prepared_transactions) == [(0,)]
-    # upsert and append need no prepared transactions
+    # upsert applies a changelog in two-phase-commit transactions too: refused the same
     query(
         "CREATE TABLE IF NOT EXISTS u (k bigint PRIMARY KEY, v bigint)",
         dsn=pg_without_prepared_transactions,
@@ -266,7 +266,14 @@ def test_a_server_without_prepared_transactions_is_refused_at_job_start(
     env.from_collection([{"k": 1, "v": 2}]).sink_to(
         PostgresSink(pg_without_prepared_transactions, "u", "upsert", key="k")
     )
-    env.execute("upsert without 2pc")
+    with pytest.raises(ConfigurationError, match=r"max_prepared_transactions = 0"):
+        env.execute("upsert without 2pc")
+    # append needs no prepared transactions
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_collection([{"k": 1, "v": 2}]).sink_to(
+        PostgresSink(pg_without_prepared_transactions, "u", "append")
+    )
+    env.execute("append without 2pc")
     assert query("SELECT k, v FROM u", dsn=pg_without_prepared_transactions) == [(1, 2)]
 
 
