@@ -82,6 +82,7 @@ def validate(  # noqa: C901 (a flat list of independent checks, one per rule)
 
     if not checkpointing:
         problems.extend(_uncommitted_sinks(real))
+        problems.extend(_sources_needing_checkpoints(real))
 
     for t in real:
         for label, fn in t.user_functions().items():
@@ -116,7 +117,23 @@ def _uncommitted_sinks(real: list[Transformation]) -> list[str]:
                 f"(unbounded source {sources}), so it would never publish anything: call "
                 "env.enable_checkpointing(timedelta(seconds=...)), or choose an at-least-once "
                 "mode (e.g. FileSink(..., exactly_once=False), PostgresSink(..., "
-                "mode='append' or 'upsert'))"
+                "mode='append'))"
+            )
+    return problems
+
+
+def _sources_needing_checkpoints(real: list[Transformation]) -> list[str]:
+    """Without checkpointing: the sources that cannot make progress without one (a
+    source's ``needs_checkpoints`` says why, e.g. PostgresCdcSource's initial snapshot,
+    whose switch to the stream waits for a completed checkpoint)."""
+    problems = []
+    for t in real:
+        source = t.user_functions().get("source:object") if t.kind is Kind.SOURCE else None
+        why = getattr(source, "needs_checkpoints", None)
+        if isinstance(why, str) and why:
+            problems.append(
+                f"{t.describe()} needs checkpointing: {why}; call "
+                "env.enable_checkpointing(timedelta(seconds=...))"
             )
     return problems
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 
+import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader
 from lockgate.connectors.postgres_cdc.reader import LostSlotError, SchemaChangedError
@@ -402,3 +403,17 @@ def test_a_small_batch_size_drops_nothing_between_polls_M_X1(cdc, open_reader) -
     out = Changes()
     read_until(reader, out, lambda: len(out.changes) >= 300, "300 inserts")
     assert [r["id"] for _, r in out.changes] == list(range(300))
+
+
+def test_an_initial_snapshot_without_checkpointing_is_refused_when_the_job_is_built(cdc) -> None:
+    """The stream starts once a checkpoint holding every chunk completed: without
+    checkpointing the job would read the snapshot and then wait for ever."""
+    table = cdc.table("id int PRIMARY KEY, v int")
+    env = lg.StreamEnvironment(parallelism=1, executor=lg.LocalExecutor())
+    env.from_source(
+        PostgresCdcSource(CDC_DSN, table, slot=cdc.slot(), publication=cdc.publication())
+    ).sink_to(lg.connectors.CollectSink(changelog=True))
+    with pytest.raises(
+        lg.InvalidGraphError, match=r"needs checkpointing: after its initial snapshot"
+    ):
+        env.execute("no checkpoints")

@@ -226,6 +226,17 @@ class PostgresCdcSource(Source):
     def _database(conn: Any) -> str:
         return str(conn.execute("SELECT current_database()").fetchone()[0])
 
+    @property
+    def needs_checkpoints(self) -> str | None:
+        """Why a job with this source needs checkpointing (refused without it when the
+        job is built), or None."""
+        if self.snapshot == "initial":
+            return (
+                "after its initial snapshot it streams the changes only once a checkpoint "
+                "holding every snapshot chunk completed (docs/postgres_cdc.md)"
+            )
+        return None
+
     def prepare_run(self) -> bool:
         """Once per run: the publication and slot made to exist, the tables described,
         the snapshot's chunks planned and (bounded) the end fixed, so every subtask and
