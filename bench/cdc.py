@@ -217,7 +217,8 @@ def write_changes(dsn: str, table: str, rows: int, changes: int, txn_changes: in
 
 def counting_sink(progress: str, snapshot_rows: int, stream_rows: int) -> Any:
     """A sink that counts snapshot rows (null ``_lsn``) and streamed changes and appends
-    ``<phase> <time.time()> <count>`` to ``progress`` when a total is reached (and
+    ``<phase> <time.time()> <count> <time.process_time()>`` to ``progress`` when a total
+    is reached (and
     ``final <snapshot> <stream>`` when closed, ``excess ...`` if more arrive)."""
     from lockgate.connectors.base import Sink, SinkWriter
 
@@ -238,14 +239,14 @@ def counting_sink(progress: str, snapshot_rows: int, stream_rows: int) -> Any:
                 before = self.snapshot
                 self.snapshot += nulls
                 if before < snapshot_rows <= self.snapshot:
-                    self._note(f"snapshot {time.time()} {self.snapshot}")
+                    self._note(f"snapshot {time.time()} {self.snapshot} {time.process_time()}")
             if n > nulls:
                 if self.stream == 0:
                     self._note(f"stream_first {time.time()}")
                 before = self.stream
                 self.stream += n - nulls
                 if before < stream_rows <= self.stream:
-                    self._note(f"stream {time.time()} {self.stream}")
+                    self._note(f"stream {time.time()} {self.stream} {time.process_time()}")
             if not self.excess and (self.snapshot > snapshot_rows or self.stream > stream_rows):
                 self.excess = True
                 self._note(f"excess {self.snapshot} {self.stream}")
@@ -382,9 +383,10 @@ def run_lockgate(args: argparse.Namespace, table: str, names: str, executor_name
     if profiles is not None:
         profiles.__enter__()
     try:
-        start = time.time()
+        start, start_cpu = time.time(), time.process_time()
         client = env.execute_async("cdc-bench", executor=executor)
         snapshot_done = wait_progress(progress, "snapshot", client, args.timeout)
+        writer_cpu = time.process_time()
         writer = write_changes(args.dsn, table, args.rows, args.changes, args.txn_changes)
         stream_done = wait_progress(progress, "stream", client, args.timeout)
         stream_first = float(read_progress(progress)["stream_first"][0])
@@ -401,6 +403,12 @@ def run_lockgate(args: argparse.Namespace, table: str, names: str, executor_name
         profiles.save(args.profile)
     final = read_progress(progress)
     shutil.rmtree(work, ignore_errors=True)
+    cpu = None
+    if executor_name == "local":  # the sink ran in this process: its CPU clock is ours
+        cpu = (
+            float(final["snapshot"][2]) - start_cpu,
+            float(final["stream"][2]) - writer_cpu,
+        )
     counted = final.get("final") or ["?", "?"]
     verified = "excess" not in final and counted == [str(args.rows), str(args.changes)]
     return {
@@ -414,6 +422,10 @@ def run_lockgate(args: argparse.Namespace, table: str, names: str, executor_name
         "stream_done": stream_done,
         "stream_first": stream_first,
         "counted": counted,
+        "cpu": cpu,
+        "cpu_of": "this process (every thread: the job's, the writer's client, the script)"
+        if cpu
+        else None,
         "verified": verified,
         "checkpoints_completed": checkpoints,
         "profiled": profiles is not None,
@@ -511,11 +523,13 @@ def run_debezium(args: argparse.Namespace, table: str, names: str) -> dict:
                 if event["event"] == name:
                     return event
 
-        start = wait_event("start")["t_us"] / 1e6
-        snapshot_done = wait_event("snapshot_done")["t_us"] / 1e6
+        started = wait_event("start")
+        snapped = wait_event("snapshot_done")
+        start, snapshot_done = started["t_us"] / 1e6, snapped["t_us"] / 1e6
         writer = write_changes(args.dsn, table, args.rows, args.changes, args.txn_changes)
         stream_first = wait_event("stream_first")["t_us"] / 1e6
-        stream_done = wait_event("stream_done")["t_us"] / 1e6
+        streamed = wait_event("stream_done")
+        stream_done = streamed["t_us"] / 1e6
         end = wait_event("end")
         proc.wait(timeout=120)
     if args.debezium_log:
@@ -532,6 +546,9 @@ def run_debezium(args: argparse.Namespace, table: str, names: str) -> dict:
         "stream_done": stream_done,
         "stream_first": stream_first,
         "counted": [str(end["snapshot"]), str(end["stream"])],
+        # the stream phase's CPU from the snapshot's end (the JVM idles until the writer)
+        "cpu": (snapped["cpu_s"] - started["cpu_s"], streamed["cpu_s"] - snapped["cpu_s"]),
+        "cpu_of": "the JVM (every thread)",
         "verified": bool(end["ok"]),
     }
 
@@ -565,6 +582,7 @@ def lines(args: argparse.Namespace, row: dict, case_suffix: str) -> list[dict]:
     writer = row.pop("writer")
     start, snapshot_done = row.pop("start"), row.pop("snapshot_done")
     stream_first, stream_done = row.pop("stream_first"), row.pop("stream_done")
+    cpu = row.pop("cpu")
     snapshot_s = snapshot_done - start
     stream_s = stream_done - writer["first"]
     writer_s = writer["last_commit"] - writer["first"]
@@ -586,6 +604,8 @@ def lines(args: argparse.Namespace, row: dict, case_suffix: str) -> list[dict]:
             "rows": args.rows,
             "seconds": round(snapshot_s, 3),
             "rows_per_s": round(args.rows / snapshot_s),
+            "cpu_seconds": round(cpu[0], 2) if cpu else None,
+            "cores_busy": round(cpu[0] / snapshot_s, 2) if cpu else None,
             "timing": "job start (slot and publication creation included) to the last "
             "snapshot row counted",
             **common,
@@ -599,6 +619,8 @@ def lines(args: argparse.Namespace, row: dict, case_suffix: str) -> list[dict]:
             "transactions": writer["transactions"],
             "seconds": round(stream_s, 3),
             "rows_per_s": round(args.changes / stream_s),
+            "cpu_seconds": round(cpu[1], 2) if cpu else None,
+            "cores_busy": round(cpu[1] / stream_s, 2) if cpu else None,
             "writer_seconds": round(writer_s, 3),
             # the first change counted, seconds after the writer's first statement (the
             # first transaction's commit, then the consumer's delay to its first change)

@@ -8,12 +8,13 @@
 // The records are Kafka Connect SourceRecords (the engine's Connect format: no JSON or Avro
 // serialisation), each counted by its envelope's "op": "r" is a snapshot read, "c"/"u"/"d"
 // a streamed change (others, such as "m" for logical decoding messages that other sessions
-// write into the WAL, are not counted). One JSON line on stdout per event, with the wall-clock time in
-// microseconds since the epoch (the same clock as Python's time.time()):
-//   {"event": "start", "t_us": ...}            just before the engine runs
-//   {"event": "snapshot_done", "t_us": ...}   when the SNAPSHOT_ROWS-th "r" record is counted
-//   {"event": "stream_first", "t_us": ...}    when the first change is counted
-//   {"event": "stream_done", "t_us": ...}     when the STREAM_ROWS-th change is counted
+// write into the WAL, are not counted). One JSON line on stdout per event, each with
+// "t_us", the wall-clock time in microseconds since the epoch (the clock of Python's
+// time.time()), and "cpu_s", the JVM's CPU seconds so far (all its threads):
+//   {"event": "start", ...}          just before the engine runs
+//   {"event": "snapshot_done", ...}  when the SNAPSHOT_ROWS-th "r" record is counted
+//   {"event": "stream_first", ...}   when the first change is counted
+//   {"event": "stream_done", ...}    when the STREAM_ROWS-th change is counted
 //   {"event": "end", "snapshot": n, "stream": m, "ok": bool, "error": ...}  after close
 // Exits 0 once both counts are reached (then the engine is closed), 1 on an engine failure
 // or when TIMEOUT_S pass first.
@@ -37,6 +38,15 @@ import org.apache.kafka.connect.source.SourceRecord;
 
 public final class Harness {
     private static volatile String error;
+
+    private static final com.sun.management.OperatingSystemMXBean OS =
+            (com.sun.management.OperatingSystemMXBean)
+                    java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+
+    /** The time now and this JVM's CPU time so far (every thread), as JSON fields. */
+    private static String stamp() {
+        return "\"t_us\": " + nowUs() + ", \"cpu_s\": " + OS.getProcessCpuTime() / 1e9;
+    }
 
     private static long nowUs() {
         return ChronoUnit.MICROS.between(Instant.EPOCH, Instant.now());
@@ -88,15 +98,15 @@ public final class Harness {
                             if ("r".equals(op)) {
                                 counts[0]++;
                                 if (counts[0] == snapshotRows) {
-                                    emit("{\"event\": \"snapshot_done\", \"t_us\": " + nowUs() + "}");
+                                    emit("{\"event\": \"snapshot_done\", " + stamp() + "}");
                                 }
                             } else if ("c".equals(op) || "u".equals(op) || "d".equals(op)) {
                                 counts[1]++;
                                 if (counts[1] == 1) {
-                                    emit("{\"event\": \"stream_first\", \"t_us\": " + nowUs() + "}");
+                                    emit("{\"event\": \"stream_first\", " + stamp() + "}");
                                 }
                                 if (counts[1] == streamRows) {
-                                    emit("{\"event\": \"stream_done\", \"t_us\": " + nowUs() + "}");
+                                    emit("{\"event\": \"stream_done\", " + stamp() + "}");
                                 }
                             }
                         }
@@ -121,7 +131,7 @@ public final class Harness {
                                 })
                         .build();
         ExecutorService executor = Executors.newSingleThreadExecutor();
-        emit("{\"event\": \"start\", \"t_us\": " + nowUs() + "}");
+        emit("{\"event\": \"start\", " + stamp() + "}");
         executor.execute(engine);
         boolean reached = done.await(timeoutS, TimeUnit.SECONDS);
         if (!reached && error == null) {
