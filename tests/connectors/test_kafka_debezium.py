@@ -444,11 +444,14 @@ PACE = 40
 
 
 @pytest.mark.hang_guard(180)
-def test_upserts_are_exactly_once_through_a_failure_M_X1_M_X2_M_R1(kafka_topic, caplog) -> None:
+def test_upserts_are_exactly_once_through_a_failure_M_X1_M_X2_M_R1(
+    kafka_topic, caplog, executor
+) -> None:
     """Debezium events -> ``KafkaSink(format="upsert")`` with checkpoints, paced by
     them; the sink fails after a completed checkpoint of attempt 0, the job restores it
     (the source rewinds to the checkpointed offsets, the open Kafka transaction is
-    aborted): each key's committed records are exactly its changes, once each."""
+    aborted): each key's committed records are exactly its changes, once each. On both
+    executors (the changelog crosses the Spark slots' wire)."""
     topic = kafka_topic(2)
     out = kafka_topic(2)
     h = history(full=True, changes=400)
@@ -461,7 +464,7 @@ def test_upserts_are_exactly_once_through_a_failure_M_X1_M_X2_M_R1(kafka_topic, 
     ).sink_to(KafkaSink(BOOTSTRAP, out, format="upsert", key="id"), name="upserts")
     inject_faults(env, FailAtRecord("upserts", record=60, attempt=0, after_checkpoints=1))
     with caplog.at_level(logging.INFO, logger="lockgate.recovery.failover"):
-        env.execute("debezium upserts exactly once", executor=LOCAL)
+        env.execute("debezium upserts exactly once", executor=executor)
     assert [r for r in caplog.records if " restores " in r.getMessage()], "a restore happened"
     expected: dict[Any, list[Any]] = {}
     for e in h.events:
