@@ -6,7 +6,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..core.batch import RowBatch
+from ..core.row_kind import Change
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
@@ -22,7 +25,10 @@ class CollectionSplit:
 
 class CollectionSource(Source):
     """Emits ``items`` in order (one contiguous slice per subtask). The items are
-    shipped with the job, so they must be picklable. Bounded."""
+    shipped with the job, so they must be picklable. Bounded.
+
+    Items that are ``lg.Change(kind, record)`` make a changelog: each such item is
+    emitted as its record with its kind (the others as inserts)."""
 
     default_name = "collection"
 
@@ -43,6 +49,8 @@ class CollectionSource(Source):
                 f"CollectionSource batch_size must be >= 1, got {batch_size!r}"
             )
         self.batch_size = batch_size
+        #: whether an item is an lg.Change (the stream is then a changelog)
+        self.changes = any(type(item) is Change for item in self.items)
 
     def create_splits(self, parallelism: int) -> list[CollectionSplit]:
         n = len(self.items)
@@ -57,13 +65,14 @@ class CollectionSource(Source):
         ]
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
-        return _CollectionReader(self.items, self.batch_size)
+        return _CollectionReader(self.items, self.batch_size, getattr(self, "changes", False))
 
 
 class _CollectionReader(SourceReader):
-    def __init__(self, items: list[Any], batch_size: int) -> None:
+    def __init__(self, items: list[Any], batch_size: int, changes: bool = False) -> None:
         self.items = items
         self.batch_size = batch_size
+        self.changes = changes
         self.splits: list[CollectionSplit] = []
 
     def add_splits(self, splits: list[CollectionSplit]) -> None:
@@ -74,7 +83,15 @@ class _CollectionReader(SourceReader):
             return InputStatus.END_OF_INPUT
         s = self.splits[0]
         stop = min(s.end, s.next + self.batch_size)
-        output.emit_from_split(s.split_id, RowBatch(self.items[s.next : stop]))
+        items = self.items[s.next : stop]
+        if self.changes:
+            kinds = np.array(
+                [int(x.kind) if type(x) is Change else 0 for x in items], dtype=np.int8
+            )
+            items = [x.value if type(x) is Change else x for x in items]
+            output.emit_from_split(s.split_id, RowBatch(items, None, kinds))
+        else:
+            output.emit_from_split(s.split_id, RowBatch(items))
         s.next = stop
         if s.next >= s.end:
             self.splits.pop(0)

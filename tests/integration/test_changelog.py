@@ -410,3 +410,18 @@ def test_count_and_sum_per_status_retract_as_statuses_change_and_equal_pandas_M_
     assert result.attempts == 2, "the injected failure restarted the job"
     got = apply(changes(result), key="status")
     assert got == expected
+
+
+def test_a_collection_of_changes_is_a_changelog() -> None:
+    """``from_collection`` of ``lg.Change`` items: each emitted as its record with its
+    kind, the plain items as inserts."""
+    env = lg.StreamEnvironment(parallelism=1)
+    items = [lg.Change("+I", {"id": 1}), {"id": 2}, lg.Change("-D", {"id": 1})]
+    env.from_collection(items).map(lambda r: r).sink_to(
+        lg.connectors.CollectSink(changelog=True)
+    ).uid("out")
+    assert changes(env.execute("collection of changes", executor=LOCAL)) == [
+        lg.Change(INS, {"id": 1}),
+        lg.Change(INS, {"id": 2}),
+        lg.Change(D, {"id": 1}),
+    ]

@@ -213,8 +213,9 @@ class SinkOperator(StreamOperator):
             f"({RowKind(int(kinds[first])).name}). Writing it as a new row would corrupt "
             "the output. Use a sink that applies changes (PostgresSink(mode='upsert', "
             "key=...), DeltaSink(mode='merge', key=...), KafkaSink(format='upsert', "
-            "key=...) or format='debezium-json'), or make the stream append-only first "
-            "(.kinds_to_field('op') keeps each kind as a field)"
+            "key=...) or format='debezium-json', CollectSink(changelog=True)), or make "
+            "the stream append-only first (.kinds_to_field('op') keeps each kind as a "
+            "field)"
         )
 
     _restored: Any = None
