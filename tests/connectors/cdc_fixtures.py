@@ -5,6 +5,8 @@ at teardown (only the test's own: its slots' walsenders are ended first)."""
 from __future__ import annotations
 
 import os
+import random
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -178,3 +180,40 @@ class _EndAtReader(SourceReader):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def write_concurrently(
+    dsn: str,
+    table: str,
+    transactions: int,
+    seed: int,
+    done: threading.Event,
+    keys: int = 3_000,
+    first_new_id: int = 100_000,
+) -> None:
+    """Random inserts (of new keys from ``first_new_id``), updates and deletes (of keys
+    ``1..keys``) into ``table (id, v, s)``, 1 to 4 statements per transaction (some touch
+    one key twice); ``done`` is set at the end, also on failure."""
+    rng = random.Random(seed)
+    next_id = first_new_id
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(transactions):
+                with conn.transaction():
+                    for _ in range(rng.randint(1, 4)):
+                        op = rng.random()
+                        key = rng.randint(1, keys)
+                        if op < 0.3:
+                            next_id += 1
+                            conn.execute(
+                                f"INSERT INTO {table} VALUES (%s, %s, 'new')", (next_id, next_id)
+                            )
+                        elif op < 0.8:
+                            conn.execute(
+                                f"UPDATE {table} SET v = v + 1, s = md5(v::text) WHERE id = %s",
+                                (key,),
+                            )
+                        else:
+                            conn.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+    finally:
+        done.set()

@@ -11,7 +11,6 @@ equal the source table row by row, and the slot's confirmed LSN reached the end 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,9 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc
+from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc, write_concurrently
 
 import lockgate as lg
+from changelog_helpers import delta_rows
 from checkpoint_paced import CheckpointPacedSource
 from lockgate.connectors.postgres_cdc.pgoutput import parse_lsn
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults
@@ -36,49 +36,10 @@ def cdc() -> Iterator[Cdc]:
     yield from open_cdc()
 
 
-def write_concurrently(table: str, seed: int, done: threading.Event) -> None:
-    """Inserts of new keys, updates and deletes of random keys, in transactions of one
-    to four statements (some touch one key twice)."""
-    import psycopg
-
-    rng = random.Random(seed)
-    next_id = ROWS
-    try:
-        with psycopg.connect(CDC_DSN, autocommit=True) as conn:
-            for _ in range(WRITES):
-                with conn.transaction():
-                    for _ in range(rng.randint(1, 4)):
-                        op = rng.random()
-                        key = rng.randint(1, ROWS)
-                        if op < 0.3:
-                            next_id += 1
-                            conn.execute(
-                                f"INSERT INTO {table} VALUES (%s, %s, 'new')", (next_id, next_id)
-                            )
-                        elif op < 0.8:
-                            conn.execute(
-                                f"UPDATE {table} SET v = v + 1, s = md5(v::text) WHERE id = %s",
-                                (key,),
-                            )
-                        else:
-                            conn.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
-    finally:
-        done.set()
-
-
 def table_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The table's columns, without the source's metadata (one row per row: each keeps
     its kind)."""
     return batch.drop_columns([n for n in batch.schema.names if n.startswith("_")])
-
-
-def delta_rows(path: Path) -> dict[Any, dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    out = {r["id"]: r for r in rows}
-    assert len(out) == len(rows), "a key appears twice in the Delta table"
-    return out
 
 
 @pytest.mark.hang_guard(600)
@@ -103,7 +64,10 @@ def test_a_changing_table_replicates_into_delta_and_postgres_exactly_once_throug
     )
     done = threading.Event()
     writer = threading.Thread(
-        target=write_concurrently, args=(source_table, 11, done), name="writer", daemon=True
+        target=write_concurrently,
+        args=(CDC_DSN, source_table, WRITES, 11, done, ROWS, ROWS),
+        name="writer",
+        daemon=True,
     )
 
     def end_after_the_writer() -> None:

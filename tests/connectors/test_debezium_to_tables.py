@@ -18,20 +18,12 @@ import pytest
 from debezium_events import history, produce_events
 
 import lockgate as lg
+from changelog_helpers import delta_rows
 from checkpoint_paced import CheckpointPacedSource
 from kafka_fixtures import BOOTSTRAP
 from lockgate.connectors import DeltaSink, KafkaSource, PostgresSink
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults
 from pg_fixtures import DSN, query
-
-
-def delta_rows(path: Path) -> dict[Any, dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    out = {r["id"]: r for r in rows}
-    assert len(out) == len(rows), "a key appears twice in the Delta table"
-    return out
 
 
 def pg_rows(table: str) -> dict[Any, dict[str, Any]]:

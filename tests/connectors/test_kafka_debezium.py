@@ -37,6 +37,7 @@ from debezium_events import (
 )
 
 import lockgate as lg
+from changelog_helpers import apply, by_key
 from checkpoint_paced import CheckpointPacedSource
 from kafka_fixtures import BOOTSTRAP
 from lockgate.connectors.kafka_sink import KafkaSink
@@ -65,25 +66,6 @@ def collect(source: Any, parallelism: int = 2, name: str = "debezium") -> list[l
     )
     result = env.execute(name, executor=LOCAL)
     return [c for part in result.sink_results["out"] for c in part]
-
-
-def apply(changes: list[lg.Change], key: str = "id") -> dict[Any, dict[str, Any]]:
-    """A changelog applied to a table: additions upsert, retractions delete."""
-    table: dict[Any, dict[str, Any]] = {}
-    for c in changes:
-        if c.kind.is_addition:
-            table[c.value[key]] = c.value
-        else:
-            table.pop(c.value[key], None)
-    return table
-
-
-def by_key(changes: list[lg.Change], key: str = "id") -> dict[Any, list[lg.Change]]:
-    """Each key's changes in the order they came (kept within a key: one partition)."""
-    out: dict[Any, list[lg.Change]] = {}
-    for c in changes:
-        out.setdefault(c.value[key], []).append(c)
-    return out
 
 
 def expected_changes(events: list[Event]) -> list[lg.Change]:

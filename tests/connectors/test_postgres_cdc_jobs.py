@@ -8,14 +8,13 @@ confirmed LSN advanced."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc
+from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc, write_concurrently
 
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
@@ -29,35 +28,6 @@ from lockgate.testing import FailAtRecord, inject_faults
 @pytest.fixture
 def cdc() -> Iterator[Cdc]:
     yield from open_cdc()
-
-
-def writer(cdc_dsn: str, table: str, transactions: int, seed: int, done: threading.Event) -> None:
-    """Random inserts, updates and deletes, 1 to 4 statements per transaction."""
-    import psycopg
-
-    rng = random.Random(seed)
-    next_id = 100_000
-    try:
-        with psycopg.connect(cdc_dsn, autocommit=True) as conn:
-            for _ in range(transactions):
-                with conn.transaction():
-                    for _ in range(rng.randint(1, 4)):
-                        op = rng.random()
-                        key = rng.randint(1, 3000)
-                        if op < 0.3:
-                            next_id += 1
-                            conn.execute(
-                                f"INSERT INTO {table} VALUES (%s, %s, 'new')", (next_id, next_id)
-                            )
-                        elif op < 0.8:
-                            conn.execute(
-                                f"UPDATE {table} SET v = v + 1, s = md5(v::text) WHERE id = %s",
-                                (key,),
-                            )
-                        else:
-                            conn.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
-    finally:
-        done.set()
 
 
 def apply(changes: list[lg.Change]) -> dict[Any, dict[str, Any]]:
@@ -100,7 +70,10 @@ def test_snapshot_and_stream_under_a_concurrent_writer_with_failures_exactly_onc
     )
     done = threading.Event()
     thread = threading.Thread(
-        target=writer, args=(CDC_DSN, table, 400, 7, done), name="cdc-writer", daemon=True
+        target=write_concurrently,
+        args=(CDC_DSN, table, 400, 7, done),
+        name="cdc-writer",
+        daemon=True,
     )
 
     def finish_writer() -> None:

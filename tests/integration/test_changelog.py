@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
+from changelog_helpers import apply, by_key
 from checkpoint_paced import CheckpointPacedSource
 from lockgate.testing import FailAtRecord, inject_faults
 
@@ -33,26 +34,6 @@ INS, UB, UA, D = (
 
 def changes(result: Any, uid: str = "out") -> list[lg.Change]:
     return [c for part in result.sink_results[uid] for c in part]
-
-
-def by_key(items: list[lg.Change], key: str = "id") -> dict[Any, list[lg.Change]]:
-    """The changes of each key in the order they came (the order across keys depends
-    on the parallel paths; within one key it is kept)."""
-    out: dict[Any, list[lg.Change]] = {}
-    for c in items:
-        out.setdefault(c.value[key], []).append(c)
-    return out
-
-
-def apply(items: list[lg.Change], key: str = "id") -> dict[Any, dict[str, Any]]:
-    """A changelog applied to a table: additions upsert, retractions delete."""
-    table: dict[Any, dict[str, Any]] = {}
-    for c in items:
-        if c.kind.is_addition:
-            table[c.value[key]] = c.value
-        else:
-            table.pop(c.value[key], None)
-    return table
 
 
 OPS = [
