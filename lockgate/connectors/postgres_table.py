@@ -179,19 +179,24 @@ class RowWriter:
                 copy.write_row(row)
         return len(rows)
 
+    def _key_positions(self, columns: list[str], what: str) -> list[int]:
+        """Where the key fields are among ``columns``; a TypeError naming the missing
+        ones (``what``: the records or deletes lacking them)."""
+        missing = [k for k in self.key if k not in columns]
+        if missing:
+            raise TypeError(
+                f"{self.where}: {what} lack the key fields {missing}; every record needs "
+                f"{list(self.key)}"
+            )
+        return [columns.index(k) for k in self.key]
+
     def upsert(self, conn: Any, batch: Batch) -> int:
         """Insert or update the records of ``batch`` by key, in one statement; within a
         batch the last record of a key wins. Returns the row count written."""
         columns, rows = self.rows(batch)
         if not rows:
             return 0
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise TypeError(
-                f"{self.where}: records lack the key fields {missing}; every record needs "
-                f"{list(self.key)}"
-            )
-        positions = [columns.index(k) for k in self.key]
+        positions = self._key_positions(columns, "records")
         latest = {tuple(row[p] for p in positions): row for row in rows}
         # one lock order for every writer: concurrent upserts of one key set never deadlock
         unique = [latest[k] for k in sorted(latest, key=repr)]
@@ -231,13 +236,7 @@ class RowWriter:
         columns, rows = self.rows(batch)
         if not rows:
             return 0
-        missing = [k for k in self.key if k not in columns]
-        if missing:
-            raise TypeError(
-                f"{self.where}: deletes lack the key fields {missing}; every change needs "
-                f"{list(self.key)}"
-            )
-        positions = [columns.index(k) for k in self.key]
+        positions = self._key_positions(columns, "deletes")
         keys = sorted({tuple(row[p] for p in positions) for row in rows}, key=repr)
         sql = psycopg_module().sql
         arrays = [list(col) for col in zip(*keys)]
