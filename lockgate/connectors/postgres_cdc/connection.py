@@ -104,15 +104,22 @@ class ReplicationStream:
 
     def read(self, limit: int) -> list[XLogData | Keepalive]:
         """Up to ``limit`` frames that have arrived (none: nothing new now)."""
+        return [decode_frame(data) for data in self.read_raw(limit)]
+
+    def read_raw(self, limit: int) -> list[Any]:
+        """Up to ``limit`` CopyData frames that have arrived, undecoded (bytes-like, as
+        libpq gives them: no copy), in order (none: nothing new now)."""
         conn = self.conn
-        frames: list[XLogData | Keepalive] = []
+        frames: list[Any] = []
+        append = frames.append
+        get = conn.get_copy_data
         try:
             conn.consume_input()
-            while len(frames) < limit:
-                size, data = conn.get_copy_data(1)
+            for _ in range(limit):
+                size, data = get(1)
                 if size == 0:
                     conn.consume_input()  # what arrived meanwhile (the socket, not waited for)
-                    size, data = conn.get_copy_data(1)
+                    size, data = get(1)
                     if size == 0:
                         break
                 if size < 0:
@@ -123,7 +130,7 @@ class ReplicationStream:
                         f"{OWNER}: the replication stream of slot {self.slot!r} ended "
                         f"({status}): {' '.join(detail.split()) or 'no reason given'}"
                     )
-                frames.append(decode_frame(data))
+                append(data)
         except psycopg_module().Error as e:
             raise ConnectionError(
                 f"{OWNER}: lost the replication connection of slot {self.slot!r}: {e}"

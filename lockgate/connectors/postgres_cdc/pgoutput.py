@@ -309,18 +309,25 @@ class Keepalive:
     reply_requested: bool
 
 
+_XLOGDATA = struct.Struct(">QQq")  # WAL start, WAL end, the server's clock
+_KEEPALIVE = struct.Struct(">QqB")  # WAL end, the server's clock, reply requested
+
+
 def decode_frame(data: bytes | memoryview) -> XLogData | Keepalive:
-    """One CopyData frame of a logical replication stream."""
-    r = _Reader(data)
+    """One CopyData frame of a logical replication stream (its payload copied once)."""
+    size = len(data)
+    if size >= 25 and data[0] == 0x77:  # 'w'
+        start, end, _ = _XLOGDATA.unpack_from(data, 1)
+        return XLogData(start, end, bytes(data[25:]))
+    if size >= 18 and data[0] == 0x6B:  # 'k'
+        end, _, reply = _KEEPALIVE.unpack_from(data, 1)
+        return Keepalive(end, bool(reply))
+    r = _Reader(data)  # cut short or unknown: the error says which
     tag = r.take(1)
     if tag == b"w":
-        start, end = r.uint64(), r.uint64()
-        r.int64()  # the server's clock
-        return XLogData(start, end, r.data[r.pos :])
-    if tag == b"k":
-        end = r.uint64()
-        r.int64()
-        return Keepalive(end, bool(r.int8()))
+        r.take(24)
+    elif tag == b"k":
+        r.take(17)
     raise ProtocolError(f"unknown replication frame {tag!r}")
 
 

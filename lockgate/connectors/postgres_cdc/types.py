@@ -140,19 +140,46 @@ def to_arrow(column: Column, values: Sequence[str | None]) -> pa.Array:
         ) from e
 
 
+def text_to_arrow(column: Column, text: pa.Array) -> pa.Array:
+    """:func:`to_arrow` of the values of a string array (None: SQL NULL): the same
+    array, or the same error. Strings, booleans, numbers, decimals, dates and timestamps
+    convert in Arrow without a Python object per value (the conversion :func:`to_arrow`
+    itself applies after making such a string array); the other types, and any failure,
+    go through :func:`to_arrow`."""
+    target = arrow_type(column)
+    if column.element_oid or _per_value(target):
+        return to_arrow(column, text.to_pylist())
+    try:
+        return _typed(column, target, text)
+    except ValueConversionError:
+        raise
+    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
+        return to_arrow(column, text.to_pylist())  # raises the error naming the value
+
+
+def _per_value(target: pa.DataType) -> bool:
+    """Whether values of ``target`` are converted one Python object at a time."""
+    return pa.types.is_binary(target) or pa.types.is_time64(target)
+
+
 def _scalars(column: Column, target: pa.DataType, values: Sequence[str | None]) -> pa.Array:
-    text = pa.array(values, type=pa.string())
-    if pa.types.is_string(target):
-        return text
-    if pa.types.is_boolean(target):
-        return pc.equal(text, "t")
     if pa.types.is_binary(target):
         return pa.array([None if v is None else _bytea(v) for v in values], type=target)
     if pa.types.is_time64(target):
         return pa.array([None if v is None else dt.time.fromisoformat(v) for v in values], target)
+    return _typed(column, target, pa.array(values, type=pa.string()))
+
+
+def _typed(column: Column, target: pa.DataType, text: pa.Array) -> pa.Array:
+    """A string array as ``target`` (not binary nor time: :func:`_per_value`)."""
+    if pa.types.is_string(target):
+        return text
+    if pa.types.is_boolean(target):
+        return pc.equal(text, "t")
     if pa.types.is_timestamp(target):
-        bad = next((v for v in values if v is not None and v.endswith(("infinity", "BC"))), None)
-        if bad is not None:
+        infinite = pc.or_(pc.ends_with(text, "infinity"), pc.ends_with(text, "BC"))
+        if pc.any(infinite).as_py():
+            bad = text.filter(pc.fill_null(infinite, False))[0].as_py()
             raise ValueConversionError(
                 f"column {column.name!r}: timestamp {bad!r} has no Arrow value (Arrow "
                 "timestamps hold years 1 to 9999)"
@@ -259,6 +286,23 @@ def batch_of(
     """A record batch of ``rows`` (text values in ``columns``' order) plus ``extra``
     columns (metadata) after them."""
     arrays = [to_arrow(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
+    return _with_extra(columns, arrays, extra)
+
+
+def batch_of_text(
+    columns: Sequence[Column],
+    texts: Sequence[pa.Array],
+    extra: Sequence[tuple[pa.Field, pa.Array]] = (),
+) -> pa.RecordBatch:
+    """:func:`batch_of` of the rows whose values are in ``texts``, one string array per
+    column (the same batch, or the same error)."""
+    arrays = [text_to_arrow(c, t) for c, t in zip(columns, texts, strict=True)]
+    return _with_extra(columns, arrays, extra)
+
+
+def _with_extra(
+    columns: Sequence[Column], arrays: list[pa.Array], extra: Sequence[tuple[pa.Field, pa.Array]]
+) -> pa.RecordBatch:
     fields = [pa.field(c.name, a.type) for c, a in zip(columns, arrays)]
     for f, a in extra:
         fields.append(f)
