@@ -250,7 +250,8 @@ def plain(values: tuple[po.Value, ...]) -> list[object]:
 def test_the_compiled_pass_decodes_every_change_as_the_reference_decoder_does(cdc) -> None:
     """Real pgoutput messages of every type, NULLs, unchanged TOASTed values ('u'),
     FULL identity old rows, key-only old rows and deletes: each Insert/Update/Delete
-    the compiled pass takes has exactly the reference decoder's values (an update's
+    the compiled pass takes has exactly the reference decoder's values (as text columns
+    and as rows taken one by one) (an update's
     unchanged values filled from the FULL old row, as the reader does); the one it
     cannot fill (no old row) is left to the reference path; the other messages are
     control frames. The rows then convert to the same typed columns (M-X1: the fast
@@ -288,6 +289,12 @@ def test_the_compiled_pass_decodes_every_change_as_the_reference_decoder_does(cd
     frames = [keepalive, *frames_of(payloads)]
     scan = cc.scan(frames)
     assert scan.ftype[0] == cc.CONTROL
+    one_by_one = {
+        i: change
+        for i in range(1, len(frames))
+        if scan.ftype[i] in (cc.INSERT, cc.UPDATE, cc.DELETE)
+        for change in cc.rows(scan, i, i + 1)
+    }
     seen: dict[str, int] = {}
     for i, payload in enumerate(payloads, start=1):
         ref = po.decode(payload)
@@ -300,10 +307,12 @@ def test_the_compiled_pass_decodes_every_change_as_the_reference_decoder_does(cd
         if isinstance(ref, po.Delete):
             assert kind == cc.DELETE
             assert scanned_tuple(scan, int(scan.old_base[i]), width) == plain(ref.old)
+            assert one_by_one[i] == (kind, ref.relid, tuple(plain(ref.old)), None)
             name += "-key" if ref.old_is_key_only else "-full"
         elif isinstance(ref, po.Insert):
             assert kind == cc.INSERT and int(scan.old_base[i]) == -1
             assert scanned_tuple(scan, int(scan.new_base[i]), width) == list(ref.new)
+            assert one_by_one[i] == (kind, ref.relid, None, ref.new)
         else:
             unsent = po.UNCHANGED in ref.new
             if unsent and (ref.old is None or ref.old_is_key_only):
@@ -322,6 +331,8 @@ def test_the_compiled_pass_decodes_every_change_as_the_reference_decoder_does(cd
             if unsent:
                 name += "-filled"
             assert scanned_tuple(scan, int(scan.new_base[i]), width) == new
+            old = None if ref.old is None else tuple(plain(ref.old))
+            assert one_by_one[i] == (kind, ref.relid, old, tuple(new))
         seen[name] = seen.get(name, 0) + 1
     assert seen == {
         "Insert": 4,

@@ -15,6 +15,7 @@ from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 from conftest import wait_until
 from lockgate.connectors.base import ReaderOutput
 from lockgate.connectors.postgres_cdc import change_columns as cc
+from lockgate.connectors.postgres_cdc import reader as reader_module
 from lockgate.connectors.postgres_cdc.reader import CdcReader
 from lockgate.connectors.postgres_cdc.source import PostgresCdcSource
 from lockgate.core.batch import kinds_of
@@ -105,12 +106,18 @@ def flat(out: Batches) -> list[tuple[Any, ...]]:
     return rows
 
 
-def test_the_compiled_pass_emits_what_message_by_message_decoding_emits_M_X1(cdc) -> None:
+@pytest.mark.parametrize("min_run", [1, 10**9], ids=["columns", "one-by-one"])
+def test_the_compiled_pass_emits_what_message_by_message_decoding_emits_M_X1(
+    cdc, monkeypatch, min_run
+) -> None:
     """Every type, NULLs, FULL identity old rows (-U), an unchanged TOASTed value filled
     from the old row, key changes (-U of the old key), key-only deletes, several tables
     interleaved in one transaction, a table of the publication the source does not read,
-    and a transaction larger than one read of frames: both paths give the same rows,
-    kinds, metadata and Arrow types, in the same order."""
+    and a transaction larger than one read of frames: the compiled pass (its runs of
+    changes made into columns together, or taken one by one from it) gives the same
+    rows, kinds, metadata and Arrow types, in the same order, as the reference
+    decoder."""
+    monkeypatch.setattr(reader_module, "MIN_DECODED_RUN", min_run)
     full = cdc.table(TYPES, identity="FULL")
     keyed = cdc.table("id int PRIMARY KEY, v text")
     other = cdc.table("id int PRIMARY KEY")

@@ -30,6 +30,7 @@ way.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,16 +49,24 @@ XLOGDATA_HEADER = 25
 
 _KERNELS: tuple[Any, Any] | None = None
 _UNAVAILABLE: str | None = None
+_LOADING = threading.Lock()
 
 
 def available() -> bool:
     """Whether the compiled pass can run here (numba installed and compiling); else
     the reader decodes every frame with :mod:`.pgoutput`."""
-    global _KERNELS, _UNAVAILABLE
     if _KERNELS is not None:
         return True
     if _UNAVAILABLE is not None:
         return False
+    with _LOADING:
+        return _load()
+
+
+def _load() -> bool:
+    global _KERNELS, _UNAVAILABLE
+    if _KERNELS is not None or _UNAVAILABLE is not None:
+        return _KERNELS is not None
     try:
         from .change_kernels import gather, scan_frames
 
@@ -74,12 +83,20 @@ def available() -> bool:
     return True
 
 
+def warm_up() -> None:
+    """Load (or compile) the kernels in a background thread, so that the stream's first
+    read does not wait for numba (about a second and a half to import and load)."""
+    if _KERNELS is None and _UNAVAILABLE is None:
+        threading.Thread(target=available, name="lockgate-cdc-kernels", daemon=True).start()
+
+
 @dataclass
 class FrameScan:
     """The frames of one read, decoded (see the module docstring)."""
 
     frames: list[Any]
-    buf: np.ndarray
+    data: bytes  #: the frames, joined
+    buf: np.ndarray  #: the same bytes
     fstart: np.ndarray
     ftype: np.ndarray
     relid: np.ndarray
@@ -101,7 +118,8 @@ def scan(frames: list[Any]) -> FrameScan:
     fstart = np.zeros(n, dtype=np.int64)
     if n > 1:
         np.cumsum(flen[:-1], out=fstart[1:])
-    buf = np.frombuffer(b"".join(frames), dtype=np.uint8)
+    data = b"".join(frames)
+    buf = np.frombuffer(data, dtype=np.uint8)
     # every value takes at least one byte of the buffer (its kind)
     cap = len(buf)
     ftype = np.empty(n, dtype=np.uint8)
@@ -112,8 +130,55 @@ def scan(frames: list[Any]) -> FrameScan:
     _KERNELS[0](buf, fstart, flen, ftype, relid, old_base, old_n, new_base, new_n, vstart,
                 vlen, vcode)  # fmt: skip
     return FrameScan(
-        frames, buf, fstart, ftype, relid, old_base, old_n, new_base, new_n, vstart, vlen, vcode
+        frames,
+        data,
+        buf,
+        fstart,
+        ftype,
+        relid,
+        old_base,
+        old_n,
+        new_base,
+        new_n,
+        vstart,
+        vlen,
+        vcode,
     )
+
+
+def rows(s: FrameScan, start: int, end: int) -> list[tuple[int, int, Any, Any]]:
+    """The changes of frames ``start:end`` (all INSERT/UPDATE/DELETE) one by one, for
+    short runs: ``(class, relid, old row or None, new row or None)``, rows as tuples of
+    str/None (an old row's unsent value as None), like :mod:`.pgoutput`'s after the
+    reader's filling. Raises UnicodeDecodeError for a value that is not UTF-8."""
+    data = s.data
+    ftype = s.ftype[start:end].tolist()
+    relid = s.relid[start:end].tolist()
+    old_base = s.old_base[start:end].tolist()
+    old_n = s.old_n[start:end].tolist()
+    new_base = s.new_base[start:end].tolist()
+    new_n = s.new_n[start:end].tolist()
+    lo = min(b for b in old_base + new_base if b >= 0)
+    hi = max(
+        max(b + n for b, n in zip(old_base, old_n)), max(b + n for b, n in zip(new_base, new_n))
+    )
+    vstart = s.vstart[lo:hi].tolist()
+    vlen = s.vlen[lo:hi].tolist()
+    vcode = s.vcode[lo:hi].tolist()
+
+    def row(base: int, n: int) -> tuple[str | None, ...] | None:
+        if base < 0:
+            return None
+        b = base - lo
+        return tuple(
+            data[vstart[i] : vstart[i] + vlen[i]].decode("utf-8") if vcode[i] == TEXT else None
+            for i in range(b, b + n)
+        )
+
+    return [
+        (ftype[i], relid[i], row(old_base[i], old_n[i]), row(new_base[i], new_n[i]))
+        for i in range(end - start)
+    ]
 
 
 def text_columns(s: FrameScan, bases: np.ndarray, ncols: int) -> list[pa.Array] | None:

@@ -283,8 +283,19 @@ _DECODERS: dict[bytes, Callable[[_Reader], PgOutputMessage]] = {
 }
 
 
+_BEGIN = struct.Struct(">Qq I")  # final LSN, commit time, xid
+_COMMIT = struct.Struct(">xQQq")  # (flags), commit LSN, end LSN, commit time
+
+
 def decode(payload: bytes | memoryview) -> PgOutputMessage:
     """One pgoutput message (the payload of an XLogData frame)."""
+    size = len(payload)
+    if size >= 21 and payload[0] == 0x42:  # 'B', read at once (one per transaction)
+        final, time_us, xid = _BEGIN.unpack_from(payload, 1)
+        return Begin(final, to_unix_us(time_us), xid)
+    if size >= 26 and payload[0] == 0x43:  # 'C'
+        commit, end, time_us = _COMMIT.unpack_from(payload, 1)
+        return Commit(commit, end, to_unix_us(time_us))
     r = _Reader(payload)
     tag = r.take(1)
     decoder = _DECODERS.get(tag)

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 FRAMES_PER_POLL = 20_000
 #: the wait before the next poll while a transaction's messages are still arriving
 OPEN_TRANSACTION_POLL_MS = 2.0
+#: fewer changes in a row than this are taken one by one from the compiled scan (numpy's
+#: cost per call would exceed what making their columns together saves)
+MIN_DECODED_RUN = 64
 #: frames taken from the connection at a time (decoded together: see change_columns)
 FRAMES_PER_READ = 4_000
 
@@ -157,6 +160,8 @@ class CdcReader(SourceReader):
             if isinstance(split, ChunkSplit):
                 self.chunks.append(replace(split))
             elif isinstance(split, StreamSplit):
+                if self.fast_decoding:
+                    cc.warm_up()
                 self.stream = replace(split, known=dict(split.known))
                 self._check_slot(self.stream)
                 if self.stream.snapshots is not None:
@@ -384,16 +389,52 @@ class CdcReader(SourceReader):
         filtered = bool(self._snapshots) and (
             newest is not None and newest.full_xid(txn.begin.xid) < newest.xmax
         )
-        parts = None if filtered else self._decoded(scan, start, end)
-        if parts is None:
+        parts = None
+        if not filtered and end - start >= MIN_DECODED_RUN:
+            parts = self._decoded(scan, start, end)
+        if parts is not None:
+            for part in parts:
+                txn.parts.append(part)
+                txn.count += len(part)
+        elif not self._one_by_one(txn, scan, start, end):
             for i in range(start, end):
                 msg = decode(scan.frames[i][cc.XLOGDATA_HEADER :])
                 assert isinstance(msg, (Insert, Update, Delete)), msg  # the scan saw to it
                 self._change(txn, msg)
-            return
-        for part in parts:
-            txn.parts.append(part)
-            txn.count += len(part)
+
+    def _one_by_one(self, txn: _Txn, scan: cc.FrameScan, start: int, end: int) -> bool:
+        """The changes of frames ``start:end`` taken one by one from the scan (each row
+        through :meth:`_add`, which skips what a chunk's snapshot shows), as
+        :meth:`_change` takes them; False (nothing taken) when they need the reference
+        path: a tuple whose width is not its table's, a value that is not UTF-8."""
+        try:
+            changes = cc.rows(scan, start, end)
+        except UnicodeDecodeError:
+            return False
+        tables: list[tuple[str, int] | None] = []
+        for _, relid, old, new in changes:
+            relation = self._relations.get(relid)
+            if relation is None or relation.qualified not in self.tables:
+                tables.append(None)
+                continue
+            width = len(self.tables[relation.qualified].columns)
+            if (old is not None and len(old) != width) or (new is not None and len(new) != width):
+                return False
+            tables.append((relation.qualified, width))
+        xid = txn.begin.xid
+        for (kind, _, old, new), table in zip(changes, tables):
+            if table is None:
+                continue
+            name = table[0]
+            if kind == cc.INSERT:
+                self._add(txn, name, RowKind.INSERT, new, xid)
+            elif kind == cc.UPDATE:
+                if old is not None:
+                    self._add(txn, name, RowKind.UPDATE_BEFORE, old, xid)
+                self._add(txn, name, RowKind.UPDATE_AFTER, new, xid)
+            else:
+                self._add(txn, name, RowKind.DELETE, old, xid)
+        return True
 
     def _decoded(self, scan: cc.FrameScan, start: int, end: int) -> list[_Texts] | None:
         """The rows of frames ``start:end`` as runs of one table, or None when they need
@@ -554,11 +595,7 @@ class CdcReader(SourceReader):
             table = self.tables[name]
             width = len(table.columns)
             sizes = [len(p) for p, _ in group]
-            texts = [p.texts(width) for p, _ in group]
-            columns = [
-                texts[0][i] if len(texts) == 1 else pa.concat_arrays([t[i] for t in texts])
-                for i in range(width)
-            ]
+            columns = self._columns(group, width)
             kinds = np.concatenate([np.asarray(p.kinds, dtype=np.int8) for p, _ in group])
             extra = self._metadata(
                 name,
@@ -571,6 +608,26 @@ class CdcReader(SourceReader):
                 raise ConfigurationError(f"{OWNER}: table {table.qualified}: {e}") from e
             output.emit_from_split(stream.split_id, with_kinds(batch, kinds))
             start = end
+
+    @staticmethod
+    def _columns(group: list[tuple[_Rows | _Texts, Begin]], width: int) -> list[pa.Array]:
+        """One string array per column of the parts' rows, in order (the rows decoded
+        one by one are put together first: one array per run of them, not per part)."""
+        pieces: list[list[pa.Array]] = []
+        rows: list[Row] = []
+        for part, _ in group:
+            if isinstance(part, _Rows):
+                rows.extend(part.rows)
+                continue
+            if rows:
+                pieces.append(_Rows("", [], rows).texts(width))
+                rows = []
+            pieces.append(part.texts(width))
+        if rows:
+            pieces.append(_Rows("", [], rows).texts(width))
+        if len(pieces) == 1:
+            return pieces[0]
+        return [pa.concat_arrays([p[i] for p in pieces]) for i in range(width)]
 
     def _metadata(
         self, table: str, lsns: list[int | None] | np.ndarray, times_us: list[int] | np.ndarray
