@@ -120,8 +120,9 @@ def scan(frames: list[Any]) -> FrameScan:
         np.cumsum(flen[:-1], out=fstart[1:])
     data = b"".join(frames)
     buf = np.frombuffer(data, dtype=np.uint8)
-    # every value takes at least one byte of the buffer (its kind)
-    cap = len(buf)
+    # every value takes at least one byte of its frame (its kind), and a message has at
+    # most two tuples of at most 32767 values (an int16 count)
+    cap = int(np.minimum(flen, 2 * 32767).sum())
     ftype = np.empty(n, dtype=np.uint8)
     relid, old_base, old_n, new_base, new_n = (np.empty(n, dtype=np.int64) for _ in range(5))
     vstart = np.empty(cap, dtype=np.int64)
