@@ -11,6 +11,7 @@ from decimal import Decimal
 import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 
@@ -395,6 +396,18 @@ def test_text_columns_convert_like_python_values() -> None:
     for column, values in cases:
         text = pa.array(values, pa.string())
         assert same(text_to_arrow(column, text), to_arrow(column, values)), column
+    # timestamptz: PostgreSQL's "+00" (TimeZone=UTC) read as the offset it is
+    stamps = [
+        "2024-02-29 10:34:56.5+00",
+        "0001-01-01 00:00:00+00",
+        None,
+        "9999-12-31 23:59:59.999999+00",
+    ]
+    utc = pa.timestamp("us", tz="UTC")
+    for values in (stamps, [*stamps, "2024-02-29 16:04:56.5+05:30", "2024-02-29 07:34:56-03"]):
+        text = pa.array(values, pa.string())
+        offsets = pc.replace_substring_regex(text, r"([+-]\d\d)$", r"\1:00").cast(utc)
+        assert text_to_arrow(Column("tz", 1184), text).equals(offsets)
     for column, values, match in [
         (Column("when", 1184), ["2024-01-01 00:00:00+00", "infinity"], "'when'.*infinity"),
         (Column("n", 23), ["12", "x"], "'n'.*'x'"),
