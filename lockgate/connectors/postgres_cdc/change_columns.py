@@ -107,6 +107,21 @@ class FrameScan:
     vstart: np.ndarray
     vlen: np.ndarray
     vcode: np.ndarray
+    #: the arrays above as lists, made on first use (:func:`rows`)
+    _lists: tuple[list[int], ...] | None = None
+
+    def lists(self) -> tuple[list[int], ...]:
+        if self._lists is None:
+            m = int(max(self.old_base.max(initial=-1), self.new_base.max(initial=-1)))
+            hi = 0 if m < 0 else m + int(max(self.old_n.max(), self.new_n.max()))
+            self._lists = tuple(
+                a.tolist()
+                for a in (
+                    self.ftype, self.relid, self.old_base, self.old_n, self.new_base,
+                    self.new_n, self.vstart[:hi], self.vlen[:hi], self.vcode[:hi],
+                )
+            )  # fmt: skip
+        return self._lists
 
 
 def scan(frames: list[Any]) -> FrameScan:
@@ -153,32 +168,19 @@ def rows(s: FrameScan, start: int, end: int) -> list[tuple[int, int, Any, Any]]:
     str/None (an old row's unsent value as None), like :mod:`.pgoutput`'s after the
     reader's filling. Raises UnicodeDecodeError for a value that is not UTF-8."""
     data = s.data
-    ftype = s.ftype[start:end].tolist()
-    relid = s.relid[start:end].tolist()
-    old_base = s.old_base[start:end].tolist()
-    old_n = s.old_n[start:end].tolist()
-    new_base = s.new_base[start:end].tolist()
-    new_n = s.new_n[start:end].tolist()
-    lo = min(b for b in old_base + new_base if b >= 0)
-    hi = max(
-        max(b + n for b, n in zip(old_base, old_n)), max(b + n for b, n in zip(new_base, new_n))
-    )
-    vstart = s.vstart[lo:hi].tolist()
-    vlen = s.vlen[lo:hi].tolist()
-    vcode = s.vcode[lo:hi].tolist()
+    ftype, relid, old_base, old_n, new_base, new_n, vstart, vlen, vcode = s.lists()
 
     def row(base: int, n: int) -> tuple[str | None, ...] | None:
         if base < 0:
             return None
-        b = base - lo
         return tuple(
             data[vstart[i] : vstart[i] + vlen[i]].decode("utf-8") if vcode[i] == TEXT else None
-            for i in range(b, b + n)
+            for i in range(base, base + n)
         )
 
     return [
         (ftype[i], relid[i], row(old_base[i], old_n[i]), row(new_base[i], new_n[i]))
-        for i in range(end - start)
+        for i in range(start, end)
     ]
 
 

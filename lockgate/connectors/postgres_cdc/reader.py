@@ -360,15 +360,17 @@ class CdcReader(SourceReader):
 
     def _frame(self, stream: StreamSplit, data: Any, done: list[_Txn]) -> bool:
         """One frame, decoded alone; True at the bounded stream's end."""
-        frame = decode_frame(data)
-        if isinstance(frame, Keepalive):
+        if len(data) >= cc.XLOGDATA_HEADER and data[0] == 0x77:  # XLogData: its message
+            msg = decode(memoryview(data)[cc.XLOGDATA_HEADER :])
+        else:
+            frame = decode_frame(data)  # a keepalive (or the error naming the frame)
+            assert isinstance(frame, Keepalive)
             if self._txn is None and frame.wal_end > stream.position:
                 stream.position = frame.wal_end  # every commit before it was sent
             if frame.reply_requested:
                 assert self._repl is not None
                 self._repl.send_status()
             return False
-        msg = decode(frame.payload)
         if stream.end is not None and isinstance(msg, Begin) and msg.final_lsn >= stream.end:
             # committed after the end: every transaction up to it was read
             stream.position = max(stream.position, stream.end)
