@@ -106,7 +106,9 @@ def flat(out: Batches) -> list[tuple[Any, ...]]:
     return rows
 
 
-@pytest.mark.parametrize("min_run", [1, 10**9], ids=["columns", "one-by-one"])
+@pytest.mark.parametrize(
+    "min_run", [1, 10**9, None], ids=["columns", "one-by-one", "without-numba"]
+)
 def test_the_compiled_pass_emits_what_message_by_message_decoding_emits_M_X1(
     cdc, monkeypatch, min_run
 ) -> None:
@@ -116,8 +118,13 @@ def test_the_compiled_pass_emits_what_message_by_message_decoding_emits_M_X1(
     and a transaction larger than one read of frames: the compiled pass (its runs of
     changes made into columns together, or taken one by one from it) gives the same
     rows, kinds, metadata and Arrow types, in the same order, as the reference
-    decoder."""
-    monkeypatch.setattr(reader_module, "MIN_DECODED_RUN", min_run)
+    decoder. Without numba (the kernels unavailable) the reader decodes message by
+    message."""
+    if min_run is None:
+        monkeypatch.setattr(cc, "_KERNELS", None)
+        monkeypatch.setattr(cc, "_UNAVAILABLE", "numba: not installed (test)")
+    else:
+        monkeypatch.setattr(reader_module, "MIN_DECODED_RUN", min_run)
     full = cdc.table(TYPES, identity="FULL")
     keyed = cdc.table("id int PRIMARY KEY, v text")
     other = cdc.table("id int PRIMARY KEY")
