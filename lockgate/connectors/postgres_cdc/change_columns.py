@@ -50,6 +50,7 @@ XLOGDATA_HEADER = 25
 _KERNELS: tuple[Any, Any] | None = None
 _UNAVAILABLE: str | None = None
 _LOADING = threading.Lock()
+_WARMING: list[threading.Thread] = []
 
 
 def available() -> bool:
@@ -86,8 +87,10 @@ def _load() -> bool:
 def warm_up() -> None:
     """Load (or compile) the kernels in a background thread, so that the stream's first
     read does not wait for numba (about a second and a half to import and load)."""
-    if _KERNELS is None and _UNAVAILABLE is None:
-        threading.Thread(target=available, name="lockgate-cdc-kernels", daemon=True).start()
+    if _KERNELS is None and _UNAVAILABLE is None and not _WARMING:
+        thread = threading.Thread(target=available, name="lockgate-cdc-kernels", daemon=True)
+        _WARMING.append(thread)
+        thread.start()
 
 
 @dataclass

@@ -161,6 +161,8 @@ class CdcReader(SourceReader):
                 self.chunks.append(replace(split))
             elif isinstance(split, StreamSplit):
                 if self.fast_decoding:
+                    # the kernels load (about 1.5 s of numba) while the snapshot is read:
+                    # the stream's first read does not wait for them
                     cc.warm_up()
                 self.stream = replace(split, known=dict(split.known))
                 self._check_slot(self.stream)
