@@ -28,7 +28,8 @@ class CollectionSource(Source):
     shipped with the job, so they must be picklable. Bounded.
 
     Items that are ``lg.Change(kind, record)`` make a changelog: each such item is
-    emitted as its record with its kind (the others as inserts)."""
+    emitted as its record with its kind (the others as inserts), all from one split, in
+    order (one subtask reads it; ``key_by`` the key before anything reorders)."""
 
     default_name = "collection"
 
@@ -54,6 +55,8 @@ class CollectionSource(Source):
 
     def create_splits(self, parallelism: int) -> list[CollectionSplit]:
         n = len(self.items)
+        if getattr(self, "changes", False):  # a changelog is one ordered split
+            return [CollectionSplit("collection-0", 0, n, 0)]
         return [
             CollectionSplit(
                 f"collection-{i}",

@@ -56,6 +56,8 @@ def test_kinds_travel_through_map_filter_flat_map_and_key_by_on_both_executors(
     env = lg.StreamEnvironment(parallelism=2)
     (
         env.from_collection(OPS)
+        .set_parallelism(1)  # one ordered changelog (two slices would race each other)
+        .key_by("id")  # from here each key's changes stay in order
         .kinds_from_field("op")
         .map(lambda r: {**r, "v": r["v"] * 2})
         .filter(lambda r: r["id"] != 3)
@@ -253,7 +255,9 @@ UPSERTS = [
 @pytest.mark.hang_guard(180)
 def test_to_changelog_normalizes_an_upsert_stream_and_to_upserts_goes_back(executor: Any) -> None:
     env = lg.StreamEnvironment(parallelism=2)
-    full = env.from_collection(UPSERTS).kinds_from_field("op").to_changelog("id")
+    # one ordered upsert stream: to_changelog partitions it by key from there
+    upserts = env.from_collection(UPSERTS).set_parallelism(1).kinds_from_field("op")
+    full = upserts.set_parallelism(1).to_changelog("id")
     full.sink_to(lg.connectors.CollectSink(changelog=True)).uid("out")
     full.to_upserts("id").sink_to(lg.connectors.CollectSink(changelog=True)).uid("upserts")
     result = env.execute("normalize", executor=executor)
@@ -406,3 +410,16 @@ def test_a_collection_of_changes_is_a_changelog() -> None:
         lg.Change(INS, {"id": 2}),
         lg.Change(D, {"id": 1}),
     ]
+
+
+def test_a_collection_of_changes_stays_in_order_at_parallelism_two() -> None:
+    """A changelog collection is one ordered split (two slices read by two subtasks
+    would let a key's -U overtake the +U it takes back)."""
+    items = [lg.Change("+I", {"id": 1, "v": 0})]
+    for v in range(1, 2_000):
+        items += [lg.Change("-U", {"id": 1, "v": v - 1}), lg.Change("+U", {"id": 1, "v": v})]
+    env = lg.StreamEnvironment(parallelism=2)
+    env.from_collection(items).key_by("id").map(lambda r: r).sink_to(
+        lg.connectors.CollectSink(changelog=True)
+    ).uid("out")
+    assert changes(env.execute("ordered changes", executor=LOCAL)) == items

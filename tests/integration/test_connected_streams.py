@@ -25,6 +25,7 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import FileProbe, is_spark, wait_until
 from lockgate.testing import FailAtRecord, inject_faults
 
@@ -150,10 +151,21 @@ class Enrich(lg.KeyedCoProcessFunction):
 
 
 def source(
-    env: lg.StreamEnvironment, name: str, make: Any, lo: int, hi: int, **options: Any
+    env: lg.StreamEnvironment,
+    name: str,
+    make: Any,
+    lo: int,
+    hi: int,
+    paced: int | None = None,
+    **options: Any,
 ) -> lg.DataStream:
+    """Numbers ``lo..hi`` made into records by ``make``; ``paced``: at most that many per
+    completed checkpoint (CheckpointPacedSource), for fault tests."""
+    numbers: lg.connectors.Source = lg.connectors.SequenceSource(lo, hi, **options)
+    if paced is not None:
+        numbers = CheckpointPacedSource(numbers, paced, end_after=2)
     return (
-        env.from_source(lg.connectors.SequenceSource(lo, hi, **options), name=name)
+        env.from_source(numbers, name=name)
         .uid(name)
         .map_batches(make, name=f"{name}-rows")
         .uid(f"{name}-rows")
@@ -261,22 +273,20 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    # about four seconds of input per attempt, each fault well into it: checkpoints
-    # complete before each fault, also on a loaded machine (a parallel test run)
-    rate = n // 4
-    options = {"rows_per_second": rate, "batch_size": 2_000}
-    o = source(env, "orders", orders, 0, n, **options)
-    p = source(env, "payments", payments, 0, n, **options)
+    # paced by completed checkpoints (a twentieth of each input per checkpoint), not the
+    # clock: every fault waits for a checkpoint of its attempt, so the next attempt
+    # restores progress, and still finds most of the input ahead, however slowly a
+    # loaded machine completes checkpoints (a CI run under load once failed all three
+    # faults before any checkpoint)
+    o = source(env, "orders", orders, 0, n, paced=n // 20, batch_size=2_000)
+    p = source(env, "payments", payments, 0, n, paced=n // 20, batch_size=2_000)
     enrich(o, p, tmp_path)
     per_subtask = n * 12 // 13 // 2  # about, of both inputs, per subtask and attempt
     inject_faults(
         env,
-        # each fault leaves enough of its subtask's records for the next one to fire; the
-        # first waits for two checkpoints, so that however slow the machine every later
-        # attempt restores progress (a CI run under load once failed all three before any)
-        FailAtRecord(OP, record=per_subtask * 45 // 100, subtask=0, after_checkpoints=2),
-        FailAtRecord(OP, record=per_subtask * 25 // 100, attempt=1, subtask=1),
-        FailAtRecord(OP, record=per_subtask * 15 // 100, attempt=2, subtask=0),
+        FailAtRecord(OP, record=per_subtask * 25 // 100, subtask=0, after_checkpoints=1),
+        FailAtRecord(OP, record=per_subtask * 15 // 100, attempt=1, subtask=1, after_checkpoints=1),
+        FailAtRecord(OP, record=per_subtask * 10 // 100, attempt=2, subtask=0, after_checkpoints=1),
     )
     result = env.execute("enrich with failures", executor=executor)
     assert result.attempts == 4, "each injected failure restarted the job"

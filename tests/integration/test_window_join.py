@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import is_spark, wait_until
 from lockgate.core.elements import MIN_WATERMARK
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
@@ -103,7 +104,7 @@ class BatchWatermarks:
 
 
 def two_sides(
-    env: lg.StreamEnvironment, total: int, *sources: lg.connectors.SequenceSource
+    env: lg.StreamEnvironment, total: int, *sources: lg.connectors.Source
 ) -> tuple[lg.DataStream, lg.DataStream]:
     names = ("numbers", "more")
     stream = env.from_source(sources[0], name=names[0]).uid(names[0]).set_parallelism(1)
@@ -381,24 +382,27 @@ def test_the_window_join_is_exactly_once_through_three_failures_M_R1_M_T4(
     executor: Any, tmp_path: Path, unaligned: bool
 ) -> None:
     total = 2 * per_side(executor)
-    rate = total / 2  # two seconds of input per attempt without failures
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.checkpoint_config.unaligned = unaligned
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=5, delay=0))
-    source = lg.connectors.SequenceSource(0, total, rows_per_second=rate, batch_size=2000)
+    # paced by completed checkpoints (a twentieth of the input each), not the clock:
+    # every fault waits for a checkpoint of its attempt and still finds most of the
+    # input ahead, however slowly a loaded machine completes them
+    source = CheckpointPacedSource(
+        lg.connectors.SequenceSource(0, total, batch_size=2000), total // 20, end_after=2
+    )
     left, right = two_sides(env, total, source)
     build(left, right, "vectorized", "tumbling").sink_to(
         lg.connectors.FileSink(str(tmp_path / "out"), format="jsonl")
     ).uid("sink")
-    quarter = total // 8  # a quarter of what a window subtask reads
+    eighth = total // 16  # an eighth of what a window subtask reads
     inject_faults(
         env,
-        # the first waits for checkpoints: every later attempt restores progress
-        FailAtRecord("join", record=2 * quarter, subtask=0, after_checkpoints=2),
-        FailAtRecord("join", record=quarter, attempt=1, subtask=1),
-        FailAtRecord("join", record=quarter // 2, attempt=2, subtask=0),
+        FailAtRecord("join", record=2 * eighth, subtask=0, after_checkpoints=1),
+        FailAtRecord("join", record=eighth, attempt=1, subtask=1, after_checkpoints=1),
+        FailAtRecord("join", record=eighth // 2, attempt=2, subtask=0, after_checkpoints=1),
     )
     result = env.execute("window join with failures", executor=executor)
     assert result.attempts == 4, "each injected failure restarted the job"

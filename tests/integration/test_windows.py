@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from conftest import FileProbe, is_spark, wait_until
 from lockgate.api.functions import ProcessWindowFunction
 from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
@@ -59,7 +60,7 @@ def bounded(ms: int = DISORDER_MS) -> lg.WatermarkStrategy:
 
 def event_stream(
     env: lg.StreamEnvironment,
-    source: lg.connectors.SequenceSource,
+    source: lg.connectors.Source,
     make: Any = events,
     name: str = "numbers",
 ) -> lg.DataStream:
@@ -133,16 +134,20 @@ def test_the_tumbling_count_is_exactly_once_with_failures_injected_M_R1_M_T4(
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "chk")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    source = lg.connectors.SequenceSource(0, n, rows_per_second=1_000_000, batch_size=20_000)
+    # paced by completed checkpoints (100,000 records each), not the clock: each fault
+    # waits for a checkpoint of its attempt, so the next attempt restores progress, and
+    # still finds most of the input ahead, however slowly a loaded machine completes them
+    source = CheckpointPacedSource(
+        lg.connectors.SequenceSource(0, n, batch_size=20_000), 100_000, end_after=2
+    )
     folder = tmp_path / "out"
     tumbling_count(event_stream(env, source)).sink_to(
         lg.connectors.FileSink(str(folder), format="jsonl")
     ).uid("sink")
     inject_faults(
         env,
-        # the first waits for checkpoints: every later attempt restores progress
-        FailAtRecord("window-count", record=600_000, subtask=0, after_checkpoints=2),
-        FailAtRecord("window-count", record=200_000, attempt=1, subtask=1),
+        FailAtRecord("window-count", record=400_000, subtask=0, after_checkpoints=1),
+        FailAtRecord("window-count", record=200_000, attempt=1, subtask=1, after_checkpoints=1),
     )
     result = env.execute("tumbling count with failures", executor=executor)
     assert result.attempts == 3, "each injected failure restarted the job"
