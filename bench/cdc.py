@@ -88,29 +88,37 @@ executor, merged into FILE; the top functions by own time are printed to stderr)
 figures are then slowed by the profiler: profile in a separate run.
 ``--debezium-log FILE`` keeps the engine's log.
 
-Results (one run, 2026-12-06, ``--rows 1000000 --changes 1000000 --txn-changes 50000
---executors local,spark``; 2 cores, shared with a running test suite: load average 4.6
-to 6.1; one run, so noisy)::
+Results (one run, 2026-12-06 11:52 UTC, after the stream's compiled pass, ``--rows 1000000
+--changes 1000000 --txn-changes 50000 --systems lockgate,debezium --executors
+local,spark``; 2 cores, nothing else running: load average 1.0 to 1.9)::
 
-    case                       seconds   rows/s   CPU s  cores busy
-    lockgate-local-snapshot      8.78   113,885    5.7    0.65
-    lockgate-spark-snapshot      9.66   103,509     -       -
-    debezium-snapshot           40.54    24,667   32.5    0.80
-    lockgate-local-stream       45.22    22,115   29.9    0.66   (writer 14.8 s)
-    lockgate-spark-stream       33.43    29,916     -       -    (writer  9.7 s)
-    debezium-stream             39.62    25,243   37.4    0.94   (writer 17.3 s)
+    case                       seconds   rows/s   CPU s   writer s  lag after last commit
+    lockgate-local-snapshot      6.29   158,989    5.5
+    lockgate-spark-snapshot      3.77   265,560     -
+    debezium-snapshot           20.50    48,776   28.9
+    lockgate-local-stream        9.42   106,198    6.2      8.1        1.3 s
+    lockgate-spark-stream        9.06   110,364     -       6.5        2.5 s
+    debezium-stream             30.07    33,260   37.8      9.0       21.1 s
 
-Snapshot: lockgate 4.6x (local) / 4.2x (Spark) Debezium. Stream: 0.88x (local) / 1.19x
-(Spark): short of the issue's 3x. Every count was exact (``verified``); no case was
-writer-bound (each consumer finished 22 to 30 s after the writer's last commit).
+Snapshot: lockgate 3.3x (local) / 5.4x (Spark) Debezium. Stream: 3.2x (local) / 3.3x
+(Spark); lockgate's stream is bound by the writer (it is done 1.3 to 2.5 s after the
+writer's last commit, Debezium 21 s after). Every count was exact (``verified``).
+
+The run before the compiled pass (same command, the machine shared with a test suite,
+load 4.6 to 6.1): snapshot 113,885 / 103,509 rows/s against Debezium's 24,667; stream
+22,115 / 29,916 changes/s against 25,243 (0.88x / 1.19x), the pgoutput decoder's Python
+calls the limit (below).
 
 What limits each side:
 
 * lockgate snapshot: chunks of 10,000 rows read by two subtasks, rows arrive as text and
   become Arrow columns in bulk: 5.7 CPU s per million rows in this process, the rest is
   the server's (the two ``SELECT``s run in parallel).
-* lockgate stream: one subtask reads the slot (the WAL is one ordered stream), so the
-  second core does not help, and its per-change Python work is the limit (cProfile of a
+* lockgate stream, before the compiled pass (``postgres_cdc/change_kernels.py`` now walks
+  a read's Insert/Update/Delete messages in one numba pass and builds each column from one
+  buffer: about 1 us per change in 50,000-change transactions): one subtask reads the
+  slot (the WAL is one ordered stream), so the second core does not help, and its
+  per-change Python work was the limit (cProfile of a
   100,000-change run, shares of ``CdcReader._read_stream``): the pgoutput decoder, 53 %
   (``pgoutput._Reader.take`` / ``int32`` / ``tuple_data``: about 21 Python calls per
   change; decoding alone measured 23.7 us per update of this table, so at most about
