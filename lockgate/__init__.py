@@ -83,6 +83,8 @@ from .state.descriptors import (
 from .state.handles import AggregatingState, ListState, MapState, ReducingState, ValueState
 from .state.operator_state import OperatorListState
 from .state.ttl import StateTtlConfig
+from .state.typed.evolution import IncompatibleStateError
+from .state.typed.types import StateTypeError
 from .time.watermark_generators import (
     AscendingTimestampsWatermarks,
     BoundedOutOfOrdernessWatermarks,
@@ -107,6 +109,8 @@ __all__ = [
     "Change",
     "RowKind",
     "ChangelogError",
+    "IncompatibleStateError",
+    "StateTypeError",
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",

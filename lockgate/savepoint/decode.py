@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..state.typed.columns import TypedStateFormatError, read_table
+from ..state.typed.registry import is_typed_entry
 from .errors import SavepointFormatError
 from .model import FUNCTION_STATE, RAW_STATE, StateKind
 
@@ -41,6 +43,10 @@ class StatePart:
 
     kind: StateKind
     data: Any
+    #: the declared type of typed keyed state (as the descriptor described it), else None
+    type_name: str | None = None
+    #: typed keyed state: the table read (a :class:`~lockgate.state.typed.columns.TypedTable`)
+    table: Any = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,15 @@ def _typed(where: str, state: Mapping[str, Any]) -> SubtaskState:
 
 def _keyed(where: str, snapshot: Mapping[str, Any], parts: dict[str, StatePart]) -> SubtaskState:
     for name, entry in snapshot["states"].items():
+        if is_typed_entry(entry):
+            try:
+                table = read_table(entry.get("arrow"), f"{where}: state {name!r}")
+                kind_of = StateKind(table.kind)
+                part = StatePart(kind_of, table.grouped(), table.type_name or None, table)
+            except (TypedStateFormatError, ValueError) as e:
+                raise SavepointFormatError(f"{where}: typed state {name!r}: {e}") from None
+            _add(where, parts, name, part)
+            continue
         kind = entry.get("kind") if isinstance(entry, Mapping) else None
         try:
             state_kind = StateKind(kind)

@@ -43,10 +43,12 @@ FUNCTION_STATE = "_function"
 
 @dataclass(frozen=True)
 class StateInfo:
-    """One state of an operator: its name and kind."""
+    """One state of an operator: its name, kind and, for typed keyed state, the type
+    its descriptor declared (``type=``; None for pickled values)."""
 
     name: str
     kind: StateKind
+    type: str | None = None
 
 
 @dataclass(frozen=True)

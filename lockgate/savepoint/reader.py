@@ -47,7 +47,10 @@ class _Operator:
         return OperatorInfo(
             self.uid,
             self.parallelism,
-            tuple(StateInfo(name, kind) for name, (kind, _) in sorted(self.states.items())),
+            tuple(
+                StateInfo(name, kind, _type_name(parts))
+                for name, (kind, parts) in sorted(self.states.items())
+            ),
             self.max_parallelism,
         )
 
@@ -104,8 +107,21 @@ class Savepoint:
             )
         return StateFrame(uid, name, kind, state_rows(kind, parts))
 
+    def typed_table(self, uid: str, name: str) -> Any:
+        """The typed state table (its type, kind and TTL flag) of state ``name`` of
+        operator ``uid`` as one subtask wrote it, or None when that state is not typed."""
+        operator = self._operators.get(uid)
+        entry = operator.states.get(name) if operator is not None else None
+        if entry is None:
+            return None
+        return next((p.table for _, p in entry[1] if p.table is not None), None)
+
     def _kind(self) -> str:
         return f"{'savepoint' if self.is_savepoint else 'checkpoint'} {self.checkpoint_id}"
+
+
+def _type_name(parts: list[tuple[int, StatePart]]) -> str | None:
+    return next((p.type_name for _, p in parts if p.type_name), None)
 
 
 def _join_operator(parts: list[tuple[int, StatePart]]) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 from ..core.key_groups import check_restored_max_parallelism
 from ..errors import ConfigurationError
 from .handles import STATE_KINDS
+from .typed.registry import is_typed_entry
 
 #: the format number of canonical keyed state snapshots
 SNAPSHOT_FORMAT = 1
@@ -65,18 +66,28 @@ def snapshot_kind(snap: Any, where: str, max_parallelism: int) -> str:
 
 
 def canonical_states(
-    snap: Mapping[str, Any], where: str, key_groups: range
+    snap: Mapping[str, Any], where: str, key_groups: range, typed: Any = None
 ) -> Iterator[tuple[str, str, Iterator[tuple[Any, Any]]]]:
-    """``(name, kind, entries)`` per state of a canonical snapshot, where ``entries``
-    yields the ``(key, stored)`` of the key groups in ``key_groups`` (empty lists and
-    maps left out). Raises :class:`UnsupportedSnapshotFormatError` for what is not
-    canonical."""
+    """``(name, kind, entries)`` per untyped state of a canonical snapshot, where
+    ``entries`` yields the ``(key, stored)`` of the key groups in ``key_groups`` (empty
+    lists and maps left out). A typed state (Arrow columns) goes to
+    ``typed.restore(...)`` (a :class:`~lockgate.state.typed.registry.TypedStates`), which
+    hands it to the backend when the job asks for it. Raises
+    :class:`UnsupportedSnapshotFormatError` for what is not canonical."""
     states = snap.get("states")
     if not isinstance(states, Mapping):
         raise UnsupportedSnapshotFormatError(
             f"{where} has no 'states' mapping (found {type(states).__name__})"
         )
     for name, state in states.items():
+        if is_typed_entry(state):
+            if typed is None:
+                raise UnsupportedSnapshotFormatError(
+                    f"{where}: state '{name}' is typed state (Arrow columns), which this "
+                    "restore does not read"
+                )
+            typed.restore(name, state, key_groups, where)
+            continue
         kind = state.get("kind") if isinstance(state, Mapping) else None
         if kind not in STATE_KINDS:
             raise UnsupportedSnapshotFormatError(

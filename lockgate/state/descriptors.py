@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigurationError
 from .ttl import StateTtlConfig, check_ttl_config
+from .typed.types import StateType, state_type
 
 T = TypeVar("T")
 
@@ -22,11 +23,20 @@ _IMMUTABLE = (int, float, str, bytes, bool, tuple, frozenset, type(None), comple
 
 
 class StateDescriptor(Generic[T]):
-    """Names a piece of state; the name is unique within an operator."""
+    """Names a piece of state; the name is unique within an operator.
+
+    ``type=`` makes the state *typed* (keyed state): its values are stored as Arrow
+    columns in savepoints, restore without running code, and may evolve as
+    docs/state_evolution.md allows (``aliases={"new field": "old field"}`` declares
+    renamed fields); see :mod:`lockgate.state.typed.types` for the types it accepts.
+    Without ``type=`` values are pickled: they restore as long as their classes still
+    unpickle, and cannot evolve."""
 
     kind = "state"
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self, name: str, *, type: Any = None, key_type: Any = None, aliases: Any = None
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(
                 f"a state descriptor needs a non-empty string name, got {name!r}"
@@ -34,6 +44,19 @@ class StateDescriptor(Generic[T]):
         self.name = name
         #: the time-to-live settings (``enable_time_to_live``), or None
         self.ttl_config: Any = None
+        #: the declared type (``type=``) as given, or None for pickled values
+        self.type: Any = type
+        #: the declared type's conversions, or None
+        self.state_type: StateType | None = None
+        where = f"{self.__class__.__name__}({name!r})"
+        if type is not None:
+            self.state_type = state_type(
+                type, where, key_type=key_type, aliases=aliases, kind=self.kind
+            )
+        elif key_type is not None or aliases is not None:
+            raise ConfigurationError(
+                f"{where}: key_type= and aliases= need type= (the type of the values)"
+            )
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
         """Give the state a time to live: values (list elements, map entries) expire
@@ -54,8 +77,10 @@ class ValueStateDescriptor(StateDescriptor[T]):
 
     kind = "value"
 
-    def __init__(self, name: str, default: T | None = None) -> None:
-        super().__init__(name)
+    def __init__(
+        self, name: str, default: T | None = None, *, type: Any = None, aliases: Any = None
+    ) -> None:
+        super().__init__(name, type=type, aliases=aliases)
         self.default = default
         self._immutable_default = isinstance(default, _IMMUTABLE)
 
@@ -64,15 +89,25 @@ class ValueStateDescriptor(StateDescriptor[T]):
 
 
 class ListStateDescriptor(StateDescriptor[T]):
-    """A list of values per key (keyed state) or per operator subtask (operator state)."""
+    """A list of values per key (keyed state) or per operator subtask (operator state).
+    ``type=``: the type of one element."""
 
     kind = "list"
 
+    def __init__(self, name: str, *, type: Any = None, aliases: Any = None) -> None:
+        super().__init__(name, type=type, aliases=aliases)
+
 
 class MapStateDescriptor(StateDescriptor[T]):
-    """A map ``user key -> value`` per key (keyed state), or the broadcast state."""
+    """A map ``user key -> value`` per key (keyed state), or the broadcast state.
+    Typed: ``key_type=`` the user keys' type (a scalar), ``type=`` the values' type."""
 
     kind = "map"
+
+    def __init__(
+        self, name: str, *, key_type: Any = None, type: Any = None, aliases: Any = None
+    ) -> None:
+        super().__init__(name, type=type, key_type=key_type, aliases=aliases)
 
 
 def _reduce_callable(fn: Any, what: str) -> Callable[[Any, Any], Any]:
@@ -93,8 +128,10 @@ class ReducingStateDescriptor(StateDescriptor[T]):
 
     kind = "reducing"
 
-    def __init__(self, name: str, reduce_function: Any) -> None:
-        super().__init__(name)
+    def __init__(
+        self, name: str, reduce_function: Any, *, type: Any = None, aliases: Any = None
+    ) -> None:
+        super().__init__(name, type=type, aliases=aliases)
         self.reduce_function = reduce_function
         self.reduce: Callable[[Any, Any], Any] = _reduce_callable(
             reduce_function, f"ReducingStateDescriptor({name!r})"
@@ -103,12 +140,15 @@ class ReducingStateDescriptor(StateDescriptor[T]):
 
 class AggregatingStateDescriptor(StateDescriptor[T]):
     """An accumulator per key, driven by an :class:`~lockgate.AggregateFunction`
-    (``create_accumulator``, ``add(value, acc)``, ``get_result(acc)``)."""
+    (``create_accumulator``, ``add(value, acc)``, ``get_result(acc)``). ``type=``: the
+    accumulator's type."""
 
     kind = "aggregating"
 
-    def __init__(self, name: str, agg_function: Any) -> None:
-        super().__init__(name)
+    def __init__(
+        self, name: str, agg_function: Any, *, type: Any = None, aliases: Any = None
+    ) -> None:
+        super().__init__(name, type=type, aliases=aliases)
         missing = [
             m
             for m in ("create_accumulator", "add", "get_result")

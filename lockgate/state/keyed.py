@@ -111,6 +111,7 @@ from .ttl import (
     has_ttl_wrapper,
     snapshot_expiry,
 )
+from .typed.registry import FrozenTypes, TypedStates
 
 _MISSING: Any = object()
 
@@ -249,8 +250,10 @@ class KeyedStateSnapshot:
         views: dict[str, tuple[dict[Any, Any], ...]],
         kinds: dict[str, str],
         expiry: dict[str, tuple[StateTtlConfig, int]] | None = None,
+        typed: FrozenTypes | None = None,
     ) -> None:
         self._backend = backend
+        self._typed = typed
         self._depth = depth  # the snapshot sees the bottom ``depth`` frozen layers
         self._views = views
         self._kinds = kinds
@@ -313,6 +316,8 @@ class KeyedStateSnapshot:
                 self._size = sum(
                     len(kg) for s in states.values() for kg in s["key_groups"].values()
                 )
+            if self._typed:
+                states = self._typed.encode(states)
             return {
                 "format": SNAPSHOT_FORMAT,
                 "max_parallelism": self.max_parallelism,
@@ -438,6 +443,8 @@ class HeapKeyedStateBackend:
         self.current_watermark: int = MIN_WATERMARK
         #: event time for TTL state: the timestamp of the record being processed, or None
         self.current_timestamp: int | None = None
+        #: the declared types of typed states, and restored typed state not asked for yet
+        self.typed = TypedStates(operator_name)
         # name -> live table: a plain dict, or an _Overlay while snapshots are outstanding
         self._tables: dict[str, dict[Any, Any]] = {}
         self._kinds: dict[str, str] = {}  # registered or restored
@@ -493,6 +500,12 @@ class HeapKeyedStateBackend:
                 f"{self._ttl[name]!r}, now asked for with TTL {ttl!r}; use the same "
                 "descriptor settings for every handle of one state"
             )
+        restored = self.typed.register(descriptor, ttl is not None)
+        if restored is not None:
+            self._kinds[name] = descriptor.kind
+            loaded = self._tables.setdefault(name, {})
+            for key, stored in restored:
+                loaded[canonical_key(key)] = stored
         table = self._tables.get(name)
         handle = create_handle(self, table if table is not None else {}, descriptor, where)
         if name not in self._ttl:
@@ -562,7 +575,12 @@ class HeapKeyedStateBackend:
         self._frozen.append(frozen)
         expiry = snapshot_expiry(views, self._ttl, self)
         snap = KeyedStateSnapshot(
-            self, len(self._frozen), views, {name: self._kinds[name] for name in views}, expiry
+            self,
+            len(self._frozen),
+            views,
+            {name: self._kinds[name] for name in views},
+            expiry,
+            self.typed.freeze(),
         )
         with self._lock:
             self._outstanding.add(snap)
@@ -641,7 +659,7 @@ class HeapKeyedStateBackend:
                     "env.set_state_backend(lg.RocksDBStateBackend(...)), or change state "
                     "backends through a savepoint (savepoints restore into either backend)"
                 )
-            for name, kind, entries in canonical_states(snap, where, key_groups):
+            for name, kind, entries in canonical_states(snap, where, key_groups, self.typed):
                 known = self._kinds.get(name)
                 if known is not None and known != kind:
                     raise ConfigurationError(

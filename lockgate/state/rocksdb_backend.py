@@ -118,6 +118,7 @@ from .rocksdb_restore import (
 from .rocksdb_rows import int_key_rows, number_values
 from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
 from .ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
+from .typed.registry import TypedStates
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +362,8 @@ class RocksDBKeyedStateBackend:
         #: the maximum of cached (state, key) entries; 0: no cache across batches
         self.cache_entries = check_cache_entries(cache_entries, "RocksDBKeyedStateBackend")
         self.operator_name = operator_name
+        #: the declared types of typed states, and restored typed state not asked for yet
+        self.typed = TypedStates(operator_name)
         self.max_parallelism = check_max_parallelism(max_parallelism)
         self.incremental = incremental
         self.subtask_index = subtask_index
@@ -819,8 +822,11 @@ class RocksDBKeyedStateBackend:
                 f"now asked for with TTL {ttl!r}; use the same descriptor settings for every "
                 "handle of one state"
             )
+        loaded = self.typed.register(descriptor, ttl is not None)
         restored = known is not None and name not in self._ttl
         info = known if known is not None else self._register(name, descriptor.kind, where)
+        if loaded is not None:
+            self._load_entries(info, loaded)
         table = self._table(name, info)
         handle: KeyedStateHandle = create_handle(self, table, descriptor, where)
         if name not in self._ttl:
@@ -828,6 +834,19 @@ class RocksDBKeyedStateBackend:
                 self._check_ttl_form(name, ttl, where)
             self._ttl[name] = ttl
         return handle
+
+    def _load_entries(self, info: StateInfo, entries: Iterable[tuple[Any, Any]]) -> None:
+        """Write restored ``(key, stored)`` entries of one state (typed state, when the
+        job asks for it) into the database."""
+        self.end_batch()
+        self._flush_pending()
+        self._drop_cache()
+        batch = _Batch(self._db)
+        mp = self.max_parallelism
+        sid = U16.pack(info.state_id)
+        for key, stored in entries:
+            batch.put(U16.pack(key_group_of(key, mp)) + sid + encode_key(key), dumps(stored))
+        batch.flush()
 
     def _register(self, name: str, kind: str, where: str) -> StateInfo:
         if self._next_id > MAX_STATE_ID:
@@ -914,6 +933,7 @@ class RocksDBKeyedStateBackend:
             states=self._states,
             expiry=expiry,
             on_release=self._snapshot_released,
+            typed=self.typed.freeze(),
         )
         with self._lock:
             self._outstanding.add(view)
@@ -971,6 +991,9 @@ class RocksDBKeyedStateBackend:
                     self._copy_native(snap, key_groups, storage, label)
                 else:
                     self._merge_catalogue(native_states(snap, label), label)
+        for i, (snap, kind) in enumerate(zip(snaps, kinds)):
+            if kind == "native":
+                self.typed.restore_native(snap, key_groups, f"{where}: keyed state snapshot #{i}")
         for name, ttl in self._ttl.items():
             self._check_ttl_form(name, ttl, where)
 
@@ -1060,7 +1083,7 @@ class RocksDBKeyedStateBackend:
     def _load_canonical(self, snap: Mapping[str, Any], key_groups: range, where: str) -> None:
         batch = _Batch(self._db)
         mp = self.max_parallelism
-        for name, kind, entries in canonical_states(snap, where, key_groups):
+        for name, kind, entries in canonical_states(snap, where, key_groups, self.typed):
             sid = U16.pack(self._state_for_restore(name, kind, where).state_id)
             for key, stored in entries:
                 row = U16.pack(key_group_of(key, mp)) + sid + encode_key(key)

@@ -39,6 +39,7 @@ from .rocksdb_files import (
     state_files,
 )
 from .ttl import StateTtlConfig, drop_expired
+from .typed.registry import FrozenTypes
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,10 @@ class RocksDBSnapshot:
         states: dict[str, StateInfo],
         expiry: dict[str, tuple[StateTtlConfig, int]],
         on_release: Callable[[RocksDBSnapshot], None],
+        typed: FrozenTypes | None = None,
     ) -> None:
         self.operator_name = operator_name
+        self._typed = typed
         self.max_parallelism = max_parallelism
         self.path = path
         self.db_id = db_id
@@ -117,13 +120,16 @@ class RocksDBSnapshot:
                 db.close()
                 del db
             self._check_released()
+            states = {
+                name: {"kind": self._states[name].kind, "key_groups": groups[name]}
+                for name in self._states
+            }
+            if self._typed:
+                states = self._typed.encode(states)
             return {
                 "format": SNAPSHOT_FORMAT,
                 "max_parallelism": self.max_parallelism,
-                "states": {
-                    name: {"kind": self._states[name].kind, "key_groups": groups[name]}
-                    for name in self._states
-                },
+                "states": states,
             }
         finally:
             self._leave()
@@ -214,6 +220,7 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
                 "sst": sst,
                 "private": private,
                 "key_group_span": span,
+                **(self._typed.native() if self._typed else {}),
             }
         finally:
             self._leave()

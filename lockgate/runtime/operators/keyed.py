@@ -99,6 +99,9 @@ class KeyedProcessOperator(_FunctionOperator):
             self.name, ctx.max_parallelism, clock=ctx.clock, subtask_index=ctx.subtask_index
         )
         ctx._keyed_backend = self.backend
+        typed = getattr(self.backend, "typed", None)
+        if typed is not None:
+            typed.uid = self.uid  # errors about typed state name the uid
         self.timers = InternalTimerService(
             self.name,
             ctx.max_parallelism,
