@@ -118,6 +118,7 @@ from .cli_parser import (
     parse,
 )
 from .cli_remote import URL_ENV, RemoteError
+from .cli_savepoint_check import is_check_command, savepoint_check_command
 from .cli_submit import SubmitError
 from .core import rest_settings
 from .errors import ConfigurationError, JobFailedError, LockgateError
@@ -450,8 +451,11 @@ def _dispatch(ns: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lockgate`` command; returns the process exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if is_check_command(args):
+        return savepoint_check_command(args[2:])
     try:
-        ns = parse(sys.argv[1:] if argv is None else list(argv))
+        ns = parse(args)
     except SystemExit as e:  # argparse: --help, --version, usage errors
         return _exit_status(e)
     if ns.command is None:

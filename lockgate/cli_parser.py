@@ -270,7 +270,8 @@ def _add_control_commands(commands: Any) -> None:
         "savepoint",
         help="take a savepoint of a running job",
         description="Take a savepoint of a running job into the folder PATH and print the "
-        "savepoint's folder. The job keeps running.",
+        "savepoint's folder. The job keeps running. ('lockgate savepoint check SAVEPOINT "
+        "JOB [JOB_ARGS]' checks a savepoint against a job file before deploying it.)",
     )
     savepoint.add_argument("job", metavar="JOB", help=job_help)
     savepoint.add_argument("path", metavar="PATH", help="the folder of the savepoint")

@@ -33,6 +33,7 @@ from ..runtime.operators.io import SourceOperator
 from ..state.backends import HashMapStateBackend, StateBackend, check_state_backend
 from ..time.watermark_strategy import check_watermark_strategy
 from .datastream import DataStream, _check_parallelism
+from .job_capture import capture_if_asked
 from .job_client import JobClient
 from .resume import (
     fresh_from_environment,
@@ -328,6 +329,7 @@ class StreamEnvironment:
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
+        capture_if_asked(self, job_name)  # lockgate savepoint check: build, do not run
         plan = self.get_execution_plan(
             job_name,
             restore_from=restore_from,
@@ -357,6 +359,7 @@ class StreamEnvironment:
         """
         if not isinstance(job_name, str) or not job_name:
             raise ConfigurationError(f"job_name must be a non-empty string, got {job_name!r}")
+        capture_if_asked(self, job_name)  # lockgate savepoint check: build, do not run
         plan = self.get_execution_plan(
             job_name,
             restore_from=restore_from,

@@ -14,14 +14,23 @@ pandas) or a Spark DataFrame (:meth:`StateFrame.to_spark`)::
 The state of a window join, window co-group or interval join is listed by
 ``operators()`` but not readable: ``state()`` raises :class:`SavepointFormatError`
 naming the operator (the savepoint still restores the job).
+
+``lockgate.savepoint.check(path, env)`` checks a savepoint against a job before it is
+deployed (:mod:`lockgate.savepoint.check`): which operators and states match, what
+evolves, what is incompatible or would be dropped.
 """
 
+from .check import CheckReport, OperatorCheck, StateCheck, check
 from .errors import MissingDependencyError, SavepointFormatError, StateConversionError
 from .frame import StateFrame
 from .model import FUNCTION_STATE, RAW_STATE, OperatorInfo, StateInfo, StateKind
 from .reader import Savepoint, read
 
 __all__ = [
+    "CheckReport",
+    "OperatorCheck",
+    "StateCheck",
+    "check",
     "FUNCTION_STATE",
     "RAW_STATE",
     "MissingDependencyError",
