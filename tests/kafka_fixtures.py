@@ -25,13 +25,23 @@ def admin() -> AdminClient:
     return AdminClient({"bootstrap.servers": BOOTSTRAP})
 
 
+#: the topic config every test topic gets: no time-based deletion
+KEEP_RECORDS = {"retention.ms": "-1"}
+
+
 def create_topic(name: str, partitions: int, config: dict[str, str] | None = None) -> str:
     """Create ``name`` with ``partitions`` partitions (replication 1, topic ``config``)
     and wait until every partition has a leader; fails naming the broker when it does
-    not answer."""
+    not answer.
+
+    Test topics keep their records whatever their timestamps (``retention.ms=-1``
+    unless ``config`` sets it): tests write event times of 1970 or 2020, and the
+    broker's time retention (24 h), checked every 5 minutes, would otherwise delete a
+    topic's whole log between a test's writes and its reads (a bounded reader then
+    waits for records that are gone)."""
     client = admin()
     try:
-        topic = NewTopic(name, partitions, 1, config=config or {})
+        topic = NewTopic(name, partitions, 1, config={**KEEP_RECORDS, **(config or {})})
         for future in client.create_topics([topic]).values():
             future.result(30)
     except KafkaException as e:

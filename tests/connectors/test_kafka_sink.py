@@ -16,7 +16,7 @@ import pytest
 
 import lockgate as lg
 from conftest import wait_for_checkpoints, wait_until
-from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
+from kafka_fixtures import BOOTSTRAP, KEEP_RECORDS, open_transactions, read_committed
 from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
 from lockgate.connectors.kafka_transactions import fence_and_abort
 from lockgate.connectors.sequence import SequenceSource
@@ -249,7 +249,7 @@ def test_m_x2_a_record_the_broker_refuses_fails_with_its_topic_key_and_size(tmp_
 
     topic = f"lgtest-small-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-    new = NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})
+    new = NewTopic(topic, 1, 1, config={**KEEP_RECORDS, "max.message.bytes": "2000"})
     for future in admin.create_topics([new]).values():
         future.result(30)
     try:
