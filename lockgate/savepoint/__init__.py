@@ -17,7 +17,10 @@ naming the operator (the savepoint still restores the job).
 
 ``lockgate.savepoint.check(path, env)`` checks a savepoint against a job before it is
 deployed (:mod:`lockgate.savepoint.check`): which operators and states match, what
-evolves, what is incompatible or would be dropped.
+evolves, what is incompatible or would be dropped. ``lockgate.savepoint.write(path,
+states)`` builds a savepoint from pandas, Arrow or Spark frames
+(:mod:`lockgate.savepoint.writer`): bootstrap a job's state from a batch job's result,
+or read, change and write a savepoint back.
 """
 
 from .check import CheckReport, OperatorCheck, StateCheck, check
@@ -25,6 +28,7 @@ from .errors import MissingDependencyError, SavepointFormatError, StateConversio
 from .frame import StateFrame
 from .model import FUNCTION_STATE, RAW_STATE, OperatorInfo, StateInfo, StateKind
 from .reader import Savepoint, read
+from .writer import State, write
 
 __all__ = [
     "CheckReport",
@@ -40,6 +44,8 @@ __all__ = [
     "StateConversionError",
     "StateFrame",
     "StateInfo",
+    "State",
     "StateKind",
     "read",
+    "write",
 ]

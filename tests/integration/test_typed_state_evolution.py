@@ -105,7 +105,7 @@ def first_version(tmp_path: Path) -> str:
 
 
 def next_version(tmp_path: Path, location: str, version: int, executor: Any) -> Path:
-    env = lg.StreamEnvironment(parallelism=3)  # rescaled as well
+    env = lg.StreamEnvironment(parallelism=1)  # rescaled as well
     folder = tmp_path / f"out-v{version}"
     more = env.from_collection(list(range(FIRST, FIRST + MORE)), name="more").uid("more")
     more.map(to_record).uid("records-2").key_by("k").process(Counter(version), name="counter").uid(

@@ -277,6 +277,8 @@ class StructNode(TypeNode):
 
 
 def _attr(value: Any, name: str) -> Any:
+    if type(value) is dict:  # a record read from a frame or a savepoint
+        return value.get(name)
     try:
         return getattr(value, name)
     except AttributeError:
