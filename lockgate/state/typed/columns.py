@@ -174,9 +174,14 @@ def _first_misfit(node: TypeNode, keys: list[Any], stored: list[Any]) -> str | N
     return None
 
 
+#: typed state tables are written with their buffers compressed (zstd, level 1: fast)
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=1))
+
+
 def table_bytes(table: pa.Table) -> bytes:
+    """``table`` as an Arrow IPC stream, its buffers zstd-compressed."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 

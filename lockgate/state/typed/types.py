@@ -230,6 +230,15 @@ class StructNode(TypeNode):
         self._name = name
         self._read = read
         self._make = make
+        # a dataclass whose instances keep their fields in __dict__ (no __slots__, no
+        # __post_init__): rebuilt as pickle rebuilds it
+        self._plain_instances = (
+            make is not None
+            and dataclasses.is_dataclass(make)
+            and not hasattr(make, "__slots__")
+            and not hasattr(make, "__post_init__")
+        )
+        self._tuple_instances = make is not None and _is_named_tuple(make)
 
     def field(self, name: str) -> StructField | None:
         for f in self.fields:
@@ -263,6 +272,19 @@ class StructNode(TypeNode):
         make = self._make
         if make is None:
             rows: list[Any] = [dict(zip(names, vals)) for vals in zip(*columns)]
+        elif self._plain_instances:
+            # as unpickling does: a new instance and its fields, no __init__ call
+            new = object.__new__
+            cls: Any = make
+            rows = []
+            append = rows.append
+            for vals in zip(*columns):
+                obj = new(cls)
+                obj.__dict__ = dict(zip(names, vals))
+                append(obj)
+        elif self._tuple_instances:
+            named: Any = make
+            rows = [named._make(vals) for vals in zip(*columns)]  # a NamedTuple
         else:
             rows = [make(**dict(zip(names, vals))) for vals in zip(*columns)]
         if not self.fields:
