@@ -11,7 +11,8 @@ File format (every file it writes)::
     offset  size  field
     0       4     magic b"LGCK"
     4       2     format version, uint16 little-endian (currently 1)
-    6       1     payload kind: 1 = pickle (state), 2 = JSON utf-8 (_metadata, _latest)
+    6       1     payload kind: 1 = state (a state tree, lockgate.checkpoint.state_tree;
+                  before it, one pickle), 2 = JSON utf-8 (_metadata, _latest)
     7       4     CRC32 of the payload, uint32 little-endian
     11      8     payload length in bytes, uint64 little-endian
     19      ...   payload
@@ -43,7 +44,6 @@ import contextlib
 import hmac
 import json
 import os
-import pickle
 import re
 import struct
 import threading
@@ -52,10 +52,10 @@ import zlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import cloudpickle
 import pyarrow.fs as pafs
 
 from ..errors import ConfigurationError
+from .state_tree import decode_tree, encode_tree
 from .storage import (
     LATEST,
     METADATA,
@@ -391,11 +391,12 @@ class FileSystemCheckpointStorage:
 
     # CheckpointStorage ----------------------------------------------------------------
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
-        """Write ``state`` (cloudpickled, with the header) to a new file
-        ``chk-<id>/<name>.<random token>`` (unique to this call, so a late writer of a
-        failed attempt never overwrites another's file); return its handle."""
+        """Write ``state`` (a state tree, :mod:`lockgate.checkpoint.state_tree`, with the
+        header) to a new file ``chk-<id>/<name>.<random token>`` (unique to this call, so
+        a late writer of a failed attempt never overwrites another's file); return its
+        handle."""
         rel = state_file_path(checkpoint_id, name)
-        payload = cloudpickle.dumps(state, protocol=5)  # classes of a driver script travel by value
+        payload = encode_tree(state)  # objects cloudpickled: a driver script's classes by value
         data = encode_file(payload, KIND_PICKLE, self.options)
         self._write(rel, data, atomic=False)
         return StateHandle(rel, len(data), zlib.crc32(payload))
@@ -419,10 +420,13 @@ class FileSystemCheckpointStorage:
             )
         return payload
 
-    def read_state(self, handle: StateHandle) -> Any:
+    def read_state(self, handle: StateHandle, *, unpickle: bool = True) -> Any:
         """The state behind ``handle``: verified first (:meth:`verify_state`), then
-        unpickled - which runs code: only from trusted or signed storage."""
-        return pickle.loads(self.verify_state(handle))
+        decoded; its pickled parts are unpickled - which runs code: only from trusted or
+        signed storage - or, with ``unpickle=False``, left as
+        :class:`~lockgate.checkpoint.state_tree.PickledValue` placeholders."""
+        where = _redact(self.location(handle.path))
+        return decode_tree(self.verify_state(handle), unpickle=unpickle, where=where)
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         if not isinstance(metadata, dict):

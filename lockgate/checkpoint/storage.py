@@ -26,13 +26,13 @@ truncated file raises ``CorruptCheckpointError``, never loads silently.
 from __future__ import annotations
 
 import json
-import pickle
 import secrets
 import threading
 import zlib
 from typing import Any, Protocol
 
 from ..errors import ConfigurationError, LockgateError
+from .state_tree import decode_tree, encode_tree
 from .storage_options import DEFAULT_OPTIONS, StorageOptions, register
 from .types import StateHandle
 
@@ -105,13 +105,15 @@ class CheckpointStorage(Protocol):
         :func:`state_file_path`: never a file another call wrote); return its handle,
         which names the file."""
 
-    def read_state(self, handle: StateHandle) -> Any:
+    def read_state(self, handle: StateHandle, *, unpickle: bool = True) -> Any:
         """Load the state behind ``handle`` (verifies version, checksum and, with a
-        signing key, the MAC, then unpickles: restoring runs pickled code)."""
+        signing key, the MAC, then decodes the state tree and unpickles its pickled
+        parts: restoring runs pickled code; ``unpickle=False`` leaves them as
+        placeholders and runs nothing)."""
 
     def verify_state(self, handle: StateHandle) -> bytes:
         """Check the state file behind ``handle`` like :meth:`read_state` without
-        unpickling it; return its pickled payload."""
+        decoding it; return its payload."""
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         """Write ``chk-<id>/_metadata`` atomically (JSON-compatible dict); return the
@@ -164,7 +166,7 @@ class MemoryCheckpointStorage:
 
     def write_state(self, checkpoint_id: int, name: str, state: Any) -> StateHandle:
         path = state_file_path(checkpoint_id, name)
-        data = pickle.dumps(state, protocol=5)
+        data = encode_tree(state)
         with self._lock:
             self.files[path] = data
         return StateHandle(path, len(data), zlib.crc32(data))
@@ -176,8 +178,8 @@ class MemoryCheckpointStorage:
             raise CorruptCheckpointError(f"state file {handle.path} is missing or corrupt")
         return data
 
-    def read_state(self, handle: StateHandle) -> Any:
-        return pickle.loads(self.verify_state(handle))
+    def read_state(self, handle: StateHandle, *, unpickle: bool = True) -> Any:
+        return decode_tree(self.verify_state(handle), unpickle=unpickle, where=handle.path)
 
     def write_metadata(self, checkpoint_id: int, metadata: dict[str, Any]) -> str:
         if not isinstance(metadata, dict):

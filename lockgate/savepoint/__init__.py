@@ -11,6 +11,10 @@ pandas) or a Spark DataFrame (:meth:`StateFrame.to_spark`)::
     sp.operators()                       # {"counter": OperatorInfo(uid=..., ...)}
     sp.state("counter", "count").to_pandas()
 
+Nothing is unpickled unless ``read(path, allow_pickle=True)``: operators, states and
+typed state (``type=`` on a descriptor) read without running any code named by the
+files; a pickled state raises :class:`PickledStateError` until pickles are allowed.
+
 The state of a window join, window co-group or interval join is listed by
 ``operators()`` but not readable: ``state()`` raises :class:`SavepointFormatError`
 naming the operator (the savepoint still restores the job).
@@ -24,7 +28,12 @@ or read, change and write a savepoint back.
 """
 
 from .check import CheckReport, OperatorCheck, StateCheck, check
-from .errors import MissingDependencyError, SavepointFormatError, StateConversionError
+from .errors import (
+    MissingDependencyError,
+    PickledStateError,
+    SavepointFormatError,
+    StateConversionError,
+)
 from .frame import StateFrame
 from .model import FUNCTION_STATE, RAW_STATE, OperatorInfo, StateInfo, StateKind
 from .reader import Savepoint, read
@@ -39,6 +48,7 @@ __all__ = [
     "RAW_STATE",
     "MissingDependencyError",
     "OperatorInfo",
+    "PickledStateError",
     "Savepoint",
     "SavepointFormatError",
     "StateConversionError",

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..checkpoint.state_tree import PickledValue
 from ..state.typed.columns import TypedStateFormatError, read_table
 from ..state.typed.registry import is_typed_entry
 from .errors import SavepointFormatError
@@ -80,6 +81,8 @@ def decode_subtask(uid: str, subtask: int, state: Any) -> SubtaskState:
         return _typed(where, state)
     if is_keyed_snapshot(state):
         return _keyed(where, state, {})
+    # also a file of the format before state trees, read without unpickling: one
+    # PickledValue (its states are known only once it is unpickled)
     return SubtaskState({RAW_STATE: StatePart(StateKind.RAW, state)})
 
 
@@ -101,7 +104,7 @@ def _typed(where: str, state: Mapping[str, Any]) -> SubtaskState:
         if (
             not isinstance(entry, Mapping)
             or entry.get("mode") not in _OPERATOR_MODES
-            or not isinstance(entry.get("items"), list)
+            or not isinstance(entry.get("items"), (list, PickledValue))
         ):
             raise SavepointFormatError(
                 f"{where}: operator state {name!r} is not {{'mode': 'split' | 'union', "
@@ -109,7 +112,7 @@ def _typed(where: str, state: Mapping[str, Any]) -> SubtaskState:
             )
         _add(where, parts, name, StatePart(_OPERATOR_MODES[entry["mode"]], entry["items"]))
     for name, entries in _mapping(where, "broadcast", state.get("broadcast")).items():
-        if not isinstance(entries, Mapping):
+        if not isinstance(entries, (Mapping, PickledValue)):
             raise SavepointFormatError(
                 f"{where}: broadcast state {name!r} is a {type(entries).__name__}, not a map"
             )
@@ -141,8 +144,11 @@ def _keyed(where: str, snapshot: Mapping[str, Any], parts: dict[str, StatePart])
                 f"{', '.join(k.value for k in StateKind if k.keyed)}"
             )
         key_groups = entry.get("key_groups")
+        if isinstance(key_groups, PickledValue):  # loaded when the state is read
+            _add(where, parts, name, StatePart(state_kind, key_groups))
+            continue
         if not isinstance(key_groups, Mapping) or not all(
-            isinstance(keys, Mapping) for keys in key_groups.values()
+            isinstance(keys, (Mapping, PickledValue)) for keys in key_groups.values()
         ):
             raise SavepointFormatError(
                 f"{where}: keyed state {name!r} has no {{key_group: {{key: value}}}} 'key_groups'"

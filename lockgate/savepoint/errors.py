@@ -17,3 +17,9 @@ class StateConversionError(LockgateError, TypeError):
 
 class MissingDependencyError(LockgateError, ImportError):
     """An optional library a conversion needs (pandas) is not installed."""
+
+
+class PickledStateError(LockgateError, PermissionError):
+    """A state holds pickled values and the savepoint was read without
+    ``allow_pickle=True``: unpickling runs code named by the files, so the reader does it
+    only when told that the storage is trusted."""

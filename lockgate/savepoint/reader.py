@@ -15,13 +15,14 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..checkpoint.state_tree import has_pickles
 from ..checkpoint.storage import open_storage
 from ..errors import ConfigurationError
 from ..recovery.restore import CHANNEL_STATE_PREFIX, RestoreSpec, resolve_restore_path
 from ..runtime.operators.interval_join import INTERVAL_JOIN_STATE_FORMAT
 from ..runtime.operators.window import WINDOW_STATE_FORMAT
 from .decode import StatePart, decode_subtask
-from .errors import SavepointFormatError
+from .errors import PickledStateError, SavepointFormatError
 from .frame import StateFrame
 from .model import OperatorInfo, StateInfo, StateKind
 from .rows import state_rows
@@ -97,6 +98,14 @@ class Savepoint:
                 f"{sorted(operator.states)!r}"
             )
         kind, parts = entry
+        if any(has_pickles(part.data) for _, part in parts):
+            raise PickledStateError(
+                f"state {name!r} of operator {uid!r} holds pickled values (no type= on its "
+                "descriptor, or an operator's own state), and unpickling runs code named by "
+                f"the files; read the {self._kind()} with "
+                "lockgate.savepoint.read(path, allow_pickle=True) if only you (or a signed "
+                "checkpoint) could have written it. Typed state (type=...) reads without it"
+            )
         join = _join_operator(parts) if kind is StateKind.RAW else None
         if join is not None:
             raise SavepointFormatError(
@@ -145,7 +154,7 @@ def _join_operator(parts: list[tuple[int, StatePart]]) -> str | None:
     return None
 
 
-def read(path: str | os.PathLike[str]) -> Savepoint:
+def read(path: str | os.PathLike[str], *, allow_pickle: bool = False) -> Savepoint:
     """Read the checkpoint or savepoint at ``path``: a ``chk-<id>`` folder, a savepoint
     folder, or a checkpoint storage root (its newest intact checkpoint); a local path or
     any URL the checkpoint storage opens.
@@ -154,7 +163,15 @@ def read(path: str | os.PathLike[str]) -> Savepoint:
     or a local path that does not exist, :class:`~lockgate.recovery.restore.RestoreError`
     when nothing readable is there, and :class:`~lockgate.savepoint.SavepointFormatError`
     for state the offline reader cannot decode (an incremental RocksDB checkpoint: read a
-    savepoint instead)."""
+    savepoint instead).
+
+    Nothing in the files is unpickled unless ``allow_pickle=True``: typed state
+    (declared with ``type=``) and every state's name and kind read without it; reading
+    a pickled state (:meth:`Savepoint.state`) then raises
+    :class:`~lockgate.savepoint.PickledStateError`, since unpickling runs code named by
+    the files. Allow it for storage only you (or a signed checkpoint) could write."""
+    if not isinstance(allow_pickle, bool):
+        raise ConfigurationError(f"allow_pickle must be True or False, got {allow_pickle!r}")
     given = _check_path(path)
     spec = resolve_restore_path(given)
     storage = open_storage(spec.storage_url)
@@ -162,7 +179,10 @@ def read(path: str | os.PathLike[str]) -> Savepoint:
     for uid, handles in spec.operators.items():
         if uid.startswith(CHANNEL_STATE_PREFIX):
             continue
-        payloads = {subtask: storage.read_state(handle) for subtask, handle in handles.items()}
+        payloads = {
+            subtask: storage.read_state(handle, unpickle=allow_pickle)
+            for subtask, handle in handles.items()
+        }
         operators[uid] = _decode_operator(uid, payloads)
     return Savepoint(given, spec, operators)
 

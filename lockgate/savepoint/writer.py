@@ -41,12 +41,14 @@ import pyarrow as pa
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.fs_storage import KIND_JSON, KIND_PICKLE, encode_file
 from ..checkpoint.savepoints import check_savepoint_target
+from ..checkpoint.state_tree import encode_tree
 from ..checkpoint.storage import METADATA, open_storage, storage_options_of
 from ..checkpoint.types import StateHandle
 from ..core.key_groups import (
     DEFAULT_MAX_PARALLELISM,
     check_max_parallelism,
     key_groups_of_column,
+    key_groups_of_keys,
     subtasks_for_key_groups,
 )
 from ..errors import ConfigurationError
@@ -173,6 +175,14 @@ def _arrow(frame: Any, columns: list[str]) -> pa.Table:
     return pa.Table.from_pandas(frame[columns], preserve_index=False)
 
 
+def _local_rows(spec: State) -> Any:
+    """The ``key``, ``value`` rows of a local frame: Arrow for typed state, the pandas
+    frame itself for pickled values (any Python object)."""
+    if not spec.typed and _is_pandas(spec.frame):
+        return spec.frame[["key", "value"]]
+    return _arrow(spec.frame, ["key", "value"])
+
+
 def _state_type(uid: str, name: str, spec: State) -> StateType | None:
     if spec.type is None:
         return None
@@ -214,9 +224,7 @@ def _write_operator(
         if _is_spark(spec.frame):  # several keyed states: encoded by executors, merged here
             entries = _spark_entries(spec, st, mp, parallelism)
         else:
-            entries = list(
-                _entries_for(_arrow(spec.frame, ["key", "value"]), spec, st, mp, parallelism)
-            )
+            entries = list(_entries_for(_local_rows(spec), spec, st, mp, parallelism))
         for subtask, entry in entries:
             parts[subtask][name] = entry
     return {
@@ -275,9 +283,8 @@ def write_subtask_file(
 ) -> StateHandle:
     """Write one operator subtask's state file into the savepoint folder ``storage``."""
     name = f"op-{uid}-{subtask}.{secrets.token_hex(8)}"
-    payload = cloudpickle.dumps(
-        {"operator": uid, "subtask": subtask, "state": state, "parallelism": parallelism},
-        protocol=5,
+    payload = encode_tree(
+        {"operator": uid, "subtask": subtask, "state": state, "parallelism": parallelism}
     )
     data = encode_file(payload, KIND_PICKLE, storage_options_of(storage))
     storage.write_file(name, data)
@@ -352,10 +359,16 @@ def _pairs_to_map(values: pa.Array) -> pa.Array:
     return pa.MapArray.from_arrays(values.offsets, keys, vals)
 
 
-def _untyped_groups(table: pa.Table, mp: int) -> dict[int, dict[Any, Any]]:
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    groups = key_groups_of_column(table.column("key"), mp)
+def _untyped_groups(table: Any, mp: int) -> dict[int, dict[Any, Any]]:
+    """``{key_group: {key: value}}`` of an Arrow table or a pandas frame (whose values
+    stay the Python objects they are: pickled values need not be Arrow types)."""
+    if isinstance(table, pa.Table):
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+    else:
+        keys = table["key"].tolist()
+        values = table["value"].tolist()
+    groups = key_groups_of_keys(keys, mp)
     out: dict[int, dict[Any, Any]] = {}
     for kg, key, value in zip(groups.tolist(), keys, values):
         out.setdefault(kg, {})[key] = value
@@ -363,7 +376,7 @@ def _untyped_groups(table: pa.Table, mp: int) -> dict[int, dict[Any, Any]]:
 
 
 def _entries_for(
-    table: pa.Table, spec: State, st: StateType | None, mp: int, parallelism: int
+    table: Any, spec: State, st: StateType | None, mp: int, parallelism: int
 ) -> Iterator[tuple[int, Any]]:
     if not spec.typed:
         groups = _untyped_groups(table, mp)

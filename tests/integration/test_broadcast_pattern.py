@@ -420,7 +420,7 @@ def test_a_savepoint_restores_broadcast_state_into_every_subtask_at_another_para
         client.cancel()
         raise
     assert stopped.status is lg.JobStatus.FINISHED and stopped.savepoint_path == location
-    frame = lg.savepoint.read(location).state(OP, "rules").to_pandas()
+    frame = lg.savepoint.read(location, allow_pickle=True).state(OP, "rules").to_pandas()
     assert dict(zip(frame["key"], frame["value"])) == {"factor": 10, "version": 1}
 
     env2 = new_env(tmp_path, p2, backend, "two")

@@ -436,7 +436,7 @@ def test_flip147_m_w1_stop_with_savepoint_drain_fires_every_window_and_timer_and
     assert windows == read, f"windows counted {windows} of the {read} records read"
     assert timers == read, f"timers emitted {timers} of the {read} records read"
     # the savepoint was taken after every window and timer fired: nothing is pending
-    savepoint = lg.savepoint.read(location)
+    savepoint = lg.savepoint.read(location, allow_pickle=True)
     assert len(savepoint.state("pending", "pending")) == 0
     windows_state = [row[-1] for row in savepoint.state("windows", "_function").rows]
     assert len(windows_state) == 2, "one window state per subtask"

@@ -140,7 +140,7 @@ def test_an_expression_filter_is_stateless_in_snapshots_M_T4(make_env, executor,
     finally:
         client.cancel()
     assert client.wait(60).status is lg.JobStatus.CANCELED
-    assert "gt5" not in lg.savepoint.read(location).operators()
+    assert "gt5" not in lg.savepoint.read(location, allow_pickle=True).operators()
 
 
 def test_flat_map_emits_zero_or_more_records_per_record_in_order(make_env, executor) -> None:

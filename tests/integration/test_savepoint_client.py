@@ -65,7 +65,7 @@ def started(env: lg.StreamEnvironment, probe: FileProbe, executor: Any) -> lg.Jo
 
 
 def totals(location: str) -> dict[int, int]:
-    frame = lg.savepoint.read(location).state("sums", "total").to_pandas()
+    frame = lg.savepoint.read(location, allow_pickle=True).state("sums", "total").to_pandas()
     return dict(zip(frame["key"], frame["value"]))
 
 
@@ -95,7 +95,7 @@ def test_trigger_savepoint_writes_a_self_contained_folder_and_the_job_goes_on_M_
     assert not any(
         p.name.startswith("chk-")
         and (p / METADATA).exists()
-        and lg.savepoint.read(str(p)).is_savepoint
+        and lg.savepoint.read(str(p), allow_pickle=True).is_savepoint
         for p in (tmp_path / "chk").iterdir()
     )
     # ... and a moved folder still restores
@@ -103,7 +103,7 @@ def test_trigger_savepoint_writes_a_self_contained_folder_and_the_job_goes_on_M_
     shutil.copytree(first, moved)
     shutil.rmtree(first)
     assert totals(str(moved)) == EXPECTED
-    assert lg.savepoint.read(str(moved)).is_savepoint
+    assert lg.savepoint.read(str(moved), allow_pickle=True).is_savepoint
 
 
 def test_a_savepoint_folder_is_never_overwritten(tmp_path: Path) -> None:

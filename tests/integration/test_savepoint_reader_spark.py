@@ -82,7 +82,7 @@ def spark(spark_executor: Any) -> Any:
 
 
 def collected(spark: Any, savepoint: str, uid: str, name: str) -> list[dict[str, Any]]:
-    df = read(savepoint).state(uid, name).to_spark(spark)
+    df = read(savepoint, allow_pickle=True).state(uid, name).to_spark(spark)
     assert df.columns == ["key", "namespace", "value"]
     return [row.asDict(recursive=True) for row in df.collect()]
 
@@ -116,7 +116,7 @@ def test_m_t4_keyed_value_list_map_and_reducing_state_equal_the_state_written(
 def test_m_t4_map_state_is_a_spark_map_column(spark: Any, savepoint: str) -> None:
     from pyspark.sql.types import DoubleType, MapType, StringType
 
-    df = read(savepoint).state("counter", "attributes").to_spark(spark)
+    df = read(savepoint, allow_pickle=True).state("counter", "attributes").to_spark(spark)
     assert df.schema["value"].dataType == MapType(StringType(), DoubleType(), True)
     assert df.schema["key"].dataType == StringType()
 
@@ -153,7 +153,7 @@ def test_m_t4_raw_and_function_state_give_one_row_per_subtask(spark: Any, savepo
 
 
 def test_spark_rows_equal_the_arrow_rows(spark: Any, savepoint: str) -> None:
-    sp = read(savepoint)
+    sp = read(savepoint, allow_pickle=True)
     for uid, info in sp.operators().items():
         for state in info.states:
             if uid == "mixed":
@@ -166,4 +166,4 @@ def test_spark_rows_equal_the_arrow_rows(spark: Any, savepoint: str) -> None:
 
 def test_values_spark_cannot_type_raise_naming_the_state(spark: Any, savepoint: str) -> None:
     with pytest.raises(StateConversionError, match=r"'v'.*'mixed'.*to_pandas\(\)"):
-        read(savepoint).state("mixed", "v").to_spark(spark)
+        read(savepoint, allow_pickle=True).state("mixed", "v").to_spark(spark)

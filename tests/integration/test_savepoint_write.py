@@ -95,7 +95,7 @@ def test_a_job_bootstrapped_from_frames_starts_with_exactly_that_state_at_anothe
 
 def test_read_modify_write_round_trips(tmp_path: Path) -> None:
     first = lg.savepoint.write(tmp_path / "sp1", frames(100), parallelism=1)
-    sp = lg.savepoint.read(first)
+    sp = lg.savepoint.read(first, allow_pickle=True)
     counts = sp.state(UID, "count").to_pandas()[["key", "value"]]
     counts.loc[counts["key"] == 5, "value"] = 1_000  # fix a counter
     counts = counts[counts["key"] != 7]  # drop a key
@@ -112,7 +112,7 @@ def test_read_modify_write_round_trips(tmp_path: Path) -> None:
         },
         parallelism=3,
     )
-    again = lg.savepoint.read(second)
+    again = lg.savepoint.read(second, allow_pickle=True)
     assert dict(again.state(UID, "count").to_pandas()[["key", "value"]].values.tolist()) == {
         k: (1_000 if k == 5 else k * 3) for k in range(100) if k != 7
     }

@@ -249,7 +249,7 @@ def stop_with_savepoint(client: lg.JobClient, path: Path) -> str:
 
 
 def keyed_frame(location: str, name: str) -> dict[Any, Any]:
-    frame = lg.savepoint.read(location).state(UID, name).to_pandas()
+    frame = lg.savepoint.read(location, allow_pickle=True).state(UID, name).to_pandas()
     assert list(frame.columns) == ["key", "namespace", "value"]
     assert frame["namespace"].isna().all()
     return dict(zip(frame["key"], frame["value"]))
@@ -266,9 +266,9 @@ def check_savepoint_state(location: str, expected: dict[int, dict[str, Any]], re
     assert keyed_frame(location, "mean") == {
         k: (sum(e["values"]), e["count"]) for k, e in expected.items()
     }
-    processed = lg.savepoint.read(location).state(UID, "processed").to_pandas()
+    processed = lg.savepoint.read(location, allow_pickle=True).state(UID, "processed").to_pandas()
     assert sum(processed["value"]) == records
-    markers = lg.savepoint.read(location).state(UID, "markers").to_pandas()
+    markers = lg.savepoint.read(location, allow_pickle=True).state(UID, "markers").to_pandas()
     assert set(markers["value"]) and all(str(m).startswith("p") for m in markers["value"])
 
 
@@ -284,7 +284,12 @@ def test_a_savepoint_holds_the_live_state_and_restores_into_either_backend_M_S1(
     before = expected_state(range(0, 4000))
     check_savepoint_state(location, before, 4000)
     if not isinstance(executor, lg.LocalExecutor):
-        rows = lg.savepoint.read(location).state(UID, "count").to_spark(executor.spark).collect()
+        rows = (
+            lg.savepoint.read(location, allow_pickle=True)
+            .state(UID, "count")
+            .to_spark(executor.spark)
+            .collect()
+        )
         assert {r["key"]: r["value"] for r in rows} == {k: e["count"] for k, e in before.items()}
 
     env2, folder = stage_env(tmp_path, 2, second, "two", [(0, 4000), (4000, 8000)], bounded=True)

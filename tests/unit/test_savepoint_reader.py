@@ -163,7 +163,7 @@ def merged(parts: tuple[dict[Any, Any], ...]) -> dict[Any, Any]:
 def test_m_s1_operators_lists_every_operator_with_its_parallelism_and_state_kinds(
     checkpoint: str,
 ) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     operators = sp.operators()
     assert list(operators) == ["counter", "legacy-keyed", "source"]  # no channels:3
     assert operators["counter"] == OperatorInfo(
@@ -190,7 +190,7 @@ def test_m_s1_operators_lists_every_operator_with_its_parallelism_and_state_kind
 def test_the_checkpoint_id_kind_and_repr_are_those_of_the_checkpoint_read(
     checkpoint: str, tmp_path: Any
 ) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     assert sp.checkpoint_id == 7
     assert sp.is_savepoint is False
     assert repr(sp) == (
@@ -198,8 +198,8 @@ def test_the_checkpoint_id_kind_and_repr_are_those_of_the_checkpoint_read(
         "operators=['counter', 'legacy-keyed', 'source'])"
     )
     savepoint = write_checkpoint(tmp_path / "sp", 3, {"op": [{"x": 1}]}, is_savepoint=True)
-    assert read(savepoint).is_savepoint is True
-    assert "savepoint 3" in repr(read(savepoint))
+    assert read(savepoint, allow_pickle=True).is_savepoint is True
+    assert "savepoint 3" in repr(read(savepoint, allow_pickle=True))
 
 
 # --------------------------------------------------------------------------- keyed state
@@ -208,18 +208,18 @@ def test_the_checkpoint_id_kind_and_repr_are_those_of_the_checkpoint_read(
 def test_m_t4_keyed_value_state_gives_one_row_per_key_of_every_subtask_sorted_by_key(
     checkpoint: str,
 ) -> None:
-    rows = frame_rows(read(checkpoint), "counter", "count")
+    rows = frame_rows(read(checkpoint, allow_pickle=True), "counter", "count")
     assert rows == [
         {"key": k, "namespace": None, "value": v} for k, v in sorted(merged(COUNTS).items())
     ]
-    table = read(checkpoint).state("counter", "count").to_arrow()
+    table = read(checkpoint, allow_pickle=True).state("counter", "count").to_arrow()
     assert table.column_names == ["key", "namespace", "value"]
     assert table.schema.field("key").type == pa.string()
     assert table.schema.field("value").type == pa.int64()
 
 
 def test_m_t4_keyed_list_state_gives_the_list_of_each_key(checkpoint: str) -> None:
-    assert frame_rows(read(checkpoint), "counter", "seen") == [
+    assert frame_rows(read(checkpoint, allow_pickle=True), "counter", "seen") == [
         {"key": "a", "namespace": None, "value": [1, 2]},
         {"key": "b", "namespace": None, "value": [3]},
         {"key": "c", "namespace": None, "value": []},
@@ -227,7 +227,7 @@ def test_m_t4_keyed_list_state_gives_the_list_of_each_key(checkpoint: str) -> No
 
 
 def test_m_t4_keyed_map_state_gives_the_dict_of_each_key_as_an_arrow_map(checkpoint: str) -> None:
-    frame = read(checkpoint).state("counter", "attributes")
+    frame = read(checkpoint, allow_pickle=True).state("counter", "attributes")
     table = frame.to_arrow()
     assert table.schema.field("value").type == pa.map_(pa.string(), pa.int64())
     assert [(r["key"], dict(r["value"])) for r in table.to_pylist()] == sorted(merged(MAPS).items())
@@ -237,7 +237,7 @@ def test_m_t4_keyed_map_state_gives_the_dict_of_each_key_as_an_arrow_map(checkpo
 def test_m_t4_reducing_and_aggregating_state_give_the_value_and_the_accumulator(
     checkpoint: str,
 ) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     assert sp.state("counter", "total").rows == [("a", None, 10.5), ("b", None, -1.0)]
     # aggregating state shows the accumulator ((sum, count) here), not get_result()
     assert sp.state("counter", "average").rows == [("a", None, (6, 3)), ("b", None, (5, 1))]
@@ -250,14 +250,17 @@ def test_m_t4_reducing_and_aggregating_state_give_the_value_and_the_accumulator(
 def test_the_keyed_snapshot_an_operator_saved_directly_is_read_as_keyed_state(
     checkpoint: str,
 ) -> None:
-    assert read(checkpoint).state("legacy-keyed", "n").rows == [("a", None, 1), ("b", None, 2)]
+    assert read(checkpoint, allow_pickle=True).state("legacy-keyed", "n").rows == [
+        ("a", None, 1),
+        ("b", None, 2),
+    ]
 
 
 def test_keys_that_cannot_be_compared_keep_subtask_order(tmp_path: Any) -> None:
     path = write_checkpoint(
         tmp_path, 1, {"op": [keyed({"v": ("value", {"z": 1})}), keyed({"v": ("value", {3: 2})})]}
     )
-    assert read(path).state("op", "v").rows == [("z", None, 1), (3, None, 2)]
+    assert read(path, allow_pickle=True).state("op", "v").rows == [("z", None, 1), (3, None, 2)]
 
 
 def test_tuple_keys_become_struct_keys_in_arrow(tmp_path: Any) -> None:
@@ -272,7 +275,7 @@ def test_tuple_keys_become_struct_keys_in_arrow(tmp_path: Any) -> None:
             ]
         },
     )
-    sp = read(path)
+    sp = read(path, allow_pickle=True)
     assert frame_rows(sp, "op", "v") == [
         {"key": {"_1": "a", "_2": 9}, "namespace": None, "value": 2},
         {"key": {"_1": "b", "_2": 2}, "namespace": None, "value": 1},
@@ -297,7 +300,7 @@ def test_keyed_values_are_stripped_of_ttl_wrappers_with_strip_ttl(
         1,
         {"op": [typed(keyed=keyed({"m": ("map", {"a": {"v": {"x": 1}, "expires": 5}})}))]},
     )
-    assert read(path).state("op", "m").rows == [("a", None, {"x": 1})]
+    assert read(path, allow_pickle=True).state("op", "m").rows == [("a", None, {"x": 1})]
     assert calls == [("map", {"v": {"x": 1}, "expires": 5})]
 
 
@@ -310,7 +313,7 @@ def test_an_incremental_rocksdb_checkpoint_is_refused_pointing_to_a_savepoint(
     with pytest.raises(
         SavepointFormatError, match=r"RocksDBStateBackend\(incremental=True\).*savepoint"
     ):
-        read(path)
+        read(path, allow_pickle=True)
 
 
 # --------------------------------------------------------------------------- other state
@@ -319,7 +322,7 @@ def test_an_incremental_rocksdb_checkpoint_is_refused_pointing_to_a_savepoint(
 def test_m_t4_operator_list_state_gives_one_row_per_element_subtasks_in_order(
     checkpoint: str,
 ) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     assert sp.state("counter", "buffer").rows == [
         (None, None, "p"),
         (None, None, "q"),
@@ -337,20 +340,23 @@ def test_m_t4_operator_list_state_gives_one_row_per_element_subtasks_in_order(
 def test_m_t4_broadcast_state_gives_the_map_entries_of_subtask_0_once(
     tmp_path: Any, checkpoint: str
 ) -> None:
-    assert read(checkpoint).state("counter", "rules").rows == [("max", None, 10), ("min", None, 1)]
+    assert read(checkpoint, allow_pickle=True).state("counter", "rules").rows == [
+        ("max", None, 10),
+        ("min", None, 1),
+    ]
     # the entries come from subtask 0 only (were the two different)
     path = write_checkpoint(
         tmp_path / "b",
         1,
         {"op": [typed(broadcast={"r": {"k": 0}}), typed(broadcast={"r": {"other": 1}})]},
     )
-    assert read(path).state("op", "r").rows == [("k", None, 0)]
+    assert read(path, allow_pickle=True).state("op", "r").rows == [("k", None, 0)]
 
 
 def test_m_t4_source_splits_and_function_state_are_raw_rows_keyed_by_subtask(
     checkpoint: str,
 ) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     assert sp.state("source", "_raw").rows == [
         (0, None, {"splits": [("file-0", 120)]}),
         (1, None, {"splits": [("file-1", 40)]}),
@@ -365,7 +371,7 @@ def test_state_written_by_one_subtask_only_counts_both_in_the_parallelism(tmp_pa
     path = write_checkpoint(
         tmp_path, 1, {"op": [None, typed(operator={"l": {"mode": "split", "items": [1]}})]}
     )
-    sp = read(path)
+    sp = read(path, allow_pickle=True)
     assert sp.operators()["op"].parallelism == 2
     assert sp.state("op", "l").rows == [(None, None, 1)]
 
@@ -375,7 +381,7 @@ def test_state_written_by_one_subtask_only_counts_both_in_the_parallelism(tmp_pa
 
 def test_values_arrow_cannot_type_raise_naming_the_state_and_to_pandas(tmp_path: Any) -> None:
     path = write_checkpoint(tmp_path, 1, {"op": [keyed({"mixed": ("value", {"a": 1, "b": "x"})})]})
-    frame = read(path).state("op", "mixed")
+    frame = read(path, allow_pickle=True).state("op", "mixed")
     with pytest.raises(StateConversionError, match=r"'mixed'.*'op'.*to_pandas\(\)"):
         frame.to_arrow()
     assert frame.rows == [("a", None, 1), ("b", None, "x")]
@@ -383,7 +389,7 @@ def test_values_arrow_cannot_type_raise_naming_the_state_and_to_pandas(tmp_path:
 
 def test_to_pandas_gives_the_exact_python_values(checkpoint: str) -> None:
     pytest.importorskip("pandas")
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     df = sp.state("counter", "count").to_pandas()
     assert list(df.columns) == ["key", "namespace", "value"]
     assert list(df.itertuples(index=False, name=None)) == [
@@ -403,17 +409,17 @@ def test_to_pandas_without_pandas_says_how_to_install_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
     with pytest.raises(MissingDependencyError, match="pip install pandas"):
-        read(checkpoint).state("counter", "count").to_pandas()
+        read(checkpoint, allow_pickle=True).state("counter", "count").to_pandas()
 
 
 def test_to_spark_rejects_what_is_not_a_spark_session(checkpoint: str) -> None:
     with pytest.raises(ConfigurationError, match="needs a SparkSession, got str"):
-        read(checkpoint).state("counter", "count").to_spark("spark")
+        read(checkpoint, allow_pickle=True).state("counter", "count").to_spark("spark")
 
 
 def test_an_empty_state_is_an_empty_table_with_the_three_columns(tmp_path: Any) -> None:
     path = write_checkpoint(tmp_path, 1, {"op": [keyed({"v": ("value", {})})]})
-    table = read(path).state("op", "v").to_arrow()
+    table = read(path, allow_pickle=True).state("op", "v").to_arrow()
     assert table.num_rows == 0
     assert table.column_names == ["key", "namespace", "value"]
 
@@ -422,7 +428,7 @@ def test_an_empty_state_is_an_empty_table_with_the_three_columns(tmp_path: Any) 
 
 
 def test_an_unknown_operator_or_state_is_refused_listing_what_exists(checkpoint: str) -> None:
-    sp = read(checkpoint)
+    sp = read(checkpoint, allow_pickle=True)
     with pytest.raises(
         ConfigurationError,
         match=r"no operator with uid 'nope'.*\['counter', 'legacy-keyed', 'source'\]",
@@ -437,7 +443,7 @@ def test_an_unknown_operator_or_state_is_refused_listing_what_exists(checkpoint:
 def test_m_r3_a_storage_root_reads_its_newest_checkpoint(tmp_path: Any) -> None:
     write_checkpoint(tmp_path, 1, {"op": [{"n": 1}]})
     write_checkpoint(tmp_path, 2, {"op": [{"n": 2}]})
-    sp = read(str(tmp_path))
+    sp = read(str(tmp_path), allow_pickle=True)
     assert sp.checkpoint_id == 2
     assert sp.state("op", "_raw").rows == [(0, None, {"n": 2})]
     assert read(tmp_path / "chk-1").checkpoint_id == 1  # os.PathLike too
@@ -446,25 +452,25 @@ def test_m_r3_a_storage_root_reads_its_newest_checkpoint(tmp_path: Any) -> None:
 def test_a_missing_path_is_refused_and_nothing_is_created(tmp_path: Any) -> None:
     missing = tmp_path / "no" / "such" / "chk-3"
     with pytest.raises(ConfigurationError, match="does not exist"):
-        read(str(missing))
+        read(str(missing), allow_pickle=True)
     with pytest.raises(ConfigurationError, match="does not exist"):
         read("file://" + str(missing))
     assert not os.path.exists(tmp_path / "no")
     file = tmp_path / "file.txt"
     file.write_text("x")
     with pytest.raises(ConfigurationError, match="is a file"):
-        read(str(file))
+        read(str(file), allow_pickle=True)
 
 
 @pytest.mark.parametrize("path", ["", "  ", None, 3])
 def test_a_path_that_is_not_a_string_is_refused(path: Any) -> None:
     with pytest.raises(ConfigurationError, match="path must be the folder"):
-        read(path)
+        read(path, allow_pickle=True)
 
 
 def test_a_folder_without_a_checkpoint_raises_restore_error(tmp_path: Any) -> None:
     with pytest.raises(RestoreError, match="no intact completed checkpoint"):
-        read(str(tmp_path))
+        read(str(tmp_path), allow_pickle=True)
 
 
 # ------------------------------------------------------------ join state is not readable
@@ -520,7 +526,7 @@ def joined_job_checkpoint(tmp_path: Any) -> str:
 
 
 def test_join_state_is_listed_but_refused_naming_the_operator(tmp_path: Any) -> None:
-    sp = read(joined_job_checkpoint(tmp_path))
+    sp = read(joined_job_checkpoint(tmp_path), allow_pickle=True)
     operators = sp.operators()
     for uid, what in (
         ("wjoin", "a window join"),
