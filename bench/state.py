@@ -50,7 +50,11 @@ typed        typed state (``ValueStateDescriptor(..., type=...)``: Arrow columns
              file, the time to take it (snapshot, canonical form, file written) and to
              restore it (file read, backend restored, the state asked for: the typed
              path converts its columns to values there); the two alternate, the
-             median of ``--repeat`` runs. ``--cases typed``.
+             median of ``--repeat`` runs. ``--cases typed``. Measured on 2026-12-06
+             (2 cores, beside a full test run, 1,000,000 keys, repeat 3): int values
+             typed 3.3 MB / write 0.62 s / restore 0.68 s against pickled 9.7 MB /
+             2.64 s / 2.01 s; a three-field dataclass typed 6.5 MB / 2.36 s / 6.29 s
+             against pickled 46.5 MB / 15.96 s / 9.75 s.
 
 Measured on 2026-11-28 (2 cores, 1,000,000 keys, 1,000,000 updates, batches of 4,096):
 heap 796,000 updates/s (batched case) and 1,002,000 (operator case); RocksDB 91,000-97,000

@@ -310,14 +310,19 @@ class KeyedStateSnapshot:
                 expiry = self._expiry.get(name)
                 if expiry is not None:
                     view = self._unexpired(kind, view, *expiry)
-                states[name] = {"kind": kind, "key_groups": self._group(view)}
+                if self._typed and self._typed.is_typed(name):
+                    # typed: written as columns with their key groups, never grouped here
+                    states[name] = {"kind": kind, "keys": list(view), "values": list(view.values())}
+                else:
+                    states[name] = {"kind": kind, "key_groups": self._group(view)}
             self._check_released()
             if self._size is None:
                 self._size = sum(
-                    len(kg) for s in states.values() for kg in s["key_groups"].values()
+                    len(s["keys"]) if "keys" in s else sum(map(len, s["key_groups"].values()))
+                    for s in states.values()
                 )
             if self._typed:
-                states = self._typed.encode(states)
+                states = self._typed.encode(states, self.max_parallelism)
             return {
                 "format": SNAPSHOT_FORMAT,
                 "max_parallelism": self.max_parallelism,
@@ -504,8 +509,11 @@ class HeapKeyedStateBackend:
         if restored is not None:
             self._kinds[name] = descriptor.kind
             loaded = self._tables.setdefault(name, {})
-            for key, stored in restored:
-                loaded[canonical_key(key)] = stored
+            if restored.canonical_keys:
+                loaded.update(restored.keys_and_values())
+            else:  # a restored NaN key is a new NaN object: make it the one NaN key
+                for key, stored in restored:
+                    loaded[canonical_key(key)] = stored
         table = self._tables.get(name)
         handle = create_handle(self, table if table is not None else {}, descriptor, where)
         if name not in self._ttl:

@@ -125,7 +125,7 @@ class RocksDBSnapshot:
                 for name in self._states
             }
             if self._typed:
-                states = self._typed.encode(states)
+                states = self._typed.encode(states, self.max_parallelism)
             return {
                 "format": SNAPSHOT_FORMAT,
                 "max_parallelism": self.max_parallelism,

@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...core.key_groups import key_groups_of_keys
 from ..ttl import TtlValue
 from .evolution import Evolution
 from .types import (
@@ -122,18 +124,26 @@ def encode_state(
     kind: str,
     state_type: StateType,
     ttl: bool,
-    key_groups: Mapping[int, Mapping[Any, Any]],
+    key_groups: Mapping[int, Mapping[Any, Any]] | None,
     where: str,
+    *,
+    flat: tuple[list[Any], list[Any], int] | None = None,
 ) -> bytes:
-    """The IPC bytes of one typed state's entries ``{key_group: {key: stored}}``;
+    """The IPC bytes of one typed state's entries ``{key_group: {key: stored}}``, or of
+    ``flat`` = ``(keys, stored, max_parallelism)`` (key groups computed here, vectorized);
     raises TypeError naming ``where`` and the first value that does not fit the type."""
-    groups: list[int] = []
-    keys: list[Any] = []
-    stored: list[Any] = []
-    for kg, entries in key_groups.items():
-        groups.extend([kg] * len(entries))
-        keys.extend(entries.keys())
-        stored.extend(entries.values())
+    groups: Any
+    keys: list[Any]
+    stored: list[Any]
+    if flat is not None:
+        keys, stored, max_parallelism = flat
+        groups = key_groups_of_keys(keys, max_parallelism).astype(np.int32)
+    else:
+        groups, keys, stored = [], [], []
+        for kg, entries in (key_groups or {}).items():
+            groups.extend([kg] * len(entries))
+            keys.extend(entries.keys())
+            stored.extend(entries.values())
     node = stored_node(kind, state_type, ttl)
     try:
         values = node.to_arrow(stored)
@@ -187,6 +197,28 @@ def table_bytes(table: pa.Table) -> bytes:
 
 
 # -- decode ------------------------------------------------------------------------------------
+class RestoredEntries:
+    """The ``(key, stored)`` pairs of a restored typed state; ``canonical_keys``: the
+    keys are already what the backends key by (no float in them: no NaN to unify)."""
+
+    def __init__(self, keys: list[Any], values: list[Any], canonical_keys: bool) -> None:
+        self.keys = keys
+        self.values = values
+        self.canonical_keys = canonical_keys
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        return zip(self.keys, self.values)
+
+    def keys_and_values(self) -> Iterator[tuple[Any, Any]]:
+        return zip(self.keys, self.values)
+
+
+def _no_floats(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return all(_no_floats(f.type) for f in t)
+    return not pa.types.is_floating(t)
+
+
 class TypedTable:
     """A typed state table read back: its kind, TTL flag, key encoding and rows."""
 
@@ -227,16 +259,15 @@ class TypedTable:
     def keys(self) -> list[Any]:
         return _keys_from_arrow(self.table.column("key").combine_chunks(), self.key_encoding)
 
-    def entries(
-        self, state_type: StateType, evolution: Evolution | None
-    ) -> Iterator[tuple[Any, Any]]:
+    def entries(self, state_type: StateType, evolution: Evolution | None) -> RestoredEntries:
         """``(key, stored)`` per row, the values migrated by ``evolution`` and converted to
         ``state_type``'s Python values."""
         values = self.table.column("value").combine_chunks()
         if evolution is not None and evolution.changed:
             values = migrate_stored(values, self.kind, self.ttl, evolution)
         node = stored_node(self.kind, state_type, self.ttl)
-        return zip(self.keys(), node.from_arrow(values))
+        canonical = _no_floats(self.table.schema.field("key").type)
+        return RestoredEntries(self.keys(), node.from_arrow(values), canonical)
 
     def writer_type(self) -> StateType:
         """The type the table was written with, as a :class:`StateType` whose structs

@@ -17,13 +17,13 @@ way, so the evolution contract is the same for both:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from ...errors import ConfigurationError
-from .columns import TypedTable, encode_state, read_table, table_bytes
+from .columns import RestoredEntries, TypedTable, encode_state, read_table, table_bytes
 from .evolution import Evolution, IncompatibleStateError, evolve, widens
 from .types import StateType
 
@@ -96,7 +96,7 @@ class TypedStates:
         return table.kind if table is not None else None
 
     # -- register -----------------------------------------------------------------------------
-    def register(self, descriptor: Any, ttl: bool) -> Iterator[tuple[Any, Any]] | None:
+    def register(self, descriptor: Any, ttl: bool) -> RestoredEntries | None:
         """Record ``descriptor``'s type; return the restored entries to load (converted,
         migrated) or None. Raises :class:`IncompatibleStateError` when the restored state
         cannot be read with the declared type, ConfigurationError when typed state is
@@ -236,17 +236,26 @@ class FrozenTypes:
     def __bool__(self) -> bool:
         return bool(self.types or self.pending)
 
-    def encode(self, states: dict[str, Any]) -> dict[str, Any]:
-        """``states`` (a canonical snapshot's ``{name: {"kind", "key_groups"}}``) with
-        every typed state as an Arrow table, and the unclaimed restored ones added."""
+    def is_typed(self, name: str) -> bool:
+        return name in self.types
+
+    def encode(self, states: dict[str, Any], max_parallelism: int) -> dict[str, Any]:
+        """``states`` (a canonical snapshot's ``{name: {"kind", "key_groups"}}``, a typed
+        state possibly as ``{"kind", "keys", "values"}``) with every typed state as an
+        Arrow table, and the unclaimed restored ones added."""
         if not self:
             return states
         out = dict(states)
         for name, (kind, state_type, ttl) in self.types.items():
             entry = out.get(name)
-            groups = entry.get("key_groups", {}) if isinstance(entry, Mapping) else {}
             where = f"operator '{self.operator}', state '{name}'"
-            out[name] = typed_entry(kind, encode_state(kind, state_type, ttl, groups, where))
+            if isinstance(entry, Mapping) and "keys" in entry:
+                flat = (entry["keys"], entry["values"], max_parallelism)
+                data = encode_state(kind, state_type, ttl, None, where, flat=flat)
+            else:
+                groups = entry.get("key_groups", {}) if isinstance(entry, Mapping) else {}
+                data = encode_state(kind, state_type, ttl, groups, where)
+            out[name] = typed_entry(kind, data)
         for name, table in self.pending.items():
             if name not in self.types:
                 out[name] = typed_entry(table.kind, table_bytes(table.table))
