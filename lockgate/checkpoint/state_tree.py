@@ -16,8 +16,12 @@ s     uint32 length, UTF-8                                         str
 b     uint64 length, bytes                                         bytes
 l/t   uint32 count, values                                         list / tuple
 d     uint32 count, (key, value) pairs                             dict
-P     uint64 length, a pickle                                      anything else
+P     uint32 index of a pickled part                               anything else
 ====  ===========================================================  ==================
+
+then the pickled parts: uint32 count, uint64 length and one cloudpickle stream of
+``count`` pickles made by one pickler (its memo shared), loaded in order by one
+unpickler: objects two parts share are shared again, as in one pickle.
 
 The encoder walks dicts, lists and tuples of at most :data:`WALK_LIMIT` items whose
 items are plain (None, bool, int, float, str, bytes, list, tuple, dict), to at most
@@ -33,6 +37,7 @@ written before this format (the payload is one pickle) decode to one placeholder
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 from typing import Any
@@ -59,26 +64,47 @@ class TreeFormatError(ValueError):
     """A state payload this lockgate cannot decode (a newer version, a broken tree)."""
 
 
+class _Loader:
+    """Loads the pickled parts of one tree in order, through one Unpickler (shared memo)."""
+
+    def __init__(self, stream: bytes, count: int, where: str) -> None:
+        self.stream = stream
+        self.count = count
+        self.where = where
+        self._unpickler: pickle.Unpickler | None = None
+        self.values: list[Any] = []
+
+    def value(self, index: int) -> Any:
+        if not 0 <= index < self.count:
+            raise TreeFormatError(f"{self.where}: pickled part {index} of {self.count}")
+        if self._unpickler is None:
+            self._unpickler = pickle.Unpickler(io.BytesIO(self.stream))
+        while len(self.values) <= index:
+            self.values.append(self._unpickler.load())
+        return self.values[index]
+
+
 class PickledValue:
-    """A pickled part of a state file, not loaded: :meth:`load` unpickles it (which runs
-    code named by the file: only for storage you trust, or signed checkpoints)."""
+    """A pickled part of a state file, not loaded: :meth:`load` unpickles it, with the
+    parts before it in its file (which runs code named by the file: only for storage you
+    trust, or signed checkpoints)."""
 
-    __slots__ = ("data",)
+    __slots__ = ("_index", "_loader")
 
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
+    def __init__(self, loader: _Loader, index: int) -> None:
+        self._loader = loader
+        self._index = index
+
+    @classmethod
+    def whole(cls, data: bytes) -> PickledValue:
+        """A payload of the format before state trees: one pickle."""
+        return cls(_Loader(bytes(data), 1, "state"), 0)
 
     def load(self) -> Any:
-        return pickle.loads(self.data)
+        return self._loader.value(self._index)
 
     def __repr__(self) -> str:
-        return f"<pickled value, {len(self.data)} bytes, not loaded>"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PickledValue) and other.data == self.data
-
-    def __hash__(self) -> int:
-        return hash(self.data)
+        return f"<pickled value #{self._index}, not loaded>"
 
 
 def has_pickles(value: Any) -> bool:
@@ -93,15 +119,36 @@ def has_pickles(value: Any) -> bool:
 
 
 # -- encode ------------------------------------------------------------------------------------
+class _Pickles:
+    """The pickled parts of one tree: one cloudpickle stream, one ``dump`` per part with
+    the memo shared, so an object two parts hold is one object again when the stream
+    is loaded in order (as it was when the whole state was one pickle)."""
+
+    def __init__(self) -> None:
+        self.stream = io.BytesIO()
+        self.pickler = cloudpickle.Pickler(self.stream, protocol=5)  # a script's classes by value
+        self.count = 0
+
+    def add(self, value: Any) -> int:
+        self.pickler.dump(value)
+        self.count += 1
+        return self.count - 1
+
+
 def encode_tree(value: Any) -> bytes:
     """The payload of a state file holding ``value``."""
     out = bytearray(TREE_MAGIC)
     out += _U16.pack(TREE_VERSION)
-    _encode(value, out, 0)
+    pickles = _Pickles()
+    _encode(value, out, 0, pickles)
+    stream = pickles.stream.getvalue()
+    out += _U32.pack(pickles.count)
+    out += _U64.pack(len(stream))
+    out += stream
     return bytes(out)
 
 
-def _encode(value: Any, out: bytearray, depth: int) -> None:  # noqa: C901 - one branch per tag
+def _encode(value: Any, out: bytearray, depth: int, pickles: _Pickles) -> None:  # noqa: C901
     t = type(value)
     if value is None:
         out += b"N"
@@ -132,18 +179,16 @@ def _encode(value: Any, out: bytearray, depth: int) -> None:  # noqa: C901 - one
         out += b"l" if t is list else b"t"
         out += _U32.pack(len(value))
         for item in value:
-            _encode(item, out, depth + 1)
+            _encode(item, out, depth + 1, pickles)
     elif t is dict and _walkable(value, depth):
         out += b"d"
         out += _U32.pack(len(value))
         for k, v in value.items():
-            _encode(k, out, depth + 1)
-            _encode(v, out, depth + 1)
+            _encode(k, out, depth + 1, pickles)
+            _encode(v, out, depth + 1, pickles)
     else:
-        data = cloudpickle.dumps(value, protocol=5)  # classes of a driver script by value
         out += b"P"
-        out += _U64.pack(len(data))
-        out += data
+        out += _U32.pack(pickles.add(value))
 
 
 _PLAIN = (type(None), bool, int, float, str, bytes, list, tuple, dict)
@@ -169,7 +214,7 @@ def decode_tree(payload: bytes, *, unpickle: bool = True, where: str = "state") 
     :class:`PickledValue` placeholders (nothing runs); a payload of the format before
     the tree (one pickle) is then one placeholder."""
     if not is_tree(payload):
-        return pickle.loads(payload) if unpickle else PickledValue(payload)
+        return pickle.loads(payload) if unpickle else PickledValue.whole(payload)
     if len(payload) < 6:
         raise TreeFormatError(f"{where}: the state tree is truncated")
     (version,) = _U16.unpack_from(payload, 4)
@@ -178,23 +223,51 @@ def decode_tree(payload: bytes, *, unpickle: bool = True, where: str = "state") 
             f"{where}: state tree version {version} was written by a newer lockgate; this "
             f"one reads version {TREE_VERSION}"
         )
-    reader = _Reader(memoryview(payload), 6, unpickle, where)
+    reader = _Reader(memoryview(payload), 6, where)
     value = reader.value()
+    count = reader.unpack(_U32)
+    stream = bytes(reader.take(reader.unpack(_U64)))
     if reader.pos != len(payload):
         raise TreeFormatError(f"{where}: {len(payload) - reader.pos} bytes after the state tree")
+    loader = _Loader(stream, count, where)
+    if not reader.refs:
+        return value
+    return _resolve(value, loader, unpickle)
+
+
+class _Ref:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _resolve(value: Any, loader: _Loader, unpickle: bool) -> Any:
+    """``value`` with each pickled part loaded (``unpickle``, in file order: the tree is
+    walked depth first in the order it was written) or a placeholder."""
+    if type(value) is _Ref:
+        return loader.value(value.index) if unpickle else PickledValue(loader, value.index)
+    if type(value) is dict:
+        return {
+            _resolve(k, loader, unpickle): _resolve(v, loader, unpickle) for k, v in value.items()
+        }
+    if type(value) is list:
+        return [_resolve(v, loader, unpickle) for v in value]
+    if type(value) is tuple:
+        return tuple(_resolve(v, loader, unpickle) for v in value)
     return value
 
 
 class _Reader:
-    __slots__ = ("data", "pos", "unpickle", "where")
+    __slots__ = ("data", "pos", "refs", "where")
 
-    def __init__(self, data: memoryview, pos: int, unpickle: bool, where: str) -> None:
+    def __init__(self, data: memoryview, pos: int, where: str) -> None:
         self.data = data
         self.pos = pos
-        self.unpickle = unpickle
         self.where = where
+        self.refs = 0
 
-    def _take(self, n: int) -> memoryview:
+    def take(self, n: int) -> memoryview:
         end = self.pos + n
         if end > len(self.data):
             raise TreeFormatError(f"{self.where}: the state tree is truncated")
@@ -202,11 +275,11 @@ class _Reader:
         self.pos = end
         return chunk
 
-    def _unpack(self, fmt: struct.Struct) -> Any:
-        return fmt.unpack(self._take(fmt.size))[0]
+    def unpack(self, fmt: struct.Struct) -> Any:
+        return fmt.unpack(self.take(fmt.size))[0]
 
     def value(self) -> Any:  # noqa: C901 - one branch per tag
-        tag = bytes(self._take(1))
+        tag = bytes(self.take(1))
         if tag == b"N":
             return None
         if tag == b"T":
@@ -214,28 +287,28 @@ class _Reader:
         if tag == b"F":
             return False
         if tag == b"i":
-            return self._unpack(_I64)
+            return self.unpack(_I64)
         if tag == b"I":
-            return int(bytes(self._take(self._unpack(_U32))).decode("ascii"))
+            return int(bytes(self.take(self.unpack(_U32))).decode("ascii"))
         if tag == b"f":
-            return self._unpack(_F64)
+            return self.unpack(_F64)
         if tag == b"s":
-            return bytes(self._take(self._unpack(_U32))).decode("utf-8", "surrogatepass")
+            return bytes(self.take(self.unpack(_U32))).decode("utf-8", "surrogatepass")
         if tag == b"b":
-            return bytes(self._take(self._unpack(_U64)))
+            return bytes(self.take(self.unpack(_U64)))
         if tag in (b"l", b"t"):
-            items = [self.value() for _ in range(self._unpack(_U32))]
+            items = [self.value() for _ in range(self.unpack(_U32))]
             return items if tag == b"l" else tuple(items)
         if tag == b"d":
-            count = self._unpack(_U32)
+            count = self.unpack(_U32)
             out = {}
             for _ in range(count):
                 key = self.value()
                 out[key] = self.value()
             return out
         if tag == b"P":
-            data = bytes(self._take(self._unpack(_U64)))
-            return pickle.loads(data) if self.unpickle else PickledValue(data)
+            self.refs += 1
+            return _Ref(self.unpack(_U32))
         raise TreeFormatError(f"{self.where}: unknown tag {tag!r} at byte {self.pos - 1}")
 
 

@@ -61,10 +61,12 @@ def test_objects_and_large_containers_are_pickled_parts_left_unloaded_unless_all
     assert decode_tree(data) == value
 
 
-def test_objects_shared_inside_a_pickled_part_stay_shared() -> None:
+def test_objects_shared_inside_and_across_pickled_parts_stay_shared() -> None:
     shared = Split("t", 1)
-    restored = decode_tree(encode_tree({"a": [shared, shared]}))
-    assert restored["a"][0] is restored["a"][1]
+    restored = decode_tree(encode_tree({"a": [shared, shared], "b": [shared], "c": 1}))
+    assert restored["a"][0] is restored["a"][1] is restored["b"][0]
+    lazy = decode_tree(encode_tree({"a": [shared], "b": [shared]}), unpickle=False)
+    assert lazy["b"].load()[0] is lazy["a"].load()[0]
 
 
 def test_a_file_of_the_older_one_pickle_format_is_one_placeholder_or_unpickled() -> None:
