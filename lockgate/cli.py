@@ -87,8 +87,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from . import __version__
 from .checkpoint.storage import CorruptCheckpointError
@@ -104,6 +103,7 @@ from .cli_control import (
     token_command,
 )
 from .cli_detach import START_TIMEOUT_S, DetachError, start_detached
+from .cli_job_file import job_process_state
 from .cli_parser import (
     ALLOW_NON_RESTORED_ENV,
     EXECUTOR_ENV,
@@ -217,27 +217,6 @@ def _rest_env(bind: str | None, port: str | None, token_file: str | None) -> dic
     return env
 
 
-@contextmanager
-def _job_process_state(path: str, args: list[str], env: dict[str, str]) -> Iterator[None]:
-    """Set ``sys.argv``, ``sys.path[0]`` (the job's folder, as ``python JOB`` does) and
-    environment variables for the job; restore them afterwards."""
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    saved_env = {k: os.environ.get(k) for k in env}
-    sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _exit_status(exit: SystemExit) -> int:
     """The exit code ``python`` would use for ``sys.exit(code)``."""
     code = exit.code
@@ -299,7 +278,7 @@ def run_job(
         env.get(EXECUTOR_ENV, "chosen by the job (Spark unless it says otherwise)")
         + (f", master {env[MASTER_ENV]}" if MASTER_ENV in env else ""),
     )
-    with _job_process_state(path, args, env):
+    with job_process_state(path, args, env):
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as e:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from .api.job_capture import JobCaptured, capturing_jobs
+from .cli_job_file import job_process_state
 from .errors import LockgateError
 from .savepoint.check import check
 
@@ -56,11 +57,8 @@ def savepoint_check_command(argv: Sequence[str]) -> int:
         print(f"lockgate: error: job file not found: {ns.job}", file=sys.stderr)
         return 2
     args = ns.job_args[1:] if ns.job_args[:1] == ["--"] else ns.job_args
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [ns.job, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(ns.job)))
     try:
-        with capturing_jobs():
+        with job_process_state(ns.job, args, {}), capturing_jobs():
             runpy.run_path(ns.job, run_name="__main__")
     except JobCaptured as captured:
         try:
@@ -81,9 +79,6 @@ def savepoint_check_command(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
     print(
         f"lockgate: error: {ns.job} ended without calling env.execute(...): nothing to check",
         file=sys.stderr,

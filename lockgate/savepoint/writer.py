@@ -52,7 +52,7 @@ from ..core.key_groups import (
     subtasks_for_key_groups,
 )
 from ..errors import ConfigurationError
-from ..state.typed.columns import LAYOUT_KEY, TYPED_STATE_LAYOUT, table_bytes
+from ..state.typed.columns import layout_metadata, stored_node, table_bytes
 from ..state.typed.registry import typed_entry
 from ..state.typed.types import StateType, state_type
 
@@ -297,7 +297,7 @@ def _typed_table(table: pa.Table, spec: State, st: StateType | None, mp: int) ->
     keys = table.column("key").combine_chunks()
     values = table.column("value").combine_chunks()
     if st is not None:
-        values = _stored(st, spec.kind).to_arrow(values.to_pylist())
+        values = stored_node(spec.kind, st, False).to_arrow(values.to_pylist())
     else:
         if spec.kind == "map" and pa.types.is_list(values.type):
             values = _pairs_to_map(values)
@@ -310,13 +310,9 @@ def _typed_table(table: pa.Table, spec: State, st: StateType | None, mp: int) ->
             pa.field("key", keys.type),
             pa.field("value", values.type, nullable=values.null_count > 0),
         ],
-        metadata={
-            LAYOUT_KEY: str(TYPED_STATE_LAYOUT).encode(),
-            b"kind": spec.kind.encode(),
-            b"ttl": b"0",
-            b"key_encoding": encoding.encode(),
-            b"type": (st.describe() if st is not None else str(values.type)).encode(),
-        },
+        metadata=layout_metadata(
+            spec.kind, False, encoding, st.describe() if st is not None else str(values.type)
+        ),
     )
     return pa.Table.from_arrays([pa.array(groups, pa.int32()), keys, values], schema=schema)
 
@@ -344,12 +340,6 @@ def observed_nullability(array: pa.Array) -> pa.Array:
             array.offsets, array.keys, items, type=pa.map_(t.key_type, value), mask=mask
         )
     return array
-
-
-def _stored(st: StateType, kind: str) -> Any:
-    from ..state.typed.columns import stored_node
-
-    return stored_node(kind, st, False)
 
 
 def _pairs_to_map(values: pa.Array) -> pa.Array:

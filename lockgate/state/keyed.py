@@ -510,7 +510,7 @@ class HeapKeyedStateBackend:
             self._kinds[name] = descriptor.kind
             loaded = self._tables.setdefault(name, {})
             if restored.canonical_keys:
-                loaded.update(restored.keys_and_values())
+                loaded.update(zip(restored.keys, restored.values))
             else:  # a restored NaN key is a new NaN object: make it the one NaN key
                 for key, stored in restored:
                     loaded[canonical_key(key)] = stored

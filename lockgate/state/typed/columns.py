@@ -162,16 +162,21 @@ def encode_state(
             pa.field("key", key_array.type),
             pa.field("value", node.arrow, nullable=node.nullable),
         ],
-        metadata={
-            LAYOUT_KEY: str(TYPED_STATE_LAYOUT).encode(),
-            b"kind": kind.encode(),
-            b"ttl": b"1" if ttl else b"0",
-            b"key_encoding": encoding.encode(),
-            b"type": state_type.describe().encode(),
-        },
+        metadata=layout_metadata(kind, ttl, encoding, state_type.describe()),
     )
     table = pa.Table.from_arrays([pa.array(groups, pa.int32()), key_array, values], schema=schema)
     return table_bytes(table)
+
+
+def layout_metadata(kind: str, ttl: bool, key_encoding: str, type_name: str) -> dict[bytes, bytes]:
+    """The schema metadata of a typed state table (see the module docstring)."""
+    return {
+        LAYOUT_KEY: str(TYPED_STATE_LAYOUT).encode(),
+        b"kind": kind.encode(),
+        b"ttl": b"1" if ttl else b"0",
+        b"key_encoding": key_encoding.encode(),
+        b"type": type_name.encode(),
+    }
 
 
 def _first_misfit(node: TypeNode, keys: list[Any], stored: list[Any]) -> str | None:
@@ -207,9 +212,6 @@ class RestoredEntries:
         self.canonical_keys = canonical_keys
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return zip(self.keys, self.values)
-
-    def keys_and_values(self) -> Iterator[tuple[Any, Any]]:
         return zip(self.keys, self.values)
 
 

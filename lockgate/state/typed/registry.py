@@ -88,13 +88,6 @@ class TypedStates:
                 name, {"kind": read_table(data, where).kind, "arrow": data}, key_groups, where
             )
 
-    def is_restored_typed(self, name: str) -> bool:
-        return name in self._pending
-
-    def restored_kind(self, name: str) -> str | None:
-        table = self._pending.get(name)
-        return table.kind if table is not None else None
-
     # -- register -----------------------------------------------------------------------------
     def register(self, descriptor: Any, ttl: bool) -> RestoredEntries | None:
         """Record ``descriptor``'s type; return the restored entries to load (converted,
@@ -201,16 +194,6 @@ class TypedStates:
                 )
         writer, nullable = table.element()
         return evolve(writer, nullable, state_type.node, state_type.aliases, where)
-
-    def pending(self) -> dict[str, TypedTable]:
-        """The restored typed states not asked for yet (a copy)."""
-        with self._lock:
-            return dict(self._pending)
-
-    def types(self) -> dict[str, tuple[str, StateType, bool]]:
-        """Per registered typed state: ``(kind, type, ttl)`` (a copy)."""
-        with self._lock:
-            return dict(self._types)
 
     # -- snapshot -----------------------------------------------------------------------------
     def freeze(self) -> FrozenTypes:
