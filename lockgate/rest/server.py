@@ -8,12 +8,17 @@ sets uvicorn's ``should_exit`` and wakes its loop at once.
 Bounds (none of them lets a client without the token keep one with it out):
 
 * connections waiting for a request head (new ones, and idle ones between requests):
-  at most :data:`MAX_WAITING`; a newcomer beyond it closes the one that has waited
-  longest, so unfinished heads held open (and reopened as they are closed) cannot fill
-  the server: a client that sends its head at once gets in, and only a client that waited
-  for its head while ``MAX_WAITING`` newer connections arrived can be closed. Each waits
-  at most :data:`HEAD_TIMEOUT_S` for its head (from its opening, or from its last
-  response), heads are at most :data:`MAX_HEAD_BYTES`, idle connections close after
+  at most :data:`MAX_WAITING` closable ones; a newcomer beyond it closes the one that
+  has waited longest, so unfinished heads held open (and reopened as they are closed)
+  cannot fill the server. A new connection is not closable for its first
+  :data:`NEW_GRACE_S` seconds (the time its client has to send its head, however loaded
+  the machine), and at most :data:`MAX_NEW_WAITING` new ones wait in their grace (beyond
+  it the oldest new one is closed). So a client that sends its head within the grace is
+  closed for room only if :data:`MAX_NEW_WAITING` newer connections arrived before its
+  head did, and in all at most ``max(MAX_WAITING, MAX_NEW_WAITING)`` connections wait
+  (plus at most :data:`ACCEPT_BACKLOG` accepted in one loop iteration). Each waits at most
+  :data:`HEAD_TIMEOUT_S` for its head (from its opening, or from its last response),
+  heads are at most :data:`MAX_HEAD_BYTES`, idle connections close after
   :data:`KEEP_ALIVE_S`;
 * requests in progress: at most :data:`MAX_CONNECTIONS` of those that carry the token
   (:class:`~lockgate.rest.limits.InFlightLimit`, behind the token check; more get 503);
@@ -48,11 +53,18 @@ log = logging.getLogger(__name__)
 
 #: requests carrying the token in progress at once (more get 503)
 MAX_CONNECTIONS = 32
-#: connections waiting for a request head at once (a newcomer closes the oldest)
+#: closable connections waiting for a request head at once (a newcomer closes the oldest)
 MAX_WAITING = 256
+#: seconds a new connection has to send its head before it can be closed for room: a
+#: client's ``connect()`` and its ``send()`` of the head are two steps, which a loaded
+#: machine can hold apart for much longer than an event-loop iteration
+NEW_GRACE_S = 2.0
+#: new connections in their grace at once (beyond it the oldest new one is closed): the
+#: bound on what the grace can let an attacker hold open
+MAX_NEW_WAITING = 1024
 MAX_HEAD_BYTES = 16 * 1024
 #: the listening socket's backlog, also the most connections accepted in one loop
-#: iteration (so at most twice as many new ones wait beyond MAX_WAITING)
+#: iteration (each takes its place in the line as its protocol starts, before the next)
 ACCEPT_BACKLOG = 128
 HEAD_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
@@ -69,33 +81,42 @@ TICK_S = 1.0
 class _Waiting:
     """The connections of one server waiting for a request head, the longest waiting
     first. Beyond :data:`MAX_WAITING` the longest waiting is closed; a new connection
-    is not closed for room before its head had its chance to be read (see
-    :meth:`_BoundedH11.connection_made`), so a client that sends its head with its
-    connection (every HTTP client does) is never closed for room."""
+    is not closed for room during its first :data:`NEW_GRACE_S` seconds (see
+    :meth:`_BoundedH11.connection_made`) unless :data:`MAX_NEW_WAITING` newer ones wait
+    in their grace too."""
 
     def __init__(self) -> None:
         #: waiting and closable for room, the longest waiting first
         self._order: OrderedDict[_BoundedH11, None] = OrderedDict()
-        #: new connections whose head has not had its chance to be read yet
-        self._new: set[_BoundedH11] = set()
+        #: new connections in their grace, the oldest first
+        self._new: OrderedDict[_BoundedH11, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._order) + len(self._new)
 
     def add_new(self, conn: _BoundedH11) -> None:
-        """``conn`` just opened: it waits, but is not closed for room yet."""
-        self._new.add(conn)
+        """``conn`` just opened: it waits, but is not closed for room in its grace."""
+        self._new[conn] = None
+        while len(self._new) > max(1, MAX_NEW_WAITING):
+            oldest, _ = self._new.popitem(last=False)
+            oldest.close_waiting()
         self._make_room()
+
+    def grace_over(self, conn: _BoundedH11) -> None:
+        """``conn``'s grace ended: if it still waits for its first head, it is closable
+        from now on (last in line)."""
+        if conn in self._new:
+            self.add(conn)
 
     def add(self, conn: _BoundedH11) -> None:
         """``conn`` waits from now on (last in line) and may be closed for room."""
-        self._new.discard(conn)
+        self._new.pop(conn, None)
         self._order.pop(conn, None)
         self._order[conn] = None
         self._make_room()
 
     def discard(self, conn: _BoundedH11) -> None:
-        self._new.discard(conn)
+        self._new.pop(conn, None)
         self._order.pop(conn, None)
 
     def _make_room(self) -> None:
@@ -114,15 +135,15 @@ class _BoundedH11(H11Protocol):
     #: the server's waiting connections (a subclass per server: :func:`_protocol_class`)
     waiting: _Waiting
     _head_deadline: asyncio.TimerHandle | None = None
+    _grace: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_deadline()
         self.waiting.add_new(self)
-        # asyncio reads a new connection from the next loop iteration on; two iterations
-        # from now, what the client sent with its connection has been read (a complete
-        # head makes it a request in progress), and only then may it be closed for room
-        self.loop.call_soon(self.loop.call_soon, self._update_waiting, True)
+        # a complete head makes it a request in progress (out of the line); a head still
+        # missing when the grace ends makes it closable for room
+        self._grace = self.loop.call_later(NEW_GRACE_S, self.waiting.grace_over, self)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -135,6 +156,9 @@ class _BoundedH11(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.waiting.discard(self)
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
