@@ -16,6 +16,14 @@ s     uint32 length, UTF-8                                         str
 b     uint64 length, bytes                                         bytes
 l/t   uint32 count, values                                         list / tuple
 d     uint32 count, (key, value) pairs                             dict
+R     name (an ``s`` value), uint16 version, fields (a ``d`` value)  a state record (v2)
+A     dtype (an ``s`` value), uint8 ndim, uint64 per dim, uint64     numpy array (v2)
+      length, the C-order bytes
+a     uint8 (0: a type, 1: a schema), uint64 length, an Arrow     Arrow type or
+      IPC schema (of one field ``type`` for a type)               schema (v2)
+B     uint8 (0: a record batch, 1: a table), uint64 length, an     Arrow data (v2)
+      Arrow IPC stream
+p     uint64 length, a pickle that names no class or function      plain data (v2)
 P     uint32 index of a pickled part                               anything else
 ====  ===========================================================  ==================
 
@@ -23,16 +31,20 @@ then the pickled parts: uint32 count, uint64 length and one cloudpickle stream o
 ``count`` pickles made by one pickler (its memo shared), loaded in order by one
 unpickler: objects two parts share are shared again, as in one pickle.
 
-The encoder walks dicts, lists and tuples of at most :data:`WALK_LIMIT` items whose
-items are plain (None, bool, int, float, str, bytes, list, tuple, dict), to at most
-:data:`MAX_DEPTH` levels; any other container (one holding an object, a large one) is
-one ``P`` blob, pickled as a whole with cloudpickle (so a large untyped state costs what
-it cost before, and objects shared inside it stay shared). Typed keyed state is bytes
-(Arrow IPC), so a state made only of typed state and plain values has no ``P`` at all.
+The encoder walks dicts, lists and tuples of at most :data:`WALK_LIMIT` items (or of
+state records only), to at most :data:`MAX_DEPTH` levels. lockgate's own objects (source
+splits, sink transactions, ...) are *records* (:mod:`lockgate.core.state_records`):
+a name, a version and their fields, decoded without running code named by the file.
+Numeric numpy arrays, Arrow types, schemas, record batches and tables are data. A larger container, a set or a frozenset
+of only plain values (None, bool, int, float, str, bytes, bytearray and containers of
+them) is one ``p`` pickle, loaded by an unpickler that refuses to name any class or
+function, so it runs no code either. Anything else (a user's object, a container holding
+one) is one ``P`` part, pickled with cloudpickle. Typed keyed state is bytes (Arrow IPC).
 
 :func:`decode_tree` with ``unpickle=False`` returns :class:`PickledValue` placeholders
-for the ``P`` blobs: reading such a tree runs no code, whatever the file says. Files
+for the ``P`` parts: reading such a tree runs no code, whatever the file says. Files
 written before this format (the payload is one pickle) decode to one placeholder.
+Version 1 trees (no R, A, a, p tags) are read as they were.
 """
 
 from __future__ import annotations
@@ -43,12 +55,18 @@ import struct
 from typing import Any
 
 import cloudpickle
+import numpy as np
+import pyarrow as pa
+
+from ..core.state_records import RecordFormatError, spec_named, spec_of
 
 TREE_MAGIC = b"LGST"
 #: the version of the tree layout this lockgate writes and reads
-TREE_VERSION = 1
-#: containers with more items than this are pickled whole
+TREE_VERSION = 2
+#: containers with more items than this (unless all are records) are pickled whole
 WALK_LIMIT = 64
+#: numpy dtype kinds written as data (bool, integers, floats, complex, datetimes)
+ARRAY_KINDS = frozenset("biufcmM")
 #: deeper structures are pickled whole below this depth
 MAX_DEPTH = 16
 
@@ -62,6 +80,36 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 class TreeFormatError(ValueError):
     """A state payload this lockgate cannot decode (a newer version, a broken tree)."""
+
+
+class _NotPlain(Exception):
+    pass
+
+
+class _PlainPickler(pickle.Pickler):
+    """Pickles only plain data: any object that would need a class or a function named
+    in the pickle stops it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        raise _NotPlain(type(obj).__name__)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads plain data only: a pickle naming any class or function is refused, so
+    loading runs no code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise TreeFormatError(f"a plain-data part of a state tree names {module}.{name}")
+
+
+def _plain_pickle(value: Any) -> bytes | None:
+    """``value`` pickled if it is plain data, else None."""
+    out = io.BytesIO()
+    try:
+        _PlainPickler(out, protocol=5).dump(value)
+    except (_NotPlain, RecursionError):
+        return None
+    return out.getvalue()
 
 
 class _Loader:
@@ -115,6 +163,9 @@ def has_pickles(value: Any) -> bool:
         return any(has_pickles(k) or has_pickles(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return any(has_pickles(v) for v in value)
+    spec = spec_of(type(value))
+    if spec is not None:
+        return any(has_pickles(v) for v in spec.fields_of(value).values())
     return False
 
 
@@ -175,33 +226,93 @@ def _encode(value: Any, out: bytearray, depth: int, pickles: _Pickles) -> None: 
         out += b"b"
         out += _U64.pack(len(value))
         out += value
-    elif t in (list, tuple) and _walkable(value, depth):
-        out += b"l" if t is list else b"t"
-        out += _U32.pack(len(value))
-        for item in value:
-            _encode(item, out, depth + 1, pickles)
-    elif t is dict and _walkable(value, depth):
+    elif t in (list, tuple, dict):
+        if depth < MAX_DEPTH and len(value) <= WALK_LIMIT:
+            _encode_container(value, t, out, depth, pickles)
+        elif (plain := _plain_pickle(value)) is not None:
+            _encode_plain(plain, out)
+        elif depth < MAX_DEPTH and _structure(value):
+            _encode_container(value, t, out, depth, pickles)
+        else:
+            out += b"P"
+            out += _U32.pack(pickles.add(value))
+    elif t in (set, frozenset, bytearray):
+        _encode_whole(value, out, pickles)
+    elif (spec := spec_of(t)) is not None:
+        out += b"R"
+        _encode(spec.name, out, depth, pickles)
+        out += _U16.pack(spec.version)
+        _encode_container(spec.fields_of(value), dict, out, depth, pickles)
+    elif t is np.ndarray and value.dtype.kind in ARRAY_KINDS and value.dtype.fields is None:
+        data = np.ascontiguousarray(value)
+        out += b"A"
+        _encode(data.dtype.str, out, depth, pickles)
+        out += bytes([data.ndim])
+        for n in data.shape:
+            out += _U64.pack(n)
+        out += _U64.pack(data.nbytes)
+        out += data.tobytes()
+    elif isinstance(value, (pa.DataType, pa.Schema)):
+        is_schema = isinstance(value, pa.Schema)
+        schema = value if is_schema else pa.schema([pa.field("type", value)])
+        data = schema.serialize().to_pybytes()
+        out += b"a"
+        out += bytes([is_schema])
+        out += _U64.pack(len(data))
+        out += data
+    elif t in (pa.RecordBatch, pa.Table):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, value.schema) as writer:
+            writer.write(value)
+        data = sink.getvalue().to_pybytes()
+        out += b"B"
+        out += bytes([t is pa.Table])
+        out += _U64.pack(len(data))
+        out += data
+    else:
+        out += b"P"
+        out += _U32.pack(pickles.add(value))
+
+
+def _encode_container(value: Any, t: type, out: bytearray, depth: int, pickles: _Pickles) -> None:
+    if t is dict:
         out += b"d"
         out += _U32.pack(len(value))
         for k, v in value.items():
             _encode(k, out, depth + 1, pickles)
             _encode(v, out, depth + 1, pickles)
     else:
+        out += b"l" if t is list else b"t"
+        out += _U32.pack(len(value))
+        for item in value:
+            _encode(item, out, depth + 1, pickles)
+
+
+def _encode_whole(value: Any, out: bytearray, pickles: _Pickles) -> None:
+    """A value not walked: plain data as one ``p`` pickle, else one ``P`` part."""
+    plain = _plain_pickle(value)
+    if plain is None:
         out += b"P"
         out += _U32.pack(pickles.add(value))
+    else:
+        _encode_plain(plain, out)
 
 
-_PLAIN = (type(None), bool, int, float, str, bytes, list, tuple, dict)
+def _encode_plain(plain: bytes, out: bytearray) -> None:
+    out += b"p"
+    out += _U64.pack(len(plain))
+    out += plain
 
 
-def _walkable(container: Any, depth: int) -> bool:
-    """Whether to walk ``container``: small, not too deep, and holding only plain values
-    and containers. A container with an object in it is pickled whole, so objects it
-    shares among its items stay shared after a restore."""
-    if len(container) > WALK_LIMIT or depth >= MAX_DEPTH:
-        return False
-    items = container.items() if type(container) is dict else ((None, v) for v in container)
-    return all(type(k) in _PLAIN and type(v) in _PLAIN for k, v in items)
+_STRUCTURE = (list, tuple, dict)
+
+
+def _structure(container: Any) -> bool:
+    """Whether a large container that is not plain data holds only containers and
+    records (lockgate's own structures: walked, so their arrays and records are data);
+    one holding a user's objects is pickled whole, as before records."""
+    items = container.values() if type(container) is dict else container
+    return all(type(v) in _STRUCTURE or spec_of(type(v)) is not None for v in items)
 
 
 # -- decode ------------------------------------------------------------------------------------
@@ -242,11 +353,42 @@ class _Ref:
         self.index = index
 
 
+class _Record:
+    """A record whose fields hold pickled parts: built once they are resolved."""
+
+    __slots__ = ("fields", "spec", "version")
+
+    def __init__(self, spec: Any, version: int, fields: dict[str, Any]) -> None:
+        self.spec = spec
+        self.version = version
+        self.fields = fields
+
+
+def _empty(table: pa.Table) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def _has_refs(value: Any) -> bool:
+    if type(value) in (_Ref, _Record):
+        return True
+    if type(value) is dict:
+        return any(_has_refs(k) or _has_refs(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return any(_has_refs(v) for v in value)
+    return False
+
+
 def _resolve(value: Any, loader: _Loader, unpickle: bool) -> Any:
     """``value`` with each pickled part loaded (``unpickle``, in file order: the tree is
     walked depth first in the order it was written) or a placeholder."""
     if type(value) is _Ref:
         return loader.value(value.index) if unpickle else PickledValue(loader, value.index)
+    if type(value) is _Record:
+        fields = {k: _resolve(v, loader, unpickle) for k, v in value.fields.items()}
+        try:
+            return value.spec.build(value.version, fields, loader.where)
+        except RecordFormatError as e:
+            raise TreeFormatError(str(e)) from e
     if type(value) is dict:
         return {
             _resolve(k, loader, unpickle): _resolve(v, loader, unpickle) for k, v in value.items()
@@ -309,7 +451,69 @@ class _Reader:
         if tag == b"P":
             self.refs += 1
             return _Ref(self.unpack(_U32))
+        if tag == b"R":
+            return self.record()
+        if tag == b"A":
+            return self.array()
+        if tag == b"a":
+            is_schema = self.take(1)[0]
+            schema = pa.ipc.read_schema(pa.py_buffer(bytes(self.take(self.unpack(_U64)))))
+            return schema if is_schema else schema.field(0).type
+        if tag == b"B":
+            return self.arrow_data()
+        if tag == b"p":
+            data = bytes(self.take(self.unpack(_U64)))
+            try:
+                return _PlainUnpickler(io.BytesIO(data)).load()
+            except TreeFormatError:
+                raise
+            except Exception as e:
+                raise TreeFormatError(f"{self.where}: a broken plain-data part: {e}") from e
         raise TreeFormatError(f"{self.where}: unknown tag {tag!r} at byte {self.pos - 1}")
+
+    def record(self) -> Any:
+        name = self.value()
+        version = self.unpack(_U16)
+        fields = self.value()
+        if type(name) is not str or type(fields) is not dict:
+            raise TreeFormatError(f"{self.where}: a broken state record at byte {self.pos}")
+        try:
+            spec = spec_named(name, self.where)
+        except RecordFormatError as e:
+            raise TreeFormatError(str(e)) from e
+        if any(type(v) is _Ref or _has_refs(v) for v in fields.values()):
+            return _Record(spec, version, fields)  # built once its pickled parts resolve
+        try:
+            return spec.build(version, fields, self.where)
+        except RecordFormatError as e:
+            raise TreeFormatError(str(e)) from e
+
+    def arrow_data(self) -> pa.RecordBatch | pa.Table:
+        is_table = self.take(1)[0]
+        data = bytes(self.take(self.unpack(_U64)))
+        try:
+            table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        except pa.ArrowException as e:
+            raise TreeFormatError(f"{self.where}: broken Arrow data: {e}") from e
+        if is_table:
+            return table
+        batches = table.to_batches()
+        if len(batches) != 1:
+            return table.combine_chunks().to_batches()[0] if batches else _empty(table)
+        return batches[0]
+
+    def array(self) -> np.ndarray:
+        dtype = np.dtype(self.value())
+        if dtype.kind not in ARRAY_KINDS or dtype.fields is not None:
+            raise TreeFormatError(f"{self.where}: an array of dtype {dtype} in a state tree")
+        shape = tuple(self.unpack(_U64) for _ in range(self.take(1)[0]))
+        data = self.take(self.unpack(_U64))
+        count = 1
+        for n in shape:
+            count *= n
+        if count * dtype.itemsize != len(data):
+            raise TreeFormatError(f"{self.where}: an array of shape {shape} has {len(data)} bytes")
+        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
 
 __all__ = [

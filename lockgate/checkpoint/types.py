@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.state_records import state_record
+
 #: a subtask of the job: (vertex id, subtask index)
 TaskKey = tuple[int, int]
 
@@ -33,6 +35,7 @@ class CheckpointFailureReason(enum.Enum):
     SYNC_FAILED = "the synchronous snapshot part failed"
 
 
+@state_record("checkpoint.state_handle")
 @dataclass(frozen=True)
 class StateHandle:
     """A state file in checkpoint storage: its path relative to the storage root, its

@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..core.state_records import state_record
+
 #: the folder name Hive (and Delta) gives a null partition value
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 #: partition column types a DeltaSink accepts (their values have a plain text form)
@@ -75,6 +77,7 @@ def parse_name(prefix: str, name: str) -> FileOwner | None:
     return FileOwner(int(m["subtask"]), m["run"], int(m["attempt"]), int(m["floor"]), int(m["seq"]))
 
 
+@state_record("delta.data_file")
 @dataclass(frozen=True)
 class DataFile:
     """One written, closed data file of a transaction (what its Delta add action says)."""

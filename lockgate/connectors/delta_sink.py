@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..core.batch import Batch, num_rows, user_view
+from ..core.state_records import state_record
 from ..errors import ConfigurationError, LockgateError
 from ..runtime.context import RuntimeContext
 from .changelog_compaction import ChangeBuffer
@@ -88,6 +89,7 @@ class DeltaCommitError(LockgateError, RuntimeError):
     is committed again after the restart (M-X3)."""
 
 
+@state_record("delta.transaction")
 @dataclass
 class DeltaTransaction:
     """One checkpoint interval of one subtask (picklable and small: names, not data).

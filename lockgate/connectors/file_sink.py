@@ -58,6 +58,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..core.batch import Batch, num_rows, to_arrow, to_rows
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
@@ -251,6 +252,7 @@ class _PartFile:
 # ------------------------------------------------------------------------- exactly-once
 
 
+@state_record("files.transaction")
 @dataclass
 class FileTransaction:
     """One part file of one subtask and checkpoint interval (picklable; absolute paths).

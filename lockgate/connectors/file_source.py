@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.batch import RowBatch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError, MalformedRecordError
 from ..runtime.context import RuntimeContext
 from .base import (
@@ -58,6 +59,7 @@ from .file_locations import FileLocation
 FORMATS = ("jsonl", "csv", "parquet")
 
 
+@state_record("files.split")
 @dataclass
 class FileSplit:
     """One file; ``position`` counts what is already consumed (physical lines for jsonl,
@@ -68,6 +70,7 @@ class FileSplit:
     position: int = 0
 
 
+@state_record("files.done")
 @dataclass(frozen=True)
 class DoneFiles:
     """Checkpoint marker of a :class:`FileSource` subtask: the names (not paths) of the

@@ -84,6 +84,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..core.batch import Batch, num_rows, to_arrow
+from ..core.state_records import state_record
 from ..errors import ConfigurationError, LockgateError, NonRestartableError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
@@ -184,6 +185,7 @@ def _catalog_config(catalog: object) -> tuple[str, dict[str, str]]:
     )
 
 
+@state_record("iceberg.transaction")
 @dataclass
 class IcebergTransaction:
     """One subtask's data file of one checkpoint interval (picklable, small).

@@ -64,6 +64,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.batch import TS_COLUMN, Batch, RowBatch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import (
@@ -146,6 +147,7 @@ TopicsArg = str | Sequence[str] | re.Pattern[str]
 StartArg = str | int | Mapping[Any, int]
 
 
+@state_record("kafka.split")
 @dataclass
 class KafkaSplit:
     """One topic partition. ``offset`` is the offset of the next record to read

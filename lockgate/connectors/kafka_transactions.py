@@ -57,6 +57,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.state_records import state_record
 from ..errors import LockgateError
 from .kafka_common import confluent_kafka, kafka_python
 from .kafka_logging import librdkafka_config
@@ -122,6 +123,7 @@ class TransactionLostError(LockgateError, RuntimeError):
     committed) or forgot its transactional id. Its records are not in the topic."""
 
 
+@state_record("kafka.transaction")
 @dataclass
 class KafkaTransaction:
     """One checkpoint interval's transaction of one sink subtask (picklable; stored in

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.batch import RowBatch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import (
@@ -77,6 +78,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+@state_record("nats.split")
 @dataclass
 class NatsJetStreamSplit:
     """One subject filter of the stream (None: every subject). ``position`` is the

@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.batch import Batch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
@@ -112,6 +113,7 @@ TRANSACTIONAL = ("exactly_once", "upsert")
 log = logging.getLogger(__name__)
 
 
+@state_record("postgres.transaction")
 @dataclass
 class PgTransaction:
     """One subtask's rows of one checkpoint interval. ``gid`` is set when it is prepared

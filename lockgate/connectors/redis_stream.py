@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.batch import RowBatch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import (
@@ -64,6 +65,7 @@ def parse_entry_id(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+@state_record("redis.split")
 @dataclass
 class RedisStreamSplit:
     """One stream. ``position`` is the id of the last entry emitted (exclusive: reading

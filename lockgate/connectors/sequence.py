@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..core.batch import scalar_batch
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import InputStatus, ReaderOutput, Source, SourceReader
@@ -17,6 +18,7 @@ from .base import InputStatus, ReaderOutput, Source, SourceReader
 log = logging.getLogger(__name__)
 
 
+@state_record("sequence.split")
 @dataclass
 class SequenceSplit:
     """A contiguous range; ``next`` is the read position (the next value to emit).

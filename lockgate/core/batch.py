@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from .row_kind import KIND_COLUMN
+from .state_records import state_record
 
 SCALAR_METADATA_KEY = b"lockgate.scalar"
 SCALAR_COLUMN = "value"
@@ -56,6 +57,7 @@ NO_TIMESTAMP = -(2**63)
 _RESERVED = frozenset({TS_COLUMN, KIND_COLUMN})
 
 
+@state_record("batch.rows")
 class RowBatch:
     """A batch of Python records (dicts, values or arbitrary picklable objects), with
     their event timestamps when they have some (an int64 array, one per row) and their
@@ -78,6 +80,13 @@ class RowBatch:
 
     def __repr__(self) -> str:
         return f"RowBatch({len(self.rows)} rows)"
+
+    def __state_fields__(self) -> dict[str, Any]:
+        return {"rows": self.rows, "timestamps": self.timestamps, "kinds": self.kinds}
+
+    @classmethod
+    def __from_state_fields__(cls, fields: dict[str, Any]) -> RowBatch:
+        return cls(**fields)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RowBatch) and other.rows == self.rows

@@ -74,6 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.batch import RowBatch, to_arrow
+from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from . import distinct_values as dv
 from .windows import WindowAssignment
@@ -107,6 +108,7 @@ ArrowData: TypeAlias = "pa.RecordBatch | pa.Table | RowBatch"
 # --- declaring aggregates -------------------------------------------------------------
 
 
+@state_record("window.aggregate")
 @dataclass(frozen=True)
 class WindowAggregate:
     """One built-in aggregate: ``kind`` of ``column`` (None: ``count()`` of records),
@@ -704,6 +706,7 @@ def _promote(
 # --- accumulators -----------------------------------------------------------------------
 
 
+@state_record("window.accumulators")
 class Accumulators:
     """Running (or partial) accumulators: one row per (key, window), columnar.
 
@@ -742,6 +745,16 @@ class Accumulators:
         self.aggregation = aggregation
         self.fields = tuple(_kind_of(s).load(f) for s, f in zip(aggregation.aggregates, fields))
         self.types = tuple(types)
+
+    def __state_fields__(self) -> dict[str, Any]:
+        aggregation, fields, types = self.__getstate__()
+        return {"aggregation": aggregation, "fields": fields, "types": types}
+
+    @classmethod
+    def __from_state_fields__(cls, fields: dict[str, Any]) -> Accumulators:
+        out = cls.__new__(cls)
+        out.__setstate__((fields["aggregation"], fields["fields"], fields["types"]))
+        return out
 
     def __repr__(self) -> str:
         return f"Accumulators({len(self)} rows of {list(self.aggregation.names)})"
@@ -927,6 +940,7 @@ class WindowPartials(NamedTuple):
     accumulators: Accumulators
 
 
+@state_record("window.aggregation")
 @dataclass(frozen=True)
 class WindowAggregation:
     """The built-in aggregates of one window operator, in output order."""

@@ -54,6 +54,7 @@ import pyarrow as pa
 from ...core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
 from ...core.excerpt import excerpt
 from ...core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
+from ...core.state_records import state_record
 from ...core.user_functions import bind_function
 from ...errors import ConfigurationError
 from .basic import first_none
@@ -134,6 +135,7 @@ class Prepared(NamedTuple):
 Chunk = tuple[np.ndarray, Any]
 
 
+@state_record("window_join.state")
 class JoinState:
     """The payload of ``n`` (key, window) rows: per side, chunks of (row ids, records).
 
@@ -159,6 +161,13 @@ class JoinState:
 
     def __getstate__(self) -> tuple[int, list[Chunk], list[Chunk]]:
         return (self.n, self.left, self.right)
+
+    def __state_fields__(self) -> dict[str, Any]:
+        return {"n": self.n, "left": self.left, "right": self.right}
+
+    @classmethod
+    def __from_state_fields__(cls, fields: dict[str, Any]) -> JoinState:
+        return cls(fields["n"], list(fields["left"]), list(fields["right"]))
 
     def __setstate__(self, state: tuple[int, list[Chunk], list[Chunk]]) -> None:
         self.n, self.left, self.right = state
