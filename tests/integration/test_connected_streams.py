@@ -284,7 +284,12 @@ def test_the_keyed_enrich_job_equals_a_pandas_merge_after_three_failures_M_T4_M_
     per_subtask = n * 12 // 13 // 2  # about, of both inputs, per subtask and attempt
     inject_faults(
         env,
-        FailAtRecord(OP, record=per_subtask * 25 // 100, subtask=0, after_checkpoints=1),
+        # an attempt's first checkpoint precedes its records (the paced sources wait for
+        # it), and on a loaded machine its second can be triggered the instant the first
+        # completes (min pause 0), before the sources emit: only the third surely holds
+        # progress, and attempts 1 and 2 may add none, so attempt 0 must leave some for
+        # the last attempt to restore
+        FailAtRecord(OP, record=per_subtask * 25 // 100, subtask=0, after_checkpoints=3),
         FailAtRecord(OP, record=per_subtask * 15 // 100, attempt=1, subtask=1, after_checkpoints=1),
         FailAtRecord(OP, record=per_subtask * 10 // 100, attempt=2, subtask=0, after_checkpoints=1),
     )
