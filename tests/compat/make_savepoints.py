@@ -29,15 +29,20 @@ import compat_job  # noqa: E402
 
 import lockgate as lg  # noqa: E402
 from checkpoint_paced import CheckpointPacedSource  # noqa: E402
+from lockgate.checkpoint.export import export_checkpoint  # noqa: E402
 
 BACKENDS = {
     "heap": lambda: lg.HashMapStateBackend(),
     "rocksdb": lambda: lg.RocksDBStateBackend(),
+    "rocksdb-incremental": lambda: lg.RocksDBStateBackend(incremental=True),
 }
+#: backends whose case is a retained checkpoint (exported), not a savepoint: their
+#: checkpoints hold the backend's native files
+CHECKPOINT_CASES = {"rocksdb-incremental"}
 #: records each source subtask emits per completed checkpoint while the savepoint is made
 PACE = 1_500
-#: completed checkpoints before the savepoint is taken
-CHECKPOINTS = 3
+#: completed checkpoints before the savepoint is taken (incremental ones share files)
+CHECKPOINTS = 4
 
 
 def write_savepoint(backend: str, folder: Path) -> None:
@@ -47,13 +52,21 @@ def write_savepoint(backend: str, folder: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env.checkpoint_config.storage = str(Path(tmp) / "chk")
         compat_job.build(env, CheckpointPacedSource(compat_job.bounded_source(), PACE, 10**6))
+        if backend in CHECKPOINT_CASES:
+            env.checkpoint_config.externalized = lg.ExternalizedRetention.RETAIN_ON_CANCELLATION
         client = env.execute_async("compat")
         deadline = time.monotonic() + 120
         while len([c for c in client.checkpoints() if c.status == "completed"]) < CHECKPOINTS:
             if time.monotonic() > deadline or client.done():
                 raise SystemExit(f"{backend}: {CHECKPOINTS} checkpoints did not complete")
             time.sleep(0.05)
-        client.stop_with_savepoint(str(folder))
+        if backend not in CHECKPOINT_CASES:
+            client.stop_with_savepoint(str(folder))
+            return
+        client.cancel()
+        client.wait(120)
+        # the newest retained checkpoint, with the shared files it references
+        export_checkpoint(env.checkpoint_config.storage, str(folder))
 
 
 def expected_of(backend: str, folder: Path) -> dict[str, list]:
@@ -71,7 +84,7 @@ def expected_of(backend: str, folder: Path) -> dict[str, list]:
 
 def main() -> None:
     root = HERE / "savepoints" / lg.__version__
-    for backend in BACKENDS:
+    for backend in sys.argv[1:] or BACKENDS:
         folder = root / backend
         if folder.exists():
             shutil.rmtree(folder)
