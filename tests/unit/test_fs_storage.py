@@ -22,7 +22,7 @@ from lockgate.checkpoint.fs_storage import (
     decode_file,
     encode_file,
 )
-from lockgate.checkpoint.state_tree import decode_tree
+from lockgate.checkpoint.state_tree import TREE_VERSION, decode_tree
 from lockgate.checkpoint.storage import (
     LATEST,
     METADATA,
@@ -104,7 +104,8 @@ def test_files_start_with_the_documented_header(
     magic, version, kind, crc, length = struct.unpack_from("<4sHBIQ", data)
     assert (magic, version, kind, length) == (b"LGCK", 1, 1, len(data) - 19)
     # the payload is a state tree (lockgate.checkpoint.state_tree): magic, version, value
-    assert data[19:25] == b"LGST\x01\x00" and crc == zlib.crc32(data[19:])
+    assert data[19:25] == b"LGST" + TREE_VERSION.to_bytes(2, "little")
+    assert crc == zlib.crc32(data[19:])
     assert decode_tree(data[19:], unpickle=False) == "state"
     with open(os.path.join(root, "chk-1", METADATA), "rb") as f:
         data = f.read()
