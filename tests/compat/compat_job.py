@@ -90,8 +90,14 @@ def bounded_source() -> SequenceSource:
 
 def outputs(result: lg.JobExecutionResult) -> dict[str, list[Any]]:
     """The job's two outputs, each sorted (subtasks merged)."""
+    return collected(result, ("timers-out", "windows-out"))
+
+
+def collected(result: lg.JobExecutionResult, uids: tuple[str, ...]) -> dict[str, list[Any]]:
+    """What the CollectSinks ``uids`` collected, each sorted (subtasks merged), as plain
+    JSON-able values."""
     out = {}
-    for uid in ("timers-out", "windows-out"):
+    for uid in uids:
         rows = [r for part in result.sink_results[uid] for r in part]
         out[uid] = sorted((_plain(r) for r in rows), key=repr)
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import compat_job
+
 import lockgate as lg
 from lockgate.connectors import CollectSink, SequenceSource
 
@@ -75,10 +77,7 @@ def build(env: lg.StreamEnvironment, source: lg.connectors.Source) -> None:
     )
 
 
-def environment(executor: Any = None) -> lg.StreamEnvironment:
-    env = lg.StreamEnvironment(parallelism=2, executor=executor)
-    env.set_max_parallelism(16)
-    return env
+environment = compat_job.environment
 
 
 def bounded_source() -> SequenceSource:
@@ -86,14 +85,7 @@ def bounded_source() -> SequenceSource:
 
 
 def outputs(result: lg.JobExecutionResult) -> dict[str, list[Any]]:
-    out = {}
-    for uid in OUTPUTS:
-        rows = [r for part in result.sink_results[uid] for r in part]
-        out[uid] = sorted(
-            ({k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in r.items()} for r in rows),
-            key=repr,
-        )
-    return out
+    return compat_job.collected(result, OUTPUTS)
 
 
 def straight_run(executor: Any = None) -> dict[str, list[Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from test_state_tree import Tripwire
 
 from lockgate.checkpoint.state_tree import (
     TREE_MAGIC,
@@ -32,6 +33,9 @@ from lockgate.connectors.file_sink import FileTransaction
 from lockgate.connectors.file_source import DoneFiles, FileSplit
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction
+from lockgate.connectors.postgres_cdc.snapshot import ChunkRange
+from lockgate.connectors.postgres_cdc.source import ChunkSplit, StreamSplit
+from lockgate.connectors.postgres_cdc.types import Column
 from lockgate.connectors.postgres_sink import PgTransaction
 from lockgate.core import state_records
 from lockgate.core.state_records import (
@@ -74,6 +78,17 @@ def test_splits_and_transactions_round_trip_as_records_without_unpickling() -> N
             [DataFile("part-0.parquet", 10, {"day": "2026-12-06", "x": None}, "{}", 3)],
         ),
         "pg": PgTransaction("gid", 3, "run", "name"),
+        "cdc": [
+            StreamSplit(
+                10,
+                None,
+                {"public.t": (Column("id", 23, key=True), Column("v", 25))},
+                (ChunkRange("public.t", None, 100), ChunkRange("public.t", 100, None)),
+                {0: "1:2:"},
+                {1: "3:4:"},
+            ),
+            ChunkSplit(0, ChunkRange("public.t", None, 100), "5:6:"),
+        ],
     }
     assert no_pickles(state) == state
 
@@ -150,14 +165,6 @@ def _tree_with_plain_part(payload: bytes) -> bytes:
         + payload
         + (struct.pack("<IQ", 0, 0))
     )
-
-
-class Tripwire:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self) -> Any:
-        return (open, (self.path, "w"))
 
 
 def test_a_plain_data_part_that_names_a_function_is_refused_and_nothing_runs(

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.state_records import state_record
 from ...errors import ConfigurationError
 from .connection import OWNER
 from .tables import TableInfo, quote_ident
@@ -36,6 +37,7 @@ from .xids import XidSnapshot
 MAX_CHUNK_RETRIES = 100
 
 
+@state_record("postgres_cdc.chunk_range")
 @dataclass(frozen=True)
 class ChunkRange:
     """Keys ``lo <= key < hi`` of a table (None: unbounded on that side)."""

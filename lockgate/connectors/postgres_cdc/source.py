@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...core.state_records import state_record
 from ...errors import ConfigurationError
 from ...runtime.context import RuntimeContext
 from ..base import Source, SourceReader, check_bool, check_int, check_positive
@@ -38,6 +39,7 @@ STREAM_SPLIT = "wal"
 log = logging.getLogger(__name__)
 
 
+@state_record("postgres_cdc.stream_split")
 @dataclass
 class StreamSplit:
     """The slot's change stream (one ordered stream: one subtask reads it).
@@ -62,6 +64,7 @@ class StreamSplit:
     split_id: str = STREAM_SPLIT
 
 
+@state_record("postgres_cdc.chunk_split")
 @dataclass
 class ChunkSplit:
     """Chunk ``index`` of the initial snapshot; ``snapshot`` (its ``xmin:xmax:xip``) is

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...core.state_records import state_record
+
 #: session settings of every connection of the source: the text output of dates,
 #: timestamps, floats and bytea depends on them
 SESSION_OPTIONS = (
@@ -71,6 +73,7 @@ class ValueConversionError(ValueError):
     """A column's value that its Arrow type cannot hold."""
 
 
+@state_record("postgres_cdc.column")
 @dataclass(frozen=True)
 class Column:
     """One column of a replicated table: its name, type OID and type modifier (-1: none),
