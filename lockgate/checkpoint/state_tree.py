@@ -231,11 +231,10 @@ def _encode(value: Any, out: bytearray, depth: int, pickles: _Pickles) -> None: 
             _encode_container(value, t, out, depth, pickles)
         elif (plain := _plain_pickle(value)) is not None:
             _encode_plain(plain, out)
-        elif depth < MAX_DEPTH and _structure(value):
+        elif depth < MAX_DEPTH and _structure(value):  # lockgate's structures, walked
             _encode_container(value, t, out, depth, pickles)
         else:
-            out += b"P"
-            out += _U32.pack(pickles.add(value))
+            _encode_pickled(value, out, pickles)
     elif t in (set, frozenset, bytearray):
         _encode_whole(value, out, pickles)
     elif (spec := spec_of(t)) is not None:
@@ -270,8 +269,7 @@ def _encode(value: Any, out: bytearray, depth: int, pickles: _Pickles) -> None: 
         out += _U64.pack(len(data))
         out += data
     else:
-        out += b"P"
-        out += _U32.pack(pickles.add(value))
+        _encode_pickled(value, out, pickles)
 
 
 def _encode_container(value: Any, t: type, out: bytearray, depth: int, pickles: _Pickles) -> None:
@@ -292,8 +290,7 @@ def _encode_whole(value: Any, out: bytearray, pickles: _Pickles) -> None:
     """A value not walked: plain data as one ``p`` pickle, else one ``P`` part."""
     plain = _plain_pickle(value)
     if plain is None:
-        out += b"P"
-        out += _U32.pack(pickles.add(value))
+        _encode_pickled(value, out, pickles)
     else:
         _encode_plain(plain, out)
 
@@ -302,6 +299,11 @@ def _encode_plain(plain: bytes, out: bytearray) -> None:
     out += b"p"
     out += _U64.pack(len(plain))
     out += plain
+
+
+def _encode_pickled(value: Any, out: bytearray, pickles: _Pickles) -> None:
+    out += b"P"
+    out += _U32.pack(pickles.add(value))
 
 
 _STRUCTURE = (list, tuple, dict)
@@ -362,10 +364,6 @@ class _Record:
         self.spec = spec
         self.version = version
         self.fields = fields
-
-
-def _empty(table: pa.Table) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
 def _has_refs(value: Any) -> bool:
@@ -481,7 +479,7 @@ class _Reader:
             spec = spec_named(name, self.where)
         except RecordFormatError as e:
             raise TreeFormatError(str(e)) from e
-        if any(type(v) is _Ref or _has_refs(v) for v in fields.values()):
+        if _has_refs(fields):
             return _Record(spec, version, fields)  # built once its pickled parts resolve
         try:
             return spec.build(version, fields, self.where)
@@ -492,15 +490,10 @@ class _Reader:
         is_table = self.take(1)[0]
         data = bytes(self.take(self.unpack(_U64)))
         try:
-            table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-        except pa.ArrowException as e:
+            reader = pa.ipc.open_stream(pa.py_buffer(data))
+            return reader.read_all() if is_table else reader.read_next_batch()
+        except (pa.ArrowException, StopIteration) as e:
             raise TreeFormatError(f"{self.where}: broken Arrow data: {e}") from e
-        if is_table:
-            return table
-        batches = table.to_batches()
-        if len(batches) != 1:
-            return table.combine_chunks().to_batches()[0] if batches else _empty(table)
-        return batches[0]
 
     def array(self) -> np.ndarray:
         dtype = np.dtype(self.value())

@@ -84,10 +84,6 @@ class RowBatch:
     def __state_fields__(self) -> dict[str, Any]:
         return {"rows": self.rows, "timestamps": self.timestamps, "kinds": self.kinds}
 
-    @classmethod
-    def __from_state_fields__(cls, fields: dict[str, Any]) -> RowBatch:
-        return cls(**fields)
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RowBatch) and other.rows == self.rows
 

@@ -17,8 +17,8 @@ Rules for a change of a record's layout (checked by ``tests/compat/``):
 * a name is never reused for something else.
 
 A class becomes a record with :func:`state_record`. Dataclasses give their fields as they
-are; other classes define ``__state_fields__(self) -> dict`` and a classmethod
-``__from_state_fields__(cls, fields)``.
+are; other classes define ``__state_fields__(self) -> dict`` and, unless
+``cls(**fields)`` builds them again, a classmethod ``__from_state_fields__(cls, fields)``.
 """
 
 from __future__ import annotations
