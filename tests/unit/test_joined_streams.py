@@ -22,6 +22,7 @@ from lockgate.runtime.operators.window_join import (
     FUNCTION_JOIN,
     KEY_FIELD,
     LEFT,
+    MAX_CHUNKS,
     RIGHT,
     JoinContents,
     JoinState,
@@ -30,6 +31,8 @@ from lockgate.runtime.operators.window_join import (
     key_fields,
     pair_indices,
 )
+from lockgate.runtime.operators.window_store import SessionStore
+from lockgate.time.windows import WindowAssignment
 
 
 def streams() -> tuple[lg.StreamEnvironment, lg.DataStream, lg.DataStream]:
@@ -158,7 +161,8 @@ def records(state: JoinState, c: JoinContents) -> dict[int, tuple[list[int], lis
     for side, chunks in ((0, state.left), (1, state.right)):
         for ids, part in chunks:
             for r, v in zip(ids.tolist(), part.column("id").to_pylist()):
-                out[r][side].append(v)
+                if r >= 0:  # -1: a dead record (its row was taken away)
+                    out[r][side].append(v)
     return out
 
 
@@ -197,6 +201,53 @@ def test_a_frozen_payload_does_not_see_later_records() -> None:
     c.fold(own, np.array([0]), part, np.array([0]))
     assert records(c.thaw(frozen), c)[0] == ([10], [11])
     assert records(own, c)[0] == ([10, 99], [11])
+
+
+def test_taking_most_rows_moves_no_records_and_a_snapshot_holds_live_records_only() -> None:
+    c, state = filled()
+    parts = [part for _, part in state.left + state.right]
+    kept = c.take(state, np.array([2, 0]))  # row 1 leaves: one of four records dies
+    assert records(kept, c) == {0: ([], [13]), 1: ([10], [11])}
+    assert [part for _, part in kept.left + kept.right] == parts
+    assert all(a is b for a, b in zip([p for _, p in kept.left + kept.right], parts))
+    frozen = c.thaw(c.freeze(kept))
+    assert all((ids >= 0).all() for ids, _ in frozen.left + frozen.right)
+    assert records(frozen, c) == records(kept, c)
+    half = c.take(state, np.array([2]))  # as many dead as live: still no copy
+    assert half.left == [] and half.right[0][1] is state.right[0][1]
+    assert records(half, c) == {0: ([], [13])}
+    four = c.empty(4)
+    side = type("P", (), {"side": np.zeros(4, np.int8), "part": pa.table({"id": [0, 1, 2, 3]})})
+    c.fold(four, np.arange(4), side, np.arange(4))
+    few = c.take(four, np.array([3]))  # three of four die: the live one is copied out
+    assert [len(ids) for ids, _ in few.left] == [1] and len(few.left[0][1]) == 1
+    assert records(few, c) == {0: ([3], [])}
+
+
+def test_a_session_store_keeps_a_bounded_number_of_chunks_however_many_batches_come() -> None:
+    """Each batch's records are a new chunk and merging sessions takes rows out of
+    every chunk; the chunks used to pile up (one Arrow ``take`` each, per batch: a
+    session join slowed down as it ran). The store now holds at most MAX_CHUNKS
+    chunks a side, and each record once."""
+    c = contents()
+    store = SessionStore(c)
+    keys, per_batch, seen = 500, 200, 0
+    for _ in range(300):
+        ids = np.arange(seen, seen + per_batch, dtype=np.int64)
+        seen += per_batch
+        codes = (ids * 7919) % keys
+        ts = ids // 4
+        side = (ids % 2).astype(np.int8)
+        part = pa.table({"k": codes, "id": ids})
+        data = type("P", (), {"side": side, "part": part})
+        rows = np.arange(per_batch, dtype=np.int64)
+        store.add(data, codes, ts, WindowAssignment(rows, ts, ts + 50))
+        assert len(store.payload.left) <= MAX_CHUNKS and len(store.payload.right) <= MAX_CHUNKS
+    got = records(store.payload, c)
+    every = sorted(i for lefts, rights in got.values() for i in lefts + rights)
+    assert every == list(range(seen)), "each record held once"
+    for r, (lefts, rights) in got.items():  # a row's records are of its key
+        assert {int(i * 7919 % keys) for i in lefts + rights} == {int(store.key[r])}
 
 
 # -- results on a scripted watermark ---------------------------------------------------------

@@ -139,6 +139,12 @@ Chunk = tuple[np.ndarray, Any]
 class JoinState:
     """The payload of ``n`` (key, window) rows: per side, chunks of (row ids, records).
 
+    A row id of ``-1`` marks a dead record (its row was taken away): taking rows
+    renumbers ids and leaves records in place, so the records are copied only when a
+    side holds more dead records than live ones or more than :data:`MAX_CHUNKS`
+    chunks (then its live records become one chunk). A snapshot
+    (:meth:`JoinContents.freeze`) holds live records only.
+
     Chunks are never changed once made; :meth:`JoinContents.fold` appends chunks to
     the side lists in place (the store copies a payload a snapshot holds first)."""
 
@@ -258,7 +264,10 @@ class JoinContents(WindowContents):
         return payload.n
 
     def take(self, payload: JoinState, rows: np.ndarray) -> JoinState:
-        """The rows ``rows`` (distinct) of ``payload``, in that order."""
+        """The rows ``rows`` (distinct) of ``payload``, in that order. Records stay in
+        their chunks (their ids renumbered, those of rows not taken ``-1``) unless a
+        side would keep more dead records than live ones (see :class:`JoinState`):
+        taking most rows, as a store removing a few does, copies no records."""
         rows = np.asarray(rows, dtype=np.int64)
         n = payload.n
         if len(rows) == n and (not n or bool((rows == np.arange(n)).all())):
@@ -270,37 +279,48 @@ class JoinContents(WindowContents):
     def _remap(self, chunks: list[Chunk], pos: np.ndarray) -> list[Chunk]:
         out: list[Chunk] = []
         for ids, part in chunks:
-            new = pos[ids]
-            keep = new >= 0
-            if keep.all():
+            new = np.full(len(ids), -1, dtype=np.int64)
+            alive = ids >= 0
+            new[alive] = pos[ids[alive]]
+            if (new >= 0).any():
                 out.append((new, part))
-            elif keep.any():
-                sel = np.flatnonzero(keep)
-                out.append((new[sel], self._take_part(part, sel)))
-        return out
+        return self._bounded(out)
+
+    def _bounded(self, chunks: list[Chunk]) -> list[Chunk]:
+        """``chunks``, its live records made one chunk when it holds more than
+        :data:`MAX_CHUNKS` chunks or more dead records than live ones."""
+        live = sum(int(np.count_nonzero(ids >= 0)) for ids, _ in chunks)
+        if not live:
+            return []
+        held = sum(len(ids) for ids, _ in chunks)
+        if len(chunks) > MAX_CHUNKS or held - live > live:
+            return [self._compact(chunks)]
+        return chunks
 
     def concat(self, parts: list[Any]) -> JoinState:
         left: list[Chunk] = []
         right: list[Chunk] = []
         offset = 0
         for p in parts:
-            left.extend((ids + offset, part) for ids, part in p.left)
-            right.extend((ids + offset, part) for ids, part in p.right)
+            left.extend((_shifted(ids, offset), part) for ids, part in p.left)
+            right.extend((_shifted(ids, offset), part) for ids, part in p.right)
             offset += p.n
-        return JoinState(offset, left, right)
+        return JoinState(offset, self._bounded(left), self._bounded(right))
 
     def combine(self, payload: JoinState, groups: np.ndarray, n: int) -> JoinState:
         groups = np.asarray(groups, dtype=np.int64)
         return JoinState(
             n,
-            [(groups[ids], part) for ids, part in payload.left],
-            [(groups[ids], part) for ids, part in payload.right],
+            [(_regrouped(groups, ids), part) for ids, part in payload.left],
+            [(_regrouped(groups, ids), part) for ids, part in payload.right],
         )
 
     # -- snapshots ------------------------------------------------------------------
     def freeze(self, payload: JoinState) -> Any:
-        if self.arrow:  # Arrow chunks are immutable: copying the lists is enough
-            return JoinState(payload.n, list(payload.left), list(payload.right))
+        # live records only; Arrow chunks are immutable: new lists of them are enough
+        payload = JoinState(payload.n, self._live(payload.left), self._live(payload.right))
+        if self.arrow:
+            return payload
         try:  # a join function may change the records it gets: copy them now
             return cloudpickle.dumps(payload)
         except Exception as e:
@@ -331,15 +351,31 @@ class JoinContents(WindowContents):
             out.extend(p)
         return out
 
+    def _live(self, chunks: list[Chunk]) -> list[Chunk]:
+        """``chunks`` without dead records (a chunk holding none is kept as it is)."""
+        out: list[Chunk] = []
+        for ids, part in chunks:
+            alive = ids >= 0
+            if alive.all():
+                out.append((ids, part))
+            elif alive.any():
+                sel = np.flatnonzero(alive)
+                out.append((ids[sel], self._take_part(part, sel)))
+        return out
+
     def _compact(self, chunks: list[Chunk]) -> Chunk:
+        """The live records of ``chunks`` as one chunk (Arrow: the chunks' tables
+        concatenated without a copy, then one ``take`` of the live records)."""
+        chunks = [c for c in chunks if len(c[0])] if self.arrow else self._live(chunks)
         if not chunks:
             return (_NO_IDS, pa.table({}) if self.arrow else [])
-        if len(chunks) == 1:
-            return chunks[0]
-        return (
-            np.concatenate([ids for ids, _ in chunks]),
-            self._concat_parts([p for _, p in chunks]),
-        )
+        ids = chunks[0][0] if len(chunks) == 1 else np.concatenate([i for i, _ in chunks])
+        part = self._concat_parts([p for _, p in chunks])
+        alive = ids >= 0
+        if alive.all():
+            return (ids, part)
+        sel = np.flatnonzero(alive)
+        return (ids[sel], self._take_part(part, sel))
 
     # -- output ---------------------------------------------------------------------
     def results(
@@ -434,6 +470,21 @@ class JoinContents(WindowContents):
         arrays = [lt.column(c).combine_chunks() for c in left.column_names]
         arrays += [rt.column(c).combine_chunks() for c in right_names]
         return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _shifted(ids: np.ndarray, offset: int) -> np.ndarray:
+    """Row ids moved up by ``offset``; dead ids (``-1``) stay dead."""
+    if not offset:
+        return ids
+    return np.where(ids >= 0, ids + offset, -1)
+
+
+def _regrouped(groups: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Row ids mapped through ``groups``; dead ids (``-1``) stay dead."""
+    out = np.full(len(ids), -1, dtype=np.int64)
+    alive = ids >= 0
+    out[alive] = groups[ids[alive]]
+    return out
 
 
 def none_join_error(left: object, right: object) -> TypeError:
