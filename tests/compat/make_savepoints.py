@@ -10,7 +10,8 @@ and requests are open), stops it with a savepoint into
 case, cancels it and exports its newest retained checkpoint there), then restores that
 once and writes what the restored job outputs to ``expected.json.gz`` beside it, after
 checking that it equals the case's reference (an oracle, or the job run straight
-through). ``test_compat.py`` restores every folder found there on the code of the day."""
+through). ``test_compat.py`` restores every folder found there on the code of the day.
+The case ``records`` writes one of every state record instead (compat_records.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import compat_records  # noqa: E402
 from compat_cases import BACKENDS, CASES, ROOT, Case, write_expected  # noqa: E402
 
 import lockgate as lg  # noqa: E402
@@ -75,14 +77,17 @@ def expected_of(case: Case, folder: Path) -> dict[str, list]:
 
 def main() -> None:
     root = ROOT / lg.__version__
-    for name in sys.argv[1:] or CASES:
-        case = CASES[name]
+    for name in sys.argv[1:] or [*CASES, "records"]:
         folder = root / name
         if folder.exists():
             shutil.rmtree(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        write_savepoint(case, folder / "savepoint")
-        write_expected(folder, expected_of(case, folder / "savepoint"))
+        if name == "records":
+            compat_records.write(folder)
+        else:
+            case = CASES[name]
+            write_savepoint(case, folder / "savepoint")
+            write_expected(folder, expected_of(case, folder / "savepoint"))
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
         ).stdout.strip()

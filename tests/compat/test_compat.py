@@ -17,14 +17,17 @@ from typing import Any
 
 import compat_job
 import pytest
-from compat_cases import BACKENDS, CASES, Case, checked_in, read_expected
+from compat_cases import BACKENDS, CASES, ROOT, Case, checked_in, read_expected
+from compat_records import TREE_FILE, canonical, read_fields
 
 import lockgate as lg
 from lockgate.checkpoint import fs_storage
 from lockgate.checkpoint.state_tree import decode_tree, has_pickles
+from lockgate.core.state_records import RECORD_MODULES, spec_named
 from lockgate.savepoint.errors import SavepointFormatError
 
 CHECKED_IN = checked_in()
+RECORD_FOLDERS = sorted(ROOT.glob("*/records"))
 RESTORES = [
     (folder, case, backend) for folder, case in CHECKED_IN for backend in case.restore_backends
 ]
@@ -41,6 +44,43 @@ def test_this_release_has_its_savepoints() -> None:
         f"lockgate {lg.__version__} lacks the compatibility cases {sorted(set(CASES) - mine)} "
         "in tests/compat/savepoints: run tests/compat/make_savepoints.py and commit them"
     )
+
+
+def test_this_release_has_one_of_every_state_record() -> None:
+    """The records file of this release holds every record lockgate writes (the
+    connectors' splits and transactions among them): a new record is added to
+    compat_records.examples() and the file written again."""
+    stored = read_fields(ROOT / lg.__version__ / "records")
+    assert set(stored) == set(RECORD_MODULES), (
+        f"lockgate {lg.__version__}'s records file lacks {sorted(set(RECORD_MODULES) - set(stored))}"
+        " (or holds records it no longer has): add them to tests/compat/compat_records.py, run "
+        "tests/compat/make_savepoints.py records and commit the result"
+    )
+
+
+@pytest.mark.parametrize("folder", RECORD_FOLDERS, ids=[f.parent.name for f in RECORD_FOLDERS])
+def test_every_record_a_release_wrote_decodes_to_its_stored_fields(folder: Path) -> None:
+    """Kafka, Redis, NATS, file, sequence and CDC splits; Kafka, PostgreSQL, Delta,
+    Iceberg and file sink transactions; window accumulators, join buffers, row batches
+    and state handles, as that release wrote them, decode on today's code without
+    unpickling, each to its class with the fields it was written with (a record whose
+    version was bumped since: through its upgrade). A renamed, removed or retyped field
+    without a version bump and an upgrade fails here."""
+    tree = decode_tree((folder / TREE_FILE).read_bytes(), unpickle=False, where=str(folder))
+    assert not has_pickles(tree), "a record holds a pickled part"
+    stored = read_fields(folder)
+    assert stored and set(tree) == set(stored)
+    for name, written in stored.items():
+        spec = spec_named(name, str(folder))
+        assert type(tree[name]) is spec.cls, f"{name} decoded to {type(tree[name]).__qualname__}"
+        if written["version"] != spec.version:
+            continue  # upgraded: the fields are today's, not the ones written
+        fields = canonical(tree[name])["fields"]
+        for field, value in written["fields"].items():
+            assert fields.get(field) == value, (
+                f"{name} ({folder.parent.name}): field {field!r} was written as {value!r}, "
+                f"reads as {fields.get(field)!r}"
+            )
 
 
 def test_the_stored_expectations_are_the_oracle() -> None:
