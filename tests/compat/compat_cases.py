@@ -13,6 +13,7 @@ from typing import Any
 
 import compat_job
 import compat_joins
+import compat_operators
 
 import lockgate as lg
 
@@ -57,6 +58,7 @@ CASES = {
         Case("rocksdb", compat_job, "rocksdb"),
         Case("rocksdb-incremental", compat_job, "rocksdb-incremental", native=True),
         Case("joins-heap", compat_joins, "heap", pace=400),
+        Case("operators-heap", compat_operators, "heap", pace=300),
     ]
 }
 

@@ -3,7 +3,8 @@ docs/savepoint_format.md). Every folder ``savepoints/<release>/<case>/`` holds a
 savepoint (or an exported incremental RocksDB checkpoint) of one of the compatibility
 jobs written mid-stream by ``make_savepoints.py`` (open windows and sessions, pending
 timers, typed and untyped keyed state, interval and window join buffers, async requests
-in flight, sequence splits, collected output) and the output its restore gave then
+in flight, broadcast state, rolling aggregates, operator list state, sequence splits,
+collected output) and the output its restore gave then
 (``expected.json.gz``). Each is restored here, on every state backend that can, on both
 executors, and must give that output again, read without unpickling anything. A release
 adds its own folders and keeps the older ones; a change of a state layout without a
