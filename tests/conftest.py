@@ -2,7 +2,8 @@
 
 * A hang guard: a test that runs longer than ``HANG_GUARD_S`` dumps every
   thread's stack and ends the run (there is no pytest-timeout here), so a
-  deadlock shows up as a traceback instead of a stuck CI job.
+  deadlock shows up as a traceback instead of a stuck CI job; the guard names
+  the test it stopped, in a parallel run and in a run of one process alike.
 * A leak guard: every test must leave no ``lockgate ...`` thread running.
 * :class:`Probe`: a thread-safe recorder that user functions inside a job can
   reach. Jobs pickle their functions; a probe pickles as its registry name, so
@@ -288,6 +289,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "hang_guard(seconds): a longer hang guard for a test that needs one"
     )
+    _keep_real_stderr(config)
     # Spark's Python workers must import the test modules (whose functions and classes jobs
     # ship by reference); set before any code of the run can start a JVM
     os.environ["PYTHONPATH"] = _test_module_path()
@@ -328,6 +330,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _hang_dump: Any = None
+#: the terminal's stderr, outside pytest's capture (set in pytest_configure of a run in one
+#: process): where the hang guard writes when no LOCKGATE_HANG_DUMP file is set
+_real_stderr: Any = None
 
 
 def _hang_dump_file() -> Any:
@@ -342,44 +347,95 @@ def _hang_dump_file() -> Any:
     return _hang_dump
 
 
+def _keep_real_stderr(config: pytest.Config) -> None:
+    """Keep a copy of the terminal's stderr: during a test pytest captures file
+    descriptor 2 into a file that a killed run never prints, so a hang guard writing
+    there would end the run without a word. (In a parallel worker the coordinator
+    names the test of a crashed worker, and scripts/test.sh sets LOCKGATE_HANG_DUMP.)"""
+    global _real_stderr
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if WORKER or _real_stderr is not None:
+        return
+    if capture is not None:
+        capture.suspend_global_capture(in_=False)
+    try:
+        _real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
+    finally:
+        if capture is not None:
+            capture.resume_global_capture()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _hang_dump is not None:
         _hang_dump.close()
 
 
+class _HangGuard:
+    """Ends a test run stuck in one test: at ``limit`` seconds faulthandler writes every
+    thread's stack and exits the process (it works even if a thread holds the GIL). The
+    test's name comes first: written when the test starts into the dump file (which
+    outlives the run), or, with no dump file, by a timer thread a moment before the
+    stacks."""
+
+    def __init__(self) -> None:
+        self.limit: float | None = None
+        self.nodeid = ""
+        self._timer: threading.Timer | None = None
+
+    def arm(self, limit: float, nodeid: str) -> None:
+        self.cancel()
+        self.limit, self.nodeid = limit, nodeid
+        dump = _hang_dump_file()
+        target = dump or _real_stderr or sys.stderr
+        if dump is not None:  # outlives the captured stderr of a run the guard kills
+            dump.seek(0)
+            dump.truncate()
+            dump.write(self.message() + "\n")
+            dump.flush()
+        else:
+            self._timer = threading.Timer(max(limit - 1.0, limit * 0.9), self._name, (target,))
+            self._timer.daemon = True
+            self._timer.name = "hang guard"
+            self._timer.start()
+        faulthandler.dump_traceback_later(limit, exit=True, file=target)
+
+    def rearm(self) -> None:
+        if self.limit is not None:
+            self.arm(self.limit, self.nodeid)
+
+    def cancel(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.limit = None
+
+    def message(self) -> str:
+        return (
+            f"the hang guard ({self.limit:g}s) killed the test run in {self.nodeid}; its threads:"
+        )
+
+    def _name(self, target: Any) -> None:
+        target.write(f"\n{self.message()}\n")
+        target.flush()
+
+
+_guard = _HangGuard()
+
+
 @pytest.fixture(autouse=True)
 def _hang_guard(request: pytest.FixtureRequest) -> Any:
     marker = request.node.get_closest_marker("hang_guard")
-    limit = float(marker.args[0]) if marker else HANG_GUARD_S
-    dump = _hang_dump_file()
-    if dump is not None:  # outlives the captured stderr of a run the guard kills
-        dump.seek(0)
-        dump.truncate()
-        dump.write(
-            f"the hang guard ({limit:g}s) killed the test run in "
-            f"{request.node.nodeid}; its threads:\n"
-        )
-        dump.flush()
-    global _hang_guard_limit
-    _hang_guard_limit = limit
-    faulthandler.dump_traceback_later(limit, exit=True, file=dump or sys.stderr)
+    _guard.arm(float(marker.args[0]) if marker else HANG_GUARD_S, request.node.nodeid)
     yield
-    faulthandler.cancel_dump_traceback_later()
-    _hang_guard_limit = None
-
-
-#: the hang guard's limit for the running test (None between tests)
-_hang_guard_limit: float | None = None
+    _guard.cancel()
 
 
 def _restart_hang_guard() -> None:
     """Give the running test its whole hang guard limit again from now: for the one-off
     start of the shared SparkSession inside whichever test needs it first (in a parallel
     run, each worker's first Spark test, which can be any)."""
-    if _hang_guard_limit is not None:
-        faulthandler.dump_traceback_later(
-            _hang_guard_limit, exit=True, file=_hang_dump_file() or sys.stderr
-        )
+    _guard.rearm()
 
 
 @pytest.fixture(autouse=True)
