@@ -434,3 +434,20 @@ def test_m_r4_a_savepoint_in_between_keeps_the_files_offered_for_reuse() -> None
         assert third.handles["stateful"].shared == first.handles["stateful"].shared
     finally:
         cp.close()
+
+
+def test_m_t1_after_an_alignment_the_task_forwards_the_barrier_then_snapshots() -> None:
+    """M-T1 for a task whose barrier completes an alignment (not a source): output that
+    must precede the barrier goes first, then the barrier on every output channel, then
+    the synchronous snapshot."""
+    cp, op, writer, [channel], storage, responder, log = make()
+    try:
+        writer.write(RowBatch([1, 2]))  # buffered, must precede the barrier
+        cp.trigger_snapshot(BARRIER, AlignmentInfo(0.0, 0.0, unaligned=False))
+        assert log == ["prepare", "put CheckpointBarrier", "snapshot"]
+        elements = drain(channel)
+        assert to_rows(elements[0]) == [1, 2] and elements[1] == BARRIER
+        wait_for(responder.event, "the acknowledgement")
+        assert [a.checkpoint_id for a in responder.acks] == [1]
+    finally:
+        cp.close()
