@@ -466,7 +466,7 @@ def replay_data(target: Target) -> dict[str, Any]:
 
 # checkpoint tampering (item 6): a signed job's checkpoint rewritten without the key is
 # refused before anything in it is unpickled (see bench/hostile_checkpoints.py)
-from hostile_checkpoints import tampered_checkpoint  # noqa: E402
+from hostile_checkpoints import tampered_checkpoint
 
 case("tampered_checkpoint")(tampered_checkpoint)
 

@@ -217,7 +217,7 @@ def delta_fork(target: Any = None) -> dict[str, Any]:
                 client.cancel()
                 try:
                     client.wait(WAIT_S)
-                except Exception:  # noqa: BLE001, S110 - cleaning up after a failed case
+                except Exception:  # noqa: BLE001 - cleaning up after a failed case
                     pass
         shutil.rmtree(work, ignore_errors=True)
 

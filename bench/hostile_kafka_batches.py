@@ -45,10 +45,10 @@ sys.path[:] = [ROOT, os.path.join(ROOT, "tests")] + [
     p for p in sys.path if os.path.abspath(p or ".") != HERE
 ]
 
-import lockgate as lg  # noqa: E402
-from kafka_raw import forged_batch, gzip_bomb_batch, produce_raw  # noqa: E402
-from lockgate.connectors import KafkaSource, RateLimitedSource  # noqa: E402
-from lockgate.testing import FailAtRecord, inject_faults  # noqa: E402
+import lockgate as lg
+from kafka_raw import forged_batch, gzip_bomb_batch, produce_raw
+from lockgate.connectors import KafkaSource, RateLimitedSource
+from lockgate.testing import FailAtRecord, inject_faults
 
 BOOTSTRAP = os.environ.get("LOCKGATE_TEST_KAFKA", "127.0.0.1:9092")
 VICTIMS, ATTACK, JUMP = 3_000, 7_000, 2_000
@@ -182,7 +182,7 @@ def _read_bombs(topic: str, fetch: str) -> dict[str, Any]:
             if time.monotonic() - started > 600:
                 raise TimeoutError("not at the end in 600 s")
             time.sleep(0.01)  # the task's own idle wait
-    except Exception as e:  # reported, as the child's result
+    except Exception as e:  # noqa: BLE001 - reported, as the child's result
         error = f"{type(e).__name__}: {e}"[:300]
     finally:
         reader.close()

@@ -119,7 +119,7 @@ def _attack(name: str) -> dict[str, Any]:
             capture_output=True,
             text=True,
             timeout=60,
-            preexec_fn=_limit,  # noqa: PLW1509 - the child is a plain interpreter
+            preexec_fn=_limit,
         )
     except subprocess.TimeoutExpired:
         return {"ok": False, "outcome": "ran past 60 s"}

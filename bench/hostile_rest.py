@@ -113,7 +113,7 @@ def _neighbour() -> tuple[ThreadingHTTPServer, list[dict[str, str]]]:
     received: list[dict[str, str]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             received.append({"path": self.path, **dict(self.headers.items())})
             body = _NEIGHBOUR_PAGE if self.path == "/" else b"ok"
             self.send_response(200)

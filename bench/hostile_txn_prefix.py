@@ -41,9 +41,9 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [os.path.dirname(HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
-import lockgate as lg  # noqa: E402
-from lockgate.connectors import SequenceSource  # noqa: E402
-from lockgate.connectors.kafka_sink import KafkaSink, default_prefix  # noqa: E402
+import lockgate as lg
+from lockgate.connectors import SequenceSource
+from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
 
 BOOTSTRAP = os.environ.get("LOCKGATE_BENCH_KAFKA", "127.0.0.1:9092")
 N = 3_000

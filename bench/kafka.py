@@ -113,10 +113,10 @@ HERE = Path(__file__).resolve().parent
 # kafka-python package (`import kafka`) that lockgate's Kafka sink imports.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def _load_bench_module(name: str) -> Any:

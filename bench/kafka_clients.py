@@ -23,8 +23,8 @@ import uuid
 # bench/ holds kafka.py: keep it from shadowing the kafka-python package
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(__file__)]
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 BOOTSTRAP = "127.0.0.1:9092"
 

@@ -31,11 +31,11 @@ HERE = Path(__file__).resolve().parent
 # shadow the kafka-python package; the repository root goes there instead.
 sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
-import pyarrow as pa  # noqa: E402
-from confluent_kafka import KafkaException  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+import pyarrow as pa
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.kafka import produce_input  # noqa: E402
+from bench.kafka import produce_input
 
 SCHEMA = pa.schema([("key", pa.int64()), ("ts", pa.int64())])
 CASES = ("json", "bytes", "text", "schema")

@@ -55,9 +55,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "spark"))
 
-from cluster import cmdline, descendants  # noqa: E402
-from netns_cluster import NetnsCluster, netns_unavailable  # noqa: E402
-from soak_driver import PREFIX, SPAN, WINDOW_MS  # noqa: E402
+from cluster import cmdline, descendants
+from netns_cluster import NetnsCluster, netns_unavailable
+from soak_driver import PREFIX, SPAN, WINDOW_MS
 
 FAULTS = ("executor", "worker-host", "python-worker")
 ROLES = ("driver", "driver-jvm", "master", "workers", "executors", "python-workers")

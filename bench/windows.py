@@ -49,10 +49,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import windows_parquet  # noqa: E402
+import windows_parquet
 
-import lockgate as lg  # noqa: E402
-from lockgate.connectors import DiscardingSink, SequenceSource  # noqa: E402
+import lockgate as lg
+from lockgate.connectors import DiscardingSink, SequenceSource
 
 KEYS = 1000
 DISORDER_MS = 500

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "nexmark"))
 
-from run_flink import epoch_ms, start_mini_cluster, stop_jvm  # noqa: E402
+from run_flink import epoch_ms, start_mini_cluster, stop_jvm
 
 DISORDER_MS = 500
 

@@ -63,7 +63,7 @@ class RemoteError(Exception):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Refuse redirects: following one would send the token to another address."""
 
-    def redirect_request(  # noqa: PLR0913 - urllib's signature
+    def redirect_request(
         self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
     ) -> urllib.request.Request | None:
         raise RemoteError(

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queries import (  # noqa: E402
+from queries import (
     Q1_RATE,
     Q2_MODULUS,
     Q3_CATEGORY,

@@ -50,10 +50,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
-from check import compare, expected  # noqa: E402
-from generate import generate  # noqa: E402
-from process_tree import run_measured  # noqa: E402
-from queries import QUERIES  # noqa: E402
+from check import compare, expected
+from generate import generate
+from process_tree import run_measured
+from queries import QUERIES
 
 PEERS = ROOT / "bench" / ".peers"
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queries import (  # noqa: E402
+from queries import (
     COLUMNS_READ,
     OUT_OF_ORDERNESS_MS,
     Q1_RATE,
@@ -205,7 +205,7 @@ def build_flow(  # noqa: C901 (one branch per query and reader kind, kept whole 
             to_system_utc=no_wakeup,
         )
 
-    def count_late(step_id: str, item) -> None:  # noqa: ANN001
+    def count_late(step_id: str, item) -> None:
         late[step_id] = late.get(step_id, 0) + 1
 
     sliding = win.SlidingWindower(

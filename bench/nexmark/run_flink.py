@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queries import Q3_CATEGORY, Q3_STATES, QUERIES, events_read, runner_parser  # noqa: E402
+from queries import Q3_CATEGORY, Q3_STATES, QUERIES, events_read, runner_parser
 
 SYSTEM = "flink-sql"
 

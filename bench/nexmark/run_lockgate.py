@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queries import (  # noqa: E402
+from queries import (
     COLUMNS_READ,
     MAX_AUCTION_MS,
     OUT_OF_ORDERNESS_MS,
@@ -50,8 +50,8 @@ from queries import (  # noqa: E402
     runner_parser,
 )
 
-import lockgate as lg  # noqa: E402
-from lockgate.connectors import FileSink, FileSource  # noqa: E402
+import lockgate as lg
+from lockgate.connectors import FileSink, FileSource
 
 BATCH_ROWS = 65_536
 #: a tumbling window this long holds all of the data's event time: it fires only

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from queries import (  # noqa: E402
+from queries import (
     OUT_OF_ORDERNESS_MS,
     Q1_RATE,
     Q2_MODULUS,

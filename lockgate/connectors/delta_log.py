@@ -60,7 +60,7 @@ def delta_schema(schema: pa.Schema) -> Any:
     dl = deltalake()
     try:
         return dl.Schema.from_arrow(schema)
-    except Exception as e:  # noqa: BLE001 (delta-rs raises several types; re-raised with context)
+    except Exception as e:
         for f in schema:
             try:
                 dl.Schema.from_arrow(pa.schema([f]))

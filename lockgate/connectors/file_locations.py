@@ -208,7 +208,7 @@ class FileLocation:
     def open_read(self, path: str) -> Any:
         """A buffered binary reader of the file ``path`` (``readline`` works)."""
         if self.local:
-            return open(path, "rb")  # noqa: SIM115 - the caller closes it
+            return open(path, "rb")
         stream = self.filesystem.open_input_stream(self._fs_path(path))
         return io.BufferedReader(stream, 1 << 20)
 
@@ -223,7 +223,7 @@ class FileLocation:
         """A binary writer creating (or replacing) the file ``path``. On an object store
         the object exists, whole, once the writer is closed; not before."""
         if self.local:
-            return open(path, "wb")  # noqa: SIM115 - the caller closes it
+            return open(path, "wb")
         return self.filesystem.open_output_stream(self._fs_path(path))
 
     def delete(self, path: str) -> None:

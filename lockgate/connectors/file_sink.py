@@ -204,7 +204,7 @@ class _PartFile:
     def _open(self) -> Any:
         """The binary file to write (open across write calls, closed in ``close``)."""
         if self.location is None:
-            return open(self.path, "wb")  # noqa: SIM115
+            return open(self.path, "wb")
         return self.location.open_write(self.path)
 
     def _open_writer(self, schema: pa.Schema) -> Any:

@@ -121,8 +121,8 @@ class IcebergCommitError(LockgateError, RuntimeError):
 
 def _pyiceberg() -> Any:
     try:
-        import pyiceberg.catalog  # noqa: F401
-        import pyiceberg.io.pyarrow  # noqa: F401
+        import pyiceberg.catalog
+        import pyiceberg.io.pyarrow
     except ImportError as e:
         raise ImportError(
             "lockgate.connectors.IcebergSink needs pyiceberg: pip install 'lockgate[iceberg]' "

@@ -1792,7 +1792,7 @@ class _ArrowDecoder:
                 from lockgate.connectors.flat_json import FlatJsonReader
 
                 self.flat = FlatJsonReader(self.schema)
-            except Exception as e:  # numba unusable here: pyarrow decodes every poll
+            except Exception as e:  # noqa: BLE001 - numba unusable here: pyarrow decodes every poll
                 log.warning("KafkaSource: the compiled JSON reader is unavailable (%r)", e)
                 self.flat = False
         table = None

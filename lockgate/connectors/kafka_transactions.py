@@ -528,7 +528,7 @@ class TransactionAdmin:
                 )
                 entry = described.get("topic", {}).get(topic, {}).get("cleanup.policy")
                 policy = None if entry is None else entry.get("value")
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - unknown policy: the check is skipped
                 log.debug("cannot read the cleanup.policy of topic %s: %s", topic, e)
             self._policies[topic] = (
                 None if policy is None else "compact" in [p.strip() for p in policy.split(",")]
@@ -641,7 +641,7 @@ class TransactionAdmin:
                 final=frozenset(_NO_TOPIC | _REFUSED),
             )
             return "retention" if int(first[tp].offset) > offset else "truncated"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - unknown: the cautious answer
             log.debug("cannot read the log start offset of %s: %s", tp, e)
             return "retention"
 

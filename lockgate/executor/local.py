@@ -145,7 +145,7 @@ class LocalExecutor:
                     )
                 except ConfigurationError:
                     raise  # the job cannot run as configured: restarting would not help
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - re-raised with the subtask named
                     raise failure_error(plan.job_name, v.name, i, e) from user_cause(e)
 
         def started_all() -> None:

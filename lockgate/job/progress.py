@@ -165,7 +165,7 @@ class ProgressLogger:
                 continue
             try:
                 log.info(format_progress(self._progress()))
-            except Exception:  # noqa: BLE001 - a progress line never fails the job
+            except Exception:
                 log.debug("progress line failed", exc_info=True)
 
     def stop(self) -> None:

@@ -326,7 +326,7 @@ class RestServer:
     def _serve(self) -> None:
         try:
             asyncio.run(self._server.serve_on([self._sock]))
-        except BaseException:  # noqa: BLE001 - logged; the job goes on without REST
+        except BaseException:
             log.exception("the REST server at %s failed; the job runs without it", self.url)
         finally:
             self._sock.close()

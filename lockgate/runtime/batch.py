@@ -3,6 +3,6 @@ the move, whose pickles name these classes by their old module path, still resto
 (checked by ``tests/unit/test_moved_module_pickles.py``). New code imports
 :mod:`lockgate.core.batch`."""
 
-from ..core.batch import (  # noqa: F401 - re-exported for old pickles
+from ..core.batch import (
     RowBatch as RowBatch,
 )

@@ -3,7 +3,7 @@ the move, whose pickles name these classes by their old module path, still resto
 (checked by ``tests/unit/test_moved_module_pickles.py``). New code imports
 :mod:`lockgate.core.elements`."""
 
-from ..core.elements import (  # noqa: F401 - re-exported for old pickles
+from ..core.elements import (
     CancellationMarker as CancellationMarker,
 )
 from ..core.elements import (

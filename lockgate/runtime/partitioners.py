@@ -3,7 +3,7 @@ the move, whose pickles name these classes by their old module path, still resto
 (checked by ``tests/unit/test_moved_module_pickles.py``). New code imports
 :mod:`lockgate.core.partitioners`."""
 
-from ..core.partitioners import (  # noqa: F401 - re-exported for old pickles
+from ..core.partitioners import (
     BroadcastPartitioning as BroadcastPartitioning,
 )
 from ..core.partitioners import (

@@ -456,7 +456,7 @@ class SubtaskCheckpointer:
             if callable(release):
                 try:
                     release()
-                except Exception:  # noqa: BLE001 - releasing must not hide the real outcome
+                except Exception:
                     log.exception("%s: releasing a snapshot view failed", self.name)
 
     def _discard(self, progress: _InProgress) -> None:

@@ -207,7 +207,7 @@ def test_issue37_3_m_x1_two_jobs_whose_names_join_alike_run_side_by_side_exactly
     def run(name: str, topic: str, uid: str) -> None:
         try:
             results[name] = colliding_job(executor, tmp_path, topic, name, uid).execute(name)
-        except BaseException as e:  # reported below, with the other job's outcome
+        except BaseException as e:  # noqa: BLE001 - reported below, with the other job's outcome
             errors.append(e)
 
     threads = [

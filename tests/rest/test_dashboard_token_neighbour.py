@@ -49,7 +49,7 @@ class Neighbour:
         neighbour = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 with neighbour.lock:
                     neighbour.requests.append((self.path, dict(self.headers.items())))
                 body = NEIGHBOUR_PAGE if self.path == "/" else b"ok"

@@ -293,7 +293,7 @@ class StandaloneCluster:
         if leftover:
             raise ClusterError(f"processes of the cluster still running after SIGKILL: {leftover}")
 
-    def __enter__(self) -> StandaloneCluster:  # noqa: PYI034 - start() returns self
+    def __enter__(self) -> StandaloneCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -51,7 +51,7 @@ def _run_child(code: str, timeout: float = 120, memory_bytes: int | None = None)
             capture_output=True,
             text=True,
             timeout=timeout,
-            preexec_fn=limit,  # noqa: PLW1509 - the child is a plain interpreter
+            preexec_fn=limit,
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the child ran past {timeout} s (unbounded work): {e.stdout!r:.500}")
@@ -509,7 +509,7 @@ def test_the_json_schema_sink_refuses_a_ref_outside_its_document_and_never_fetch
     asked: list[str] = []
 
     class Answer(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             asked.append(self.path)
             body = b'{"type": "integer"}'
             self.send_response(200)

@@ -66,7 +66,7 @@ def parse_reader_schema(schema: object) -> dict[str, Any] | str | list[Any]:
         raise ValueError(f"an Avro schema is a dict, a list or JSON text, got {schema!r}")
     try:
         fastavro.parse_schema(data)
-    except Exception as e:  # noqa: BLE001 - fastavro raises several kinds
+    except Exception as e:
         raise ValueError(f"fastavro cannot parse it: {e}") from e
     return data
 
@@ -360,7 +360,7 @@ class AvroValueDecoder:
         record: Any
         try:
             record = read(stream, writer, reader)
-        except Exception as e:  # noqa: BLE001 - a corrupt payload fails in many ways
+        except Exception as e:
             what = (
                 "cannot be resolved to the reader schema"
                 if type(e).__name__ == "SchemaResolutionError"

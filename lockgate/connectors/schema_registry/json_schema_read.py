@@ -121,7 +121,7 @@ def parse_reader_schema(schema: object) -> Any:
         raise ValueError(f"a JSON Schema is a dict (or its JSON text), got {schema!r}")
     try:
         validator_of(data)
-    except Exception as e:  # noqa: BLE001 - SchemaError and its kin
+    except Exception as e:
         raise ValueError(f"it is not a valid JSON Schema: {e}") from e
     return data
 

@@ -45,12 +45,12 @@ from lockgate.executor.spark.worker_path import drop_archives
 if "pyspark" not in sys.modules:  # nothing imported from Spark's archives yet
     drop_archives(sys.path, sys.path_importer_cache)
 
-import pyspark.worker  # noqa: E402,F401 - a forked worker's first import otherwise
-from pyspark import daemon  # noqa: E402
+import pyspark.worker  # noqa: F401 - a forked worker's first import otherwise
+from pyspark import daemon
 
-import lockgate.executor.spark.slot  # noqa: E402,F401
-import lockgate.executor.task_builder  # noqa: E402,F401
-from lockgate.connectors.compiled import warm_up  # noqa: E402
+import lockgate.executor.spark.slot
+import lockgate.executor.task_builder  # noqa: F401
+from lockgate.connectors.compiled import warm_up
 
 # The Kafka clients of the ``kafka`` extra, when installed: a Kafka sink's subtask would
 # otherwise import kafka-python (0.3-0.4 s on a small machine) while its job runs.
@@ -70,7 +70,7 @@ for _module in ("confluent_kafka", "confluent_kafka.admin", "kafka"):
 if os.environ.get("LOCKGATE_DAEMON_KERNELS", "1") != "0":
     try:
         warm_up()
-    except Exception:  # reported by the slot that decodes
+    except Exception:  # noqa: BLE001 - reported by the slot that decodes
         pass
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def quiet_expected_spark_logs(sc: Any) -> bool:
         levels = jvm.org.apache.logging.log4j.Level
         for name, level in QUIET_SPARK_LOGGERS.items():
             configurator.setLevel(name, levels.toLevel(level))
-    except Exception:  # noqa: BLE001 - a Spark without log4j2 keeps its own levels
+    except Exception:
         logging.getLogger(__name__).debug("could not lower Spark's log levels", exc_info=True)
         return False
     return True

@@ -140,7 +140,7 @@ class SlotWatchdog:
         )
         try:
             self.report(payload)
-        except Exception:  # noqa: BLE001 - the watchdog outlives a failed report
+        except Exception:
             log.exception("%s: could not report the thread stacks", self.label)
 
     # -- the faulthandler layer -------------------------------------------------------------
@@ -218,7 +218,7 @@ class SlotWatchdog:
                 if self._stop.wait(self.check_s):
                     return
                 self.check()
-        except Exception:  # noqa: BLE001 - a broken watchdog must not take the slot down
+        except Exception:
             log.exception("%s: the watchdog failed", self.label)
         finally:
             if self._dump is not None:
@@ -226,7 +226,7 @@ class SlotWatchdog:
             if self.on_stop is not None:
                 try:
                     self.on_stop()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("%s: closing the watchdog failed", self.label)
 
     def stop(self, timeout_s: float = 5.0) -> None:

@@ -151,6 +151,6 @@ class KeyedCoProcessOperator(_TwoMethods, KeyedProcessOperator):
             return
         try:
             key = selector.keys(take(batch, np.zeros(1, dtype=np.int64)))[0]
-        except Exception:
-            return  # the operator reports the failing record itself
+        except Exception:  # noqa: BLE001 - the operator reports the failing record itself
+            return
         self._kinds.observe(input_index, key_kinds(key), python_types(key))

@@ -33,9 +33,9 @@ def combine_one(kind: str, a: Any, b: Any) -> Any:
     is NaN (as ``numpy.minimum`` / ``numpy.maximum`` on floats)."""
     if kind == "sum":
         return a + b
-    if a != a:  # noqa: PLR0124 - NaN
+    if a != a:
         return a
-    if b != b:  # noqa: PLR0124
+    if b != b:
         return b
     return (b if b < a else a) if kind == "min" else (b if b > a else a)
 

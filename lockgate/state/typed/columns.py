@@ -184,7 +184,7 @@ def _first_misfit(node: TypeNode, keys: list[Any], stored: list[Any]) -> str | N
     for key, value in zip(keys, stored):
         try:
             node.to_arrow([value])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - named in the error being built
             return f"key {key!r} holds {value!r} ({e})"
     return None
 
