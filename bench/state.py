@@ -51,10 +51,13 @@ typed        typed state (``ValueStateDescriptor(..., type=...)``: Arrow columns
              restore it (file read, backend restored, the state asked for: the typed
              path converts its columns to values there); the two alternate, the
              median of ``--repeat`` runs. ``--cases typed``. Measured on 2026-12-06
-             (2 cores, beside a full test run, 1,000,000 keys, repeat 3): int values
-             typed 3.3 MB / write 0.62 s / restore 0.68 s against pickled 9.7 MB /
-             2.64 s / 2.01 s; a three-field dataclass typed 6.5 MB / 2.36 s / 6.29 s
-             against pickled 46.5 MB / 15.96 s / 9.75 s.
+             at state tree version 2 (2 cores, an idle machine, 1,000,000 keys,
+             repeat 3): int values typed 3.3 MB / write 0.21 s / restore 0.22 s
+             against pickled 9.7 MB / 0.78 s / 0.52 s; a three-field dataclass typed
+             6.5 MB / 0.66 s / 2.40 s against pickled 46.5 MB / 5.93 s / 3.28 s.
+             (Earlier the same day, beside a full test run: int typed 0.62 s / 0.68 s
+             against pickled 2.64 s / 2.01 s; dataclass typed 2.36 s / 6.29 s against
+             pickled 15.96 s / 9.75 s.)
 
 Measured on 2026-11-28 (2 cores, 1,000,000 keys, 1,000,000 updates, batches of 4,096):
 heap 796,000 updates/s (batched case) and 1,002,000 (operator case); RocksDB 91,000-97,000
