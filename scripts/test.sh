@@ -7,19 +7,32 @@
 # pytest runs the test modules in LOCKGATE_TEST_WORKERS parallel processes (default 3,
 # pytest-xdist; each module stays in one process); LOCKGATE_TEST_WORKERS=0 runs them all
 # in this one process, e.g. for --pdb.
+# `bash scripts/test.sh --fast`: the fast tier for the edit-test loop: ruff, mypy and the
+# unit tests without Spark (tests/unit -m "not spark"); no service is started or needed;
+# about two minutes on 2 cores. Extra arguments after --fast go to pytest as well.
 # Exits non-zero if ruff finds anything, or mypy or pytest fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/_common.sh
 
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+    fast=1
+    shift
+fi
+
 ensure_venv test
 
-if [ "${LOCKGATE_SKIP_SERVICES:-0}" = 1 ]; then
+if [ "$fast" = 1 ]; then
+    say "the fast tier: no services (unit tests need none)"
+elif [ "${LOCKGATE_SKIP_SERVICES:-0}" = 1 ]; then
     say "skipping services (LOCKGATE_SKIP_SERVICES=1)"
 elif ! bash scripts/services.sh; then
     warn "some services are not running (see above); tests that need them will fail"
 fi
-bash scripts/browser.sh || warn "chromium/chromedriver missing (see above); the dashboard's browser test will fail"
+if [ "$fast" = 0 ]; then
+    bash scripts/browser.sh || warn "chromium/chromedriver missing (see above); the dashboard's browser test will fail"
+fi
 
 status=0
 # the venv's ruff (the test extra pins its lower bound), over every Python file of the tree
@@ -45,6 +58,9 @@ workers="${LOCKGATE_TEST_WORKERS:-3}"
 parallel=()
 if [ "$workers" -gt 0 ]; then
     parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+fi
+if [ "$fast" = 1 ]; then
+    set -- tests/unit -m "not spark" "$@"
 fi
 say "pytest -q ${parallel[*]} $*"
 # a test the hang guard kills takes its process down with it: its traceback goes here

@@ -45,11 +45,27 @@ def _worker_dsn(shared: str) -> str:
     return psycopg.conninfo.make_conninfo(shared, dbname=name)
 
 
-DSN = _worker_dsn(SHARED_DSN)
+_dsn: str | None = None
 
 
-def query(sql: str, params: Any = None, dsn: str = DSN) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def worker_dsn() -> str:
+    """This worker's test database (made on first use: a run that needs no PostgreSQL,
+    such as the unit tests of ``scripts/test.sh --fast``, never connects)."""
+    global _dsn
+    if _dsn is None:
+        _dsn = _worker_dsn(SHARED_DSN)
+    return _dsn
+
+
+def __getattr__(name: str) -> Any:
+    """``DSN``: :func:`worker_dsn`, resolved when a test module imports it."""
+    if name == "DSN":
+        return worker_dsn()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def query(sql: str, params: Any = None, dsn: str | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn or worker_dsn(), autocommit=True) as conn:
         cur = conn.execute(sql, params)
         return cur.fetchall() if cur.description else []
 
@@ -98,7 +114,7 @@ def release_tables(tables: list[str]) -> None:
     (tests/connectors/test_pg_fixtures_isolation.py)."""
     if not tables:
         return
-    with psycopg.connect(DSN, autocommit=True) as conn:
+    with psycopg.connect(worker_dsn(), autocommit=True) as conn:
         for (gid,) in conn.execute(PREPARED_ON_TABLES, (list(tables),)).fetchall():
             try:
                 conn.execute(

@@ -26,6 +26,8 @@ from lockgate.connectors import KafkaSink, KafkaSource, RateLimitedSource
 from lockgate.testing import KillWorker, inject_faults, seeded_faults
 from running_sums import RunningTotal, key_of
 
+pytestmark = pytest.mark.system  # a whole system end to end (slow): -m 'not system' leaves it out
+
 N = 300_000
 KEYS = 300  # 1,000 values per key
 PARTITIONS = 3

@@ -36,6 +36,8 @@ from lockgate.connectors import CollectSink
 from lockgate.recovery.restore import RestoreError
 from pg_fixtures import DSN, prepared, query
 
+pytestmark = pytest.mark.system  # a whole system end to end (slow): -m 'not system' leaves it out
+
 SPLIT = 60_000
 
 

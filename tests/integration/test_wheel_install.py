@@ -38,7 +38,7 @@ import pytest
 
 import lockgate
 
-pytestmark = [pytest.mark.packaging, pytest.mark.hang_guard(300)]
+pytestmark = [pytest.mark.packaging, pytest.mark.system, pytest.mark.hang_guard(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: the version the copy of the source is built with: lockgate.__version__ with a local label,

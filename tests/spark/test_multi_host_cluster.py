@@ -38,7 +38,7 @@ from netns_cluster import NetnsCluster, _netns_pids, netns_unavailable
 
 import lockgate as lg
 
-pytestmark = [pytest.mark.spark, pytest.mark.hang_guard(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.system, pytest.mark.hang_guard(300)]
 
 HERE = Path(__file__).resolve().parent
 

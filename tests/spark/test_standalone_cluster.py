@@ -27,7 +27,7 @@ from cluster_driver import PREFIX, build_sums, final_sums
 
 import lockgate as lg
 
-pytestmark = [pytest.mark.spark, pytest.mark.hang_guard(400)]
+pytestmark = [pytest.mark.spark, pytest.mark.system, pytest.mark.hang_guard(400)]
 
 HERE = Path(__file__).resolve().parent
 

@@ -16,7 +16,7 @@ import pytest
 import lockgate as lg
 from conftest import lockgate_threads
 from lockgate.connectors import DiscardingSink, FileSink, PostgresSink, SequenceSource
-from pg_fixtures import DSN
+from pg_fixtures import SHARED_DSN as DSN  # a string only: nothing here connects
 
 
 def unbounded_job(
