@@ -366,8 +366,10 @@ def _keep_real_stderr(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _hang_dump is not None:
-        _hang_dump.close()
+    faulthandler.cancel_dump_traceback_later()
+    for f in (_hang_dump, _real_stderr):
+        if f is not None:
+            f.close()
 
 
 class _HangGuard:
