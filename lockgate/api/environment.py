@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
-from ..checkpoint.storage import open_storage
+from ..checkpoint.storage_url import open_storage
 from ..connectors.base import Source
 from ..core.durations import Duration, to_millis
 from ..core.execution_config import ExecutionConfig

@@ -29,7 +29,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from ..checkpoint.storage import CheckpointStorage, open_storage
+from ..checkpoint.storage import CheckpointStorage
+from ..checkpoint.storage_url import open_storage
 
 log = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from .storage import (
     METADATA,
     CheckpointStorage,
     CorruptCheckpointError,
-    open_storage,
     storage_options_of,
 )
 from .storage_options import StorageOptions
+from .storage_url import open_storage
 from .types import StateHandle
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigurationError, LockgateError
 from .state_tree import decode_tree, encode_tree
-from .storage_options import DEFAULT_OPTIONS, StorageOptions, register
+from .storage_options import DEFAULT_OPTIONS, StorageOptions
 from .types import StateHandle
 
 
@@ -261,38 +261,8 @@ class MemoryCheckpointStorage:
             return {p.split("/")[0] for p in self.files if "/" in p}
 
 
-_memory_storages: dict[str, MemoryCheckpointStorage] = {}
-_memory_lock = threading.Lock()
-
-
 def storage_options_of(storage: CheckpointStorage) -> StorageOptions:
     """The signing key and permissions ``storage`` writes and checks files with (the
     defaults for a storage without options, such as the in-memory one)."""
     options = getattr(storage, "options", None)
     return options if isinstance(options, StorageOptions) else DEFAULT_OPTIONS
-
-
-def open_storage(url: str, options: StorageOptions | None = None) -> CheckpointStorage:
-    """The storage behind a checkpoint URL: ``memory://...`` is the
-    :class:`MemoryCheckpointStorage` of that URL in this process (tests; every attempt of a
-    job sees the same one), anything else (a local path,
-    ``file://``, ``s3://``, ...) a :class:`~lockgate.checkpoint.fs_storage.FileSystemCheckpointStorage`.
-
-    ``options`` (signing key, permissions): registered for ``url`` in this process, so
-    later calls without options use them too; None: the options registered for ``url``,
-    else the defaults (see :mod:`lockgate.checkpoint.storage_options`). The in-memory
-    storage (tests only) neither signs nor sets permissions.
-
-    Raises :class:`~lockgate.errors.ConfigurationError` for a URL no filesystem opens.
-    """
-    if isinstance(url, str) and url.startswith("memory://"):
-        with _memory_lock:
-            storage = _memory_storages.get(url)
-            if storage is None:
-                storage = _memory_storages[url] = MemoryCheckpointStorage(url)
-            return storage
-    from .fs_storage import FileSystemCheckpointStorage
-
-    if options is not None and isinstance(url, str) and url.strip():
-        register(url, options)
-    return FileSystemCheckpointStorage(url, options)

@@ -25,7 +25,8 @@ from typing import Any
 from ..checkpoint.config import ExternalizedRetention
 from ..checkpoint.coordinator import CheckpointCoordinator, ThreadScheduler
 from ..checkpoint.coordinator.plan import JobTopology
-from ..checkpoint.storage import CheckpointStorage, open_storage
+from ..checkpoint.storage import CheckpointStorage
+from ..checkpoint.storage_url import open_storage
 from ..checkpoint.types import CheckpointFailureReason, TaskAcknowledgement, TaskKey
 from ..core.clock import Clock
 from ..graph.execution_plan import ExecutionPlan

@@ -47,7 +47,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..checkpoint.storage import open_storage
+from ..checkpoint.storage_url import open_storage
 from ..core.clock import Clock
 from ..errors import FailureReason, JobFailedError
 from ..graph.execution_plan import ExecutionPlan

@@ -55,8 +55,9 @@ from ..checkpoint.channel_state import (
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.coordinator.plan import is_fully_finished
 from ..checkpoint.savepoints import is_savepoint_folder, read_savepoint
-from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError, open_storage
+from ..checkpoint.storage import CheckpointStorage, CorruptCheckpointError
 from ..checkpoint.storage_options import StorageOptions
+from ..checkpoint.storage_url import open_storage
 from ..checkpoint.types import StateHandle
 from ..errors import LockgateError
 from ..state.canonical import NATIVE_FORMAT

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.savepoints import read_savepoint
-from ..checkpoint.storage import open_storage
+from ..checkpoint.storage_url import open_storage
 from ..graph.execution_plan import ExecutionPlan
 from ..graph.preflight import connectors_of
 from ..graph.transformations import Kind

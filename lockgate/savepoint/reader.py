@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..checkpoint.state_tree import has_pickles
-from ..checkpoint.storage import open_storage
+from ..checkpoint.storage_url import open_storage
 from ..errors import ConfigurationError
 from ..recovery.restore import CHANNEL_STATE_PREFIX, RestoreSpec, resolve_restore_path
 from ..runtime.operators.interval_join import INTERVAL_JOIN_STATE_FORMAT

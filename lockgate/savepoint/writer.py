@@ -42,7 +42,8 @@ from ..checkpoint.coordinator.completed_store import CompletedCheckpoint
 from ..checkpoint.fs_storage import KIND_JSON, KIND_PICKLE, encode_file
 from ..checkpoint.savepoints import check_savepoint_target
 from ..checkpoint.state_tree import encode_tree
-from ..checkpoint.storage import METADATA, open_storage, storage_options_of
+from ..checkpoint.storage import METADATA, storage_options_of
+from ..checkpoint.storage_url import open_storage
 from ..checkpoint.types import StateHandle
 from ..core.key_groups import (
     DEFAULT_MAX_PARALLELISM,

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..checkpoint.shared_registry import read_shared_file
-from ..checkpoint.storage import CheckpointStorage, open_storage
+from ..checkpoint.storage import CheckpointStorage
+from ..checkpoint.storage_url import open_storage
 from ..checkpoint.types import StateHandle
 from ..errors import ConfigurationError
 from .canonical import (  # noqa: F401 - re-exported for the backend

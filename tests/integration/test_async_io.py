@@ -23,7 +23,7 @@ import lockgate as lg
 from conftest import FileProbe
 from lockgate.api.async_stream import AsyncDataStream
 from lockgate.api.functions import AsyncFunction
-from lockgate.checkpoint.storage import open_storage
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.time.watermark_generators import PunctuatedWatermarks
 from lockgate.time.watermark_strategy import WatermarkStrategy
 

@@ -14,7 +14,7 @@ import pytest
 import lockgate as lg
 from conftest import wait_until
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
-from lockgate.checkpoint.storage import open_storage
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.checkpoint.types import StateHandle
 from lockgate.connectors import DiscardingSink, SequenceSource
 

@@ -31,7 +31,7 @@ from test_recovery import RATE, by_value, expected_records, published, unbounded
 import lockgate as lg
 from conftest import wait_until
 from lockgate import cli
-from lockgate.checkpoint.storage import open_storage
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.connectors import CollectSink
 from lockgate.recovery.restore import RestoreError
 from pg_fixtures import DSN, prepared, query

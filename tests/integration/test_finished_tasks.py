@@ -32,7 +32,7 @@ import lockgate as lg
 from conftest import FileProbe, wait_until
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
 from lockgate.checkpoint.coordinator.plan import is_fully_finished
-from lockgate.checkpoint.storage import open_storage
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.connectors import (
     CollectSink,
     FileSink,

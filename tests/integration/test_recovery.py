@@ -395,7 +395,7 @@ def test_m_r1_m_b7_in_flight_data_of_an_unaligned_checkpoint_is_replayed_on_rest
     from test_checkpointing import slow_map
 
     from lockgate.checkpoint.channel_state import decode
-    from lockgate.checkpoint.storage import open_storage
+    from lockgate.checkpoint.storage_url import open_storage
     from lockgate.recovery.restore import resolve_restore_path
 
     n = 400_000

@@ -13,7 +13,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from lockgate.checkpoint.fs_storage import HEADER_SIZE, FileSystemCheckpointStorage
-from lockgate.checkpoint.storage import METADATA, CorruptCheckpointError, open_storage
+from lockgate.checkpoint.storage import METADATA, CorruptCheckpointError
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.errors import ConfigurationError
 
 if TYPE_CHECKING:

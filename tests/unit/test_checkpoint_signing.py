@@ -28,8 +28,9 @@ from lockgate.checkpoint.export import export_checkpoint
 from lockgate.checkpoint.fs_storage import KIND_JSON, KIND_PICKLE, decode_file, encode_file
 from lockgate.checkpoint.savepoints import publish_savepoint
 from lockgate.checkpoint.shared_registry import SharedStateUploader, read_shared_file
-from lockgate.checkpoint.storage import CorruptCheckpointError, open_storage
+from lockgate.checkpoint.storage import CorruptCheckpointError
 from lockgate.checkpoint.storage_options import StorageOptions
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.errors import ConfigurationError
 from lockgate.recovery.restore import RestoreError, newest_restorable, resolve_restore_path
 

@@ -16,8 +16,8 @@ import os
 import pytest
 
 from lockgate.checkpoint.coordinator.completed_store import CompletedCheckpoint
-from lockgate.checkpoint.storage import open_storage
 from lockgate.checkpoint.storage_options import StorageOptions
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.recovery.restore import (
     CommittedOutputGuard,
     RestoreError,

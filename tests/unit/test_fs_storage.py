@@ -28,8 +28,8 @@ from lockgate.checkpoint.storage import (
     METADATA,
     CorruptCheckpointError,
     MemoryCheckpointStorage,
-    open_storage,
 )
+from lockgate.checkpoint.storage_url import open_storage
 from lockgate.checkpoint.types import StateHandle
 from lockgate.errors import ConfigurationError, LockgateError
 

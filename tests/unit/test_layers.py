@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "lockgate.checkpoint.storage",
             "lockgate.checkpoint.fs_storage",
+            "lockgate.checkpoint.storage_url",
             "lockgate.checkpoint.state_tree",
             "lockgate.checkpoint.storage_options",
             "lockgate.checkpoint.shared_registry",

@@ -33,7 +33,7 @@ from typing import Any
 import cloudpickle
 import zmq
 
-from ...checkpoint.storage import open_storage
+from ...checkpoint.storage_url import open_storage
 from ...checkpoint.types import CheckpointFailureReason, TaskAcknowledgement
 from ...core.clock import SystemClock
 from ...errors import TaskCancelledError, UserFunctionError

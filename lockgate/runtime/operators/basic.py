@@ -32,6 +32,7 @@ from ...state.operator_state import UNION, OperatorStateStore
 from ...state.snapshot import OperatorStateSnapshot, payload_part
 from .base import StreamOperator, close_function, open_function
 from .changes import needs_kinds, output_kinds
+from .element_context import ElementContext
 
 #: results a flat_map/process function returns by mistake for one record
 _SINGLE_RECORDS = (str, bytes, dict)
@@ -415,8 +416,6 @@ class ProcessOperator(_FunctionOperator):
 
     def open(self) -> None:
         super().open()
-        from .keyed import ElementContext
-
         self.element_ctx = ElementContext(self, None)
 
     def process_batch(self, batch: Batch, input_index: int = 0) -> None:

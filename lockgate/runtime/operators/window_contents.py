@@ -50,7 +50,7 @@ from ...time.window_aggregates import (
     window_result_batch,
 )
 from ...time.windows import TimeWindow, WindowAssignment
-from .keyed import tag_name
+from .element_context import tag_name
 
 #: the field of AggregateFunction and reduce results holding the value
 RESULT_FIELD = "result"
