@@ -109,11 +109,10 @@ def imports_of(path: pathlib.Path, root: pathlib.Path) -> list[Import]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            targets = [target]
-            for alias in node.names:  # from . import module
-                sub = f"{target}.{alias.name}"
-                if _is_module(sub, root):
-                    targets.append(sub)
+            modules = [f"{target}.{a.name}" for a in node.names]
+            modules = [m for m in modules if _is_module(m, root)]
+            # from . import module: an import of the module, not of the package's names
+            targets = modules if len(modules) == len(node.names) else [target, *modules]
         for target in targets:
             if target == root.name or target.startswith(root.name + "."):
                 found.append(Import(importer, target, node.lineno, id(node) in type_checking))

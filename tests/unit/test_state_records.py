@@ -34,7 +34,7 @@ from lockgate.connectors.file_source import DoneFiles, FileSplit
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction
 from lockgate.connectors.postgres_cdc.snapshot import ChunkRange
-from lockgate.connectors.postgres_cdc.source import ChunkSplit, StreamSplit
+from lockgate.connectors.postgres_cdc.splits import ChunkSplit, StreamSplit
 from lockgate.connectors.postgres_cdc.types import Column
 from lockgate.connectors.postgres_sink import PgTransaction
 from lockgate.core import state_records

@@ -37,7 +37,7 @@ from .pgoutput import (
 )
 from .slot import drop_slot, slot_info
 from .snapshot import marker_prefix, parse_marker, read_chunk, write_marker
-from .source import ChunkSplit, PostgresCdcSource, StreamSplit
+from .splits import ChunkSplit, ReaderSettings, StreamSplit
 from .tables import TableInfo
 from .types import Column, ValueConversionError, batch_of, batch_of_text
 from .xids import XidSnapshot
@@ -133,7 +133,7 @@ class CdcReader(SourceReader):
     #: one message at a time (pgoutput.decode), the reference the fast path matches
     fast_decoding = True
 
-    def __init__(self, source: PostgresCdcSource, ctx: RuntimeContext) -> None:
+    def __init__(self, source: ReaderSettings, ctx: RuntimeContext) -> None:
         self.source = source
         self.ctx = ctx
         self.plan = source.plan

@@ -6,16 +6,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from ...core.state_records import state_record
 from ...errors import ConfigurationError
 from ...runtime.context import RuntimeContext
 from ..base import Source, SourceReader, check_bool, check_int, check_positive
 from ..postgres_table import redacted
 from .connection import OWNER, connect
 from .pgoutput import parse_lsn
+from .reader import CdcReader
 from .slot import (
     SLOT_NAME,
     check_slot,
@@ -25,6 +25,7 @@ from .slot import (
     slot_info,
 )
 from .snapshot import ChunkRange, plan_chunks
+from .splits import ChunkSplit, Plan, StreamSplit
 from .tables import (
     TableInfo,
     check_metadata_names,
@@ -32,67 +33,9 @@ from .tables import (
     describe_tables,
     parse_table_name,
 )
-from .types import Column
 
 SNAPSHOT_MODES = ("initial", "never")
-STREAM_SPLIT = "wal"
 log = logging.getLogger(__name__)
-
-
-@state_record("postgres_cdc.stream_split")
-@dataclass
-class StreamSplit:
-    """The slot's change stream (one ordered stream: one subtask reads it).
-
-    ``position``: the LSN up to which every transaction was emitted (the end of the last
-    emitted commit, or a keepalive's WAL end after it): a restore restarts replication
-    there and skips any transaction committed before it (M-X1). ``end``: bounded, the
-    server's flushed WAL position at the job's start (inclusive). ``schemas``: the
-    columns of each table as the source expects them (a Relation message that differs
-    fails the job). ``chunks``: every chunk of the initial snapshot (empty with
-    ``snapshot="never"``); ``snapshots``: each chunk's snapshot once all are read and
-    checkpointed (None until then: the stream waits, emitting nothing);
-    ``known``: snapshots learnt from a restored checkpoint while waiting."""
-
-    position: int
-    end: int | None
-    schemas: dict[str, tuple[Column, ...]]
-    chunks: tuple[ChunkRange, ...] = ()
-    snapshots: dict[int, str] | None = None
-    known: dict[int, str] = field(default_factory=dict)
-    finished: bool = False
-    split_id: str = STREAM_SPLIT
-
-
-@state_record("postgres_cdc.chunk_split")
-@dataclass
-class ChunkSplit:
-    """Chunk ``index`` of the initial snapshot; ``snapshot`` (its ``xmin:xmax:xip``) is
-    set in the same poll that emits its rows, so a checkpoint holds a chunk either
-    unread (read again from scratch after a restore) or read whole (never again)."""
-
-    index: int
-    chunk: ChunkRange
-    snapshot: str | None = None
-
-    @property
-    def split_id(self) -> str:
-        return f"chunk-{self.index}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What every subtask of every attempt of a run must agree on, fixed once per run on
-    the driver (:meth:`PostgresCdcSource.prepare_run`)."""
-
-    start_lsn: int
-    #: the slot's exported snapshot when this run created the slot (None otherwise)
-    start_snapshot: str | None
-    end_lsn: int | None
-    tables: tuple[TableInfo, ...]
-    chunks: tuple[ChunkRange, ...]
-    #: event time of snapshot rows: when the run planned its snapshot (Unix us)
-    snapshot_time_us: int
 
 
 class PostgresCdcSource(Source):
@@ -311,8 +254,6 @@ class PostgresCdcSource(Source):
         return mine
 
     def create_reader(self, ctx: RuntimeContext) -> SourceReader:
-        from .reader import CdcReader
-
         return CdcReader(self, ctx)
 
     def __getstate__(self) -> dict[str, Any]:
