@@ -93,10 +93,15 @@ def spark_core_jar(home: str) -> str:
 
 
 def submitted_driver_path() -> str:
-    """The script the worker runs as the driver (``lockgate/submitted_driver.py``)."""
-    from . import submitted_driver
-
-    return os.path.abspath(submitted_driver.__file__)
+    """The script the worker runs as the driver (``lockgate/submitted_driver.py``),
+    found beside this module, not imported: it is a script that imports the CLI."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "submitted_driver.py")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"the driver script {path} is missing from this lockgate installation: "
+            "reinstall lockgate"
+        )
+    return path
 
 
 def check(sub: Submission) -> None:
