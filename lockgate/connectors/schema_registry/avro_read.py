@@ -35,8 +35,8 @@ import json
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from .formats import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 from .wire import HEADER_BYTES
+from .writer_schemas import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 
 if TYPE_CHECKING:
     from .client import SchemaRegistry

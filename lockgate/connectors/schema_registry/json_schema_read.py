@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
-from .formats import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 from .wire import HEADER_BYTES
+from .writer_schemas import MalformedValue, ParsedCache, bad_writer_schema, registered_writer
 
 if TYPE_CHECKING:
     from .client import SchemaRegistry

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .formats import MalformedValue, ParsedCache, writer_schema
 from .wire import HEADER_BYTES, WireFormatError, decode_message_indexes
+from .writer_schemas import MalformedValue, ParsedCache, writer_schema
 
 if TYPE_CHECKING:
     from .client import SchemaRegistry
