@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from lockgate.connectors.kafka_errors import CorruptBatch
+
 #: batch header: base offset (8), batch length (4) ... record count; 61 bytes in all
 HEADER_BYTES = 61
 _HEAD = struct.Struct(">qiibIhiqqqhii")
@@ -59,10 +61,6 @@ _INFLATE_STEP = 1 << 20
 _SHORT_GAP = 24
 #: confluent-kafka's timestamp kinds: none, create time, log append time
 TIMESTAMP_NONE, TIMESTAMP_CREATE, TIMESTAMP_LOG_APPEND = 0, 1, 2
-
-
-class CorruptBatch(ValueError):
-    """Fetched bytes that are not valid record batches."""
 
 
 @dataclass(frozen=True)
