@@ -41,6 +41,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
+from bench_executors import executor_for
 
 import lockgate as lg
 from lockgate.connectors import DeltaSink, PostgresSink, SequenceSource
@@ -169,17 +170,6 @@ def run_once(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
     return {"seconds": seconds, "checkpoints": checkpoints}
-
-
-def executor_for(name: str) -> object:
-    if name == "local":
-        return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor
-
-    return SparkExecutor(
-        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-        conf={"spark.ui.enabled": "false"},
-    )
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from bench_executors import executor_for
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
@@ -96,17 +97,6 @@ def build(case: str, records: int, parallelism: int, metrics: bool = True) -> lg
             .sink_to(DiscardingSink())
         )
     return env
-
-
-def executor_for(name: str) -> object:
-    if name == "local":
-        return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor
-
-    return SparkExecutor(
-        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-        conf={"spark.ui.enabled": "false"},
-    )
 
 
 def run_case(

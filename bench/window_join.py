@@ -28,6 +28,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from bench_executors import executor_for
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
@@ -97,17 +98,6 @@ def build(env: lg.StreamEnvironment, args: argparse.Namespace, case: str) -> Non
         .uid("join")
     )
     joined.sink_to(DiscardingSink(), name="sink").uid("sink")
-
-
-def executor_for(name: str) -> object:
-    if name == "local":
-        return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor
-
-    return SparkExecutor(
-        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-        conf={"spark.ui.enabled": "false"},
-    )
 
 
 def run_once(executor: object, args: argparse.Namespace, case: str) -> dict:

@@ -50,6 +50,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import windows_parquet
+from bench_executors import executor_for
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
@@ -83,17 +84,6 @@ def build(env: lg.StreamEnvironment, records: int) -> None:
         .uid("window-count")
         .sink_to(DiscardingSink())
         .uid("sink")
-    )
-
-
-def executor_for(name: str) -> object:
-    if name == "local":
-        return lg.LocalExecutor()
-    from lockgate.executor.spark import SparkExecutor
-
-    return SparkExecutor(
-        master=os.environ.get("LOCKGATE_SPARK_MASTER", "local[2]"),
-        conf={"spark.ui.enabled": "false"},
     )
 
 
