@@ -356,13 +356,12 @@ def _keep_real_stderr(config: pytest.Config) -> None:
     capture = config.pluginmanager.getplugin("capturemanager")
     if WORKER or _real_stderr is not None:
         return
-    if capture is not None:
-        capture.suspend_global_capture(in_=False)
-    try:
+    if capture is None:
         _real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
-    finally:
-        if capture is not None:
-            capture.resume_global_capture()
+        return
+    # suspends the capture only if it runs, and resumes only what it suspended
+    with capture.global_and_fixture_disabled():
+        _real_stderr = os.fdopen(os.dup(2), "w", buffering=1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
