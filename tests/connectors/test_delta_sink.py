@@ -54,6 +54,25 @@ def table_rows(uri: str, storage_options: dict[str, str] | None = None) -> list[
     return sorted(zip(table["k"].to_pylist(), table["v"].to_pylist(), table["total"].to_pylist()))
 
 
+def history(uri: str, storage_options: dict[str, str] | None = None) -> list[tuple]:
+    """The table's commits, oldest first: (table version, operation, lockgate's app id
+    and version, files added)."""
+    table = deltalake.DeltaTable(uri, storage_options=storage_options)
+    out = []
+    for c in reversed(table.history()):
+        metrics = c.get("operationMetrics") or {}
+        out.append(
+            (
+                c.get("version"),
+                c.get("operation"),
+                c.get("lockgate.app_id"),
+                c.get("lockgate.version"),
+                metrics.get("num_added_files", metrics.get("numAddedFiles")),
+            )
+        )
+    return out
+
+
 def log_commits(uri: str) -> list[dict[str, Any]]:
     """Every commit of the local table's log, in order: its txn actions and added paths."""
     commits = []
@@ -343,7 +362,16 @@ def test_m_x1_an_s3_table_is_exactly_once_through_a_failure(
     env = running_sum_job(executor, tmp_path, sink, n, faults)
     result = env.execute("delta on s3")
     assert result.attempts == 2
-    assert table_rows(uri, options) == expected_totals(n, CHUNK)
+    rows, want = table_rows(uri, options), expected_totals(n, CHUNK)
+    if rows != want:  # say which rows and which commits, for a failure seen once in CI
+        got_keys = sorted({r[0] for r in rows})
+        missing = sorted(set(want) - set(rows))
+        raise AssertionError(
+            f"{len(rows)} rows, expected {len(want)}; keys present {got_keys}; "
+            f"{len(missing)} missing, from {missing[:1]} to {missing[-1:]}; "
+            f"{len(set(rows) - set(want))} unexpected; the table's commits: "
+            f"{history(uri, options)}; attempts: {result.attempts}"
+        )
     table = deltalake.DeltaTable(uri, storage_options=options)
     folder = f"{moto_server.bucket}/delta-{tmp_path.name}"
     listed = {
