@@ -1,6 +1,8 @@
 """A local S3 for tests: a moto server in a subprocess.
 
-* :func:`start_moto_server` starts ``python -m moto.server -H 127.0.0.1 -p <free port>``,
+* :func:`start_moto_server` starts moto's server (``tests/moto_atomic_server.py``: moto
+  with conditional writes made atomic, as a real object store's are) on
+  ``127.0.0.1:<free port>``,
   waits until its HTTP port answers (bounded polling, no fixed sleeps; a clear failure
   with the server's log otherwise) and returns a :class:`MotoServer`; ``stop()`` ends it.
 * :meth:`MotoServer.url` builds the storage URL lockgate (``pyarrow.fs``) opens::
@@ -144,10 +146,16 @@ def _answers(http_url: str) -> bool:
         return False
 
 
-def start_moto_server(bucket: str | None = BUCKET, timeout_s: float = 30.0) -> MotoServer:
+#: moto's server with atomic conditional writes (see that module)
+SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moto_atomic_server.py")
+
+
+def start_moto_server(
+    bucket: str | None = BUCKET, timeout_s: float = 30.0, env: dict[str, str] | None = None
+) -> MotoServer:
     """Start a moto server on a free local port, wait until it answers HTTP and create
-    ``bucket`` (``None``: none). Raises ``RuntimeError`` with the server's log if it does
-    not come up within ``timeout_s``."""
+    ``bucket`` (``None``: none); ``env`` adds to the server's environment. Raises
+    ``RuntimeError`` with the server's log if it does not come up within ``timeout_s``."""
     pause = threading.Event()
     last_error = ""
     for _attempt in range(3):  # a free port can be taken between probing and binding
@@ -155,8 +163,9 @@ def start_moto_server(bucket: str | None = BUCKET, timeout_s: float = 30.0) -> M
         fd, log_path = tempfile.mkstemp(prefix="moto-server-", suffix=".log")
         with os.fdopen(fd, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                [sys.executable, SERVER_SCRIPT, "-H", HOST, "-p", str(port)],
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
