@@ -2,7 +2,8 @@
 # Type-check and test lockgate: creates .venv if missing, installs lockgate with its test
 # extras (once), makes sure PostgreSQL, Redis and NATS JetStream run on 127.0.0.1
 # (scripts/services.sh; LOCKGATE_SKIP_SERVICES=1 skips this), then runs ruff (lint and
-# format check, configured in pyproject.toml), mypy and pytest.
+# format check, configured in pyproject.toml), mypy, the documentation site's
+# strict build (mkdocs.yml) and pytest.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh tests/unit -x`.
 # pytest runs the test modules in LOCKGATE_TEST_WORKERS parallel processes (default 3,
 # pytest-xdist; each module stays in one process); LOCKGATE_TEST_WORKERS=0 runs them all
@@ -21,7 +22,7 @@ if [ "${1:-}" = "--fast" ]; then
     shift
 fi
 
-ensure_venv test
+ensure_venv test,docs
 
 if [ "$fast" = 1 ]; then
     say "the fast tier: no services (unit tests need none)"
@@ -49,6 +50,15 @@ if ! "$VENV/bin/ruff" format --check "${RUFF_PATHS[@]}"; then
 fi
 say "mypy lockgate"
 "$VENV/bin/python" -m mypy lockgate || status=1
+# the documentation site: a broken link or anchor, a page missing from the nav or a
+# docstring the API reference cannot render fails it (built into a temporary folder)
+say "mkdocs build --strict"
+site="$(mktemp -d)"
+if ! "$VENV/bin/python" -m mkdocs build --strict --quiet --site-dir "$site"; then
+    warn "the documentation site does not build: fix the pages named above (mkdocs.yml lists them)"
+    status=1
+fi
+rm -rf "$site"
 # the suite mostly waits (checkpoint intervals, Spark's JVMs, brokers): three processes
 # finish it in about half the time of one, even on two cores. Whole modules go to a worker
 # (their module fixtures start clusters and builds once), the slowest first (SLOW_MODULES
