@@ -13,18 +13,15 @@ and how its state is checkpointed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
 from ..graph.transformations import Kind, Transformation
 from ..runtime.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from ..state.descriptors import MapStateDescriptor
-from .datastream import DataStream, KeyedStream
 from .functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
-
-if TYPE_CHECKING:
-    from .environment import StreamEnvironment
+from .stream_protocols import DS, EnvironmentLike, StreamLike
 
 _METHODS = ("process_element", "process_broadcast_element")
 _BASES = (BroadcastProcessFunction, KeyedBroadcastProcessFunction)
@@ -37,7 +34,7 @@ class BroadcastStream:
 
     def __init__(
         self,
-        env: StreamEnvironment,
+        env: EnvironmentLike,
         transformation: Transformation,
         descriptors: list[MapStateDescriptor[Any]],
     ) -> None:
@@ -59,12 +56,12 @@ class BroadcastStream:
         return f"BroadcastStream(of {self._t.inputs[0].describe()}, states {names})"
 
 
-class BroadcastConnectedStream:
+class BroadcastConnectedStream(Generic[DS]):
     """A (keyed or non-keyed) stream connected to a :class:`BroadcastStream`; call
     :meth:`process` with a broadcast process function."""
 
     def __init__(
-        self, env: StreamEnvironment, stream: DataStream, broadcast: BroadcastStream
+        self, env: EnvironmentLike, stream: StreamLike[DS], broadcast: BroadcastStream
     ) -> None:
         self._env = env
         self._stream = stream
@@ -73,9 +70,9 @@ class BroadcastConnectedStream:
     @property
     def keyed(self) -> bool:
         """Whether the non-broadcast side is a keyed stream (``key_by(...).connect``)."""
-        return isinstance(self._stream, KeyedStream)
+        return self._stream._as_keyed() is not None
 
-    def process(self, fn: Any, name: str | None = None) -> DataStream:
+    def process(self, fn: Any, name: str | None = None) -> DS:
         """Run ``fn``: ``fn.process_element(value, ctx)`` for the connected stream's
         records (broadcast state read-only) and ``fn.process_broadcast_element(value,
         ctx)`` for the broadcast elements (broadcast state writable). Both yield (or
@@ -91,11 +88,12 @@ class BroadcastConnectedStream:
         inputs = [self._stream.transformation, self._broadcast.transformation]
         functions: dict[str, Any] = {"function:process_element": fn}
         factory: OperatorFactory[Any]
-        if isinstance(self._stream, KeyedStream):
+        keyed = self._stream._as_keyed()
+        if keyed is not None:
             factory = OperatorFactory(
                 KeyedBroadcastProcessOperator,
-                {"fn": fn, "descriptors": descriptors, "key_selector": self._stream.key_selector},
-                {**functions, **self._stream._key_functions()},
+                {"fn": fn, "descriptors": descriptors, "key_selector": keyed.key_selector},
+                {**functions, **keyed._key_functions()},
             )
             t = Transformation(
                 Kind.OPERATOR, name or "KeyedBroadcastProcess", inputs, factory=factory, keyed=True
@@ -105,8 +103,7 @@ class BroadcastConnectedStream:
                 BroadcastProcessOperator, {"fn": fn, "descriptors": descriptors}, functions
             )
             t = Transformation(Kind.OPERATOR, name or "BroadcastProcess", inputs, factory=factory)
-        self._env._register(t)
-        return DataStream(self._env, t)
+        return self._stream._derive(t)
 
     def _check_function(self, fn: Any) -> None:
         if isinstance(fn, type):

@@ -12,7 +12,7 @@ for the operators, their event time (M-W5) and state.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
@@ -23,16 +23,13 @@ from ..runtime.operators.co_process import (
     CoProcessOperator,
     KeyedCoProcessOperator,
 )
-from .datastream import DataStream, KeyedStream
 from .functions import (
     CoFlatMapFunction,
     CoMapFunction,
     CoProcessFunction,
     KeyedCoProcessFunction,
 )
-
-if TYPE_CHECKING:
-    from .environment import StreamEnvironment
+from .stream_protocols import DS, EnvironmentLike, StreamLike
 
 #: what each call needs: the function's methods and the base class to subclass
 _NEEDS = {
@@ -49,31 +46,31 @@ _CALL_OF = {
 }
 
 
-class ConnectedStreams:
+class ConnectedStreams(Generic[DS]):
     """Two connected streams: ``first`` (input 1 of the function: ``map1``,
     ``process_element1``, ...) and ``second`` (input 2). Both keep their own type; the
     records of the two are not ordered against each other. Made by
     ``first.connect(second)``."""
 
-    def __init__(self, env: StreamEnvironment, first: DataStream, second: DataStream) -> None:
+    def __init__(self, env: EnvironmentLike, first: StreamLike[DS], second: StreamLike[DS]) -> None:
         self._env = env
         self._first = first
         self._second = second
 
     @property
-    def first_input(self) -> DataStream:
+    def first_input(self) -> StreamLike[DS]:
         """The stream ``connect`` was called on (input 1)."""
         return self._first
 
     @property
-    def second_input(self) -> DataStream:
+    def second_input(self) -> StreamLike[DS]:
         """The stream passed to ``connect`` (input 2)."""
         return self._second
 
     @property
     def keyed(self) -> bool:
         """Whether both inputs are keyed streams (``key_by`` on both)."""
-        return isinstance(self._first, KeyedStream) and isinstance(self._second, KeyedStream)
+        return self._first._as_keyed() is not None and self._second._as_keyed() is not None
 
     def __repr__(self) -> str:
         return (
@@ -85,20 +82,20 @@ class ConnectedStreams:
         self,
         key1: str | Sequence[str] | Callable[[Any], Any],
         key2: str | Sequence[str] | Callable[[Any], Any],
-    ) -> ConnectedStreams:
+    ) -> ConnectedStreams[DS]:
         """Both inputs partitioned by key: ``key1`` of the first input's records,
         ``key2`` of the second's (each a column name, a list of column names or a
         function, as ``DataStream.key_by``). Equal keys of both inputs reach the same
         subtask and, with a ``KeyedCoProcessFunction``, the same keyed state."""
         return ConnectedStreams(self._env, self._first.key_by(key1), self._second.key_by(key2))
 
-    def map(self, fn: Any, name: str | None = None) -> DataStream:
+    def map(self, fn: Any, name: str | None = None) -> DS:
         """``fn.map1(value)`` for each record of the first input, ``fn.map2(value)`` for
         each of the second: one output record each (an ``lg.CoMapFunction``)."""
         self._check(fn, "map")
         return self._operator(name, "CoMap", fn, "map", OperatorFactory(CoMapOperator, {"fn": fn}))
 
-    def flat_map(self, fn: Any, name: str | None = None) -> DataStream:
+    def flat_map(self, fn: Any, name: str | None = None) -> DS:
         """``fn.flat_map1(value)`` / ``fn.flat_map2(value)``: zero or more output records
         each, yielded or returned as an iterable (an ``lg.CoFlatMapFunction``)."""
         self._check(fn, "flat_map")
@@ -106,7 +103,7 @@ class ConnectedStreams:
             name, "CoFlatMap", fn, "flat_map", OperatorFactory(CoFlatMapOperator, {"fn": fn})
         )
 
-    def process(self, fn: Any, name: str | None = None) -> DataStream:
+    def process(self, fn: Any, name: str | None = None) -> DS:
         """``fn.process_element1(value, ctx)`` / ``fn.process_element2(value, ctx)``.
 
         On keyed connected streams ``fn`` is an ``lg.KeyedCoProcessFunction`` (or an
@@ -125,8 +122,8 @@ class ConnectedStreams:
             return self._operator(
                 name, "CoProcess", fn, "process", OperatorFactory(CoProcessOperator, {"fn": fn})
             )
-        first, second = self._first, self._second
-        assert isinstance(first, KeyedStream) and isinstance(second, KeyedStream)
+        first, second = self._first._as_keyed(), self._second._as_keyed()
+        assert first is not None and second is not None
         factory: OperatorFactory[Any] = OperatorFactory(
             KeyedCoProcessOperator,
             {
@@ -147,7 +144,7 @@ class ConnectedStreams:
         factory: OperatorFactory[Any],
         *,
         keyed: bool = False,
-    ) -> DataStream:
+    ) -> DS:
         if name is not None and (not isinstance(name, str) or not name):
             raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
         methods = _NEEDS[call][0]
@@ -160,14 +157,13 @@ class ConnectedStreams:
         t = Transformation(
             Kind.OPERATOR, name or default_name, inputs, factory=factory, keyed=keyed
         )
-        self._env._register(t)
-        return DataStream(self._env, t)
+        return self._first._derive(t)
 
     def _unkeyed_inputs(self) -> str:
         unkeyed = [
             which
             for which, s in (("the first input", self._first), ("the second input", self._second))
-            if not isinstance(s, KeyedStream)
+            if s._as_keyed() is None
         ]
         return " and ".join(unkeyed) + (" are" if len(unkeyed) == 2 else " is")
 
@@ -201,24 +197,8 @@ class ConnectedStreams:
             )
 
 
-def _key_functions(stream: DataStream, label: str) -> dict[str, Any]:
-    if not isinstance(stream, KeyedStream) or stream.key_selector.fn is None:
+def _key_functions(stream: StreamLike[Any], label: str) -> dict[str, Any]:
+    keyed = stream._as_keyed()
+    if keyed is None or keyed.key_selector.fn is None:
         return {}
-    return {f"{label}:__call__": stream.key_selector.fn}
-
-
-def connect_streams(first: DataStream, second: Any) -> ConnectedStreams:
-    """``first.connect(second)`` for a DataStream ``second``: checks it and makes the
-    :class:`ConnectedStreams`."""
-    if not isinstance(second, DataStream):
-        raise ConfigurationError(
-            f"connect() takes a DataStream or a broadcast stream, got {second!r}: pass "
-            "another stream of the job (connected streams may have different types), or "
-            "other.broadcast(lg.MapStateDescriptor('name')) for the broadcast state pattern"
-        )
-    if second._env is not first._env:
-        raise ConfigurationError(
-            "connect() needs a stream of the same StreamEnvironment: build both streams "
-            "from one env"
-        )
-    return ConnectedStreams(first._env, first, second)
+    return {f"{label}:__call__": keyed.key_selector.fn}

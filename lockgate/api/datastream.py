@@ -44,12 +44,12 @@ from ..runtime.operators.rolling import RollingAggregate, RollingAggregateOperat
 from ..state.broadcast import check_broadcast_descriptors
 from ..state.descriptors import MapStateDescriptor
 from .changelog_functions import ChangelogAggregate, LatestRowPerKey
+from .stream_protocols import EnvironmentLike
 
 if TYPE_CHECKING:
     from ..time.windows import WindowAssigner
     from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .connected import ConnectedStreams
-    from .environment import StreamEnvironment
     from .interval_join import IntervalJoin
     from .joined_streams import CoGroupedStreams, JoinedStreams
     from .windowed_stream import WindowedStream
@@ -103,7 +103,7 @@ def _check_parallelism(p: Any, what: str) -> int:
 class _Configurable:
     """Settings of the operator behind a stream or a sink."""
 
-    def __init__(self, env: StreamEnvironment, transformation: Transformation) -> None:
+    def __init__(self, env: EnvironmentLike, transformation: Transformation) -> None:
         self._env = env
         self._t = transformation
 
@@ -167,13 +167,23 @@ class _Configurable:
 class DataStream(_Configurable):
     """A stream of records."""
 
+    def _derive(self, transformation: Transformation) -> DataStream:
+        """A new stream of this environment on ``transformation``, registered: how the
+        streams this one builds (windowed, joined, connected, ...) make their results
+        without importing this module (:mod:`.stream_protocols`)."""
+        self._env._register(transformation)
+        return DataStream(self._env, transformation)
+
+    def _as_keyed(self) -> KeyedStream | None:
+        """This stream if it is keyed (a :class:`KeyedStream`), else None."""
+        return None
+
     # -- record functions ------------------------------------------------------
     def _one_input(
         self, name: str, factory: OperatorFactory[Any], *, keyed: bool = False
     ) -> DataStream:
         t = Transformation(Kind.OPERATOR, name, [self._t], factory=factory, keyed=keyed)
-        self._env._register(t)
-        return DataStream(self._env, t)
+        return self._derive(t)
 
     def map(self, fn: Callable[[Any], Any], name: str | None = None) -> DataStream:
         """One output record per record: ``fn(record)`` (a callable or a ``MapFunction``).
@@ -291,12 +301,14 @@ class DataStream(_Configurable):
         return BroadcastStream(self._env, t, checked)
 
     @overload
-    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream[DataStream]: ...
 
     @overload
-    def connect(self, other: DataStream) -> ConnectedStreams: ...
+    def connect(self, other: DataStream) -> ConnectedStreams[DataStream]: ...
 
-    def connect(self, other: Any) -> BroadcastConnectedStream | ConnectedStreams:
+    def connect(
+        self, other: Any
+    ) -> BroadcastConnectedStream[DataStream] | ConnectedStreams[DataStream]:
         """Connect this stream to ``other``.
 
         A DataStream: ``lg.ConnectedStreams`` (Flink's), processed by one two-input
@@ -311,9 +323,17 @@ class DataStream(_Configurable):
         from .broadcast import BroadcastConnectedStream, BroadcastStream
 
         if not isinstance(other, BroadcastStream):
-            from .connected import connect_streams
+            from .connected import ConnectedStreams
 
-            return connect_streams(self, other)
+            if not isinstance(other, DataStream):
+                raise ConfigurationError(
+                    f"connect() takes a DataStream or a broadcast stream, got {other!r}: pass "
+                    "another stream of the job (connected streams may have different types), "
+                    "or other.broadcast(lg.MapStateDescriptor('name')) for the broadcast state "
+                    "pattern"
+                )
+            self._same_env(other, "connect() needs a stream of the same StreamEnvironment")
+            return ConnectedStreams(self._env, self, other)
         if other._env is not self._env:
             raise ConfigurationError(
                 "connect() needs a broadcast stream of the same StreamEnvironment"
@@ -335,19 +355,31 @@ class DataStream(_Configurable):
         self._env._register(t)
         return DataStream(self._env, t)
 
-    def join(self, other: DataStream) -> JoinedStreams:
+    def join(self, other: DataStream) -> JoinedStreams[DataStream]:
         """Window join with ``other``: ``.where(key).equal_to(other_key)
         .window(assigner).apply(fn=None)`` (see :mod:`lockgate.api.joined_streams`)."""
         from .joined_streams import JoinedStreams
 
-        return JoinedStreams(self, other)
+        return JoinedStreams(self, self._other_stream(other, "join"))
 
-    def co_group(self, other: DataStream) -> CoGroupedStreams:
+    def co_group(self, other: DataStream) -> CoGroupedStreams[DataStream]:
         """Window co-group with ``other``: ``.where(key).equal_to(other_key)
         .window(assigner).apply(co_group_function)``."""
         from .joined_streams import CoGroupedStreams
 
-        return CoGroupedStreams(self, other)
+        return CoGroupedStreams(self, self._other_stream(other, "co_group"))
+
+    def _other_stream(self, other: Any, operation: str) -> DataStream:
+        """``other`` if it is a stream of this environment, else a ConfigurationError
+        naming ``operation``."""
+        if not isinstance(other, DataStream):
+            raise ConfigurationError(f"{operation}() takes the other DataStream, got {other!r}")
+        self._same_env(other, f"{operation}() needs two streams of the same StreamEnvironment")
+        return other
+
+    def _same_env(self, other: DataStream, message: str) -> None:
+        if other._env is not self._env:
+            raise ConfigurationError(message)
 
     # -- changelogs (lockgate.core.row_kind) --------------------------------------------
     def kinds_from_field(
@@ -515,7 +547,7 @@ class KeyedStream(DataStream):
         fn = ChangelogAggregate(list(aggregates), fields)
         return self.process(fn, name=name or "Aggregate")
 
-    def window(self, assigner: WindowAssigner) -> WindowedStream:
+    def window(self, assigner: WindowAssigner) -> WindowedStream[DataStream]:
         """Cut each key's records into windows (``lg.TumblingEventTimeWindows.of(...)``,
         sliding and session windows, in event or processing time); finish with
         ``.aggregate(...)``, ``.reduce(...)`` or ``.process(...)``."""
@@ -524,12 +556,14 @@ class KeyedStream(DataStream):
         return WindowedStream(self, assigner)
 
     @overload
-    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream[DataStream]: ...
 
     @overload
-    def connect(self, other: DataStream) -> ConnectedStreams: ...
+    def connect(self, other: DataStream) -> ConnectedStreams[DataStream]: ...
 
-    def connect(self, other: Any) -> BroadcastConnectedStream | ConnectedStreams:
+    def connect(
+        self, other: Any
+    ) -> BroadcastConnectedStream[DataStream] | ConnectedStreams[DataStream]:
         """Connect this keyed stream to another keyed stream (``ConnectedStreams``; run an
         ``lg.KeyedCoProcessFunction`` with ``.process(fn)``: keyed state shared by both
         inputs, timers, ``ctx.current_key``), or to a broadcast stream (``.process(fn)``
@@ -538,13 +572,25 @@ class KeyedStream(DataStream):
         ``process_broadcast_element``)."""
         return super().connect(other)
 
-    def interval_join(self, other: KeyedStream) -> IntervalJoin:
+    def interval_join(self, other: KeyedStream) -> IntervalJoin[DataStream]:
         """Join this keyed stream's records with ``other``'s (keyed too) of the same key
         whose event times are within an interval: finish with
         ``.between(lower, upper).process(...)`` (see ``lg.IntervalJoin``)."""
         from .interval_join import IntervalJoin
 
+        if not isinstance(other, KeyedStream):
+            what = (
+                "a DataStream that is not keyed" if isinstance(other, DataStream) else repr(other)
+            )
+            raise ConfigurationError(
+                f"interval_join() needs a keyed stream, got {what}: key the other side too, "
+                "e.g. a.key_by('k').interval_join(b.key_by('k'))"
+            )
+        self._same_env(other, "interval_join() needs two streams of the same StreamEnvironment")
         return IntervalJoin(self, other)
+
+    def _as_keyed(self) -> KeyedStream:
+        return self
 
     def _key_functions(self) -> dict[str, Any]:
         sel = self.key_selector

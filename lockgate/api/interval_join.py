@@ -17,16 +17,14 @@ described in :mod:`lockgate.runtime.operators.interval_join`.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
 from ..graph.transformations import Kind, Transformation
 from ..runtime.operators.interval_join import IntervalJoinOperator
 from ..runtime.operators.keyed import tag_name
-
-if TYPE_CHECKING:
-    from .datastream import DataStream, KeyedStream
+from .stream_protocols import DS, KeyedLike
 
 #: the widest bound, in ms (record times plus bounds must stay within int64)
 MAX_BOUND_MS = 2**62
@@ -47,28 +45,16 @@ def _bound_ms(value: Any, what: str) -> int:
     return int(ms)
 
 
-class IntervalJoin:
+class IntervalJoin(Generic[DS]):
     """``left.interval_join(right)`` of two keyed streams; call :meth:`between`."""
 
-    def __init__(self, left: KeyedStream, right: Any) -> None:
-        from .datastream import DataStream, KeyedStream
-
-        if not isinstance(right, KeyedStream):
-            what = (
-                "a DataStream that is not keyed" if isinstance(right, DataStream) else repr(right)
-            )
-            raise ConfigurationError(
-                f"interval_join() needs a keyed stream, got {what}: key the other side too, "
-                "e.g. a.key_by('k').interval_join(b.key_by('k'))"
-            )
-        if right._env is not left._env:
-            raise ConfigurationError(
-                "interval_join() needs two streams of the same StreamEnvironment"
-            )
+    def __init__(self, left: KeyedLike[DS], right: KeyedLike[DS]) -> None:
+        """``left`` and ``right``: keyed streams of one environment (checked by
+        ``KeyedStream.interval_join``)."""
         self._left = left
         self._right = right
 
-    def between(self, lower: Any, upper: Any) -> IntervalJoined:
+    def between(self, lower: Any, upper: Any) -> IntervalJoined[DS]:
         """Join a left record at ``tl`` with the right records at ``tr`` in
         ``[tl + lower, tl + upper]`` (timedelta or int ms; negative: before ``tl``)."""
         lo = _bound_ms(lower, "lower")
@@ -81,10 +67,10 @@ class IntervalJoin:
         return IntervalJoined(self._left, self._right, lo, hi)
 
 
-class IntervalJoined:
+class IntervalJoined(Generic[DS]):
     """An interval join with its bounds; finish it with :meth:`process`."""
 
-    def __init__(self, left: KeyedStream, right: KeyedStream, lower: int, upper: int) -> None:
+    def __init__(self, left: KeyedLike[DS], right: KeyedLike[DS], lower: int, upper: int) -> None:
         self._left = left
         self._right = right
         self._lower = lower
@@ -93,17 +79,17 @@ class IntervalJoined:
         self._upper_exclusive = False
         self._late_tags: tuple[str | None, str | None] = (None, None)
 
-    def lower_bound_exclusive(self) -> IntervalJoined:
+    def lower_bound_exclusive(self) -> IntervalJoined[DS]:
         """Leave the lower bound out: ``tl + lower < tr``."""
         self._lower_exclusive = True
         return self
 
-    def upper_bound_exclusive(self) -> IntervalJoined:
+    def upper_bound_exclusive(self) -> IntervalJoined[DS]:
         """Leave the upper bound out: ``tr < tl + upper``."""
         self._upper_exclusive = True
         return self
 
-    def side_output_late_data(self, left_tag: Any, right_tag: Any) -> IntervalJoined:
+    def side_output_late_data(self, left_tag: Any, right_tag: Any) -> IntervalJoined[DS]:
         """Send late records (behind the join's watermark on arrival) of the left input
         to side output ``left_tag`` and of the right input to ``right_tag`` (two
         different ``lg.OutputTag``) instead of dropping them; read them with
@@ -129,7 +115,7 @@ class IntervalJoined:
         *,
         suffixes: tuple[str, str] = ("_left", "_right"),
         name: str | None = None,
-    ) -> DataStream:
+    ) -> DS:
         """Run the join: with ``fn`` (an ``lg.ProcessJoinFunction`` instance),
         ``fn.process_element(left, right, ctx)`` per pair; without, the vectorized join
         on Arrow batches, whose rows are the left's columns and the right's (a key
@@ -193,7 +179,6 @@ class IntervalJoined:
             },
             functions,
         )
-        env = left._env
         t = Transformation(
             Kind.OPERATOR,
             name or "IntervalJoin",
@@ -201,10 +186,7 @@ class IntervalJoined:
             factory=factory,
             keyed=True,
         )
-        env._register(t)
-        from .datastream import DataStream
-
-        stream = DataStream(env, t)
+        stream = left._derive(t)
         tags = tuple(tag for tag in self._late_tags if tag is not None)
         if tags:
             # the late records were asked for: they must be read (and reach a sink)

@@ -36,7 +36,7 @@ dropped"]`` of the window operator). See :mod:`lockgate.runtime.operators.window
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from ..core.durations import Duration
 from ..errors import ConfigurationError
@@ -55,10 +55,8 @@ from ..runtime.operators.window_join import (
 )
 from ..time.windows import WindowAssigner
 from .functions import CoGroupFunction, FlatJoinFunction, JoinFunction
+from .stream_protocols import DS, StreamLike
 from .windowed_stream import WindowedStream, check_assigner, lateness_ms
-
-if TYPE_CHECKING:
-    from .datastream import DataStream
 
 Key = str | Sequence[str] | Callable[[Any], Any]
 
@@ -90,23 +88,15 @@ def _width(key: Key) -> int | None:
     return None
 
 
-class JoinedStreams:
+class JoinedStreams(Generic[DS]):
     """``a.join(b)``: finish with ``.where(ka).equal_to(kb).window(assigner)
     [.allowed_lateness(d)].apply(fn=None)`` (see the module docstring)."""
 
     _operation = "join"
 
-    def __init__(self, left: DataStream, right: DataStream) -> None:
-        from .datastream import DataStream
-
-        if not isinstance(right, DataStream):
-            raise ConfigurationError(
-                f"{self._operation}() takes the other DataStream, got {right!r}"
-            )
-        if right._env is not left._env:
-            raise ConfigurationError(
-                f"{self._operation}() needs two streams of the same StreamEnvironment"
-            )
+    def __init__(self, left: StreamLike[DS], right: StreamLike[DS]) -> None:
+        """``left`` and ``right``: streams of one environment (checked by
+        ``DataStream.join`` / ``co_group``)."""
         self._left = left
         self._right = right
         self._left_key: Key | None = None
@@ -115,13 +105,13 @@ class JoinedStreams:
         self._lateness = 0
 
     # -- builder --------------------------------------------------------------------
-    def where(self, key: Any) -> JoinedStreams:
+    def where(self, key: Any) -> JoinedStreams[DS]:
         """The left input's key: a column name, a list of column names or a function
         of the record."""
         self._left_key = _check_key(key, "where")
         return self
 
-    def equal_to(self, key: Any) -> JoinedStreams:
+    def equal_to(self, key: Any) -> JoinedStreams[DS]:
         """The right input's key (as ``where``; the same number of columns)."""
         if self._left_key is None:
             raise ConfigurationError(
@@ -138,7 +128,7 @@ class JoinedStreams:
         self._right_key = right
         return self
 
-    def window(self, assigner: Any) -> JoinedStreams:
+    def window(self, assigner: Any) -> JoinedStreams[DS]:
         """The windows both inputs are cut into, e.g.
         ``lg.TumblingEventTimeWindows.of(timedelta(seconds=10))``."""
         if self._right_key is None:
@@ -150,7 +140,7 @@ class JoinedStreams:
         self._assigner = assigner
         return self
 
-    def allowed_lateness(self, lateness: Duration) -> JoinedStreams:
+    def allowed_lateness(self, lateness: Duration) -> JoinedStreams[DS]:
         """Keep each window until the watermark passes ``end - 1 + lateness``; a record
         arriving meanwhile makes the window fire again (event-time windows only)."""
         if self._assigner is None:
@@ -168,7 +158,7 @@ class JoinedStreams:
         *,
         suffixes: tuple[str, str] = ("_left", "_right"),
         name: str | None = None,
-    ) -> DataStream:
+    ) -> DS:
         """The joined stream: ``fn=None`` is the built-in vectorized join (column keys
         only); ``fn`` an ``lg.JoinFunction``, ``lg.FlatJoinFunction`` or ``fn(left,
         right)`` runs per pair."""
@@ -219,14 +209,16 @@ class JoinedStreams:
             )
 
     # -- building -------------------------------------------------------------------
-    def _windowed(self, left: DataStream, right: DataStream, key: Any) -> WindowedStream:
+    def _windowed(
+        self, left: StreamLike[DS], right: StreamLike[DS], key: Any
+    ) -> WindowedStream[DS]:
         assert self._assigner is not None
-        windowed = left.union(right).key_by(key).window(self._assigner)
+        windowed = WindowedStream(left.union(right).key_by(key), self._assigner)
         if self._lateness:
             windowed.allowed_lateness(self._lateness)
         return windowed
 
-    def _build_arrow(self, suffixes: tuple[str, str], name: str | None) -> DataStream:
+    def _build_arrow(self, suffixes: tuple[str, str], name: str | None) -> DS:
         lk, rk = self._left_key, self._right_key
         assert isinstance(lk, (str, tuple)) and isinstance(rk, (str, tuple))
         lcols = (lk,) if isinstance(lk, str) else lk
@@ -237,7 +229,7 @@ class JoinedStreams:
         windowed = self._windowed(left, right, list(key_fields(len(lcols))))
         return _owning_tags(windowed._build(contents, name or "Window(join)", {}), left, right)
 
-    def _build_rows(self, contents: JoinContents, name: str, fn: Any) -> DataStream:
+    def _build_rows(self, contents: JoinContents, name: str, fn: Any) -> DS:
         method = "co_group" if contents.mode == CO_GROUP else "join"
         left = self._left.map(TagRecord(LEFT, self._left_key), name="WindowJoin(tag left)")  # type: ignore[arg-type]
         right = self._right.map(TagRecord(RIGHT, self._right_key), name="WindowJoin(tag right)")  # type: ignore[arg-type]
@@ -247,7 +239,7 @@ class JoinedStreams:
         )
 
 
-def _owning_tags(joined: DataStream, left: DataStream, right: DataStream) -> DataStream:
+def _owning_tags(joined: DS, left: StreamLike[DS], right: StreamLike[DS]) -> DS:
     """The side-tagging steps take their uids from the join's (``"<uid>.tag-left"``,
     ``"<uid>.tag-right"``) once the user gives it one, so a job whose joins have uids
     has no generated uid to warn about (M-S2); the steps are stateless."""
@@ -256,7 +248,7 @@ def _owning_tags(joined: DataStream, left: DataStream, right: DataStream) -> Dat
     return joined
 
 
-class CoGroupedStreams(JoinedStreams):
+class CoGroupedStreams(JoinedStreams[DS]):
     """``a.co_group(b)``: finish with ``.where(ka).equal_to(kb).window(assigner)
     [.allowed_lateness(d)].apply(fn)`` with an ``lg.CoGroupFunction``."""
 
@@ -264,7 +256,7 @@ class CoGroupedStreams(JoinedStreams):
 
     def apply(  # type: ignore[override]
         self, fn: Any = None, *, name: str | None = None
-    ) -> DataStream:
+    ) -> DS:
         """The co-grouped stream: ``fn.co_group(lefts, rights)`` (or ``fn(lefts,
         rights)``) yields outputs, once per key and window."""
         self._check_ready()

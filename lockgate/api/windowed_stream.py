@@ -30,7 +30,7 @@ Firing, lateness and late data are described in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 from ..core.durations import Duration, to_millis
 from ..core.user_functions import bind_function
@@ -50,9 +50,7 @@ from ..runtime.operators.window_contents import (
 from ..runtime.operators.window_keys import KEY_FIELD
 from ..time.window_aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
 from ..time.windows import WindowAssigner
-
-if TYPE_CHECKING:
-    from .datastream import DataStream, KeyedStream
+from .stream_protocols import DS, KeyedLike
 
 #: the largest allowed lateness (window bounds plus lateness must stay in int64)
 MAX_ALLOWED_LATENESS_MS = 2**62
@@ -92,11 +90,11 @@ def lateness_ms(lateness: Duration, assigner: WindowAssigner) -> int:
     return ms
 
 
-class WindowedStream:
+class WindowedStream(Generic[DS]):
     """A keyed stream cut into windows; finish it with ``aggregate``, ``reduce`` or
     ``process`` (see the module docstring)."""
 
-    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner) -> None:
+    def __init__(self, keyed: KeyedLike[DS], assigner: WindowAssigner) -> None:
         check_assigner(assigner)
         self._keyed = keyed
         self._assigner = assigner
@@ -108,14 +106,14 @@ class WindowedStream:
         return self._assigner
 
     # -- settings -------------------------------------------------------------------------
-    def allowed_lateness(self, lateness: Duration) -> WindowedStream:
+    def allowed_lateness(self, lateness: Duration) -> WindowedStream[DS]:
         """Keep each window's state until the watermark passes ``end - 1 + lateness``
         (a timedelta or int ms); records arriving meanwhile update the window and make it
         fire again. Event-time windows only."""
         self._lateness = lateness_ms(lateness, self._assigner)
         return self
 
-    def side_output_late_data(self, tag: Any) -> WindowedStream:
+    def side_output_late_data(self, tag: Any) -> WindowedStream[DS]:
         """Send late records (every window they belong to is already dropped) to the side
         output ``tag`` (an ``lg.OutputTag``) instead of dropping them; read it with
         ``result.get_side_output(tag)``. Event-time windows only."""
@@ -130,7 +128,7 @@ class WindowedStream:
         return self
 
     # -- window functions -----------------------------------------------------------------
-    def aggregate(self, *functions: Any, name: str | None = None) -> DataStream:
+    def aggregate(self, *functions: Any, name: str | None = None) -> DS:
         """Aggregate each window: built-in aggregates (``lg.agg.count()``,
         ``lg.agg.sum("v")``, ... several at once, vectorized) or one
         ``lg.AggregateFunction``."""
@@ -175,7 +173,7 @@ class WindowedStream:
             f"lg.AggregateFunction, not a mix: got {list(functions)!r}"
         )
 
-    def reduce(self, fn: Any, name: str | None = None) -> DataStream:
+    def reduce(self, fn: Any, name: str | None = None) -> DS:
         """Combine each window's records pairwise: ``fn(a, b)`` (or an
         ``lg.ReduceFunction``'s ``reduce``) returns the combination."""
         try:
@@ -187,7 +185,7 @@ class WindowedStream:
         self._check_result_names((RESULT_FIELD,))
         return self._build(ReduceContents(fn), name or "Window(reduce)", {"function:reduce": fn})
 
-    def process(self, fn: Any, name: str | None = None) -> DataStream:
+    def process(self, fn: Any, name: str | None = None) -> DS:
         """Run an ``lg.ProcessWindowFunction`` (or ``fn(key, context, elements)``) on each
         fired window with all its records; ``context.window`` is the window."""
         if isinstance(fn, type):
@@ -220,7 +218,7 @@ class WindowedStream:
                 "otherwise (e.g. lg.agg.count(name='n'))"
             )
 
-    def _build(self, contents: WindowContents, name: str, functions: dict[str, Any]) -> DataStream:
+    def _build(self, contents: WindowContents, name: str, functions: dict[str, Any]) -> DS:
         if self._assigner.is_merging:
             check_merge_support(contents)
         keyed = self._keyed

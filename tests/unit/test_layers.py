@@ -6,15 +6,15 @@ prefix in :data:`LAYERS`; a module may import modules of its own layer and of th
 layers below it, never above. The check reads every ``import`` statement of every
 module with :mod:`ast`: module-level, function-level and ``if TYPE_CHECKING:``
 imports all count (a type-only import still ties the lower layer to the upper one's
-names, and a later refactoring turns it into a runtime import). The few imports that
-still go upward are listed in :data:`EXCEPTIONS`, each with its reason; an exception
-that is no longer needed fails the check too, so the list only shrinks.
+names, and a later refactoring turns it into a runtime import). There is no exception
+list: an import that must go upward means the code lives in the wrong layer.
 
 No cycles either: no two modules may import each other, directly or through others,
 counting the same deferred and type-only imports (a cycle of deferred imports works
-today and breaks on the next refactoring that moves one of them to the top). The cycles
-that remain are listed in :data:`KNOWN_CYCLES`, each with what unties it; the list only
-shrinks.
+today and breaks on the next refactoring that moves one of them to the top), again with
+no exception list. Where an upper module builds objects of a lower one that need it back
+(the API's stream classes), the lower one sees it through a protocol
+(``lockgate/api/stream_protocols.py``).
 
 ``docs/architecture.md`` ("Layers") describes the same order.
 """
@@ -69,28 +69,6 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("testing", ["lockgate.testing"]),
     ("entry", ["lockgate.cli", "lockgate"]),
 ]
-
-#: (importing module, imported module) -> why the upward import stays; none today
-EXCEPTIONS: dict[tuple[str, str], str] = {}
-
-
-#: import cycles that remain (their modules) -> what unties them; the list only shrinks
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset(
-        f"lockgate.api.{m}"
-        for m in (
-            "broadcast",
-            "connected",
-            "datastream",
-            "environment",
-            "interval_join",
-            "joined_streams",
-            "windowed_stream",
-        )
-    ): "DataStream's methods build the other stream classes, which import DataStream to "
-    "wrap their results and for annotations: they should build results through the "
-    "streams they hold and annotate with a protocol of a module below (issue 41, item 2)",
-}
 
 
 class Import(NamedTuple):
@@ -181,25 +159,13 @@ def describe(imp: Import) -> str:
 
 
 def test_no_module_imports_a_higher_layer() -> None:
-    """Every import in lockgate/ goes to the same or a lower layer, but the listed
-    exceptions."""
-    bad = [
-        imp
-        for imp in upward_imports(PACKAGE_ROOT)
-        if (imp.importer, imp.imported) not in EXCEPTIONS
-    ]
+    """Every import in lockgate/ goes to the same or a lower layer."""
+    bad = upward_imports(PACKAGE_ROOT)
     assert not bad, (
         "imports against the layers of tests/unit/test_layers.py (docs/architecture.md, "
         "Layers); move the code down or depend the other way:\n"
         + "\n".join(describe(imp) for imp in bad)
     )
-
-
-def test_every_listed_exception_is_still_needed() -> None:
-    """An exception whose import is gone is removed from the list, so it only shrinks."""
-    used = {(imp.importer, imp.imported) for imp in upward_imports(PACKAGE_ROOT)}
-    stale = sorted(set(EXCEPTIONS) - used)
-    assert not stale, f"remove these from EXCEPTIONS, they no longer occur: {stale}"
 
 
 def import_graph(root: pathlib.Path) -> dict[str, set[str]]:
@@ -266,18 +232,12 @@ def describe_cycle(group: frozenset[str], root: pathlib.Path) -> str:
 
 def test_no_import_cycles() -> None:
     """No module imports itself through others (deferred and type-only imports count),
-    but the listed cycles."""
-    new = [c for c in import_cycles(PACKAGE_ROOT) if c not in KNOWN_CYCLES]
+    with no exception list."""
+    new = import_cycles(PACKAGE_ROOT)
     assert not new, (
         "import cycles (move the shared part to a module both import, or depend one way):\n"
         + "\n".join(describe_cycle(c, PACKAGE_ROOT) for c in new)
     )
-
-
-def test_every_known_cycle_is_still_there() -> None:
-    found = set(import_cycles(PACKAGE_ROOT))
-    stale = [sorted(c) for c in KNOWN_CYCLES if c not in found]
-    assert not stale, f"remove these from KNOWN_CYCLES, they are untied: {stale}"
 
 
 @pytest.mark.parametrize(
@@ -371,12 +331,10 @@ def test_the_check_flags_a_wrong_import_added_to_the_real_package(tmp_path: path
 
     root = tmp_path / "lockgate"
     shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    assert [
-        imp for imp in upward_imports(root) if (imp.importer, imp.imported) not in EXCEPTIONS
-    ] == []
+    assert upward_imports(root) == []
     with open(root / "core" / "batch.py", "a") as f:
         f.write("\n\ndef _wrong():\n    from ..executor.local import LocalExecutor\n")
-    found = [imp for imp in upward_imports(root) if (imp.importer, imp.imported) not in EXCEPTIONS]
+    found = upward_imports(root)
     assert [(imp.importer, imp.imported) for imp in found] == [
         ("lockgate.core.batch", "lockgate.executor.local")
     ]
