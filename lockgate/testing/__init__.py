@@ -1,4 +1,5 @@
-"""Deterministic fault injection for recovery tests.
+"""Testing jobs and operators: deterministic fault injection for recovery tests, and
+:class:`OperatorHarness` to drive one operator by hand (:mod:`.harness`).
 
 Define faults, attach them to a job, run it::
 
@@ -27,6 +28,7 @@ from .faults import (
     KillWorker,
     seeded_faults,
 )
+from .harness import OperatorHarness, OperatorSnapshot
 from .schedule import FaultSchedule, inject_faults
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "FaultSchedule",
     "InjectedFault",
     "KillWorker",
+    "OperatorHarness",
+    "OperatorSnapshot",
     "inject_faults",
     "seeded_faults",
 ]

@@ -6,23 +6,17 @@ idle input ignored (M-W5, M-W4, M-W6), snapshot and restore at another paralleli
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import numpy as np
 import pytest
 
 import lockgate as lg
-from lockgate.core.batch import RowBatch, to_rows
-from lockgate.core.elements import StreamStatus, Watermark
-from lockgate.core.partitioners import KeySelector
-from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.co_process import (
     CoFlatMapOperator,
     CoMapOperator,
-    CoProcessOperator,
     KeyedCoProcessOperator,
 )
+from lockgate.testing import OperatorHarness
 
 TOTAL = lg.ValueStateDescriptor("total", default=0)
 ODD = lg.OutputTag("odd")
@@ -79,159 +73,87 @@ class Sum(lg.KeyedCoProcessFunction):
         yield ("timer", ctx.current_key, timestamp, self.total.value())
 
 
-# -- driving an operator --------------------------------------------------------------------
-class ListOutput(Output):
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-        self.timestamps: list[Any] = []
-        self.side: dict[str, list[Any]] = {}
-        self.watermarks: list[int] = []
-
-    def emit(self, batch: Any) -> None:
-        self.records.extend(to_rows(batch))
-        ts = getattr(batch, "timestamps", None)
-        self.timestamps.extend([None] * len(to_rows(batch)) if ts is None else ts.tolist())
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        self.side.setdefault(tag, []).extend(to_rows(batch))
-
-    def emit_element(self, element: Any) -> None:
-        if isinstance(element, Watermark):
-            self.watermarks.append(element.timestamp)
-
-
-class FakeRestore:
-    """What an ``OperatorRestore`` offers, over in-memory payloads of the old subtasks."""
-
-    def __init__(self, payloads: dict[int, Any], subtask: int, parallelism: int) -> None:
-        self.payloads = payloads
-        self.subtask = subtask
-        self.parallelism = parallelism
-        self.same_parallelism = set(payloads) == set(range(parallelism))
-
-    def own(self) -> Any:
-        return copy.deepcopy(self.payloads.get(self.subtask))
-
-    def by_subtask(self) -> dict[int, Any]:
-        return {j: copy.deepcopy(p) for j, p in sorted(self.payloads.items())}
-
-    def all(self) -> list[Any]:
-        return list(self.by_subtask().values())
-
-
+# -- the operators, driven by lockgate.testing.OperatorHarness --------------------------------
 BACKENDS = {"hashmap": lg.HashMapStateBackend, "rocksdb": lambda: lg.RocksDBStateBackend()}
 
 
-def run_operator(
-    op: Any,
-    *,
-    subtask: int = 0,
-    parallelism: int = 1,
-    restored: FakeRestore | None = None,
-    backend: str = "hashmap",
-) -> ListOutput:
-    ctx = lg.RuntimeContext(
-        task_name="t",
-        operator_name="co",
-        operator_uid="co",
-        subtask_index=subtask,
-        parallelism=parallelism,
-        max_parallelism=128,
-        state_backend=BACKENDS[backend](),
-    )
-    out = ListOutput()
-    op.setup("co", "co", ctx, out)
-    op.initialize_state(restored)
-    op.open()
-    return out
+def keyed_sum(restored: Any = None, **options: Any) -> OperatorHarness:
+    """Input 1 keyed by ``k``, input 2 by the ``order`` field: one key space; opened."""
+    return OperatorHarness.for_keyed_co_process(
+        Sum(), key1="k", key2=lambda r: r["order"], **options
+    ).open(restored)
 
 
-def stamped(rows: list[Any], ts: list[int]) -> RowBatch:
-    return RowBatch(rows, np.asarray(ts, dtype=np.int64))
-
-
-def keyed_sum() -> KeyedCoProcessOperator:
-    """Input 1 keyed by ``k``, input 2 by the ``order`` field: one key space."""
-    return KeyedCoProcessOperator(Sum(), KeySelector("k"), KeySelector(lambda r: r["order"]))
-
-
-# -- the operators --------------------------------------------------------------------------
 def test_co_map_and_co_flat_map_call_the_method_of_each_input() -> None:
-    op = CoMapOperator(Tag())
-    out = run_operator(op)
-    op.process_batch(stamped([1, 2], [5, 6]), 0)
-    op.process_batch(RowBatch(["x"]), 1)
-    assert out.records == [("first", 1), ("first", 2), ("second", "x")]
-    assert out.timestamps == [5, 6, None], "map keeps each record's event time"
-    assert op.counters.records_in == 3
+    h = OperatorHarness.for_co_map(Tag()).open()
+    h.process([1, 2], timestamps=[5, 6], input=1)
+    h.process(["x"], input=2)
+    assert h.output == [("first", 1), ("first", 2), ("second", "x")]
+    assert h.timestamps == [5, 6, None], "map keeps each record's event time"
+    assert h.operator.counters.records_in == 3
 
-    op2 = CoFlatMapOperator(Repeat())
-    out2 = run_operator(op2)
-    op2.process_batch(RowBatch([2, 0, 1]), 0)
-    op2.process_batch(RowBatch(["a", "b"]), 1)
-    assert out2.records == [2, 2, 1, "A", "B"]
+    h2 = OperatorHarness.for_co_flat_map(Repeat()).open()
+    h2.process([2, 0, 1], input=1)
+    h2.process(["a", "b"], input=2)
+    assert h2.output == [2, 2, 1, "A", "B"]
 
 
 def test_co_process_has_timestamps_and_side_outputs_per_input() -> None:
-    op = CoProcessOperator(Route())
-    out = run_operator(op)
-    op.process_batch(stamped([1, 2, 3, 4], [10, 20, 30, 40]), 0)
-    op.process_batch(stamped(["a"], [7]), 1)
-    assert out.records == [(1, 2, 20), (1, 4, 40), (2, "a", 7)]
-    assert out.side == {"odd": [1, 3]}
+    h = OperatorHarness.for_co_process(Route()).open()
+    h.process([1, 2, 3, 4], timestamps=[10, 20, 30, 40], input=1)
+    h.process(["a"], timestamps=[7], input=2)
+    assert h.output == [(1, 2, 20), (1, 4, 40), (2, "a", 7)]
+    assert h.side_output(ODD) == [1, 3]
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_keyed_state_is_shared_by_both_inputs_under_their_own_key_selectors(
     backend: str,
 ) -> None:
-    op = keyed_sum()
-    out = run_operator(op, backend=backend)
-    op.process_batch(RowBatch([{"k": "a", "v": 5}, {"k": "b", "v": 1}]), 0)
-    op.process_batch(RowBatch([{"order": "a", "amount": 2}, {"order": "c", "amount": -1}]), 1)
-    op.process_batch(RowBatch([{"k": "a", "v": 1}]), 0)
-    assert out.records == [
+    h = keyed_sum(state_backend=BACKENDS[backend]())
+    h.process([{"k": "a", "v": 5}, {"k": "b", "v": 1}], input=1)
+    h.process([{"order": "a", "amount": 2}, {"order": "c", "amount": -1}], input=2)
+    h.process([{"k": "a", "v": 1}], input=1)
+    assert h.output == [
         ("1", "a", 5),
         ("1", "b", 1),
         ("2", "a", 3),
         ("2", "c", 1),
         ("1", "a", 4),
     ]
-    assert out.side == {"odd": [{"order": "c", "amount": -1}]}
-    op.close()
+    assert h.side_output("odd") == [{"order": "c", "amount": -1}]
+    h.close()
 
 
 def test_event_time_timers_fire_on_the_minimum_of_both_watermarks_M_W5_M_W6() -> None:
-    op = keyed_sum()
-    out = run_operator(op)
-    op.process_batch(stamped([{"k": "a", "v": 1}], [100]), 0)  # timer at 110
-    op.process_watermark(Watermark(500), 0)
-    assert out.watermarks == [] and out.records == [("1", "a", 1)], (
+    h = keyed_sum()
+    h.process([{"k": "a", "v": 1}], timestamps=[100], input=1)  # timer at 110
+    h.process_watermark(500, input=1)
+    assert h.watermarks == [] and h.output == [("1", "a", 1)], (
         "input 1 has no watermark yet: event time does not advance"
     )
-    op.process_watermark(Watermark(105), 1)
-    assert out.watermarks == [105] and op.current_watermark == 105
-    op.process_watermark(Watermark(120), 1)
-    assert out.watermarks == [105, 120]
-    assert out.records[-1] == ("timer", "a", 110, 1)
-    assert out.timestamps[-1] == 110, "timer output carries the timer's time"
-    op.process_watermark(Watermark(600), 1)
-    assert out.watermarks == [105, 120, 500], "now input 0 is the slower one"
+    h.process_watermark(105, input=2)
+    assert h.watermarks == [105] and h.operator.current_watermark == 105
+    h.process_watermark(120, input=2)
+    assert h.watermarks == [105, 120]
+    assert h.output[-1] == ("timer", "a", 110, 1)
+    assert h.timestamps[-1] == 110, "timer output carries the timer's time"
+    h.process_watermark(600, input=2)
+    assert h.watermarks == [105, 120, 500], "now input 0 is the slower one"
 
 
 def test_an_idle_input_does_not_hold_the_watermark_back_M_W4() -> None:
-    op = keyed_sum()
-    out = run_operator(op)
-    op.process_batch(stamped([{"k": "a", "v": 1}], [100]), 0)
-    op.process_watermark(Watermark(50), 1)
-    op.process_watermark(Watermark(300), 0)
-    assert out.watermarks == [50]
-    op.process_status(StreamStatus.IDLE, 1)
-    assert out.watermarks == [50, 300], "the idle input no longer holds event time back"
-    assert ("timer", "a", 110, 1) in out.records
-    op.process_status(StreamStatus.ACTIVE, 1)
-    op.process_watermark(Watermark(310), 0)
-    assert out.watermarks[-1] == 300, "the active input again bounds event time"
+    h = keyed_sum()
+    h.process([{"k": "a", "v": 1}], timestamps=[100], input=1)
+    h.process_watermark(50, input=2)
+    h.process_watermark(300, input=1)
+    assert h.watermarks == [50]
+    h.set_idle(input=2)
+    assert h.watermarks == [50, 300], "the idle input no longer holds event time back"
+    assert ("timer", "a", 110, 1) in h.output
+    h.set_idle(False, input=2)
+    h.process_watermark(310, input=1)
+    assert h.watermarks[-1] == 300, "the active input again bounds event time"
 
 
 def test_processing_time_timers_fire_with_the_key_current() -> None:
@@ -246,48 +168,30 @@ def test_processing_time_timers_fire_with_the_key_current() -> None:
         def on_timer(self, timestamp: int, ctx: Any) -> Any:
             yield (ctx.current_key, timestamp)
 
-    clock = lg.ManualClock(0)
-    op = KeyedCoProcessOperator(Later(), KeySelector(lambda v: v), KeySelector(lambda v: v))
-    ctx = lg.RuntimeContext(
-        task_name="t",
-        operator_name="co",
-        operator_uid="co",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-        state_backend=lg.HashMapStateBackend(),
-        clock=clock,
-    )
-    out = ListOutput()
-    op.setup("co", "co", ctx, out)
-    op.initialize_state(None)
-    op.open()
-    op.process_batch(RowBatch(["x"]), 0)
-    clock.advance(1_000)
-    op._on_processing_time(1_000)
-    assert out.records == [("x", 1_000)]
+    h = OperatorHarness.for_keyed_co_process(
+        Later(), key1=lambda v: v, key2=lambda v: v, clock=lg.ManualClock(0)
+    ).open()
+    h.process(["x"], input=1)
+    assert h.advance_processing_time(999) == 0 and h.output == []
+    assert h.advance_processing_time(1) == 1
+    assert h.output == [("x", 1_000)]
 
 
 def test_keyed_state_and_timers_restore_by_key_group_at_another_parallelism_M_R1() -> None:
     keys = [f"k{i}" for i in range(20)]
     old = keyed_sum()
-    run_operator(old)
-    old.process_batch(stamped([{"k": k, "v": 3} for k in keys], [100] * len(keys)), 0)
-    old.process_batch(RowBatch([{"order": k, "amount": 1} for k in keys]), 1)
-    snap = old.snapshot_state(1)
-    payload = snap.materialize() if hasattr(snap, "materialize") else snap
+    old.process([{"k": k, "v": 3} for k in keys], timestamps=[100] * len(keys), input=1)
+    old.process([{"order": k, "amount": 1} for k in keys], input=2)
+    snapshot = old.snapshot()
     seen: list[Any] = []
     for subtask in range(2):
-        op = keyed_sum()
-        out = run_operator(
-            op, subtask=subtask, parallelism=2, restored=FakeRestore({0: payload}, subtask, 2)
-        )
+        h = keyed_sum(subtask_index=subtask, parallelism=2, restored=snapshot)
         owned = [k for k in keys if lg.subtask_for_key(k, 2, 128) == subtask]
-        op.process_batch(RowBatch([{"order": k, "amount": 1} for k in owned]), 1)
-        op.process_watermark(Watermark(200), 0)
-        op.process_watermark(Watermark(200), 1)
-        assert [r for r in out.records if r[0] == "2"] == [("2", k, 1) for k in owned]
-        seen.extend(r[1] for r in out.records if r[0] == "timer")
+        h.process([{"order": k, "amount": 1} for k in owned], input=2)
+        h.process_watermark(200, input=1)
+        h.process_watermark(200, input=2)
+        assert [r for r in h.output if r[0] == "2"] == [("2", k, 1) for k in owned]
+        seen.extend(r[1] for r in h.output if r[0] == "timer")
     assert sorted(seen) == sorted(keys), "every key's timer fired once, in its new subtask"
 
 
@@ -424,13 +328,13 @@ def test_a_co_process_function_on_keyed_inputs_runs_with_the_key_current() -> No
     out = a.key_by(lambda v: v).connect(b.key_by(lambda w: w)).process(Keys())
     op = out.transformation.factory.create()  # type: ignore[union-attr]
     assert isinstance(op, KeyedCoProcessOperator)
-    got = run_operator(op)
-    op.process_batch(RowBatch(["v"]), 0)
-    op.process_batch(RowBatch(["y"]), 1)
-    assert got.records == [(1, "v"), (2, "y")]
+    h = OperatorHarness(op).open()
+    h.process(["v"], input=1)
+    h.process(["y"], input=2)
+    assert h.output == [(1, "v"), (2, "y")]
     # keys of the two inputs that can never be equal (an int and a str) are refused
     with pytest.raises(lg.ConfigurationError, match=r"is int but .* is str; keys of these types"):
-        op.process_batch(RowBatch([7]), 0)
+        h.process([7], input=1)
 
 
 def test_timers_on_unkeyed_connected_streams_say_to_key_both_inputs() -> None:
@@ -441,7 +345,6 @@ def test_timers_on_unkeyed_connected_streams_say_to_key_both_inputs() -> None:
         def process_element2(self, value: Any, ctx: Any) -> Any:
             return None
 
-    op = CoProcessOperator(Timer())
-    run_operator(op)
+    h = OperatorHarness.for_co_process(Timer()).open()
     with pytest.raises(lg.UserFunctionError, match=r"a\.key_by\(ka\)\.connect\(b\.key_by\(kb\)\)"):
-        op.process_batch(RowBatch([1]), 0)
+        h.process([1], input=1)
