@@ -18,7 +18,7 @@ import pytest
 import lockgate as lg
 from conftest import wait_until
 from lockgate import cli
-from lockgate.cli_top import render_frame, task_rows
+from lockgate.cli.top import render_frame, task_rows
 from lockgate.connectors import SequenceSource
 from lockgate.connectors.discarding_sink import DiscardingSink
 from lockgate.executor import job_registry

@@ -23,7 +23,7 @@ import pytest
 from conftest import wait_until
 from lockgate import cli
 from lockgate import errors as lg_errors
-from lockgate.cli_submit import PYTHON_RUNNER, Submission, command, submitted_driver_path
+from lockgate.cli.submit import PYTHON_RUNNER, Submission, command, submitted_driver_path
 from lockgate.core import rest_settings
 from lockgate.executor import job_registry
 

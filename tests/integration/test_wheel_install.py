@@ -197,7 +197,7 @@ def test_wheel_holds_the_package_with_py_typed_and_no_tests(installed: Installed
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"lockgate", f"lockgate-{VERSION}.dist-info"}, tops
     assert "lockgate/py.typed" in names
-    assert "lockgate/__init__.py" in names and "lockgate/cli.py" in names
+    assert "lockgate/__init__.py" in names and "lockgate/cli/__main__.py" in names
     assert not [n for n in names if "/tests/" in n or n.split("/")[-1].startswith("conftest")]
     entry_points = f"lockgate-{VERSION}.dist-info/entry_points.txt"
     with zipfile.ZipFile(installed.wheel) as whl:

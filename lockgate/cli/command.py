@@ -10,7 +10,7 @@ options among those (``lockgate run job.py out --executor local``) goes to the
 job too, with a warning on standard error saying so. ``--log-level LEVEL``
 sets the root logger's level (and a handler on standard error) for the job.
 ``--detach`` (``-d``) runs the job in the background (see
-:mod:`lockgate.cli_detach`): it prints the job's id, dashboard URL and log file
+:mod:`lockgate.cli.detach`): it prints the job's id, dashboard URL and log file
 once the job registered. The options are handed
 to the job's ``StreamEnvironment`` through environment variables
 (``LOCKGATE_EXECUTOR``, ``LOCKGATE_SPARK_MASTER``, ``LOCKGATE_RESTORE_FROM``,
@@ -40,14 +40,14 @@ controlled from another shell, by job id or (unique) job name:
   and keeps running.
 * ``lockgate cancel JOB``: cancel the job (no savepoint).
 * ``lockgate top JOB [--interval S] [--once]``: a live view of the job's
-  progress and tasks (:mod:`lockgate.cli_top`).
+  progress and tasks (:mod:`lockgate.cli.top`).
 * ``lockgate token JOB``: print the job's REST token (the only command that
   prints it), for the dashboard's login or ``--token`` elsewhere.
 
 With ``--url http://HOST:PORT`` (or ``$LOCKGATE_URL``) and ``--token TOKEN`` (or
 ``$LOCKGATE_TOKEN``), ``list``, ``status``, ``savepoint``, ``stop``, ``cancel`` and
 ``top`` reach the job through its REST API instead, from any machine
-(:mod:`lockgate.cli_remote`, :mod:`lockgate.cli_control`); a savepoint PATH
+(:mod:`lockgate.cli.remote`, :mod:`lockgate.cli.control`); a savepoint PATH
 is then the job machine's (absolute) path or a URL.
 
 Offline, on checkpoint storage (no running job needed):
@@ -72,9 +72,9 @@ error (a missing job file, an executor that is not available or lacks Java, no r
 several with the given name, a missing CHK folder, a DEST that is not empty, a
 wrong or missing token, an unknown job at --url).
 
-The parts: :mod:`lockgate.cli_parser` (the arguments), :mod:`lockgate.cli_control`
-(the job-control commands), :mod:`lockgate.cli_remote` (the REST client),
-:mod:`lockgate.cli_detach` (``run --detach``) and :mod:`lockgate.cli_top` (``top``);
+The parts: :mod:`lockgate.cli.parser` (the arguments), :mod:`lockgate.cli.control`
+(the job-control commands), :mod:`lockgate.cli.remote` (the REST client),
+:mod:`lockgate.cli.detach` (``run --detach``) and :mod:`lockgate.cli.top` (``top``);
 this module runs job files and maps errors to exit codes. See ``docs/cli.md``.
 """
 
@@ -89,9 +89,13 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import __version__
-from .checkpoint.storage import CorruptCheckpointError
-from .cli_control import (
+from .. import __version__
+from ..checkpoint.storage import CorruptCheckpointError
+from ..core import rest_settings
+from ..errors import ConfigurationError, JobFailedError, LockgateError
+from ..executor import job_registry
+from ..executor.job_registry import JobControlError, JobNotFoundError
+from .control import (
     Remote,
     UsageError,
     cancel_command,
@@ -102,9 +106,9 @@ from .cli_control import (
     stop_command,
     token_command,
 )
-from .cli_detach import START_TIMEOUT_S, DetachError, start_detached
-from .cli_job_file import job_process_state
-from .cli_parser import (
+from .detach import START_TIMEOUT_S, DetachError, start_detached
+from .job_file import job_process_state
+from .parser import (
     ALLOW_NON_RESTORED_ENV,
     EXECUTOR_ENV,
     EXECUTORS,
@@ -117,13 +121,9 @@ from .cli_parser import (
     build_parser,
     parse,
 )
-from .cli_remote import URL_ENV, RemoteError
-from .cli_savepoint_check import is_check_command, savepoint_check_command
-from .cli_submit import SubmitError
-from .core import rest_settings
-from .errors import ConfigurationError, JobFailedError, LockgateError
-from .executor import job_registry
-from .executor.job_registry import JobControlError, JobNotFoundError
+from .remote import URL_ENV, RemoteError
+from .savepoint_check import is_check_command, savepoint_check_command
+from .submit import SubmitError
 
 __all__ = [
     "ALLOW_NON_RESTORED_ENV",
@@ -188,7 +188,7 @@ def _executor_env(executor: str | None, master: str | None) -> dict[str, str]:
             f"({__version__}); run with --executor local"
         )
     if executor == "spark":
-        from .executor.spark.session import check_java
+        from ..executor.spark.session import check_java
 
         check_java()  # ConfigurationError (exit 2): no Java 17+, suggests --executor local
     if executor is not None:
@@ -297,7 +297,7 @@ def run_job(
 
 def _run_detached(ns: argparse.Namespace) -> int:
     """``lockgate run --detach``: check what can be checked here, then start the job in
-    the background (:mod:`lockgate.cli_detach`)."""
+    the background (:mod:`lockgate.cli.detach`)."""
     _check_job_file(ns.job)
     _executor_env(ns.executor, ns.master)  # fails here, not in the background
     _restore_env(ns.restore, ns.allow_non_restored_state, ns.fresh)
@@ -336,7 +336,7 @@ def checkpoint_export_command(chk: str, dest: str) -> int:
     """``lockgate checkpoint export CHK DEST``: print what was exported; return the exit
     code. Raises ``ConfigurationError`` (usage) or ``ExportError`` /
     ``CorruptCheckpointError`` (the checkpoint cannot be exported)."""
-    from .checkpoint.export import export_checkpoint
+    from ..checkpoint.export import export_checkpoint
 
     done = export_checkpoint(chk, dest)
     print(
@@ -350,7 +350,7 @@ def checkpoint_export_command(chk: str, dest: str) -> int:
 
 def top_command(job: str, interval: float, once: bool, remote: Remote) -> int:
     """``lockgate top JOB``: the live view; return the exit code."""
-    from .cli_top import run_top
+    from .top import run_top
 
     if remote.wanted:
         client = remote.client()
@@ -388,7 +388,7 @@ def _dispatch(ns: argparse.Namespace) -> int:
             ns.rest_token_file,
         )
     if ns.command == "submit":
-        from .cli_submit import Submission, submit_command
+        from .submit import Submission, submit_command
 
         return submit_command(
             Submission(
@@ -457,7 +457,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LockgateError as e:  # ExportError and the like: the command could not do it
         print(f"lockgate: error: {e}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

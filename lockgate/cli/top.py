@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .cli_remote import RemoteError, RestClient, settle_rates
+from .remote import RemoteError, RestClient, settle_rates
 
 #: the job's final statuses: ``top`` shows the last frame and exits
 FINAL = ("FINISHED", "CANCELED", "FAILED")

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
-from .cli_detach import START_TIMEOUT_S
-from .cli_remote import TOKEN_ENV, URL_ENV
-from .executor import job_registry
+from .. import __version__
+from ..executor import job_registry
+from .detach import START_TIMEOUT_S
+from .remote import TOKEN_ENV, URL_ENV
 
 EXECUTOR_ENV = "LOCKGATE_EXECUTOR"
 MASTER_ENV = "LOCKGATE_SPARK_MASTER"

@@ -40,9 +40,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from .cli_control import UsageError
-from .core.rest_settings import parse_port, read_token_file
-from .errors import ConfigurationError, LockgateError
+from ..core.rest_settings import parse_port, read_token_file
+from ..errors import ConfigurationError, LockgateError
+from .control import UsageError
 
 PYTHON_RUNNER = "org.apache.spark.deploy.PythonRunner"
 #: how long spark-submit may take to hand the driver to the master
@@ -94,8 +94,9 @@ def spark_core_jar(home: str) -> str:
 
 def submitted_driver_path() -> str:
     """The script the worker runs as the driver (``lockgate/submitted_driver.py``),
-    found beside this module, not imported: it is a script that imports the CLI."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "submitted_driver.py")
+    found in the package folder, not imported: it is a script that imports the CLI."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(package, "submitted_driver.py")
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"the driver script {path} is missing from this lockgate installation: "

@@ -12,10 +12,10 @@ import runpy
 import sys
 from collections.abc import Sequence
 
-from .api.job_capture import JobCaptured, capturing_jobs
-from .cli_job_file import job_process_state
-from .errors import LockgateError
-from .savepoint.check import check
+from ..api.job_capture import JobCaptured, capturing_jobs
+from ..errors import LockgateError
+from ..savepoint.check import check
+from .job_file import job_process_state
 
 
 def is_check_command(argv: Sequence[str]) -> bool:

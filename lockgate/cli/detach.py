@@ -20,8 +20,8 @@ import threading
 import time
 from datetime import datetime
 
-from .executor import job_registry
-from .executor.job_registry import JobInfo
+from ..executor import job_registry
+from ..executor.job_registry import JobInfo
 
 LOGS_FOLDER = "logs"
 #: default seconds ``--detach`` waits for the job to register (a Spark session's start

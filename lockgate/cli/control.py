@@ -2,7 +2,7 @@
 ``stop``, ``cancel`` and ``token``.
 
 With ``--url`` (or ``$LOCKGATE_URL``) a command talks to the job's REST API
-(:mod:`lockgate.cli_remote`), from any machine that reaches it, with the job's token
+(:mod:`lockgate.cli.remote`), from any machine that reaches it, with the job's token
 (``--token`` or ``$LOCKGATE_TOKEN``). Without, it finds the job in this machine's
 registry (:mod:`lockgate.executor.job_registry`): ``savepoint``, ``stop`` and ``cancel``
 go through the job's control channel as before; ``status`` reads the job's REST API at
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .cli_remote import URL_ENV, RemoteError, RestClient, savepoint_wait, settle_rates
-from .executor import job_registry
-from .executor.job_registry import JobInfo
-from .job.progress import format_progress
+from ..executor import job_registry
+from ..executor.job_registry import JobInfo
+from ..job.progress import format_progress
+from .remote import URL_ENV, RemoteError, RestClient, savepoint_wait, settle_rates
 
 
 class UsageError(Exception):
