@@ -7,7 +7,8 @@ unlocked steps, so two subtasks writing the same Delta log version both got 200 
 later replaced the earlier commit. A real object store (AWS S3, MinIO, R2) refuses the
 second write with 412, and delta-rs then commits on the next version; the tests' moto
 now does the same (``tests/moto_atomic_server.py``). These tests make the collision
-certain (a paired write waits for its partner to pass its check) and show both outcomes.
+certain (the first two writes of a key are paired: neither stores before its partner has
+come as far as it can) and show both outcomes.
 """
 
 from __future__ import annotations
@@ -138,7 +139,10 @@ def test_m_x2_two_subtasks_committing_one_version_at_once_both_land(
     Delta log version (the table's first, or the next one of an existing table): one
     wins, the other is refused with 412 and commits on the next version; the table
     holds both subtasks' rows and both transaction ids."""
-    with _server(monkeypatch, "_delta_log/", lock=True) as server:
+    # the two commits write this log entry at once (the table's first, or the one after
+    # the commit made alone below)
+    entry = f"_delta_log/{int(table_exists):020d}.json"
+    with _server(monkeypatch, entry, lock=True) as server:
         options = {
             "AWS_ENDPOINT_URL": server.http_url,
             "AWS_ALLOW_HTTP": "true",
@@ -150,7 +154,6 @@ def test_m_x2_two_subtasks_committing_one_version_at_once_both_land(
         if table_exists:
             import pyarrow as pa
 
-            # one commit made alone (its log write waits for a partner up to its bound)
             deltalake.write_deltalake(
                 uri, pa.table({"k": [-1], "v": [-1]}), storage_options=options
             )
