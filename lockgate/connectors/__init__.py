@@ -3,7 +3,7 @@
 from .base import InputStatus, ReaderOutput, Sink, SinkWriter, Source, SourceReader
 from .collect_sink import CollectSink
 from .collection import CollectionSource
-from .delta_sink import DeltaSink
+from .delta.sink import DeltaSink
 from .discarding_sink import DiscardingSink
 from .file_sink import FileSink
 from .file_source import FileSource

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from lockgate.checkpoint.types import StateHandle
 from lockgate.connectors.collection import CollectionSplit
-from lockgate.connectors.delta_files import DataFile
-from lockgate.connectors.delta_sink import DeltaTransaction
+from lockgate.connectors.delta.files import DataFile
+from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.file_sink import FileTransaction
 from lockgate.connectors.file_source import DoneFiles, FileSplit
 from lockgate.connectors.iceberg_sink import IcebergTransaction

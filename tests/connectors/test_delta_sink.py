@@ -29,7 +29,7 @@ import pytest
 import lockgate as lg
 from conftest import is_spark
 from lockgate.connectors import DeltaSink, SequenceSource
-from lockgate.connectors.delta_sink import DeltaTransaction
+from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.two_phase_commit import FinalCommit, commit_final
 from lockgate.core.batch import RowBatch
 from lockgate.errors import ConfigurationError
@@ -293,7 +293,7 @@ def test_another_writer_committing_meanwhile_is_tolerated(tmp_path) -> None:
 def test_delta_rs_retries_an_append_that_raced_another_writer(tmp_path, monkeypatch) -> None:
     # the sink loads the table, another job appends, then the sink commits on its stale
     # view: delta-rs finds no conflict between the appends and commits on the newer version
-    from lockgate.connectors import delta_log
+    from lockgate.connectors.delta import log as delta_log
 
     uri = str(tmp_path / "t")
     deltalake.write_deltalake(uri, pa.table({"k": [9], "v": [1000], "total": [1000]}))
@@ -318,7 +318,7 @@ def test_a_zombie_commit_of_the_same_version_conflicts_and_the_retry_skips(
 ) -> None:
     # a failed attempt's task still commits the transaction while the restored one does:
     # the second commit conflicts (same app id), reloads, finds the version and skips
-    from lockgate.connectors import delta_log
+    from lockgate.connectors.delta import log as delta_log
 
     uri = str(tmp_path / "t")
     deltalake.write_deltalake(uri, pa.table({"k": [9], "v": [1000], "total": [1000]}))

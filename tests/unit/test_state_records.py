@@ -27,8 +27,8 @@ from lockgate.checkpoint.state_tree import (
     encode_tree,
     has_pickles,
 )
-from lockgate.connectors.delta_files import DataFile
-from lockgate.connectors.delta_sink import DeltaTransaction
+from lockgate.connectors.delta.files import DataFile
+from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.file_sink import FileTransaction
 from lockgate.connectors.file_source import DoneFiles, FileSplit
 from lockgate.connectors.kafka_source import KafkaSplit

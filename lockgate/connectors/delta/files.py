@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..core.state_records import state_record
+from ...core.state_records import state_record
 
 #: the folder name Hive (and Delta) gives a null partition value
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"

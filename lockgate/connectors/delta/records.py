@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.batch import Batch, RowBatch, to_arrow, to_rows, user_view
+from ...core.batch import Batch, RowBatch, to_arrow, to_rows, user_view
 
 _ARROW_ERRORS = (
     pa.ArrowInvalid,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import ConfigurationError
-from .delta_files import DataFile
+from ...errors import ConfigurationError
+from .files import DataFile
 
 log = logging.getLogger(__name__)
 

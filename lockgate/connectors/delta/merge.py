@@ -30,11 +30,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.row_kind import KIND_COLUMN, RowKind
-from ..errors import LockgateError
-from .changelog_compaction import Compacted
-from .delta_log import arrow_schema, check_partitioning, check_schema_fits, deltalake, load_table
-from .delta_records import conform
+from ...core.row_kind import KIND_COLUMN, RowKind
+from ...errors import LockgateError
+from ..changelog_compaction import Compacted
+from .log import arrow_schema, check_partitioning, check_schema_fits, deltalake, load_table
+from .records import conform
 
 log = logging.getLogger(__name__)
 

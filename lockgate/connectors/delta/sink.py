@@ -46,12 +46,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.batch import Batch, num_rows, user_view
-from ..core.state_records import state_record
-from ..errors import ConfigurationError, LockgateError
-from ..runtime.context import RuntimeContext
-from .changelog_compaction import ChangeBuffer
-from .delta_files import (
+from ...core.batch import Batch, num_rows, user_view
+from ...core.state_records import state_record
+from ...errors import ConfigurationError, LockgateError
+from ...runtime.context import RuntimeContext
+from ..changelog_compaction import ChangeBuffer
+from ..local_paths import local_path
+from ..run_locks import RunLock, forget_run, hold_run_lock, run_is_alive, writer_run_lock
+from ..two_phase_commit import TwoPhaseCommitSink
+from .files import (
     PARTITION_TYPES,
     DataFile,
     FileSet,
@@ -59,7 +62,7 @@ from .delta_files import (
     parse_name,
     partition_type_ok,
 )
-from .delta_log import (
+from .log import (
     arrow_schema,
     check_partitioning,
     check_schema_fits,
@@ -68,11 +71,8 @@ from .delta_log import (
     deltalake,
     load_table,
 )
-from .delta_merge import merge_changes, staged_table, staging_schema
-from .delta_records import conform, infer_schema
-from .local_paths import local_path
-from .run_locks import RunLock, forget_run, hold_run_lock, run_is_alive, writer_run_lock
-from .two_phase_commit import TwoPhaseCommitSink
+from .merge import merge_changes, staged_table, staging_schema
+from .records import conform, infer_schema
 
 log = logging.getLogger(__name__)
 
