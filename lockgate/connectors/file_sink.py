@@ -44,8 +44,6 @@ output.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import decimal
 import errno
 import json
 import os
@@ -63,6 +61,7 @@ from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
 from .file_locations import FileLocation
+from .formats.json_values import json_default
 from .run_locks import (
     RunLock,
     forget_ended_runs,
@@ -75,21 +74,6 @@ from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
 #: suffix of the hidden file a transaction writes before it is committed
 IN_PROGRESS_SUFFIX = ".inprogress"
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps``'s ``default`` for record fields JSON has no type for (dates, decimals,
-    bytes, sets and tuples); anything else raises ``TypeError`` naming the field's type.
-    Shared by the JSON-writing sinks (``FileSink``, ``KafkaSink``)."""
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"a record field of type {type(value).__name__} ({value!r}) is not JSON")
 
 
 def _merge_schemas(batches: list[pa.RecordBatch], where: str | None) -> pa.Schema:

@@ -36,7 +36,7 @@ from typing import Any
 from ..core.batch import Batch, kinds_of, to_rows, user_view
 from ..core.row_kind import RowKind
 from ..errors import ConfigurationError
-from .file_sink import json_default
+from .formats.json_values import json_default
 
 #: the KafkaSink formats that write a changelog
 CHANGELOG_FORMATS = ("upsert", "debezium-json")

@@ -103,8 +103,8 @@ from ..core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows, user_view
 from ..errors import ConfigurationError
 from ..runtime.context import RuntimeContext
 from .base import SinkWriter
-from .file_sink import json_default
-from .json_columns import json_values
+from .formats.json_columns import json_values
+from .formats.json_values import json_default
 from .kafka_changelog import CHANGELOG_FORMATS, ChangelogEncoder, check_key
 from .kafka_common import (
     REGISTRY_FORMATS,

@@ -1782,14 +1782,14 @@ class _ArrowDecoder:
     def decode_records(self, records: PartitionRecords, malformed: Any) -> pa.RecordBatch | None:
         """:meth:`decode` for directly fetched records: read in one compiled pass
         straight from the fetched bytes when each value is a flat JSON object
-        (:mod:`lockgate.connectors.flat_json`, the same result as pyarrow's reader);
+        (:mod:`lockgate.connectors.formats.flat_json`, the same result as pyarrow's reader);
         else handed to pyarrow's JSON reader from the fetched bytes when each is one
         object on one line; else :meth:`decode` of their messages."""
         if int(records.value_lengths.max()) > self.source.max_record_bytes:
             return self.decode(records.messages(), malformed)
         if self.flat is None:
             try:
-                from lockgate.connectors.flat_json import FlatJsonReader
+                from lockgate.connectors.formats.flat_json import FlatJsonReader
 
                 self.flat = FlatJsonReader(self.schema)
             except Exception as e:  # noqa: BLE001 - numba unusable here: pyarrow decodes every poll

@@ -19,7 +19,7 @@ def warm_up() -> bool:
     import numpy as np
     import pyarrow as pa
 
-    from lockgate.connectors.flat_json import FlatJsonReader
+    from lockgate.connectors.formats.flat_json import FlatJsonReader
     from lockgate.connectors.kafka_framing import frame
 
     empty = np.zeros(0, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""The compiled flat JSON reader (``lockgate.connectors.flat_json``) gives exactly what
+"""The compiled flat JSON reader (``lockgate.connectors.formats.flat_json``) gives exactly what
 pyarrow's JSON reader gives with the same schema, or declines (the source then decodes
 the general way): compared on generated values, well-formed and broken."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockgate.connectors.flat_json import FlatJsonReader
+from lockgate.connectors.formats.flat_json import FlatJsonReader
 
 SCHEMA = pa.schema(
     [

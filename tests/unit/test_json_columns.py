@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lockgate.connectors.json_columns import json_values
+from lockgate.connectors.formats.json_columns import json_values
 from lockgate.core.batch import scalar_batch, to_rows, with_timestamps
 
 

@@ -2,7 +2,7 @@
 compiled pass: the fast path of ``KafkaSource(format="avro", schema=...)``.
 
 fastavro makes a dict per record, and pyarrow then a column of them: about ten times
-the time of the JSON path's compiled reader (:mod:`lockgate.connectors.flat_json`).
+the time of the JSON path's compiled reader (:mod:`lockgate.connectors.formats.flat_json`).
 :class:`AvroColumnsReader` reads the records of one writer schema whose top-level fields
 are all of the types below, and gives exactly the columns the general path gives
 (fastavro's records through ``pa.RecordBatch.from_pylist``; a test compares the two):
@@ -237,7 +237,7 @@ class AvroColumnsReader:
         if _decode(buffer, starts, lengths, self.kinds, self.null_branch, self.symbols, ints,
                    spans, valid) >= 0:  # fmt: skip
             return None
-        from ..flat_json import _strings
+        from ..formats.flat_json import _strings
 
         arrays = []
         for column in self.columns:

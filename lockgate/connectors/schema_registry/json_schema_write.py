@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ...errors import ConfigurationError
-from ..file_sink import json_default
+from ..formats.json_values import json_default
 from .json_schema_read import unresolvable_refs, validator_of
 
 

@@ -17,7 +17,7 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.batch import is_scalar_schema, user_view
+from ...core.batch import is_scalar_schema, user_view
 
 #: a character ``json.dumps(..., ensure_ascii=False)`` escapes
 _NEEDS_ESCAPE = r'["\\\x00-\x1f]'
