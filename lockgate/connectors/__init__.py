@@ -5,8 +5,8 @@ from .collect_sink import CollectSink
 from .collection import CollectionSource
 from .delta.sink import DeltaSink
 from .discarding_sink import DiscardingSink
-from .file_sink import FileSink
-from .file_source import FileSource
+from .files.sink import FileSink
+from .files.source import FileSource
 from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when one is made
 from .kafka_sink import KafkaSink
 from .kafka_source import KafkaSource

@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 #: can cause to be imported (a name that is not here is refused)
 RECORD_MODULES: dict[str, str] = {
     "batch.rows": "lockgate.core.batch",
-    "files.split": "lockgate.connectors.file_source",
-    "files.done": "lockgate.connectors.file_source",
-    "files.transaction": "lockgate.connectors.file_sink",
+    "files.split": "lockgate.connectors.files.source",
+    "files.done": "lockgate.connectors.files.source",
+    "files.transaction": "lockgate.connectors.files.sink",
     "sequence.split": "lockgate.connectors.sequence",
     "collection.split": "lockgate.connectors.collection",
     "kafka.split": "lockgate.connectors.kafka_source",

@@ -26,8 +26,8 @@ from lockgate.checkpoint.types import StateHandle
 from lockgate.connectors.collection import CollectionSplit
 from lockgate.connectors.delta.files import DataFile
 from lockgate.connectors.delta.sink import DeltaTransaction
-from lockgate.connectors.file_sink import FileTransaction
-from lockgate.connectors.file_source import DoneFiles, FileSplit
+from lockgate.connectors.files.sink import FileTransaction
+from lockgate.connectors.files.source import DoneFiles, FileSplit
 from lockgate.connectors.iceberg_sink import IcebergTransaction
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction

@@ -29,7 +29,7 @@ import lockgate as lg
 from conftest import is_spark, wait_until
 from lockgate.connectors import FileSink, FileSource
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader, assign_splits
-from lockgate.connectors.file_source import DoneFiles, FileSplit, file_owner
+from lockgate.connectors.files.source import DoneFiles, FileSplit, file_owner
 from lockgate.core.batch import Batch, to_rows
 from lockgate.runtime.context import RuntimeContext
 

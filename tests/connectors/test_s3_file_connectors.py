@@ -22,7 +22,7 @@ from test_file_source_monitor import Collect, drain, new_reader
 import lockgate as lg
 from lockgate.connectors import FileSink, FileSource
 from lockgate.connectors.base import InputStatus
-from lockgate.connectors.file_sink import FileTransaction
+from lockgate.connectors.files.sink import FileTransaction
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter, commit_final
 from lockgate.core.batch import Batch, RowBatch
 from lockgate.errors import ConfigurationError

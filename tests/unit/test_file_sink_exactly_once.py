@@ -17,7 +17,7 @@ import pytest
 
 import lockgate as lg
 from lockgate.connectors import FileSink, FinalCommit
-from lockgate.connectors.file_sink import FileTransaction
+from lockgate.connectors.files.sink import FileTransaction
 from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter, commit_final
 from lockgate.core.batch import Batch, RowBatch
 from lockgate.runtime.context import RuntimeContext

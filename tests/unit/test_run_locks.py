@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.connectors import file_sink
+from lockgate.connectors.files import sink as file_sink
 from lockgate.connectors.run_locks import LOCKS, hold_run_lock, run_is_alive
 
 

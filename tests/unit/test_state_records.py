@@ -29,8 +29,8 @@ from lockgate.checkpoint.state_tree import (
 )
 from lockgate.connectors.delta.files import DataFile
 from lockgate.connectors.delta.sink import DeltaTransaction
-from lockgate.connectors.file_sink import FileTransaction
-from lockgate.connectors.file_source import DoneFiles, FileSplit
+from lockgate.connectors.files.sink import FileTransaction
+from lockgate.connectors.files.source import DoneFiles, FileSplit
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction
 from lockgate.connectors.postgres_cdc.snapshot import ChunkRange

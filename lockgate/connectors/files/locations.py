@@ -29,9 +29,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ..checkpoint.fs_storage import _OBJECT_STORES, _first_line, _redact
-from ..errors import ConfigurationError
-from .local_paths import _URL, local_path
+from ...checkpoint.fs_storage import _OBJECT_STORES, _first_line, _redact
+from ...errors import ConfigurationError
+from ..local_paths import _URL, local_path
 
 #: what every refusal of a URL says is supported
 SUPPORTED = (

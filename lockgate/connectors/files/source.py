@@ -36,11 +36,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.batch import RowBatch
-from ..core.state_records import state_record
-from ..errors import ConfigurationError, MalformedRecordError
-from ..runtime.context import RuntimeContext
-from .base import (
+from ...core.batch import RowBatch
+from ...core.state_records import state_record
+from ...errors import ConfigurationError, MalformedRecordError
+from ...runtime.context import RuntimeContext
+from ..base import (
     DECODE_ERRORS,
     DEFAULT_MAX_RECORD_BYTES,
     OVERSIZED_PREFIX_BYTES,
@@ -54,7 +54,7 @@ from .base import (
     oversized,
     report_malformed,
 )
-from .file_locations import FileLocation
+from .locations import FileLocation
 
 FORMATS = ("jsonl", "csv", "parquet")
 

@@ -55,21 +55,21 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..core.batch import Batch, num_rows, to_arrow, to_rows
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import SinkWriter
-from .file_locations import FileLocation
-from .formats.json_values import json_default
-from .run_locks import (
+from ...core.batch import Batch, num_rows, to_arrow, to_rows
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import SinkWriter
+from ..formats.json_values import json_default
+from ..run_locks import (
     RunLock,
     forget_ended_runs,
     hold_run_lock,
     run_is_alive,
     writer_run_lock,
 )
-from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
+from ..two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
+from .locations import FileLocation
 
 EXTENSIONS = {"jsonl": "jsonl", "csv": "csv", "parquet": "parquet"}
 #: suffix of the hidden file a transaction writes before it is committed
