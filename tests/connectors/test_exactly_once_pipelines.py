@@ -263,6 +263,11 @@ def completed(client: lg.JobClient) -> int:
     return sum(1 for c in client.checkpoints() if c.status == "completed")
 
 
+def restarts(client: lg.JobClient) -> int:
+    """The restarts of the job so far (its failures handled)."""
+    return int(client.metrics()["job"]["restarts"])
+
+
 def run_watched_folder(executor, tmp_path, table: str, faults, attempts: int) -> None:
     folder = tmp_path / "incoming"
     folder.mkdir()
@@ -276,18 +281,26 @@ def run_watched_folder(executor, tmp_path, table: str, faults, attempts: int) ->
         name="files in",
     )
     client = env.execute_async("watched folder exactly once")
-    total = FILES * FILE_RECORDS
+    files = 1
     try:
-        for i in range(1, FILES):
-            # files keep arriving while the job runs: one more after every checkpoint
+        # files keep arriving while the job runs, one more after every checkpoint, at
+        # least FILES of them and until every fault has fired: a fault waits for records
+        # of its own attempt, so on a slow machine it may need files after the FILES-th
+        while files < FILES or restarts(client) < attempts - 1:
+            assert files < 3 * FILES, (
+                f"{restarts(client)} restarts after {files} files, expected {attempts - 1}: "
+                "a fault did not fire"
+            )
             seen = completed(client)
             wait_until(
                 lambda seen=seen: completed(client) > seen or client.done(),
-                f"a checkpoint completes before file {i} arrives",
+                f"a checkpoint completes before file {files} arrives",
                 timeout_s=60,
             )
             assert not client.done(), f"the job ended early: {client.wait(1)}"
-            write_file(folder, i)
+            write_file(folder, files)
+            files += 1
+        total = files * FILE_RECORDS
         wait_until(
             lambda: len(table_rows(table)) >= total or client.done(),
             f"all {total} rows are committed",
