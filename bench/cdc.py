@@ -410,7 +410,7 @@ def _executor(name: str, parallelism: int) -> Any:
 
 def run_lockgate(args: argparse.Namespace, table: str, names: str, executor_name: str) -> dict:
     import lockgate as lg
-    from lockgate.connectors.postgres_cdc import PostgresCdcSource
+    from lockgate.connectors.postgres.cdc import PostgresCdcSource
 
     executor = _executor(executor_name, args.parallelism)
     work = tempfile.mkdtemp(prefix="lockgate-bench-cdc-")

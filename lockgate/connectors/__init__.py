@@ -11,8 +11,8 @@ from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when o
 from .kafka_sink import KafkaSink
 from .kafka_source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource
-from .postgres_cdc import PostgresCdcSource
-from .postgres_sink import PostgresSink
+from .postgres.cdc import PostgresCdcSource
+from .postgres.sink import PostgresSink
 from .print_sink import PrintSink
 from .rate_limit import RateLimitedSource
 from .redis_stream import RedisStreamSource

@@ -1,7 +1,7 @@
 """Which runs of a file-writing sink are alive: run locks in the sink's folder (M-X2).
 
 The file-system form of :class:`~lockgate.connectors.PostgresSink`'s run locks
-(:func:`~lockgate.connectors.postgres_transactions.hold_run_lock` and
+(:func:`~lockgate.connectors.postgres.transactions.hold_run_lock` and
 ``run_is_alive``), for ``DeltaSink`` and ``FileSink`` on a local (or network) folder:
 
 * every process of a run that may still commit the sink's transactions holds a shared

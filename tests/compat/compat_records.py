@@ -32,10 +32,10 @@ from lockgate.connectors.iceberg_sink import IcebergTransaction
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction
 from lockgate.connectors.nats_jetstream import NatsJetStreamSplit
-from lockgate.connectors.postgres_cdc.snapshot import ChunkRange
-from lockgate.connectors.postgres_cdc.splits import ChunkSplit, StreamSplit
-from lockgate.connectors.postgres_cdc.types import Column
-from lockgate.connectors.postgres_sink import PgTransaction
+from lockgate.connectors.postgres.cdc.snapshot import ChunkRange
+from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit
+from lockgate.connectors.postgres.cdc.types import Column
+from lockgate.connectors.postgres.sink import PgTransaction
 from lockgate.connectors.redis_stream import RedisStreamSplit
 from lockgate.connectors.sequence import SequenceSplit
 from lockgate.core.batch import RowBatch

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
-from lockgate.connectors.postgres_cdc.pgoutput import parse_lsn
-from lockgate.connectors.postgres_cdc.reader import CdcReader
-from lockgate.connectors.postgres_cdc.source import PostgresCdcSource
+from lockgate.connectors.postgres.cdc.pgoutput import parse_lsn
+from lockgate.connectors.postgres.cdc.reader import CdcReader
+from lockgate.connectors.postgres.cdc.source import PostgresCdcSource
 from lockgate.runtime.context import RuntimeContext
 
 CDC_DSN = os.environ.get(

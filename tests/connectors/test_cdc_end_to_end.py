@@ -24,7 +24,7 @@ from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc, write_concurrently
 import lockgate as lg
 from changelog_helpers import delta_rows
 from checkpoint_paced import CheckpointPacedSource
-from lockgate.connectors.postgres_cdc.pgoutput import parse_lsn
+from lockgate.connectors.postgres.cdc.pgoutput import parse_lsn
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults
 
 ROWS = 200_000

@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 import pytest
 from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 
-from lockgate.connectors.postgres_cdc import change_columns as cc
-from lockgate.connectors.postgres_cdc import pgoutput as po
-from lockgate.connectors.postgres_cdc.snapshot import text_rows
-from lockgate.connectors.postgres_cdc.types import (
+from lockgate.connectors.postgres.cdc import change_columns as cc
+from lockgate.connectors.postgres.cdc import pgoutput as po
+from lockgate.connectors.postgres.cdc.snapshot import text_rows
+from lockgate.connectors.postgres.cdc.types import (
     Column,
     ValueConversionError,
     arrow_type,
@@ -29,7 +29,7 @@ from lockgate.connectors.postgres_cdc.types import (
     text_to_arrow,
     to_arrow,
 )
-from lockgate.connectors.postgres_cdc.xids import XidSnapshot
+from lockgate.connectors.postgres.cdc.xids import XidSnapshot
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_every_type_converts_the_same_from_the_wal_and_from_a_select(cdc) -> Non
     table = cdc.table(TYPES)
     slot, pub = slot_on(cdc, table)
     cdc.sql(f"INSERT INTO {table} VALUES ({VALUES}), (2, {', '.join(['NULL'] * 21)})")
-    from lockgate.connectors.postgres_cdc.tables import describe_tables
+    from lockgate.connectors.postgres.cdc.tables import describe_tables
 
     info = describe_tables(cdc.conn, [("public", table)])[0]
     inserts = [m.new for m in messages(cdc, slot, pub) if isinstance(m, po.Insert)]
@@ -346,7 +346,7 @@ def test_the_compiled_pass_decodes_every_change_as_the_reference_decoder_does(cd
         "Delete-key": 1,
     }
     # the same text, hence the same typed columns, from both ways
-    from lockgate.connectors.postgres_cdc.tables import describe_tables
+    from lockgate.connectors.postgres.cdc.tables import describe_tables
 
     info = describe_tables(cdc.conn, [("public", full)])[0]
     inserts = [i for i, p in enumerate(payloads, start=1) if isinstance(po.decode(p), po.Insert)]

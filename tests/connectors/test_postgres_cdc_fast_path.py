@@ -14,10 +14,10 @@ from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 
 from conftest import wait_until
 from lockgate.connectors.base import ReaderOutput
-from lockgate.connectors.postgres_cdc import change_columns as cc
-from lockgate.connectors.postgres_cdc import reader as reader_module
-from lockgate.connectors.postgres_cdc.reader import CdcReader
-from lockgate.connectors.postgres_cdc.source import PostgresCdcSource
+from lockgate.connectors.postgres.cdc import change_columns as cc
+from lockgate.connectors.postgres.cdc import reader as reader_module
+from lockgate.connectors.postgres.cdc.reader import CdcReader
+from lockgate.connectors.postgres.cdc.source import PostgresCdcSource
 from lockgate.core.batch import kinds_of
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext

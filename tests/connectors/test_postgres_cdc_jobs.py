@@ -19,8 +19,8 @@ from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc, write_concurrently
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from lockgate.connectors.collect_sink import CollectSink
-from lockgate.connectors.postgres_cdc.pgoutput import parse_lsn
-from lockgate.connectors.postgres_cdc.source import PostgresCdcSource
+from lockgate.connectors.postgres.cdc.pgoutput import parse_lsn
+from lockgate.connectors.postgres.cdc.source import PostgresCdcSource
 from lockgate.executor.local import LocalExecutor
 from lockgate.testing import FailAtRecord, inject_faults
 

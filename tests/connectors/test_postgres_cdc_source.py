@@ -14,8 +14,8 @@ from cdc_fixtures import CDC_DSN, Cdc, open_cdc
 import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader
-from lockgate.connectors.postgres_cdc.reader import LostSlotError, SchemaChangedError
-from lockgate.connectors.postgres_cdc.source import PostgresCdcSource, StreamSplit
+from lockgate.connectors.postgres.cdc.reader import LostSlotError, SchemaChangedError
+from lockgate.connectors.postgres.cdc.source import PostgresCdcSource, StreamSplit
 from lockgate.core.batch import kinds_of, user_view
 from lockgate.core.row_kind import RowKind
 from lockgate.errors import ConfigurationError

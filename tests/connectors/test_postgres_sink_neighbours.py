@@ -21,8 +21,8 @@ import pytest
 
 import lockgate as lg
 from lockgate.connectors import PostgresSink, SequenceSource
-from lockgate.connectors.postgres_sink import PgTransaction
-from lockgate.connectors.postgres_transactions import (
+from lockgate.connectors.postgres.sink import PgTransaction
+from lockgate.connectors.postgres.transactions import (
     MAX_PREFIX_BYTES,
     MAX_RUN_BYTES,
     TransactionLostError,
@@ -224,7 +224,7 @@ def test_issue18_1_m_x2_a_fresh_run_leaves_what_a_dead_run_of_its_prefix_prepare
     )
     dead.close()
     gid = at_1["pending"][0][1].gid
-    with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres_sink"):
+    with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres.sink"):
         writer(PostgresSink(DSN, table, transaction_prefix=prefix), ctx("job", run_id())).close()
     assert gid in all_prepared(), "a fresh run rolled back another run's transaction"
     assert any(
@@ -389,7 +389,7 @@ def test_issue18_16_m_x1_a_second_job_with_the_same_name_runs_beside_the_first_a
     table, other = pg_table("v bigint"), pg_table("v bigint")
     victim, gate = held_victim(table, "twin job", None)
     try:
-        with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres_sink"):
+        with caplog.at_level(logging.WARNING, logger="lockgate.connectors.postgres.sink"):
             job(PostgresSink(DSN, other), 3_000).execute("twin job")
         assert gate.gid in all_prepared(), "the second twin rolled back the first's transaction"
     finally:

@@ -19,7 +19,7 @@ import pytest
 import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors import CollectSink, SequenceSource
-from lockgate.connectors.postgres_transactions import TransactionLostError
+from lockgate.connectors.postgres.transactions import TransactionLostError
 
 NOT_RESTARTABLE = {
     "configuration": lambda: lg.ConfigurationError("table 'totals' has no column 'v'"),

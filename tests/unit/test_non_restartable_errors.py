@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import lockgate as lg
-from lockgate.connectors.postgres_transactions import TransactionLostError
+from lockgate.connectors.postgres.transactions import TransactionLostError
 from lockgate.connectors.two_phase_commit import CommitFailedError
 from lockgate.errors import NonRestartableError
 from lockgate.job.restart_causes import RestartCause, RestartCauses

@@ -33,10 +33,10 @@ from lockgate.connectors.files.sink import FileTransaction
 from lockgate.connectors.files.source import DoneFiles, FileSplit
 from lockgate.connectors.kafka_source import KafkaSplit
 from lockgate.connectors.kafka_transactions import KafkaTransaction
-from lockgate.connectors.postgres_cdc.snapshot import ChunkRange
-from lockgate.connectors.postgres_cdc.splits import ChunkSplit, StreamSplit
-from lockgate.connectors.postgres_cdc.types import Column
-from lockgate.connectors.postgres_sink import PgTransaction
+from lockgate.connectors.postgres.cdc.snapshot import ChunkRange
+from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit
+from lockgate.connectors.postgres.cdc.types import Column
+from lockgate.connectors.postgres.sink import PgTransaction
 from lockgate.core import state_records
 from lockgate.core.state_records import (
     RECORD_MODULES,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ...core.state_records import state_record
+from ....core.state_records import state_record
 from .snapshot import ChunkRange
 from .tables import TableInfo
 from .types import Column

@@ -11,8 +11,8 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..core.batch import Batch, is_scalar_schema, to_rows, user_view
-from ..errors import ConfigurationError
+from ...core.batch import Batch, is_scalar_schema, to_rows, user_view
+from ...errors import ConfigurationError
 
 
 def psycopg_module() -> Any:

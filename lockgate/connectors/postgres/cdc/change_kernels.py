@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiled import inline, kernel
+from ...compiled import inline, kernel
 
 
 @inline

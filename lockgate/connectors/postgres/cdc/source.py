@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...errors import ConfigurationError
-from ...runtime.context import RuntimeContext
-from ..base import Source, SourceReader, check_bool, check_int, check_positive
-from ..postgres_table import redacted
+from ....errors import ConfigurationError
+from ....runtime.context import RuntimeContext
+from ...base import Source, SourceReader, check_bool, check_int, check_positive
+from ..table import redacted
 from .connection import OWNER, connect
 from .pgoutput import parse_lsn
 from .reader import CdcReader
@@ -44,7 +44,7 @@ class PostgresCdcSource(Source):
     one changelog stream (Arrow batches with row kinds; ``docs/postgres_cdc.md``).
 
     Each batch holds the rows of one table: its columns (typed, see
-    :mod:`~lockgate.connectors.postgres_cdc.types`) and the metadata columns
+    :mod:`~lockgate.connectors.postgres.cdc.types`) and the metadata columns
     ``<prefix>table`` (``schema.table``), ``<prefix>lsn`` (the commit's LSN; null for
     snapshot rows) and ``<prefix>commit_time`` (the commit's time, UTC; for snapshot
     rows the time the run planned its snapshot) - the event time to assign with

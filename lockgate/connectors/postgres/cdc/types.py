@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...core.state_records import state_record
+from ....core.state_records import state_record
 
 #: session settings of every connection of the source: the text output of dates,
 #: timestamps, floats and bytea depends on them

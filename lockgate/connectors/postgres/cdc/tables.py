@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ConfigurationError
+from ....errors import ConfigurationError
 from .connection import OWNER
 from .types import INTEGER_TYPES, Column
 

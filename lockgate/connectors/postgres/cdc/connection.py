@@ -5,7 +5,7 @@ replication API of its own, and this avoids a second driver).
 
 Every connection gets :data:`~.types.SESSION_OPTIONS` (ISO dates, UTC) so values have
 the same text whichever way they come. Messages name the server by the DSN without its
-password (:func:`~lockgate.connectors.postgres_table.redacted`).
+password (:func:`~lockgate.connectors.postgres.table.redacted`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...errors import ConfigurationError
-from ..postgres_table import psycopg_module, redacted
+from ....errors import ConfigurationError
+from ..table import psycopg_module, redacted
 from .pgoutput import Keepalive, XLogData, decode_frame, format_lsn, status_update
 from .types import SESSION_OPTIONS
 

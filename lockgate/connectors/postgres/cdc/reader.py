@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.batch import with_kinds
-from ...core.row_kind import RowKind
-from ...errors import ConfigurationError
-from ...runtime.context import RuntimeContext
-from ..base import InputStatus, ReaderOutput, SourceReader
+from ....core.batch import with_kinds
+from ....core.row_kind import RowKind
+from ....errors import ConfigurationError
+from ....runtime.context import RuntimeContext
+from ...base import InputStatus, ReaderOutput, SourceReader
 from . import change_columns as cc
 from .connection import OWNER, ReplicationStream, connect
 from .pgoutput import (

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ConfigurationError
-from ..postgres_table import redacted
+from ....errors import ConfigurationError
+from ..table import redacted
 from .connection import OWNER, conninfo
 from .pgoutput import parse_lsn
 from .tables import TableInfo, quote_ident

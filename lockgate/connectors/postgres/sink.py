@@ -9,7 +9,7 @@ Modes:
   with ``COMMIT PREPARED``. Rows go in with ``COPY``; every record becomes one
   row (a keyed aggregation's updates form a changelog). Transaction ids are
   ``<prefix>:<run>:<attempt>:<subtask>:<checkpoint>`` (see
-  :mod:`~lockgate.connectors.postgres_transactions`): a restarted job commits
+  :mod:`~lockgate.connectors.postgres.transactions`): a restarted job commits
   those in the checkpoint it restores (committing is idempotent) and rolls back
   every other one it left (begun or prepared after that checkpoint). At the end of
   a bounded input the last transaction is prepared and the task's final checkpoint
@@ -41,7 +41,7 @@ Modes:
   sink's user needs CREATE there, or create it yourself). ``COMMIT PREPARED`` of an
   id that is no longer prepared is then "already committed" only when that row is
   there; otherwise the transaction was rolled back by something else and the
-  commit raises :class:`~lockgate.connectors.postgres_transactions.TransactionLostError`
+  commit raises :class:`~lockgate.connectors.postgres.transactions.TransactionLostError`
   (the job fails instead of reporting success without those rows). The table keeps
   one small row per committed transaction; rows older than the oldest checkpoint you
   may restore can be deleted.
@@ -59,7 +59,7 @@ Modes:
   still prepared at the barrier (its checkpoint not completed yet: its rows stay locked),
   the interval is not written into a prepared transaction but kept in the checkpoint and
   applied when its checkpoint completes, in one transaction with its commit marker
-  (:mod:`.postgres_changes`): still exactly once, never waiting on its own locks.
+  (:mod:`.changes`): still exactly once, never waiting on its own locks.
 * ``"append"``: each batch is appended with ``COPY`` in its own transaction:
   at-least-once (a replay after a failure appends its rows again).
 
@@ -75,14 +75,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.batch import Batch
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import SinkWriter
-from .changelog_compaction import ChangeBuffer, Compacted
-from .postgres_changes import apply_changes, apply_deferred
-from .postgres_table import (
+from ...core.batch import Batch
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import SinkWriter
+from ..changelog_compaction import ChangeBuffer, Compacted
+from ..two_phase_commit import TwoPhaseCommitSink
+from .changes import apply_changes, apply_deferred
+from .table import (
     RowWriter,
     TableShape,
     check_key,
@@ -92,7 +93,7 @@ from .postgres_table import (
     redacted,
     split_table_name,
 )
-from .postgres_transactions import (
+from .transactions import (
     TransactionLostError,
     check_prefix,
     ensure_marker_table,
@@ -104,7 +105,6 @@ from .postgres_transactions import (
     run_is_alive,
     transaction_id,
 )
-from .two_phase_commit import TwoPhaseCommitSink
 
 MODES = ("exactly_once", "upsert", "append")
 #: the modes that write in prepared transactions, committed with checkpoints
@@ -139,7 +139,7 @@ class PostgresSink(TwoPhaseCommitSink[PgTransaction]):
     primary key or unique index of exactly those columns. Rows are written in key
     order, so concurrent subtasks never deadlock on each other's rows.
     ``transaction_prefix``: the start of the prepared transactions' ids (at most
-    :data:`~lockgate.connectors.postgres_transactions.MAX_PREFIX_BYTES` bytes, no ``:``);
+    :data:`~lockgate.connectors.postgres.transactions.MAX_PREFIX_BYTES` bytes, no ``:``);
     by default ``lockgate-<hash of the job's name and the sink's uid>``. Jobs sharing
     a prefix never touch each other's transactions (see the module docstring); a run
     that finds another live run with its prefix logs a warning.

@@ -29,8 +29,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError, NonRestartableError
-from .postgres_table import psycopg_module, split_table_name
+from ...errors import ConfigurationError, NonRestartableError
+from .table import psycopg_module, split_table_name
 
 #: separates the parts of an id; never part of a prefix
 DELIMITER = ":"

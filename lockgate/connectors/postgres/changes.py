@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .changelog_compaction import Compacted
-from .postgres_table import RowWriter, psycopg_module
-from .postgres_transactions import insert_marker, marker_exists
+from ..changelog_compaction import Compacted
+from .table import RowWriter, psycopg_module
+from .transactions import insert_marker, marker_exists
 
 
 def apply_changes(conn: Any, rows: RowWriter, changes: Compacted) -> int:

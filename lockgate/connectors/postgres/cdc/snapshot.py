@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.state_records import state_record
-from ...errors import ConfigurationError
+from ....core.state_records import state_record
+from ....errors import ConfigurationError
 from .connection import OWNER
 from .tables import TableInfo, quote_ident
 from .xids import XidSnapshot
