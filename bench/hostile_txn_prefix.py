@@ -43,7 +43,7 @@ sys.path[:] = [os.path.dirname(HERE)] + [p for p in sys.path if os.path.abspath(
 
 import lockgate as lg
 from lockgate.connectors import SequenceSource
-from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
+from lockgate.connectors.kafka.sink import KafkaSink, default_prefix
 
 BOOTSTRAP = os.environ.get("LOCKGATE_BENCH_KAFKA", "127.0.0.1:9092")
 N = 3_000

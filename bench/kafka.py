@@ -384,8 +384,8 @@ def run_lockgate(
     fmt: str = "json",
 ) -> dict:
     import lockgate as lg
-    from lockgate.connectors.kafka_sink import KafkaSink
-    from lockgate.connectors.kafka_source import KafkaSource
+    from lockgate.connectors.kafka.sink import KafkaSink
+    from lockgate.connectors.kafka.source import KafkaSource
 
     if executor_name == "local":
         executor: object = lg.LocalExecutor()

@@ -44,7 +44,7 @@ CASES = ("json", "bytes", "text", "schema")
 def run(bootstrap: str, topic: str, case: str, parallelism: int, records: int) -> dict:
     import lockgate as lg
     from lockgate.connectors import DiscardingSink
-    from lockgate.connectors.kafka_source import KafkaSource
+    from lockgate.connectors.kafka.source import KafkaSource
 
     env = lg.StreamEnvironment(parallelism=parallelism)
     fmt = "json" if case == "schema" else case

@@ -306,7 +306,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # at once (about 20 s each on a small machine) inside timed tests made them miss
     # their bounds; from the cache each later process loads them in a moment
     if not WORKER:
-        from lockgate.connectors.kernel_warm_up import warm_up
+        from lockgate.connectors.kafka.warm_up import warm_up
 
         warm_up()
     # every job registers for command-line control (lockgate list/savepoint/stop): keep

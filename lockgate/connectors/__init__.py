@@ -8,8 +8,8 @@ from .discarding_sink import DiscardingSink
 from .files.sink import FileSink
 from .files.source import FileSource
 from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when one is made
-from .kafka_sink import KafkaSink
-from .kafka_source import KafkaSource
+from .kafka.sink import KafkaSink
+from .kafka.source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource
 from .postgres.cdc import PostgresCdcSource
 from .postgres.sink import PostgresSink

@@ -29,8 +29,8 @@ from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.files.sink import FileTransaction
 from lockgate.connectors.files.source import DoneFiles, FileSplit
 from lockgate.connectors.iceberg_sink import IcebergTransaction
-from lockgate.connectors.kafka_source import KafkaSplit
-from lockgate.connectors.kafka_transactions import KafkaTransaction
+from lockgate.connectors.kafka.source import KafkaSplit
+from lockgate.connectors.kafka.transactions import KafkaTransaction
 from lockgate.connectors.nats_jetstream import NatsJetStreamSplit
 from lockgate.connectors.postgres.cdc.snapshot import ChunkRange
 from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit

@@ -20,7 +20,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 import lockgate as lg
 from kafka_fixtures import BOOTSTRAP, read_committed
-from lockgate.connectors.kafka_sink import KafkaSink
+from lockgate.connectors.kafka.sink import KafkaSink
 from lockgate.connectors.schema_registry.client import SchemaRegistry
 from lockgate.connectors.schema_registry.wire import frame, schema_id_of
 from lockgate.connectors.schema_registry.writing import RegistryWriter

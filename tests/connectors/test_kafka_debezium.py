@@ -40,8 +40,8 @@ import lockgate as lg
 from changelog_helpers import apply, by_key
 from checkpoint_paced import CheckpointPacedSource
 from kafka_fixtures import BOOTSTRAP
-from lockgate.connectors.kafka_sink import KafkaSink
-from lockgate.connectors.kafka_source import KafkaSource
+from lockgate.connectors.kafka.sink import KafkaSink
+from lockgate.connectors.kafka.source import KafkaSource
 from lockgate.connectors.schema_registry import SchemaRegistry
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.testing import FailAtRecord, inject_faults

@@ -20,9 +20,9 @@ from recording_output import RecordingOutput
 from test_kafka_source import BatchOutput, read_to_end, read_until
 
 from kafka_fixtures import BOOTSTRAP, produce
-from lockgate.connectors import kafka_source
 from lockgate.connectors.base import InputStatus, assign_splits
-from lockgate.connectors.kafka_source import MAX_BATCH, KafkaSource
+from lockgate.connectors.kafka import source as kafka_source
+from lockgate.connectors.kafka.source import MAX_BATCH, KafkaSource
 from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 

@@ -40,7 +40,7 @@ from checkpoint_paced import CheckpointPacedSource
 from conftest import on_executors
 from kafka_fixtures import BOOTSTRAP
 from lockgate.connectors.base import InputStatus, SourceReader
-from lockgate.connectors.kafka_source import KafkaSource
+from lockgate.connectors.kafka.source import KafkaSource
 from lockgate.connectors.schema_registry import SchemaRegistry
 from lockgate.connectors.schema_registry.avro_arrow import avro_arrow_schema
 from lockgate.connectors.schema_registry.wire import frame

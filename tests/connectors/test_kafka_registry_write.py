@@ -37,7 +37,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 
 import lockgate as lg
 from kafka_fixtures import BOOTSTRAP, read_committed
-from lockgate.connectors.kafka_sink import KafkaSink
+from lockgate.connectors.kafka.sink import KafkaSink
 from lockgate.connectors.schema_registry.arrow_to_avro import arrow_to_avro
 from lockgate.connectors.schema_registry.avro_write import AvroWriter
 from lockgate.connectors.schema_registry.client import SchemaRegistry

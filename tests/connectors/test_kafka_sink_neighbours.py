@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 
 import lockgate as lg
 from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
-from lockgate.connectors.kafka_sink import KafkaSink, default_prefix
-from lockgate.connectors.kafka_transactions import (
+from lockgate.connectors.kafka.sink import KafkaSink, default_prefix
+from lockgate.connectors.kafka.transactions import (
     KafkaTransaction,
     TransactionLostError,
     fence_and_abort,
@@ -262,7 +262,7 @@ def test_issue37_3_m_x2_a_checkpoint_under_the_old_default_prefix_restores_by_it
     by its recorded id (not by a prefix computed again), the run's lingering transaction
     under the old prefix is aborted, and an open transaction under another prefix (a job
     this one was forked from) is left alone."""
-    from lockgate.connectors.kafka_sink import legacy_default_prefix
+    from lockgate.connectors.kafka.sink import legacy_default_prefix
     from lockgate.connectors.two_phase_commit import TwoPhaseCommitWriter
 
     topic = kafka_topic(1)

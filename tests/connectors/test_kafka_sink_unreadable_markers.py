@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kafka_fixtures import BOOTSTRAP, read_committed
-from lockgate.connectors.kafka_sink import KafkaSink
-from lockgate.connectors.kafka_transactions import (
+from lockgate.connectors.kafka.sink import KafkaSink
+from lockgate.connectors.kafka.transactions import (
     KafkaTransaction,
     TransactionLostError,
     fence_and_abort,
@@ -31,7 +31,7 @@ from lockgate.connectors.kafka_transactions import (
 from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 
-LOGGER = "lockgate.connectors.kafka_transactions"
+LOGGER = "lockgate.connectors.kafka.transactions"
 
 
 def sink_context() -> RuntimeContext:

@@ -27,9 +27,10 @@ import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from conftest import FileProbe, on_executors, wait_until
 from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
-from lockgate.connectors import RateLimitedSource, kafka_source
+from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, SourceReader
-from lockgate.connectors.kafka_source import EARLIEST, KafkaSource, KafkaSplit, owner_of
+from lockgate.connectors.kafka import source as kafka_source
+from lockgate.connectors.kafka.source import EARLIEST, KafkaSource, KafkaSplit, owner_of
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import (
@@ -1123,7 +1124,7 @@ def test_a_job_counts_event_time_windows_over_schema_decoded_arrow_batches_M_W1(
 def test_the_reader_tells_its_lag_behind_the_partitions_end(kafka_topic, open_reader, monkeypatch):
     """The source lag metric (issue 21): records between the reader's offsets and the
     partitions' high watermarks, from the client's cached watermarks; 0 once caught up."""
-    import lockgate.connectors.kafka_source as kafka_source
+    import lockgate.connectors.kafka.source as kafka_source
 
     monkeypatch.setattr(kafka_source, "LAG_INTERVAL_S", 0.0)  # refreshed on every poll
     topic = kafka_topic(1)

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 import lockgate as lg
 from kafka_fixtures import BOOTSTRAP, produce, read_committed
 from lockgate.connectors import KafkaSink, KafkaSource
-from lockgate.connectors.kafka_logging import LIBRDKAFKA_LOG, librdkafka_level
+from lockgate.connectors.kafka.client_logging import LIBRDKAFKA_LOG, librdkafka_level
 
 N = 3_000
 

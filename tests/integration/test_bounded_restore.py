@@ -25,7 +25,7 @@ from conftest import FileProbe, wait_until
 from kafka_fixtures import BOOTSTRAP, produce
 from lockgate.connectors import FileSink, FileSource, KafkaSource, SequenceSource
 from lockgate.connectors.base import InputStatus, ReaderOutput
-from lockgate.connectors.kafka_source import EARLIEST, KafkaSplit
+from lockgate.connectors.kafka.source import EARLIEST, KafkaSplit
 from lockgate.connectors.sequence import SequenceSplit
 from lockgate.runtime.context import RuntimeContext
 
@@ -158,7 +158,7 @@ def test_kafka_restored_splits_get_the_ends_of_the_restore_and_keep_ends_they_ha
     ended = [KafkaSplit(topic, 0, 3, 5)]
     assert bounded.restore_splits(ended, kafka_ctx()) == ended
     unbounded = KafkaSource(BOOTSTRAP, topic)
-    with caplog.at_level("WARNING", logger="lockgate.connectors.kafka_source"):
+    with caplog.at_level("WARNING", logger="lockgate.connectors.kafka.source"):
         assert unbounded.restore_splits(ended, kafka_ctx()) == ended
         assert unbounded.restore_splits(restored, kafka_ctx()) == restored
     [warning] = [r.getMessage() for r in caplog.records]
@@ -205,7 +205,7 @@ def test_kafka_a_bounded_runs_finished_partitions_stay_finished_in_its_state(
     unbounded = KafkaSource(BOOTSTRAP, topic, partition_discovery_interval=0.01)
     reader = unbounded.create_reader(kafka_ctx())
     try:
-        with caplog.at_level("WARNING", logger="lockgate.connectors.kafka_source"):
+        with caplog.at_level("WARNING", logger="lockgate.connectors.kafka.source"):
             reader.add_splits(unbounded.restore_splits(state, kafka_ctx()))
         again = Records()
         reader.poll(again)  # discovers the topic's partitions

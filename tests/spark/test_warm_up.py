@@ -82,7 +82,7 @@ def test_the_daemon_compiles_the_kafka_kernels_before_forking_unless_told_not_to
         env["LOCKGATE_DAEMON_KERNELS"] = setting
     code = (
         "import lockgate.executor.spark.daemon, sys\n"
-        "from lockgate.connectors import kafka_framing\n"
+        "from lockgate.connectors.kafka import framing as kafka_framing\n"
         "from lockgate.connectors.formats import flat_json\n"
         "print(len(flat_json._parse.signatures), len(kafka_framing._frame.signatures))"
     )

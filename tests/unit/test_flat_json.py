@@ -200,8 +200,8 @@ def test_the_kafka_source_decodes_flat_values_with_the_compiled_reader_and_other
     gives the same rows, its malformed record reported as before."""
     from test_kafka_record_batches import batch
 
-    from lockgate.connectors.kafka_record_batches import decode_partition
-    from lockgate.connectors.kafka_source import KafkaSource, _ArrowDecoder
+    from lockgate.connectors.kafka.record_batches import decode_partition
+    from lockgate.connectors.kafka.source import KafkaSource, _ArrowDecoder
 
     schema = pa.schema([("key", pa.int64()), ("name", pa.string())])
     source = KafkaSource("127.0.0.1:9", "t", schema=schema, key_field="k", timestamp_field="at")

@@ -1,10 +1,10 @@
-"""kafka-python's log lines as lockgate sets them (``connectors.kafka_logging``)."""
+"""kafka-python's log lines as lockgate sets them (``connectors.kafka.client_logging``)."""
 
 from __future__ import annotations
 
 import logging
 
-from lockgate.connectors.kafka_logging import quiet_kafka_python
+from lockgate.connectors.kafka.client_logging import quiet_kafka_python
 
 SLOW = (
     "Task %s ran for %.3fs (>%.3fs threshold). It is blocking the event loop -- likely a "

@@ -14,7 +14,7 @@ import struct
 import numpy as np
 import pytest
 
-from lockgate.connectors.kafka_fetcher import (
+from lockgate.connectors.kafka.direct_client import (
     LEADER_WAIT_S,
     DirectFetcher,
     FetchUnavailable,
@@ -23,8 +23,8 @@ from lockgate.connectors.kafka_fetcher import (
     fetch_request,
     parse_fetch_response,
 )
-from lockgate.connectors.kafka_framing import frame
-from lockgate.connectors.kafka_record_batches import (
+from lockgate.connectors.kafka.framing import frame
+from lockgate.connectors.kafka.record_batches import (
     TIMESTAMP_CREATE,
     TIMESTAMP_LOG_APPEND,
     CorruptBatch,
@@ -364,7 +364,7 @@ def test_without_the_compiled_decoding_a_fetch_is_unsupported_so_librdkafka_read
 ) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "lockgate.connectors.kafka_framing", None)
+    monkeypatch.setitem(sys.modules, "lockgate.connectors.kafka.framing", None)
     with pytest.raises(UnsupportedBatch, match="compiled record decoding is unavailable"):
         decode(batch(0, [(None, b"abc")]))
 

@@ -1,6 +1,6 @@
 """Reading registry-encoded Kafka records: the formats, their arguments, and the one
 decode function both fetch paths of
-:class:`~lockgate.connectors.kafka_source.KafkaSource` go through.
+:class:`~lockgate.connectors.kafka.source.KafkaSource` go through.
 
 :class:`RegistryFormat` is what a source keeps of ``format=`` / ``key_format=`` and
 their reader schemas, checked when the source is made and picklable (it travels to
@@ -39,7 +39,7 @@ import pyarrow as pa
 from ...core.batch import Batch, RowBatch
 from ...errors import ConfigurationError
 from ..base import DECODE_ERRORS, decode_error, oversized
-from ..kafka_common import key_column
+from ..kafka.common import key_column
 from .wire import WireFormatError, schema_id_of
 from .writer_schemas import (
     SCHEMA_TYPES,

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ...errors import ConfigurationError
 from ..base import check_bool
-from ..kafka_common import REGISTRY_FORMATS
+from ..kafka.common import REGISTRY_FORMATS
 from .client import IncompatibleSchemaError, Schema, SchemaRegistry
 from .subjects import check_strategy, subject_name
 from .wire import frame

@@ -50,7 +50,7 @@ from pyspark import daemon
 
 import lockgate.executor.spark.slot
 import lockgate.executor.task_builder  # noqa: F401
-from lockgate.connectors.kernel_warm_up import warm_up
+from lockgate.connectors.kafka.warm_up import warm_up
 
 # The Kafka clients of the ``kafka`` extra, when installed: a Kafka sink's subtask would
 # otherwise import kafka-python (0.3-0.4 s on a small machine) while its job runs.

@@ -37,7 +37,7 @@ only for a poll that holds a record the fast path cannot take (a malformed one, 
 tombstone, surrounding whitespace), so that the errors and results are those of
 decoding each record alone.
 
-confluent-kafka is imported lazily (``kafka_common.confluent_kafka``), so
+confluent-kafka is imported lazily (``kafka.common.confluent_kafka``), so
 ``import lockgate`` works without it.
 """
 
@@ -63,11 +63,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.batch import TS_COLUMN, Batch, RowBatch
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import (
+from ...core.batch import TS_COLUMN, Batch, RowBatch
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import (
     DECODE_ERRORS,
     DEFAULT_MAX_RECORD_BYTES,
     InputStatus,
@@ -81,14 +81,17 @@ from .base import (
     oversized,
     report_malformed,
 )
-from .debezium import (
+from ..debezium import (
     DEBEZIUM_FORMATS,
     DebeziumConverter,
     check_debezium,
     check_not_debezium,
 )
-from .debezium import batch_of as debezium_batch
-from .kafka_common import (
+from ..debezium import batch_of as debezium_batch
+from ..schema_registry.formats import RegistryDecoder, RegistryFormat, check_registry_format
+from ..schema_registry.wire import WireFormatError, schema_id_of
+from .client_logging import librdkafka_config
+from .common import (
     REGISTRY_FORMATS,
     check_bootstrap_servers,
     check_format,
@@ -97,16 +100,13 @@ from .kafka_common import (
     confluent_kafka,
     key_column,
 )
-from .kafka_fetcher import (
+from .direct_client import (
     RESPONSE_MAX_BYTES,
     DirectFetcher,
     FetchUnavailable,
     direct_fetch_possible,
 )
-from .kafka_logging import librdkafka_config
-from .kafka_record_batches import PartitionRecords
-from .schema_registry.formats import RegistryDecoder, RegistryFormat, check_registry_format
-from .schema_registry.wire import WireFormatError, schema_id_of
+from .record_batches import PartitionRecords
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class KafkaSource(Source):
     ``fetch``: ``"auto"`` (default) reads record batches with the source's own Fetch
     requests when the connection is plaintext (no ``security.*``, ``sasl.*`` or
     ``ssl.*`` property), decoding a whole fetch with numpy and no Python object per
-    record (:mod:`lockgate.connectors.kafka_fetcher`); metadata, start offsets and
+    record (:mod:`lockgate.connectors.kafka.direct_client`); metadata, start offsets and
     group commits still go through librdkafka. A reader whose direct fetch cannot go on
     (a broker unreachable, an error other than a leader change, a batch compressed with
     another codec than gzip) continues through librdkafka from the same offsets, with a

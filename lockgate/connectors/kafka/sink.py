@@ -25,7 +25,7 @@ checkpoint has completed, and never records of an interval that a failure rolled
   someone else aborted fails the job, never passes as committed.
 * **After a failure** the restored job commits the pending transactions of the
   checkpoint it restores, by their recorded producer id and epoch (an ``EndTxn`` request
-  from any process, see :mod:`.kafka_transactions`), then aborts every other transaction
+  from any process, see :mod:`.transactions`), then aborts every other transaction
   still open under the prefix (those of the failed attempt, and of checkpoints that
   never completed), which also fences the failed attempt's producers. Subtask ``i``
   handles the ids of old subtasks ``j`` with ``j % parallelism == i``, so a rescaled
@@ -38,7 +38,7 @@ checkpoint has completed, and never records of an interval that a failure rolled
   brokers' ``transaction.max.timeout.ms`` if smaller) must exceed the checkpoint interval
   plus the checkpoint timeout; the job is refused at start otherwise. A transaction the
   broker aborted anyway (a restart that took longer than the timeout) makes the restore
-  fail with :class:`~lockgate.connectors.kafka_transactions.TransactionLostError`, never
+  fail with :class:`~lockgate.connectors.kafka.transactions.TransactionLostError`, never
   pass silently.
 * **Restoring a checkpoint of an older lockgate** (whose default prefix was
   ``lockgate-<job name>-<sink uid>``, :func:`legacy_default_prefix`): its transactions
@@ -72,7 +72,7 @@ A changelog (the sink then accepts updates and deletes): ``format="upsert"`` wit
 object of their key fields and ``-D`` (and a ``-U`` not followed by its ``+U``) as
 tombstones, for compacted topics; ``format="debezium-json"`` writes Debezium envelopes
 (``c``, ``u``, ``d``) that ``KafkaSource(format="debezium-json")`` reads back
-(:mod:`.kafka_changelog`, docs/debezium.md).
+(:mod:`.changelog`, docs/debezium.md).
 ``key``: None (no key: the producer spreads records over partitions), a field name of
 dict records, or a function of the record returning ``str``, ``bytes`` or None.
 ``topic``: a name, or a function of the record returning one. A record that cannot be
@@ -99,14 +99,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows, user_view
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import SinkWriter
-from .formats.json_columns import json_values
-from .formats.json_values import json_default
-from .kafka_changelog import CHANGELOG_FORMATS, ChangelogEncoder, check_key
-from .kafka_common import (
+from ...core.batch import TS_COLUMN, Batch, is_scalar_schema, to_rows, user_view
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import SinkWriter
+from ..formats.json_columns import json_values
+from ..formats.json_values import json_default
+from ..schema_registry.subjects import check_strategy
+from ..two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
+from .changelog import CHANGELOG_FORMATS, ChangelogEncoder, check_key
+from .client_logging import librdkafka_config
+from .common import (
     REGISTRY_FORMATS,
     check_bootstrap_servers,
     check_format,
@@ -116,8 +119,7 @@ from .kafka_common import (
     confluent_kafka,
     topic_max_message_bytes,
 )
-from .kafka_logging import librdkafka_config
-from .kafka_transactions import (
+from .transactions import (
     RETRY_FOR_S,
     KafkaTransaction,
     TransactionAdmin,
@@ -130,8 +132,6 @@ from .kafka_transactions import (
     producer_config,
     transactional_id,
 )
-from .schema_registry.subjects import check_strategy
-from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
     @property
     def accepts_changes(self) -> bool:
         """True for the changelog formats (``"upsert"``, ``"debezium-json"``), which write
-        updates and deletes (:mod:`.kafka_changelog`); the others take inserts only."""
+        updates and deletes (:mod:`.changelog`); the others take inserts only."""
         return self.format in CHANGELOG_FORMATS
 
     def check_before_run(self, plan: Any = None) -> None:
@@ -1037,7 +1037,7 @@ def _registry_writer(
                 f"{fmt!r}: remove it, or choose one of those formats"
             )
         return None
-    from .schema_registry.writing import RegistryWriter
+    from ..schema_registry.writing import RegistryWriter
 
     try:
         return RegistryWriter(

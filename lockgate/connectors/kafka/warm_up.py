@@ -20,7 +20,7 @@ def warm_up() -> bool:
     import pyarrow as pa
 
     from lockgate.connectors.formats.flat_json import FlatJsonReader
-    from lockgate.connectors.kafka_framing import frame
+    from lockgate.connectors.kafka.framing import frame
 
     empty = np.zeros(0, dtype=np.int64)
     data = np.frombuffer(b'\x00{"a": 1, "b": "x", "c": 1.5, "d": true}', dtype=np.uint8)

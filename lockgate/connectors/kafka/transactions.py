@@ -1,5 +1,5 @@
 """Kafka transactions seen from outside the producer that began them: what the
-exactly-once :class:`~lockgate.connectors.kafka_sink.KafkaSink` needs to commit a
+exactly-once :class:`~lockgate.connectors.kafka.sink.KafkaSink` needs to commit a
 pre-committed transaction after a crash, and to abort the ones no checkpoint will commit.
 
 A Kafka transaction belongs to a *transactional id*; the broker's transaction
@@ -57,10 +57,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.state_records import state_record
-from ..errors import LockgateError
-from .kafka_common import confluent_kafka, kafka_python
-from .kafka_logging import librdkafka_config
+from ...core.state_records import state_record
+from ...errors import LockgateError
+from .client_logging import librdkafka_config
+from .common import confluent_kafka, kafka_python
 
 log = logging.getLogger(__name__)
 

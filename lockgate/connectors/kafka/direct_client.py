@@ -1,6 +1,6 @@
 """Direct fetching: Kafka's Fetch request (API key 1, version 4) sent by the source
 itself over plain sockets, its record batches decoded a fetch at a time
-(:mod:`.kafka_record_batches`), so that no Python object is made per record.
+(:mod:`.record_batches`), so that no Python object is made per record.
 
 Why: librdkafka hands records to Python one ``Message`` object at a time; at a few
 hundred nanoseconds each that alone held a reader to well under a million small records
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .kafka_record_batches import (
+from .record_batches import (
     DEFAULT_MAX_BATCH_BYTES,
     CorruptBatch,
     PartitionRecords,

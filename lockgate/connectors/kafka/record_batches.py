@@ -11,7 +11,7 @@ and its records, each a chain of varints::
 
 The batch headers are read one by one in Python (a producer's batch holds thousands of
 records). The records of every batch are then located in one compiled pass
-(:func:`lockgate.connectors.kafka_framing.frame`, the only per-record step), and their
+(:func:`lockgate.connectors.kafka.framing.frame`, the only per-record step), and their
 offsets and timestamps computed at once with numpy.
 
 ``read_committed`` (KIP-98): control batches (transaction markers) are never records;
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from lockgate.connectors.kafka_errors import CorruptBatch
+from lockgate.connectors.kafka.errors import CorruptBatch
 
 #: batch header: base offset (8), batch length (4) ... record count; 61 bytes in all
 HEADER_BYTES = 61
@@ -321,7 +321,7 @@ def _is_abort_marker(data: bytes | memoryview, b: _Batch) -> bool:
     """A control batch's record key is (version int16, type int16); type 0 aborts."""
     if b.attributes & _CODEC_MASK or b.count < 1:
         return True  # markers are never compressed; treat an odd one as ending the abort
-    from lockgate.connectors.kafka_framing import frame
+    from lockgate.connectors.kafka.framing import frame
 
     try:
         fields = frame(np.frombuffer(data, dtype=np.uint8), np.array([b.start], dtype=np.int64),
@@ -354,7 +354,7 @@ def decode_partition(
     batches reach ``2 * max_batch_bytes`` the rest is left for the next fetch (a lower
     ``next_offset``)."""
     try:
-        from lockgate.connectors.kafka_framing import frame
+        from lockgate.connectors.kafka.framing import frame
     except Exception as e:  # numba missing or unusable here: librdkafka reads instead
         raise UnsupportedBatch(f"the compiled record decoding is unavailable: {e!r}") from e
     if batches is None:

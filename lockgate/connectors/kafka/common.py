@@ -1,5 +1,5 @@
-"""What :class:`~lockgate.connectors.kafka_source.KafkaSource` and
-:class:`~lockgate.connectors.kafka_sink.KafkaSink` share: checking their common
+"""What :class:`~lockgate.connectors.kafka.source.KafkaSource` and
+:class:`~lockgate.connectors.kafka.sink.KafkaSink` share: checking their common
 arguments, and loading the client libraries with an error that says how to install them.
 
 lockgate talks to Kafka through two clients (the ``kafka`` extra,
@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import ConfigurationError
-from .kafka_logging import librdkafka_config, quiet_kafka_python
+from ...errors import ConfigurationError
+from .client_logging import librdkafka_config, quiet_kafka_python
 
 #: record formats that need no schema registry: ``json`` (a JSON value per record),
 #: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
@@ -57,7 +57,7 @@ def kafka_python() -> ModuleType:
         raise ConfigurationError(
             f"Kafka's exactly-once mode needs kafka-python ({e}); {_INSTALL}"
         ) from e
-    quiet_kafka_python()  # its per-connection INFO lines (.kafka_logging)
+    quiet_kafka_python()  # its per-connection INFO lines (.client_logging)
     return module
 
 
@@ -109,7 +109,7 @@ def check_schema_registry(owner: str, registry: object, formats: dict[str, str |
                 "'http://registry:8081')"
             )
         return None
-    from .schema_registry.client import SchemaRegistry
+    from ..schema_registry.client import SchemaRegistry
 
     if not isinstance(registry, SchemaRegistry):
         raise ConfigurationError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from lockgate.connectors.compiled import inline, kernel
-from lockgate.connectors.kafka_errors import CorruptBatch
+from lockgate.connectors.kafka.errors import CorruptBatch
 
 #: the fewest bytes a record takes: length, attributes, timestamp and offset deltas,
 #: key and value lengths, header count (one byte each)

@@ -33,10 +33,10 @@ import json
 import time
 from typing import Any
 
-from ..core.batch import Batch, kinds_of, to_rows, user_view
-from ..core.row_kind import RowKind
-from ..errors import ConfigurationError
-from .formats.json_values import json_default
+from ...core.batch import Batch, kinds_of, to_rows, user_view
+from ...core.row_kind import RowKind
+from ...errors import ConfigurationError
+from ..formats.json_values import json_default
 
 #: the KafkaSink formats that write a changelog
 CHANGELOG_FORMATS = ("upsert", "debezium-json")

@@ -1,8 +1,0 @@
-"""Errors of the compiled Kafka record decoding, shared by :mod:`.kafka_record_batches`
-(the batch headers) and :mod:`.kafka_framing` (the records)."""
-
-from __future__ import annotations
-
-
-class CorruptBatch(ValueError):
-    """Fetched bytes that are not valid record batches."""
