@@ -37,7 +37,7 @@ RECORD_MODULES: dict[str, str] = {
     "files.transaction": "lockgate.connectors.files.sink",
     "sequence.split": "lockgate.connectors.sequence",
     "collection.split": "lockgate.connectors.collection",
-    "kafka.split": "lockgate.connectors.kafka.source",
+    "kafka.split": "lockgate.connectors.kafka.split",
     "kafka.transaction": "lockgate.connectors.kafka.transactions",
     "redis.split": "lockgate.connectors.redis_stream",
     "nats.split": "lockgate.connectors.nats_jetstream",

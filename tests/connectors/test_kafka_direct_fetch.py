@@ -21,8 +21,10 @@ from test_kafka_source import BatchOutput, read_to_end, read_until
 
 from kafka_fixtures import BOOTSTRAP, produce
 from lockgate.connectors.base import InputStatus, assign_splits
+from lockgate.connectors.kafka import reader as kafka_reader
 from lockgate.connectors.kafka import source as kafka_source
-from lockgate.connectors.kafka.source import MAX_BATCH, KafkaSource
+from lockgate.connectors.kafka.source import KafkaSource
+from lockgate.connectors.kafka.source_limits import MAX_BATCH
 from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 
@@ -53,7 +55,7 @@ def read(topic: str, fetch: str, **kwargs: Any) -> tuple[Batches, Any]:
         reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
         out = Batches()
         read_to_end(reader, out)
-        return out, reader._direct is not None
+        return out, reader.fetches_directly
     finally:
         reader.close()
 
@@ -204,13 +206,13 @@ def test_a_broker_the_direct_fetcher_cannot_use_hands_over_to_librdkafka_without
         out = Batches()
         read_until(reader, out, lambda: len(out.records) == 2_000, "the first records")
         # the next request goes to a port nothing listens on
-        reader._direct._leaders_of = lambda tps: {tp: ("127.0.0.1", 1) for tp in tps}
-        reader._direct._stale = True
-        reader._direct.close()
+        reader.fetcher.client._leaders_of = lambda tps: {tp: ("127.0.0.1", 1) for tp in tps}
+        reader.fetcher.client._stale = True
+        reader.fetcher.client.close()
         produce(topic, [{"v": i} for i in range(2_000, 4_000)])
-        with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
+        with caplog.at_level(logging.WARNING, logger=kafka_reader.__name__):
             read_until(reader, out, lambda: len(out.records) >= 4_000, "every record")
-        assert reader._direct is None
+        assert not reader.fetches_directly
         assert "reading through librdkafka from the same offsets" in caplog.text
         assert [r["v"] for r in out.records] == list(range(4_000))
     finally:

@@ -36,7 +36,8 @@ from kafka_fixtures import BOOTSTRAP, produce, wait_stable
 from kafka_raw import forged_batch, gzip_bomb_batch, produce_raw
 from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, assign_splits
-from lockgate.connectors.kafka.source import MAX_BATCH, KafkaSource
+from lockgate.connectors.kafka.source import KafkaSource
+from lockgate.connectors.kafka.source_limits import MAX_BATCH
 from lockgate.errors import MalformedRecordError
 from lockgate.testing import FailAtRecord, inject_faults
 

@@ -29,7 +29,7 @@ from conftest import FileProbe, on_executors, wait_until
 from kafka_fixtures import BOOTSTRAP, add_partitions, admin, create_topic, produce
 from lockgate.connectors import RateLimitedSource
 from lockgate.connectors.base import InputStatus, SourceReader
-from lockgate.connectors.kafka import source as kafka_source
+from lockgate.connectors.kafka import source_limits
 from lockgate.connectors.kafka.source import EARLIEST, KafkaSource, KafkaSplit, owner_of
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
@@ -488,7 +488,7 @@ def test_a_missing_topic_or_unreachable_broker_fails_naming_them(monkeypatch) ->
     with pytest.raises(ConfigurationError) as err:
         KafkaSource(BOOTSTRAP, missing).check_before_run()
     assert repr(missing) in str(err.value) and BOOTSTRAP in str(err.value)
-    monkeypatch.setattr(kafka_source, "REQUEST_TIMEOUT_S", 1.0)  # not 10 s of waiting
+    monkeypatch.setattr(source_limits, "REQUEST_TIMEOUT_S", 1.0)  # not 10 s of waiting
     with pytest.raises(ConfigurationError) as err:
         KafkaSource("127.0.0.1:1", "t").check_before_run()
     assert "cannot reach Kafka at '127.0.0.1:1'" in str(err.value) and "'t'" in str(err.value)
@@ -1124,9 +1124,8 @@ def test_a_job_counts_event_time_windows_over_schema_decoded_arrow_batches_M_W1(
 def test_the_reader_tells_its_lag_behind_the_partitions_end(kafka_topic, open_reader, monkeypatch):
     """The source lag metric (issue 21): records between the reader's offsets and the
     partitions' high watermarks, from the client's cached watermarks; 0 once caught up."""
-    import lockgate.connectors.kafka.source as kafka_source
 
-    monkeypatch.setattr(kafka_source, "LAG_INTERVAL_S", 0.0)  # refreshed on every poll
+    monkeypatch.setattr(source_limits, "LAG_INTERVAL_S", 0.0)  # refreshed on every poll
     topic = kafka_topic(1)
     total = 30_000
     produce(topic, [{"v": i} for i in range(total)])
@@ -1154,7 +1153,7 @@ def test_a_split_at_earliest_of_a_partition_not_led_yet_is_read_once_it_is(
     """A discovered partition may have no leader for a moment, so its first offset is
     unknown: the reader keeps asking (or, past its deadline, reads through librdkafka)
     and never fails the job for it."""
-    monkeypatch.setattr(kafka_source, "REQUEST_TIMEOUT_S", deadline_s)
+    monkeypatch.setattr(source_limits, "REQUEST_TIMEOUT_S", deadline_s)
     topic = kafka_topic(1)
     source = KafkaSource(BOOTSTRAP, topic)
     reader: Any = source.create_reader(ctx())
@@ -1166,6 +1165,6 @@ def test_a_split_at_earliest_of_a_partition_not_led_yet_is_read_once_it_is(
         produce(topic, [{"v": i} for i in range(50)], partition=1)
         read_until(reader, out, lambda: len(out.records) >= 50, "partition 1's records")
         assert values(out.records) == list(range(50))
-        assert (reader._direct is None) == (deadline_s == 0.0)
+        assert (not reader.fetches_directly) == (deadline_s == 0.0)
     finally:
         reader.close()

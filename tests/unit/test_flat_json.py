@@ -200,12 +200,13 @@ def test_the_kafka_source_decodes_flat_values_with_the_compiled_reader_and_other
     gives the same rows, its malformed record reported as before."""
     from test_kafka_record_batches import batch
 
+    from lockgate.connectors.kafka.arrow_decoder import ArrowDecoder
     from lockgate.connectors.kafka.record_batches import decode_partition
-    from lockgate.connectors.kafka.source import KafkaSource, _ArrowDecoder
+    from lockgate.connectors.kafka.source import KafkaSource
 
     schema = pa.schema([("key", pa.int64()), ("name", pa.string())])
     source = KafkaSource("127.0.0.1:9", "t", schema=schema, key_field="k", timestamp_field="at")
-    decoder = _ArrowDecoder(source)
+    decoder = ArrowDecoder(source)
     flat = [(b"k%d" % i, b'{"key": %d, "name": "n%d"}' % (i, i)) for i in range(50)]
     records = decode_partition("t", 0, batch(0, flat), 0, None, None, True)
     seen: list[str] = []
