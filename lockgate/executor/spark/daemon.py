@@ -2,7 +2,7 @@
 
 Spark starts ``python -m <spark.python.daemon.module>`` once per executor; the daemon
 forks one Python worker per task. With lockgate's runtime (pyarrow, numpy, pyzmq,
-lockgate itself, and the Kafka clients when installed) imported in the daemon, every
+lockgate itself, and what connectors ask for in their pre-fork hooks) imported in the daemon, every
 forked worker starts with those imports done (shared copy-on-write), so a slot starts
 in milliseconds instead of the seconds the imports take on a small machine, for every
 job, not only the first. PySpark's own worker module (``pyspark.worker``) is imported
@@ -14,8 +14,9 @@ each forked worker's ``importlib.invalidate_caches()`` made their importers read
 again, about 0.3 s of every task's start.
 
 Forking safety. Nothing here creates Python threads, sockets, zmq contexts or log
-handlers, and nothing runs lockgate code but the compiling of the Kafka kernels
-(single-threaded, on a few bytes). The imports do start two
+handlers, and nothing runs lockgate code but the connectors' pre-fork hooks
+(:mod:`lockgate.connectors.prefork`: imports, and compiling decoding kernels,
+single-threaded, on a few bytes). The imports do start two
 native threads in the daemon (measured with pyarrow 26 and numpy 2: jemalloc's
 background purging thread, linked into libarrow, and OpenBLAS's worker pool), which
 PySpark's own daemon avoids by importing after the fork. Both libraries register
@@ -36,7 +37,6 @@ the driver's own interpreter and so can import it.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -48,30 +48,18 @@ if "pyspark" not in sys.modules:  # nothing imported from Spark's archives yet
 import pyspark.worker  # noqa: F401 - a forked worker's first import otherwise
 from pyspark import daemon
 
+import lockgate.connectors
 import lockgate.executor.spark.slot
 import lockgate.executor.task_builder  # noqa: F401
-from lockgate.connectors.kafka.warm_up import warm_up
+from lockgate.connectors.prefork import run_prefork_hooks
 
-# The Kafka clients of the ``kafka`` extra, when installed: a Kafka sink's subtask would
-# otherwise import kafka-python (0.3-0.4 s on a small machine) while its job runs.
-# Importing them starts no thread (librdkafka starts its threads per client).
-for _module in ("confluent_kafka", "confluent_kafka.admin", "kafka"):
-    try:
-        importlib.import_module(_module)
-    except ImportError:
-        pass
-
-# The compiled Kafka decoding (numba, also of the ``kafka`` extra): loaded from numba's
-# cache (compiled on the very first start) here rather than in each slot's first poll
-# (about 1 s of a Kafka job's start on a small machine; the daemon's start takes 3-6 s
-# longer). LOCKGATE_DAEMON_KERNELS=0 skips it: for clusters that never read Kafka.
-# numba starts no thread unless a parallel function runs, and lockgate has none. A
-# failure here is left to the slot that needs the kernels, which reports it.
-if os.environ.get("LOCKGATE_DAEMON_KERNELS", "1") != "0":
-    try:
-        warm_up()
-    except Exception:  # noqa: BLE001 - reported by the slot that decodes
-        pass
+# Every connector's pre-fork work (lockgate.connectors.prefork; importing
+# lockgate.connectors registers the built-in connectors' hooks): their client libraries
+# imported and their compiled decoding loaded from numba's cache (compiled on the very
+# first start; the daemon's start then takes 3-6 s longer). LOCKGATE_DAEMON_KERNELS=0
+# skips the compiling hooks: for clusters whose jobs never decode with them. A hook's
+# failure is left to the slot that needs its work, which reports it.
+run_prefork_hooks(compile_kernels=os.environ.get("LOCKGATE_DAEMON_KERNELS", "1") != "0")
 
 if __name__ == "__main__":
     import signal
