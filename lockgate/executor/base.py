@@ -1,10 +1,18 @@
-"""The executor contract, and the bookkeeping every executor shares."""
+"""The executor contract, and what every executor shares.
+
+:class:`BaseExecutor` holds the one ``execute`` both executors run (the restart loop of
+:mod:`lockgate.recovery.failover` around the executor's own attempts); the functions
+below turn an attempt's counters, results and failures into the job's result or error,
+the same way on every executor.
+"""
 
 from __future__ import annotations
 
+import abc
 import traceback
 from typing import Any, Protocol
 
+from ..core.clock import Clock, SystemClock
 from ..core.partitioners import KeyExtractionError
 from ..errors import (
     FailureReason,
@@ -13,6 +21,7 @@ from ..errors import (
     UserFunctionError,
 )
 from ..graph.execution_plan import ExecutionPlan
+from ..job.handle import JobHandle
 from ..job.result import JobExecutionResult, JobStatus
 from ..runtime.metrics import OperatorCounters, OperatorMetrics
 
@@ -20,6 +29,56 @@ from ..runtime.metrics import OperatorCounters, OperatorMetrics
 class Executor(Protocol):
     def execute(self, plan: ExecutionPlan) -> JobExecutionResult:
         """Run ``plan`` to completion; raise ``JobFailedError`` if it fails."""
+
+
+class BaseExecutor(abc.ABC):
+    """An executor as a template: :meth:`execute` runs the job attempt after attempt
+    (the same algorithm on every executor), each attempt by the executor's own
+    :meth:`run_attempt`.
+
+    Guarantees of :meth:`execute`, the same on every executor (see
+    :mod:`lockgate.recovery.failover`): an attempt that raises ``JobFailedError`` is
+    followed by another, restoring the newest intact checkpoint this run completed, for
+    as long as the plan's restart strategy allows (M-R1, M-R2); otherwise a
+    ``JobFailedError`` naming the last cause propagates. A cancel wins over a failure
+    racing it (the job ends CANCELED). However the run ends, its two-phase-commit sinks
+    are settled before ``execute`` returns or raises: nothing is left pre-committed.
+    An executor supplies :meth:`run_attempt` and :meth:`describe`, and may override
+    :meth:`restart_clock`.
+    """
+
+    def execute(
+        self, plan: ExecutionPlan, *, attempt_number: int = 0, handle: JobHandle | None = None
+    ) -> JobExecutionResult:
+        """Run ``plan`` to the end, restarting failed attempts as its restart strategy
+        says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
+        # imported here: a process that never runs a job does not load the failover loop
+        from ..recovery.failover import run_with_restarts
+
+        return run_with_restarts(
+            plan,
+            self.run_attempt,
+            handle=handle or JobHandle(),
+            clock=self.restart_clock(),
+            first_attempt=attempt_number,
+        )
+
+    @abc.abstractmethod
+    def run_attempt(
+        self, plan: ExecutionPlan, attempt_number: int, handle: JobHandle
+    ) -> JobExecutionResult:
+        """One attempt of ``plan``: returns its FINISHED result, or its CANCELED one
+        when ``handle`` was cancelled; raises ``JobFailedError`` when it failed (after
+        every subtask of the attempt stopped or was abandoned)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where jobs run, for the start-up log line."""
+
+    def restart_clock(self) -> Clock:
+        """The clock the restart strategy's delays run on (default: the system clock;
+        called once per :meth:`execute`)."""
+        return SystemClock()
 
 
 def merge_metrics(

@@ -36,6 +36,7 @@ from ..runtime.task_metrics import task_sample
 from ..runtime.task_threads import DEFAULT_CANCEL_TIMEOUT_S, TaskThreads
 from ..runtime.watermark_report import task_watermarks
 from .base import (
+    BaseExecutor,
     cancelled_result,
     checkpoint_failure,
     failure_error,
@@ -51,13 +52,16 @@ from .wiring import wire_subtask
 log = logging.getLogger(__name__)
 
 
-class LocalExecutor:
+class LocalExecutor(BaseExecutor):
     """Runs a plan in this process, one thread per subtask.
 
     ``cancel_timeout_s`` (seconds > 0, default 5) bounds how long a cancelled or failed
     attempt waits for its threads to stop; user code that blocks cannot be
     interrupted: such a thread is abandoned and reported by name (see the module
     docstring). ``join_timeout_s`` is its former name.
+
+    ``execute`` (inherited from :class:`~.base.BaseExecutor`) restarts failed attempts
+    as the plan's restart strategy says; each attempt is one :meth:`run_attempt`.
     """
 
     def describe(self) -> str:
@@ -92,20 +96,10 @@ class LocalExecutor:
     def __repr__(self) -> str:
         return "LocalExecutor()"
 
-    def execute(
-        self, plan: ExecutionPlan, *, attempt_number: int = 0, handle: JobHandle | None = None
-    ) -> JobExecutionResult:
-        """Run ``plan`` to the end, restarting failed attempts as its restart strategy
-        says (M-R1, M-R2); ``attempt_number`` is the number of the first attempt."""
-        from ..recovery.failover import run_with_restarts
-
-        return run_with_restarts(
-            plan,
-            self.run_attempt,
-            handle=handle or JobHandle(),
-            clock=self.clock,
-            first_attempt=attempt_number,
-        )
+    def restart_clock(self) -> Clock:
+        """The executor's own clock (``clock``): restart delays run on it, as the
+        subtasks' timers do."""
+        return self.clock
 
     def run_attempt(
         self, plan: ExecutionPlan, attempt_number: int, handle: JobHandle

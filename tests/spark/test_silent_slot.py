@@ -32,7 +32,7 @@ from conftest import BackgroundJob, wait_until
 from lockgate.connectors import DiscardingSink, SequenceSource
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 from lockgate.executor.spark.control import STACKS, ControlClient, ControlReporter, ControlServer
-from lockgate.executor.spark.executor import silent_slot_error
+from lockgate.executor.spark.diagnostics import silent_slot_error
 from lockgate.executor.spark.watchdog import SlotWatchdog, read_freeze_dump
 
 ENDLESS = 10**12

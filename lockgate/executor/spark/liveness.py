@@ -1,6 +1,6 @@
 """Whether an attempt's slots are alive: a pure decision over what the driver observed.
 
-The driver's watch loop (:meth:`~.executor.SparkExecutor._watch`) calls :func:`check_liveness`
+The driver's watch loop (:func:`~.watch.watch_attempt`) calls :func:`check_liveness`
 every few tens of milliseconds with the facts it holds (when the attempt was submitted, which
 slots registered, each slot's latest heartbeat, which finished) and the current time of its
 clock; this module reads no clock and does no I/O, so a manual clock drives it in tests.

@@ -376,7 +376,7 @@ def _failure_info(
 
 #: how long a slot whose subtask failed waits for the driver's CANCEL before its Spark task
 #: fails (longer than the driver's grace for the other slots to close, see
-#: ``CLOSE_GRACE_S`` in :mod:`lockgate.executor.spark.executor`)
+#: ``CLOSE_GRACE_S`` in :mod:`lockgate.executor.spark.watch`)
 RELEASE_WAIT_S = 15.0
 
 
