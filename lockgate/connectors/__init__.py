@@ -7,7 +7,7 @@ from .delta.sink import DeltaSink
 from .discarding_sink import DiscardingSink
 from .files.sink import FileSink
 from .files.source import FileSource
-from .iceberg_sink import IcebergSink  # pyiceberg (optional) is imported when one is made
+from .iceberg.sink import IcebergSink  # pyiceberg (optional) is imported when one is made
 from .kafka.sink import KafkaSink
 from .kafka.source import KafkaSource
 from .nats_jetstream import NatsJetStreamSource

@@ -48,7 +48,7 @@ RECORD_MODULES: dict[str, str] = {
     "postgres_cdc.column": "lockgate.connectors.postgres.cdc.types",
     "delta.transaction": "lockgate.connectors.delta.sink",
     "delta.data_file": "lockgate.connectors.delta.files",
-    "iceberg.transaction": "lockgate.connectors.iceberg_sink",
+    "iceberg.transaction": "lockgate.connectors.iceberg.sink",
     "window.aggregate": "lockgate.time.window_aggregates",
     "window.aggregation": "lockgate.time.window_aggregates",
     "window.accumulators": "lockgate.time.window_aggregates",

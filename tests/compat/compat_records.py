@@ -28,7 +28,7 @@ from lockgate.connectors.delta.files import DataFile
 from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.files.sink import FileTransaction
 from lockgate.connectors.files.source import DoneFiles, FileSplit
-from lockgate.connectors.iceberg_sink import IcebergTransaction
+from lockgate.connectors.iceberg.sink import IcebergTransaction
 from lockgate.connectors.kafka.source import KafkaSplit
 from lockgate.connectors.kafka.transactions import KafkaTransaction
 from lockgate.connectors.nats_jetstream import NatsJetStreamSplit

@@ -31,7 +31,7 @@ import pytest
 import lockgate as lg
 from conftest import is_spark, on_executors, wait_for_checkpoints, wait_until
 from lockgate.connectors import IcebergSink, SequenceSource
-from lockgate.connectors.iceberg_sink import (
+from lockgate.connectors.iceberg.sink import (
     CHECKPOINT_ID,
     FINAL_CHECKPOINT_ID,
     RUN_ID,
@@ -94,7 +94,7 @@ def data_files(table: Any) -> set[str]:
 
 
 def files_in_data_folder(table: Any) -> set[str]:
-    from lockgate.connectors.iceberg_sink import _data_root, _list_files
+    from lockgate.connectors.iceberg.sink import _data_root, _list_files
 
     return set(_list_files(table.io, _data_root(table)))
 

@@ -83,12 +83,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..core.batch import Batch, num_rows, to_arrow
-from ..core.state_records import state_record
-from ..errors import ConfigurationError, LockgateError, NonRestartableError
-from ..runtime.context import RuntimeContext
-from .base import SinkWriter
-from .two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
+from ...core.batch import Batch, num_rows, to_arrow
+from ...core.state_records import state_record
+from ...errors import ConfigurationError, LockgateError, NonRestartableError
+from ...runtime.context import RuntimeContext
+from ..base import SinkWriter
+from ..two_phase_commit import TwoPhaseCommitSink, TwoPhaseCommitWriter
 
 log = logging.getLogger(__name__)
 
