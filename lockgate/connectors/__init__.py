@@ -10,7 +10,7 @@ from .files.source import FileSource
 from .iceberg.sink import IcebergSink  # pyiceberg (optional) is imported when one is made
 from .kafka.sink import KafkaSink
 from .kafka.source import KafkaSource
-from .nats_jetstream import NatsJetStreamSource
+from .nats.jetstream import NatsJetStreamSource
 from .postgres.cdc import PostgresCdcSource
 from .postgres.sink import PostgresSink
 from .print_sink import PrintSink

@@ -40,7 +40,7 @@ RECORD_MODULES: dict[str, str] = {
     "kafka.split": "lockgate.connectors.kafka.split",
     "kafka.transaction": "lockgate.connectors.kafka.transactions",
     "redis.split": "lockgate.connectors.redis_stream",
-    "nats.split": "lockgate.connectors.nats_jetstream",
+    "nats.split": "lockgate.connectors.nats.jetstream",
     "postgres.transaction": "lockgate.connectors.postgres.sink",
     "postgres_cdc.stream_split": "lockgate.connectors.postgres.cdc.splits",
     "postgres_cdc.chunk_split": "lockgate.connectors.postgres.cdc.splits",

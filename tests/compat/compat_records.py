@@ -31,7 +31,7 @@ from lockgate.connectors.files.source import DoneFiles, FileSplit
 from lockgate.connectors.iceberg.sink import IcebergTransaction
 from lockgate.connectors.kafka.source import KafkaSplit
 from lockgate.connectors.kafka.transactions import KafkaTransaction
-from lockgate.connectors.nats_jetstream import NatsJetStreamSplit
+from lockgate.connectors.nats.jetstream import NatsJetStreamSplit
 from lockgate.connectors.postgres.cdc.snapshot import ChunkRange
 from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit
 from lockgate.connectors.postgres.cdc.types import Column

@@ -24,7 +24,7 @@ import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from conftest import lockgate_threads
 from lockgate.connectors.base import InputStatus, SourceReader, assign_splits
-from lockgate.connectors.nats_jetstream import NatsJetStreamSource, NatsJetStreamSplit
+from lockgate.connectors.nats.jetstream import NatsJetStreamSource, NatsJetStreamSplit
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, inject_faults
