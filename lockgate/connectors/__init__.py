@@ -15,7 +15,7 @@ from .postgres.cdc import PostgresCdcSource
 from .postgres.sink import PostgresSink
 from .print_sink import PrintSink
 from .rate_limit import RateLimitedSource
-from .redis_stream import RedisStreamSource
+from .redis.stream import RedisStreamSource
 from .schema_registry import Schema, SchemaRegistry, arrow_to_avro, avro_arrow_schema
 from .sequence import SequenceSource
 from .two_phase_commit import FinalCommit, TwoPhaseCommitSink

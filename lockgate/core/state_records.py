@@ -39,7 +39,7 @@ RECORD_MODULES: dict[str, str] = {
     "collection.split": "lockgate.connectors.collection",
     "kafka.split": "lockgate.connectors.kafka.split",
     "kafka.transaction": "lockgate.connectors.kafka.transactions",
-    "redis.split": "lockgate.connectors.redis_stream",
+    "redis.split": "lockgate.connectors.redis.stream",
     "nats.split": "lockgate.connectors.nats.jetstream",
     "postgres.transaction": "lockgate.connectors.postgres.sink",
     "postgres_cdc.stream_split": "lockgate.connectors.postgres.cdc.splits",

@@ -36,7 +36,7 @@ from lockgate.connectors.postgres.cdc.snapshot import ChunkRange
 from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit
 from lockgate.connectors.postgres.cdc.types import Column
 from lockgate.connectors.postgres.sink import PgTransaction
-from lockgate.connectors.redis_stream import RedisStreamSplit
+from lockgate.connectors.redis.stream import RedisStreamSplit
 from lockgate.connectors.sequence import SequenceSplit
 from lockgate.core.batch import RowBatch
 from lockgate.core.state_records import spec_of

@@ -19,7 +19,7 @@ from recording_output import RecordingOutput
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from lockgate.connectors.base import InputStatus, SourceReader
-from lockgate.connectors.redis_stream import RedisStreamSource, RedisStreamSplit
+from lockgate.connectors.redis.stream import RedisStreamSource, RedisStreamSplit
 from lockgate.errors import ConfigurationError, MalformedRecordError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, inject_faults

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from ..core.batch import RowBatch
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import (
+from ...core.batch import RowBatch
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import (
     DECODE_ERRORS,
     DEFAULT_MAX_RECORD_BYTES,
     OVERSIZED_PREFIX_BYTES,
