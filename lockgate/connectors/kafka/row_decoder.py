@@ -14,7 +14,7 @@ from typing import Any
 
 from ...core.batch import Batch, RowBatch
 from ..base import DECODE_ERRORS, ReaderOutput, decode_error, oversized
-from ..debezium import batch_of as debezium_batch
+from ..formats.debezium import batch_of as debezium_batch
 from .malformed import report_message
 from .record_batches import PartitionRecords
 from .source_settings import SourceSettings

@@ -62,7 +62,7 @@ from ..base import (
     check_max_record_bytes,
     check_on_error,
 )
-from ..debezium import (
+from ..formats.debezium import (
     DEBEZIUM_FORMATS,
     DebeziumConverter,
     check_debezium,
@@ -194,7 +194,7 @@ class KafkaSource(Source):
     Debezium change events (``format="debezium-json"``, plain or in Kafka Connect's
     JsonConverter wrapper, or ``"debezium-avro"`` with ``schema_registry=``): each
     envelope decoded as JSON or Avro, then converted by
-    :class:`~lockgate.connectors.debezium.DebeziumConverter` into changelog rows with
+    :class:`~lockgate.connectors.formats.debezium.DebeziumConverter` into changelog rows with
     the table's columns (``c``/``r`` ``+I``, ``u`` ``-U`` and ``+U`` or ``+U`` alone,
     ``d`` ``-D``, tombstones skipped); a malformed envelope, a truncate or a message is
     malformed as below unless ``debezium_skip_ops`` names its op;

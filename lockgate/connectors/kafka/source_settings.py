@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from ..debezium import DebeziumConverter
+from ..formats.debezium import DebeziumConverter
 from ..schema_registry.formats import RegistryFormat
 
 

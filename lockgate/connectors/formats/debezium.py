@@ -67,9 +67,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.batch import RowBatch
-from ..core.row_kind import RowKind
-from ..errors import ConfigurationError
+from ...core.batch import RowBatch
+from ...core.row_kind import RowKind
+from ...errors import ConfigurationError
 
 #: the KafkaSource formats of Debezium envelopes, and the format each value is decoded with
 DEBEZIUM_FORMATS: dict[str, str] = {"debezium-json": "json", "debezium-avro": "avro"}
