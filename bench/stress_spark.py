@@ -46,7 +46,7 @@ import throughput  # bench/ is on the path when this file runs
 
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
-from lockgate.connectors.collect_sink import CollectSink
+from lockgate.connectors.builtin.collect_sink import CollectSink
 from lockgate.executor.spark import SparkExecutor
 
 

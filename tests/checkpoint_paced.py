@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
-from lockgate.connectors.rate_limit import CountingOutput
+from lockgate.connectors.builtin.rate_limit import CountingOutput
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 

@@ -456,7 +456,7 @@ class DataStream(_Configurable):
 
     def print(self, prefix: str | None = None) -> DataStreamSink:
         """Print every record (prefixed with the subtask number when parallel)."""
-        from ..connectors.print_sink import PrintSink
+        from ..connectors.builtin.print_sink import PrintSink
 
         return self.sink_to(PrintSink(prefix))
 
@@ -465,7 +465,7 @@ class DataStream(_Configurable):
     ) -> list[Any]:
         """Run the job and return this stream's records as a list (in arrival order at one
         collecting subtask; use for tests and notebooks on bounded input)."""
-        from ..connectors.collect_sink import CollectSink
+        from ..connectors.builtin.collect_sink import CollectSink
 
         sink = self.sink_to(CollectSink(), name="Sink: collect").set_parallelism(1)
         sink_t = sink.transformation

@@ -189,14 +189,14 @@ class StreamEnvironment:
     def from_collection(
         self, items: Iterable[Any], name: str | None = None, watermark_strategy: Any = None
     ) -> DataStream:
-        from ..connectors.collection import CollectionSource
+        from ..connectors.builtin.collection import CollectionSource
 
         return self.from_source(
             CollectionSource(items), name=name, watermark_strategy=watermark_strategy
         )
 
     def from_sequence(self, start: int, end: int, name: str | None = None) -> DataStream:
-        from ..connectors.sequence import SequenceSource
+        from ..connectors.builtin.sequence import SequenceSource
 
         return self.from_source(SequenceSource(start, end), name=name)
 

@@ -1,10 +1,13 @@
 """Sources and sinks."""
 
 from .base import InputStatus, ReaderOutput, Sink, SinkWriter, Source, SourceReader
-from .collect_sink import CollectSink
-from .collection import CollectionSource
+from .builtin.collect_sink import CollectSink
+from .builtin.collection import CollectionSource
+from .builtin.discarding_sink import DiscardingSink
+from .builtin.print_sink import PrintSink
+from .builtin.rate_limit import RateLimitedSource
+from .builtin.sequence import SequenceSource
 from .delta.sink import DeltaSink
-from .discarding_sink import DiscardingSink
 from .files.sink import FileSink
 from .files.source import FileSource
 from .iceberg.sink import IcebergSink  # pyiceberg (optional) is imported when one is made
@@ -13,11 +16,8 @@ from .kafka.source import KafkaSource
 from .nats.jetstream import NatsJetStreamSource
 from .postgres.cdc import PostgresCdcSource
 from .postgres.sink import PostgresSink
-from .print_sink import PrintSink
-from .rate_limit import RateLimitedSource
 from .redis.stream import RedisStreamSource
 from .schema_registry import Schema, SchemaRegistry, arrow_to_avro, avro_arrow_schema
-from .sequence import SequenceSource
 from .two_phase_commit import FinalCommit, TwoPhaseCommitSink
 
 __all__ = [

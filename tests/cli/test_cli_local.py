@@ -20,7 +20,7 @@ from conftest import wait_until
 from lockgate import cli
 from lockgate.cli.top import render_frame, task_rows
 from lockgate.connectors import SequenceSource
-from lockgate.connectors.discarding_sink import DiscardingSink
+from lockgate.connectors.builtin.discarding_sink import DiscardingSink
 from lockgate.executor import job_registry
 from lockgate.executor.job_registry import register_job
 

@@ -32,7 +32,7 @@ JOB = textwrap.dedent("""
     import sys
     import lockgate as lg
     from lockgate.connectors import SequenceSource
-    from lockgate.connectors.discarding_sink import DiscardingSink
+    from lockgate.connectors.builtin.discarding_sink import DiscardingSink
 
     name, storage = sys.argv[1], sys.argv[2]
     env = lg.StreamEnvironment(parallelism=2)

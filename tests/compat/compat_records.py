@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from lockgate.checkpoint.types import StateHandle
-from lockgate.connectors.collection import CollectionSplit
+from lockgate.connectors.builtin.collection import CollectionSplit
+from lockgate.connectors.builtin.sequence import SequenceSplit
 from lockgate.connectors.delta.files import DataFile
 from lockgate.connectors.delta.sink import DeltaTransaction
 from lockgate.connectors.files.sink import FileTransaction
@@ -37,7 +38,6 @@ from lockgate.connectors.postgres.cdc.splits import ChunkSplit, StreamSplit
 from lockgate.connectors.postgres.cdc.types import Column
 from lockgate.connectors.postgres.sink import PgTransaction
 from lockgate.connectors.redis.stream import RedisStreamSplit
-from lockgate.connectors.sequence import SequenceSplit
 from lockgate.core.batch import RowBatch
 from lockgate.core.state_records import spec_of
 from lockgate.runtime.operators.window_join import JoinState

@@ -17,9 +17,9 @@ import pytest
 import lockgate as lg
 from conftest import wait_for_checkpoints, wait_until
 from kafka_fixtures import BOOTSTRAP, KEEP_RECORDS, open_transactions, read_committed
+from lockgate.connectors.builtin.sequence import SequenceSource
 from lockgate.connectors.kafka.sink import KafkaSink, default_prefix
 from lockgate.connectors.kafka.transactions import fence_and_abort
-from lockgate.connectors.sequence import SequenceSource
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.testing import FailAtRecord, FailCommit, inject_faults, seeded_faults

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 
 import lockgate as lg
 from kafka_fixtures import BOOTSTRAP, open_transactions, read_committed
+from lockgate.connectors.builtin.sequence import SequenceSource
 from lockgate.connectors.kafka.sink import KafkaSink, default_prefix
 from lockgate.connectors.kafka.transactions import (
     KafkaTransaction,
@@ -28,7 +29,6 @@ from lockgate.connectors.kafka.transactions import (
     fence_and_abort,
     prefix_of,
 )
-from lockgate.connectors.sequence import SequenceSource
 from lockgate.core.batch import RowBatch
 from lockgate.runtime.context import RuntimeContext
 

@@ -18,7 +18,7 @@ from cdc_fixtures import CDC_DSN, Cdc, EndAt, open_cdc, write_concurrently
 
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
-from lockgate.connectors.collect_sink import CollectSink
+from lockgate.connectors.builtin.collect_sink import CollectSink
 from lockgate.connectors.postgres.cdc.pgoutput import parse_lsn
 from lockgate.connectors.postgres.cdc.source import PostgresCdcSource
 from lockgate.executor.local import LocalExecutor

@@ -25,8 +25,8 @@ from conftest import FileProbe, wait_until
 from kafka_fixtures import BOOTSTRAP, produce
 from lockgate.connectors import FileSink, FileSource, KafkaSource, SequenceSource
 from lockgate.connectors.base import InputStatus, ReaderOutput
+from lockgate.connectors.builtin.sequence import SequenceSplit
 from lockgate.connectors.kafka.source import EARLIEST, KafkaSplit
-from lockgate.connectors.sequence import SequenceSplit
 from lockgate.runtime.context import RuntimeContext
 
 #: how long the restored bounded job may take to end by itself (it reads a few thousand

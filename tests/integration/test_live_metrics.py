@@ -15,7 +15,7 @@ import pytest
 import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
-from lockgate.connectors.discarding_sink import DiscardingSink
+from lockgate.connectors.builtin.discarding_sink import DiscardingSink
 from lockgate.core.batch import num_rows
 from lockgate.job.progress import format_progress
 from lockgate.testing import FailAtRecord, inject_faults

@@ -13,7 +13,7 @@ import httpx
 import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
-from lockgate.connectors.discarding_sink import DiscardingSink
+from lockgate.connectors.builtin.discarding_sink import DiscardingSink
 from lockgate.core.batch import num_rows
 
 

@@ -36,7 +36,7 @@ import lockgate as lg
 from conftest import wait_until
 from lockgate.checkpoint.storage import METADATA
 from lockgate.connectors import SequenceSource, Sink, SinkWriter
-from lockgate.connectors.discarding_sink import DiscardingSink
+from lockgate.connectors.builtin.discarding_sink import DiscardingSink
 from lockgate.core.batch import num_rows
 from lockgate.testing import FailAtRecord, inject_faults
 

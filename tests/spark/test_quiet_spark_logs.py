@@ -18,8 +18,8 @@ JOB = textwrap.dedent(
     """
     import logging, sys
     import lockgate as lg
-    from lockgate.connectors.sequence import SequenceSource
-    from lockgate.connectors.discarding_sink import DiscardingSink
+    from lockgate.connectors.builtin.sequence import SequenceSource
+    from lockgate.connectors.builtin.discarding_sink import DiscardingSink
     from lockgate.executor.spark import SparkExecutor
     from lockgate.testing import FailAtRecord, inject_faults
 

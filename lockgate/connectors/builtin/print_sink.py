@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..core.batch import Batch, kinds_of, to_rows
-from ..core.row_kind import RowKind
-from ..runtime.context import RuntimeContext
-from .base import Sink, SinkWriter
+from ...core.batch import Batch, kinds_of, to_rows
+from ...core.row_kind import RowKind
+from ...runtime.context import RuntimeContext
+from ..base import Sink, SinkWriter
 
 _print_lock = threading.Lock()
 

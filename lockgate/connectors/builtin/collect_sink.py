@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.batch import Batch, kinds_of, to_rows
-from ..core.row_kind import Change, RowKind
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import Sink, SinkWriter
+from ...core.batch import Batch, kinds_of, to_rows
+from ...core.row_kind import Change, RowKind
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import Sink, SinkWriter
 
 
 class CollectSink(Sink):

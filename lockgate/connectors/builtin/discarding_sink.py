@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..core.batch import Batch
-from ..runtime.context import RuntimeContext
-from .base import Sink, SinkWriter
+from ...core.batch import Batch
+from ...runtime.context import RuntimeContext
+from ..base import Sink, SinkWriter
 
 
 class DiscardingSink(Sink):

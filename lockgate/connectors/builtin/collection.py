@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.batch import RowBatch
-from ..core.row_kind import Change
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import InputStatus, ReaderOutput, Source, SourceReader
+from ...core.batch import RowBatch
+from ...core.row_kind import Change
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import InputStatus, ReaderOutput, Source, SourceReader
 
 
 @state_record("collection.split")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.batch import Batch, num_rows
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import InputStatus, ReaderOutput, Source, SourceReader, check_positive
+from ...core.batch import Batch, num_rows
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import InputStatus, ReaderOutput, Source, SourceReader, check_positive
 
 
 class RateLimitedSource(Source):

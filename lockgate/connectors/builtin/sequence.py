@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.batch import scalar_batch
-from ..core.state_records import state_record
-from ..errors import ConfigurationError
-from ..runtime.context import RuntimeContext
-from .base import InputStatus, ReaderOutput, Source, SourceReader
+from ...core.batch import scalar_batch
+from ...core.state_records import state_record
+from ...errors import ConfigurationError
+from ...runtime.context import RuntimeContext
+from ..base import InputStatus, ReaderOutput, Source, SourceReader
 
 log = logging.getLogger(__name__)
 
