@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ...core.batch import Batch
 from ..base import ReaderOutput, oversized
-from .common import key_column
+from ..formats.message_keys import key_column
 from .malformed import reporter
 from .record_batches import PartitionRecords
 from .source_settings import SourceSettings

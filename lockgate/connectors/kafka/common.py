@@ -21,18 +21,13 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-import pyarrow as pa
-
 from ...errors import ConfigurationError
+from ..schema_registry.format_names import REGISTRY_FORMATS
 from .client_logging import librdkafka_config, quiet_kafka_python
 
 #: record formats that need no schema registry: ``json`` (a JSON value per record),
 #: ``text`` (UTF-8 text) and ``bytes`` (the value as it is)
 FORMATS = ("json", "text", "bytes")
-#: record formats framed by the Confluent wire format, their schemas in a Schema
-#: Registry (``schema_registry=``): ``avro``, ``protobuf`` and ``json_schema``
-REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
-
 _INSTALL = "install the kafka extra: pip install 'lockgate[kafka]'"
 
 
@@ -190,15 +185,3 @@ def topic_max_message_bytes(
         return int(entry.value)
     except ValueError:
         return None
-
-
-def key_column(keys: list[bytes | None]) -> pa.Array:
-    """Kafka message keys as an Arrow string column, as the source's ``key_field``
-    gives them: UTF-8 text, invalid bytes replaced, None for a record without a key."""
-    binary = pa.array(keys, type=pa.binary())
-    try:
-        return binary.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array(
-            [None if k is None else k.decode("utf-8", "replace") for k in keys], type=pa.string()
-        )

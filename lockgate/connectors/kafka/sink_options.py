@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from ...errors import ConfigurationError
-from .common import REGISTRY_FORMATS
+from ..schema_registry.format_names import REGISTRY_FORMATS
 
 
 def topic_name_ok(name: str) -> bool:

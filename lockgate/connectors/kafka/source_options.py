@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from ...core.batch import TS_COLUMN
 from ...errors import ConfigurationError
+from ..schema_registry.format_names import REGISTRY_FORMATS
 from ..schema_registry.formats import RegistryFormat, check_registry_format
-from .common import REGISTRY_FORMATS
 
 OWNER = "KafkaSource"
 START_MODES = ("earliest", "latest", "committed")

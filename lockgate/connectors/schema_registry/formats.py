@@ -39,7 +39,7 @@ import pyarrow as pa
 from ...core.batch import Batch, RowBatch
 from ...errors import ConfigurationError
 from ..base import DECODE_ERRORS, decode_error, oversized
-from ..kafka.common import key_column
+from ..formats.message_keys import key_column
 from .wire import WireFormatError, schema_id_of
 from .writer_schemas import (
     SCHEMA_TYPES,

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from ...errors import ConfigurationError
 from ..base import check_bool
-from ..kafka.common import REGISTRY_FORMATS
 from .client import IncompatibleSchemaError, Schema, SchemaRegistry
+from .format_names import REGISTRY_FORMATS
 from .subjects import check_strategy, subject_name
 from .wire import frame
 
