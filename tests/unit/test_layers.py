@@ -338,3 +338,81 @@ def test_the_check_flags_a_wrong_import_added_to_the_real_package(tmp_path: path
     assert [(imp.importer, imp.imported) for imp in found] == [
         ("lockgate.core.batch", "lockgate.executor.local")
     ]
+
+
+#: the connector packages: each imports only the connector framework (the modules at
+#: the top of ``lockgate.connectors``), the shared record formats (SHARED_FORMATS), its
+#: own modules and the layers below, never another connector package
+CONNECTOR_PACKAGES = (
+    "builtin",
+    "delta",
+    "files",
+    "iceberg",
+    "kafka",
+    "nats",
+    "postgres",
+    "redis",
+)
+#: record formats any connector may use (``formats/``; ``schema_registry/``, the Schema
+#: Registry formats and their client); they import no connector package either
+SHARED_FORMATS = ("formats", "schema_registry")
+
+
+def connector_package_of(module: str) -> str | None:
+    """The package under ``lockgate.connectors`` that ``module`` lives in (None for the
+    framework's own modules and anything outside)."""
+    parts = module.split(".")
+    if parts[:2] != ["lockgate", "connectors"] or len(parts) < 3:
+        return None
+    if parts[2] in CONNECTOR_PACKAGES or parts[2] in SHARED_FORMATS:
+        return parts[2]
+    return None
+
+
+def cross_connector_imports(root: pathlib.Path) -> list[Import]:
+    """Imports from a connector package (or a shared format) into another connector
+    package, or from a shared format into a connector."""
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        for imp in imports_of(path, root):
+            mine = connector_package_of(imp.importer)
+            theirs = connector_package_of(imp.imported)
+            if mine is None or theirs is None or mine == theirs:
+                continue
+            if theirs in SHARED_FORMATS and mine in CONNECTOR_PACKAGES:
+                continue
+            if theirs in SHARED_FORMATS and mine in SHARED_FORMATS:
+                continue
+            wrong.append(imp)
+    return wrong
+
+
+def test_a_connector_package_imports_no_other_connector() -> None:
+    """Issue 41, item 1: a connector package imports only the connector framework,
+    ``formats/`` (and the Schema Registry formats) and the layers below."""
+    wrong = cross_connector_imports(PACKAGE_ROOT)
+    assert not wrong, "connector packages importing each other:\n" + "\n".join(
+        f"  {i.importer} (line {i.line}) imports {i.imported}" for i in wrong
+    )
+
+
+def test_every_connector_folder_is_named_here() -> None:
+    """A new connector package must be added to CONNECTOR_PACKAGES (so the rule above
+    covers it)."""
+    folders = {
+        p.parent.name
+        for p in (PACKAGE_ROOT / "connectors").glob("*/__init__.py")
+        if p.parent.name not in SHARED_FORMATS
+    }
+    assert folders == set(CONNECTOR_PACKAGES)
+
+
+def test_the_connector_check_flags_an_import_of_another_connector(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "lockgate"
+    _write(root, "connectors/kafka/source.py", "from ..delta.sink import DeltaSink\n")
+    _write(root, "connectors/delta/sink.py", "from ..formats.flat_json import x\n")
+    _write(root, "connectors/formats/flat_json.py", "x = 1\n")
+    wrong = cross_connector_imports(root)
+    assert [(i.importer, i.imported) for i in wrong] == [
+        ("lockgate.connectors.kafka.source", "lockgate.connectors.delta.sink")
+    ]
