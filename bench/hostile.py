@@ -67,9 +67,7 @@ import zmq
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the forwarding tap of the replay tests captures the registry command
-sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
-from zmq_tap import RouterTap
-
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 import lockgate as lg
 from lockgate.executor import job_registry
 from lockgate.executor.spark import SparkExecutor
@@ -82,6 +80,7 @@ from lockgate.executor.spark.control import (
 )
 from lockgate.executor.spark.data_plane import channel_context
 from lockgate.executor.spark.wire import encode
+from zmq_tap import RouterTap
 
 # the job's functions live in bench/throughput.py; Spark's Python workers cannot import
 # bench modules, so they travel by value

@@ -4,7 +4,7 @@
 interval-joined streams; they take the streams they were built from and give back
 streams of the same class, through :meth:`StreamLike._derive`, without importing
 ``DataStream``. So the API's modules import in one direction only (``datastream`` and
-``environment`` above, these below), and no cycle ties them (``tests/unit/test_layers.py``).
+``environment`` above, these below), and no cycle ties them (``tests/unit/project/test_layers.py``).
 The builder classes are generic in the class of the streams they give back: a
 ``WindowedStream[DataStream]``'s ``aggregate(...)`` is typed as a ``DataStream``.
 """

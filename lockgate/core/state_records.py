@@ -152,7 +152,7 @@ def spec_named(name: str, where: str) -> RecordSpec:
         )
     importlib.import_module(module)
     spec = _BY_NAME.get(name)
-    if spec is None:  # pragma: no cover - tests/unit/test_state_records.py checks the table
+    if spec is None:  # pragma: no cover - tests/unit/state/test_state_records.py checks the table
         raise RecordFormatError(f"{where}: {module} defines no state record {name!r}")
     return spec
 

@@ -1,6 +1,6 @@
 """Moved to :mod:`lockgate.core.partitioners`. Kept so that a checkpoint or savepoint written before
 the move, whose pickles name these classes by their old module path, still restores
-(checked by ``tests/unit/test_moved_module_pickles.py``). New code imports
+(checked by ``tests/unit/state/test_moved_module_pickles.py``). New code imports
 :mod:`lockgate.core.partitioners`."""
 
 from ..core.partitioners import (

@@ -11,7 +11,7 @@ sees as late depends on how the two inputs interleave, so each has a key no reco
 the other side has: whether it is dropped or buffered, it joins nothing, and the
 output is deterministic. The oracle drops them (late) and merges the rest; that the
 join drops and counts late records exactly is tested on the operator
-(tests/unit/test_interval_join_operator.py), where arrival order is fixed.
+(tests/unit/runtime/test_interval_join_operator.py), where arrival order is fixed.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from barrier_fakes import RecordingActions, TickingClock
-
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.barriers.tracker import DEFAULT_MAX_TRACKED, BarrierTracker
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "nexmark"
 sys.path.insert(0, str(BENCH))
 
 import check  # noqa: E402

@@ -17,7 +17,6 @@ from typing import Any
 
 import zmq
 from test_job_registry import FakeControl
-from zmq_tap import RouterTap
 
 from conftest import wait_until
 from lockgate.core.batch import RowBatch
@@ -37,6 +36,7 @@ from lockgate.executor.spark.data_plane import (
     bind_pull,
     connect_push,
 )
+from zmq_tap import RouterTap
 
 
 def socket_to(endpoint: str, kind: int) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 # Loaded under another name: as ``kafka`` it would be taken for kafka-python.
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "kafka.py"
+_PATH = Path(__file__).resolve().parents[3] / "bench" / "kafka.py"
 _spec = importlib.util.spec_from_file_location("lockgate_bench_kafka", _PATH)
 assert _spec is not None and _spec.loader is not None
 bench = importlib.util.module_from_spec(_spec)

@@ -162,7 +162,7 @@ def test_no_module_imports_a_higher_layer() -> None:
     """Every import in lockgate/ goes to the same or a lower layer."""
     bad = upward_imports(PACKAGE_ROOT)
     assert not bad, (
-        "imports against the layers of tests/unit/test_layers.py (docs/architecture.md, "
+        "imports against the layers of tests/unit/project/test_layers.py (docs/architecture.md, "
         "Layers); move the code down or depend the other way:\n"
         + "\n".join(describe(imp) for imp in bad)
     )

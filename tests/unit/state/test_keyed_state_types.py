@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from state_fakes import CopyingTable, Host, flat
 
 import lockgate as lg
 from lockgate.api.functions import AggregateFunction, ReduceFunction
@@ -42,6 +41,7 @@ from lockgate.state.handles import (
 )
 from lockgate.state.keyed import HeapKeyedStateBackend, UnsupportedSnapshotFormatError
 from lockgate.state.ttl import MIN_WATERMARK
+from state_fakes import CopyingTable, Host, flat
 
 
 class Average(AggregateFunction):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from barrier_fakes import RecordingActions, TickingClock
 
+from barrier_fakes import RecordingActions, TickingClock
 from lockgate.checkpoint.barriers.aligner import BarrierAligner
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason

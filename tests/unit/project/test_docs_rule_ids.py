@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CITING_FOLDERS = ("lockgate", "tests", "bench")
 CITING_SUFFIXES = {".py", ".sh", ".md", ".txt", ".toml", ".sql"}
 RULE_ID = re.compile(r"\bM-[A-Z]+[0-9]+\b")

@@ -22,11 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 from registry_read_stub import Stub, decode, decoder, zigzag
 
 #: prefixed to a child's code: the helpers of registry_read_stub
 _CHILD_PRELUDE = (
-    f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    f"import sys\nsys.path.insert(0, {str(Path(__file__).parents[2])!r})\n"
     "from registry_read_stub import Stub, decode, decoder, zigzag\n"
     "import json\nimport numpy as np\nimport pyarrow as pa\n"
 )

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from state_fakes import CopyingTable, Host, flat
 
 import lockgate as lg
 from lockgate.api.functions import AggregateFunction
@@ -35,6 +34,7 @@ from lockgate.state.ttl import (
     drop_expired,
     strip_ttl,
 )
+from state_fakes import CopyingTable, Host, flat
 
 TTL = 100
 

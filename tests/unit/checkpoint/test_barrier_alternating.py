@@ -4,8 +4,8 @@ switch to unaligned after a timeout (M-B7, M-B8; M-B4/M-B5 rules it shares with 
 from __future__ import annotations
 
 import pytest
-from barrier_fakes import RecordingActions, TickingClock
 
+from barrier_fakes import RecordingActions, TickingClock
 from lockgate.checkpoint.barriers.alternating import AlternatingBarrierHandler
 from lockgate.checkpoint.barriers.base import AlignmentInfo
 from lockgate.checkpoint.types import CheckpointFailureReason as Reason
