@@ -94,8 +94,8 @@ from .time.watermark_generators import (
     WatermarksWithIdleness,
 )
 from .time.watermark_strategy import InvalidTimestampError, WatermarkStrategy
-from .time.window_aggregates import WindowAggregate, agg
-from .time.windows import (
+from .windowing.aggregates import WindowAggregate, agg
+from .windowing.assigners import (
     EventTimeSessionWindows,
     ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,

@@ -47,7 +47,7 @@ from .changelog_functions import ChangelogAggregate, LatestRowPerKey
 from .stream_protocols import EnvironmentLike
 
 if TYPE_CHECKING:
-    from ..time.windows import WindowAssigner
+    from ..windowing.assigners import WindowAssigner
     from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .connected import ConnectedStreams
     from .interval_join import IntervalJoin

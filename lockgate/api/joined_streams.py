@@ -53,7 +53,7 @@ from ..runtime.operators.window_join import (
     TagRecord,
     key_fields,
 )
-from ..time.windows import WindowAssigner
+from ..windowing.assigners import WindowAssigner
 from .functions import CoGroupFunction, FlatJoinFunction, JoinFunction
 from .stream_protocols import DS, StreamLike
 from .windowed_stream import WindowedStream, check_assigner, lateness_ms

@@ -48,8 +48,8 @@ from ..runtime.operators.window_contents import (
     check_merge_support,
 )
 from ..runtime.operators.window_keys import KEY_FIELD
-from ..time.window_aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
-from ..time.windows import WindowAssigner
+from ..windowing.aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
+from ..windowing.assigners import WindowAssigner
 from .stream_protocols import DS, KeyedLike
 
 #: the largest allowed lateness (window bounds plus lateness must stay in int64)

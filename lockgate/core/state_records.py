@@ -49,9 +49,9 @@ RECORD_MODULES: dict[str, str] = {
     "delta.transaction": "lockgate.connectors.delta.sink",
     "delta.data_file": "lockgate.connectors.delta.files",
     "iceberg.transaction": "lockgate.connectors.iceberg.sink",
-    "window.aggregate": "lockgate.time.window_aggregates",
-    "window.aggregation": "lockgate.time.window_aggregates",
-    "window.accumulators": "lockgate.time.window_aggregates",
+    "window.aggregate": "lockgate.windowing.aggregates",
+    "window.aggregation": "lockgate.windowing.aggregates",
+    "window.accumulators": "lockgate.windowing.aggregates",
     "window_join.state": "lockgate.runtime.operators.window_join",
     "checkpoint.state_handle": "lockgate.checkpoint.types",
 }

@@ -6,7 +6,7 @@ runs a :class:`WindowOperator`. What it guarantees:
 * **Assignment.** Each record goes to the windows the assigner gives its
   timestamp (event time: the record's event timestamp; processing time: the
   operator's clock when the batch arrives). Merging assigners (sessions) merge a
-  key's windows that overlap or touch (:mod:`lockgate.time.session_merge`).
+  key's windows that overlap or touch (:mod:`lockgate.windowing.session_merge`).
 * **Event-time firing (M-W6).** When the watermark reaches ``end - 1`` of a
   window, the window fires: its result rows are emitted, in window-end order,
   before the watermark is forwarded. With ``allowed_lateness(d)`` the window's
@@ -55,7 +55,7 @@ from ...core.key_groups import key_group_range
 from ...core.partitioners import KeySelector
 from ...errors import ConfigurationError
 from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
-from ...time.windows import WindowAssigner, WindowAssignment
+from ...windowing.assigners import WindowAssigner, WindowAssignment
 from .base import StreamOperator, close_function, open_function
 from .key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
 from .window_contents import WindowContents

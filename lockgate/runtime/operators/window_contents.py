@@ -6,7 +6,7 @@ results get out; the windowing logic (assignment, merging, firing, lateness,
 snapshots) is the same for all (:mod:`.window_store`, :mod:`.window`):
 
 * :class:`BuiltinContents` - ``aggregate(lg.agg.count(), ...)``: a columnar
-  :class:`~lockgate.time.window_aggregates.Accumulators`; records are reduced a
+  :class:`~lockgate.windowing.aggregates.Accumulators`; records are reduced a
   batch at a time with numpy (the fast path, no per-record Python).
 * :class:`AggregateFunctionContents` - ``aggregate(MyAggregateFunction())``: one
   accumulator object per row, ``add(value, acc)`` per record.
@@ -41,7 +41,7 @@ import pyarrow as pa
 from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
 from ...core.user_functions import bind_function, is_default_method
 from ...errors import ConfigurationError
-from ...time.window_aggregates import (
+from ...windowing.aggregates import (
     WINDOW_END,
     WINDOW_START,
     Accumulators,
@@ -49,7 +49,7 @@ from ...time.window_aggregates import (
     WindowPartials,
     window_result_batch,
 )
-from ...time.windows import TimeWindow, WindowAssignment
+from ...windowing.assigners import TimeWindow, WindowAssignment
 from .element_context import tag_name
 
 #: the field of AggregateFunction and reduce results holding the value

@@ -9,7 +9,7 @@ Two stores, one per kind of assigner:
   window) with numpy and merged into the table in one call per window.
 * :class:`SessionStore` - merging windows: flat arrays of (key code, start, end)
   rows; a batch's windows are merged with the open sessions of its keys by
-  :func:`~lockgate.time.session_merge.merge_session_windows` (vectorized), and
+  :func:`~lockgate.windowing.session_merge.merge_session_windows` (vectorized), and
   the store is rebuilt from the untouched rows and the merge results.
 
 Every row has a ``fired`` flag: whether its current contents were emitted (a row
@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...time.session_merge import merge_session_windows
-from ...time.windows import WindowAssignment
+from ...windowing.assigners import WindowAssignment
+from ...windowing.session_merge import merge_session_windows
 from .window_contents import WindowContents
 
 

@@ -16,9 +16,9 @@ import pytest
 
 import lockgate as lg
 from lockgate.errors import ConfigurationError
-from lockgate.time import distinct_values as dv
-from lockgate.time.window_aggregates import Accumulators, WindowAggregation
-from lockgate.time.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from lockgate.windowing import distinct_values as dv
+from lockgate.windowing.aggregates import Accumulators, WindowAggregation
+from lockgate.windowing.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 
 EXACT = WindowAggregation.of(
     lg.agg.count(), lg.agg.count_distinct("u"), lg.agg.sum("v"), lg.agg.count_distinct("v")

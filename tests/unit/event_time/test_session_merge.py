@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.errors import ConfigurationError
-from lockgate.time.session_merge import (
+from lockgate.windowing.assigners import TimeWindow
+from lockgate.windowing.session_merge import (
     NO_STATE,
     SessionAdd,
     SessionWindowSet,
     merge_session_windows,
 )
-from lockgate.time.windows import TimeWindow
 
 
 def naive_merge(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:

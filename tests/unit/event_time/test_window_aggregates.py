@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from lockgate.core.batch import RowBatch, scalar_batch
 from lockgate.errors import ConfigurationError
-from lockgate.time.window_aggregates import (
+from lockgate.windowing.aggregates import (
     Accumulators,
     WindowAggregate,
     WindowAggregation,
@@ -24,7 +24,7 @@ from lockgate.time.window_aggregates import (
     group_keys_and_windows,
     window_result_batch,
 )
-from lockgate.time.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from lockgate.windowing.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
 
 ALL = WindowAggregation.of(
     agg.count(),

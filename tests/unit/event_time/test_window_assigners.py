@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate.errors import ConfigurationError
-from lockgate.time.windows import (
+from lockgate.windowing.assigners import (
     EventTimeSessionWindows,
     ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,

@@ -18,8 +18,8 @@ from lockgate.core.elements import Watermark
 from lockgate.runtime.operators import window as window_module
 from lockgate.runtime.operators.window_contents import BuiltinContents, ReduceContents
 from lockgate.runtime.operators.window_store import AlignedStore, WindowTable
-from lockgate.time.window_aggregates import WindowAggregation
-from lockgate.time.windows import WindowAssignment
+from lockgate.windowing.aggregates import WindowAggregation
+from lockgate.windowing.assigners import WindowAssignment
 
 
 def batches(out: Any) -> list[Any]:

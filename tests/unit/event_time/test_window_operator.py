@@ -32,7 +32,7 @@ from lockgate.runtime.operators.window_contents import (
     ReduceContents,
 )
 from lockgate.runtime.processing_time import ProcessingTimeService
-from lockgate.time.window_aggregates import WindowAggregation
+from lockgate.windowing.aggregates import WindowAggregation
 
 MAXP = 128
 

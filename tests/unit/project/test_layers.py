@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # elements, batches, key groups and hashing, partitioning, clocks, durations
     ("core", ["lockgate.core"]),
     ("time", ["lockgate.time"]),
+    # window assigners, the built-in window aggregates, session merging
+    ("windowing", ["lockgate.windowing"]),
     # where state is written: the state backends upload through it, as Flink's do
     (
         "checkpoint-storage",

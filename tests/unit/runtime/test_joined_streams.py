@@ -32,7 +32,7 @@ from lockgate.runtime.operators.window_join import (
     pair_indices,
 )
 from lockgate.runtime.operators.window_store import SessionStore
-from lockgate.time.windows import WindowAssignment
+from lockgate.windowing.assigners import WindowAssignment
 
 
 def streams() -> tuple[lg.StreamEnvironment, lg.DataStream, lg.DataStream]:

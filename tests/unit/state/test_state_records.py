@@ -45,7 +45,7 @@ from lockgate.core.state_records import (
     spec_of,
     state_record,
 )
-from lockgate.time.window_aggregates import WindowAggregate, WindowAggregation
+from lockgate.windowing.aggregates import WindowAggregate, WindowAggregation
 
 
 def no_pickles(value: Any) -> Any:
@@ -99,7 +99,7 @@ def test_a_thousand_splits_are_records_not_one_pickle() -> None:
 
 
 def test_window_accumulators_are_records_of_arrays() -> None:
-    from lockgate.time.window_aggregates import Accumulators
+    from lockgate.windowing.aggregates import Accumulators
 
     aggregation = WindowAggregation(
         (WindowAggregate("count", None, "count"), WindowAggregate("sum", "v", "sum_v"))

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigurationError
-from .windows import TimeWindow
+from .assigners import TimeWindow
 
 NO_STATE = -1
 """The state id of a merged window that absorbed no existing window."""

@@ -18,7 +18,7 @@ Window starts are aligned to the epoch plus ``offset``: a tumbling window of
 size ``s`` starts at ``k * s + offset`` for an integer ``k`` (floor semantics,
 also for negative timestamps). Session assigners give each record the window
 ``[t, t + gap)``; windows of one key that overlap *or touch* are merged into
-one session (:mod:`lockgate.time.session_merge`), so records at most ``gap``
+one session (:mod:`lockgate.windowing.session_merge`), so records at most ``gap``
 apart share a session.
 
 Processing-time assigners compute the same windows from the processing time

@@ -77,7 +77,7 @@ from ..core.batch import RowBatch, to_arrow
 from ..core.state_records import state_record
 from ..errors import ConfigurationError
 from . import distinct_values as dv
-from .windows import WindowAssignment
+from .assigners import WindowAssignment
 
 KINDS = (
     "count",
