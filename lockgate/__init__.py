@@ -94,7 +94,7 @@ from .time.watermark_generators import (
     WatermarksWithIdleness,
 )
 from .time.watermark_strategy import InvalidTimestampError, WatermarkStrategy
-from .windowing.aggregates import WindowAggregate, agg
+from .windowing.aggregate_specs import WindowAggregate, agg
 from .windowing.assigners import (
     EventTimeSessionWindows,
     ProcessingTimeSessionWindows,

@@ -30,7 +30,7 @@ from typing import Any
 from ..core.row_kind import Change, RowKind
 from ..errors import ConfigurationError, MalformedRecordError
 from ..state.descriptors import ValueStateDescriptor
-from ..windowing.aggregates import WindowAggregate
+from ..windowing.aggregate_specs import WindowAggregate
 from .functions import KeyedProcessFunction
 
 _MINUS_U, _PLUS_U = RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER

@@ -48,7 +48,8 @@ from ..runtime.operators.window_contents import (
     check_merge_support,
 )
 from ..runtime.operators.window_keys import KEY_FIELD
-from ..windowing.aggregates import WINDOW_END, WINDOW_START, WindowAggregate, WindowAggregation
+from ..windowing.aggregate_specs import WINDOW_END, WINDOW_START, WindowAggregate
+from ..windowing.aggregates import WindowAggregation
 from ..windowing.assigners import WindowAssigner
 from .stream_protocols import DS, KeyedLike
 

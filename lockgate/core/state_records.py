@@ -49,7 +49,7 @@ RECORD_MODULES: dict[str, str] = {
     "delta.transaction": "lockgate.connectors.delta.sink",
     "delta.data_file": "lockgate.connectors.delta.files",
     "iceberg.transaction": "lockgate.connectors.iceberg.sink",
-    "window.aggregate": "lockgate.windowing.aggregates",
+    "window.aggregate": "lockgate.windowing.aggregate_specs",
     "window.aggregation": "lockgate.windowing.aggregates",
     "window.accumulators": "lockgate.windowing.aggregates",
     "window_join.state": "lockgate.runtime.operators.window_join",

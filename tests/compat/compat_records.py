@@ -41,7 +41,8 @@ from lockgate.connectors.redis.stream import RedisStreamSplit
 from lockgate.core.batch import RowBatch
 from lockgate.core.state_records import spec_of
 from lockgate.runtime.operators.window_join import JoinState
-from lockgate.windowing.aggregates import Accumulators, WindowAggregate, WindowAggregation
+from lockgate.windowing.aggregate_specs import WindowAggregate
+from lockgate.windowing.aggregates import Accumulators, WindowAggregation
 
 TREE_FILE = "records.tree"
 FIELDS_FILE = "records.json.gz"

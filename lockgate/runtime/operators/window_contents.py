@@ -41,9 +41,8 @@ import pyarrow as pa
 from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
 from ...core.user_functions import bind_function, is_default_method
 from ...errors import ConfigurationError
+from ...windowing.aggregate_specs import WINDOW_END, WINDOW_START
 from ...windowing.aggregates import (
-    WINDOW_END,
-    WINDOW_START,
     Accumulators,
     WindowAggregation,
     WindowPartials,

@@ -16,15 +16,10 @@ from hypothesis import strategies as st
 
 from lockgate.core.batch import RowBatch, scalar_batch
 from lockgate.errors import ConfigurationError
-from lockgate.windowing.aggregates import (
-    Accumulators,
-    WindowAggregate,
-    WindowAggregation,
-    agg,
-    group_keys_and_windows,
-    window_result_batch,
-)
+from lockgate.windowing.aggregate_specs import WindowAggregate, agg
+from lockgate.windowing.aggregates import Accumulators, WindowAggregation, window_result_batch
 from lockgate.windowing.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from lockgate.windowing.window_groups import group_keys_and_windows
 
 ALL = WindowAggregation.of(
     agg.count(),

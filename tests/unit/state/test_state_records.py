@@ -45,7 +45,8 @@ from lockgate.core.state_records import (
     spec_of,
     state_record,
 )
-from lockgate.windowing.aggregates import WindowAggregate, WindowAggregation
+from lockgate.windowing.aggregate_specs import WindowAggregate
+from lockgate.windowing.aggregates import WindowAggregation
 
 
 def no_pickles(value: Any) -> Any:
