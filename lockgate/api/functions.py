@@ -19,7 +19,7 @@ from ..runtime.context import RuntimeContext
 from ..runtime.operators import broadcast as _broadcast
 from ..runtime.operators import interval_join as _interval_join
 from ..runtime.operators.keyed import ElementContext
-from ..runtime.operators.window_contents import WindowContext
+from ..runtime.operators.window.contents import WindowContext
 
 
 class Function:

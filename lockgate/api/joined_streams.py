@@ -26,7 +26,7 @@ window, one list possibly empty).
 Guarantees: both inputs share one window operator (tagged by side, unioned, keyed by
 the key), so windows - including merged sessions, which merge over both sides'
 records - fire, take late records, checkpoint, restore and rescale exactly as
-``key_by(...).window(...)`` does (:mod:`lockgate.runtime.operators.window`); every
+``key_by(...).window(...)`` does (:mod:`lockgate.runtime.operators.window.operator`); every
 output's event timestamp is its window's ``end - 1``. A window firing again within
 its allowed lateness emits the join of its whole updated contents (as Flink). Late
 records beyond the lateness are dropped and counted (``side_out["late records

@@ -25,7 +25,7 @@ Window functions, and the records they produce (each with the event timestamp
   records are emitted as it yields them.
 
 Firing, lateness and late data are described in
-:mod:`lockgate.runtime.operators.window`.
+:mod:`lockgate.runtime.operators.window.operator`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from ..core.user_functions import bind_function
 from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
 from ..runtime.operators.keyed import tag_name
-from ..runtime.operators.window import WindowOperator
-from ..runtime.operators.window_contents import (
+from ..runtime.operators.window.contents import (
     RESULT_FIELD,
     AggregateFunctionContents,
     BuiltinContents,
@@ -47,7 +46,8 @@ from ..runtime.operators.window_contents import (
     WindowContents,
     check_merge_support,
 )
-from ..runtime.operators.window_keys import KEY_FIELD
+from ..runtime.operators.window.keys import KEY_FIELD
+from ..runtime.operators.window.operator import WindowOperator
 from ..windowing.aggregate_specs import WINDOW_END, WINDOW_START, WindowAggregate
 from ..windowing.aggregates import WindowAggregation
 from ..windowing.assigners import WindowAssigner

@@ -34,7 +34,7 @@ import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from conftest import is_spark, wait_until
 from lockgate.core.elements import MIN_WATERMARK
-from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
 from lockgate.testing import FailAtRecord, inject_faults
 
 KEYS = 20_000

@@ -25,7 +25,7 @@ import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from conftest import FileProbe, is_spark, wait_until
 from lockgate.api.functions import ProcessWindowFunction
-from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
 from lockgate.testing import FailAtRecord, inject_faults
 
 KEYS = 1000

@@ -58,7 +58,7 @@ from ...core.state_records import state_record
 from ...core.user_functions import bind_function
 from ...errors import ConfigurationError
 from .basic import first_none
-from .window_contents import WindowContents
+from .window.contents import WindowContents
 
 #: the field telling a tagged record's side (0: left, 1: right)
 SIDE_FIELD = "__lockgate_join_side"

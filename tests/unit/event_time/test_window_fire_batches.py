@@ -15,9 +15,9 @@ from test_window_operator import make, recs, tumbling, wm
 import lockgate as lg
 from lockgate.core.batch import timestamps_of
 from lockgate.core.elements import Watermark
-from lockgate.runtime.operators import window as window_module
-from lockgate.runtime.operators.window_contents import BuiltinContents, ReduceContents
-from lockgate.runtime.operators.window_store import AlignedStore, WindowTable
+from lockgate.runtime.operators.window import operator as window_module
+from lockgate.runtime.operators.window.contents import BuiltinContents, ReduceContents
+from lockgate.runtime.operators.window.store import AlignedStore, WindowTable
 from lockgate.windowing.aggregates import WindowAggregation
 from lockgate.windowing.assigners import WindowAssignment
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from lockgate.core.partitioners import KeySelector
-from lockgate.runtime.operators.window_keys import KeyDictionary
+from lockgate.runtime.operators.window.keys import KeyDictionary
 
 
 def _by_values(keys: KeyDictionary, codes: np.ndarray) -> dict[str, pa.Array] | None:

@@ -24,13 +24,13 @@ from lockgate.core.partitioners import KeySelector
 from lockgate.errors import ConfigurationError, UserFunctionError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output
-from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED, WindowOperator
-from lockgate.runtime.operators.window_contents import (
+from lockgate.runtime.operators.window.contents import (
     AggregateFunctionContents,
     BuiltinContents,
     ProcessContents,
     ReduceContents,
 )
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED, WindowOperator
 from lockgate.runtime.processing_time import ProcessingTimeService
 from lockgate.windowing.aggregates import WindowAggregation
 

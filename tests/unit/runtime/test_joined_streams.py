@@ -16,7 +16,8 @@ import lockgate as lg
 from lockgate.core.batch import RowBatch, timestamps_of
 from lockgate.core.key_groups import subtask_for_key
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.operators.window import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.store import SessionStore
 from lockgate.runtime.operators.window_join import (
     ARROW_JOIN,
     FUNCTION_JOIN,
@@ -31,7 +32,6 @@ from lockgate.runtime.operators.window_join import (
     key_fields,
     pair_indices,
 )
-from lockgate.runtime.operators.window_store import SessionStore
 from lockgate.windowing.assigners import WindowAssignment
 
 

@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...windowing.assigners import WindowAssignment
-from ...windowing.session_merge import merge_session_windows
-from .window_contents import WindowContents
+from ....windowing.assigners import WindowAssignment
+from ....windowing.session_merge import merge_session_windows
+from .contents import WindowContents
 
 
 class Rows(NamedTuple):

@@ -26,7 +26,7 @@ runs a :class:`WindowOperator`. What it guarantees:
   injectable clock) passes ``end - 1`` (reads ``end`` or later: no later record can
   fall in it), and is then dropped. At the end of a
   bounded input, open processing-time windows fire with what they hold.
-* **Results** carry the window (see :mod:`.window_contents` for their shape) and
+* **Results** carry the window (see :mod:`.contents` for their shape) and
   the event timestamp ``end - 1``.
 * **Checkpoints (M-T3, M-T4).** The synchronous part of a snapshot is cheap
   (copy-on-write for the vectorized aggregates; user accumulators are pickled);
@@ -49,18 +49,18 @@ from typing import Any
 
 import numpy as np
 
-from ...core.batch import Batch, num_rows, take, timestamps_of
-from ...core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
-from ...core.key_groups import key_group_range
-from ...core.partitioners import KeySelector
-from ...errors import ConfigurationError
-from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
-from ...windowing.assigners import WindowAssigner, WindowAssignment
-from .base import StreamOperator, close_function, open_function
-from .key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
-from .window_contents import WindowContents
-from .window_keys import KeyDictionary
-from .window_store import AlignedStore, Block, Rows, SessionStore
+from ....core.batch import Batch, num_rows, take, timestamps_of
+from ....core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
+from ....core.key_groups import key_group_range
+from ....core.partitioners import KeySelector
+from ....errors import ConfigurationError
+from ....state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
+from ....windowing.assigners import WindowAssigner, WindowAssignment
+from ..base import StreamOperator, close_function, open_function
+from ..key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
+from .contents import WindowContents
+from .keys import KeyDictionary
+from .store import AlignedStore, Block, Rows, SessionStore
 
 #: the ``side_out`` metric counting late records dropped (no late-data side output)
 LATE_RECORDS_DROPPED = "late records dropped"

@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...core.batch import Batch
-from ...core.key_groups import key_groups_of_column, key_groups_of_keys
-from ...core.partitioners import KeySelector
+from ....core.batch import Batch
+from ....core.key_groups import key_groups_of_column, key_groups_of_keys
+from ....core.partitioners import KeySelector
 
 #: the result column holding the key of a window keyed by a function
 KEY_FIELD = "key"

@@ -3,7 +3,7 @@
 A window operator keeps, for every (key, window) *row*, a payload row. The four
 kinds of contents differ only in that payload and in how records get in and
 results get out; the windowing logic (assignment, merging, firing, lateness,
-snapshots) is the same for all (:mod:`.window_store`, :mod:`.window`):
+snapshots) is the same for all (:mod:`.store`, :mod:`.operator`):
 
 * :class:`BuiltinContents` - ``aggregate(lg.agg.count(), ...)``: a columnar
   :class:`~lockgate.windowing.aggregates.Accumulators`; records are reduced a
@@ -38,18 +38,18 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
-from ...core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
-from ...core.user_functions import bind_function, is_default_method
-from ...errors import ConfigurationError
-from ...windowing.aggregate_specs import WINDOW_END, WINDOW_START
-from ...windowing.aggregates import (
+from ....core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ....core.user_functions import bind_function, is_default_method
+from ....errors import ConfigurationError
+from ....windowing.aggregate_specs import WINDOW_END, WINDOW_START
+from ....windowing.aggregates import (
     Accumulators,
     WindowAggregation,
     WindowPartials,
     window_result_batch,
 )
-from ...windowing.assigners import TimeWindow, WindowAssignment
-from .element_context import tag_name
+from ....windowing.assigners import TimeWindow, WindowAssignment
+from ..element_context import tag_name
 
 #: the field of AggregateFunction and reduce results holding the value
 RESULT_FIELD = "result"
