@@ -17,7 +17,7 @@ from ..core.user_functions import default_method
 from ..runtime.async_runner import AsyncFunction as AsyncFunction  # async I/O (M-W7)
 from ..runtime.context import RuntimeContext
 from ..runtime.operators import broadcast as _broadcast
-from ..runtime.operators import interval_join as _interval_join
+from ..runtime.operators.join import interval_join as _interval_join
 from ..runtime.operators.keyed import ElementContext
 from ..runtime.operators.window.contents import WindowContext
 

@@ -11,7 +11,7 @@
 A left record at ``tl`` and a right record with the same key at ``tr`` join when
 ``tl + lower <= tr <= tl + upper`` (``lower_bound_exclusive()`` /
 ``upper_bound_exclusive()`` leave a bound out). Semantics, state and checkpoints are
-described in :mod:`lockgate.runtime.operators.interval_join`.
+described in :mod:`lockgate.runtime.operators.join.interval_join`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Generic
 from ..errors import ConfigurationError
 from ..graph.operator_factory import OperatorFactory
 from ..graph.transformations import Kind, Transformation
-from ..runtime.operators.interval_join import IntervalJoinOperator
+from ..runtime.operators.join.interval_join import IntervalJoinOperator
 from ..runtime.operators.keyed import tag_name
 from .stream_protocols import DS, KeyedLike
 

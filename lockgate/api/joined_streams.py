@@ -30,7 +30,7 @@ records - fire, take late records, checkpoint, restore and rescale exactly as
 output's event timestamp is its window's ``end - 1``. A window firing again within
 its allowed lateness emits the join of its whole updated contents (as Flink). Late
 records beyond the lateness are dropped and counted (``side_out["late records
-dropped"]`` of the window operator). See :mod:`lockgate.runtime.operators.window_join`.
+dropped"]`` of the window operator). See :mod:`lockgate.runtime.operators.join.window_join`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, Generic
 
 from ..core.durations import Duration
 from ..errors import ConfigurationError
-from ..runtime.operators.window_join import (
+from ..runtime.operators.join.window_join import (
     ARROW_JOIN,
     CO_GROUP,
     FLAT_JOIN,

@@ -52,7 +52,7 @@ RECORD_MODULES: dict[str, str] = {
     "window.aggregate": "lockgate.windowing.aggregate_specs",
     "window.aggregation": "lockgate.windowing.aggregates",
     "window.accumulators": "lockgate.windowing.aggregates",
-    "window_join.state": "lockgate.runtime.operators.window_join",
+    "window_join.state": "lockgate.runtime.operators.join.window_join",
     "checkpoint.state_handle": "lockgate.checkpoint.types",
 }
 

@@ -19,7 +19,7 @@ from ..checkpoint.state_tree import has_pickles
 from ..checkpoint.storage_url import open_storage
 from ..errors import ConfigurationError
 from ..recovery.restore import CHANNEL_STATE_PREFIX, RestoreSpec, resolve_restore_path
-from ..runtime.operators.interval_join import INTERVAL_JOIN_STATE_FORMAT
+from ..runtime.operators.join.interval_join import INTERVAL_JOIN_STATE_FORMAT
 from ..runtime.operators.window.operator import WINDOW_STATE_FORMAT
 from .decode import StatePart, decode_subtask
 from .errors import PickledStateError, SavepointFormatError

@@ -40,7 +40,7 @@ from lockgate.connectors.postgres.sink import PgTransaction
 from lockgate.connectors.redis.stream import RedisStreamSplit
 from lockgate.core.batch import RowBatch
 from lockgate.core.state_records import spec_of
-from lockgate.runtime.operators.window_join import JoinState
+from lockgate.runtime.operators.join.window_join import JoinState
 from lockgate.windowing.aggregate_specs import WindowAggregate
 from lockgate.windowing.aggregates import Accumulators, WindowAggregation
 

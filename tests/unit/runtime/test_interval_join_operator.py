@@ -26,7 +26,7 @@ from lockgate.core.partitioners import KeySelector
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.context import RuntimeContext
 from lockgate.runtime.operators.base import Output
-from lockgate.runtime.operators.interval_join import LATE_RECORDS_DROPPED, IntervalJoinOperator
+from lockgate.runtime.operators.join.interval_join import LATE_RECORDS_DROPPED, IntervalJoinOperator
 
 MAXP = 128
 

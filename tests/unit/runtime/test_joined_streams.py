@@ -16,9 +16,7 @@ import lockgate as lg
 from lockgate.core.batch import RowBatch, timestamps_of
 from lockgate.core.key_groups import subtask_for_key
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
-from lockgate.runtime.operators.window.store import SessionStore
-from lockgate.runtime.operators.window_join import (
+from lockgate.runtime.operators.join.window_join import (
     ARROW_JOIN,
     FUNCTION_JOIN,
     KEY_FIELD,
@@ -32,6 +30,8 @@ from lockgate.runtime.operators.window_join import (
     key_fields,
     pair_indices,
 )
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.store import SessionStore
 from lockgate.windowing.assigners import WindowAssignment
 
 
@@ -201,6 +201,25 @@ def test_a_frozen_payload_does_not_see_later_records() -> None:
     c.fold(own, np.array([0]), part, np.array([0]))
     assert records(c.thaw(frozen), c)[0] == ([10], [11])
     assert records(own, c)[0] == ([10, 99], [11])
+
+
+def test_python_records_frozen_before_the_join_package_thaw() -> None:
+    """lockgate 0.1.0 froze a buffer of Python records as a pickle naming the module
+    JoinState had then, lockgate.runtime.operators.window_join (issue 41 moved it to
+    join/): such a savepoint still restores."""
+    c = JoinContents(FUNCTION_JOIN, lambda left, right: (left, right))
+    state = JoinState(1, [(np.array([0]), [{"id": 10}])], [(np.array([0]), [{"id": 11}])])
+    frozen = c.freeze(state)
+    assert isinstance(frozen, bytes)
+    # protocol 2 names classes as text lines: rename the module as 0.1.0 wrote it
+    old = pickle.dumps(pickle.loads(frozen), protocol=2).replace(
+        b"lockgate.runtime.operators.join.window_join\n",
+        b"lockgate.runtime.operators.window_join\n",
+    )
+    assert b"lockgate.runtime.operators.window_join\n" in old
+    thawed = c.thaw(old)
+    assert thawed.n == 1
+    assert [part for _, part in thawed.left + thawed.right] == [[{"id": 10}], [{"id": 11}]]
 
 
 def test_taking_most_rows_moves_no_records_and_a_snapshot_holds_live_records_only() -> None:

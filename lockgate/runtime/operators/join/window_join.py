@@ -2,11 +2,12 @@
 
 ``a.join(b).where(ka).equal_to(kb).window(assigner).apply(fn)`` is built as Flink
 builds it: each input is *tagged* with its side and its key, the two tagged streams
-are unioned and keyed by the key, and one :class:`~.window.WindowOperator` holds
-both sides' records per (key, window) as :class:`JoinContents`. Assignment,
-merging (sessions merge over both sides' records), firing, allowed lateness, late
-records, checkpoints, restores and rescaling are the window operator's (see
-:mod:`.window`).
+are unioned and keyed by the key, and one
+:class:`~lockgate.runtime.operators.window.operator.WindowOperator` holds both sides'
+records per (key, window) as :class:`JoinContents`. Assignment, merging (sessions merge
+over both sides' records), firing, allowed lateness, late records, checkpoints, restores
+and rescaling are the window operator's (see
+:mod:`lockgate.runtime.operators.window.operator`).
 
 Tagging (:class:`TagBatch`, :class:`TagRecord`):
 
@@ -44,6 +45,8 @@ subtask once it has seen records of both inputs.
 
 from __future__ import annotations
 
+import io
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -51,14 +54,14 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
-from ...core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
-from ...core.excerpt import excerpt
-from ...core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
-from ...core.state_records import state_record
-from ...core.user_functions import bind_function
-from ...errors import ConfigurationError
-from .basic import first_none
-from .window.contents import WindowContents
+from ....core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ....core.excerpt import excerpt
+from ....core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
+from ....core.state_records import state_record
+from ....core.user_functions import bind_function
+from ....errors import ConfigurationError
+from ..basic import first_none
+from ..window.contents import WindowContents
 
 #: the field telling a tagged record's side (0: left, 1: right)
 SIDE_FIELD = "__lockgate_join_side"
@@ -177,6 +180,27 @@ class JoinState:
 
     def __setstate__(self, state: tuple[int, list[Chunk], list[Chunk]]) -> None:
         self.n, self.left, self.right = state
+
+
+#: where JoinState was defined before: a frozen buffer of Python records
+#: (:meth:`JoinContents.freeze`) is a pickle of a JoinState, so savepoints written then
+#: name that module (lockgate 0.1.0 wrote lockgate.runtime.operators.window_join)
+FORMER_MODULES = ("lockgate.runtime.operators.window_join",)
+
+
+class _FrozenUnpickler(pickle.Unpickler):
+    """``pickle.loads`` (which ``cloudpickle.loads`` is), finding the classes of
+    :data:`FORMER_MODULES` in this module."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in FORMER_MODULES:
+            module = __name__
+        return super().find_class(module, name)
+
+
+def _load_frozen(frozen: bytes) -> JoinState:
+    state: JoinState = _FrozenUnpickler(io.BytesIO(frozen)).load()
+    return state
 
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
@@ -332,7 +356,7 @@ class JoinContents(WindowContents):
             ) from e
 
     def thaw(self, frozen: Any) -> JoinState:
-        state = frozen if isinstance(frozen, JoinState) else cloudpickle.loads(frozen)
+        state = frozen if isinstance(frozen, JoinState) else _load_frozen(frozen)
         return JoinState(state.n, list(state.left), list(state.right))
 
     # -- records --------------------------------------------------------------------
@@ -489,7 +513,7 @@ def _regrouped(groups: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 def none_join_error(left: object, right: object) -> TypeError:
     """The error for a join function that returned None for a pair (worded as
-    :func:`~.basic.none_result_error` of ``map``)."""
+    :func:`~lockgate.runtime.operators.basic.none_result_error` of ``map``)."""
     return TypeError(
         f"join() returned None for the pair of the left record {excerpt(left)} and the "
         f"right record {excerpt(right)}; a join function must return a record for every "

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.batch import (
+from ....core.batch import (
     TS_COLUMN,
     Batch,
     RowBatch,
@@ -60,9 +60,9 @@ from ...core.batch import (
     to_arrow,
     to_rows,
 )
-from ...core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
-from ...core.key_groups import key_group_range, key_groups_of_keys
-from ...core.key_types import (
+from ....core.elements import MAX_WATERMARK, MIN_WATERMARK, Watermark
+from ....core.key_groups import key_group_range, key_groups_of_keys
+from ....core.key_types import (
     KeyKindCheck,
     arrow_types,
     canonical_key_columns,
@@ -70,14 +70,14 @@ from ...core.key_types import (
     python_types,
     schema_kinds,
 )
-from ...core.partitioners import KeySelector
-from ...core.user_functions import bind_function
-from ...errors import ConfigurationError
-from ...state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
-from .base import StreamOperator, close_function, open_function
-from .basic import _SINGLE_RECORDS, single_record_error
-from .key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
-from .keyed import ElementContext
+from ....core.partitioners import KeySelector
+from ....core.user_functions import bind_function
+from ....errors import ConfigurationError
+from ....state.snapshot import PAYLOAD_MARK, PAYLOAD_VERSION, payload_part
+from ..base import StreamOperator, close_function, open_function
+from ..basic import _SINGLE_RECORDS, single_record_error
+from ..key_group_state import check_max_parallelism, empty_floor, subtask_key_groups, take_floor
+from ..keyed import ElementContext
 
 #: the ``side_out`` metric counting late records dropped (no late-data side output)
 LATE_RECORDS_DROPPED = "late records dropped"
