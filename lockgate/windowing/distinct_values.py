@@ -1,7 +1,7 @@
 """Distinct values per accumulator row, exact or sketched, a batch at a time.
 
 The two distinct-count aggregates (``lg.agg.count_distinct`` and
-``lg.agg.approx_count_distinct``, see :mod:`.window_aggregates`) keep, per (key,
+``lg.agg.approx_count_distinct``, see :mod:`.aggregates`) keep, per (key,
 window) row, an immutable value: a row's distinct values as one Arrow array (exact),
 or an Apache DataSketches HyperLogLog sketch (approximate); ``None`` for a row
 without values. Rows are never changed in place: merging builds new arrays or
