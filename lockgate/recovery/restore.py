@@ -60,6 +60,7 @@ from ..checkpoint.storage_options import StorageOptions
 from ..checkpoint.storage_url import open_storage
 from ..checkpoint.types import StateHandle
 from ..errors import LockgateError
+from ..runtime.operators.base import RestoredState
 from ..state.canonical import NATIVE_FORMAT
 
 log = logging.getLogger(__name__)
@@ -130,8 +131,9 @@ class RestoreSpec:
         return is_fully_finished(self.finished_operators.get(uid))
 
 
-class OperatorRestore:
-    """The recorded state of one operator as one subtask of the new attempt sees it.
+class OperatorRestore(RestoredState):
+    """The recorded state of one operator as one subtask of the new attempt sees it (the
+    :class:`~lockgate.runtime.operators.base.RestoredState` an operator restores from).
 
     At the parallelism the checkpoint was taken with, subtask ``i`` restores exactly
     the state subtask ``i`` wrote. At another parallelism, :meth:`assigned` gives the

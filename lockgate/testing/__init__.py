@@ -28,7 +28,7 @@ from .faults import (
     KillWorker,
     seeded_faults,
 )
-from .harness import OperatorHarness, OperatorSnapshot
+from .harness import OperatorHarness, OperatorSnapshot, OutputBatch, PendingSnapshot
 from .schedule import FaultSchedule, inject_faults
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
     "KillWorker",
     "OperatorHarness",
     "OperatorSnapshot",
+    "OutputBatch",
+    "PendingSnapshot",
     "inject_faults",
     "seeded_faults",
 ]

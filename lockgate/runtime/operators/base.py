@@ -9,7 +9,7 @@ Lifecycle, in order: ``setup`` → ``open`` → ``process_batch``* → ``finish`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +20,44 @@ from ...core.user_functions import PLAIN_CALLABLES
 from ...errors import ChangelogError, TaskCancelledError, UserFunctionError
 from ..context import RuntimeContext
 from ..metrics import OperatorCounters
+
+
+class RestoredState(Protocol):
+    """What :meth:`StreamOperator.initialize_state` is given to restore from: the states
+    the old subtasks of a checkpoint wrote for one operator, as one subtask of the new
+    attempt (``subtask`` of ``parallelism``) sees them.
+
+    :class:`lockgate.recovery.restore.OperatorRestore` reads them from a checkpoint's
+    storage, :class:`lockgate.testing.OperatorHarness` from its in-memory snapshots; both
+    subclass this protocol, so an operator sees the same interface from either.
+    """
+
+    #: this subtask's index in the new attempt
+    subtask: int
+    #: the new attempt's parallelism
+    parallelism: int
+
+    @property
+    def same_parallelism(self) -> bool:
+        """Whether every old subtask wrote state and there were ``parallelism`` of them."""
+        ...
+
+    def own(self) -> Any:
+        """The state the old subtask with this subtask's index wrote, or None."""
+        ...
+
+    def by_subtask(self) -> dict[int, Any]:
+        """Old subtask index -> its state, for every old subtask that wrote one."""
+        ...
+
+    def assigned(self) -> list[Any]:
+        """The states of the old subtasks ``j`` with ``j % parallelism == subtask`` (the
+        ones this subtask takes over), in subtask order."""
+        ...
+
+    def all(self) -> list[Any]:
+        """The states of every old subtask, in subtask order."""
+        ...
 
 
 class Output:
@@ -90,9 +128,9 @@ class StreamOperator:
         self.ctx = ctx
         self.output = output
 
-    def initialize_state(self, restored: Any) -> None:
+    def initialize_state(self, restored: RestoredState | None) -> None:
         """Called once before ``open``: ``restored`` is the operator's recorded state to
-        take over (a :class:`~lockgate.recovery.restore.OperatorRestore`), or None on a
+        take over (a :class:`RestoredState`), or None on a
         fresh start or when the restored checkpoint holds nothing for this operator
         (M-R1). Stateless operators ignore it."""
 

@@ -15,34 +15,25 @@ import cloudpickle
 import pytest
 
 import lockgate as lg
-from lockgate.core.batch import RowBatch, timestamps_of, to_rows
+from lockgate.core.batch import RowBatch, to_rows
 from lockgate.core.elements import StreamElement, StreamStatus, Watermark
-from lockgate.core.partitioners import KeySelector
 from lockgate.graph.execution_plan import OperatorPlan, VertexPlan
 from lockgate.graph.operator_factory import OperatorFactory
 from lockgate.graph.transformations import Kind
 from lockgate.runtime.chain import OperatorChain
-from lockgate.runtime.context import RuntimeContext
-from lockgate.runtime.operators.base import Output, StreamOperator
-from lockgate.runtime.operators.keyed import KeyedProcessOperator
-from lockgate.runtime.processing_time import ProcessingTimeService
+from lockgate.runtime.operators.base import StreamOperator
+from lockgate.testing import OperatorHarness, OutputBatch
 
 
-class Collect(Output):
-    """What an operator emitted, in order: ("batch", rows, timestamps) or the element."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def emit(self, batch: Any) -> None:
-        stamps = timestamps_of(batch)
-        self.events.append(("batch", to_rows(batch), None if stamps is None else list(stamps)))
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        self.events.append(("side", tag, to_rows(batch)))
-
-    def emit_element(self, element: Any) -> None:
-        self.events.append(element)
+def events(h: OperatorHarness) -> list[Any]:
+    """What the operator emitted, in order: ("batch", rows, timestamps), ("side", tag,
+    rows) or the element."""
+    return [
+        (("batch", e.records, e.timestamps) if e.tag is None else ("side", e.tag, e.records))
+        if isinstance(e, OutputBatch)
+        else e
+        for e in h.elements
+    ]
 
 
 class TimerPerRecord(lg.KeyedProcessFunction):
@@ -56,38 +47,18 @@ class TimerPerRecord(lg.KeyedProcessFunction):
         yield {"key": ctx.current_key, "fired": timestamp}
 
 
-def keyed_operator() -> tuple[KeyedProcessOperator, Collect]:
-    op = KeyedProcessOperator(TimerPerRecord(), KeySelector("k"))
-    clock = lg.ManualClock(start_ms=0)
-    ctx = RuntimeContext(
-        task_name="t",
-        operator_name="p",
-        operator_uid="p",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-        clock=clock,
-        processing_time_service=ProcessingTimeService(clock),
-    )
-    out = Collect()
-    op.setup("p", "p", ctx, out)
-    op.initialize_state(None)
-    op.open()
-    return op, out
-
-
 def test_M_W6_a_keyed_operator_emits_the_output_of_due_timers_before_the_watermark() -> None:
-    op, out = keyed_operator()
-    op.process_batch(RowBatch([{"k": "a", "at": 20}, {"k": "b", "at": 10}, {"k": "a", "at": 50}]))
-    op.process_watermark(Watermark(30))
-    assert out.events == [
+    h = OperatorHarness.for_keyed_process(TimerPerRecord(), key="k", name="p", uid="p").open()
+    h.process([{"k": "a", "at": 20}, {"k": "b", "at": 10}, {"k": "a", "at": 50}])
+    h.process_watermark(30)
+    assert events(h) == [
         ("batch", [{"key": "b", "fired": 10}, {"key": "a", "fired": 20}], [10, 20]),
         Watermark(30),
     ], "timers fire in timestamp order, their output leaves before the watermark"
-    op.process_watermark(Watermark(49))
-    assert out.events[-1] == Watermark(49), "a watermark that makes nothing due goes on alone"
-    op.process_watermark(Watermark(50))
-    assert out.events[-2:] == [("batch", [{"key": "a", "fired": 50}], [50]), Watermark(50)]
+    h.process_watermark(49)
+    assert events(h)[-1] == Watermark(49), "a watermark that makes nothing due goes on alone"
+    h.process_watermark(50)
+    assert events(h)[-2:] == [("batch", [{"key": "a", "fired": 50}], [50]), Watermark(50)]
 
 
 # -- M-W2: the task's announced status ---------------------------------------------------

@@ -10,54 +10,50 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from test_window_operator import make, recs, tumbling, wm
+from test_window_operator import main_batches, make, recs, tumbling, wm
 
 import lockgate as lg
 from lockgate.core.batch import timestamps_of
-from lockgate.core.elements import Watermark
+from lockgate.core.elements import StreamStatus, Watermark
 from lockgate.runtime.operators.window import operator as window_module
-from lockgate.runtime.operators.window.contents import BuiltinContents, ReduceContents
+from lockgate.runtime.operators.window.contents import BuiltinContents
 from lockgate.runtime.operators.window.store import AlignedStore, WindowTable
 from lockgate.windowing.aggregates import WindowAggregation
 from lockgate.windowing.assigners import WindowAssignment
 
 
-def batches(out: Any) -> list[Any]:
-    return [e for e in out.events if e[0] == "batch"]
-
-
 def test_a_watermarks_windows_leave_as_one_arrow_batch_in_end_order() -> None:
-    op, out, _ = make(tumbling())
-    op.process_batch(recs(("a", 2500), ("a", 100), ("b", 1200), ("b", 2999), ("c", 2001)))
-    wm(op, 5000)
-    assert len(out.raw) == 1 and isinstance(out.raw[0], pa.RecordBatch)
-    (_, rows, stamps) = batches(out)[0]
+    h = make(tumbling())
+    h.process(recs(("a", 2500), ("a", 100), ("b", 1200), ("b", 2999), ("c", 2001)))
+    wm(h, 5000)
+    assert len(h.batches) == 1 and isinstance(h.batches[0], pa.RecordBatch)
+    (rows, stamps) = main_batches(h)[0]
     got = [(r["window_start"], r["k"], r["count"]) for r in rows]
     assert got[:2] == [(0, "a", 1), (1000, "b", 1)]
     assert sorted(got[2:]) == [(2000, "a", 1), (2000, "b", 1), (2000, "c", 1)]
     assert stamps == [r["window_end"] - 1 for r in rows]
-    assert list(timestamps_of(out.raw[0])) == stamps
-    kinds = [e[0] if e[0] != "element" else e[1] for e in out.events]
+    assert list(timestamps_of(h.batches[0])) == stamps
+    kinds = [e if isinstance(e, (Watermark, StreamStatus)) else "batch" for e in h.elements]
     assert kinds == ["batch", Watermark(5000)]
 
 
 def test_the_batch_is_flushed_early_at_fire_batch_rows(monkeypatch: Any) -> None:
     monkeypatch.setattr(window_module, "FIRE_BATCH_ROWS", 2)
-    op, out, _ = make(tumbling())
-    op.process_batch(recs(("a", 100), ("b", 200), ("a", 1100), ("a", 2100), ("b", 2200)))
-    wm(op, 5000)
-    sizes = [len(rows) for _, rows, _ in batches(out)]
+    h = make(tumbling())
+    h.process(recs(("a", 100), ("b", 200), ("a", 1100), ("a", 2100), ("b", 2200)))
+    wm(h, 5000)
+    sizes = [len(rows) for rows, _ in main_batches(h)]
     # [0, 1000) has 2 results: flushed; [1000, 2000) has 1 and [2000, 3000) 2: 3
     assert sizes == [2, 3]
-    starts = [r["window_start"] for _, rows, _ in batches(out) for r in rows]
+    starts = [r["window_start"] for rows, _ in main_batches(h) for r in rows]
     assert starts == [0, 0, 1000, 2000, 2000]
 
 
 def test_other_contents_still_emit_each_window_on_its_own() -> None:
-    op, out, _ = make(tumbling(), ReduceContents(lambda a, b: {**a, "n": a["n"] + b["n"]}))
-    op.process_batch(recs(("a", 100), ("a", 1100), n=1))
-    wm(op, 5000)
-    assert [len(rows) for _, rows, _ in batches(out)] == [1, 1]
+    h = make(tumbling(), reduce=lambda a, b: {**a, "n": a["n"] + b["n"]})
+    h.process(recs(("a", 100), ("a", 1100), n=1))
+    wm(h, 5000)
+    assert [len(rows) for rows, _ in main_batches(h)] == [1, 1]
 
 
 def test_ensure_distinct_gives_each_code_its_one_row() -> None:

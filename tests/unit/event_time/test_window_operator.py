@@ -17,79 +17,22 @@ import pytest
 
 import lockgate as lg
 from lockgate.api.functions import ProcessWindowFunction
-from lockgate.core.batch import RowBatch, timestamps_of, to_rows, user_view, with_timestamps
+from lockgate.core.batch import RowBatch, to_rows, with_timestamps
 from lockgate.core.elements import MAX_WATERMARK, StreamStatus, Watermark
 from lockgate.core.key_groups import key_group_for, subtask_for_key
-from lockgate.core.partitioners import KeySelector
 from lockgate.errors import ConfigurationError, UserFunctionError
-from lockgate.runtime.context import RuntimeContext
-from lockgate.runtime.operators.base import Output
-from lockgate.runtime.operators.window.contents import (
-    AggregateFunctionContents,
-    BuiltinContents,
-    ProcessContents,
-    ReduceContents,
-)
-from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED, WindowOperator
-from lockgate.runtime.processing_time import ProcessingTimeService
-from lockgate.windowing.aggregates import WindowAggregation
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
+from lockgate.testing import OperatorHarness, OperatorSnapshot, OutputBatch
 
 MAXP = 128
 
 
-class Collect(Output):
-    """Everything an operator emits, in order: ("batch", rows, timestamps),
-    ("side", tag, rows, timestamps) and ("element", element)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[Any, ...]] = []
-        self.raw: list[Any] = []
-
-    def emit(self, batch: Any) -> None:
-        self.raw.append(batch)
-        self.events.append(("batch", to_rows(batch), list(timestamps_of(batch))))
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        stamps = timestamps_of(batch)
-        self.events.append(
-            ("side", tag, to_rows(user_view(batch)), None if stamps is None else list(stamps))
-        )
-
-    def emit_element(self, element: Any) -> None:
-        self.events.append(("element", element))
-
-    def results(self) -> list[dict[str, Any]]:
-        return [r for e in self.events if e[0] == "batch" for r in e[1]]
-
-    def take(self) -> list[dict[str, Any]]:
-        out = self.results()
-        self.events = [e for e in self.events if e[0] != "batch"]
-        return out
-
-
-class Restored:
-    """What ``initialize_state`` gets: the old subtasks' payloads."""
-
-    def __init__(self, payloads: list[Any], subtask: int, parallelism: int) -> None:
-        self.payloads = payloads
-        self.subtask = subtask
-        self.parallelism = parallelism
-
-    @property
-    def same_parallelism(self) -> bool:
-        return len(self.payloads) == self.parallelism
-
-    def own(self) -> Any:
-        return self.payloads[self.subtask]
-
-    def all(self) -> list[Any]:
-        return list(self.payloads)
-
-
 def make(
     assigner: Any,
-    contents: Any = None,
     *,
+    aggregate: Any = None,
+    reduce: Any = None,
+    process: Any = None,
     key: Any = "k",
     lateness: int = 0,
     late_tag: str | None = None,
@@ -97,26 +40,44 @@ def make(
     subtask: int = 0,
     parallelism: int = 1,
     restored: Any = None,
-) -> tuple[WindowOperator, Collect, ProcessingTimeService]:
-    contents = contents or BuiltinContents(WindowAggregation.of(lg.agg.count()))
-    op = WindowOperator(assigner, KeySelector(key), contents, lateness, late_tag)
-    clock = clock or lg.ManualClock(start_ms=0)
-    service = ProcessingTimeService(clock)
-    ctx = RuntimeContext(
-        task_name="t",
-        operator_name="win",
-        operator_uid="win",
+) -> OperatorHarness:
+    """The window operator, opened (``lg.agg.count()`` unless a function is given)."""
+    if aggregate is None and reduce is None and process is None:
+        aggregate = lg.agg.count()
+    h = OperatorHarness.for_window(
+        assigner,
+        key=key,
+        aggregate=aggregate,
+        reduce=reduce,
+        process=process,
+        allowed_lateness=lateness,
+        late_tag=late_tag,
+        clock=clock or lg.ManualClock(start_ms=0),
         subtask_index=subtask,
         parallelism=parallelism,
         max_parallelism=MAXP,
-        clock=clock,
-        processing_time_service=service,
+        name="win",
+        uid="win",
     )
-    out = Collect()
-    op.setup("win", "win", ctx, out)
-    op.initialize_state(restored)
-    op.open()
-    return op, out, service
+    return h.open(restored=restored)
+
+
+def sides(h: OperatorHarness) -> list[tuple[Any, ...]]:
+    """Each side-output batch, in order: ("side", tag, records, timestamps)."""
+    return [
+        ("side", e.tag, e.records, e.timestamps)
+        for e in h.elements
+        if isinstance(e, OutputBatch) and e.tag is not None
+    ]
+
+
+def main_batches(h: OperatorHarness) -> list[tuple[list[Any], list[int] | None]]:
+    """Each main-output batch, in order: (records, timestamps)."""
+    return [
+        (e.records, e.timestamps)
+        for e in h.elements
+        if isinstance(e, OutputBatch) and e.tag is None
+    ]
 
 
 def batch(rows: list[dict[str, Any]], ts: list[int] | None = None) -> pa.RecordBatch:
@@ -133,174 +94,163 @@ def tumbling(size: int = 1000) -> Any:
     return lg.TumblingEventTimeWindows.of(size)
 
 
-def wm(op: WindowOperator, t: int) -> None:
-    op.process_watermark(Watermark(t))
-
-
-def snapshot(op: WindowOperator) -> Any:
-    """A checkpoint's payload, through pickle as the storage writes it."""
-    view = op.snapshot_state(1)
-    try:
-        return pickle.loads(pickle.dumps(view.materialize()))
-    finally:
-        view.release()
+def wm(h: OperatorHarness, t: int) -> None:
+    h.process_watermark(t)
 
 
 # -- event-time firing (M-W6) ------------------------------------------------------------
 def test_a_window_fires_when_the_watermark_reaches_its_end_minus_one_M_W6() -> None:
-    op, out, _ = make(tumbling())
-    op.process_batch(recs(("a", 10), ("b", 500), ("a", 999), ("a", 1000)))
-    wm(op, 998)
-    assert out.results() == []
-    wm(op, 999)
-    got = out.results()
+    h = make(tumbling())
+    h.process(recs(("a", 10), ("b", 500), ("a", 999), ("a", 1000)))
+    wm(h, 998)
+    assert h.output == []
+    wm(h, 999)
+    got = h.output
     assert sorted((r["k"], r["window_start"], r["window_end"], r["count"]) for r in got) == [
         ("a", 0, 1000, 2),
         ("b", 0, 1000, 1),
     ]
-    batches = [e for e in out.events if e[0] == "batch"]
-    assert all(ts == [999] * len(rows) for _, rows, ts in batches), "results carry end - 1"
+    batches = main_batches(h)
+    assert all(ts == [999] * len(rows) for rows, ts in batches), "results carry end - 1"
     # the results come before the watermark that fired them (M-W6)
-    kinds = [e[0] if e[0] != "element" else e[1] for e in out.events]
+    kinds = [e if isinstance(e, (Watermark, StreamStatus)) else "batch" for e in h.elements]
     assert kinds == [Watermark(998), "batch", Watermark(999)]
 
 
 def test_windows_fire_in_end_order_and_each_fires_once_M_W6() -> None:
-    op, out, _ = make(tumbling())
-    op.process_batch(recs(("a", 2500), ("a", 100), ("a", 1200), ("b", 2999)))
-    wm(op, 5000)
-    starts = [r["window_start"] for r in out.take()]
+    h = make(tumbling())
+    h.process(recs(("a", 2500), ("a", 100), ("a", 1200), ("b", 2999)))
+    wm(h, 5000)
+    starts = [r["window_start"] for r in h.take_output()]
     assert starts == [0, 1000, 2000, 2000]
-    wm(op, 6000)
-    assert out.results() == []
+    wm(h, 6000)
+    assert h.output == []
 
 
 def test_sliding_windows_give_each_record_every_window_holding_it() -> None:
-    op, out, _ = make(
+    h = make(
         lg.SlidingEventTimeWindows.of(3000, 1000),
-        BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"))),
+        aggregate=[lg.agg.count(), lg.agg.sum("v")],
     )
-    op.process_batch(batch([{"k": "a", "ts": 2500, "v": 1}, {"k": "a", "ts": 3100, "v": 10}]))
-    wm(op, MAX_WATERMARK)
-    got = [(r["window_start"], r["count"], r["sum_v"]) for r in out.results()]
+    h.process(batch([{"k": "a", "ts": 2500, "v": 1}, {"k": "a", "ts": 3100, "v": 10}]))
+    wm(h, MAX_WATERMARK)
+    got = [(r["window_start"], r["count"], r["sum_v"]) for r in h.output]
     assert got == [(0, 1, 1), (1000, 2, 11), (2000, 2, 11), (3000, 1, 10)]
 
 
 def test_session_windows_merge_when_a_record_bridges_the_gap() -> None:
-    op, out, _ = make(
+    h = make(
         lg.EventTimeSessionWindows.with_gap(100),
-        BuiltinContents(WindowAggregation.of(lg.agg.count(), lg.agg.min("ts"))),
+        aggregate=[lg.agg.count(), lg.agg.min("ts")],
     )
-    op.process_batch(recs(("a", 0), ("a", 150), ("b", 0)))
-    op.process_batch(recs(("a", 90)))  # [90, 190) touches [0, 100) and [150, 250)
-    wm(op, MAX_WATERMARK)
+    h.process(recs(("a", 0), ("a", 150), ("b", 0)))
+    h.process(recs(("a", 90)))  # [90, 190) touches [0, 100) and [150, 250)
+    wm(h, MAX_WATERMARK)
     got = sorted(
-        (r["k"], r["window_start"], r["window_end"], r["count"], r["min_ts"]) for r in out.results()
+        (r["k"], r["window_start"], r["window_end"], r["count"], r["min_ts"]) for r in h.output
     )
     assert got == [("a", 0, 250, 3, 0), ("b", 0, 100, 1, 0)]
 
 
 def test_a_record_without_an_event_timestamp_fails_instead_of_being_dropped() -> None:
-    op, _, _ = make(tumbling())
+    h = make(tumbling())
     with pytest.raises(ConfigurationError, match="watermark_strategy"):
-        op.process_batch(pa.RecordBatch.from_pylist([{"k": "a", "ts": 1}]))
+        h.process(pa.RecordBatch.from_pylist([{"k": "a", "ts": 1}]))
     with pytest.raises(ConfigurationError, match="without a timestamp|int64 range"):
-        op.process_batch(batch([{"k": "a"}], ts=[-(2**63)]))
+        h.process(batch([{"k": "a"}], ts=[-(2**63)]))
 
 
 # -- lateness ----------------------------------------------------------------------------
 def test_late_records_within_allowed_lateness_fire_the_window_again_with_the_update() -> None:
-    op, out, _ = make(tumbling(), lateness=500, late_tag="late")
-    op.process_batch(recs(("a", 100), ("a", 200)))
-    wm(op, 1200)
-    assert [r["count"] for r in out.take()] == [2]
-    op.process_batch(recs(("a", 300), ("b", 400)))  # late, but within the lateness
-    assert sorted((r["k"], r["count"]) for r in out.take()) == [("a", 3), ("b", 1)]
-    wm(op, 1498)
-    op.process_batch(recs(("a", 500)))
-    assert [r["count"] for r in out.take()] == [4]
-    wm(op, 1499)  # end - 1 + lateness: the state is dropped
-    op.process_batch(recs(("a", 600), ("a", 1600)))
-    side = [e for e in out.events if e[0] == "side"]
+    h = make(tumbling(), lateness=500, late_tag="late")
+    h.process(recs(("a", 100), ("a", 200)))
+    wm(h, 1200)
+    assert [r["count"] for r in h.take_output()] == [2]
+    h.process(recs(("a", 300), ("b", 400)))  # late, but within the lateness
+    assert sorted((r["k"], r["count"]) for r in h.take_output()) == [("a", 3), ("b", 1)]
+    wm(h, 1498)
+    h.process(recs(("a", 500)))
+    assert [r["count"] for r in h.take_output()] == [4]
+    wm(h, 1499)  # end - 1 + lateness: the state is dropped
+    h.process(recs(("a", 600), ("a", 1600)))
+    side = sides(h)
     assert side == [("side", "late", [{"k": "a", "ts": 600}], [600])]
-    assert op.counters.side_out == {"late": 1}
-    wm(op, MAX_WATERMARK)
-    assert [(r["window_start"], r["count"]) for r in out.take()] == [(1000, 1)]
+    assert h.operator.counters.side_out == {"late": 1}
+    wm(h, MAX_WATERMARK)
+    assert [(r["window_start"], r["count"]) for r in h.take_output()] == [(1000, 1)]
 
 
 def test_without_a_late_data_side_output_late_records_are_dropped_and_counted() -> None:
-    op, out, _ = make(tumbling())
-    op.process_batch(recs(("a", 100)))
-    wm(op, 999)
-    op.process_batch(recs(("a", 5), ("a", 999), ("a", 1000)))
-    wm(op, MAX_WATERMARK)
-    assert [(r["window_start"], r["count"]) for r in out.results()] == [(0, 1), (1000, 1)]
-    assert op.late_records_dropped == 2
-    assert op.counters.side_out == {LATE_RECORDS_DROPPED: 2}
+    h = make(tumbling())
+    h.process(recs(("a", 100)))
+    wm(h, 999)
+    h.process(recs(("a", 5), ("a", 999), ("a", 1000)))
+    wm(h, MAX_WATERMARK)
+    assert [(r["window_start"], r["count"]) for r in h.output] == [(0, 1), (1000, 1)]
+    assert h.operator.late_records_dropped == 2
+    assert h.operator.counters.side_out == {LATE_RECORDS_DROPPED: 2}
 
 
 def test_a_record_is_late_only_when_all_its_sliding_windows_are_gone() -> None:
-    op, out, _ = make(lg.SlidingEventTimeWindows.of(2000, 1000), late_tag="late")
-    wm(op, 1999)  # [0, 2000) is gone, [1000, 3000) is not
-    op.process_batch(recs(("a", 1500), ("a", 900)))
-    wm(op, MAX_WATERMARK)
-    assert [(r["window_start"], r["count"]) for r in out.results()] == [(1000, 1)]
-    assert [e[2] for e in out.events if e[0] == "side"] == [[{"k": "a", "ts": 900}]]
+    h = make(lg.SlidingEventTimeWindows.of(2000, 1000), late_tag="late")
+    wm(h, 1999)  # [0, 2000) is gone, [1000, 3000) is not
+    h.process(recs(("a", 1500), ("a", 900)))
+    wm(h, MAX_WATERMARK)
+    assert [(r["window_start"], r["count"]) for r in h.output] == [(1000, 1)]
+    assert [e[2] for e in sides(h)] == [[{"k": "a", "ts": 900}]]
 
 
 def test_late_session_records_go_to_the_side_output_and_lateness_merges_sessions() -> None:
-    op, out, _ = make(lg.EventTimeSessionWindows.with_gap(100), lateness=200, late_tag="late")
-    op.process_batch(recs(("a", 0), ("a", 150)))
-    wm(op, 150)
-    assert [(r["window_start"], r["count"]) for r in out.take()] == [(0, 1)]
+    h = make(lg.EventTimeSessionWindows.with_gap(100), lateness=200, late_tag="late")
+    h.process(recs(("a", 0), ("a", 150)))
+    wm(h, 150)
+    assert [(r["window_start"], r["count"]) for r in h.take_output()] == [(0, 1)]
     # within the lateness: [90, 190) bridges [0, 100) and [150, 250): one session
-    op.process_batch(recs(("a", 90)))
-    assert out.take() == []  # the merged session ends at 250: not due yet
-    wm(op, 249)
-    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [(0, 250, 3)]
-    op.process_batch(recs(("a", 10)))  # [10, 110) merges into [0, 250): fires again at once
-    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.take()] == [(0, 250, 4)]
-    wm(op, 449)  # 249 + 200: gone
-    op.process_batch(recs(("a", 20)))
-    assert [e[2] for e in out.events if e[0] == "side"] == [[{"k": "a", "ts": 20}]]
-    assert out.take() == []
+    h.process(recs(("a", 90)))
+    assert h.take_output() == []  # the merged session ends at 250: not due yet
+    wm(h, 249)
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in h.take_output()] == [
+        (0, 250, 3)
+    ]
+    h.process(recs(("a", 10)))  # [10, 110) merges into [0, 250): fires again at once
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in h.take_output()] == [
+        (0, 250, 4)
+    ]
+    wm(h, 449)  # 249 + 200: gone
+    h.process(recs(("a", 20)))
+    assert [e[2] for e in sides(h)] == [[{"k": "a", "ts": 20}]]
+    assert h.take_output() == []
 
 
 # -- processing time ---------------------------------------------------------------------
 def test_processing_time_windows_fire_on_the_clock_and_the_rest_at_the_end() -> None:
     clock = lg.ManualClock(start_ms=10_500)
-    op, out, service = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock)
-    op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}, {"k": "b"}, {"k": "a"}]))
-    assert service.next_time() == 11_000
-    clock.advance(499)
-    service.fire_due()
-    assert out.results() == []
-    clock.advance(1)
-    service.fire_due()
-    got = out.take()
+    h = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock)
+    h.process(pa.RecordBatch.from_pylist([{"k": "a"}, {"k": "b"}, {"k": "a"}]))
+    assert h.next_processing_time == 11_000
+    h.advance_processing_time(499)
+    assert h.output == []
+    h.advance_processing_time(1)
+    got = h.take_output()
     assert sorted((r["k"], r["window_start"], r["count"]) for r in got) == [
         ("a", 10_000, 2),
         ("b", 10_000, 1),
     ]
-    clock.advance(1)
-    op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))
-    op.finish()
-    assert [(r["window_start"], r["count"]) for r in out.results()] == [(11_000, 1)]
+    clock.advance(1)  # no callback runs: the window ends at the end of input
+    h.process(pa.RecordBatch.from_pylist([{"k": "a"}]))
+    h.finish()
+    assert [(r["window_start"], r["count"]) for r in h.output] == [(11_000, 1)]
 
 
 def test_processing_time_sessions_merge_records_closer_than_the_gap() -> None:
     clock = lg.ManualClock(start_ms=0)
-    op, out, service = make(lg.ProcessingTimeSessionWindows.with_gap(100), clock=clock)
+    h = make(lg.ProcessingTimeSessionWindows.with_gap(100), clock=clock)
     for _ in range(3):
-        op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))
-        clock.advance(60)
-        service.fire_due()
-    assert out.results() == []
-    clock.advance(200)
-    service.fire_due()
-    assert [(r["window_start"], r["window_end"], r["count"]) for r in out.results()] == [
-        (0, 220, 3)
-    ]
+        h.process(pa.RecordBatch.from_pylist([{"k": "a"}]))
+        h.advance_processing_time(60)
+    assert h.output == []
+    h.advance_processing_time(200)
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in h.output] == [(0, 220, 3)]
 
 
 # -- result shapes -----------------------------------------------------------------------
@@ -333,22 +283,22 @@ class Describe(ProcessWindowFunction):
 
 @pytest.mark.parametrize("kind", ["aggregate", "reduce", "process"])
 def test_user_window_functions_see_every_record_and_carry_the_window(kind: str) -> None:
-    contents = {
-        "aggregate": AggregateFunctionContents(Mean()),
-        "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
-        "process": ProcessContents(Describe()),
+    function = {
+        "aggregate": Mean(),
+        "reduce": lambda a, b: {**a, "v": a["v"] + b["v"]},
+        "process": Describe(),
     }[kind]
-    op, out, _ = make(tumbling(), contents)
-    op.process_batch(batch([{"k": "a", "ts": 1, "v": 1}, {"k": "a", "ts": 2, "v": 4}]))
-    op.process_batch(
+    h = make(tumbling(), **{kind: function})
+    h.process(batch([{"k": "a", "ts": 1, "v": 1}, {"k": "a", "ts": 2, "v": 4}]))
+    h.process(
         RowBatch(
             [{"k": "a", "ts": 3, "v": 7}, {"k": "b", "ts": 1500, "v": 2}],
             np.asarray([3, 1500], dtype=np.int64),
         )
     )
-    wm(op, MAX_WATERMARK)
-    got = out.results()
-    stamps = [t for e in out.events if e[0] == "batch" for t in e[2]]
+    wm(h, MAX_WATERMARK)
+    got = h.output
+    stamps = [t for _, ts in main_batches(h) for t in ts or []]
     assert stamps == [999, 1999]
     if kind == "aggregate":
         assert got == [
@@ -365,22 +315,22 @@ def test_user_window_functions_see_every_record_and_carry_the_window(kind: str) 
             {"key": "a", "start": 0, "end": 1000, "vs": [1, 4, 7]},
             {"key": "b", "start": 1000, "end": 2000, "vs": [2]},
         ]
-        side = [e[2:] for e in out.events if e[0] == "side"]
+        side = [e[2:] for e in sides(h)]
         assert side == [([3], [999]), ([1], [1999])], "side outputs carry end - 1 too"
 
 
 @pytest.mark.parametrize("kind", ["aggregate", "reduce", "process"])
 def test_merging_sessions_merge_the_state_of_user_functions(kind: str) -> None:
-    contents = {
-        "aggregate": AggregateFunctionContents(Mean()),
-        "reduce": ReduceContents(lambda a, b: {**a, "v": a["v"] + b["v"]}),
-        "process": ProcessContents(Describe()),
+    function = {
+        "aggregate": Mean(),
+        "reduce": lambda a, b: {**a, "v": a["v"] + b["v"]},
+        "process": Describe(),
     }[kind]
-    op, out, _ = make(lg.EventTimeSessionWindows.with_gap(100), contents)
-    op.process_batch(batch([{"k": "a", "ts": 0, "v": 1}, {"k": "a", "ts": 150, "v": 2}]))
-    op.process_batch(batch([{"k": "a", "ts": 90, "v": 6}]))  # bridges the two sessions
-    wm(op, MAX_WATERMARK)
-    got = out.results()
+    h = make(lg.EventTimeSessionWindows.with_gap(100), **{kind: function})
+    h.process(batch([{"k": "a", "ts": 0, "v": 1}, {"k": "a", "ts": 150, "v": 2}]))
+    h.process(batch([{"k": "a", "ts": 90, "v": 6}]))  # bridges the two sessions
+    wm(h, MAX_WATERMARK)
+    got = h.output
     assert len(got) == 1
     value = {
         "aggregate": lambda r: r["result"],
@@ -392,65 +342,61 @@ def test_merging_sessions_merge_the_state_of_user_functions(kind: str) -> None:
 
 def test_sliding_processing_time_windows_fire_each_window_on_the_clock() -> None:
     clock = lg.ManualClock(start_ms=1_250)
-    op, out, service = make(lg.SlidingProcessingTimeWindows.of(1000, 500), clock=clock)
-    op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))  # in [500, 1500), [1000, 2000)
-    clock.advance(250)
-    service.fire_due()
-    assert [(r["window_start"], r["count"]) for r in out.take()] == [(500, 1)]
-    op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))  # in [1000, 2000), [1500, 2500)
-    clock.advance(500)
-    service.fire_due()
-    assert [(r["window_start"], r["count"]) for r in out.take()] == [(1000, 2)]
+    h = make(lg.SlidingProcessingTimeWindows.of(1000, 500), clock=clock)
+    h.process(pa.RecordBatch.from_pylist([{"k": "a"}]))  # in [500, 1500), [1000, 2000)
+    h.advance_processing_time(250)
+    assert [(r["window_start"], r["count"]) for r in h.take_output()] == [(500, 1)]
+    h.process(pa.RecordBatch.from_pylist([{"k": "a"}]))  # in [1000, 2000), [1500, 2500)
+    h.advance_processing_time(500)
+    assert [(r["window_start"], r["count"]) for r in h.take_output()] == [(1000, 2)]
 
 
 def test_results_name_the_key_by_its_columns_or_key_for_a_function() -> None:
-    op, out, _ = make(tumbling(), key=["a", "b"])
-    op.process_batch(
+    h = make(tumbling(), key=["a", "b"])
+    h.process(
         batch(
             [{"a": 1, "b": "x", "ts": 0}, {"a": 1, "b": "y", "ts": 0}, {"a": 1, "b": "x", "ts": 5}]
         )
     )
-    wm(op, MAX_WATERMARK)
-    assert sorted((r["a"], r["b"], r["count"]) for r in out.results()) == [(1, "x", 2), (1, "y", 1)]
-    op, out, _ = make(tumbling(), key=lambda r: r["a"] % 2)
-    op.process_batch(batch([{"a": 1, "ts": 0}, {"a": 3, "ts": 0}, {"a": 4, "ts": 0}]))
-    wm(op, MAX_WATERMARK)
-    assert sorted((r["key"], r["count"]) for r in out.results()) == [(0, 1), (1, 2)]
+    wm(h, MAX_WATERMARK)
+    assert sorted((r["a"], r["b"], r["count"]) for r in h.output) == [(1, "x", 2), (1, "y", 1)]
+    h = make(tumbling(), key=lambda r: r["a"] % 2)
+    h.process(batch([{"a": 1, "ts": 0}, {"a": 3, "ts": 0}, {"a": 4, "ts": 0}]))
+    wm(h, MAX_WATERMARK)
+    assert sorted((r["key"], r["count"]) for r in h.output) == [(0, 1), (1, 2)]
 
 
 def test_null_keys_are_a_key_of_their_own() -> None:
-    op, out, _ = make(tumbling())
-    op.process_batch(recs((None, 0), ("a", 0), (None, 1)))
-    wm(op, MAX_WATERMARK)
-    assert sorted(((r["k"] or ""), r["count"]) for r in out.results()) == [("", 2), ("a", 1)]
+    h = make(tumbling())
+    h.process(recs((None, 0), ("a", 0), (None, 1)))
+    wm(h, MAX_WATERMARK)
+    assert sorted(((r["k"] or ""), r["count"]) for r in h.output) == [("", 2), ("a", 1)]
 
 
 @pytest.mark.parametrize("key", ["k", lambda r: r["k"]], ids=["column", "function"])
 def test_every_nan_key_is_one_key_as_the_partitioner_routes_it(key: Any) -> None:
-    op, out, _ = make(tumbling(), key=key)
-    op.process_batch(recs((float("nan"), 0), (1.5, 0)))
-    op.process_batch(recs((float("nan"), 1)))
-    wm(op, MAX_WATERMARK)
+    h = make(tumbling(), key=key)
+    h.process(recs((float("nan"), 0), (1.5, 0)))
+    h.process(recs((float("nan"), 1)))
+    wm(h, MAX_WATERMARK)
     field = "k" if isinstance(key, str) else "key"
-    got = sorted(
-        (("nan" if r[field] != r[field] else str(r[field])), r["count"]) for r in out.results()
-    )
+    got = sorted((("nan" if r[field] != r[field] else str(r[field])), r["count"]) for r in h.output)
     assert got == [("1.5", 1), ("nan", 2)]
 
 
 def test_restored_keys_keep_their_column_type() -> None:
-    op, _, _ = make(tumbling())
+    h = make(tumbling())
     b = pa.RecordBatch.from_arrays([pa.array([7], pa.int32()), pa.array([1])], ["k", "ts"])
-    op.process_batch(with_timestamps(b, np.asarray([1], dtype=np.int64)))
-    op2, out2, _ = make(tumbling(), restored=Restored([snapshot(op)], 0, 1))
-    wm(op2, MAX_WATERMARK)  # fires before any new record showed the key's type
-    assert [b.schema.field("k").type for b in out2.raw] == [pa.int32()]
+    h.process(with_timestamps(b, np.asarray([1], dtype=np.int64)))
+    h2 = make(tumbling(), restored=h.snapshot())
+    wm(h2, MAX_WATERMARK)  # fires before any new record showed the key's type
+    assert [b.schema.field("k").type for b in h2.batches] == [pa.int32()]
 
 
 def test_a_user_function_error_names_the_operator() -> None:
-    op, _, _ = make(tumbling(), ReduceContents(lambda a, b: a["missing"]))
+    h = make(tumbling(), reduce=lambda a, b: a["missing"])
     with pytest.raises(UserFunctionError, match="operator 'win'"):
-        op.process_batch(recs(("a", 0), ("a", 1)))
+        h.process(recs(("a", 0), ("a", 1)))
 
 
 # -- snapshots and restores (M-T3, M-T4) --------------------------------------------------
@@ -459,16 +405,15 @@ def numbered(start: int, stop: int) -> pa.RecordBatch:
     return batch([{"k": f"key{i % 40}", "ts": i * 7 % 2500, "v": i} for i in range(start, stop)])
 
 
-def feed(op: WindowOperator, start: int, stop: int) -> None:
-    op.process_batch(numbered(start, stop))
+def feed(h: OperatorHarness, start: int, stop: int) -> None:
+    h.process(numbered(start, stop))
 
 
 def contents_of(kind: str) -> Any:
+    """The ``aggregate`` of ``make``."""
     if kind == "builtin":
-        return BuiltinContents(
-            WindowAggregation.of(lg.agg.count(), lg.agg.sum("v"), lg.agg.last("v"))
-        )
-    return AggregateFunctionContents(Mean())
+        return [lg.agg.count(), lg.agg.sum("v"), lg.agg.last("v")]
+    return Mean()
 
 
 def canonical(results: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -477,16 +422,14 @@ def canonical(results: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("kind", ["builtin", "aggregate"])
 def test_a_snapshot_does_not_change_when_processing_goes_on_M_T3(kind: str) -> None:
-    op, _, _ = make(tumbling(), contents_of(kind))
-    feed(op, 0, 300)
-    view = op.snapshot_state(1)
-    before = pickle.dumps(snapshot(op))
-    feed(op, 300, 900)  # same windows and keys: written in place without copy-on-write
-    wm(op, 999)
-    after = pickle.dumps(view.materialize())
-    assert pickle.loads(after)["function"]["blocks"] and canonical_state(
-        pickle.loads(after)
-    ) == canonical_state(pickle.loads(before))
+    h = make(tumbling(), aggregate=contents_of(kind))
+    feed(h, 0, 300)
+    pending = h.begin_snapshot()
+    before = h.snapshot().state()
+    feed(h, 300, 900)  # same windows and keys: written in place without copy-on-write
+    wm(h, 999)
+    after = pending.complete().state()
+    assert after["function"]["blocks"] and canonical_state(after) == canonical_state(before)
 
 
 def canonical_state(payload: Any) -> Any:
@@ -509,121 +452,118 @@ def canonical_state(payload: Any) -> Any:
 def test_restored_state_gives_the_results_of_an_uninterrupted_run_at_any_parallelism_M_T4(
     kind: str, new_parallelism: int
 ) -> None:
-    whole, whole_out, _ = make(tumbling(), contents_of(kind))
+    whole = make(tumbling(), aggregate=contents_of(kind))
     feed(whole, 0, 1000)
     wm(whole, 1499)
     feed(whole, 1000, 2000)
     wm(whole, MAX_WATERMARK)
-    expected = canonical(whole_out.results())
+    expected = canonical(whole.output)
 
     # two subtasks, each with the keys of its key groups, snapshot mid-way
     old_p = 2
-    payloads, outputs = [], []
+    snapshots: list[OperatorSnapshot] = []
+    outputs: list[dict[str, Any]] = []
     for s in range(old_p):
-        op, out, _ = make(tumbling(), contents_of(kind), subtask=s, parallelism=old_p)
+        h = make(tumbling(), aggregate=contents_of(kind), subtask=s, parallelism=old_p)
         rows = [r for r in to_rows(numbered(0, 1000)) if subtask_for_key(r["k"], old_p, MAXP) == s]
-        op.process_batch(batch(rows))
-        wm(op, 1499)
-        payloads.append(snapshot(op))
-        outputs.extend(out.results())
+        h.process(batch(rows))
+        wm(h, 1499)
+        snapshots.append(h.snapshot())
+        outputs.extend(h.output)
     for s in range(new_parallelism):
-        op, out, _ = make(
+        h = make(
             tumbling(),
-            contents_of(kind),
+            aggregate=contents_of(kind),
             subtask=s,
             parallelism=new_parallelism,
-            restored=Restored(payloads, s, new_parallelism),
+            restored=snapshots,
         )
         rows = [
             r
             for r in to_rows(numbered(1000, 2000))
             if subtask_for_key(r["k"], new_parallelism, MAXP) == s
         ]
-        op.process_batch(batch(rows))
-        wm(op, MAX_WATERMARK)
-        outputs.extend(out.results())
+        h.process(batch(rows))
+        wm(h, MAX_WATERMARK)
+        outputs.extend(h.output)
     assert canonical(outputs) == expected
 
 
 def test_fired_windows_kept_for_lateness_do_not_fire_again_after_a_restore() -> None:
-    op, out, _ = make(tumbling(), lateness=10_000)
-    op.process_batch(recs(("a", 1), ("a", 1200)))
-    wm(op, 999)
-    assert [r["count"] for r in out.take()] == [1]
-    payload = snapshot(op)
-    op2, out2, _ = make(tumbling(), lateness=10_000, restored=Restored([payload], 0, 1))
-    wm(op2, 5000)
-    assert [(r["window_start"], r["count"]) for r in out2.results()] == [(1000, 1)]
+    h = make(tumbling(), lateness=10_000)
+    h.process(recs(("a", 1), ("a", 1200)))
+    wm(h, 999)
+    assert [r["count"] for r in h.take_output()] == [1]
+    snapshot = h.snapshot()
+    h2 = make(tumbling(), lateness=10_000, restored=snapshot)
+    wm(h2, 5000)
+    assert [(r["window_start"], r["count"]) for r in h2.output] == [(1000, 1)]
 
 
 def test_after_a_restore_the_restored_watermark_still_decides_lateness() -> None:
-    op, _, _ = make(tumbling(), late_tag="late")
-    op.process_batch(recs(("a", 1)))
-    wm(op, 2999)
-    payload = snapshot(op)
-    op2, out2, _ = make(tumbling(), late_tag="late", restored=Restored([payload], 0, 1))
-    op2.process_batch(recs(("a", 500), ("a", 3500)))  # the new attempt has no watermark yet
-    assert [e[2] for e in out2.events if e[0] == "side"] == [[{"k": "a", "ts": 500}]]
-    wm(op2, MAX_WATERMARK)
-    assert [(r["window_start"], r["count"]) for r in out2.results()] == [(3000, 1)]
+    h = make(tumbling(), late_tag="late")
+    h.process(recs(("a", 1)))
+    wm(h, 2999)
+    snapshot = h.snapshot()
+    h2 = make(tumbling(), late_tag="late", restored=snapshot)
+    h2.process(recs(("a", 500), ("a", 3500)))  # the new attempt has no watermark yet
+    assert [e[2] for e in sides(h2)] == [[{"k": "a", "ts": 500}]]
+    wm(h2, MAX_WATERMARK)
+    assert [(r["window_start"], r["count"]) for r in h2.output] == [(3000, 1)]
 
 
 def test_processing_time_windows_are_rescheduled_after_a_restore() -> None:
     clock = lg.ManualClock(start_ms=0)
-    op, _, _ = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock)
-    op.process_batch(pa.RecordBatch.from_pylist([{"k": "a"}]))
-    payload = snapshot(op)
-    _, out2, service2 = make(
-        lg.TumblingProcessingTimeWindows.of(1000), clock=clock, restored=Restored([payload], 0, 1)
-    )
-    assert service2.next_time() == 1000
-    clock.advance(999)
-    service2.fire_due()
-    assert out2.results() == []
-    clock.advance(1)
-    service2.fire_due()
-    assert [r["count"] for r in out2.results()] == [1]
+    h = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock)
+    h.process(pa.RecordBatch.from_pylist([{"k": "a"}]))
+    snapshot = h.snapshot()
+    h2 = make(lg.TumblingProcessingTimeWindows.of(1000), clock=clock, restored=snapshot)
+    assert h2.next_processing_time == 1000
+    h2.advance_processing_time(999)
+    assert h2.output == []
+    h2.advance_processing_time(1)
+    assert [r["count"] for r in h2.output] == [1]
 
 
 def test_restoring_state_of_another_window_function_is_refused() -> None:
-    op, _, _ = make(tumbling())
-    op.process_batch(recs(("a", 1)))
-    payload = snapshot(op)
+    h = make(tumbling())
+    h.process(recs(("a", 1)))
+    snapshot = h.snapshot()
     with pytest.raises(ConfigurationError, match="new uid"):
         make(
             tumbling(),
-            BuiltinContents(WindowAggregation.of(lg.agg.sum("ts"))),
-            restored=Restored([payload], 0, 1),
+            aggregate=lg.agg.sum("ts"),
+            restored=snapshot,
         )
 
 
 def test_keys_no_window_holds_are_forgotten_and_results_stay_right() -> None:
-    op, out, _ = make(tumbling())
+    h = make(tumbling())
     for w in range(4):  # 5000 new keys per window: the key dictionary gets compacted
-        op.process_batch(
+        h.process(
             batch(
                 [{"k": f"w{w}-{i}", "ts": w * 1000 + i % 1000} for i in range(5000)]
                 + [{"k": "steady", "ts": w * 1000}]
             )
         )
-        wm(op, w * 1000 + 999)
-    assert len(op.keys) < 10_000
-    got = out.results()
+        wm(h, w * 1000 + 999)
+    assert len(h.operator.keys) < 10_000
+    got = h.output
     assert len(got) == 4 * 5001
     assert sorted(r["window_start"] for r in got if r["k"] == "steady") == [0, 1000, 2000, 3000]
     assert {r["count"] for r in got} == {1}
 
 
 def test_idle_and_active_statuses_pass_through() -> None:
-    op, out, _ = make(tumbling())
-    op.process_status(StreamStatus.IDLE)
-    assert out.events == [("element", StreamStatus.IDLE)]
+    h = make(tumbling())
+    h.set_idle(True)
+    assert h.elements == [StreamStatus.IDLE]
 
 
 def test_key_groups_of_restored_rows_follow_the_partitioner() -> None:
-    op, _, _ = make(tumbling())
-    op.process_batch(recs(("a", 1), ("b", 2)))
-    blocks = snapshot(op)["function"]["blocks"]
+    h = make(tumbling())
+    h.process(recs(("a", 1), ("b", 2)))
+    blocks = h.snapshot().state()["function"]["blocks"]
     groups = dict(zip(blocks[0]["keys"], blocks[0]["key_groups"].tolist()))
     assert groups == {"a": key_group_for("a", MAXP), "b": key_group_for("b", MAXP)}
 

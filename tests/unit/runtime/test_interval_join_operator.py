@@ -19,51 +19,14 @@ import pyarrow as pa
 import pytest
 
 import lockgate as lg
-from lockgate.core.batch import timestamps_of, to_rows, user_view, with_timestamps
+from lockgate.core.batch import with_timestamps
 from lockgate.core.elements import MAX_WATERMARK, Watermark
 from lockgate.core.key_groups import key_group_range, key_groups_of_keys
-from lockgate.core.partitioners import KeySelector
 from lockgate.errors import ConfigurationError
-from lockgate.runtime.context import RuntimeContext
-from lockgate.runtime.operators.base import Output
-from lockgate.runtime.operators.join.interval_join import LATE_RECORDS_DROPPED, IntervalJoinOperator
+from lockgate.runtime.operators.join.interval_join import LATE_RECORDS_DROPPED
+from lockgate.testing import OperatorHarness, OperatorSnapshot
 
 MAXP = 128
-
-
-class Collect(Output):
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self.stamps: list[int] = []
-        self.side: dict[str, list[Any]] = {}
-        self.elements: list[Any] = []
-
-    def emit(self, batch: Any) -> None:
-        self.rows.extend(to_rows(batch))
-        self.stamps.extend(timestamps_of(batch).tolist())
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        self.side.setdefault(tag, []).extend(to_rows(user_view(batch)))
-
-    def emit_element(self, element: Any) -> None:
-        self.elements.append(element)
-
-
-class Restored:
-    def __init__(self, payloads: list[Any], subtask: int, parallelism: int) -> None:
-        self.payloads = payloads
-        self.subtask = subtask
-        self.parallelism = parallelism
-
-    @property
-    def same_parallelism(self) -> bool:
-        return len(self.payloads) == self.parallelism
-
-    def own(self) -> Any:
-        return self.payloads[self.subtask]
-
-    def all(self) -> list[Any]:
-        return list(self.payloads)
 
 
 class Pairs(lg.ProcessJoinFunction):
@@ -83,29 +46,22 @@ def make(
     subtask: int = 0,
     parallelism: int = 1,
     restored: Any = None,
-) -> tuple[IntervalJoinOperator, Collect]:
-    op = IntervalJoinOperator(
-        KeySelector("k"),
-        KeySelector("k"),
+) -> OperatorHarness:
+    """The join of ``k`` with ``k``, opened: input 1 is the left side, input 2 the right."""
+    h = OperatorHarness.for_interval_join(
         lower,
         upper,
-        None if vectorized else Pairs(),
+        key1="k",
+        key2="k",
+        fn=None if vectorized else Pairs(),
         late_tags=late_tags,
-    )
-    ctx = RuntimeContext(
-        task_name="t",
-        operator_name="join",
-        operator_uid="join",
         subtask_index=subtask,
         parallelism=parallelism,
         max_parallelism=MAXP,
-        clock=lg.ManualClock(start_ms=0),
+        name="join",
+        uid="join",
     )
-    out = Collect()
-    op.setup("join", "join", ctx, out)
-    op.initialize_state(restored)
-    op.open()
-    return op, out
+    return h.open(restored=restored)
 
 
 def side(keys: Any, ts: Any) -> pa.RecordBatch:
@@ -115,13 +71,13 @@ def side(keys: Any, ts: Any) -> pa.RecordBatch:
     return with_timestamps(b, ts)
 
 
-def wm(op: IntervalJoinOperator, t: int, inputs: tuple[int, ...] = (0, 1)) -> None:
+def wm(h: OperatorHarness, t: int, inputs: tuple[int, ...] = (1, 2)) -> None:
     for i in inputs:
-        op.process_watermark(Watermark(t), i)
+        h.process_watermark(t, input=i)
 
 
-def pairs(out: Collect) -> set[tuple[int, int, int]]:
-    return {(r["k"], r["ts_left"], r["ts_right"]) for r in out.rows}
+def pairs(h: OperatorHarness) -> set[tuple[int, int, int]]:
+    return {(r["k"], r["ts_left"], r["ts_right"]) for r in h.output}
 
 
 PATHS = [pytest.param(True, id="vectorized"), pytest.param(False, id="rows")]
@@ -139,36 +95,29 @@ def test_bounds_are_inclusive_unless_exclusive_and_may_be_negative(
 ) -> None:
     """tl + lower <= tr <= tl + upper (strict where exclusive); the output time is max."""
     lo, hi = lower + lower_excl, upper - upper_excl
-    op, out = make(lo, hi, vectorized=vectorized)
+    h = make(lo, hi, vectorized=vectorized)
     offsets = np.arange(-30, 31)
     left = side([1], [100])
     right = side(np.r_[np.ones(len(offsets)), [2]], np.r_[100 + offsets, [100]])
-    for b, i in ((right, 1), (left, 0)) if right_first else ((left, 0), (right, 1)):
-        op.process_batch(b, i)
+    for b, i in ((right, 2), (left, 1)) if right_first else ((left, 1), (right, 2)):
+        h.process(b, input=i)
     expected = {
         (1, 100, 100 + int(d))
         for d in offsets
         if (lower < d if lower_excl else lower <= d) and (d < upper if upper_excl else d <= upper)
     }
-    assert pairs(out) == expected
-    assert sorted(out.stamps) == sorted(max(100, tr) for _, _, tr in expected)
+    assert pairs(h) == expected
+    assert sorted(h.timestamps) == sorted(max(100, tr) for _, _, tr in expected)
 
 
 def test_the_vectorized_output_merges_columns_with_suffixes() -> None:
-    op = IntervalJoinOperator(KeySelector("k"), KeySelector("k"), 0, 0, suffixes=("_a", "_b"))
-    ctx = RuntimeContext(
-        task_name="t", operator_name="j", operator_uid="j", subtask_index=0,
-        parallelism=1, max_parallelism=MAXP, clock=lg.ManualClock(start_ms=0),
-    )  # fmt: skip
-    out = Collect()
-    op.setup("j", "j", ctx, out)
-    op.initialize_state(None)
-    op.open()
+    h = OperatorHarness.for_interval_join(0, 0, key1="k", key2="k", suffixes=("_a", "_b"))
+    h.open()
     left = pa.RecordBatch.from_pylist([{"k": 1, "v": 10, "only_left": "x"}])
     right = pa.RecordBatch.from_pylist([{"k": 1, "v": 20, "only_right": 2.5}])
-    op.process_batch(with_timestamps(left, np.array([7])), 0)
-    op.process_batch(with_timestamps(right, np.array([7])), 1)
-    assert out.rows == [{"k": 1, "v_a": 10, "only_left": "x", "v_b": 20, "only_right": 2.5}]
+    h.process(with_timestamps(left, np.array([7])), input=1)
+    h.process(with_timestamps(right, np.array([7])), input=2)
+    assert h.output == [{"k": 1, "v_a": 10, "only_left": "x", "v_b": 20, "only_right": 2.5}]
 
 
 # -- late records and cleanup -------------------------------------------------------------
@@ -176,46 +125,46 @@ def test_the_vectorized_output_merges_columns_with_suffixes() -> None:
 def test_late_records_are_dropped_and_counted_or_go_to_side_outputs(vectorized: bool) -> None:
     """The combined watermark (the minimum of both inputs', M-W5) decides lateness:
     a record below it is late."""
-    op, out = make(-10, 10, vectorized=vectorized)
-    op.process_batch(side([1], [100]), 1)
-    wm(op, 200, (0,))  # the right input still holds the operator's watermark back
-    op.process_batch(side([1], [95]), 0)  # not late: the right input is at MIN
-    assert pairs(out) == {(1, 95, 100)}
-    wm(op, 150, (1,))  # combined: 150
-    op.process_batch(side([1, 1], [149, 150]), 0)  # 149 is late, 150 is not
-    assert op.counters.side_out[LATE_RECORDS_DROPPED] == 1
-    assert op.late_records_dropped == 1
+    h = make(-10, 10, vectorized=vectorized)
+    h.process(side([1], [100]), input=2)
+    wm(h, 200, (1,))  # the right input still holds the operator's watermark back
+    h.process(side([1], [95]), input=1)  # not late: the right input is at MIN
+    assert pairs(h) == {(1, 95, 100)}
+    wm(h, 150, (2,))  # combined: 150
+    h.process(side([1, 1], [149, 150]), input=1)  # 149 is late, 150 is not
+    assert h.operator.counters.side_out[LATE_RECORDS_DROPPED] == 1
+    assert h.operator.late_records_dropped == 1
 
-    op, out = make(-10, 10, vectorized=vectorized, late_tags=("late-l", "late-r"))
-    wm(op, 50)
-    op.process_batch(side([1, 2], [40, 60]), 0)
-    op.process_batch(side([3], [10]), 1)
-    assert [r["ts"] for r in out.side["late-l"]] == [40]
-    assert [r["ts"] for r in out.side["late-r"]] == [10]
-    assert LATE_RECORDS_DROPPED not in op.counters.side_out
+    h = make(-10, 10, vectorized=vectorized, late_tags=("late-l", "late-r"))
+    wm(h, 50)
+    h.process(side([1, 2], [40, 60]), input=1)
+    h.process(side([3], [10]), input=2)
+    assert [r["ts"] for r in h.side_output("late-l")] == [40]
+    assert [r["ts"] for r in h.side_output("late-r")] == [10]
+    assert LATE_RECORDS_DROPPED not in h.operator.counters.side_out
 
 
 @pytest.mark.parametrize("vectorized", PATHS)
 def test_a_record_is_kept_until_the_watermark_passes_its_bound(vectorized: bool) -> None:
     """Left at tl is kept while wm <= tl + upper, right at tr while wm <= tr - lower:
     exactly until no record that is not late can join it."""
-    op, out = make(-5, 20, vectorized=vectorized)
-    op.process_batch(side([1], [100]), 0)
-    op.process_batch(side([1], [100]), 1)
-    wm(op, 105)  # right kept until 105, left until 120
-    assert op.buffered_rows() == 2
-    wm(op, 106)
-    assert op.buffered_rows() == 1
-    op.process_batch(side([1], [120]), 1)  # not late (120 >= 106) and joins the left
-    assert (1, 100, 120) in pairs(out)
-    wm(op, 121)
-    assert op.buffered_rows() == 1, "the left at 100 expired (kept while wm <= 120)"
-    wm(op, 125)
-    assert op.buffered_rows() == 1, "the right at 120 is kept while wm <= 125"
-    wm(op, 126)
-    assert op.buffered_rows() == 0
-    wm(op, MAX_WATERMARK)
-    assert out.elements[-1] == Watermark(MAX_WATERMARK)
+    h = make(-5, 20, vectorized=vectorized)
+    h.process(side([1], [100]), input=1)
+    h.process(side([1], [100]), input=2)
+    wm(h, 105)  # right kept until 105, left until 120
+    assert h.operator.buffered_rows() == 2
+    wm(h, 106)
+    assert h.operator.buffered_rows() == 1
+    h.process(side([1], [120]), input=2)  # not late (120 >= 106) and joins the left
+    assert (1, 100, 120) in pairs(h)
+    wm(h, 121)
+    assert h.operator.buffered_rows() == 1, "the left at 100 expired (kept while wm <= 120)"
+    wm(h, 125)
+    assert h.operator.buffered_rows() == 1, "the right at 120 is kept while wm <= 125"
+    wm(h, 126)
+    assert h.operator.buffered_rows() == 0
+    wm(h, MAX_WATERMARK)
+    assert h.elements[-1] == Watermark(MAX_WATERMARK)
 
 
 def oracle(left: pd.DataFrame, right: pd.DataFrame, lower: int, upper: int) -> Counter[Any]:
@@ -237,7 +186,7 @@ def test_200k_records_per_side_with_disorder_and_late_records_equal_pandas(
     n, keys, lower, upper, disorder = 200_000, 5000, -40, 60, 300
     rng = np.random.default_rng(7)
     frames = []
-    op, out = make(lower, upper, vectorized=vectorized)
+    h = make(lower, upper, vectorized=vectorized)
     watermarks = [0, 0]
     accepted: list[list[pd.DataFrame]] = [[], []]
     late_total = 0
@@ -255,38 +204,38 @@ def test_200k_records_per_side_with_disorder_and_late_records_equal_pandas(
             late = chunk.ts < combined if combined > 0 else chunk.ts < -(2**62)
             late_total += int(late.sum())
             accepted[s].append(chunk[~late])
-            op.process_batch(side(chunk.k, chunk.ts), s)
+            h.process(side(chunk.k, chunk.ts), input=s + 1)
             watermarks[s] = max(watermarks[s], int(chunk.ts.max()) - disorder)
-            op.process_watermark(Watermark(watermarks[s]), s)
-            max_buffered = max(max_buffered, op.buffered_rows())
-    wm(op, MAX_WATERMARK)
-    assert op.counters.side_out[LATE_RECORDS_DROPPED] == late_total > 0
+            h.process_watermark(watermarks[s], input=s + 1)
+            max_buffered = max(max_buffered, h.operator.buffered_rows())
+    wm(h, MAX_WATERMARK)
+    assert h.operator.counters.side_out[LATE_RECORDS_DROPPED] == late_total > 0
     expected = oracle(pd.concat(accepted[0]), pd.concat(accepted[1]), lower, upper)
-    got = Counter((r["k"], r["ts_left"], r["ts_right"]) for r in out.rows)
+    got = Counter((r["k"], r["ts_left"], r["ts_right"]) for r in h.output)
     assert sum(got.values()) == sum(expected.values())
     assert got == expected, "each pair exactly as often as pandas has it"
     # 2 records/ms per side; kept for the watermark lag (disorder + a batch's 1000 ms)
     # plus the interval width: far below the input size, whatever its length
     bound = 2 * 2 * (disorder + per_batch // 2 + (upper - lower) + disorder)
-    assert max_buffered <= op.max_buffered_rows <= bound
-    assert op.buffered_rows() == 0
+    assert max_buffered <= h.operator.max_buffered_rows <= bound
+    assert h.operator.buffered_rows() == 0
 
 
 @pytest.mark.parametrize("vectorized", PATHS)
 def test_state_stays_bounded_over_a_long_unbounded_run(vectorized: bool) -> None:
     """A million records per side in order with watermarks: the buffered records
     never exceed rate x (watermark lag + interval width), however long it runs."""
-    op, _ = make(-100, 100, vectorized=vectorized)
+    h = make(-100, 100, vectorized=vectorized)
     per_batch, rate = 10_000 if vectorized else 2_000, 10  # records per ms
     total = 1_000_000 if vectorized else 100_000
     keys = np.arange(per_batch) % 997
     for start in range(0, total, per_batch):
         ts = (np.arange(start, start + per_batch) // rate).astype(np.int64)
         for s in (0, 1):
-            op.process_batch(side(keys, ts), s)
-            op.process_watermark(Watermark(int(ts.max()) - 50), s)
-        assert op.buffered_rows() <= 2 * rate * (per_batch // rate + 50 + 100 + 1)
-    assert op.max_buffered_rows > 0
+            h.process(side(keys, ts), input=s + 1)
+            h.process_watermark(int(ts.max()) - 50, input=s + 1)
+        assert h.operator.buffered_rows() <= 2 * rate * (per_batch // rate + 50 + 100 + 1)
+    assert h.operator.max_buffered_rows > 0
 
 
 # -- snapshots and restores (M-T3, M-T4) ---------------------------------------------------
@@ -297,38 +246,38 @@ def test_state_moves_by_key_group_when_restored_at_another_parallelism(vectorize
     subtask that owns the key."""
     keys = np.arange(200)
     groups = key_groups_of_keys(keys.tolist(), MAXP)
-    payloads = []
+    snapshots: list[OperatorSnapshot] = []
     for sub in range(2):
-        op, _ = make(-10, 10, vectorized=vectorized, subtask=sub, parallelism=2)
+        h = make(-10, 10, vectorized=vectorized, subtask=sub, parallelism=2)
         r = key_group_range(sub, 2, MAXP)
         mine = keys[(groups >= r.start) & (groups < r.stop)]
-        op.process_batch(side(mine, np.full(len(mine), 100)), 0)
-        wm(op, 95)
-        snap = op.snapshot_state(1)
-        op.process_batch(side(mine, np.full(len(mine), 101)), 0)  # after: not in it
-        payloads.append(snap.materialize())
+        h.process(side(mine, np.full(len(mine), 100)), input=1)
+        wm(h, 95)
+        snap = h.begin_snapshot()
+        h.process(side(mine, np.full(len(mine), 101)), input=1)  # after: not in it
+        snapshots.append(snap.complete())
     got: list[tuple[int, int, int]] = []
     for sub in range(3):
-        op, out = make(
+        h = make(
             -10, 10, vectorized=vectorized, subtask=sub, parallelism=3,
-            restored=Restored(payloads, sub, 3),
+            restored=snapshots,
         )  # fmt: skip
         r = key_group_range(sub, 3, MAXP)
         mine = keys[(groups >= r.start) & (groups < r.stop)]
-        assert op.buffered_rows() == len(mine)
-        op.process_batch(side(mine, np.full(len(mine), 105)), 1)
-        op.process_batch(side(mine, np.full(len(mine), 90)), 1)  # late: restored wm 95
-        assert op.counters.side_out[LATE_RECORDS_DROPPED] == len(mine)
-        got.extend(pairs(out))
+        assert h.operator.buffered_rows() == len(mine)
+        h.process(side(mine, np.full(len(mine), 105)), input=2)
+        h.process(side(mine, np.full(len(mine), 90)), input=2)  # late: restored wm 95
+        assert h.operator.counters.side_out[LATE_RECORDS_DROPPED] == len(mine)
+        got.extend(pairs(h))
     assert sorted(got) == sorted((int(k), 100, 105) for k in keys)
 
 
 def test_a_snapshot_is_not_changed_by_later_records() -> None:
-    op, _ = make(-10, 10, vectorized=False)
-    op.process_batch(side([1], [100]), 0)
-    snap = op.snapshot_state(1)
-    op.process_batch(side([1, 2], [100, 100]), 0)
-    state = snap.materialize()["function"]
+    h = make(-10, 10, vectorized=False)
+    h.process(side([1], [100]), input=1)
+    snap = h.begin_snapshot()
+    h.process(side([1, 2], [100, 100]), input=1)
+    state = snap.complete().state()["function"]
     assert len(state["sides"][0]["key_groups"]) == 1
 
 

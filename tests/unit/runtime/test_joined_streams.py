@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_window_operator import MAXP, Restored, batch, make, snapshot, tumbling, wm
+from test_window_operator import MAXP, batch, tumbling, wm
 
 import lockgate as lg
 from lockgate.core.batch import RowBatch, timestamps_of
 from lockgate.core.key_groups import subtask_for_key
+from lockgate.core.partitioners import KeySelector
 from lockgate.errors import ConfigurationError
 from lockgate.runtime.operators.join.window_join import (
     ARROW_JOIN,
@@ -30,8 +31,9 @@ from lockgate.runtime.operators.join.window_join import (
     key_fields,
     pair_indices,
 )
-from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED
+from lockgate.runtime.operators.window.operator import LATE_RECORDS_DROPPED, WindowOperator
 from lockgate.runtime.operators.window.store import SessionStore
+from lockgate.testing import OperatorHarness
 from lockgate.windowing.assigners import WindowAssignment
 
 
@@ -368,6 +370,31 @@ def test_co_group_is_called_per_key_and_window_even_with_one_side_empty() -> Non
     ]
 
 
+def join_window(
+    assigner: Any,
+    contents: JoinContents,
+    *,
+    key: Any,
+    lateness: int = 0,
+    clock: Any = None,
+    subtask: int = 0,
+    parallelism: int = 1,
+    restored: Any = None,
+) -> OperatorHarness:
+    """The window operator of a join (its tagged input, its join contents), opened."""
+    op = WindowOperator(assigner, KeySelector(key), contents, lateness, None)
+    h = OperatorHarness(
+        op,
+        clock=clock or lg.ManualClock(start_ms=0),
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=MAXP,
+        name="win",
+        uid="win",
+    )
+    return h.open(restored=restored)
+
+
 def tagged(side: int, *rows: tuple[int, int]) -> pa.RecordBatch:
     """Records ``(k, ts)`` of one side as the join's tag step makes them."""
     return TagBatch(side, ("k",))(batch([{"k": k, "ts": t, "id": t} for k, t in rows]))
@@ -378,44 +405,46 @@ def test_within_the_lateness_a_window_joins_again_and_later_records_are_dropped_
     re-fires it with all its pairs (as Flink); at 2499 its state is dropped (999 + 1000
     <= 2499), so a record at 300 is dropped and counted."""
     c = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
-    op, out, _ = make(tumbling(), c, key=list(key_fields(1)), lateness=1000)
-    op.process_batch(tagged(LEFT, (1, 100)))
-    op.process_batch(tagged(RIGHT, (1, 200), (2, 300)))
-    wm(op, 1499)
-    assert [(r["id_left"], r["id_right"]) for r in out.take()] == [(100, 200)]
-    op.process_batch(tagged(LEFT, (1, 950)))
-    firing = out.raw[-1]
-    assert sorted((r["id_left"], r["id_right"]) for r in out.take()) == [(100, 200), (950, 200)]
+    h = join_window(tumbling(), c, key=list(key_fields(1)), lateness=1000)
+    h.process(tagged(LEFT, (1, 100)))
+    h.process(tagged(RIGHT, (1, 200), (2, 300)))
+    wm(h, 1499)
+    assert [(r["id_left"], r["id_right"]) for r in h.take_output()] == [(100, 200)]
+    h.process(tagged(LEFT, (1, 950)))
+    firing = h.batches[-1]
+    assert sorted((r["id_left"], r["id_right"]) for r in h.take_output()) == [
+        (100, 200),
+        (950, 200),
+    ]
     assert list(timestamps_of(firing)) == [999, 999]
     assert firing.schema.field("k").type == pa.int64()
-    wm(op, 2499)
-    op.process_batch(tagged(LEFT, (1, 300)))
-    op.process_batch(tagged(RIGHT, (1, 310)))
-    wm(op, 5000)
-    assert out.take() == []
-    assert op.counters.side_out == {LATE_RECORDS_DROPPED: 2}
+    wm(h, 2499)
+    h.process(tagged(LEFT, (1, 300)))
+    h.process(tagged(RIGHT, (1, 310)))
+    wm(h, 5000)
+    assert h.take_output() == []
+    assert h.operator.counters.side_out == {LATE_RECORDS_DROPPED: 2}
 
 
 def test_join_state_restores_at_another_parallelism_by_key_group_M_T4() -> None:
     c = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
-    op, _, _ = make(tumbling(), c, key=list(key_fields(1)))
-    op.process_batch(tagged(LEFT, *[(k, 10 + k) for k in range(40)]))
-    op.process_batch(tagged(RIGHT, *[(k, 500 + k) for k in range(40)]))
-    payload = pickle.loads(pickle.dumps(snapshot(op)))
+    h = join_window(tumbling(), c, key=list(key_fields(1)))
+    h.process(tagged(LEFT, *[(k, 10 + k) for k in range(40)]))
+    h.process(tagged(RIGHT, *[(k, 500 + k) for k in range(40)]))
+    snapshot = h.snapshot()
     pairs = []
     for subtask in range(3):
-        restored = Restored([payload], subtask, 3)
         c2 = JoinContents(ARROW_JOIN, None, ("k",), ("k",))
-        op2, out2, _ = make(
+        h2 = join_window(
             tumbling(),
             c2,
             key=list(key_fields(1)),
             subtask=subtask,
             parallelism=3,
-            restored=restored,
+            restored=snapshot,
         )
-        wm(op2, 999)
-        got = out2.take()
+        wm(h2, 999)
+        got = h2.take_output()
         assert all(subtask_for_key(r["k"], 3, MAXP) == subtask for r in got)
         pairs += [(r["id_left"], r["id_right"]) for r in got]
     assert sorted(pairs) == [(10 + k, 500 + k) for k in range(40)]
@@ -426,18 +455,16 @@ def test_a_processing_time_window_joins_what_arrived_before_the_clock_passed_its
     window of their arrival time, and the window fires when the clock reads its end."""
     clock = lg.ManualClock(start_ms=10_500)
     c = JoinContents(FUNCTION_JOIN, lambda left, right: (left["id"], right["id"]))
-    op, out, service = make(
-        lg.TumblingProcessingTimeWindows.of(1000), c, key=KEY_FIELD, clock=clock
-    )
+    h = join_window(lg.TumblingProcessingTimeWindows.of(1000), c, key=KEY_FIELD, clock=clock)
     left = TagRecord(LEFT, "k")
     right = TagRecord(RIGHT, "k")
-    op.process_batch(RowBatch([left({"k": 1, "id": "a"}), right({"k": 1, "id": "b"})]))
+    h.process(RowBatch([left({"k": 1, "id": "a"}), right({"k": 1, "id": "b"})]))
     clock.advance(500)  # 11_000: the window [10_000, 11_000) is over
-    op.process_batch(RowBatch([right({"k": 1, "id": "c"})]))
-    service.fire_due()
-    assert out.take() == [("a", "b")]
-    op.finish()  # end of input: the open window fires with what it holds
-    assert out.take() == []
+    h.process(RowBatch([right({"k": 1, "id": "c"})]))
+    h.advance_processing_time(0)  # the callbacks due now run
+    assert h.take_output() == [("a", "b")]
+    h.finish()  # end of input: the open window fires with what it holds
+    assert h.take_output() == []
 
 
 class NoneForOdd(lg.JoinFunction):

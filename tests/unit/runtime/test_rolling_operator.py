@@ -12,72 +12,45 @@ import pytest
 
 from lockgate.core.batch import RowBatch
 from lockgate.core.partitioners import KeySelector
-from lockgate.runtime.context import RuntimeContext
-from lockgate.runtime.operators.base import Output
 from lockgate.runtime.operators.rolling import RollingAggregate, RollingAggregateOperator
 from lockgate.state.backends import HashMapStateBackend, RocksDBStateBackend
-
-
-class _Collect(Output):
-    def __init__(self) -> None:
-        self.batches: list[Any] = []
-
-    def emit(self, batch: Any) -> None:
-        self.batches.append(batch)
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        pass
-
-    def emit_element(self, element: Any) -> None:
-        pass
+from lockgate.testing import OperatorHarness
 
 
 @pytest.fixture(params=["heap", "rocksdb"])
 def make_op(request: Any, tmp_path: Any) -> Any:
-    made: list[RollingAggregateOperator] = []
+    made: list[OperatorHarness] = []
 
-    def make(kind: str) -> tuple[RollingAggregateOperator, _Collect]:
+    def make(kind: str) -> OperatorHarness:
         backend = (
             HashMapStateBackend()
             if request.param == "heap"
             else RocksDBStateBackend(local_dir=str(tmp_path))
         )
         op = RollingAggregateOperator(RollingAggregate(kind, "v"), KeySelector("k"))
-        ctx = RuntimeContext(
-            task_name="t",
-            operator_name="rolling",
-            operator_uid="rolling",
-            subtask_index=0,
-            parallelism=1,
-            max_parallelism=128,
-            state_backend=backend,
-        )
-        out = _Collect()
-        op.setup("t", "rolling", ctx, out)
-        op.initialize_state(None)
-        op.open()
-        made.append(op)
-        return op, out
+        h = OperatorHarness(op, state_backend=backend, name="t", uid="rolling").open()
+        made.append(h)
+        return h
 
     yield make
-    for op in made:
-        op.close()
+    for h in made:
+        h.close()
 
 
 def test_an_int_column_over_a_float_running_sum_stays_float(make_op: Any) -> None:
-    op, out = make_op("sum")
-    op.process_batch(RowBatch([{"k": 1, "v": 0.5}, {"k": 2, "v": 1.0}]))
-    op.process_batch(pa.RecordBatch.from_pydict({"k": [1, 2, 3], "v": [2, 2, 2]}))
-    column = out.batches[-1].column(1)
+    h = make_op("sum")
+    h.process(RowBatch([{"k": 1, "v": 0.5}, {"k": 2, "v": 1.0}]))
+    h.process(pa.RecordBatch.from_pydict({"k": [1, 2, 3], "v": [2, 2, 2]}))
+    column = h.batches[-1].column(1)
     assert column.type == pa.float64()
     assert column.to_pylist() == [2.5, 3.0, 2.0]
 
 
 def test_an_unsigned_column_beyond_int64(make_op: Any) -> None:
     big = pa.array([2**63, 1, 2**64 - 1], pa.uint64())
-    op, out = make_op("max")
-    op.process_batch(pa.RecordBatch.from_arrays([pa.array([1, 1, 2]), big], names=["k", "v"]))
-    assert out.batches[-1].column(1).to_pylist() == [2**63, 2**63, 2**64 - 1]
-    op, out = make_op("sum")
+    h = make_op("max")
+    h.process(pa.RecordBatch.from_arrays([pa.array([1, 1, 2]), big], names=["k", "v"]))
+    assert h.batches[-1].column(1).to_pylist() == [2**63, 2**63, 2**64 - 1]
+    h = make_op("sum")
     with pytest.raises(Exception, match=r"went past int64.*cast 'v' to float64"):
-        op.process_batch(pa.RecordBatch.from_arrays([pa.array([1, 1, 2]), big], names=["k", "v"]))
+        h.process(pa.RecordBatch.from_arrays([pa.array([1, 1, 2]), big], names=["k", "v"]))

@@ -11,11 +11,8 @@ import pytest
 import lockgate as lg
 from lockgate.api.broadcast import BroadcastConnectedStream, BroadcastStream
 from lockgate.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
-from lockgate.core.batch import RowBatch, to_rows
-from lockgate.core.partitioners import BroadcastPartitioning, KeySelector
-from lockgate.runtime.operators.base import Output
+from lockgate.core.partitioners import BroadcastPartitioning
 from lockgate.runtime.operators.broadcast import (
-    BroadcastProcessOperator,
     KeyedBroadcastProcessOperator,
 )
 from lockgate.state.broadcast import (
@@ -24,6 +21,7 @@ from lockgate.state.broadcast import (
     ReadOnlyBroadcastState,
 )
 from lockgate.state.snapshot import payload_part
+from lockgate.testing import OperatorHarness, OperatorSnapshot, OutputBatch
 
 RULES: lg.MapStateDescriptor[Any] = lg.MapStateDescriptor("rules")
 LIMITS: lg.MapStateDescriptor[Any] = lg.MapStateDescriptor("limits")
@@ -255,68 +253,24 @@ def test_process_needs_both_methods_and_the_matching_function_kind() -> None:
 
 
 # -- the operators, driven directly ----------------------------------------------------
-class ListOutput(Output):
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-        self.side: dict[str, list[Any]] = {}
-
-    def emit(self, batch: Any) -> None:
-        self.records.extend(to_rows(batch))
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        self.side.setdefault(tag, []).extend(to_rows(batch))
-
-    def emit_element(self, element: Any) -> None:
-        pass
-
-
-class FakeRestore:
-    """What an ``OperatorRestore`` offers, over in-memory payloads of the old subtasks."""
-
-    def __init__(self, payloads: dict[int, Any], subtask: int, parallelism: int) -> None:
-        self.payloads = payloads
-        self.subtask = subtask
-        self.parallelism = parallelism
-        self.same_parallelism = set(payloads) == set(range(parallelism))
-
-    def own(self) -> Any:
-        return copy.deepcopy(self.payloads.get(self.subtask))
-
-    def by_subtask(self) -> dict[int, Any]:
-        return {j: copy.deepcopy(p) for j, p in sorted(self.payloads.items())}
-
-    def all(self) -> list[Any]:
-        return list(self.by_subtask().values())
-
-    def assigned(self) -> list[Any]:
-        return [p for j, p in self.by_subtask().items() if j % self.parallelism == self.subtask]
-
-
 BACKENDS = {"hashmap": lg.HashMapStateBackend, "rocksdb": lambda: lg.RocksDBStateBackend()}
 
 
-def run_operator(
-    op: Any,
-    *,
-    subtask: int = 0,
-    parallelism: int = 1,
-    restored: FakeRestore | None = None,
-    backend: str = "hashmap",
-) -> ListOutput:
-    ctx = lg.RuntimeContext(
-        task_name="t",
-        operator_name="bc",
-        operator_uid="bc",
-        subtask_index=subtask,
-        parallelism=parallelism,
-        max_parallelism=128,
-        state_backend=BACKENDS[backend](),
-    )
-    out = ListOutput()
-    op.setup("bc", "bc", ctx, out)
-    op.initialize_state(restored)
-    op.open()
-    return out
+def harness(
+    fn: Any, *, key: Any = None, subtask: int = 0, parallelism: int = 1, backend: str = "hashmap"
+) -> OperatorHarness:
+    """The broadcast operator of ``fn`` (keyed by ``key`` when given): input 1 is the data
+    stream, input 2 the broadcast stream."""
+    options: dict[str, Any] = {
+        "subtask_index": subtask,
+        "parallelism": parallelism,
+        "state_backend": BACKENDS[backend](),
+        "name": "bc",
+        "uid": "bc",
+    }
+    if key is None:
+        return OperatorHarness.for_broadcast_process(fn, [RULES], **options)
+    return OperatorHarness.for_keyed_broadcast_process(fn, [RULES], key=key, **options)
 
 
 class Tagger(BroadcastProcessFunction):
@@ -340,20 +294,20 @@ class Tagger(BroadcastProcessFunction):
 
 
 def test_input_1_writes_broadcast_state_that_input_0_reads() -> None:
-    op = BroadcastProcessOperator(Tagger(), [RULES])
-    out = run_operator(op)
-    op.process_batch(RowBatch([{"kind": "a", "v": 1}]), 0)
-    op.process_batch(RowBatch([{"kind": "a", "rule": "double"}, {"kind": "b", "rule": "side"}]), 1)
-    op.process_batch(RowBatch([{"kind": "a", "v": 2}, {"kind": "b", "v": 3}]), 0)
-    assert out.records == [
+    h = harness(Tagger()).open()
+    h.process([{"kind": "a", "v": 1}], input=1)
+    h.process([{"kind": "a", "rule": "double"}, {"kind": "b", "rule": "side"}], input=2)
+    h.process([{"kind": "a", "v": 2}, {"kind": "b", "v": 3}], input=1)
+    assert h.output == [
         {"v": 1, "rule": "none"},
         {"learned": "a"},
         {"learned": "b"},
         {"v": 2, "rule": "double"},
     ]
-    assert out.side == {"odd": [{"kind": "b", "v": 3}]}
-    assert op.counters.records_in == 5
-    op.close()
+    assert h.side_output("odd") == [{"kind": "b", "v": 3}]
+    assert [e.tag for e in h.elements if isinstance(e, OutputBatch) and e.tag] == ["odd"]
+    assert h.operator.counters.records_in == 5
+    h.close()
 
 
 class WritesOnTheWrongSide(BroadcastProcessFunction):
@@ -367,44 +321,39 @@ class WritesOnTheWrongSide(BroadcastProcessFunction):
 
 
 def test_bad_usage_fails_with_the_operator_and_a_clear_cause() -> None:
-    op = BroadcastProcessOperator(WritesOnTheWrongSide(), [RULES])
-    run_operator(op)
+    h = harness(WritesOnTheWrongSide()).open()
     with pytest.raises(lg.UserFunctionError, match=r"operator 'bc'.*read-only in process_element"):
-        op.process_batch(RowBatch([1]), 0)
+        h.process([1], input=1)
     with pytest.raises(
         lg.UserFunctionError, match=r"no broadcast state named 'undeclared'.*declares 'rules'"
     ):
-        op.process_batch(RowBatch([1]), 1)
-    op.close()
+        h.process([1], input=2)
+    h.close()
 
 
 def test_the_snapshot_holds_deep_copies_of_broadcast_and_operator_state_M_T3_M_T4() -> None:
-    op = BroadcastProcessOperator(Tagger(), [RULES])
-    run_operator(op)
-    assert payload_part(op.snapshot_state(1).materialize(), "broadcast") is None, (
-        "no broadcast state yet"
-    )
-    op.process_batch(RowBatch([{"kind": "a", "rule": ["x"]}]), 1)
-    op.process_batch(RowBatch([{"kind": "a", "v": 1}]), 0)
-    snap = op.snapshot_state(2)
-    op.broadcast_state.writable(RULES)["a"].append("changed later")
-    op.process_batch(RowBatch([{"kind": "b", "rule": "y"}]), 1)
-    payload = snap.materialize()
+    h = harness(Tagger()).open()
+    assert payload_part(h.snapshot().state(), "broadcast") is None, "no broadcast state yet"
+    h.process([{"kind": "a", "rule": ["x"]}], input=2)
+    h.process([{"kind": "a", "v": 1}], input=1)
+    snap = h.begin_snapshot()
+    h.operator.broadcast_state.writable(RULES)["a"].append("changed later")
+    h.process([{"kind": "b", "rule": "y"}], input=2)
+    payload = snap.complete().state()
     assert payload_part(payload, "broadcast") == {"rules": {"a": ["x"]}}
     assert payload_part(payload, "operator") == {"seen": {"mode": "split", "items": [1]}}
     assert payload_part(payload, "keyed") is None
-    op.close()
+    h.close()
 
 
 def test_a_function_without_other_state_snapshots_only_its_broadcast_state() -> None:
-    op = BroadcastProcessOperator(Rules(), [RULES])
-    run_operator(op)
-    assert op.snapshot_state(1) is None, "no state at all: nothing to write"
-    op.process_batch(RowBatch(["r"]), 1)
-    payload = op.snapshot_state(2).materialize()
+    h = harness(Rules()).open()
+    assert h.snapshot().payload is None, "no state at all: nothing to write"
+    h.process(["r"], input=2)
+    payload = h.snapshot().state()
     assert payload_part(payload, "broadcast") == {"rules": {"r": True}}
     assert payload_part(payload, "operator") is None and payload_part(payload, "keyed") is None
-    op.close()
+    h.close()
 
 
 @pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(2, 2), (2, 3), (3, 1)])
@@ -413,49 +362,45 @@ def test_every_restored_subtask_gets_the_broadcast_state_M_R1(
 ) -> None:
     """Each new subtask i takes old subtask i % old parallelism's broadcast part; split
     operator state is dealt out without loss."""
-    payloads = {}
+    snapshots = []
     for j in range(old_parallelism):
-        op = BroadcastProcessOperator(Tagger(), [RULES])
-        run_operator(op, subtask=j, parallelism=old_parallelism)
-        op.process_batch(RowBatch([{"kind": "a", "rule": "r1"}, {"kind": "b", "rule": "r2"}]), 1)
-        op.process_batch(RowBatch([{"kind": "a", "v": 10 * j + i} for i in range(3)]), 0)
-        payloads[j] = op.snapshot_state(1).materialize()
-        op.close()
+        h = harness(Tagger(), subtask=j, parallelism=old_parallelism).open()
+        h.process([{"kind": "a", "rule": "r1"}, {"kind": "b", "rule": "r2"}], input=2)
+        h.process([{"kind": "a", "v": 10 * j + i} for i in range(3)], input=1)
+        snapshots.append(h.snapshot())
+        h.close()
     seen: list[int] = []
     for i in range(new_parallelism):
-        op = BroadcastProcessOperator(Tagger(), [RULES])
-        out = run_operator(
-            op,
-            subtask=i,
-            parallelism=new_parallelism,
-            restored=FakeRestore(payloads, i, new_parallelism),
-        )
-        op.process_batch(RowBatch([{"kind": "b", "v": 100}]), 0)
-        assert out.records == [{"v": 100, "rule": "r2"}], f"subtask {i}"
-        seen.extend(op.operator_state.snapshot()["seen"]["items"][:-1])
-        op.close()
+        h = harness(Tagger(), subtask=i, parallelism=new_parallelism).open(restored=snapshots)
+        h.process([{"kind": "b", "v": 100}], input=1)
+        assert h.output == [{"v": 100, "rule": "r2"}], f"subtask {i}"
+        seen.extend(h.operator.operator_state.snapshot()["seen"]["items"][:-1])
+        h.close()
     assert sorted(seen) == sorted(10 * j + i for j in range(old_parallelism) for i in range(3))
 
 
 def test_restore_reads_the_broadcast_part_of_old_subtask_i_mod_old_parallelism() -> None:
     """Tell the old subtasks' parts apart (they are equal in a real job) to see which
     one each new subtask took."""
-    payloads = {
-        j: {
-            "lockgate_state": 1,
-            "keyed": None,
-            "operator": None,
-            "broadcast": {"rules": {"from": j}},
-            "function": None,
-        }
+    snapshots = [
+        OperatorSnapshot.of_state(
+            {
+                "lockgate_state": 1,
+                "keyed": None,
+                "operator": None,
+                "broadcast": {"rules": {"from": j}},
+                "function": None,
+            },
+            subtask_index=j,
+            parallelism=2,
+        )
         for j in range(2)
-    }
+    ]
     took = []
     for i in range(3):
-        op = BroadcastProcessOperator(Tagger(), [RULES])
-        run_operator(op, subtask=i, parallelism=3, restored=FakeRestore(payloads, i, 3))
-        took.append(op.broadcast_state.read_only(RULES)["from"])
-        op.close()
+        h = harness(Tagger(), subtask=i, parallelism=3).open(restored=snapshots)
+        took.append(h.operator.broadcast_state.read_only(RULES)["from"])
+        h.close()
     assert took == [0, 1, 0]
 
 
@@ -493,14 +438,13 @@ class KeyedCounter(KeyedBroadcastProcessFunction):
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_keyed_variant_scopes_state_and_applies_a_function_to_every_key(backend: str) -> None:
-    op = KeyedBroadcastProcessOperator(KeyedCounter(), [RULES], KeySelector(lambda v: v % 3))
-    out = run_operator(op, backend=backend)
-    op.process_batch(RowBatch([1, 2, 4]), 0)
-    op.process_batch(RowBatch([10]), 1)
-    op.process_batch(RowBatch([7]), 0)
-    op.process_batch(RowBatch(["reset"]), 1)
-    op.process_batch(RowBatch([5]), 0)
-    assert out.records == [
+    h = harness(KeyedCounter(), key=lambda v: v % 3, backend=backend).open()
+    h.process([1, 2, 4], input=1)
+    h.process([10], input=2)
+    h.process([7], input=1)
+    h.process(["reset"], input=2)
+    h.process([5], input=1)
+    assert h.output == [
         (1, 1, 1),
         (2, 2, 1),
         (1, 4, 2),
@@ -514,8 +458,8 @@ def test_keyed_variant_scopes_state_and_applies_a_function_to_every_key(backend:
         match=r"keyed state was used in process_broadcast_element.*"
         r"apply_to_keyed_state",
     ):
-        op.process_batch(RowBatch(["misuse"]), 1)
-    op.close()
+        h.process(["misuse"], input=2)
+    h.close()
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -523,26 +467,21 @@ def test_keyed_variant_restores_keyed_and_broadcast_state_at_another_parallelism
     backend: str,
 ) -> None:
     keys = list(range(12))
-    op = KeyedBroadcastProcessOperator(KeyedCounter(), [RULES], KeySelector(lambda v: v))
-    run_operator(op, backend=backend)
-    op.process_batch(RowBatch([3]), 1)
-    op.process_batch(RowBatch(keys), 0)
-    view = op.snapshot_state(1)
-    payload = view.materialize()
-    view.release()
-    op.close()
-    assert payload_part(payload, "broadcast") == {"rules": {"factor": 3}}
+    h = harness(KeyedCounter(), key=lambda v: v, backend=backend).open()
+    h.process([3], input=2)
+    h.process(keys, input=1)
+    snapshot = h.snapshot()
+    h.close()
+    assert payload_part(snapshot.state(), "broadcast") == {"rules": {"factor": 3}}
     outputs: list[Any] = []
     for i in range(2):
-        op = KeyedBroadcastProcessOperator(KeyedCounter(), [RULES], KeySelector(lambda v: v))
-        out = run_operator(
-            op, subtask=i, parallelism=2, backend=backend, restored=FakeRestore({0: payload}, i, 2)
-        )
+        h = harness(KeyedCounter(), key=lambda v: v, subtask=i, parallelism=2, backend=backend)
+        h.open(restored=snapshot)
         owned = [k for k in keys if lg.subtask_for_key(k, 2, 128) == i]
-        op.process_batch(RowBatch(owned), 0)
-        op.process_batch(RowBatch(["reset"]), 1)
-        outputs.extend(out.records)
-        op.close()
+        h.process(owned, input=1)
+        h.process(["reset"], input=2)
+        outputs.extend(h.output)
+        h.close()
     counted = sorted(r for r in outputs if r[0] != "reset")
     assert counted == [(k, 3 * k, 2) for k in keys], "factor 3 and count 1 were restored"
     assert sorted(r for r in outputs if r[0] == "reset") == [("reset", k, 2) for k in keys], (
@@ -573,10 +512,7 @@ class BadApply(KeyedBroadcastProcessFunction):
 def test_apply_to_keyed_state_rejects_bad_arguments(
     descriptor: Any, function: Any, match: str
 ) -> None:
-    op = KeyedBroadcastProcessOperator(
-        BadApply(descriptor, function), [RULES], KeySelector(lambda v: v)
-    )
-    run_operator(op)
+    h = harness(BadApply(descriptor, function), key=lambda v: v).open()
     with pytest.raises(lg.UserFunctionError, match=match):
-        op.process_batch(RowBatch([1]), 1)
-    op.close()
+        h.process([1], input=2)
+    h.close()

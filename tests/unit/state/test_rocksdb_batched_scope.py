@@ -17,13 +17,9 @@ import numpy as np
 import pytest
 
 import lockgate as lg
-from lockgate.core.batch import RowBatch, to_rows
+from lockgate.core.batch import RowBatch
 from lockgate.core.clock import ManualClock
-from lockgate.core.elements import Watermark
 from lockgate.core.key_groups import key_group_for
-from lockgate.core.partitioners import KeySelector
-from lockgate.runtime.operators.base import Output
-from lockgate.runtime.operators.keyed import KeyedProcessOperator
 from lockgate.state.descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -37,6 +33,7 @@ from lockgate.state.rocksdb_cache import ABSENT, DEFAULT_CACHE_ENTRIES
 from lockgate.state.rocksdb_codec import decode_key, encode_key, key_group_of, split_row
 from lockgate.state.rocksdb_files import rows
 from lockgate.state.ttl import StateTtlConfig
+from lockgate.testing import OperatorHarness, OperatorSnapshot
 
 
 @pytest.fixture(params=[0, DEFAULT_CACHE_ENTRIES], ids=["scope_only", "write_back_cache"])
@@ -440,20 +437,6 @@ def restore_copy(rocks: Any, where: str, make: Any) -> Any:
 # -- through the keyed process operator -------------------------------------------------------
 
 
-class ListOutput(Output):
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def emit(self, batch: Any) -> None:
-        self.records.extend(to_rows(batch))
-
-    def emit_side(self, tag: str, batch: Any) -> None:
-        pass
-
-    def emit_element(self, element: Any) -> None:
-        pass
-
-
 class CountThenTimer(lg.KeyedProcessFunction):
     """Counts records per key; registers an event-time timer at the record's ``t`` that
     reports the count it reads (and doubles it) when it fires."""
@@ -474,38 +457,16 @@ class CountThenTimer(lg.KeyedProcessFunction):
 
 
 def open_operator(
-    restored: Any = None, cache_entries: int = DEFAULT_CACHE_ENTRIES
-) -> tuple[KeyedProcessOperator, ListOutput]:
-    op = KeyedProcessOperator(CountThenTimer(), KeySelector("k"))
-    ctx = lg.RuntimeContext(
-        task_name="t",
-        operator_name="counts",
-        operator_uid="counts",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
+    restored: OperatorSnapshot | None = None, cache_entries: int = DEFAULT_CACHE_ENTRIES
+) -> OperatorHarness:
+    h = OperatorHarness.for_keyed_process(
+        CountThenTimer(),
+        key="k",
         state_backend=lg.RocksDBStateBackend(cache_entries=cache_entries),
+        name="counts",
+        uid="counts",
     )
-    out = ListOutput()
-    op.setup("counts", "counts", ctx, out)
-    op.initialize_state(restored)
-    op.open()
-    return op, out
-
-
-class OwnRestore:
-    """What an OperatorRestore offers for one subtask at the same parallelism."""
-
-    same_parallelism = True
-
-    def __init__(self, payload: Any) -> None:
-        self.payload = payload
-
-    def own(self) -> Any:
-        return copy.deepcopy(self.payload)
-
-    def all(self) -> list[Any]:
-        return [self.own()]
+    return h.open(restored=restored)
 
 
 def records(pairs: list[tuple[str, int]]) -> RowBatch:
@@ -513,48 +474,46 @@ def records(pairs: list[tuple[str, int]]) -> RowBatch:
 
 
 def test_the_operator_timer_sees_the_batch_writes_and_the_next_batch_the_timer_writes() -> None:
-    op, out = open_operator()
+    h = open_operator()
     try:
-        op.process_batch(records([("a", 5), ("b", 5), ("a", 5), ("a", 9)]))
-        assert op.backend._scope is None, "the scope closed with the batch"
-        op.process_watermark(Watermark(5))
-        assert [r for r in out.records if "timer" in r] == [
+        h.process(records([("a", 5), ("b", 5), ("a", 5), ("a", 9)]))
+        assert h.operator.backend._scope is None, "the scope closed with the batch"
+        h.process_watermark(5)
+        assert [r for r in h.output if "timer" in r] == [
             {"k": "a", "timer": 5, "count": 3},
             {"k": "b", "timer": 5, "count": 1},
         ]
-        op.process_batch(records([("a", 20), ("b", 20)]))
-        assert out.records[-2:] == [{"k": "a", "count": 7}, {"k": "b", "count": 3}]
+        h.process(records([("a", 20), ("b", 20)]))
+        assert h.output[-2:] == [{"k": "a", "count": 7}, {"k": "b", "count": 3}]
     finally:
-        op.close()
+        h.close()
 
 
 def test_the_operator_restored_from_a_mid_stream_checkpoint_goes_on_as_uninterrupted() -> None:
     batches = [records([(k, 100) for k in "abcab"[i % 3 :]]) for i in range(6)]
-    op, out = open_operator()
+    h = open_operator()
     try:
         for b in batches:
-            op.process_batch(b)
-        expected = out.records
+            h.process(b)
+        expected = h.output
     finally:
-        op.close()
-    op, out = open_operator()
+        h.close()
+    h = open_operator()
     try:
         for b in batches[:3]:
-            op.process_batch(b)
-        view = op.snapshot_state(1)
-        payload = view.materialize()
-        view.release()
-        before = list(out.records)
-        op.process_batch(batches[3])  # processed after the barrier: replayed below
+            h.process(b)
+        snapshot = h.snapshot()
+        before = h.output
+        h.process(batches[3])  # processed after the barrier: replayed below
     finally:
-        op.close()
-    op, out = open_operator(OwnRestore(payload))
+        h.close()
+    h = open_operator(snapshot)
     try:
         for b in batches[3:]:
-            op.process_batch(b)
-        assert before + out.records == expected
+            h.process(b)
+        assert before + h.output == expected
     finally:
-        op.close()
+        h.close()
 
 
 def test_a_failing_function_leaves_no_scope_open() -> None:
@@ -568,26 +527,16 @@ def test_a_failing_function_leaves_no_scope_open() -> None:
                 raise ValueError("boom")
             return None
 
-    op = KeyedProcessOperator(FailsOnSecond(), KeySelector("k"))
-    ctx = lg.RuntimeContext(
-        task_name="t",
-        operator_name="f",
-        operator_uid="f",
-        subtask_index=0,
-        parallelism=1,
-        max_parallelism=128,
-        state_backend=lg.RocksDBStateBackend(),
-    )
-    op.setup("f", "f", ctx, ListOutput())
-    op.initialize_state(None)
-    op.open()
+    h = OperatorHarness.for_keyed_process(
+        FailsOnSecond(), key="k", state_backend=lg.RocksDBStateBackend(), name="f", uid="f"
+    ).open()
     try:
         with pytest.raises(lg.errors.UserFunctionError):
-            op.process_batch(records([("a", 1), ("a", 2)]))
-        assert op.backend._scope is None
-        assert op.backend.entries() == {"count": {"a": 2}}
+            h.process(records([("a", 1), ("a", 2)]))
+        assert h.operator.backend._scope is None
+        assert h.operator.backend.entries() == {"count": {"a": 2}}
     finally:
-        op.close()
+        h.close()
 
 
 def test_heap_backend_has_no_scopes_and_keeps_working_through_the_operator() -> None:
@@ -609,11 +558,11 @@ def test_split_row_of_a_flushed_write_names_the_state(rocks: Any) -> None:
 
 
 def test_the_key_estimate_metric_counts_the_written_batches() -> None:
-    op, _ = open_operator(cache_entries=0)  # with the cache: counted once written back
+    h = open_operator(cache_entries=0)  # with the cache: counted once written back
     try:
-        op.process_batch(records([(k, 1) for k in "abcdef"]))
-        estimate = op.metric_keys()
+        h.process(records([(k, 1) for k in "abcdef"]))
+        estimate = h.operator.metric_keys()
         assert isinstance(estimate, int) and 1 <= estimate <= 12
     finally:
-        op.close()
-    assert op.metric_keys() is None, "a closed database has no estimate"
+        h.close()
+    assert h.operator.metric_keys() is None, "a closed database has no estimate"
