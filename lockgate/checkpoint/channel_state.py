@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..core.batch import Batch, RowBatch, nbytes
+from ..core.moved_modules import loads as moved_loads
 from ..graph.channel_identity import ChannelInfo, SubtaskChannels
 
 #: the prefix of channel-state keys among a checkpoint's operator states
@@ -59,7 +60,7 @@ def freeze(batch: Batch) -> Any:
 def thaw(frozen: Any) -> Batch:
     """The batch :func:`freeze` stored (channel state replay, M-R1)."""
     if isinstance(frozen, bytes):
-        return RowBatch(*pickle.loads(frozen))  # (rows, timestamps[, kinds])
+        return RowBatch(*moved_loads(frozen))  # (rows, timestamps[, kinds])
     return cast(Batch, frozen)
 
 

@@ -58,6 +58,8 @@ import cloudpickle
 import numpy as np
 import pyarrow as pa
 
+from ..core.moved_modules import MovedModulesUnpickler
+from ..core.moved_modules import loads as moved_loads
 from ..core.state_records import RecordFormatError, spec_named, spec_of
 
 TREE_MAGIC = b"LGST"
@@ -126,7 +128,7 @@ class _Loader:
         if not 0 <= index < self.count:
             raise TreeFormatError(f"{self.where}: pickled part {index} of {self.count}")
         if self._unpickler is None:
-            self._unpickler = pickle.Unpickler(io.BytesIO(self.stream))
+            self._unpickler = MovedModulesUnpickler(io.BytesIO(self.stream))
         while len(self.values) <= index:
             self.values.append(self._unpickler.load())
         return self.values[index]
@@ -327,7 +329,7 @@ def decode_tree(payload: bytes, *, unpickle: bool = True, where: str = "state") 
     :class:`PickledValue` placeholders (nothing runs); a payload of the format before
     the tree (one pickle) is then one placeholder."""
     if not is_tree(payload):
-        return pickle.loads(payload) if unpickle else PickledValue.whole(payload)
+        return moved_loads(payload) if unpickle else PickledValue.whole(payload)
     if len(payload) < 6:
         raise TreeFormatError(f"{where}: the state tree is truncated")
     (version,) = _U16.unpack_from(payload, 4)

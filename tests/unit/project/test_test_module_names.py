@@ -20,3 +20,17 @@ def test_every_test_module_has_a_name_of_its_own() -> None:
         f"test modules sharing a basename: {clashes}; rename one (e.g. a unit test of an "
         "operator as test_<thing>_operator.py)"
     )
+
+
+def test_a_test_module_imports_other_test_modules_of_its_own_folder_only() -> None:
+    """pytest puts each test folder on ``sys.path`` as it collects it, so an import of a
+    test module from another folder works in a full run (that folder came first) and
+    fails when the importing module runs alone. Shared helpers live in ``tests/``."""
+    import re
+
+    wrong = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        for match in re.finditer(r"^\s*(?:from|import) (test_\w+)", path.read_text(), re.M):
+            if not (path.parent / f"{match.group(1)}.py").is_file():
+                wrong.append(f"{path.relative_to(TESTS)} imports {match.group(1)}")
+    assert not wrong, "imports of test modules from other folders: " + "; ".join(wrong)

@@ -70,6 +70,7 @@ from ....core.key_types import (
     python_types,
     schema_kinds,
 )
+from ....core.moved_modules import loads as moved_loads
 from ....core.partitioners import KeySelector
 from ....core.user_functions import bind_function
 from ....errors import ConfigurationError
@@ -533,7 +534,7 @@ class IntervalJoinOperator(StreamOperator):
                     for b in chosen.to_batches():
                         self.buffers[side].restore(canonical_key_columns(b, columns))
                 else:
-                    entries = pickle.loads(part["entries"])
+                    entries = moved_loads(part["entries"])
                     buffer: RowBuffer = self.buffers[side]
                     for i in pick.tolist():
                         key, ts, record = entries[i]
@@ -620,7 +621,7 @@ class IntervalJoinSnapshot:
                     groups = np.zeros(0, dtype=np.int64)
                 parts.append({"table": table, "key_groups": groups})
             else:
-                by_key = pickle.loads(taken)
+                by_key = moved_loads(taken)
                 entries = [(k, ts, r) for k, es in by_key for ts, r in es]
                 groups = key_groups_of_keys([e[0] for e in entries], max_parallelism)
                 parts.append(

@@ -45,8 +45,6 @@ subtask once it has seen records of both inputs.
 
 from __future__ import annotations
 
-import io
-import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -57,6 +55,7 @@ import pyarrow as pa
 from ....core.batch import TS_COLUMN, Batch, RowBatch, to_arrow, to_rows, with_timestamps
 from ....core.excerpt import excerpt
 from ....core.key_types import KeyKindCheck, arrow_types, key_kinds, python_types, schema_kinds
+from ....core.moved_modules import loads as moved_loads
 from ....core.state_records import state_record
 from ....core.user_functions import bind_function
 from ....errors import ConfigurationError
@@ -182,24 +181,11 @@ class JoinState:
         self.n, self.left, self.right = state
 
 
-#: where JoinState was defined before: a frozen buffer of Python records
-#: (:meth:`JoinContents.freeze`) is a pickle of a JoinState, so savepoints written then
-#: name that module (lockgate 0.1.0 wrote lockgate.runtime.operators.window_join)
-FORMER_MODULES = ("lockgate.runtime.operators.window_join",)
-
-
-class _FrozenUnpickler(pickle.Unpickler):
-    """``pickle.loads`` (which ``cloudpickle.loads`` is), finding the classes of
-    :data:`FORMER_MODULES` in this module."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module in FORMER_MODULES:
-            module = __name__
-        return super().find_class(module, name)
-
-
 def _load_frozen(frozen: bytes) -> JoinState:
-    state: JoinState = _FrozenUnpickler(io.BytesIO(frozen)).load()
+    """A frozen buffer (:meth:`JoinContents.freeze`: a pickle of a JoinState), also one
+    written before JoinState moved here (lockgate 0.1.0 wrote
+    ``lockgate.runtime.operators.window_join``; :mod:`lockgate.core.moved_modules`)."""
+    state: JoinState = moved_loads(frozen)
     return state
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from ....core.batch import Batch, RowBatch, to_arrow, to_rows, with_timestamps
+from ....core.moved_modules import loads as moved_loads
 from ....core.user_functions import bind_function, is_default_method
 from ....errors import ConfigurationError
 from ....windowing.aggregate_specs import WINDOW_END, WINDOW_START
@@ -298,7 +299,7 @@ class _ObjectContents(WindowContents):
             ) from e
 
     def thaw(self, frozen: bytes) -> list[Any]:
-        return list(cloudpickle.loads(frozen))
+        return list(moved_loads(frozen))
 
     def length(self, payload: list[Any]) -> int:
         return len(payload)
