@@ -24,7 +24,7 @@ many_keys    the same updates a batch at a time through the many-keys calls: per
              of ``--batch`` random keys, its distinct keys (a numpy int array), their
              values with one ``ValueState.values_of``, each plus the number of times
              its key occurs in the batch, written with one ``update_all`` (RocksDB:
-             the column mode of ``lockgate.state.rocksdb_columns``); heap and RocksDB
+             the column mode of ``lockgate.state.rocksdb.columns``); heap and RocksDB
              alternately.
 rolling      ``keyed.sum("v")``'s operator (``RollingAggregateOperator.process_batch``)
              on Arrow batches of ``--batch`` ``{"k", "v": 1}`` records: key column,
@@ -150,8 +150,8 @@ from lockgate.runtime.operators.rolling import RollingAggregate, RollingAggregat
 from lockgate.state.backends import HashMapStateBackend, RocksDBStateBackend
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_cache import DEFAULT_CACHE_ENTRIES
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.cache import DEFAULT_CACHE_ENTRIES
 
 #: the RocksDB write-back cache bound of every case (``--cache-entries``)
 CACHE_ENTRIES = DEFAULT_CACHE_ENTRIES

@@ -200,7 +200,7 @@ def _unwrap(payload: Any) -> Any:
 
 def _native_payloads_in(value: Any, storage_url: str, depth: int = 0) -> int:
     """Make every RocksDB native payload (a dict with ``format`` == ``NATIVE_FORMAT``,
-    :mod:`lockgate.state.rocksdb_files`) in the plain dicts, lists and tuples of
+    :mod:`lockgate.state.rocksdb.files`) in the plain dicts, lists and tuples of
     ``value`` name ``storage_url`` as the storage of its shared files; return how many
     there were. Handles are relative to the storage a checkpoint is read from, and the
     shared files are there: in the job's storage for its own checkpoints, in the folder

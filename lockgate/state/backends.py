@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..errors import ConfigurationError
-from .rocksdb_cache import DEFAULT_CACHE_ENTRIES, check_cache_entries
+from .rocksdb import DEFAULT_CACHE_ENTRIES, check_cache_entries
 
 
 class StateBackend:
@@ -64,7 +64,7 @@ class RocksDBStateBackend(StateBackend):
     subtask, removed when the subtask ends).
 
     ``cache_entries``: the bound of each keyed operator subtask's write-back state
-    cache (:mod:`lockgate.state.rocksdb_cache`): the most recently used (state, key)
+    cache (:mod:`lockgate.state.rocksdb.cache`): the most recently used (state, key)
     entries stay in memory across input batches, reads of them never touch RocksDB and
     their writes reach it lazily (before every snapshot, and on eviction). Default
     100,000 entries (about 10-15 MB per subtask for small values); 0 turns the cache
@@ -97,7 +97,7 @@ class RocksDBStateBackend(StateBackend):
     def create_keyed_backend(
         self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
     ) -> Any:
-        from .rocksdb_backend import RocksDBKeyedStateBackend
+        from .rocksdb import RocksDBKeyedStateBackend
 
         return RocksDBKeyedStateBackend(
             operator_name,

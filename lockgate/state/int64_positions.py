@@ -8,7 +8,7 @@ of a batch per numpy operation (linear probing in a table at most a quarter full
 probe rounds, each a few numpy calls over the keys still probing), so the cache misses
 overlap. Memory: 24 to 48 bytes a key (int32 slots, int64 keys, both grown by
 doubling). Used by the columnar value cache of the RocksDB backend
-(:mod:`lockgate.state.rocksdb_columns`).
+(:mod:`lockgate.state.rocksdb.columns`).
 
 Guarantees: :meth:`Int64Positions.find` gives each key's position or -1; :meth:`add`
 gives distinct new keys the next positions in order; positions never change until

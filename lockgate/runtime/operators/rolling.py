@@ -12,7 +12,7 @@ backend (heap or RocksDB).
 
 A batch at a time: the batch's distinct keys' running values are read with one
 ``values_of`` and written with one ``update_all`` (on RocksDB: the column mode of
-:mod:`lockgate.state.rocksdb_columns`), and the running values of the batch's records are
+:mod:`lockgate.state.rocksdb.columns`), and the running values of the batch's records are
 folded by :func:`~.rolling_kernel.running_fold`, with no Python step per record for Arrow
 input (records that are dicts are copied with the new field value, one per record).
 
@@ -37,7 +37,7 @@ from ...core.excerpt import excerpt
 from ...core.partitioners import KeySelector
 from ...errors import ConfigurationError
 from ...state.descriptors import ValueStateDescriptor
-from ...state.rocksdb_columns import int64_keys
+from ...state.rocksdb import int64_keys
 from .keyed import KeyedProcessOperator
 from .rolling_kernel import (
     COMBINE,

@@ -33,8 +33,8 @@ from lockgate.runtime.operators.base import StreamOperator
 from lockgate.runtime.subtask_checkpointer import SubtaskCheckpointer
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.keyed import HeapKeyedStateBackend
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_files import NATIVE_FORMAT
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.files import NATIVE_FORMAT
 
 UID = "counts"
 

@@ -21,7 +21,6 @@ from lockgate.checkpoint.shared_registry import SharedFileTracker, SharedStateUp
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.core.key_groups import key_group_for, key_group_range
 from lockgate.errors import ConfigurationError, UnsupportedKeyError
-from lockgate.state import rocksdb_snapshot
 from lockgate.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -34,9 +33,10 @@ from lockgate.state.keyed import (
     SnapshotReleasedError,
     UnsupportedSnapshotFormatError,
 )
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_codec import decode_key, encode_key, key_group_of
-from lockgate.state.rocksdb_files import NATIVE_FORMAT
+from lockgate.state.rocksdb import snapshot as rocksdb_snapshot
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.codec import decode_key, encode_key, key_group_of
+from lockgate.state.rocksdb.files import NATIVE_FORMAT
 from lockgate.state.ttl import StateTtlConfig
 
 

@@ -1,4 +1,4 @@
-"""Batch scopes of the RocksDB keyed state backend (lockgate.state.rocksdb_batch): the
+"""Batch scopes of the RocksDB keyed state backend (lockgate.state.rocksdb.batch): the
 state of one input batch is read with one multi-get and written with one write batch.
 Each test would fail if a buffered write were lost (never reaching the database, a
 snapshot or a timer) or a read were stale (not seeing an earlier write of the batch):
@@ -27,11 +27,11 @@ from lockgate.state.descriptors import (
     ValueStateDescriptor,
 )
 from lockgate.state.keyed import HeapKeyedStateBackend
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_batch import BatchScope, cache_key
-from lockgate.state.rocksdb_cache import ABSENT, DEFAULT_CACHE_ENTRIES
-from lockgate.state.rocksdb_codec import decode_key, encode_key, key_group_of, split_row
-from lockgate.state.rocksdb_files import rows
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.batch import BatchScope, cache_key
+from lockgate.state.rocksdb.cache import ABSENT, DEFAULT_CACHE_ENTRIES
+from lockgate.state.rocksdb.codec import decode_key, encode_key, key_group_of, split_row
+from lockgate.state.rocksdb.files import rows
 from lockgate.state.ttl import StateTtlConfig
 from lockgate.testing import OperatorHarness, OperatorSnapshot
 
@@ -39,7 +39,7 @@ from lockgate.testing import OperatorHarness, OperatorSnapshot
 @pytest.fixture(params=[0, DEFAULT_CACHE_ENTRIES], ids=["scope_only", "write_back_cache"])
 def rocks(tmp_path: Any, request: Any) -> Any:
     """Each test runs with the per-batch scope cache alone (``cache_entries=0``) and with
-    the write-back cache across batches (lockgate.state.rocksdb_cache)."""
+    the write-back cache across batches (lockgate.state.rocksdb.cache)."""
     backend = RocksDBKeyedStateBackend(
         "op", 128, local_dir=str(tmp_path), cache_entries=request.param
     )

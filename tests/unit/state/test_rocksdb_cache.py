@@ -1,5 +1,5 @@
 """The write-back state cache of the RocksDB keyed state backend
-(lockgate.state.rocksdb_cache): entries live across input batches and reach the
+(lockgate.state.rocksdb.cache): entries live across input batches and reach the
 database lazily. Each test would fail if a cached write were lost or seen late (a
 snapshot, M-T3, or an iteration missing it), an eviction dropped a value, a delete
 were forgotten, a mutable value were shared with the cache, or a restore kept stale
@@ -21,10 +21,10 @@ from lockgate.state.descriptors import (
     MapStateDescriptor,
     ValueStateDescriptor,
 )
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_cache import DEFAULT_CACHE_ENTRIES, is_immutable
-from lockgate.state.rocksdb_codec import decode_key
-from lockgate.state.rocksdb_files import rows
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.cache import DEFAULT_CACHE_ENTRIES, is_immutable
+from lockgate.state.rocksdb.codec import decode_key
+from lockgate.state.rocksdb.files import rows
 
 
 def make(where: Any, cache_entries: int = DEFAULT_CACHE_ENTRIES) -> RocksDBKeyedStateBackend:

@@ -1,6 +1,6 @@
 """Many keys at once: ``ValueState.values_of`` / ``update_all`` on both keyed state backends,
-the RocksDB backend's column mode (lockgate.state.rocksdb_columns), its int64 index
-(lockgate.state.int64_positions) and its vectorized rows (lockgate.state.rocksdb_rows).
+the RocksDB backend's column mode (lockgate.state.rocksdb.columns), its int64 index
+(lockgate.state.int64_positions) and its vectorized rows (lockgate.state.rocksdb.rows).
 
 Each test would fail if a many-keys call disagreed with the same calls made one key at a
 time (the heap backend is the oracle), if a value written in column mode were lost or
@@ -21,9 +21,9 @@ from test_rocksdb_cache import db_rows, make, materialized, restored_entries
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.int64_positions import Int64Positions
 from lockgate.state.keyed import HeapKeyedStateBackend
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
-from lockgate.state.rocksdb_codec import U16, encode_key, key_group_of
-from lockgate.state.rocksdb_rows import int_key_rows, number_values
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.codec import U16, encode_key, key_group_of
+from lockgate.state.rocksdb.rows import int_key_rows, number_values
 
 
 def restored(backend: RocksDBKeyedStateBackend, where: Any) -> dict[str, dict[Any, Any]]:

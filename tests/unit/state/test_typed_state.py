@@ -19,7 +19,7 @@ import lockgate as lg
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SharedStateUploader
 from lockgate.state.keyed import HeapKeyedStateBackend
-from lockgate.state.rocksdb_backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from lockgate.state.typed.registry import is_typed_entry
 
 MP = 128

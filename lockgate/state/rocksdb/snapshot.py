@@ -11,7 +11,7 @@ RocksDB keeps compacting) while the asynchronous part runs on another thread:
 * :meth:`IncrementalRocksDBSnapshot.materialize_to` (``incremental=True`` only)
   writes the incremental checkpoint: SST files through the uploader, reusing the
   ones a completed checkpoint uploaded, and returns the native payload
-  (:mod:`lockgate.state.rocksdb_files`) with the small private files inline;
+  (:mod:`lockgate.state.rocksdb.files`) with the small private files inline;
 * :meth:`RocksDBSnapshot.release` (idempotent, any thread) deletes the folder once
   no ``materialize`` reads it; a running ``materialize`` stops early with
   :class:`~lockgate.state.keyed.SnapshotReleasedError`.
@@ -27,9 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .keyed import SNAPSHOT_FORMAT, SnapshotReleasedError
-from .rocksdb_codec import decode_key, loads, split_row
-from .rocksdb_files import (
+from ..keyed import SNAPSHOT_FORMAT, SnapshotReleasedError
+from ..ttl import StateTtlConfig, drop_expired
+from ..typed.registry import FrozenTypes
+from .codec import decode_key, loads, split_row
+from .files import (
     NATIVE_FORMAT,
     NATIVE_VERSION,
     first_and_last_row,
@@ -38,8 +40,6 @@ from .rocksdb_files import (
     rows,
     state_files,
 )
-from .ttl import StateTtlConfig, drop_expired
-from .typed.registry import FrozenTypes
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
         """The incremental checkpoint (M-R4): every SST file of the view is reused from
         a completed checkpoint (``uploader.reuse``) or uploaded
         (``uploader.upload_file``); the private files travel inline. Returns the native
-        payload (:mod:`lockgate.state.rocksdb_files`); ``restore`` applies it. Raises
+        payload (:mod:`lockgate.state.rocksdb.files`); ``restore`` applies it. Raises
         :class:`SnapshotReleasedError` if the view is (or gets) released."""
         self._enter()
         try:

@@ -8,7 +8,7 @@ cache removes both for the keys it holds:
 
 * a read of a cached entry never touches the database; a miss reads the database
   once (inside a batch scope, the batch's keys that are not cached are fetched with
-  one multi-get per state when the scope opens, :mod:`lockgate.state.rocksdb_batch`);
+  one multi-get per state when the scope opens, :mod:`lockgate.state.rocksdb.batch`);
 * writes and deletes go to the cache and mark the entry *dirty*;
 * dirty entries are written back as one ``WriteBatch`` before anything reads the
   database directly (a snapshot: checkpoint barrier or savepoint; ``keys()``,
@@ -44,19 +44,19 @@ about 210 per clean entry. The default bound, :data:`DEFAULT_CACHE_ENTRIES`
 (100,000), is therefore about 10-20 MB per keyed operator subtask for small values,
 and bounds the write-back a snapshot's synchronous part may do: about 1.5 us per dirty
 entry with int keys (their rows and int or float values built at once and written in
-row order, :mod:`lockgate.state.rocksdb_rows`), about 3.6 us with other keys, so 0.15
+row order, :mod:`lockgate.state.rocksdb.rows`), about 3.6 us with other keys, so 0.15
 to 0.4 s at the default bound. A job whose hot keys fit a larger bound gains most from
 raising it (see ``bench/state.py``). Many-keys calls (``ValueState.values_of`` /
 ``update_all``) with int keys use a columnar cache instead, under the same bound
-(:mod:`lockgate.state.rocksdb_columns`).
+(:mod:`lockgate.state.rocksdb.columns`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigurationError
-from .ttl import TtlValue
+from ...errors import ConfigurationError
+from ..ttl import TtlValue
 
 #: the default maximum of cached (state, key) entries per keyed backend (see above)
 DEFAULT_CACHE_ENTRIES = 100_000

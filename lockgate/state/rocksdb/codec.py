@@ -33,8 +33,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from ..core.key_groups import key_group_for
-from ..errors import UnsupportedKeyError
+from ...core.key_groups import key_group_for
+from ...errors import UnsupportedKeyError
 
 #: the big-endian uint16 of a key group or a state id
 U16 = struct.Struct(">H")

@@ -2,13 +2,13 @@
 int keys held in numpy arrays, for :meth:`ValueState.values_of` /
 :meth:`ValueState.update_all` (the many-keys calls of vectorized operators).
 
-The per-key write-back cache (:mod:`lockgate.state.rocksdb_cache`) is a Python dict:
+The per-key write-back cache (:mod:`lockgate.state.rocksdb.cache`) is a Python dict:
 a batch of keys costs one interpreter step and one cache miss per key per dict access
 (100-350 ns each over a million keys, four accesses per update counting the write-back).
 A :class:`ColumnCache` keeps the same entries as arrays indexed by position
 (:mod:`lockgate.state.int64_positions`): a batch's lookups, reads and writes are a few
 numpy operations, and its write-back builds the dirty rows at once
-(:mod:`lockgate.state.rocksdb_rows`).
+(:mod:`lockgate.state.rocksdb.rows`).
 
 Modes: a state's table caches either per key (the dict) or in columns, never both. The
 first many-keys call whose keys are all ints (within int64) and, for writes, whose
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from .int64_positions import Int64Positions
-from .rocksdb_cache import Serialized, is_immutable
-from .rocksdb_codec import dumps
-from .rocksdb_rows import number_values, pickled_floats, pickled_ints
+from ..int64_positions import Int64Positions
+from .cache import Serialized, is_immutable
+from .codec import dumps
+from .rows import number_values, pickled_floats, pickled_ints
 
 _START = 1024
 _DTYPES: dict[type, Any] = {int: np.int64, float: np.float64}
@@ -55,7 +55,7 @@ class ColumnCache:
     thread only). ``values`` is typed while every cached value is an int within int64
     (``int64``) or every one a float (``float64``), so reads and writes never touch
     Python objects; else objects (the value itself when immutable, else its
-    :class:`~lockgate.state.rocksdb_cache.Serialized` pickle). ``present`` is False for
+    :class:`~lockgate.state.rocksdb.cache.Serialized` pickle). ``present`` is False for
     a key without a row (its value slot is meaningless)."""
 
     __slots__ = ("_last", "_scratch", "dirty", "index", "kind", "present", "values")

@@ -5,7 +5,7 @@ Two kinds of snapshots reach ``RocksDBKeyedStateBackend.restore``:
 * canonical snapshots (format 1, from either backend, e.g. savepoints):
   :func:`canonical_states` checks them as the heap backend does and yields their
   states;
-* native payloads of incremental checkpoints (:mod:`lockgate.state.rocksdb_files`):
+* native payloads of incremental checkpoints (:mod:`lockgate.state.rocksdb.files`):
   :func:`download` restores the base (every SST file the checkpoint references,
   checked against its size and CRC32) and the private files into a local folder,
   which is then a complete database.
@@ -17,18 +17,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..checkpoint.shared_registry import read_shared_file
-from ..checkpoint.storage import CheckpointStorage
-from ..checkpoint.storage_url import open_storage
-from ..checkpoint.types import StateHandle
-from ..errors import ConfigurationError
-from .canonical import (  # noqa: F401 - re-exported for the backend
+from ...checkpoint.shared_registry import read_shared_file
+from ...checkpoint.storage import CheckpointStorage
+from ...checkpoint.storage_url import open_storage
+from ...checkpoint.types import StateHandle
+from ...errors import ConfigurationError
+from ..canonical import (  # noqa: F401 - re-exported for the backend
     SNAPSHOT_FORMAT,
     UnsupportedSnapshotFormatError,
     canonical_states,
     snapshot_kind,
 )
-from .handles import STATE_KINDS
+from ..handles import STATE_KINDS
 
 
 def native_states(payload: Mapping[str, Any], where: str) -> dict[str, tuple[str, int]]:

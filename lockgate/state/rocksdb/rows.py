@@ -2,7 +2,7 @@
 int keys of one state, and the stored bytes of many int or float values, built with
 numpy instead of a Python call per row.
 
-Writing back the dirty entries of the write-back cache (:mod:`lockgate.state.rocksdb_cache`)
+Writing back the dirty entries of the write-back cache (:mod:`lockgate.state.rocksdb.cache`)
 cost about 3.6 us per entry one at a time: 1.4 us for the row key, 0.4 us to pickle the
 value, and 2.2 us for rocksdict's write batch, most of it RocksDB inserting rows in
 random order into its memtable. Inserting the same rows in row-key order takes about a
@@ -12,8 +12,8 @@ fifteenth of that (measured: 1.42 s against 0.08 s for 632,000 rows), so
 Guarantees:
 
 * :func:`int_key_rows` gives exactly the row keys of
-  :func:`~lockgate.state.rocksdb_codec.encode_key` and
-  :func:`~lockgate.state.rocksdb_codec.key_group_of` (key group, state id, encoded key),
+  :func:`~lockgate.state.rocksdb.codec.encode_key` and
+  :func:`~lockgate.state.rocksdb.codec.key_group_of` (key group, state id, encoded key),
   for every int in ``(-2**63, 2**63)``; the order it returns sorts them as RocksDB does
   (bytewise) for keys of up to five bytes (``|k| < 2**39``), and nearly so beyond.
 * :func:`number_values` gives, for a list of exact ints in ``[-2**63, 2**63)`` or of exact
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.key_hash import _TAG_INT, fmix64
+from ...core.key_hash import _TAG_INT, fmix64
 
-_INT_TAG_BYTE = 0x03  # rocksdb_codec's _INT
+_INT_TAG_BYTE = 0x03  # rocksdb.codec's _INT
 #: |k| >= 2**(8j - 1) adds a byte to the encoded key (j = 1..7)
 _LENGTH_STEPS = np.array([1 << (8 * j - 1) for j in range(1, 8)], dtype=np.uint64)
 _INT64_MIN = -(1 << 63)

@@ -28,7 +28,7 @@ from typing import Any, cast
 from rocksdict import AccessType, BlockBasedOptions, Cache, Checkpoint, Options, Rdict, WriteOptions
 
 #: the ``format`` of a native (incremental) checkpoint payload
-from .canonical import NATIVE_FORMAT, NATIVE_VERSION  # noqa: F401 - one definition
+from ..canonical import NATIVE_FORMAT, NATIVE_VERSION  # noqa: F401 - one definition
 
 #: files RocksDB keeps in an open database folder that are not part of its state
 _RUNTIME_FILES = ("LOCK", "LOG", "IDENTITY")

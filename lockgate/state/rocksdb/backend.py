@@ -12,7 +12,7 @@ from state is a deserialized copy (change state with ``update``/``put``, as the 
 do; immutable values, which cannot be changed in place, may be handed out as the cached
 object), and keys of different types never match (``1`` and ``1.0`` are two keys).
 
-Layout (:mod:`lockgate.state.rocksdb_codec`): one row per (state, key), keyed by
+Layout (:mod:`lockgate.state.rocksdb.codec`): one row per (state, key), keyed by
 key group, state id and the encoded key, so a key-group range is one contiguous
 range of rows. Values are pickled stored forms.
 
@@ -24,7 +24,7 @@ Checkpoints (M-T3, M-R4)
   ``incremental=False``, which then hold the full canonical state);
   ``materialize_to(uploader)`` (``incremental=True``): uploads only the SST files not
   uploaded for a completed checkpoint and references the others (see
-  :mod:`lockgate.state.rocksdb_snapshot`).
+  :mod:`lockgate.state.rocksdb.snapshot`).
 * ``restore``: one native payload (same parallelism, or any single payload): the
   base and the increments it references are downloaded and opened as the working
   database, rows outside ``key_groups`` deleted; several payloads (rescaling) or
@@ -33,7 +33,7 @@ Checkpoints (M-T3, M-R4)
   every file (it never shares files with the restored checkpoint, which may live in
   another job's storage).
 
-Write-back cache (:mod:`lockgate.state.rocksdb_cache`)
+Write-back cache (:mod:`lockgate.state.rocksdb.cache`)
 -----------------------------------------------------
 ``cache_entries`` (default 100,000) bounds a cache of the most recently loaded or
 written (state, key) entries that lives across input batches: hits never touch the
@@ -45,7 +45,7 @@ before it (M-T3) and its synchronous part includes that write-back (at most the
 bound's entries); a restore writes back, then starts with an empty cache.
 ``cache_entries=0``: no cache across batches (each input batch has its own, below).
 
-Batch scopes (:mod:`lockgate.state.rocksdb_batch`)
+Batch scopes (:mod:`lockgate.state.rocksdb.batch`)
 ------------------------------------------------
 The keyed operator wraps each input batch in ``begin_batch(keys)`` / ``end_batch()``:
 when the scope opens, the batch's keys that are not cached are fetched with one
@@ -77,14 +77,16 @@ from typing import Any, cast
 import numpy as np
 from rocksdict import Rdict, WriteBatch
 
-from ..checkpoint.storage import CheckpointStorage
-from ..core.clock import Clock, SystemClock
-from ..core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
-from ..errors import ConfigurationError
-from .descriptors import StateDescriptor
-from .handles import KeyedStateHandle, create_handle
-from .rocksdb_batch import BatchScope, cache_key, encoded_of, int_key_groups
-from .rocksdb_cache import (
+from ...checkpoint.storage import CheckpointStorage
+from ...core.clock import Clock, SystemClock
+from ...core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from ...errors import ConfigurationError
+from ..descriptors import StateDescriptor
+from ..handles import KeyedStateHandle, create_handle
+from ..ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
+from ..typed.registry import TypedStates
+from .batch import BatchScope, cache_key, encoded_of, int_key_groups
+from .cache import (
     _ATOMS,
     ABSENT,
     DEFAULT_CACHE_ENTRIES,
@@ -93,7 +95,7 @@ from .rocksdb_cache import (
     check_cache_entries,
     is_immutable,
 )
-from .rocksdb_codec import (
+from .codec import (
     MAX_STATE_ID,
     ROW_PREFIX,
     U16,
@@ -105,9 +107,9 @@ from .rocksdb_codec import (
     loads,
     split_row,
 )
-from .rocksdb_columns import ColumnCache, int64_keys
-from .rocksdb_files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
-from .rocksdb_restore import (
+from .columns import ColumnCache, int64_keys
+from .files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
+from .restore import (
     canonical_states,
     download,
     native_states,
@@ -115,17 +117,15 @@ from .rocksdb_restore import (
     payload_storage,
     snapshot_kind,
 )
-from .rocksdb_rows import int_key_rows, number_values
-from .rocksdb_snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
-from .ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
-from .typed.registry import TypedStates
+from .rows import int_key_rows, number_values
+from .snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
 
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
 _pickle_dumps = pickle.dumps
 _BATCH = 10_000
-#: from this many int keys on, a write-back builds their rows at once (rocksdb_rows)
+#: from this many int keys on, a write-back builds their rows at once (rocksdb.rows)
 _BULK_ROWS = 256
 _SELF_KEYED = frozenset({int, str})
 #: many-keys calls with fewer keys stay per key (column mode pays off on batches)
@@ -140,7 +140,7 @@ class RocksDBStateTable:
     """``key -> stored`` of one state, over the backend's database (what the handles
     use: ``get``, ``[key] = stored``, ``pop``). Mutable values are deserialized copies.
 
-    ``_cache`` (cache key -> entry, see :mod:`lockgate.state.rocksdb_cache`: the value
+    ``_cache`` (cache key -> entry, see :mod:`lockgate.state.rocksdb.cache`: the value
     itself when immutable, :class:`Serialized` bytes, or ``ABSENT``) is the backend's
     write-back cache of this state, or, with ``cache_entries=0``, the open batch
     scope's cache; None (cache off, no scope): every call goes to the database.
@@ -160,7 +160,7 @@ class RocksDBStateTable:
         self._limit = backend._dirty_limit
         #: read through the cache before: the batch's missing keys are prefetched
         self.used = False
-        #: the columnar cache while in column mode (rocksdb_columns), else None
+        #: the columnar cache while in column mode (rocksdb.columns), else None
         self._columns: ColumnCache | None = None
 
     def _fetch(self, key: Any, ck: Any) -> Any:
@@ -254,7 +254,7 @@ class RocksDBStateTable:
         ints = self._column_keys(keys)
         if ints is not None:
             return self._backend._column_read(self, ints, default)
-        if self._columns is not None:  # one mode at a time (rocksdb_columns)
+        if self._columns is not None:  # one mode at a time (rocksdb.columns)
             self._backend._leave_columns(self)
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
@@ -279,7 +279,7 @@ class RocksDBStateTable:
             if ints is not None:
                 self._backend._column_write(self, ints, stored)
                 return
-        if self._columns is not None:  # one mode at a time (rocksdb_columns)
+        if self._columns is not None:  # one mode at a time (rocksdb.columns)
             self._backend._leave_columns(self)
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
@@ -322,7 +322,7 @@ class RocksDBKeyedStateBackend:
     folder for the working database and snapshots (created if missing; default: the
     system temporary folder). ``clock``: processing time for TTL (default: the system
     clock). ``subtask_index`` names the working folder. ``cache_entries``: the bound of
-    the write-back state cache (:mod:`lockgate.state.rocksdb_cache`; 0 turns it off).
+    the write-back state cache (:mod:`lockgate.state.rocksdb.cache`; 0 turns it off).
     """
 
     def __init__(
@@ -402,7 +402,7 @@ class RocksDBKeyedStateBackend:
         self._outstanding: set[RocksDBSnapshot] = set()
         self._snapshots = 0
         self._closed = False
-        #: the open batch scope (rocksdb_batch), or None: state calls go to the database
+        #: the open batch scope (rocksdb.batch), or None: state calls go to the database
         self._scope: BatchScope | None = None
         self._scope_spare = BatchScope(self.max_parallelism)
         #: cache key -> (key-group prefix, encoded key) of the cached keys that are
@@ -431,10 +431,10 @@ class RocksDBKeyedStateBackend:
             self._last_key = key
         return self._last_prefix + sid + self._last_encoded
 
-    # -- batch scopes (rocksdb_batch) and the write-back cache (rocksdb_cache) ---------------
+    # -- batch scopes (rocksdb.batch) and the write-back cache (rocksdb.cache) ---------------
     def begin_batch(self, keys: Sequence[Any]) -> None:
         """Open a batch scope for an input batch whose records have ``keys`` (see
-        :mod:`lockgate.state.rocksdb_batch`): the rows of these keys that are not cached
+        :mod:`lockgate.state.rocksdb.batch`): the rows of these keys that are not cached
         yet, of every state read through the cache before, are fetched with one multi-get
         per state; until :meth:`end_batch`, state reads and writes go through the cache.
         An open scope is closed first."""
@@ -552,7 +552,7 @@ class RocksDBKeyedStateBackend:
 
     def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
         """Add the rows of ``table``'s cached entries ``cks`` to ``batch``: the int keys'
-        rows built at once, in row order (:mod:`lockgate.state.rocksdb_rows`), the others
+        rows built at once, in row order (:mod:`lockgate.state.rocksdb.rows`), the others
         one at a time."""
         cache = table._cache
         assert cache is not None
@@ -616,9 +616,9 @@ class RocksDBKeyedStateBackend:
             deque(map(batch.put, rows, raws), maxlen=0)
         return True
 
-    # -- column mode (rocksdb_columns) --------------------------------------------------------
+    # -- column mode (rocksdb.columns) --------------------------------------------------------
     def _rows_of_ints(self, keys: np.ndarray, sid: bytes) -> tuple[list[bytes], np.ndarray]:
-        """The rows of int64 ``keys`` and their order (rocksdb_rows.int_key_rows), one key
+        """The rows of int64 ``keys`` and their order (rocksdb.rows.int_key_rows), one key
         at a time for a key it cannot encode at once."""
         built = int_key_rows(keys, sid, self.max_parallelism)
         if built is not None:
@@ -669,7 +669,7 @@ class RocksDBKeyedStateBackend:
         return positions
 
     def _column_read(self, table: RocksDBStateTable, keys: np.ndarray, default: Any) -> list[Any]:
-        """``get_many`` in column mode (see rocksdb_columns)."""
+        """``get_many`` in column mode (see rocksdb.columns)."""
         columns = table._columns
         if columns is None:
             columns = self._enter_columns(table)
@@ -686,7 +686,7 @@ class RocksDBKeyedStateBackend:
     def _column_write(
         self, table: RocksDBStateTable, keys: np.ndarray, stored: Sequence[Any]
     ) -> None:
-        """``put_many`` in column mode (see rocksdb_columns)."""
+        """``put_many`` in column mode (see rocksdb.columns)."""
         columns = table._columns
         if columns is None:
             columns = self._enter_columns(table)
@@ -728,7 +728,7 @@ class RocksDBKeyedStateBackend:
 
     def _make_room(self, extra: int) -> None:
         """Evict if the per-key cache with ``extra`` more entries would exceed its bound
-        (columns are bounded on their own: rocksdb_columns)."""
+        (columns are bounded on their own: rocksdb.columns)."""
         size = self._dict_entries()
         if size + extra > self.cache_entries:
             self._evict(size)

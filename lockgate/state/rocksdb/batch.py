@@ -13,7 +13,7 @@ The keyed operator opens a *batch scope* with the keys of an input batch
   database once and then cached), their writes and deletes go to the cache and are
   remembered as *dirty*.
 
-With the write-back cache (``cache_entries > 0``, :mod:`lockgate.state.rocksdb_cache`)
+With the write-back cache (``cache_entries > 0``, :mod:`lockgate.state.rocksdb.cache`)
 the cache outlives the scope: closing the scope only trims it to its bound (evicted
 dirty entries are written back), and dirty entries reach the database before anything
 reads it directly. With ``cache_entries=0`` the cache lives for one scope: its dirty
@@ -30,7 +30,7 @@ copy, as on the per-call path (immutable values are cached as the objects).
 Cache keys: ``int`` and ``str`` keys are their own cache key; any other key is
 ``(ENCODED, encoded key bytes)`` (numpy integers are their ``int``), so two keys
 share a cache entry exactly when they share a database row (``1``, ``1.0`` and
-``True`` are three keys, as in the row layout of :mod:`lockgate.state.rocksdb_codec`).
+``True`` are three keys, as in the row layout of :mod:`lockgate.state.rocksdb.codec`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..core.key_groups import key_groups_of_keys
-from .rocksdb_codec import U16, encode_key, key_group_of
+from ...core.key_groups import key_groups_of_keys
+from .codec import U16, encode_key, key_group_of
 
 #: the tag of cache keys that are encoded bytes
 ENCODED: Any = object()
