@@ -1,12 +1,13 @@
 """The RocksDB keyed state backend (DESIGN.md §3): keyed state in an embedded RocksDB on
 local disk, larger than memory, with incremental checkpoints.
 
-``backend`` holds :class:`RocksDBKeyedStateBackend` and its state tables; ``codec`` the
-row layout; ``cache``, ``batch``, ``columns`` and ``rows`` the write-back cache, the
-per-input-batch scopes, the columnar cache and the vectorized rows; ``files``,
-``snapshot`` and ``restore`` the database folders, the checkpoint views and what a
-restore reads. Jobs choose it with ``lockgate.RocksDBStateBackend``
-(:mod:`lockgate.state.backends`).
+``backend`` holds :class:`RocksDBKeyedStateBackend`; ``table`` its state tables, which
+delegate to one store per cache mode (``store`` the protocol, ``store_direct``,
+``store_write_back``, ``store_columnar``); ``codec`` the row layout; ``cache``,
+``batch``, ``columns`` and ``rows`` the write-back cache, the per-input-batch scopes,
+the columnar cache and the vectorized rows; ``files``, ``snapshot`` and ``restore`` the
+database folders, the checkpoint views and what a restore reads. Jobs choose it with
+``lockgate.RocksDBStateBackend`` (:mod:`lockgate.state.backends`).
 
 Importing this package does not load RocksDB: :class:`RocksDBKeyedStateBackend` is
 imported on first use, as before the move.

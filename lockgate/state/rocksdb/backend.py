@@ -4,7 +4,7 @@
 Interface and semantics are those of
 :class:`~lockgate.state.keyed.HeapKeyedStateBackend`: ``current_key``,
 ``get_state(descriptor)`` (the shared handles of :mod:`lockgate.state.handles`, over
-one :class:`RocksDBStateTable` per state), ``snapshot()``, ``restore(snapshots,
+one :class:`~lockgate.state.rocksdb.table.RocksDBStateTable` per state), ``snapshot()``, ``restore(snapshots,
 key_groups)``, ``keys(name)``, ``entries()`` and ``close()``; TTL time comes from
 ``clock``, ``current_watermark`` and ``current_timestamp``. The same job gives the
 same results on either backend, with two documented differences: a mutable value read
@@ -54,6 +54,15 @@ trimmed to its bound (with ``cache_entries=0``: the batch's writes are written a
 write batch and its cache dropped). Outside a scope (timers, broadcast state visits)
 state calls use the cache too (with ``cache_entries=0`` each goes to the database).
 
+Table stores (:mod:`lockgate.state.rocksdb.store`)
+--------------------------------------------------
+Each state's table delegates to one store per cache mode: direct (``cache_entries=0``
+outside scopes), write-back (the per-key cache) or columnar (column mode,
+:mod:`lockgate.state.rocksdb.columns`). The stores use the backend only through its
+:class:`~lockgate.state.rocksdb.store.StoreHost` methods (the database, row keys,
+admitting a key, making room); the backend reaches the stores only through their
+public methods (prefetch, write-back, eviction).
+
 Working folders live under ``local_dir`` (default: the system temporary folder);
 ``close()`` deletes them. Everything but the views' ``materialize``/``release``
 belongs to the task thread.
@@ -63,16 +72,13 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import re
 import shutil
 import tempfile
 import threading
 import uuid
-from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice, repeat
-from typing import Any, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from rocksdict import Rdict, WriteBatch
@@ -83,18 +89,10 @@ from ...core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ...errors import ConfigurationError
 from ..descriptors import StateDescriptor
 from ..handles import KeyedStateHandle, create_handle
-from ..ttl import MIN_WATERMARK, StateTtlConfig, TtlValue, has_ttl_wrapper, snapshot_expiry
+from ..ttl import MIN_WATERMARK, StateTtlConfig, has_ttl_wrapper, snapshot_expiry
 from ..typed.registry import TypedStates
 from .batch import BatchScope, cache_key, encoded_of, int_key_groups
-from .cache import (
-    _ATOMS,
-    ABSENT,
-    DEFAULT_CACHE_ENTRIES,
-    Serialized,
-    _Absent,
-    check_cache_entries,
-    is_immutable,
-)
+from .cache import DEFAULT_CACHE_ENTRIES, check_cache_entries
 from .codec import (
     MAX_STATE_ID,
     ROW_PREFIX,
@@ -107,7 +105,6 @@ from .codec import (
     loads,
     split_row,
 )
-from .columns import ColumnCache, int64_keys
 from .files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
 from .restore import (
     canonical_states,
@@ -117,201 +114,18 @@ from .restore import (
     payload_storage,
     snapshot_kind,
 )
-from .rows import int_key_rows, number_values
+from .rows import int_key_rows
 from .snapshot import IncrementalRocksDBSnapshot, RocksDBSnapshot, StateInfo
+from .store_write_back import WriteBackStore
+from .table import RocksDBStateTable
 
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
-_pickle_dumps = pickle.dumps
 _BATCH = 10_000
-#: from this many int keys on, a write-back builds their rows at once (rocksdb.rows)
-_BULK_ROWS = 256
 _SELF_KEYED = frozenset({int, str})
-#: many-keys calls with fewer keys stay per key (column mode pays off on batches)
-_COLUMN_MIN_KEYS = 64
-#: cache entries get_many cannot hand out as they are: not cached, absent or pickled
-_SPECIAL = frozenset({object, _Absent, Serialized})
 _DIRTY_SLACK = 65_536
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class RocksDBStateTable:
-    """``key -> stored`` of one state, over the backend's database (what the handles
-    use: ``get``, ``[key] = stored``, ``pop``). Mutable values are deserialized copies.
-
-    ``_cache`` (cache key -> entry, see :mod:`lockgate.state.rocksdb.cache`: the value
-    itself when immutable, :class:`Serialized` bytes, or ``ABSENT``) is the backend's
-    write-back cache of this state, or, with ``cache_entries=0``, the open batch
-    scope's cache; None (cache off, no scope): every call goes to the database.
-    ``_dirty``: the cache keys written since their last write-back, in write order and
-    possibly repeated (a list append costs less than a set insert into a large table,
-    which misses the CPU caches; repeats are dropped at write-back, and the list is
-    compacted when it grows past ``_DIRTY_SLACK`` plus twice the bound)."""
-
-    __slots__ = ("_backend", "_cache", "_columns", "_dirty", "_limit", "_sid", "name", "used")
-
-    def __init__(self, backend: RocksDBKeyedStateBackend, name: str, state_id: int) -> None:
-        self._backend = backend
-        self._sid = U16.pack(state_id)
-        self.name = name
-        self._cache: dict[Any, Any] | None = {} if backend.cache_entries else None
-        self._dirty: list[Any] = []
-        self._limit = backend._dirty_limit
-        #: read through the cache before: the batch's missing keys are prefetched
-        self.used = False
-        #: the columnar cache while in column mode (rocksdb.columns), else None
-        self._columns: ColumnCache | None = None
-
-    def _fetch(self, key: Any, ck: Any) -> Any:
-        """Read ``key``'s row (not cached) into the cache; its new entry."""
-        backend = self._backend
-        cache = self._cache
-        assert cache is not None
-        kg, enc = backend._admit(key, ck)
-        raw: bytes | None = backend._db.get(kg + self._sid + enc)
-        entry = ABSENT if raw is None else Serialized(raw)
-        cache[ck] = entry
-        self.used = True
-        return entry
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        if self._columns is not None:
-            self._backend._leave_columns(self)
-        cache = self._cache
-        if cache is None:
-            backend = self._backend
-            raw = backend._db.get(backend._row(key, self._sid))
-            return default if raw is None else loads(raw)
-        t = type(key)
-        ck = key if t is int or t is str else cache_key(key)
-        v = cache.get(ck, _MISSING)
-        if v is _MISSING:
-            v = self._fetch(key, ck)
-        if type(v) is Serialized:
-            value = loads(v.raw)
-            if is_immutable(value):
-                cache[ck] = value  # served as the object from now on
-            return value
-        return default if v is ABSENT else v
-
-    def __setitem__(self, key: Any, stored: Any) -> None:
-        if self._columns is not None:
-            self._backend._leave_columns(self)
-        cache = self._cache
-        if cache is None:
-            backend = self._backend
-            backend._db.put(backend._row(key, self._sid), dumps(stored))
-            return
-        t = type(key)
-        ck = key if t is int or t is str else cache_key(key)
-        if ck not in cache:  # every cached key's row is known; this one's may not be
-            self._backend._admit(key, ck)
-        ts = type(stored)
-        if ts in _ATOMS or ((ts is tuple or ts is TtlValue) and is_immutable(stored)):
-            cache[ck] = stored
-        else:
-            try:
-                cache[ck] = Serialized(_pickle_dumps(stored, 5))
-            except (pickle.PicklingError, AttributeError, TypeError):
-                cache[ck] = Serialized(dumps(stored))  # cloudpickle: a driver script's class
-        dirty = self._dirty
-        dirty.append(ck)
-        if len(dirty) > self._limit:
-            self._backend._compact(self)
-
-    def pop(self, key: Any, default: Any = None) -> Any:
-        if self._columns is not None:
-            self._backend._leave_columns(self)
-        cache = self._cache
-        if cache is None:
-            backend = self._backend
-            row = backend._row(key, self._sid)
-            db = backend._db
-            raw = db.get(row)
-            if raw is None:
-                return default
-            db.delete(row)
-            return loads(raw)
-        t = type(key)
-        ck = key if t is int or t is str else cache_key(key)
-        v = cache.get(ck, _MISSING)
-        if v is _MISSING:
-            v = self._fetch(key, ck)
-        if v is ABSENT:
-            return default
-        cache[ck] = ABSENT
-        dirty = self._dirty
-        dirty.append(ck)
-        if len(dirty) > self._limit:
-            self._backend._compact(self)
-        return loads(v.raw) if type(v) is Serialized else v
-
-    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
-        """``[self.get(k, default) for k in keys]``, with one C-level cache lookup per key
-        when the keys are ints or strs and the cache holds them (values read once
-        already); the others are read one at a time as :meth:`get` does."""
-        ints = self._column_keys(keys)
-        if ints is not None:
-            return self._backend._column_read(self, ints, default)
-        if self._columns is not None:  # one mode at a time (rocksdb.columns)
-            self._backend._leave_columns(self)
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
-        cache = self._cache
-        if cache is None or not set(map(type, keys)) <= _SELF_KEYED:
-            return [self.get(k, default) for k in keys]
-        values = list(map(cache.get, keys, repeat(_MISSING)))
-        if set(map(type, values)) & _SPECIAL:
-            get = self.get
-            for i, v in enumerate(values):
-                if type(v) in _SPECIAL:
-                    values[i] = get(keys[i], default)
-        return values
-
-    def put_many(self, keys: Sequence[Any], stored: Sequence[Any]) -> None:
-        """``self[k] = v`` for each key and value in order, storing into the cache at once
-        when the keys are ints or strs and the values are ints, floats, strs, bytes or
-        bools (a key given twice keeps its last value)."""
-        kinds = set(map(type, stored))
-        if kinds <= _ATOMS:
-            ints = self._column_keys(keys)
-            if ints is not None:
-                self._backend._column_write(self, ints, stored)
-                return
-        if self._columns is not None:  # one mode at a time (rocksdb.columns)
-            self._backend._leave_columns(self)
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()
-        cache = self._cache
-        if cache is None or not set(map(type, keys)) <= _SELF_KEYED or not kinds <= _ATOMS:
-            for k, v in zip(keys, stored):
-                self[k] = v
-            return
-        backend = self._backend
-        if backend._scope is None:  # outside a batch scope the bound holds per store
-            backend._make_room(len(keys))
-        cache.update(zip(keys, stored))
-        dirty = self._dirty
-        dirty.extend(keys)
-        if len(dirty) > self._limit:
-            backend._compact(self)
-
-    def _column_keys(self, keys: Sequence[Any]) -> np.ndarray | None:
-        """``keys`` as int64 when this call may use (or switch to) column mode."""
-        if self._columns is None and (
-            not self._backend.cache_entries or len(keys) < _COLUMN_MIN_KEYS
-        ):
-            return None
-        return int64_keys(keys)
-
-    def __contains__(self, key: Any) -> bool:
-        if self._columns is not None:
-            self._backend._leave_columns(self)
-        if self._cache is None:
-            backend = self._backend
-            return backend._db.get(backend._row(key, self._sid)) is not None
-        return self.get(key, _MISSING) is not _MISSING
 
 
 class RocksDBKeyedStateBackend:
@@ -408,7 +222,7 @@ class RocksDBKeyedStateBackend:
         #: cache key -> (key-group prefix, encoded key) of the cached keys that are
         #: neither int nor str (whose rows cannot be computed from the cache key)
         self._odd: dict[Any, tuple[bytes, bytes]] = {}
-        self._kg = self._scope_spare._kg  # key-group prefixes
+        self._kg = self._scope_spare.prefixes  # key-group prefixes
         #: a table's dirty list is compacted past this length
         self._dirty_limit = 2 * self.cache_entries + _DIRTY_SLACK
 
@@ -424,12 +238,97 @@ class RocksDBKeyedStateBackend:
             return None
         return int(value) if value is not None else None
 
-    def _row(self, key: Any, sid: bytes) -> bytes:
+    # -- what the table stores use (lockgate.state.rocksdb.store.StoreHost) ------------------
+    @property
+    def db(self) -> Rdict:
+        """The working database (a restore replaces it)."""
+        return self._db
+
+    @property
+    def in_batch_scope(self) -> bool:
+        """Whether a batch scope is open (:meth:`begin_batch`)."""
+        return self._scope is not None
+
+    def row_of(self, key: Any, state_id: bytes) -> bytes:
+        """The row key of ``key`` in the state ``state_id`` (2 bytes); the last key's
+        key group and encoding are remembered (a handle call reads, then writes, one key)."""
         if key is not self._last_key:
             self._last_prefix = U16.pack(key_group_of(key, self.max_parallelism))
             self._last_encoded = encode_key(key)
             self._last_key = key
-        return self._last_prefix + sid + self._last_encoded
+        return self._last_prefix + state_id + self._last_encoded
+
+    def rows_of(self, cks: list[Any], state_id: bytes) -> list[bytes]:
+        """The row keys of the cached cache keys ``cks`` in the state ``state_id``: from the
+        open scope's row parts, the tuple keys' registered parts, or (int and str keys)
+        the key itself, the int keys' key groups computed at once."""
+        scope = self._scope
+        parts = scope.parts if scope is not None else {}
+        odd = self._odd
+        kgs = self._kg
+        mp = self.max_parallelism
+        ints = [ck for ck in cks if type(ck) is int and ck not in parts]
+        groups = dict(zip(ints, int_key_groups(ints, mp))) if ints else {}
+        out: list[bytes] = []
+        for ck in cks:
+            p = parts.get(ck)
+            if p is not None:
+                row = p[0] + state_id + p[1]
+            elif type(ck) is tuple:
+                p = odd[ck]
+                row = p[0] + state_id + p[1]
+            else:  # int or str: the key itself
+                g = groups.get(ck)
+                if g is None:
+                    g = key_group_of(ck, mp)
+                row = kgs[g] + state_id + encode_key(ck)
+            out.append(row)
+        return out
+
+    def rows_of_ints(self, keys: np.ndarray, state_id: bytes) -> tuple[list[bytes], np.ndarray]:
+        """The rows of int64 ``keys`` and their order (rocksdb.rows.int_key_rows), one key
+        at a time for a key it cannot encode at once."""
+        built = int_key_rows(keys, state_id, self.max_parallelism)
+        if built is not None:
+            return built
+        kgs, mp = self._kg, self.max_parallelism
+        listed = keys.tolist()
+        return [kgs[key_group_of(k, mp)] + state_id + encode_key(k) for k in listed], np.arange(
+            len(listed)
+        )
+
+    def admit(self, key: Any, ck: Any) -> tuple[bytes, bytes]:
+        """Before ``ck`` (``key``'s cache key, not cached) enters the cache: make room
+        (outside scopes) and register its row parts; returns them."""
+        scope = self._scope
+        if scope is not None:
+            p = scope.part(key, ck)
+        else:
+            if self.cache_entries:
+                self.make_room(1)
+            p = (
+                self._kg[key_group_of(key, self.max_parallelism)],
+                encoded_of(key, ck),
+            )
+        if type(ck) is tuple and self.cache_entries:
+            self._odd[ck] = p
+        return p
+
+    def make_room(self, extra: int) -> None:
+        """Evict if the per-key cache with ``extra`` more entries would exceed its bound
+        (columns are bounded on their own: rocksdb.columns)."""
+        size = self._dict_entries()
+        if size + extra > self.cache_entries:
+            self._evict(size)
+
+    def forget_odd(self, cks: list[Any]) -> None:
+        """Drop the row parts of the (tuple) cache keys ``cks`` that no state caches now."""
+        if not self._odd:
+            return
+        caches = [t.cache.entries for t in self._tables.values() if len(t.cache)]
+        for ck in cks:
+            if not any(ck in c for c in caches):
+                self._odd.pop(ck, None)
 
     # -- batch scopes (rocksdb.batch) and the write-back cache (rocksdb.cache) ---------------
     def begin_batch(self, keys: Sequence[Any]) -> None:
@@ -447,11 +346,11 @@ class RocksDBKeyedStateBackend:
         if not self.cache_entries:  # a cache for this batch only
             scope.add_keys(keys)
             for table in self._tables.values():
-                table._cache = {}
+                table.open_batch_cache()
                 if table.used:
-                    self._prefetch(table, list(scope.parts))
+                    table.cache.prefetch(list(scope.parts), scope.parts)
             return
-        used = [table for table in self._tables.values() if table.used]
+        used = [table.cache for table in self._tables.values() if table.used]
         if not used or not keys:
             return
         by_ck: dict[Any, Any] | None = None
@@ -465,12 +364,11 @@ class RocksDBKeyedStateBackend:
                 except Exception:  # noqa: BLE001 - surfaces on first use, as per call
                     continue
         if len(used) == 1:
-            cache = used[0]._cache
-            assert cache is not None
+            cache = used[0].entries
             missing = [ck for ck in distinct if ck not in cache]
         else:
-            caches = [table._cache for table in used]
-            missing = [ck for ck in distinct if any(ck not in c for c in caches)]  # type: ignore[operator]
+            caches = [store.entries for store in used]
+            missing = [ck for ck in distinct if any(ck not in c for c in caches)]
         if not missing:
             return
         scope.add_keys(missing if by_ck is None else [by_ck[ck] for ck in missing])
@@ -478,24 +376,9 @@ class RocksDBKeyedStateBackend:
         for ck, p in scope.parts.items():
             if type(ck) is tuple:
                 odd[ck] = p
-        for table in used:
-            cache = table._cache
-            assert cache is not None
-            self._prefetch(table, [ck for ck in scope.parts if ck not in cache])
-
-    def _prefetch(self, table: RocksDBStateTable, cks: list[Any]) -> None:
-        """Read the rows of ``cks`` (registered in the scope) into ``table``'s cache with
-        one multi-get."""
-        if not cks:
-            return
-        parts = self._scope_spare.parts
-        sid = table._sid
-        rows_: list[Any] = [kg + sid + enc for kg, enc in (parts[ck] for ck in cks)]
-        raws = cast(list[bytes | None], self._db.get(rows_))
-        cache = table._cache
-        assert cache is not None
-        for ck, raw in zip(cks, raws):
-            cache[ck] = ABSENT if raw is None else Serialized(raw)
+        for store in used:
+            cache = store.entries
+            store.prefetch([ck for ck in scope.parts if ck not in cache], scope.parts)
 
     def end_batch(self) -> None:
         """Close the batch scope (nothing happens without an open scope). Without a
@@ -508,15 +391,14 @@ class RocksDBKeyedStateBackend:
         if self.cache_entries:
             self._scope = None
             scope.parts.clear()
-            self._make_room(0)
+            self.make_room(0)
             return
         try:
             self._flush_pending()
         finally:
             self._scope = None
             for table in self._tables.values():
-                table._cache = None
-                table._dirty = []
+                table.close_batch_cache()
             scope.parts.clear()
 
     def flush(self) -> None:
@@ -527,211 +409,30 @@ class RocksDBKeyedStateBackend:
         self._flush_pending()
 
     def _flush_pending(self) -> None:
-        """Write the dirty cached entries to the database (one write batch); the cache
-        stays valid. Called before anything reads the database directly."""
+        """Write the dirty cached entries, per key and columns, to the database (one write
+        batch); the cache stays valid. Called before anything reads the database
+        directly. A failed write leaves them dirty."""
         batch: WriteBatch | None = None
-        written: list[RocksDBStateTable] = []
-        cleaned: list[tuple[ColumnCache, np.ndarray]] = []
+        written: list[Callable[[], None]] = []
         for table in self._tables.values():
-            if table._dirty:
-                if batch is None:
-                    batch = WriteBatch(raw_mode=True)
-                self._write_back(batch, table, dict.fromkeys(table._dirty))
-                written.append(table)
-            columns = table._columns
-            if columns is not None and columns.has_dirty():
-                if batch is None:
-                    batch = WriteBatch(raw_mode=True)
-                cleaned.append((columns, self._write_back_columns(batch, table, columns)))
+            for store in (table.cache, table.columns):
+                if store is not None and store.has_dirty():
+                    if batch is None:
+                        batch = WriteBatch(raw_mode=True)
+                    written.append(store.write_dirty(batch))
         if batch is not None:
             self._db.write(batch)
-            for table in written:
-                table._dirty = []
-            for columns, positions in cleaned:
-                columns.mark_clean(positions)
-
-    def _write_back(self, batch: WriteBatch, table: RocksDBStateTable, cks: Iterable[Any]) -> None:
-        """Add the rows of ``table``'s cached entries ``cks`` to ``batch``: the int keys'
-        rows built at once, in row order (:mod:`lockgate.state.rocksdb.rows`), the others
-        one at a time."""
-        cache = table._cache
-        assert cache is not None
-        cks = list(cks)
-        only_ints = set(map(type, cks)) == {int}
-        ints = cks if only_ints else [ck for ck in cks if type(ck) is int]
-        if len(ints) >= _BULK_ROWS and self._write_back_ints(batch, table, ints):
-            cks = [] if only_ints else [ck for ck in cks if type(ck) is not int]
-        scope = self._scope
-        parts = scope.parts if scope is not None else {}
-        odd = self._odd
-        kgs = self._kg
-        mp = self.max_parallelism
-        sid = table._sid
-        ints = [ck for ck in cks if type(ck) is int and ck not in parts]
-        groups = dict(zip(ints, int_key_groups(ints, mp))) if ints else {}
-        for ck in cks:
-            p = parts.get(ck)
-            if p is not None:
-                row = p[0] + sid + p[1]
-            elif type(ck) is tuple:
-                p = odd[ck]
-                row = p[0] + sid + p[1]
-            else:  # int or str: the key itself
-                g = groups.get(ck)
-                if g is None:
-                    g = key_group_of(ck, mp)
-                row = kgs[g] + sid + encode_key(ck)
-            self._put_entry(batch, row, cache[ck])
-
-    @staticmethod
-    def _put_entry(batch: WriteBatch, row: bytes, v: Any) -> None:
-        if v is ABSENT:
-            batch.delete(row)
-        elif type(v) is Serialized:
-            batch.put(row, v.raw)
-        else:
-            batch.put(row, _pickle_dumps(v, 5))
-
-    def _write_back_ints(
-        self, batch: WriteBatch, table: RocksDBStateTable, ints: list[int]
-    ) -> bool:
-        """Add the rows of the int cache keys ``ints`` to ``batch`` in row order, their rows
-        and (all ints or all floats) values built at once (:meth:`_rows_of_ints`); False,
-        nothing added, when a key is outside int64 (the caller writes them one at a
-        time)."""
-        try:
-            keys = np.fromiter(ints, dtype=np.int64, count=len(ints))
-        except OverflowError:
-            return False
-        rows, order = self._rows_of_ints(keys, table._sid)
-        cache = table._cache
-        assert cache is not None
-        values = list(map(cache.__getitem__, keys[order].tolist()))
-        raws = number_values(values)
-        if raws is None:
-            put_entry = self._put_entry
-            for row, v in zip(rows, values):
-                put_entry(batch, row, v)
-        else:
-            deque(map(batch.put, rows, raws), maxlen=0)
-        return True
-
-    # -- column mode (rocksdb.columns) --------------------------------------------------------
-    def _rows_of_ints(self, keys: np.ndarray, sid: bytes) -> tuple[list[bytes], np.ndarray]:
-        """The rows of int64 ``keys`` and their order (rocksdb.rows.int_key_rows), one key
-        at a time for a key it cannot encode at once."""
-        built = int_key_rows(keys, sid, self.max_parallelism)
-        if built is not None:
-            return built
-        kgs, mp = self._kg, self.max_parallelism
-        listed = keys.tolist()
-        return [kgs[key_group_of(k, mp)] + sid + encode_key(k) for k in listed], np.arange(
-            len(listed)
-        )
-
-    def _enter_columns(self, table: RocksDBStateTable) -> ColumnCache:
-        """Switch ``table`` to column mode: its dirty dict entries written back, the dict
-        emptied."""
-        if table._dirty:
-            batch = WriteBatch(raw_mode=True)
-            self._write_back(batch, table, dict.fromkeys(table._dirty))
-            self._db.write(batch)
-            table._dirty = []
-        cache = table._cache
-        if cache:
-            table._cache = {}
-            if self._odd:
-                self._forget_odd([ck for ck in cache if type(ck) is tuple])
-        table.used = False
-        table._columns = columns = ColumnCache()
-        return columns
-
-    def _leave_columns(self, table: RocksDBStateTable) -> None:
-        """Switch ``table`` back to the per-key cache: dirty columns written back, the
-        columns dropped."""
-        columns = table._columns
-        assert columns is not None
-        if columns.has_dirty():
-            batch = WriteBatch(raw_mode=True)
-            written = self._write_back_columns(batch, table, columns)
-            self._db.write(batch)
-            columns.mark_clean(written)
-        table._columns = None
-
-    def _write_back_columns(
-        self, batch: WriteBatch, table: RocksDBStateTable, columns: ColumnCache
-    ) -> np.ndarray:
-        """Add the rows of ``columns``' dirty entries to ``batch``; their positions, to
-        mark clean once the batch is written."""
-        sid = table._sid
-        rows, raws, positions = columns.dirty_rows(lambda keys: self._rows_of_ints(keys, sid))
-        deque(map(batch.put, rows, raws), maxlen=0)
-        return positions
-
-    def _column_read(self, table: RocksDBStateTable, keys: np.ndarray, default: Any) -> list[Any]:
-        """``get_many`` in column mode (see rocksdb.columns)."""
-        columns = table._columns
-        if columns is None:
-            columns = self._enter_columns(table)
-        sid = table._sid
-
-        def load(new: np.ndarray) -> tuple[np.ndarray, list[bytes | None]]:
-            rows, order = self._rows_of_ints(new, sid)
-            return new[order], cast(list[bytes | None], self._db.get(cast(list[Any], rows)))
-
-        values = columns.read(keys, default, load)
-        self._bound_columns(table)
-        return values
-
-    def _column_write(
-        self, table: RocksDBStateTable, keys: np.ndarray, stored: Sequence[Any]
-    ) -> None:
-        """``put_many`` in column mode (see rocksdb.columns)."""
-        columns = table._columns
-        if columns is None:
-            columns = self._enter_columns(table)
-        columns.write(keys, stored)
-        self._bound_columns(table)
-
-    def _bound_columns(self, table: RocksDBStateTable) -> None:
-        """Write back and empty ``table``'s columns when they outgrow the cache bound."""
-        columns = table._columns
-        if columns is not None and len(columns) > self.cache_entries:
-            self._leave_columns(table)
-            table._columns = ColumnCache()
-
-    def _admit(self, key: Any, ck: Any) -> tuple[bytes, bytes]:
-        """Before ``ck`` (``key``'s cache key, not cached) enters the cache: make room
-        (outside scopes) and register its row parts; returns them."""
-        scope = self._scope
-        if scope is not None:
-            p = scope.part(key, ck)
-        else:
-            if self.cache_entries:
-                self._make_room(1)
-            p = (
-                self._kg[key_group_of(key, self.max_parallelism)],
-                encoded_of(key, ck),
-            )
-        if type(ck) is tuple and self.cache_entries:
-            self._odd[ck] = p
-        return p
+            for mark_clean in written:
+                mark_clean()
 
     def cached_entries(self) -> int:
         """How many (state, key) entries the cache holds (dirty or clean)."""
         return self._dict_entries() + sum(
-            len(t._columns) for t in self._tables.values() if t._columns is not None
+            len(t.columns) for t in self._tables.values() if t.columns is not None
         )
 
     def _dict_entries(self) -> int:
-        return sum(len(t._cache) for t in self._tables.values() if t._cache is not None)
-
-    def _make_room(self, extra: int) -> None:
-        """Evict if the per-key cache with ``extra`` more entries would exceed its bound
-        (columns are bounded on their own: rocksdb.columns)."""
-        size = self._dict_entries()
-        if size + extra > self.cache_entries:
-            self._evict(size)
+        return sum(len(t.cache) for t in self._tables.values())
 
     def _evict(self, size: int) -> None:
         """Drop the oldest entries of every state's cache (by insertion order, each state
@@ -739,55 +440,34 @@ class RocksDBKeyedStateBackend:
         are written back first (one write batch)."""
         keep = self.cache_entries * 3 // 4
         batch: WriteBatch | None = None
-        victims: list[tuple[RocksDBStateTable, list[Any]]] = []
+        victims: list[tuple[WriteBackStore, list[Any]]] = []
         for table in self._tables.values():
-            cache = table._cache
-            if not cache:
+            store = table.cache
+            n = len(store)
+            if not n:
                 continue
-            n = len(cache)
             drop = n - n * keep // size
             if drop <= 0:
                 continue
-            old = list(islice(cache, drop))
-            dirty = set(table._dirty)
-            written = [ck for ck in old if ck in dirty]
+            old = store.oldest(drop)
+            written = store.dirty_among(old)
             if written:
                 if batch is None:
                     batch = WriteBatch(raw_mode=True)
-                self._write_back(batch, table, written)
-            victims.append((table, old))
+                store.write_entries(batch, written)
+            victims.append((store, old))
         if batch is not None:
             self._db.write(batch)  # before the entries leave the cache
         odd: list[Any] = []
-        for table, old in victims:
-            cache = table._cache
-            assert cache is not None
-            for ck in old:
-                del cache[ck]
-                if type(ck) is tuple:
-                    odd.append(ck)
-            table._dirty = [ck for ck in dict.fromkeys(table._dirty) if ck in cache]
+        for store, old in victims:
+            odd.extend(store.forget(old))
         if odd:
-            self._forget_odd(odd)
-
-    def _forget_odd(self, cks: list[Any]) -> None:
-        """Drop the row parts of the (tuple) cache keys ``cks`` that no state caches now."""
-        caches = [t._cache for t in self._tables.values() if t._cache]
-        for ck in cks:
-            if not any(ck in c for c in caches):
-                self._odd.pop(ck, None)
-
-    def _compact(self, table: RocksDBStateTable) -> None:
-        """Drop the repeats from ``table``'s dirty list (it holds at most the cached keys)."""
-        table._dirty = list(dict.fromkeys(table._dirty))
+            self.forget_odd(odd)
 
     def _drop_cache(self) -> None:
         """Forget every cached entry (after a write-back, or with the database)."""
-        on = bool(self.cache_entries)
         for table in self._tables.values():
-            table._cache = {} if on else None
-            table._dirty = []
-            table._columns = None
+            table.drop_cache()
         self._odd.clear()
 
     # -- state handles ----------------------------------------------------------------------
@@ -861,9 +541,11 @@ class RocksDBKeyedStateBackend:
     def _table(self, name: str, info: StateInfo) -> RocksDBStateTable:
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = RocksDBStateTable(self, name, info.state_id)
+            table = self._tables[name] = RocksDBStateTable(
+                self, name, U16.pack(info.state_id), self._dirty_limit
+            )
             if self._scope is not None:  # created inside a scope: cached from now on
-                table._cache = {}
+                table.open_batch_cache()
         return table
 
     def _check_ttl_form(self, name: str, ttl: StateTtlConfig | None, where: str) -> None:

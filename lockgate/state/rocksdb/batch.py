@@ -76,12 +76,13 @@ class BatchScope:
     """The cache key -> (key-group prefix, encoded key) of the keys seen in one scope,
     and the tables' caches. Belongs to the task thread."""
 
-    __slots__ = ("_kg", "max_parallelism", "parts")
+    __slots__ = ("max_parallelism", "parts", "prefixes")
 
     def __init__(self, max_parallelism: int) -> None:
         self.max_parallelism = max_parallelism
         self.parts: dict[Any, tuple[bytes, bytes]] = {}
-        self._kg = [U16.pack(g) for g in range(max_parallelism)]  # key-group prefixes
+        #: the key-group prefixes of the rows, by key group
+        self.prefixes = [U16.pack(g) for g in range(max_parallelism)]
 
     def add_keys(self, keys: Sequence[Any]) -> None:
         """Register the distinct keys of ``keys`` (a key that cannot be encoded is
@@ -92,7 +93,7 @@ class BatchScope:
             fresh = [k for k in dict.fromkeys(keys) if k not in parts]
             if not fresh:
                 return
-            kg = self._kg
+            kg = self.prefixes
             for k, g in zip(fresh, int_key_groups(fresh, mp)):
                 parts[k] = (kg[g], encode_key(k))
             return
@@ -100,7 +101,7 @@ class BatchScope:
             try:
                 ck = cache_key(key)
                 if ck not in parts:
-                    parts[ck] = (self._kg[key_group_of(key, mp)], encoded_of(key, ck))
+                    parts[ck] = (self.prefixes[key_group_of(key, mp)], encoded_of(key, ck))
             except Exception:  # noqa: BLE001 - surfaces on first use, as per call
                 continue
 
@@ -109,7 +110,7 @@ class BatchScope:
         p = self.parts.get(ck)
         if p is None:
             p = self.parts[ck] = (
-                self._kg[key_group_of(key, self.max_parallelism)],
+                self.prefixes[key_group_of(key, self.max_parallelism)],
                 encoded_of(key, ck),
             )
         return p

@@ -61,7 +61,8 @@ from ..ttl import TtlValue
 #: the default maximum of cached (state, key) entries per keyed backend (see above)
 DEFAULT_CACHE_ENTRIES = 100_000
 
-_ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
+#: the exact types whose values are immutable on their own (cached as the objects)
+ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 class Serialized:
@@ -92,7 +93,7 @@ def is_immutable(value: Any) -> bool:
     int, float, str, bytes, bool or None, or a tuple / TtlValue of such values
     (subclasses do not count: they may carry mutable attributes)."""
     t = type(value)
-    if t in _ATOMS:
+    if t in ATOMS:
         return True
     if t is tuple or t is TtlValue:
         return all(is_immutable(v) for v in value)
