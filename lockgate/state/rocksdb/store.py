@@ -35,7 +35,7 @@ class TableStore(Protocol):
     ``contains`` are the table's per-key calls, ``get_many``/``put_many`` its many-keys
     calls (see :class:`~lockgate.state.rocksdb.table.RocksDBStateTable`)."""
 
-    def get(self, key: Any, default: Any) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         """The stored form of ``key``'s value, or ``default``; a mutable value is a
         deserialized copy."""
         ...
@@ -44,7 +44,7 @@ class TableStore(Protocol):
         """Set ``key``'s stored form."""
         ...
 
-    def pop(self, key: Any, default: Any) -> Any:
+    def pop(self, key: Any, default: Any = None) -> Any:
         """Delete ``key``'s value; the value it had, or ``default``."""
         ...
 
@@ -52,7 +52,7 @@ class TableStore(Protocol):
         """Whether ``key`` has a value."""
         ...
 
-    def get_many(self, keys: Sequence[Any], default: Any) -> list[Any]:
+    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
         """``[get(k, default) for k in keys]``."""
         ...
 

@@ -63,7 +63,7 @@ class ColumnarStore:
         self._columns.write(keys, stored)
         self._bound()
 
-    def get_many(self, keys: Sequence[Any], default: Any) -> list[Any]:
+    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
         ints = int64_keys(keys)
         if ints is not None:
             return self.read_ints(ints, default)
@@ -78,13 +78,13 @@ class ColumnarStore:
         self._leave().put_many(keys, stored)
 
     # -- per-key calls: column mode off -------------------------------------------------
-    def get(self, key: Any, default: Any) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         return self._leave().get(key, default)
 
     def put(self, key: Any, stored: Any) -> None:
         self._leave().put(key, stored)
 
-    def pop(self, key: Any, default: Any) -> Any:
+    def pop(self, key: Any, default: Any = None) -> Any:
         return self._leave().pop(key, default)
 
     def contains(self, key: Any) -> bool:

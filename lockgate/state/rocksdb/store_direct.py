@@ -32,7 +32,7 @@ class DirectStore:
         self._host = host
         self._sid = state_id
 
-    def get(self, key: Any, default: Any) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         host = self._host
         raw = host.db.get(host.row_of(key, self._sid))
         return default if raw is None else loads(raw)
@@ -41,7 +41,7 @@ class DirectStore:
         host = self._host
         host.db.put(host.row_of(key, self._sid), dumps(stored))
 
-    def pop(self, key: Any, default: Any) -> Any:
+    def pop(self, key: Any, default: Any = None) -> Any:
         host = self._host
         row = host.row_of(key, self._sid)
         db = host.db
@@ -55,7 +55,7 @@ class DirectStore:
         host = self._host
         return host.db.get(host.row_of(key, self._sid)) is not None
 
-    def get_many(self, keys: Sequence[Any], default: Any) -> list[Any]:
+    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()
         get = self.get

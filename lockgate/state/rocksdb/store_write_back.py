@@ -98,7 +98,7 @@ class WriteBackStore:
         self.used = True
         return entry
 
-    def get(self, key: Any, default: Any) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         entries = self.entries
         t = type(key)
         ck = key if t is int or t is str else cache_key(key)
@@ -131,7 +131,7 @@ class WriteBackStore:
         if len(dirty) > self.dirty_limit:
             self.compact()
 
-    def pop(self, key: Any, default: Any) -> Any:
+    def pop(self, key: Any, default: Any = None) -> Any:
         entries = self.entries
         t = type(key)
         ck = key if t is int or t is str else cache_key(key)
@@ -151,7 +151,7 @@ class WriteBackStore:
         return self.get(key, _MISSING) is not _MISSING
 
     # -- many-keys calls ----------------------------------------------------------------
-    def get_many(self, keys: Sequence[Any], default: Any) -> list[Any]:
+    def get_many(self, keys: Sequence[Any], default: Any = None) -> list[Any]:
         """One C-level cache lookup per key when the keys are ints or strs and the cache
         holds them (values read once already); the others are read one at a time as
         :meth:`get` does. Enough int keys turn column mode on (module docstring)."""

@@ -2,7 +2,7 @@
 what the handles of :mod:`lockgate.state.handles` use (``get``, ``[key] = stored``,
 ``pop``, ``in``, and the many-keys ``get_many`` / ``put_many``).
 
-A table delegates every call to its active store (:mod:`lockgate.state.rocksdb.store`):
+A table hands every call to its active store (:mod:`lockgate.state.rocksdb.store`):
 the direct store (``cache_entries=0`` outside batch scopes), its write-back store, or,
 in column mode, its columnar store. Both the direct and the write-back store are made
 with the table; which one is active at first follows the backend's ``cache_entries``,
@@ -16,6 +16,7 @@ callbacks (:meth:`RocksDBStateTable.enter_columns` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .store import StoreHost, TableStore
@@ -29,9 +30,44 @@ class RocksDBStateTable:
     docstring). ``state_id``: the state's id as row key bytes (2 bytes). ``cache``: the
     per-key write-back store (with ``cache_entries=0`` active inside batch scopes
     only); ``columns``: the columnar store while in column mode, else None; ``store``:
-    the active one."""
+    the active one.
 
-    __slots__ = ("_direct", "_host", "cache", "columns", "name", "state_id", "store")
+    ``get``, ``pop``, ``get_many`` and ``put_many`` are the active store's own methods
+    (bound again whenever the store changes, so a handle's call costs no extra Python
+    call); ``[key] = stored`` and ``key in table`` call the store's ``put`` and
+    ``contains``."""
+
+    __slots__ = (
+        "_direct",
+        "_host",
+        "cache",
+        "columns",
+        "contains",
+        "get",
+        "get_many",
+        "name",
+        "pop",
+        "put",
+        "put_many",
+        "state_id",
+        "store",
+    )
+
+    #: ``get(key, default=None)``: the stored form of ``key``'s value, or ``default``
+    get: Callable[..., Any]
+    #: ``pop(key, default=None)``: delete ``key``'s value; the value it had, or ``default``
+    pop: Callable[..., Any]
+    #: ``get_many(keys, default=None)``: ``[self.get(k, default) for k in keys]``, with one
+    #: C-level cache lookup per key when the keys are ints or strs and the cache holds
+    #: them, or in column mode for many int keys (:mod:`lockgate.state.rocksdb.columns`)
+    get_many: Callable[..., list[Any]]
+    #: ``put_many(keys, stored)``: ``self[k] = v`` for each key and value in order (a key
+    #: given twice keeps its last value)
+    put_many: Callable[[Any, Any], None]
+    #: ``put(key, stored)``: ``self[key] = stored``
+    put: Callable[[Any, Any], None]
+    #: ``contains(key)``: ``key in self``
+    contains: Callable[[Any], bool]
 
     def __init__(self, host: StoreHost, name: str, state_id: bytes, dirty_limit: int) -> None:
         self._host = host
@@ -43,32 +79,24 @@ class RocksDBStateTable:
             host, state_id, dirty_limit, self.enter_columns if cached else None
         )
         self.columns: ColumnarStore | None = None
-        self.store: TableStore = self.cache if cached else self._direct
+        self._use(self.cache if cached else self._direct)
+
+    def _use(self, store: TableStore) -> None:
+        """Make ``store`` the active one."""
+        self.store = store
+        self.get = store.get
+        self.pop = store.pop
+        self.put = store.put
+        self.contains = store.contains
+        self.get_many = store.get_many
+        self.put_many = store.put_many
 
     # -- the handles' calls -------------------------------------------------------------
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self.store.get(key, default)
-
     def __setitem__(self, key: Any, stored: Any) -> None:
-        self.store.put(key, stored)
-
-    def pop(self, key: Any, default: Any = None) -> Any:
-        return self.store.pop(key, default)
+        self.put(key, stored)
 
     def __contains__(self, key: Any) -> bool:
-        return self.store.contains(key)
-
-    def get_many(self, keys: Any, default: Any = None) -> list[Any]:
-        """``[self.get(k, default) for k in keys]``, with one C-level cache lookup per key
-        when the keys are ints or strs and the cache holds them, or in column mode for
-        many int keys (:mod:`lockgate.state.rocksdb.columns`)."""
-        return self.store.get_many(keys, default)
-
-    def put_many(self, keys: Any, stored: Any) -> None:
-        """``self[k] = v`` for each key and value in order, storing into the cache at once
-        when the keys are ints or strs and the values are ints, floats, strs, bytes or
-        bools (a key given twice keeps its last value)."""
-        self.store.put_many(keys, stored)
+        return self.contains(key)
 
     @property
     def used(self) -> bool:
@@ -80,33 +108,33 @@ class RocksDBStateTable:
     def enter_columns(self) -> ColumnarStore:
         """Column mode on (the write-back store calls this once written back and empty)."""
         self.columns = columns = ColumnarStore(self._host, self.state_id, self.leave_columns)
-        self.store = columns
+        self._use(columns)
         return columns
 
     def leave_columns(self) -> TableStore:
         """Column mode off (the columnar store calls this once written back); the
         per-key store, active again."""
         self.columns = None
-        self.store = self.cache
+        self._use(self.cache)
         return self.cache
 
     def open_batch_cache(self) -> None:
         """A batch scope opened without a cache across batches: the write-back store
         serves the scope."""
         if self.store is self._direct:
-            self.store = self.cache
+            self._use(self.cache)
 
     def close_batch_cache(self) -> None:
         """The scope's writes are written: forget its entries, back to the database."""
         self.cache.clear()
-        self.store = self._direct
+        self._use(self._direct)
 
     def drop_cache(self) -> None:
         """Forget every cached entry, per key and columns (after a write-back, or with the
         database); the table starts over in its first mode."""
         self.cache.clear()
         self.columns = None
-        self.store = self.cache if self._host.cache_entries else self._direct
+        self._use(self.cache if self._host.cache_entries else self._direct)
 
     # -- views for tests ----------------------------------------------------------------
     @property
