@@ -87,6 +87,18 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "lockgate.connectors.postgres_transactions": ("lockgate.connectors.postgres.transactions",),
 }
 for _name in (
+    "backend",
+    "batch",
+    "cache",
+    "codec",
+    "columns",
+    "files",
+    "restore",
+    "rows",
+    "snapshot",
+):
+    MOVED_MODULES[f"lockgate.state.rocksdb_{_name}"] = (f"lockgate.state.rocksdb.{_name}",)
+for _name in (
     "change_columns",
     "change_kernels",
     "connection",

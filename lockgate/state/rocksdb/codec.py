@@ -34,6 +34,7 @@ import cloudpickle
 import numpy as np
 
 from ...core.key_groups import key_group_for
+from ...core.moved_modules import loads as moved_loads
 from ...errors import UnsupportedKeyError
 
 #: the big-endian uint16 of a key group or a state id
@@ -127,7 +128,7 @@ def _decode(data: bytes, start: int, end: int) -> tuple[Any, int]:
     if tag == _FLOAT:
         return _DOUBLE.unpack_from(data, body)[0], body + 8
     if tag == _PICKLE:
-        return pickle.loads(data[body:end]), end
+        return loads(data[body:end]), end
     raise ValueError(f"corrupt encoded key: unknown type tag {tag!r}")
 
 
@@ -164,7 +165,14 @@ def dumps(stored: Any) -> bytes:
         return data
 
 
-loads = pickle.loads
+def loads(data: bytes) -> Any:
+    """A stored value (or key part) from its bytes: ``pickle.loads``, and, for a value
+    written by an earlier lockgate whose pickle names a class of a module that has moved
+    since, the same through :mod:`lockgate.core.moved_modules`."""
+    try:
+        return pickle.loads(data)
+    except (ModuleNotFoundError, AttributeError):
+        return moved_loads(data)
 
 
 # -- row keys -----------------------------------------------------------------------------------

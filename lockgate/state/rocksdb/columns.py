@@ -30,7 +30,6 @@ typed columns plus the index's 24 to 48 (:mod:`lockgate.state.int64_positions`).
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,7 +37,7 @@ import numpy as np
 
 from ..int64_positions import Int64Positions
 from .cache import Serialized, is_immutable
-from .codec import dumps
+from .codec import dumps, loads
 from .rows import number_values, pickled_floats, pickled_ints
 
 _START = 1024
@@ -156,7 +155,7 @@ class ColumnCache:
         if self.kind is object and Serialized in set(map(type, values)):
             for i, v in enumerate(values):
                 if type(v) is Serialized:
-                    values[i] = pickle.loads(v.raw)  # a fresh copy of a mutable value
+                    values[i] = loads(v.raw)  # a fresh copy of a mutable value
         return values
 
     def write(self, keys: np.ndarray, stored: Sequence[Any]) -> None:
@@ -210,7 +209,7 @@ class ColumnCache:
 
 def loads_value(raw: bytes) -> Any:
     """A row's value as a column holds it: the value when immutable, else its pickle."""
-    value = pickle.loads(raw)
+    value = loads(raw)
     return value if is_immutable(value) else Serialized(raw)
 
 

@@ -98,3 +98,15 @@ def test_every_successor_module_exists_and_nothing_else_is_redirected() -> None:
     )
     with pytest.raises(ModuleNotFoundError):
         loads(missing)
+
+
+def test_m_r3_a_rocksdb_value_pickled_under_an_old_module_reads_back() -> None:
+    """A value in an (exported, incremental) RocksDB checkpoint is a pickle too: one
+    naming a former module reads back through the codec."""
+    from lockgate.state.rocksdb.codec import loads
+    from lockgate.windowing.assigners import TimeWindow
+
+    window = TimeWindow(5, 10)
+    old = _pickled_under(window, "lockgate.windowing.assigners", "lockgate.time.windows")
+    assert loads(old) == window
+    assert loads(pickle.dumps({"a": 1})) == {"a": 1}
