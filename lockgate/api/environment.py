@@ -90,6 +90,16 @@ class StreamEnvironment:
         self.config.buffer_timeout_ms = to_millis(timeout, "buffer timeout")
         return self
 
+    def set_flush_when_idle(self, enabled: bool) -> StreamEnvironment:
+        """Whether a task sends its part-filled output buffers as soon as its input runs
+        dry (default True: at low rates latency then does not depend on the buffer
+        timeout; under load buffers fill as before). False: only a full buffer or the
+        buffer timeout sends one, as in Flink."""
+        if not isinstance(enabled, bool):
+            raise ConfigurationError(f"set_flush_when_idle takes True or False, got {enabled!r}")
+        self.config.flush_when_idle = enabled
+        return self
+
     def enable_checkpointing(
         self, interval: Duration, mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE
     ) -> StreamEnvironment:

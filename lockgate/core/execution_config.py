@@ -15,6 +15,10 @@ class ExecutionConfig:
 
     * ``buffer_timeout_ms`` - the longest a record waits in an output buffer
       (0: send every batch at once).
+    * ``flush_when_idle`` - a task also sends its part-filled output buffers whenever
+      its input runs dry, before it waits (default): at low rates a record then never
+      waits for the buffer timeout; under load the input never runs dry and buffers
+      fill as before. False: only a full buffer or the timeout sends (Flink's way).
     * ``buffer_max_rows`` / ``buffer_max_bytes`` - an output buffer is sent when
       it reaches either; larger batches are cut to ``buffer_max_bytes``.
     * ``channel_capacity_bytes`` - the most data queued in one channel; a
@@ -33,6 +37,7 @@ class ExecutionConfig:
     """
 
     buffer_timeout_ms: int = 100
+    flush_when_idle: bool = True
     buffer_max_rows: int = 65536
     buffer_max_bytes: int = 1 * MiB
     channel_capacity_bytes: int = 4 * MiB
@@ -61,6 +66,10 @@ class ExecutionConfig:
         ):
             raise ConfigurationError(
                 f"buffer_timeout_ms must be an int >= 0, got {self.buffer_timeout_ms!r}"
+            )
+        if not isinstance(self.flush_when_idle, bool):
+            raise ConfigurationError(
+                f"flush_when_idle must be a bool, got {self.flush_when_idle!r}"
             )
         if not isinstance(self.metrics_enabled, bool):
             raise ConfigurationError(

@@ -81,6 +81,7 @@ def build_task(
         vertex.name, subtask_index, chain, gate, list(writers.values()), signal, clock
     )
     task.key = (vertex.id, subtask_index)
+    task.flush_when_idle = cfg.flush_when_idle
     if not cfg.metrics_enabled:
         task.metrics_enabled = False
         for w in writers.values():

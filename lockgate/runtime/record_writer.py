@@ -3,9 +3,12 @@
 Small batches headed for one channel are buffered and sent together when the
 buffer reaches ``max_rows`` rows or ``max_bytes`` bytes, or when its oldest part
 has waited ``timeout_ms`` (Flink's buffer timeout), so a slow source still
-delivers with bounded latency. Large batches are cut into pieces of at most
-``max_bytes`` so no single element exceeds the channel bound. Control
-elements flush the buffers first: nothing overtakes data written before it.
+delivers with bounded latency. The task also cuts every buffer as soon as its input
+runs dry (:meth:`flush_idle`, before it waits): a record never waits for the timeout
+while the task has nothing else to do, so at low rates latency does not depend on it.
+Large batches are cut into pieces of at most ``max_bytes`` so no single element
+exceeds the channel bound. Control elements flush the buffers first: nothing overtakes
+data written before it.
 
 Writing data never blocks the task thread. A buffer that is due (full or timed out)
 becomes a *ready* batch, sent as soon as its channel can take it without waiting;
@@ -135,6 +138,14 @@ class RecordWriter:
         element, and at the end)."""
         for target in range(len(self.channels)):
             self._flush_blocking(target)
+
+    def flush_idle(self) -> None:
+        """The task's input ran dry: cut every buffer and send what its channel takes at
+        once, never waiting (what a full channel cannot take stays ready, in order, and
+        :meth:`is_available` says so)."""
+        for target, since in enumerate(self._since):
+            if since is not None:
+                self._flush(target)
 
     def flush_due(self, now_ms: float) -> float | None:
         """Cut buffers older than the timeout, send what the channels take at once, and

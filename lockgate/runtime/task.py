@@ -88,6 +88,10 @@ class StreamTask:
         self.clock = clock
         self.mailbox = Mailbox(signal)
         self._cancelled = False
+        #: cut the output buffers whenever the input runs dry, before waiting (set by the
+        #: builder from ``ExecutionConfig.flush_when_idle``); else only the buffer
+        #: timeout sends a part-filled buffer
+        self.flush_when_idle = True
         self.finished = False
         #: the task runs: after open, until its final checkpoint completed (FLIP-147)
         self.running = False
@@ -267,7 +271,7 @@ class StreamTask:
             self.chain.processing_time.fire_due()
             if done():
                 return
-            self._wait(self._flush_due())
+            self._wait(self._flush_before_waiting())
 
     def _check_cancelled(self) -> None:
         if self._cancelled:
@@ -489,6 +493,20 @@ class StreamTask:
             self.idle_ms += spent
         self.wait_state = (self.idle_ms, self.backpressured_ms, None, False)
 
+    def _flush_before_waiting(self) -> float | None:
+        """The task is about to wait for input: with ``flush_when_idle``, cut every output
+        buffer and send what the channels take at once (never blocking), so a record
+        never waits for the buffer timeout while the task is idle. Returns when to look
+        at the outputs again: the next buffer deadline, or, when a channel could not
+        take a batch, the backpressure re-check."""
+        if not self.flush_when_idle:
+            return self._flush_due()
+        for w in self.writers:
+            w.flush_idle()
+        if self._outputs_available():
+            return self._flush_due()
+        return self._backpressure_deadline()
+
     def _flush_due(self) -> float | None:
         deadline: float | None = None
         now = self.clock.monotonic_ms()
@@ -539,15 +557,20 @@ class StreamTask:
             if self._drain is not None:  # a draining savepoint stops the source (FLIP-147)
                 return
             status = source.emit_next()
-            deadline = self._flush_due()
             if status is InputStatus.END_OF_INPUT:
                 return
-            if status is InputStatus.NOTHING_AVAILABLE:
-                hint = source.wait_hint_ms()
-                if hint is not None:
-                    wake = self.clock.monotonic_ms() + hint
-                    deadline = wake if deadline is None else min(deadline, wake)
-                self._wait(deadline)
+            if status is not InputStatus.NOTHING_AVAILABLE:
+                self._flush_due()
+                continue
+            deadline = self._flush_before_waiting()
+            # the reader wakes the task when data arrives, where it can (its hint
+            # then only bounds the wait)
+            source.watch_arrival(self.signal.set)
+            hint = source.wait_hint_ms()
+            if hint is not None:
+                wake = self.clock.monotonic_ms() + hint
+                deadline = wake if deadline is None else min(deadline, wake)
+            self._wait(deadline)
 
     def _run_inputs(self) -> None:
         gate = self.input_gate
@@ -573,7 +596,7 @@ class StreamTask:
                 return  # every channel delivered its end of data (or ended)
             item = source.poll()
             if item is None:
-                deadline = self._flush_due()
+                deadline = self._flush_before_waiting()
                 if due is not None:
                     deadline = due if deadline is None else min(deadline, due)
                 self._wait(deadline)

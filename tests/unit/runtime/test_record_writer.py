@@ -323,3 +323,44 @@ def test_buffered_arrow_batches_of_different_schemas_stay_arrow_in_order() -> No
         big,
         big + 2,
     ]
+
+
+# -- the idle flush: the task's input ran dry ----------------------------------------------
+def test_flush_idle_sends_every_part_filled_buffer_before_its_timeout() -> None:
+    """``flush_idle`` (the task is about to wait for input) cuts each buffer at once, with
+    the clock standing still; buffers keep their order and nothing is sent twice."""
+    w, channels, clock = writer(2, timeout_ms=3_600_000, max_rows=1000)
+    w.write(ints(0, 4))  # rebalance: one batch to each channel in turn
+    w.write(ints(4, 4))
+    assert [drain(c) for c in channels] == [[], []], "held: the timeout is an hour"
+    w.flush_idle()
+    assert [[r for b in drain(c) for r in to_rows(b)] for c in channels] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
+    assert clock.monotonic_ms() == 0
+    assert w.flush_due(clock.monotonic_ms()) is None, "no buffer left with a deadline"
+    w.flush_idle()
+    assert [drain(c) for c in channels] == [[], []], "nothing sent twice"
+
+
+def test_flush_idle_into_a_full_channel_never_blocks_and_the_data_waits_in_order_M_T1() -> None:
+    clock = lg.ManualClock()
+    ch = LocalChannel(nbytes(ints(0, 10)), name="small")
+    ch.put(ints(100, 10))  # the channel is full
+    w = RecordWriter(
+        [ch],
+        ForwardPartitioning().create(1, 0),
+        clock,
+        timeout_ms=3_600_000,
+        max_rows=1000,
+        max_bytes=1 << 20,
+    )
+    w.write(ints(0, 10))
+    w.flush_idle()  # returns at once: the buffer became a ready batch
+    assert not w.is_available()
+    assert ch.blocked_puts == 0
+    assert to_rows(ch.poll()) == list(range(100, 110))
+    w.is_available()  # the task's next turn: the ready batch goes out as the channel takes it
+    assert to_rows(ch.poll()) == list(range(10))
+    assert ch.poll() is None and w.is_available()
