@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from ..core.batch import Batch
@@ -95,6 +96,14 @@ class SourceReader(ABC):
     def wait_hint_ms(self) -> float | None:
         """After NOTHING_AVAILABLE: how long until data may be ready (None: unknown)."""
         return None
+
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """After NOTHING_AVAILABLE, before the task waits: arrange for ``wake()`` to be
+        called (from any thread, at most once) as soon as data may be ready, and return
+        True; the task then wakes on arrival rather than after :meth:`wait_hint_ms`
+        (which still bounds its wait). A spurious ``wake()`` costs one empty poll.
+        Default: False, the reader cannot tell (the task polls after the hint)."""
+        return False
 
     def snapshot_positions(self) -> list[Any]:
         """The unfinished splits with their read positions (stored in checkpoints)."""

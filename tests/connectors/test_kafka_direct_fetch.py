@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -286,3 +287,44 @@ def test_a_batch_over_the_partition_limit_is_not_starved_by_a_busy_partition(kaf
     first_big = next(i for i, (s, _) in enumerate(out.emitted) if s.endswith("[1]"))
     before = sum(len(b) for s, b in out.emitted[:first_big] if s.endswith("[0]"))
     assert before < busy / 2, f"the 9 MiB record came out after {before} of {busy} records"
+
+
+def test_the_direct_fetch_wakes_the_task_when_records_arrive_not_on_an_interval(
+    kafka_topic, monkeypatch
+) -> None:
+    """Wake on arrival (issue 42): after a poll that found nothing, the reader arms its
+    arrival watch with the fetch in flight; a record produced then wakes the task. The
+    broker's long poll is set to 60 s, so within the 10 s this test waits only the
+    record's arrival can answer the fetch, and no interval is involved. librdkafka's
+    reader cannot watch and says so."""
+    from lockgate.connectors.kafka import direct_client
+
+    monkeypatch.setattr(direct_client, "MAX_WAIT_MS", 60_000)
+    monkeypatch.setattr(direct_client, "REQUEST_TIMEOUT_S", 120.0)
+    topic = kafka_topic(1)
+    source = KafkaSource(BOOTSTRAP, topic, fetch="auto")
+    reader: Any = source.create_reader(ctx())
+    try:
+        reader.add_splits(assign_splits(source.create_splits(1), 0, 1))
+        out = Batches()
+        woke = threading.Event()
+        deadline = time.monotonic() + 30
+        armed = False
+        while not armed:  # until the first offsets are known and a fetch is in flight
+            assert time.monotonic() < deadline, "the reader never had a fetch in flight"
+            assert reader.poll(out) is InputStatus.NOTHING_AVAILABLE
+            armed = reader.watch_arrival(woke.set)
+            if not armed:
+                woke.wait(0.01)  # a bounded pause between polls while offsets resolve
+        assert reader.fetches_directly
+        assert not woke.is_set()
+        produce(topic, [7])
+        assert woke.wait(10), "the arrival of a record did not wake the task within 10 s"
+        read_until(reader, out, lambda: len(out.records) == 1, "the record that woke it")
+    finally:
+        reader.close()
+    lib: Any = KafkaSource(BOOTSTRAP, topic, fetch="librdkafka").create_reader(ctx())
+    try:
+        assert lib.watch_arrival(lambda: None) is False
+    finally:
+        lib.close()

@@ -320,6 +320,11 @@ class DirectFetcher:
             out.extend(self._handle(address, conn, body, expected, now))
         return out
 
+    def sockets_in_flight(self) -> list[socket.socket]:
+        """The sockets of the connections with a request in flight: one of them turns
+        readable when its broker answers (data arrived, or its wait ran out)."""
+        return [c.sock for c in self._connections.values() if c.in_flight is not None]
+
     def _connection(self, address: Address) -> _Connection:
         conn = self._connections.get(address)
         if conn is None:
@@ -368,7 +373,7 @@ class DirectFetcher:
             by_topic.setdefault(topic, []).append((partition, asked[(topic, partition)]))
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         conn.send(
-            fetch_request(self._correlation, by_topic.items(), self.committed_only),
+            fetch_request(self._correlation, by_topic.items(), self.committed_only, MAX_WAIT_MS),
             self._correlation,
             now,
         )

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ...core.batch import Batch, RowBatch
+from ..arrival_watch import SocketArrivalWatch
 from ..base import ReaderOutput, report_malformed
 from . import source_limits
 from .common import confluent_kafka
@@ -62,6 +64,8 @@ class DirectPartitionFetcher:
             committed_only=source.isolation == "read_committed",
             max_batch_bytes=max_batch_bytes(source.max_record_bytes),
         )
+        #: wakes the task when a fetch response arrives (:meth:`watch_arrival`)
+        self.arrival = SocketArrivalWatch(f"lockgate-kafka-arrival-{id(self):x}")
         #: fetched batches not emitted yet, in the order they go out
         self._ready: deque[ReadyBatch] = deque()
         #: splits at EARLIEST not given to the client yet, and until when to try
@@ -104,8 +108,18 @@ class DirectPartitionFetcher:
         self._finish_ended(output)
         return emitted or bool(self._ready)
 
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """Wake the task when a broker answers one of the fetches in flight (records
+        arrived, or its long poll ran out), rather than after an interval. Not while
+        batches are queued or first offsets are still being asked for (those need
+        polls of their own)."""
+        if self._ready or self._unresolved:
+            return False
+        return self.arrival.arm(self.client.sockets_in_flight(), wake)
+
     def close(self) -> None:
-        """Close the client's broker connections."""
+        """Close the client's broker connections and stop the arrival watch."""
+        self.arrival.close()
         self.client.close()
 
     def _finish_ended(self, output: ReaderOutput) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from array import array
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,11 @@ class LibrdkafkaFetcher:
             self._emit(messages, output)
         self._advance(output)
         return bool(messages) or got
+
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """librdkafka offers no readiness handle to Python: the reader polls on its
+        interval."""
+        return False
 
     def close(self) -> None:
         """Nothing of its own to release (the reader closes the consumer)."""

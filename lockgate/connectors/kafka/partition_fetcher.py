@@ -6,6 +6,7 @@ continues every split from its offset."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +74,12 @@ class PartitionFetcher(Protocol):
         waiting. May raise :class:`~lockgate.connectors.kafka.direct_client.FetchUnavailable`
         (the direct fetch only) before emitting anything: the reader then continues
         through librdkafka."""
+        ...
+
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """After a poll that emitted nothing: call ``wake()`` (from any thread) once
+        records may be ready, and return True; False when this fetcher cannot tell
+        (the reader then polls on its interval)."""
         ...
 
     def lag(self) -> int | None:

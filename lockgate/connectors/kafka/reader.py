@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -66,6 +67,8 @@ class KafkaReader(SourceReader):
         self._next_discovery = time.monotonic() if interval is not None else None
         #: when to look at the partitions' high watermarks again (source lag metric)
         self._next_lag = 0.0
+        #: the fetcher wakes the task on arrival since the last poll (watch_arrival)
+        self._watched = False
         #: the one decoder of both fetch paths (a registry's caches are per process)
         self.decoder = decoder_for(source)
         self.fetcher: PartitionFetcher
@@ -163,10 +166,19 @@ class KafkaReader(SourceReader):
             raise
         self.add_splits([KafkaSplit(t, p, EARLIEST) for t, p in parts])
 
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """The direct fetch wakes the task when a broker answers (records arrived, or
+        its long poll of at most ``MAX_WAIT_MS`` ran out); librdkafka cannot, and its
+        reader polls every :data:`~lockgate.connectors.kafka.source_limits.IDLE_WAIT_MS`."""
+        self._watched = bool(self.splits.active) and self.fetcher.watch_arrival(wake)
+        return self._watched
+
     def wait_hint_ms(self) -> float | None:
-        """After NOTHING_AVAILABLE: :data:`~lockgate.connectors.kafka.source_limits.IDLE_WAIT_MS`,
-        or less until discovery is due."""
-        idle = source_limits.IDLE_WAIT_MS
+        """After NOTHING_AVAILABLE: :data:`~lockgate.connectors.kafka.source_limits.IDLE_WAIT_MS`
+        (:data:`~lockgate.connectors.kafka.source_limits.WATCHED_WAIT_MS` while the
+        fetch wakes the task on arrival), or less until discovery is due."""
+        watched, self._watched = self._watched, False
+        idle = source_limits.WATCHED_WAIT_MS if watched else source_limits.IDLE_WAIT_MS
         if self._next_discovery is None:
             return idle
         return max(0.0, min(idle, (self._next_discovery - time.monotonic()) * 1000))

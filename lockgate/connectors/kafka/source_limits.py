@@ -7,6 +7,9 @@ from __future__ import annotations
 MAX_BATCH = 5000
 #: how long a poll with nothing to read asks the task to wait before the next one
 IDLE_WAIT_MS = 10.0
+#: the same while the direct fetch wakes the task when a broker answers: a bound only
+#: (a broker answers a fetch within its long poll, direct_client.MAX_WAIT_MS)
+WATCHED_WAIT_MS = 250.0
 #: seconds a metadata or offset request may take
 REQUEST_TIMEOUT_S = 10.0
 #: seconds one poll may wait for a partition's first offset (direct fetching)

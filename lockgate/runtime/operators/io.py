@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -139,6 +140,11 @@ class SourceOperator(StreamOperator):
         if self.watermarks is not None:
             self.watermarks.emit_periodic_if_due()
         return status
+
+    def watch_arrival(self, wake: Callable[[], None]) -> bool:
+        """Ask the reader to call ``wake()`` when data arrives (see
+        :meth:`SourceReader.watch_arrival`); False when it cannot."""
+        return self.reader is not None and self.reader.watch_arrival(wake)
 
     def wait_hint_ms(self) -> float | None:
         hint = self.reader.wait_hint_ms() if self.reader is not None else None
