@@ -605,6 +605,13 @@ def _commit_live(producer: Any, transaction: KafkaTransaction) -> None:
     raise RuntimeError(f"committing {transaction.transactional_id!r} kept failing")
 
 
+#: librdkafka's ``linger.ms`` of the sinks without transactions (unless ``properties``
+#: set it): send at once. Under load librdkafka still batches what queues while its
+#: requests are in flight, so throughput holds; its default (5 ms) would add up to 5 ms
+#: to every record's latency at low rates.
+DIRECT_LINGER_MS = 0
+
+
 class _DirectWriter(SinkWriter):
     """``at_least_once`` and ``none``: one producer, no transactions."""
 
@@ -613,6 +620,7 @@ class _DirectWriter(SinkWriter):
         self.sink = sink
         self.encoder = RecordEncoder(sink, ctx)
         config: dict[str, Any] = {
+            "linger.ms": DIRECT_LINGER_MS,
             **sink.properties,
             "bootstrap.servers": sink.bootstrap_servers,
             "on_delivery": self.encoder.delivered,
