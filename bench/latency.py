@@ -105,7 +105,12 @@ def consume(bootstrap: str, topic: str, until: float, warmup_ns: int, ready: Any
     latencies: list[float] = []
     received = 0
     while time.time() < until:
-        for m in consumer.consume(num_messages=1000, timeout=0.05):
+        # poll() returns at the first record; consume(timeout=...) would wait out its
+        # timeout unless num_messages came, adding up to that timeout to every latency
+        first = consumer.poll(0.05)
+        if first is None:
+            continue
+        for m in [first, *consumer.consume(num_messages=1000, timeout=0)]:
             now = time.time_ns()
             if m.error() is not None or m.value() is None:
                 continue
