@@ -91,18 +91,72 @@ def _hash_binary_array(arr: pa.Array) -> np.ndarray:
     out = np.zeros(n, dtype=np.uint64)
     if total > 0:
         data = np.frombuffer(bufs[2], dtype=np.uint8, count=base + total)[base:]
-        string_index = np.repeat(np.arange(n), lengths)
-        ends = (offsets[1:] - base).astype(np.int64)
-        pos_from_end = ends[string_index] - 1 - np.arange(total)
-        pows = _powers(int(lengths.max()))
-        with np.errstate(over="ignore"):
-            contrib = (data.astype(np.uint64) + _U64(1)) * pows[pos_from_end]
-        nonempty = lengths > 0
-        starts = (offsets[:-1] - base).astype(np.int64)[nonempty]
-        with np.errstate(over="ignore"):
-            out[nonempty] = np.add.reduceat(contrib, starts)
+        starts = (offsets[:-1] - base).astype(np.int64)
+        by_length = _polynomials_by_length(data, starts, lengths, total)
+        out = by_length if by_length is not None else _polynomials(data, starts, lengths, total)
     with np.errstate(over="ignore"):
         return fmix64(out ^ ((lengths.astype(np.uint64) + _U64(1)) * _TAG_STR))
+
+
+#: values of one length are hashed as rows of a matrix (one matrix product) when the
+#: column holds at least this many bytes and at most this many distinct lengths
+_BY_LENGTH_MIN_BYTES = 2048
+_BY_LENGTH_MAX_GROUPS = 8
+
+
+def _polynomials(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int
+) -> np.ndarray:
+    """The sum over each value's bytes of ``(byte + 1) * PRIME ** (bytes after it)``,
+    modulo 2**64: a pass over every byte with its value's index."""
+    n = len(lengths)
+    out = np.zeros(n, dtype=np.uint64)
+    string_index = np.repeat(np.arange(n), lengths)
+    ends = starts + lengths
+    pos_from_end = ends[string_index] - 1 - np.arange(total)
+    pows = _powers(int(lengths.max()))
+    with np.errstate(over="ignore"):
+        contrib = (data.astype(np.uint64) + _U64(1)) * pows[pos_from_end]
+    nonempty = lengths > 0
+    with np.errstate(over="ignore"):
+        out[nonempty] = np.add.reduceat(contrib, starts[nonempty])
+    return out
+
+
+def _polynomials_by_length(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int
+) -> np.ndarray | None:
+    """The same sums as :func:`_polynomials`, the values of each length taken as the rows
+    of a ``(count, length)`` byte matrix times the powers ``PRIME ** (length-1) .. 1``
+    (plus the sum of those powers, for the ``+ 1`` of each byte): about ten times
+    faster on long keys (a payload of a kilobyte), the same values to the bit. None
+    when the column is small or has many distinct lengths (the general pass is then as
+    fast)."""
+    if total < _BY_LENGTH_MIN_BYTES:
+        return None
+    distinct = np.unique(lengths)
+    if len(distinct) > _BY_LENGTH_MAX_GROUPS:
+        return None
+    n = len(lengths)
+    pows = _powers(int(distinct[-1]))
+    out = np.zeros(n, dtype=np.uint64)
+    for length in distinct.tolist():
+        if length == 0:
+            continue
+        rev = pows[length - 1 :: -1] if length > 1 else pows[:1]
+        if len(distinct) == 1:  # every value this long: the bytes are the matrix
+            rows = None
+            matrix = data[: n * length].reshape(n, length)
+        else:
+            rows = np.flatnonzero(lengths == length)
+            matrix = data[starts[rows][:, None] + np.arange(length)]
+        with np.errstate(over="ignore"):
+            sums = matrix.astype(np.uint64) @ rev + rev.sum(dtype=np.uint64)
+        if rows is None:
+            out = sums
+        else:
+            out[rows] = sums
+    return out
 
 
 def _with_nulls(arr: pa.Array, hashes: np.ndarray) -> np.ndarray:

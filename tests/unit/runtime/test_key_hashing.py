@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lockgate as lg
+from lockgate.core import key_hash
 from lockgate.core.key_hash import hash_array, hash_keys
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -67,6 +68,45 @@ def test_the_hash_of_known_keys_never_changes_between_releases() -> None:
     """Pinned values: changing the hash silently re-routes keys of every saved checkpoint."""
     assert _as_list(hash_keys(["a", "b"])) == [11083546440691376660, 1498177606602399366]
     assert _as_list(hash_keys([1])) == [11941686817672595972]
+
+
+def test_long_keys_hash_to_their_pinned_values_on_the_matrix_path_too() -> None:
+    """Long keys (a column of 2 KB or more, few distinct lengths) are hashed as rows of a
+    byte matrix (issue 42: a 1.2 KB payload key cost 30 ns a byte before): the values are
+    those the general pass gave, pinned here."""
+    keys = [b"x" * 1180, b"y" * 1180, b"%036d" % 7] * 30
+    assert _as_list(hash_keys(keys))[:3] == [
+        2434700366554893696,
+        366151719104133762,
+        2344902517219922483,
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=60),
+    st.integers(min_value=0, max_value=5),
+    st.integers(min_value=1, max_value=40),
+)
+def test_the_matrix_path_equals_the_general_pass_bit_for_bit(keys, cut, repeat) -> None:
+    """Any column (repeated to pass the size threshold, sliced to move its offsets):
+    the by-length sums equal the general pass's, and the column's hashes equal the hashes
+    of the Python keys."""
+    arr = pa.array(keys * repeat, type=pa.binary()).slice(cut % len(keys))
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + n + 1)
+    offsets = offsets[arr.offset :]
+    base, total = int(offsets[0]), int(offsets[-1] - offsets[0])
+    if total == 0:
+        return
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=base + total)[base:]
+    starts = (offsets[:-1] - base).astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    by_length = key_hash._polynomials_by_length(data, starts, lengths, total)
+    if by_length is not None:
+        general = key_hash._polynomials(data, starts, lengths, total)
+        assert by_length.tolist() == general.tolist()
+    assert _as_list(hash_array(arr)) == _as_list(hash_keys(arr.to_pylist()))
 
 
 def test_different_keys_spread_over_many_key_groups() -> None:
