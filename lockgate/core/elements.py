@@ -3,9 +3,10 @@
 A channel is an ordered queue of: record batches (``pyarrow.RecordBatch`` or
 :class:`~lockgate.core.batch.RowBatch`), :class:`Watermark`,
 :class:`StreamStatus`, :class:`CheckpointBarrier`, :class:`CancellationMarker`,
-at most one :data:`END_OF_DATA` and one :data:`END_OF_PARTITION`. Nothing
-overtakes anything else in a channel (unaligned checkpoints, a later issue, are the
-one sanctioned exception).
+:class:`~lockgate.core.latency.marker.LatencyMarker` (end-to-end latency), at most
+one :data:`END_OF_DATA` and one :data:`END_OF_PARTITION`. Nothing overtakes anything
+else in a channel (unaligned checkpoints, a later issue, are the one sanctioned
+exception).
 All elements except batches are small, immutable and picklable.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from .batch import Batch
+from .latency.marker import LatencyMarker
 
 MAX_WATERMARK = 2**63 - 1
 MIN_WATERMARK = -(2**63)
@@ -140,6 +142,6 @@ END_OF_PARTITION = _EndOfPartition()
 EndOfPartition = _EndOfPartition
 
 ControlElement = Union[  # noqa: UP007 (runtime alias kept as typing.Union)Watermark, StreamStatus, CheckpointBarrier, CancellationMarker,
-    PriorityBarrier, _EndOfData, _EndOfPartition
+    PriorityBarrier, _EndOfData, _EndOfPartition, LatencyMarker
 ]
 StreamElement = Union[Batch, ControlElement]  # noqa: UP007 (runtime alias kept as typing.Union)

@@ -34,6 +34,10 @@ class ExecutionConfig:
       live metrics (records are always counted); off only to measure what they cost.
     * ``progress_interval_ms`` - how often the driver logs a progress line per job
       (0: never).
+    * ``latency_tracking_interval_ms`` - end-to-end latency per sink: each source
+      subtask sends a latency marker behind a batch at most this often, and sinks
+      record how long it took to reach them (0: off, the default; as Flink's
+      ``metrics.latency.interval``). See docs/operations.md, "End-to-end latency".
     """
 
     buffer_timeout_ms: int = 100
@@ -48,6 +52,7 @@ class ExecutionConfig:
     rest_port: int = 0
     progress_interval_ms: int = 30_000
     metrics_enabled: bool = True
+    latency_tracking_interval_ms: int = 0
 
     def validate(self) -> None:
         for name in (
@@ -91,6 +96,12 @@ class ExecutionConfig:
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
             raise ConfigurationError(
                 f"progress_interval_ms must be an int >= 0 (0: no progress lines), got {interval!r}"
+            )
+        latency = self.latency_tracking_interval_ms
+        if isinstance(latency, bool) or not isinstance(latency, int) or latency < 0:
+            raise ConfigurationError(
+                "latency_tracking_interval_ms must be an int >= 0 (milliseconds between "
+                f"two latency markers of a source subtask; 0: off), got {latency!r}"
             )
         if self.buffer_max_bytes > self.channel_capacity_bytes:
             raise ConfigurationError(

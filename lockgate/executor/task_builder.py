@@ -82,6 +82,7 @@ def build_task(
     )
     task.key = (vertex.id, subtask_index)
     task.flush_when_idle = cfg.flush_when_idle
+    _track_latency(getattr(cfg, "latency_tracking_interval_ms", 0), chain, gate)
     if not cfg.metrics_enabled:
         task.metrics_enabled = False
         for w in writers.values():
@@ -101,6 +102,17 @@ def build_task(
     if faults is not None:
         faults.install(task, attempt_number=attempt_number, in_process=in_process)
     return task
+
+
+def _track_latency(interval_ms: int, chain: OperatorChain, gate: InputGate | None) -> None:
+    """End-to-end latency (``latency_tracking_interval_ms`` > 0): a source head sends
+    markers behind its batches; an input gate hands the markers it meets to the head
+    operator, which forwards them down the chain to the sinks."""
+    if gate is not None:
+        gate.on_latency_marker = chain.head.process_latency_marker
+    source = chain.source
+    if interval_ms and source is not None:
+        source.track_latency(interval_ms)
 
 
 def _channels(

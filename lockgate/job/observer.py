@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .latency_view import LatencyView
+
 #: rates are computed against the newest reading at least this old
 RATE_WINDOW_S = 1.0
 #: readings kept per subtask (enough for the rate window at any polling pace)
@@ -117,6 +119,7 @@ class JobObserver:
         self._history: dict[tuple[int, int], deque[dict[str, Any]]] = {}
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
+        self._latency = LatencyView()
 
     def start_sampling(self, interval_s: float = RATE_WINDOW_S) -> None:
         """Take a reading every ``interval_s`` in a background thread until :meth:`stop`,
@@ -169,11 +172,14 @@ class JobObserver:
         and out (totals and per second), busy / idle / backpressured milliseconds per
         second, input and output queue fill (0..1), watermark and its lag behind the
         wall clock, source lag (records behind the end of the input, where the source
-        knows it), keys and state size (where the operator knows them)."""
+        knows it), keys and state size (where the operator knows them), and for sinks
+        with latency tracking on, ``latency`` (see :mod:`.latency_view`); ``latency``
+        at the top lists each sink with its subtasks merged."""
         now_ms = self._wall() * 1000.0
         earlier = dict(self._earlier()) if self._earlier is not None else {}
         subtasks: list[dict[str, Any]] = []
         operators: list[dict[str, Any]] = []
+        latencies: list[tuple[dict[str, Any], Any, Any]] = []
         for s, base in self._samples():
             seconds = (s["time_ms"] - base["time_ms"]) / 1000.0 if base else 0.0
             entry: dict[str, Any] = {
@@ -231,12 +237,23 @@ class JobObserver:
                         "source_lag": op.get("source_lag"),
                         "keys": op.get("keys"),
                         "state_bytes": op.get("state_bytes"),
+                        "latency": None,
                     }
                 )
+                if op.get("latency") is not None:
+                    total, window = self._latency.subtask(
+                        (s["vertex"], s["subtask"], op["uid"]),
+                        s.get("run"),
+                        s["time_ms"],
+                        op["latency"],
+                    )
+                    operators[-1]["latency"] = LatencyView.summary(total, window)
+                    latencies.append((op, total, window))
         return {
             "time": now_ms / 1000.0,
             "vertices": self._vertices(subtasks, operators),
             "operators": operators,
+            "latency": LatencyView.sinks(latencies),
         }
 
     def _vertices(

@@ -34,6 +34,17 @@ NUM = {"type": "number"}
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+#: a sink's end-to-end latency (``latency_summary``): count and sum over the run, the
+#: quantiles over about the last minute (null without samples there)
+_LATENCY = {
+    "count": INT,
+    "sum_ms": NUM,
+    "window_count": INT,
+    "p50_ms": {"type": "number", "nullable": True},
+    "p95_ms": {"type": "number", "nullable": True},
+    "p99_ms": {"type": "number", "nullable": True},
+    "max_ms": {"type": "number", "nullable": True},
+}
 #: a request's ``timeout``: seconds (0 < t <= a day) or null (the checkpoint timeout)
 TIMEOUT = {
     "type": "number",
@@ -162,11 +173,24 @@ SCHEMAS: dict[str, Any] = {
                         "source_lag": _nullable(INT),
                         "keys": _nullable(INT),
                         "state_bytes": _nullable(INT),
+                        "latency": _nullable(_ref("Latency")),
+                    }
+                ),
+            },
+            "latency": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "uid": STR,
+                        "name": STR,
+                        "subtasks": INT,
+                        **_LATENCY,
                     }
                 ),
             },
         }
     ),
+    "Latency": _obj(_LATENCY),
     "Checkpoints": _obj(
         {
             "checkpoints": {

@@ -14,6 +14,11 @@ time, ms since the epoch), ``lockgate_operator_watermark_lag_ms``,
 ``lockgate_operator_source_lag_records``, ``lockgate_operator_keys``,
 ``lockgate_operator_state_bytes``.
 
+Per sink subtask with latency tracking on (``latency_tracking_interval_ms``):
+``lockgate_sink_latency_seconds``, a summary of the end-to-end latency: the quantiles
+0.5, 0.95 and 0.99 of about the last minute (left out while that window holds no
+sample), ``_count`` and ``_sum`` over the run.
+
 Per task subtask: ``lockgate_task_busy_ms_per_second``,
 ``lockgate_task_idle_ms_per_second``, ``lockgate_task_backpressured_ms_per_second``
 (Flink's ``busyTimeMsPerSecond`` ...), ``lockgate_task_bytes_in_total``,
@@ -36,6 +41,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from ..core.latency.histogram import QUANTILES
 
 PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 JOB_STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "CANCELED", "FAILED")
@@ -131,6 +138,7 @@ class JobCollector(Collector):
         metrics = client.metrics()
         job = [str(client.job_name), str(self._job_id() or "")]
         yield from self._operators(metrics.get("operators", []), job)
+        yield self._latency(metrics.get("operators", []), job)
         yield from self._tasks(metrics.get("vertices", []), job)
         yield from self._job(metrics.get("job", {}), client.checkpoints(), job)
 
@@ -143,6 +151,28 @@ class JobCollector(Collector):
                 if value is not None:
                     family.add_metric([*job, str(op["uid"]), str(op["subtask"])], value)
             yield family
+
+    def _latency(self, operators: list[dict[str, Any]], job: list[str]) -> Metric:
+        name = "lockgate_sink_latency_seconds"
+        family = Metric(
+            name,
+            "End-to-end latency from a source's batch to the sink (quantiles: about the "
+            "last minute; count and sum: the run).",
+            "summary",
+        )
+        for op in operators:
+            latency = op.get("latency")
+            if not latency:
+                continue
+            labels = dict(zip(("job", "job_id"), job))
+            labels.update(operator=str(op["uid"]), subtask=str(op["subtask"]))
+            for q in QUANTILES:
+                value = _number(latency.get(f"p{round(q * 100)}_ms"))
+                if value is not None:
+                    family.add_sample(name, {**labels, "quantile": str(q)}, value / 1000.0)
+            family.add_sample(f"{name}_count", labels, float(latency.get("count") or 0))
+            family.add_sample(f"{name}_sum", labels, float(latency.get("sum_ms") or 0) / 1000.0)
+        return family
 
     def _tasks(self, vertices: list[dict[str, Any]], job: list[str]) -> Iterator[Metric]:
         labels = ["job", "job_id", "task", "subtask"]

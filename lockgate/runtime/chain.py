@@ -10,10 +10,12 @@ import cloudpickle
 from ..core.batch import Batch
 from ..core.clock import Clock
 from ..core.elements import StreamElement, StreamStatus, Watermark
+from ..core.latency.marker import LatencyMarker
 from ..core.partitioners import attribute_key_errors
 from ..graph.execution_plan import VertexPlan
 from ..graph.operator_factory import OperatorFactory
 from .context import RuntimeContext
+from .latency.forwarding import ForwardOnce
 from .operators.base import Cancellation, Output, StreamOperator, refusing_changes
 from .operators.io import SinkOperator, SourceOperator
 from .processing_time import ProcessingTimeService
@@ -74,13 +76,16 @@ class _AnnouncedStatus:
 
 
 def _element_target(op: StreamOperator) -> Callable[[StreamElement], None]:
-    """Delivers watermarks and stream statuses to a chained operator (its input 0)."""
+    """Delivers watermarks, stream statuses and latency markers to a chained operator
+    (its input 0)."""
 
     def deliver(element: StreamElement) -> None:
         if isinstance(element, Watermark):
             op.process_watermark(element, 0)
         elif isinstance(element, StreamStatus):
             op.process_status(element, 0)
+        elif isinstance(element, LatencyMarker):
+            op.process_latency_marker(element)
 
     return deliver
 
@@ -136,7 +141,9 @@ class OperatorChain:
                 )
                 if id(writer) not in seen:
                     seen.add(id(writer))
-                    out.element_targets.append(_AnnouncedStatus(writer.broadcast_event))
+                    out.element_targets.append(
+                        _AnnouncedStatus(ForwardOnce(writer.broadcast_event))
+                    )
             ctx = RuntimeContext(
                 task_name=vertex.name,
                 operator_name=op_plan.name,

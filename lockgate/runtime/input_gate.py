@@ -11,13 +11,20 @@ over it, so its elements wait in the channel, in order, until it is released.
 Aligned checkpoints block the channels that delivered a barrier (M-B4). An
 ended or blocked channel costs ``poll`` one list lookup, as an ended one
 always did.
+
+Latency markers (end-to-end latency) are not returned: ``poll`` hands each to
+:attr:`InputGate.on_latency_marker` (the head operator's ``process_latency_marker``,
+set by the task builder) when it reaches the front of its channel, so every element
+before it in that channel was processed, and goes on polling.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from ..core.elements import END_OF_PARTITION, StreamElement
+from ..core.latency.marker import LatencyMarker
 from .channels import InputChannel
 
 
@@ -36,6 +43,8 @@ class InputGate:
         self._skip = [False] * len(channels)
         self._open = len(channels)
         self._next = 0
+        #: where latency markers go (None: dropped)
+        self.on_latency_marker: Callable[[LatencyMarker], None] | None = None
         for c in channels:
             c.set_consumer_signal(signal)
 
@@ -73,6 +82,9 @@ class InputGate:
             if skip[i]:
                 continue
             element = self.channels[i].poll()
+            while element.__class__ is LatencyMarker:  # one check per element
+                self._latency_marker(element)
+                element = self.channels[i].poll()
             if element is None:
                 continue
             if element is END_OF_PARTITION:
@@ -82,6 +94,11 @@ class InputGate:
             self._next = (i + 1) % n
             return i, element
         return None
+
+    def _latency_marker(self, marker: LatencyMarker) -> None:
+        deliver = self.on_latency_marker
+        if deliver is not None:
+            deliver(marker)
 
     def cancel(self) -> None:
         for c in self.channels:

@@ -12,7 +12,10 @@ attributes:
 * a source reader's ``pending_records``: records between its position and the end of
   its input as last seen (Kafka: the partitions' high watermarks; None: unknown);
 * an operator's ``metric_keys()`` / ``metric_state_bytes()``: the keys it holds state
-  for and their approximate size.
+  for and their approximate size;
+* a sink's ``latency``: its cumulative end-to-end latency histogram (sent as a
+  :meth:`~lockgate.core.latency.LatencyHistogram.snapshot`: at most a few hundred
+  numbers; None until a latency marker reached it).
 """
 
 from __future__ import annotations
@@ -76,7 +79,13 @@ def _operator(op: Any) -> dict[str, Any]:
         "source_lag": int(pending) if pending is not None else None,
         "keys": _optional(op, "metric_keys"),
         "state_bytes": _optional(op, "metric_state_bytes"),
+        "latency": _latency(op),
     }
+
+
+def _latency(op: Any) -> dict[str, Any] | None:
+    histogram = getattr(op, "latency", None)
+    return histogram.snapshot() if histogram is not None else None
 
 
 def _taken(gate: Any, enabled: bool) -> int:

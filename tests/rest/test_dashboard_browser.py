@@ -131,7 +131,8 @@ def driver(browser_paths: dict[str, str], tmp_path: Path) -> Iterator[Any]:
 def backpressured_job(tmp_path: Path) -> lg.StreamEnvironment:
     """numbers (with event times from now on, and watermarks) -> per-key sums -> a sink that
     takes 20,000 rows/s: the tasks before the sink are backpressured; checkpoints every
-    200 ms; the sums fail once early in the first attempt (a restart with a traceback)."""
+    200 ms; latency markers every 200 ms; the sums fail once early in the first attempt (a
+    restart with a traceback)."""
     env = lg.StreamEnvironment(parallelism=1)
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
     env.enable_checkpointing(200)
@@ -140,6 +141,7 @@ def backpressured_job(tmp_path: Path) -> lg.StreamEnvironment:
     env.config.buffer_max_bytes = 16 * 1024
     env.config.buffer_max_rows = 500
     env.config.progress_interval_ms = 0
+    env.config.latency_tracking_interval_ms = 200
     now_ms = int(time.time() * 1000)
     strategy = lg.WatermarkStrategy.for_bounded_out_of_orderness(
         timedelta(milliseconds=500)
@@ -302,6 +304,14 @@ def test_the_dashboard_shows_graph_backpressure_checkpoints_and_writes_a_savepoi
             return "none yet" not in row and "input 0" in row
 
         wait.until(sums_watermark, "the sums operator's watermark and what holds it back")
+
+        # the slow sink's end-to-end latency (p50, p95, p99, max in ms or s, markers)
+        def sink_latency(d: Any) -> bool:
+            row = d.find_element(By.CSS_SELECTOR, "#latency-table tr[data-uid='slow-sink']")
+            cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+            return len(cells) == 7 and all(c.endswith((" ms", " s")) for c in cells[2:6])
+
+        wait.until(sink_latency, "the slow sink's latency quantiles in the latency table")
 
         # the restart and its exception, the traceback folded until opened
         failure = wait.until(

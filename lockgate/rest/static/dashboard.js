@@ -524,6 +524,26 @@
     replaceChildren($("watermark-table").tBodies[0], ...rows);
   }
 
+  function latencyText(ms) {
+    if (ms === null || ms === undefined) return "–";
+    return ms >= 1000 ? (ms / 1000).toFixed(2) + " s" : ms.toFixed(1) + " ms";
+  }
+
+  function renderLatency(metrics) {
+    // quantiles over about the last minute, markers over the run (docs/dashboard.md)
+    const rows = ((metrics && metrics.latency) || []).map((s) => el("tr", { "data-uid": s.uid },
+      el("td", { text: s.name }, el("span", { class: "uid", text: " " + s.uid })),
+      el("td", { class: "num", text: s.subtasks }),
+      el("td", { class: "num", text: latencyText(s.p50_ms) }),
+      el("td", { class: "num", text: latencyText(s.p95_ms) }),
+      el("td", { class: "num", text: latencyText(s.p99_ms) }),
+      el("td", { class: "num", text: latencyText(s.max_ms) }),
+      el("td", { class: "num", text: s.count }),
+    ));
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7, class: "empty", text: "No latency markers yet (set latency_tracking_interval_ms to track latency)." })));
+    replaceChildren($("latency-table").tBodies[0], ...rows);
+  }
+
   function renderExceptions(list, job) {
     const box = $("exceptions");
     const restarts = job && job.restarts ? job.restarts : 0;
@@ -586,6 +606,7 @@
         if (job.graph) renderGraph(job.graph, metrics);
       }
       if (ok(2)) renderCheckpoints(ok(2).checkpoints || []);
+      if (metrics) renderLatency(metrics);
       if (ok(3)) renderWatermarks(ok(3).watermarks || [], metrics);
       if (ok(4)) renderExceptions(ok(4).exceptions || [], job);
       renderProgress(ok(5));

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...core.batch import Batch, has_changes, kinds_of, num_rows
 from ...core.elements import MIN_WATERMARK, StreamElement, StreamStatus, Watermark
+from ...core.latency.marker import LatencyMarker
 from ...core.row_kind import RowKind
 from ...core.user_functions import PLAIN_CALLABLES
 from ...errors import ChangelogError, TaskCancelledError, UserFunctionError
@@ -180,6 +181,11 @@ class StreamOperator:
                     self.advance_watermark(element)
             else:
                 self.output.emit_element(element)
+
+    def process_latency_marker(self, marker: LatencyMarker) -> None:
+        """A latency marker reached the operator (end-to-end latency): forwarded at
+        once, as Flink's operators forward theirs; sinks record it."""
+        self.output.emit_element(marker)
 
     def _input_watermarks(self) -> Any:
         if self._combined is None:

@@ -28,8 +28,11 @@ from ...core.batch import (
     with_timestamps,
 )
 from ...core.elements import MAX_WATERMARK, Watermark
+from ...core.latency.histogram import LatencyHistogram
+from ...core.latency.marker import LatencyMarker
 from ...core.row_kind import RowKind
 from ...errors import ChangelogError, LockgateError, MalformedRecordError
+from ..latency.emitter import MarkerEmitter
 from .base import StreamOperator
 from .event_time import OperatorWatermarks
 
@@ -56,11 +59,15 @@ class _OperatorReaderOutput(ReaderOutput):
         if counters.first_emit_s is None:
             counters.first_emit_s = now
         counters.last_emit_s = now
+        markers = self.operator.latency_markers
+        stamp = None if markers is None else markers.due_stamp()
         watermarks = self.operator.watermarks
         if watermarks is None:
             self.operator.emit(batch)
         else:
             watermarks.emit(split_id, batch)
+        if stamp is not None:  # end-to-end latency: a marker right behind the batch
+            markers.emit_after(stamp)  # type: ignore[union-attr]
 
     def emit_dead_letter(self, record: dict[str, Any]) -> None:
         self._dead.append(record)
@@ -95,6 +102,16 @@ class SourceOperator(StreamOperator):
         #: checkpoint id -> the positions snapshotted for it, kept until it completes
         #: (only for readers with a ``notify_checkpoint_complete``)
         self._pending_positions: dict[int, list[Any]] = {}
+        #: latency markers behind emitted batches (set by the task builder when
+        #: ``latency_tracking_interval_ms`` is on; None: off)
+        self.latency_markers: MarkerEmitter | None = None
+
+    def track_latency(self, interval_ms: int) -> None:
+        """Send a latency marker behind a batch at most every ``interval_ms`` of this
+        subtask's clock (end-to-end latency per sink; call after ``setup``)."""
+        self.latency_markers = MarkerEmitter(
+            self.ctx.clock, interval_ms, self.uid, self.ctx.subtask_index, self.output.emit_element
+        )
 
     def initialize_state(self, restored: Any) -> None:
         """Take over the unfinished splits, with their read positions, recorded by the
@@ -207,6 +224,18 @@ class SinkOperator(StreamOperator):
         self.sink = sink
         self.writer: SinkWriter | None = None
         self._changes = bool(getattr(sink, "accepts_changes", False))
+        #: end-to-end latency of the batches whose markers reached this sink subtask
+        #: (created by the first marker; None while latency tracking sent none)
+        self.latency: LatencyHistogram | None = None
+
+    def process_latency_marker(self, marker: LatencyMarker) -> None:
+        """A marker reached the sink: every batch before it on its path was written
+        (``writer.write`` returned), so ``now - marker.emitted_ms`` on this subtask's
+        wall clock is the latency of the batch it followed."""
+        histogram = self.latency
+        if histogram is None:
+            histogram = self.latency = LatencyHistogram()
+        histogram.record(self.ctx.clock.time_ms() - marker.emitted_ms)
 
     def _append_only_error(self, batch: Batch) -> str:
         kinds = kinds_of(batch)
