@@ -1,7 +1,8 @@
 """Stream–table lookup joins (``DataStream.lookup_join``) as jobs, on the local executor
 and on Spark: the output equals pandas' merge (inner and left, Arrow and row records),
 a failure restores to exactly that output (M-R1, M-X1), and a restore joins against the
-Delta version the checkpoint recorded although the table moved on (M-R1, M-T4)."""
+Delta version the checkpoint recorded although the table moved on (M-R1, M-T4). A
+refresh mid-stream runs on the local executor's manual clock."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ import pytest
 
 import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
+from conftest import Probe, wait_until
+from lockgate.connectors.base import InputStatus, ReaderOutput, Source, SourceReader
+from lockgate.connectors.lookup_source import LoadedTable, LookupSource
+from lockgate.core.batch import RowBatch
 from lockgate.testing import FailAtRecord, inject_faults
 
 #: the table: x -> 2x for x in [0, TABLE_ROWS), as in the latency suite's Query C
@@ -179,3 +184,94 @@ def test_a_restore_joins_the_delta_version_the_checkpoint_recorded_M_R1(
     assert result.attempts == 2, "the injected failure restarted the job"
     assert deltalake.DeltaTable(uri).version() == 1, "the table moved on during the run"
     pd.testing.assert_frame_equal(collected(result), merged(records, doubles(), "inner"))
+
+
+class GatedSource(Source):
+    """Emits ``first``, then ``second`` once ``probe``'s counter "gate" is set, then ends
+    (one split)."""
+
+    def __init__(self, first: list[Any], second: list[Any], probe: Probe) -> None:
+        self.first, self.second, self.probe = first, second, probe
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return ["only"]
+
+    def create_reader(self, ctx: lg.RuntimeContext) -> SourceReader:
+        return _GatedReader(self)
+
+
+class _GatedReader(SourceReader):
+    def __init__(self, source: GatedSource) -> None:
+        self.source = source
+        self.batches: list[list[Any]] = []
+
+    def add_splits(self, splits: list[Any]) -> None:
+        if splits:
+            self.batches = [self.source.first, self.source.second]
+
+    def poll(self, output: ReaderOutput) -> InputStatus:
+        if not self.batches:
+            return InputStatus.END_OF_INPUT
+        if len(self.batches) == 1 and not self.source.probe.count("gate"):
+            return InputStatus.NOTHING_AVAILABLE
+        output.emit(RowBatch(list(self.batches.pop(0))))
+        return InputStatus.MORE_AVAILABLE
+
+    def wait_hint_ms(self) -> float | None:
+        return 10.0
+
+
+class CountedLoads(LookupSource):
+    """``inner``, counting its loads in ``probe``'s counter "loads"."""
+
+    def __init__(self, inner: LookupSource, probe: Probe) -> None:
+        self.inner, self.probe = inner, probe
+
+    def load(self, version: int | None = None) -> LoadedTable:
+        loaded = self.inner.load(version)
+        self.probe.bump("loads")
+        return loaded
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+def test_a_refresh_mid_stream_joins_the_new_rows_on_the_jobs_clock(
+    tmp_path: Path, probe: Probe
+) -> None:
+    """The first records join x -> 2x; the Parquet file is rewritten (x -> 10x); the
+    manual clock passes the refresh interval and the join reloads it; the records after
+    that join x -> 10x. Nothing sleeps: the job's processing time is the test's clock."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(doubles(), path)
+    clock = lg.ManualClock()
+    first = [{"id": i, "key": i} for i in range(5)]
+    second = [{"id": 5 + i, "key": i} for i in range(5)]
+    env = lg.StreamEnvironment(parallelism=1)
+    table = lg.LookupTable(CountedLoads(lg.LookupTable.parquet(path).source, probe))
+    (
+        env.from_source(GatedSource(first, second, probe))
+        .lookup_join(table, on="key", table_key="x", refresh=timedelta(minutes=1))
+        .map(lambda r: (probe.bump("joined"), r)[1])
+        .sink_to(lg.connectors.CollectSink())
+        .uid("out")
+    )
+    client = env.execute_async("lookup refresh", executor=lg.LocalExecutor(clock=clock))
+    try:
+        wait_until(lambda: probe.count("joined") == 5, "the first records are joined")
+        pq.write_table(doubles(10), path)
+        clock.advance(60_000)
+        wait_until(lambda: probe.count("loads") == 2, "the join reloads its table after 60 s")
+        probe.bump("gate")
+        clock.advance(1)  # wakes the task waiting on its clock for the source
+        result = client.wait(30)
+    except BaseException:
+        client.cancel()
+        raise
+    finally:
+        clock.advance(10_000)
+    assert result.status is lg.JobStatus.FINISHED
+    got = [r for part in result.sink_results["out"] for r in part]
+    assert got == [{**r, "x": r["key"], "y": 2 * r["key"]} for r in first] + [
+        {**r, "x": r["key"], "y": 10 * r["key"]} for r in second
+    ]
