@@ -72,6 +72,19 @@ def test_keys_whose_hashes_collide_are_told_apart(monkeypatch: pytest.MonkeyPatc
     ]
 
 
+def test_integer_keys_whose_hashes_collide_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with numbers, whose keys are compared in numpy, not Arrow."""
+    monkeypatch.setattr(index_module, "hash_array", lambda a: np.full(len(a), 7, dtype=np.uint64))
+    index = LookupIndex(pa.table({"x": [30, 10, 20, 10]}), "x", "j")
+    assert index.key_values is not None, "numbers take the numpy comparison"
+    assert pairs(index, pa.array([20, 10, 99, None]), keep=False) == [(0, 2), (1, 1), (1, 3)]
+
+
+def test_nan_matches_nothing_and_floats_match_their_value() -> None:
+    index = LookupIndex(pa.table({"x": [1.5, float("nan")]}), "x", "j")
+    assert pairs(index, pa.array([float("nan"), 1.5, 2.5], pa.float32()), keep=False) == [(1, 0)]
+
+
 def test_an_empty_table_matches_nothing() -> None:
     index = LookupIndex(pa.table({"x": pa.array([], pa.int64())}), "x", "j")
     assert pairs(index, pa.array([1, 2]), keep=False) == []

@@ -79,6 +79,10 @@ class LookupIndex:
         self.counts: np.ndarray = np.diff(np.append(self.starts, n)).astype(np.int64)
         self.hashes: np.ndarray = sorted_hashes[self.starts]
         self.keys: pa.Array = sorted_keys.take(pa.array(self.starts, type=pa.int64()))
+        #: the keys as numpy values when they are numbers: compared without Arrow calls
+        self.key_values: np.ndarray | None = None
+        if pa.types.is_int64(self.keys.type) or pa.types.is_float64(self.keys.type):
+            self.key_values = self.keys.to_numpy(zero_copy_only=False)
         #: every key has one row: a probe needs no expansion
         self.unique = bool(len(self.counts) == 0 or self.counts.max() == 1)
 
@@ -114,18 +118,17 @@ class LookupIndex:
             return found
         hashes = hash_array(probe)
         at = np.searchsorted(self.hashes, hashes)
-        valid = probe.is_valid().to_numpy(zero_copy_only=False)
-        pending = np.flatnonzero(valid & (at < n))
+        inside = at < n
+        if probe.null_count:
+            inside &= probe.is_valid().to_numpy(zero_copy_only=False)
+        pending = np.flatnonzero(inside)
+        values = None
+        if self.key_values is not None and probe.type == self.keys.type:
+            values = probe.fill_null(0).to_numpy(zero_copy_only=False)
         pending = pending[self.hashes[at[pending]] == hashes[pending]]
         while len(pending):
             groups = at[pending]
-            same = pc.fill_null(
-                pc.equal(
-                    probe.take(pa.array(pending, type=pa.int64())),
-                    self.keys.take(pa.array(groups, type=pa.int64())),
-                ),
-                False,
-            ).to_numpy(zero_copy_only=False)
+            same = self._same(probe, values, pending, groups)
             found[pending[same]] = groups[same]
             # a different key of the same hash: try the next group, if it has that hash
             rest, nxt = pending[~same], groups[~same] + 1
@@ -135,6 +138,22 @@ class LookupIndex:
             pending = rest[go_on]
             at[pending] = nxt[go_on]
         return found
+
+    def _same(
+        self, probe: pa.Array, values: np.ndarray | None, rows: np.ndarray, groups: np.ndarray
+    ) -> np.ndarray:
+        """Whether the key of each probe row in ``rows`` equals its group's key (numbers:
+        numpy, where NaN equals nothing; other types: Arrow's equal)."""
+        if values is not None:
+            assert self.key_values is not None
+            return np.asarray(values[rows] == self.key_values[groups])
+        return pc.fill_null(
+            pc.equal(
+                probe.take(pa.array(rows, type=pa.int64())),
+                self.keys.take(pa.array(groups, type=pa.int64())),
+            ),
+            False,
+        ).to_numpy(zero_copy_only=False)
 
     def probe(self, keys: pa.Array, *, keep_unmatched: bool) -> Matches:
         """The (stream row, table row) pairs for ``keys``, in stream order and, for one

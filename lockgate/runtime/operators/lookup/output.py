@@ -77,6 +77,15 @@ class TableRows:
             else [()] * index.table.num_rows
         )
         self.nulls: tuple[Any, ...] = (None,) * index.table.num_columns
+        self._dicts: tuple[list[str], list[dict[str, Any]], dict[str, Any]] | None = None
+
+    def dicts(self, names: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The rows as dicts of the output ``names``, and the row of nulls (made once per
+        set of names)."""
+        if self._dicts is None or self._dicts[0] != names:
+            rows = [dict(zip(names, t)) for t in self.tuples]
+            self._dicts = (names, rows, dict(zip(names, self.nulls)))
+        return self._dicts[1], self._dicts[2]
 
 
 def record_keys(rows: list[Any], on: str | int, what: str) -> list[Any]:
@@ -112,8 +121,9 @@ def join_rows(batch: RowBatch, matches: Matches, rows: TableRows, suffix: str) -
         names = output_names(
             records[0].keys(), rows.index.table.column_names, suffix, rows.index.what
         )
+        dicts, null_dict = rows.dicts(names)
         out = [
-            {**records[i], **dict(zip(names, table[j] if j >= 0 else nulls))}
+            {**records[i], **(dicts[j] if j >= 0 else null_dict)}
             for i, j in zip(matches.stream.tolist(), picks)
         ]
     else:
