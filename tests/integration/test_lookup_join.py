@@ -1,8 +1,8 @@
 """Stream–table lookup joins (``DataStream.lookup_join``) as jobs, on the local executor
 and on Spark: the output equals pandas' merge (inner and left, Arrow and row records),
 a failure restores to exactly that output (M-R1, M-X1), and a restore joins against the
-Delta version the checkpoint recorded although the table moved on (M-R1, M-T4). A
-refresh mid-stream runs on the local executor's manual clock."""
+Delta version or Iceberg snapshot the checkpoint recorded although the table moved on
+(M-R1, M-T4). A refresh mid-stream runs on the local executor's manual clock."""
 
 from __future__ import annotations
 
@@ -183,6 +183,63 @@ def test_a_restore_joins_the_delta_version_the_checkpoint_recorded_M_R1(
     result = env.execute("lookup delta pinned", executor=executor)
     assert result.attempts == 2, "the injected failure restarted the job"
     assert deltalake.DeltaTable(uri).version() == 1, "the table moved on during the run"
+    pd.testing.assert_frame_equal(collected(result), merged(records, doubles(), "inner"))
+
+
+class OverwriteIcebergAt(OverwriteDeltaAt):
+    """The same for the Iceberg table ``table`` of the catalog ``props``."""
+
+    def __init__(self, props: dict[str, str], table: str, at: int) -> None:
+        super().__init__("", at)
+        self.props, self.table = props, table
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.armed and self.seen == self.at:
+            from pyiceberg.catalog import load_catalog
+
+            load_catalog("default", **self.props).load_table(self.table).overwrite(doubles(10))
+        return value
+
+
+def test_a_restore_joins_the_iceberg_snapshot_the_checkpoint_recorded_M_R1(
+    executor: Any, tmp_path: Path
+) -> None:
+    """As for Delta: the table gets a new snapshot during the first attempt; the restored
+    join loads the snapshot the checkpoint recorded."""
+    from pyiceberg.catalog import load_catalog
+
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "warehouse": (tmp_path / "warehouse").as_uri(),
+    }
+    catalog = load_catalog("default", **props)
+    catalog.create_namespace("ref")
+    catalog.create_table("ref.doubles", schema=doubles().schema).append(doubles())
+    records = events(6_000, seed=4)
+    env = restarting_env(tmp_path)
+    paced = CheckpointPacedSource(
+        lg.connectors.CollectionSource(records, batch_size=250), 1_000, end_after=3
+    )
+    (
+        env.from_source(paced)
+        .uid("events")
+        .map(OverwriteIcebergAt(props, "ref.doubles", at=500), name="overwrite")
+        .uid("overwrite")
+        .lookup_join(
+            lg.LookupTable.iceberg(props, "ref.doubles"), on="key", table_key="x", name="lookup"
+        )
+        .uid("lookup")
+        .sink_to(lg.connectors.CollectSink(), name="out")
+        .uid("out")
+        .set_parallelism(1)
+    )
+    inject_faults(env, FailAtRecord("lookup", record=1_500, subtask=0, after_checkpoints=2))
+    result = env.execute("lookup iceberg pinned", executor=executor)
+    assert result.attempts == 2, "the injected failure restarted the job"
+    snapshots = catalog.load_table("ref.doubles").snapshots()
+    assert len(snapshots) >= 2, "the table moved on during the run"
     pd.testing.assert_frame_equal(collected(result), merged(records, doubles(), "inner"))
 
 
