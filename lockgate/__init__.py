@@ -34,6 +34,7 @@ from .api.functions import (
 from .api.interval_join import IntervalJoin, IntervalJoined
 from .api.job_client import JobClient
 from .api.joined_streams import CoGroupedStreams, JoinedStreams
+from .api.lookup_table import LookupTable
 from .api.output_tag import DEAD_LETTER, OutputTag
 from .api.windowed_stream import WindowedStream
 from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
@@ -140,6 +141,7 @@ __all__ = [
     "DEAD_LETTER",
     "DataStream",
     "DataStreamSink",
+    "LookupTable",
     "EventTimeSessionWindows",
     "ExecutionConfig",
     "ExternalizedRetention",

@@ -47,11 +47,14 @@ from .changelog_functions import ChangelogAggregate, LatestRowPerKey
 from .stream_protocols import EnvironmentLike
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from ..windowing.assigners import WindowAssigner
     from .broadcast import BroadcastConnectedStream, BroadcastStream
     from .connected import ConnectedStreams
     from .interval_join import IntervalJoin
     from .joined_streams import CoGroupedStreams, JoinedStreams
+    from .lookup_table import LookupTable
     from .windowed_stream import WindowedStream
 
 S = TypeVar("S", bound="_Configurable")
@@ -354,6 +357,42 @@ class DataStream(_Configurable):
         t = Transformation(Kind.UNION, "union", [self._t, *(o._t for o in others)])
         self._env._register(t)
         return DataStream(self._env, t)
+
+    def lookup_join(
+        self,
+        table: LookupTable,
+        on: str | int = "key",
+        table_key: str = "x",
+        *,
+        refresh: timedelta | None = None,
+        how: str = "inner",
+        table_suffix: str = "_table",
+        name: str | None = None,
+    ) -> DataStream:
+        """Join each record with the rows of the bounded ``table`` whose column
+        ``table_key`` equals the record's field ``on`` (Flink's lookup join, Spark's
+        stream-static join); see docs/lookup-join.md.
+
+        Output: the record's fields followed by the table's columns (a column named like
+        a field of the record gets ``table_suffix``); one output record per matching row
+        (a key with two rows gives two), none for a record without one (``how="inner"``)
+        or the record with nulls for the table's columns (``how="left"``); a null key
+        matches nothing. Arrow and dict records are joined by field name, tuple records
+        by position (``on`` an int; the table's values are appended).
+
+        Each subtask loads the table once as a hash index and probes it per batch
+        (vectorized). ``refresh`` reloads it every interval of processing time; a batch
+        is always joined against one version. The version and the time to the next
+        refresh are checkpointed: a restore joins against the same version where the
+        table keeps versions (Delta, Iceberg), else against the table as it is then.
+        Bad arguments raise ``ConfigurationError`` here; a missing key column or key
+        types that can never match fail the job at the first batch, naming both."""
+        from .lookup_join import lookup_join_factory
+
+        factory = lookup_join_factory(
+            table, on, table_key, refresh=refresh, how=how, table_suffix=table_suffix
+        )
+        return self._one_input(name or "LookupJoin", factory)
 
     def join(self, other: DataStream) -> JoinedStreams[DataStream]:
         """Window join with ``other``: ``.where(key).equal_to(other_key)

@@ -152,25 +152,27 @@ def _keys(key: object, mode: str) -> list[str]:
     return keys
 
 
-def _table_uri(uri: object) -> str:
+def _table_uri(uri: object, what: str = "DeltaSink table_uri") -> str:
+    """``uri`` as delta-rs takes it (a local folder made absolute); ``what`` names the
+    argument in errors."""
     if not isinstance(uri, (str, os.PathLike)) or not os.fspath(uri):
         raise ConfigurationError(
-            f"DeltaSink table_uri must be a non-empty str or path (a local folder, a file:// "
+            f"{what} must be a non-empty str or path (a local folder, a file:// "
             f"URL, or an s3:// / gs:// / az:// URL), got {uri!r}"
         )
     text = os.fspath(uri)
     assert isinstance(text, str)
     m = _SCHEME.match(text)
     if m is None or m.group(1).lower() == "file":
-        return os.path.abspath(local_path("DeltaSink table_uri", text))
+        return os.path.abspath(local_path(what, text))
     scheme = m.group(1).lower()
     if scheme not in SCHEMES:
         raise ConfigurationError(
-            f"DeltaSink table_uri {text!r}: {scheme}:// is not supported; give a local "
+            f"{what} {text!r}: {scheme}:// is not supported; give a local "
             f"folder or a URL with one of: {', '.join(s + '://' for s in SCHEMES)}"
         )
     if not text[m.end() :].strip("/"):
-        raise ConfigurationError(f"DeltaSink table_uri {text!r} names no bucket or container")
+        raise ConfigurationError(f"{what} {text!r} names no bucket or container")
     return text
 
 

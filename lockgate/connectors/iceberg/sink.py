@@ -133,43 +133,43 @@ def _pyiceberg() -> Any:
     return pyiceberg
 
 
-def split_identifier(table: object) -> tuple[str, ...]:
-    """``"namespace.table"`` (or ``"a.b.table"``) as its parts; ConfigurationError otherwise."""
+def split_identifier(table: object, what: str = "IcebergSink") -> tuple[str, ...]:
+    """``"namespace.table"`` (or ``"a.b.table"``) as its parts; ConfigurationError otherwise
+    (naming ``what``)."""
     if not isinstance(table, str) or not table.strip():
-        raise ConfigurationError(
-            f"IcebergSink table must be 'namespace.table' (a str), got {table!r}"
-        )
+        raise ConfigurationError(f"{what} table must be 'namespace.table' (a str), got {table!r}")
     parts = tuple(table.split("."))
     if len(parts) < 2 or not all(_IDENTIFIER_PART.fullmatch(p) for p in parts):
         raise ConfigurationError(
-            f"IcebergSink table must be 'namespace.table' (dot-separated, no empty part, "
+            f"{what} table must be 'namespace.table' (dot-separated, no empty part, "
             f"e.g. 'analytics.totals'), got {table!r}"
         )
     return parts
 
 
-def _catalog_config(catalog: object) -> tuple[str, dict[str, str]]:
-    """(name, properties) of ``catalog``: a dict of properties or a live pyiceberg Catalog."""
+def _catalog_config(catalog: object, what: str = "IcebergSink") -> tuple[str, dict[str, str]]:
+    """(name, properties) of ``catalog``: a dict of properties or a live pyiceberg Catalog;
+    errors name ``what``."""
     if isinstance(catalog, Mapping):
         props = dict(catalog)
         bad = [k for k, v in props.items() if not isinstance(k, str) or not isinstance(v, str)]
         if bad:
             raise ConfigurationError(
-                f"IcebergSink catalog properties must map str to str; {bad[0]!r} maps to "
+                f"{what} catalog properties must map str to str; {bad[0]!r} maps to "
                 f"{props[bad[0]]!r} (write numbers and booleans as strings, e.g. 'true')"
             )
         name = props.pop("name", "default")
         if not name:
-            raise ConfigurationError("IcebergSink catalog 'name' must not be empty")
+            raise ConfigurationError(f"{what} catalog 'name' must not be empty")
         if "type" not in props and "uri" not in props and "py-catalog-impl" not in props:
             raise ConfigurationError(
-                "IcebergSink catalog needs a 'type' (e.g. 'sql') or a 'uri', e.g. "
+                f"{what} catalog needs a 'type' (e.g. 'sql') or a 'uri', e.g. "
                 "{'type': 'sql', 'uri': 'sqlite:////data/catalog.db', "
                 "'warehouse': 'file:///data/warehouse'}"
             )
         if props.get("type", "sql" if "uri" in props else "") == "sql" and "uri" not in props:
             raise ConfigurationError(
-                "IcebergSink catalog of type 'sql' needs a 'uri' (an SQLAlchemy URL such as "
+                f"{what} catalog of type 'sql' needs a 'uri' (an SQLAlchemy URL such as "
                 "'sqlite:////data/catalog.db' or 'postgresql+psycopg://user@host/db')"
             )
         return name, props
@@ -179,7 +179,7 @@ def _catalog_config(catalog: object) -> tuple[str, dict[str, str]]:
     if isinstance(catalog, Catalog):
         return catalog.name, {str(k): str(v) for k, v in catalog.properties.items()}
     raise ConfigurationError(
-        f"IcebergSink catalog must be a dict of pyiceberg catalog properties (e.g. "
+        f"{what} catalog must be a dict of pyiceberg catalog properties (e.g. "
         f"{{'type': 'sql', 'uri': 'sqlite:////data/catalog.db', 'warehouse': "
         f"'file:///data/warehouse'}}) or a pyiceberg Catalog, got {type(catalog).__name__}"
     )
