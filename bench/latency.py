@@ -252,13 +252,12 @@ def produce(
 
 
 def consume(
-    bootstrap: str, topic: str, isolation: str, run_s: float, warmup_s: float, t0: Any,
+    bootstrap: str, topic: str, isolation: str, run_s: float, t0: Any,
     ready: Any, produced: Any, sent: Any, out: Any,
 ) -> None:  # fmt: skip
     """Read ``topic`` from its start until every record sent was received (once the
     producer is done) or ``run_s`` after the producer's start ``t0``; put the count
-    received and the send times and latencies (ms) of the records sent ``warmup_s``
-    or more after ``t0`` on ``out``."""
+    received and every record's send time (epoch ns) and latency (ms) on ``out``."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -274,7 +273,6 @@ def consume(
     sent_ns, latency = array("q"), array("d")
     received = 0
     while not t0.value or time.time_ns() < t0.value + run_s * 1e9:
-        warmup_ns = t0.value + warmup_s * 1e9
         if produced.is_set() and received >= sent.value:
             break
         for m in consumer.consume(num_messages=1000, timeout=0.05):
@@ -285,9 +283,8 @@ def consume(
             if at == 0:
                 continue  # a probe
             received += 1
-            if at >= warmup_ns:
-                sent_ns.append(at)
-                latency.append((now - at) / 1e6)
+            sent_ns.append(at)
+            latency.append((now - at) / 1e6)
     consumer.close()
     out.put((received, sent_ns, latency))
 
@@ -341,6 +338,7 @@ def run_case(name: str, rate: int, args: argparse.Namespace, tables: dict[str, s
     output = source if name == "floor" else new_topic(args.bootstrap, "out")
     eo = spec.get("checkpoint_ms") is not None and (spec["system"] == "lockgate" or spec["eo"])
     isolation = "read_committed" if eo else "read_uncommitted"
+    peer: Any = None
     stop: Callable[[], None] = lambda: None  # noqa: E731
     alive: Callable[[], str | None] = lambda: None  # noqa: E731
     try:
@@ -381,6 +379,8 @@ def run_case(name: str, rate: int, args: argparse.Namespace, tables: dict[str, s
         row.update(measure(args, rate, source, output, isolation, name))
     except Exception as e:  # noqa: BLE001 - one case's failure is its row, not the run's end
         row["error"] = f"{type(e).__name__}: {e}"
+        if peer is not None and "exited" not in row["error"]:
+            row["error"] += f" (the job's stderr ends: {peer.stderr_tail()})"
     finally:
         stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -397,9 +397,8 @@ def measure(args: argparse.Namespace, rate: int, source: str, output: str, isola
     run_s = args.seconds + drain
     reader = ctx.Process(
         target=consume,
-        args=(args.bootstrap, output, isolation, run_s, args.warmup, t0, ready, produced, sent,
-              out),
-    )  # fmt: skip
+        args=(args.bootstrap, output, isolation, run_s, t0, ready, produced, sent, out),
+    )
     reader.start()
     if not ready.wait(60):
         raise RuntimeError("the consumer did not start within 60 s")
@@ -413,13 +412,15 @@ def measure(args: argparse.Namespace, rate: int, source: str, output: str, isola
     produced.set()
     received, sent_ns, latency = out.get(timeout=run_s + 120)
     reader.join()
+    warmup_ns = t0.value + int(args.warmup * 1e9)
+    measured = [lat for at, lat in zip(sent_ns, latency, strict=True) if at >= warmup_ns]
     row: dict[str, Any] = {
-        "sent": sent.value, "received": received, "measured": len(latency),
+        "sent": sent.value, "received": received, "measured": len(measured),
         # records not received within the drain: their latencies are missing from the figures
         "not_received": sent.value - received,
-        **percentiles(latency),
+        **percentiles(measured),
     }  # fmt: skip
-    if name == "local-backpressure":
+    if name == "local-backpressure":  # the whole run, warm-up included
         row["series"] = window_series(sent_ns, latency, t0.value, args.window)
     return row
 

@@ -32,8 +32,10 @@ concurrent; the producer's ``acks = all``, ``retries = MAX_INT``,
 on checkpoints, ``transaction.timeout.ms = 600000``). Flink's defaults otherwise, among
 them ``execution.buffer-timeout.interval`` 100 ms, the hashmap state backend, no
 mini-batch, and for PyFlink's Python functions ``python.execution-mode = process``,
-``python.fn-execution.bundle.size = 100000``, ``bundle.time = 1000 ms``. Parallelism
-``--parallelism`` on the local MiniCluster PyFlink starts.
+``python.fn-execution.bundle.size = 100000``, ``bundle.time = 1000 ms``. Not Flink's
+defaults: ``restart-strategy.type = none`` (a failure ends the run with its error, where
+the default would restart forever) and ``python.executable`` = this interpreter.
+Parallelism ``--parallelism`` on the local MiniCluster PyFlink starts.
 
 After the job's submission the script prints one JSON line (the configuration) and runs
 until it is stopped (SIGTERM) or the job fails (exit 1, the error on stderr).
@@ -75,7 +77,7 @@ def sql_statements(args: argparse.Namespace) -> list[str]:
     src = f"""CREATE TEMPORARY TABLE src (v STRING, proctime AS PROCTIME()) WITH (
         'connector' = 'kafka', 'topic' = '{args.input}',
         'properties.bootstrap.servers' = '{args.bootstrap}',
-        'properties.group.id' = 'lgbench-latency-{args.input}',
+        'properties.group.id' = 'lgbench-{args.input}',
         'scan.startup.mode' = 'earliest-offset', 'format' = 'raw')"""
     options = ", ".join(f"'{k}' = '{v}'" for k, v in sink_options(args).items())
     snk = f"""CREATE TEMPORARY TABLE snk (v STRING) WITH (
@@ -115,6 +117,11 @@ def settings(args: argparse.Namespace) -> dict[str, str]:
         "execution.checkpointing.storage": "filesystem",
         "execution.checkpointing.dir": (args.work / "checkpoints").resolve().as_uri(),
         "table.local-time-zone": "UTC",
+        # a failure ends the job (and this script, with its error) instead of restarting
+        # it forever; no effect on a run without failures
+        "restart-strategy.type": "none",
+        # PyFlink's Python workers run this environment's interpreter, not `python` on PATH
+        "python.executable": sys.executable,
     }
 
 
@@ -169,7 +176,7 @@ def run_datastream(args: argparse.Namespace) -> None:
         KafkaSource.builder()
         .set_bootstrap_servers(args.bootstrap)
         .set_topics(args.input)
-        .set_group_id(f"lgbench-latency-{args.input}")
+        .set_group_id(f"lgbench-{args.input}")
         .set_starting_offsets(KafkaOffsetsInitializer.earliest())
         .set_value_only_deserializer(SimpleStringSchema())
         .build()

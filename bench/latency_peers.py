@@ -65,9 +65,14 @@ class PeerProcess:
         code = self.proc.poll()
         if code is None:
             return None
+        return (
+            f"the {self.system} job's process exited ({code}) before its output: "
+            f"{self.stderr_tail()}"
+        )
+
+    def stderr_tail(self, size: int = 1500) -> str:
         self._stderr.flush()
-        tail = self.stderr_path.read_bytes()[-1500:].decode(errors="replace").strip()
-        return f"the {self.system} job's process exited ({code}) before its output: {tail}"
+        return self.stderr_path.read_bytes()[-size:].decode(errors="replace").strip()
 
     def stop(self) -> None:
         """SIGTERM to the process's session (its JVM included), SIGKILL after 30 s."""
