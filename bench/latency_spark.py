@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,6 +63,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     p = args.parallelism
 
+    # the Python workers run this environment's interpreter, not python3 on PATH
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     import pyspark
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -73,6 +76,7 @@ def main() -> None:
         "spark.sql.shuffle.partitions": str(p),
         "spark.ui.enabled": "false",
         "spark.driver.memory": "2g",
+        "spark.pyspark.python": sys.executable,
     }
     if args.query == "B":
         session["spark.sql.streaming.stateStore.providerClass"] = (
