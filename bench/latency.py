@@ -9,11 +9,13 @@ keeps the value's head (every query below keeps it). A consumer process reads th
 topic (``read_committed`` for the exactly-once cases) and takes, for each record, its
 receive time minus that send time. Records sent in the first ``--warmup`` seconds are left
 out; one JSON line per case gives p50, p90, p95, p99 and max (ms), the counts sent and
-received, the case's configuration and the core count, and what the case adds over the
-floor of the same run at the same rate (``over_floor_ms``). Producer and consumer run in
-processes of their own, never in the job's interpreter; Flink and Spark run in their own
-virtual environments (``bash bench/setup_peers.sh flink spark``), as subprocesses
-(``bench/latency_flink.py``, ``bench/latency_spark.py``). Before a case's measured run
+received (``not_received``: sent but not read within ``--drain`` after the last send, so
+missing from the figures: the system did not keep up), the case's configuration and the
+core count, and what the case adds over the floor of the same run at the same rate
+(``over_floor_ms``). Producer and consumer run in processes of their own, never in the
+job's interpreter; Flink and Spark run in their own virtual environments (``bash
+bench/setup_peers.sh flink spark``), as subprocesses (``bench/latency_flink.py``,
+``bench/latency_spark.py``). Before a case's measured run
 the harness sends probe records (send time 0, never measured or counted) until one comes
 out of the job: every system is running and connected when the timing starts.
 
@@ -384,6 +386,10 @@ def run_case(name: str, rate: int, args: argparse.Namespace, tables: dict[str, s
     finally:
         stop()
         shutil.rmtree(work, ignore_errors=True)
+        if not args.keep_topics:
+            AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
+                list({source, output}), operation_timeout=30
+            )
     row["consumer_isolation"] = isolation
     return row
 
@@ -442,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(tables_dir, ignore_errors=True)
         for ex in LG.SPARK_EXECUTOR:
-            getattr(ex, "close", lambda: None)()
+            ex.spark.stop()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -460,6 +466,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ready-timeout", type=float, default=300.0,
                     help="seconds a job may take to put out its first record")  # fmt: skip
     ap.add_argument("--cases", default="all")
+    ap.add_argument("--keep-topics", action="store_true", help="keep each case's topics")
     ap.add_argument("--quick", action="store_true",
                     help="a check that every case runs: 8 s runs, 3 s warm-up, 2-s windows")  # fmt: skip
     args = ap.parse_args(argv)

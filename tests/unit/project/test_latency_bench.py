@@ -146,3 +146,9 @@ def test_the_flink_statements_and_sink_settings() -> None:
     statements = flink.sql_statements(args)
     assert len(statements) == 4 and "'connector' = 'filesystem'" in statements[2]
     assert "RAND() * 10000" in statements[-1] and "JOIN lookup" in statements[-1]
+
+
+def test_a_missing_peer_environment_says_how_to_make_it(tmp_path: Path) -> None:
+    peers = bench.load_bench_module("latency_peers")
+    with pytest.raises(RuntimeError, match=r"bash bench/setup_peers.sh no-such-peer"):
+        peers.peer_python("no-such-peer")
