@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_common.sh
 
+# pandas and protobuf in spark's: transformWithStateInPandas (bench/latency_spark.py) needs both
 declare -A PACKAGES=(
     [flink]="apache-flink==2.3.0"
-    [spark]="pyspark==4.3.0 pyarrow==26.0.1"
+    [spark]="pyspark==4.3.0 pyarrow==26.0.1 pandas==2.3.3 protobuf==7.36.2"
     [bytewax]="bytewax==0.21.1 pyarrow==26.0.1"
 )
 
