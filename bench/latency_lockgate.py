@@ -104,11 +104,10 @@ SPARK_EXECUTOR: list[Any] = []
 
 
 def lookup_table(path: str) -> Any:
-    """Query C's table for ``lookup_join`` (issue 42 section 3, being built on another
-    branch): adapt this one function to the API when it lands."""
-    from lockgate.lookup import LookupTable  # type: ignore[import-not-found]
+    """Query C's table for ``lookup_join``: the Parquet file as a ``LookupTable``."""
+    import lockgate as lg
 
-    return LookupTable.parquet(path)
+    return lg.LookupTable.parquet(path)
 
 
 def start_lockgate(spec: dict[str, Any], args: argparse.Namespace, source: str, output: str,
