@@ -35,6 +35,20 @@ class ProbeSink(Sink):
         return ProbeWriter(self.probe)
 
 
+def _run_in_thread(env, executor, outcome, done) -> threading.Thread:
+    def run() -> None:
+        try:
+            outcome["result"] = env.execute("buffer timeout", executor=executor)
+        except BaseException as e:  # noqa: BLE001
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    job = threading.Thread(target=run, name="test job driver")
+    job.start()
+    return job
+
+
 def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_a_manual_clock(
     make_env, probe
 ) -> None:
@@ -51,17 +65,7 @@ def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_
 
     outcome: dict[str, object] = {}
     done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome["result"] = env.execute("slow source", executor=executor)
-        except BaseException as e:  # noqa: BLE001
-            outcome["error"] = e
-        finally:
-            done.set()
-
-    job = threading.Thread(target=run, name="test job driver")
-    job.start()
+    job = _run_in_thread(env, executor, outcome, done)
     try:
         for i in range(3):
             wait_until(
@@ -81,20 +85,6 @@ def test_a_rate_limited_source_delivers_each_record_after_the_buffer_timeout_on_
         job.join(10)
     assert "error" not in outcome, outcome.get("error")
     assert outcome["result"].status is lg.JobStatus.FINISHED
-
-
-def _run_in_thread(env, executor, outcome, done) -> threading.Thread:
-    def run() -> None:
-        try:
-            outcome["result"] = env.execute("quiet stream", executor=executor)
-        except BaseException as e:  # noqa: BLE001
-            outcome["error"] = e
-        finally:
-            done.set()
-
-    job = threading.Thread(target=run, name="test job driver")
-    job.start()
-    return job
 
 
 def test_a_record_alone_in_a_quiet_stream_reaches_the_sink_without_the_clock_moving(
