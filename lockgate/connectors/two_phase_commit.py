@@ -35,6 +35,16 @@ driver commits with :func:`commit_final` once the whole job has finished: a
 bounded job then writes each subtask's records in one transaction, published
 when the job succeeds and never otherwise.
 
+A sink whose :attr:`TwoPhaseCommitSink.pre_commits_in_background` is True (the
+``KafkaSink``) is pre-committed in the checkpoint's asynchronous part instead: on the
+barrier the writer only moves the transaction to the pending ones and begins the next,
+so the task goes on writing while the old transaction is flushed; the snapshot it
+returns is a view whose ``materialize`` (on the asynchronous thread) pre-commits every
+pending transaction not pre-committed yet, in order, and only then gives the state. A
+checkpoint therefore never records a transaction that was not pre-committed, as before;
+one whose asynchronous part was cancelled or failed leaves its transaction to the next
+checkpoint's, and a commit or the end of input pre-commits whatever is left first.
+
 Together with a replayable source this gives exactly-once end-to-end output:
 every record is published once, and nothing a reader sees is ever retracted.
 """
@@ -42,6 +52,7 @@ every record is published once, and nothing a reader sees is ever retracted.
 from __future__ import annotations
 
 import copy
+import threading
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -70,6 +81,12 @@ class TwoPhaseCommitSink(Sink, Generic[TXN]):
     Transactions must be picklable: they are stored in checkpoints and sent
     to the driver.
     """
+
+    #: True: :meth:`pre_commit_at` runs on the checkpoint's asynchronous thread (see the
+    #: module docstring), concurrently with :meth:`begin_transaction`, :meth:`write` and
+    #: :meth:`commit` of other transactions on the task thread; a sink sets it only when
+    #: its pre-commit shares nothing unguarded with those. Never two pre-commits at once.
+    pre_commits_in_background: bool = False
 
     @property
     def commits_on_checkpoint(self) -> bool:
@@ -198,10 +215,38 @@ def commit_final(sink: TwoPhaseCommitSink[TXN], final: FinalCommit[TXN]) -> None
 
 @dataclass
 class _Pending(Generic[TXN]):
-    """A pre-committed transaction; ``checkpoint_id`` is None until a checkpoint covers it."""
+    """A transaction ended by a barrier (or the end of input); ``checkpoint_id`` is None
+    until a checkpoint covers it. ``pre_committed`` is False only while a background
+    pre-commit (``pre_commits_in_background``) has not run yet."""
 
     checkpoint_id: int | None
     transaction: TXN
+    pre_committed: bool = True
+
+
+class _PreCommitView(Generic[TXN]):
+    """A background-pre-committing writer's snapshot: :meth:`materialize`, on the
+    checkpoint's asynchronous thread, pre-commits the pending transactions the barrier
+    saw (those not pre-committed yet, in order), then returns the snapshot value."""
+
+    def __init__(
+        self, writer: TwoPhaseCommitWriter[TXN], pending: list[_Pending[TXN]], current: Any
+    ) -> None:
+        self._writer = writer
+        self._pending = pending
+        self._current = current
+
+    def materialize(self) -> dict[str, Any]:
+        self._writer._pre_commit_pending(self._pending)
+        snapshot: dict[str, Any] = {
+            "pending": [(p.checkpoint_id, p.transaction) for p in self._pending]
+        }
+        if self._current is not None:
+            snapshot["current"] = self._current
+        return copy.deepcopy(snapshot)
+
+    def release(self) -> None:
+        """Nothing to give back: a transaction left unpre-committed is the next one's."""
 
 
 class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
@@ -232,6 +277,10 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
         self._current: list[TXN] = []
         self._initialized = False
         self._finished = False
+        self._background = bool(getattr(sink, "pre_commits_in_background", False))
+        #: held while pending transactions are pre-committed (the asynchronous thread's
+        #: view, or the task thread catching up on what a cancelled one left)
+        self._pre_commit_lock = threading.Lock()
         sink.open(ctx)
 
     # ---------------------------------------------------------------- lifecycle
@@ -285,8 +334,12 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
 
         Returns a picklable copy ``{"pending": [(checkpoint_id, txn), ...],
         "current": txn}`` ("current" absent after the end of input), which
-        later calls never change.
+        later calls never change. A sink that ``pre_commits_in_background`` is
+        pre-committed by the returned view's ``materialize`` instead (the
+        checkpoint's asynchronous part), which returns that value.
         """
+        if self._background:
+            return self._snapshot_for_background(checkpoint_id)
         self._pre_commit_current(checkpoint_id)
         for p in self._pending:
             if p.checkpoint_id is None:  # pre-committed at the end of input
@@ -310,6 +363,8 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
             head = self._pending[0]
             if head.checkpoint_id is None or head.checkpoint_id > checkpoint_id:
                 return
+            if not head.pre_committed:  # a completed checkpoint pre-committed it: defensive
+                self._pre_commit_pending([head])
             self.sink.commit(head.transaction)
             self._pending.pop(0)
 
@@ -326,12 +381,14 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
         """
         if self._finished:
             return
+        self._pre_commit_pending(list(self._pending))
         self._pre_commit_current(None)
         self._finished = True
 
     def result(self) -> FinalCommit[TXN]:
         """Every transaction pre-committed and not committed yet, in order, for the driver
         (empty after a final checkpoint committed them, FLIP-147)."""
+        self._pre_commit_pending(list(self._pending))
         return FinalCommit(copy.deepcopy([p.transaction for p in self._pending]))
 
     def close(self) -> None:
@@ -354,6 +411,29 @@ class TwoPhaseCommitWriter(SinkWriter, Generic[TXN]):
             # pending only once pre_commit succeeded; a failure leaves it open (aborted on restore)
             self._pending.append(_Pending(checkpoint_id, transaction))
             self._current = []
+
+    def _snapshot_for_background(self, checkpoint_id: int) -> _PreCommitView[TXN]:
+        """The barrier's part for a sink that pre-commits in the background: the current
+        transaction joins the pending ones (pre-committed by the view), the next begins."""
+        if self._current:
+            self._pending.append(_Pending(checkpoint_id, self._current[0], pre_committed=False))
+            self._current = []
+        for p in self._pending:
+            if p.checkpoint_id is None:  # pre-committed at the end of input
+                p.checkpoint_id = checkpoint_id
+        if not self._finished:
+            self._begin()
+        current = copy.deepcopy(self._current[0]) if self._current else None
+        return _PreCommitView(self, list(self._pending), current)
+
+    def _pre_commit_pending(self, entries: list[_Pending[TXN]]) -> None:
+        """Pre-commit, in order, those of ``entries`` not pre-committed yet (any thread;
+        one at a time). A failure leaves that one and the later ones for the next try."""
+        with self._pre_commit_lock:
+            for p in entries:
+                if not p.pre_committed:
+                    self.sink.pre_commit_at(p.transaction, p.checkpoint_id)
+                    p.pre_committed = True
 
     def _where(self) -> str:
         return (

@@ -6,6 +6,7 @@ record."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from itertools import repeat
 from typing import Any, Protocol
@@ -58,8 +59,11 @@ class RecordEncoder:
         self.ctx = ctx
         #: records produced by this subtask in this attempt (a record's position)
         self.count = 0
-        #: (size, description, error) of each record the brokers refused
-        self.failures: list[tuple[int, str, Any]] = []
+        #: (size, description, error, transactional id) of each record the brokers
+        #: refused; guarded by ``_failures_lock`` (the exactly-once sink flushes one
+        #: transaction's producer on the checkpoint's thread while the task writes the next)
+        self.failures: list[tuple[int, str, Any, str | None]] = []
+        self._failures_lock = threading.Lock()
         #: the transactional id of the producer in use (None: not transactional)
         self.tid: str | None = None
         #: topic -> its max.message.bytes when a record can be checked against it before
@@ -83,33 +87,47 @@ class RecordEncoder:
             f"{self.ctx.operator_name!r} in attempt {self.ctx.attempt_number}"
         )
 
-    def delivered(self, error: Any, message: Any) -> None:
-        """librdkafka's delivery report (only failures are reported)."""
+    def delivered(self, error: Any, message: Any, tid: str | None = None) -> None:
+        """librdkafka's delivery report (only failures are reported) of a record sent
+        through the producer of transactional id ``tid`` (None: not transactional)."""
         if error is not None:
             key = message.key()
             value = message.value() or b""
-            self.failures.append(
-                (
-                    len(value),
-                    f"the broker refused a record for topic {message.topic()!r} partition "
-                    f"{message.partition()} (key {key!r}, value {value[:80]!r}..., "
-                    f"{len(value)} bytes): {error.str()}",
-                    error,
-                )
+            failure = (
+                len(value),
+                f"the broker refused a record for topic {message.topic()!r} partition "
+                f"{message.partition()} (key {key!r}, value {value[:80]!r}..., "
+                f"{len(value)} bytes): {error.str()}",
+                error,
+                tid,
             )
+            with self._failures_lock:
+                self.failures.append(failure)
 
-    def check(self) -> None:
+    def _take_failures(self, tid: str | None) -> list[tuple[int, str, Any, str | None]]:
+        """Remove and return the failures of ``tid``'s producer (every failure when
+        ``tid`` is None); the others stay for their own producer's check."""
+        with self._failures_lock:
+            if tid is None:
+                taken, self.failures = self.failures, []
+            else:
+                taken = [f for f in self.failures if f[3] in (None, tid)]
+                self.failures = [f for f in self.failures if f[3] not in (None, tid)]
+        return taken
+
+    def check(self, tid: str | None = None) -> None:
         """Raise for records the brokers refused (the largest named first: the brokers
         refuse a whole batch of records for one that is too large); a refusal because
-        another producer of the transactional id took over says so."""
-        if not self.failures:
+        another producer of the transactional id (``tid``, by default :attr:`tid`) took
+        over says so."""
+        tid = self.tid if tid is None else tid
+        failures = sorted(self._take_failures(tid), key=lambda f: f[0], reverse=True)
+        if not failures:
             return
-        failures, self.failures = sorted(self.failures, key=lambda f: f[0], reverse=True), []
         fenced = [f for f in failures if is_fenced(f[2])]
-        if fenced and self.tid is not None:
+        if fenced and tid is not None:
             raise RuntimeError(
-                f"KafkaSink of {self.ctx.operator_name!r}: {fenced[0][1]}: "
-                f"{fenced_message(self.tid)}"
+                f"KafkaSink of {self.ctx.operator_name!r}: {fenced[0][1]}: {fenced_message(tid)}"
             )
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         too_large = failures[0][2] is not None and failures[0][2].code() in _SIZE_ERRORS
@@ -362,10 +380,11 @@ class RecordEncoder:
             return None
         return values, keys
 
-    def flush(self, producer: Any) -> None:
-        """Wait until every record sent is acknowledged (or refused: then raise)."""
+    def flush(self, producer: Any, tid: str | None = None) -> None:
+        """Wait until every record sent through ``producer`` (the transactional id
+        ``tid``'s, by default :attr:`tid`'s) is acknowledged (or refused: then raise)."""
         left = producer.flush(FLUSH_TIMEOUT_S)
-        self.check()
+        self.check(tid)
         if left:
             raise TimeoutError(
                 f"KafkaSink of {self.ctx.operator_name!r}: {left} records were not "

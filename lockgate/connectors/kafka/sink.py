@@ -86,6 +86,7 @@ its delivery report, also when a later record's send is what failed.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import logging
@@ -156,6 +157,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
     """
 
     default_name = "kafka sink"
+    #: exactly-once: a checkpoint's flush and the requests that record where the
+    #: transaction's marker will be run on the checkpoint's asynchronous thread, so the
+    #: task writes the next transaction meanwhile (see ``pre_commit``)
+    pre_commits_in_background = True
 
     def __init__(
         self,
@@ -384,7 +389,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
             librdkafka_config(
                 {
                     **config,
-                    "on_delivery": self._encoder.delivered,
+                    "on_delivery": functools.partial(self._encoder.delivered, tid=self._tid(slot)),
                     "delivery.report.only.error": True,
                 }
             )
@@ -435,11 +440,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction]):
 
     def pre_commit(self, transaction: KafkaTransaction) -> None:
         """Flush: every record of ``transaction`` acknowledged; record its producer id
-        and epoch (the transaction stays open)."""
+        and epoch (the transaction stays open). Runs on the checkpoint's asynchronous
+        thread (``pre_commits_in_background``) while the task writes the next
+        transaction through another producer: it touches only this transaction's
+        producer and the transaction admin client (which nothing else of the task uses
+        while a subtask runs, but the commit of a restored transaction, before any)."""
         assert self._encoder is not None, "open() first"
         producer = self._live[transaction.transactional_id]
-        self._encoder.tid = transaction.transactional_id
-        self._encoder.flush(producer)
+        self._encoder.flush(producer, tid=transaction.transactional_id)
         if transaction.records:
             (
                 transaction.producer_id,

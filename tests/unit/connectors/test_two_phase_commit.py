@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import pytest
@@ -291,3 +292,123 @@ def test_m_x3_commit_final_names_the_sink_and_the_transaction_when_a_commit_fail
     assert "RecordingSink" in str(err.value) and "'t1'" in str(err.value)
     assert isinstance(err.value.__cause__, OSError)
     assert [c for c in driver.calls if c[0] == "commit"] == [("commit", "t0")]
+
+
+# -- background pre-commits (pre_commits_in_background, the KafkaSink's): the barrier only
+# ends the transaction, the checkpoint's asynchronous part pre-commits it (M-X2, M-X3, M-T3)
+
+
+class BackgroundSink(RecordingSink):
+    pre_commits_in_background = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: transactions whose next pre-commit raises (once)
+        self.fail_pre_commit: set[str] = set()
+        #: set while a pre-commit runs; a test can hold one with ``gate``
+        self.gate: threading.Event | None = None
+        self.pre_committing = threading.Event()
+
+    def pre_commit(self, transaction: str) -> None:
+        self.pre_committing.set()
+        if self.gate is not None:
+            assert self.gate.wait(10), "the test never opened the gate"
+        if transaction in self.fail_pre_commit:
+            self.fail_pre_commit.discard(transaction)
+            raise TimeoutError(f"records of {transaction} not acknowledged")
+        super().pre_commit(transaction)
+
+
+def started_in_background() -> tuple[BackgroundSink, TwoPhaseCommitWriter[str]]:
+    sink = BackgroundSink()
+    writer = new_writer(sink)
+    writer.initialize_state([])
+    sink.calls.clear()
+    return sink, writer
+
+
+def test_m_x2_the_barrier_begins_the_next_transaction_and_the_view_pre_commits() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    view = writer.snapshot_state(1)
+    writer.write(RowBatch([2]))
+    assert ("pre_commit", "t0") not in sink.calls, "the barrier must not pre-commit"
+    assert sink.calls == [("write", "t0", [1]), ("begin", "t1"), ("write", "t1", [2])]
+    state = view.materialize()
+    assert state == {"pending": [(1, "t0")], "current": "t1"}
+    assert sink.calls[-1] == ("pre_commit", "t0")
+    sink.calls.clear()
+    writer.notify_checkpoint_complete(1)
+    assert sink.calls == [("commit", "t0")]
+
+
+def test_m_x2_the_task_writes_on_while_the_asynchronous_part_pre_commits() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    view = writer.snapshot_state(1)
+    sink.gate = threading.Event()
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(view.materialize()))
+    thread.start()
+    assert sink.pre_committing.wait(10)
+    writer.write(RowBatch([2]))  # not held up by the pre-commit in progress
+    assert ("write", "t1", [2]) in sink.calls and ("pre_commit", "t0") not in sink.calls
+    sink.gate.set()
+    thread.join(10)
+    assert out == [{"pending": [(1, "t0")], "current": "t1"}]
+
+
+def test_m_t3_a_view_never_materialized_leaves_its_transaction_to_the_next_one() -> None:
+    """A cancelled asynchronous part (M-T3) did not pre-commit: the next checkpoint's
+    view pre-commits both, in order, and its completion commits both."""
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    writer.snapshot_state(1).release()  # cancelled: never materialized
+    writer.write(RowBatch([2]))
+    state = writer.snapshot_state(2).materialize()
+    assert state == {"pending": [(1, "t0"), (2, "t1")], "current": "t2"}
+    pre = [c for c in sink.calls if c[0] == "pre_commit"]
+    assert pre == [("pre_commit", "t0"), ("pre_commit", "t1")]
+    sink.calls.clear()
+    writer.notify_checkpoint_complete(2)
+    assert sink.calls == [("commit", "t0"), ("commit", "t1")]
+
+
+def test_m_x3_a_failed_pre_commit_fails_that_checkpoint_and_is_tried_again() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    sink.fail_pre_commit.add("t0")
+    with pytest.raises(TimeoutError, match="t0"):
+        writer.snapshot_state(1).materialize()
+    state = writer.snapshot_state(2).materialize()
+    assert state == {"pending": [(1, "t0"), (2, "t1")], "current": "t2"}
+    writer.notify_checkpoint_complete(2)
+    assert [c for c in sink.calls if c[0] == "commit"] == [("commit", "t0"), ("commit", "t1")]
+
+
+def test_m_x2_a_commit_never_publishes_a_transaction_not_pre_committed() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    writer.snapshot_state(1)  # its asynchronous part has not run
+    writer.notify_checkpoint_complete(1)
+    assert sink.calls[-2:] == [("pre_commit", "t0"), ("commit", "t0")]
+
+
+def test_m_x2_the_end_of_input_pre_commits_what_a_cancelled_view_left() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    writer.snapshot_state(1)  # never materialized
+    writer.write(RowBatch([2]))
+    writer.finish()
+    pre = [c for c in sink.calls if c[0] == "pre_commit"]
+    assert pre == [("pre_commit", "t0"), ("pre_commit", "t1")]
+    assert writer.result().transactions == ["t0", "t1"]
+
+
+def test_m_x2_the_final_checkpoint_records_the_end_of_input_transaction() -> None:
+    sink, writer = started_in_background()
+    writer.write(RowBatch([1]))
+    writer.finish()
+    state = writer.snapshot_state(1).materialize()
+    assert state == {"pending": [(1, "t0")]}
+    assert [c for c in sink.calls if c[0] == "begin"] == [], "nothing begins after the end"
