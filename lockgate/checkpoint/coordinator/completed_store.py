@@ -196,12 +196,17 @@ class CompletedCheckpointStore:
             self.shared.delete_orphans()
         return adopted
 
-    def add(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
+    def add(
+        self, checkpoint: CompletedCheckpoint, *, discard: bool = True
+    ) -> list[CompletedCheckpoint]:
         """Add the newest completed checkpoint: write the durable pointer, register its
-        shared files, then remove and discard the oldest beyond ``retained``; return the
-        removed ones. A failure to discard is logged (the new checkpoint stands). Raises
-        (store unchanged) when writing the pointer fails or when the checkpoint
-        references a shared file that no longer exists."""
+        shared files, then remove the oldest beyond ``retained`` and (``discard``)
+        discard them; return the removed ones. With ``discard=False`` the caller
+        discards them later with :meth:`discard` (the coordinator does, after it has
+        notified the tasks: deleting files is not on a commit's path). A failure to
+        discard is logged (the new checkpoint stands). Raises (store unchanged) when
+        writing the pointer fails or when the checkpoint references a shared file that
+        no longer exists."""
         if checkpoint.is_savepoint:
             raise ValueError("savepoints are never added to the completed-checkpoint store")
         if self._checkpoints and checkpoint.checkpoint_id <= self._checkpoints[-1].checkpoint_id:
@@ -216,10 +221,16 @@ class CompletedCheckpointStore:
         self.shared.register(checkpoint.checkpoint_id, checkpoint.handles())
         removed: list[CompletedCheckpoint] = []
         while len(self._checkpoints) > self.retained:
-            oldest = self._checkpoints.pop(0)
-            removed.append(oldest)
-            self._discard(oldest)
+            removed.append(self._checkpoints.pop(0))
+        if discard:
+            self.discard(removed)
         return removed
+
+    def discard(self, removed: list[CompletedCheckpoint]) -> None:
+        """Discard checkpoints :meth:`add` removed from the store (none is retained any
+        more: a restore never picks them)."""
+        for checkpoint in removed:
+            self._discard(checkpoint)
 
     def _discard(self, checkpoint: CompletedCheckpoint) -> None:
         """Delete the checkpoint's folder, then the shared files only it referenced."""

@@ -593,13 +593,16 @@ class CheckpointCoordinator:
             path = self._storage.write_metadata(checkpoint_id, completed.to_metadata())
             completed.external_path = path
             stats.external_path = path
+            subsumed: list[CompletedCheckpoint] = []
             if pending.is_savepoint:
                 self._savepoints[checkpoint_id] = path  # never deleted by the job (M-S1)
                 with self._outcome:
                     self._savepoint_outcomes[checkpoint_id] = completed
                     self._outcome.notify_all()
             else:
-                self._store.add(completed)  # durable pointer, retention (M-C8)
+                # durable pointer, retention (M-C8); the subsumed ones are discarded
+                # after the tasks were notified, off the path of the sinks' commits
+                subsumed = self._store.add(completed, discard=False)
         except Exception as e:  # the checkpoint fails, the job goes on
             log.warning("finalizing checkpoint %d failed: %s", checkpoint_id, e, exc_info=True)
             self._abort(pending, R.FINALIZE_FAILED)
@@ -626,6 +629,7 @@ class CheckpointCoordinator:
             self._gateway.notify_checkpoint_complete(checkpoint_id)
         except Exception as e:  # noqa: BLE001 - the checkpoint stays complete
             log.warning("notifying completion of checkpoint %d failed: %s", checkpoint_id, e)
+        self._store.discard(subsumed)
         return completed
 
     # ------------------------------------------------------------------ abort (M-C4, M-C6)

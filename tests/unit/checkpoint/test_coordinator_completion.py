@@ -227,6 +227,25 @@ def test_m_c8_storage_holds_exactly_the_newest_n_completed_checkpoints() -> None
     assert h.storage.read_latest() == ids[-1]
 
 
+def test_m_c7_m_c8_tasks_are_notified_before_the_subsumed_checkpoint_is_discarded() -> None:
+    """Discarding a subsumed checkpoint's files is not on the path of the sinks' commits
+    (the notice): it comes after, and the retained set is the same as before."""
+    storage = MemoryCheckpointStorage()
+    h = make_harness(storage=storage, retained=1)
+    h.ack_all(h.trigger())
+    seen: list[list[int]] = []
+    notify = h.gateway.notify_checkpoint_complete
+
+    def record(checkpoint_id: int) -> None:
+        seen.append(storage.completed_ids())
+        notify(checkpoint_id)
+
+    h.gateway.notify_checkpoint_complete = record  # type: ignore[method-assign]
+    h.ack_all(h.trigger())
+    assert seen == [[1, 2]], "checkpoint 1 still there when 2's notice went out"
+    assert storage.completed_ids() == [2], "and discarded right after"
+
+
 def test_m_c8_a_restarted_coordinator_finds_the_pointer_and_continues_ids_after_it() -> None:
     storage = MemoryCheckpointStorage()
     first = make_harness(storage=storage, retained=2)
