@@ -126,6 +126,14 @@ class LocalChannel:
         self.refused_puts += 1
         return False
 
+    def takes_idle_flush(self) -> bool:
+        """Nagle's rule for the producer's idle flush: a partial buffer goes out at once
+        only when the consumer has taken every batch before it. Otherwise the buffer
+        grows until the consumer takes them (its take wakes the producer, which flushes
+        then), the buffer fills or its timeout passes: a busy consumer is sent fewer,
+        larger batches instead of one per pause of its producer."""
+        return self._bytes == 0
+
     @property
     def backpressured(self) -> int:
         """How often a producer had to wait for space: puts that blocked plus batches the

@@ -6,6 +6,11 @@ has waited ``timeout_ms`` (Flink's buffer timeout), so a slow source still
 delivers with bounded latency. The task also cuts every buffer as soon as its input
 runs dry (:meth:`flush_idle`, before it waits): a record never waits for the timeout
 while the task has nothing else to do, so at low rates latency does not depend on it.
+The idle flush follows Nagle's rule where the channel can tell: a partial buffer goes
+to an in-process channel only when its consumer has taken everything before it (its
+take wakes the producer), and to a network channel only when the peer is on this host
+(between hosts nothing tells when the peer has taken a message, and many small messages
+over a slow link cost more than they gain: there the buffer timeout rules, as in Flink).
 Large batches are cut into pieces of at most ``max_bytes`` so no single element
 exceeds the channel bound. Control elements flush the buffers first: nothing overtakes
 data written before it.
@@ -140,11 +145,13 @@ class RecordWriter:
             self._flush_blocking(target)
 
     def flush_idle(self) -> None:
-        """The task's input ran dry: cut every buffer and send what its channel takes at
+        """The task's input ran dry: cut the buffer of every channel that takes an idle
+        flush now (:func:`takes_idle_flush`: Nagle's rule) and send what it takes at
         once, never waiting (what a full channel cannot take stays ready, in order, and
-        :meth:`is_available` says so)."""
+        :meth:`is_available` says so). The other buffers wait for their timeout, for
+        filling up, or for the next idle flush their channel takes."""
         for target, since in enumerate(self._since):
-            if since is not None:
+            if since is not None and takes_idle_flush(self.channels[target]):
                 self._flush(target)
 
     def flush_due(self, now_ms: float) -> float | None:
@@ -190,6 +197,14 @@ class RecordWriter:
                 if ready:
                     return False
         return all(c.has_capacity() for c in self.channels)
+
+
+def takes_idle_flush(channel: OutputChannel) -> bool:
+    """Whether an idle flush may send ``channel`` a partial buffer now: the channel's
+    ``takes_idle_flush()`` (an in-process channel: its consumer has taken everything
+    before; a network channel: its peer is on this host), True for channels without one."""
+    rule = getattr(channel, "takes_idle_flush", None)
+    return True if rule is None else bool(rule())
 
 
 def _same_form_runs(parts: list[Batch]) -> list[list[Batch]]:

@@ -42,10 +42,13 @@ class SlotChannels:
         self.local: dict[ChannelKey, LocalChannel] = {}
         self.network: list[Any] = []
         self.addresses: dict[Any, str] = {}
+        #: the address this slot's PULL sockets are bound to (set by bind_inputs)
+        self.host: str | None = None
 
     def bind_inputs(self, host: str) -> dict[Any, str]:
         """Bind the PULL sockets of every network channel this slot consumes; return
         their endpoints by channel key (and priority key), for the driver."""
+        self.host = host
         endpoints: dict[Any, str] = {}
         for edge in self.plan.edges.values():
             for p, c in edge.channel_pairs():
@@ -78,6 +81,7 @@ class SlotChannels:
             str(key),
             priority_socket=connect_push(self.context, self.addresses[priority_key(key)]),
             max_message_bytes=data_message_limit(self.plan.config),
+            same_host=same_host(self.addresses[key], self.host),
         )
         self.network.append(z)
         return z
@@ -103,3 +107,11 @@ class SlotChannels:
         for sock in self.pulls.values():
             if not sock.closed:
                 sock.close(linger=0)
+
+
+def same_host(endpoint: str, own_host: str | None) -> bool:
+    """Whether the ZeroMQ ``endpoint`` (``tcp://host:port``) is on this host: its address
+    is the one this slot bound to (``own_host``) or a loopback address."""
+    rest = endpoint.split("://", 1)[-1]
+    host = rest.rsplit(":", 1)[0].strip("[]")
+    return host == own_host or host == "localhost" or host.startswith("127.") or host == "::1"

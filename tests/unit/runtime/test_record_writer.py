@@ -4,6 +4,8 @@ elements flush first (M-E1), and no element exceeds the buffer's byte bound."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -344,10 +346,17 @@ def test_flush_idle_sends_every_part_filled_buffer_before_its_timeout() -> None:
     assert [drain(c) for c in channels] == [[], []], "nothing sent twice"
 
 
-def test_flush_idle_into_a_full_channel_never_blocks_and_the_data_waits_in_order_M_T1() -> None:
+def test_flush_idle_follows_nagles_rule_and_never_blocks_on_a_full_channel_M_T1() -> None:
+    """A partial buffer goes to an in-process channel on an idle flush only when the
+    consumer has taken everything before it; the consumer's take wakes the producer
+    (its signal), whose next idle flush sends it. Never blocks on a full channel."""
+    import threading
+
     clock = lg.ManualClock()
     ch = LocalChannel(nbytes(ints(0, 10)), name="small")
-    ch.put(ints(100, 10))  # the channel is full
+    woken = threading.Event()
+    ch.set_producer_signal(woken)
+    ch.put(ints(100, 10))  # the channel is full: its consumer has not taken this yet
     w = RecordWriter(
         [ch],
         ForwardPartitioning().create(1, 0),
@@ -357,10 +366,56 @@ def test_flush_idle_into_a_full_channel_never_blocks_and_the_data_waits_in_order
         max_bytes=1 << 20,
     )
     w.write(ints(0, 10))
-    w.flush_idle()  # returns at once: the buffer became a ready batch
-    assert not w.is_available()
-    assert ch.blocked_puts == 0
+    w.write(ints(10, 5))
+    w.flush_idle()  # returns at once; the buffer stays (Nagle's rule)
+    assert ch.blocked_puts == 0 and len(ch) == 1
+    assert not w.is_available(), "the channel is full"
     assert to_rows(ch.poll()) == list(range(100, 110))
-    w.is_available()  # the task's next turn: the ready batch goes out as the channel takes it
-    assert to_rows(ch.poll()) == list(range(10))
+    assert woken.is_set(), "the consumer's take wakes the producer"
+    assert w.is_available()
+    w.flush_idle()  # the producer's next turn: the channel is empty, the buffer goes
+    assert to_rows(ch.poll()) == list(range(15)), "one batch: what waited was joined"
     assert ch.poll() is None and w.is_available()
+
+
+def test_flush_idle_sends_to_a_channel_without_nagles_rule_at_once() -> None:
+    """A channel with no ``takes_idle_flush`` (a test double, a sink's queue) gets every
+    idle flush; a network channel's rule (its peer on this host) decides for it."""
+
+    class Plain:
+        def __init__(self) -> None:
+            self.got: list[Any] = []
+
+        def put(self, element: Any) -> None:
+            self.got.append(element)
+
+        def has_capacity(self) -> bool:
+            return True
+
+        def set_producer_signal(self, signal: Any) -> None:
+            pass
+
+    class Remote(Plain):
+        same_host = False
+
+        def takes_idle_flush(self) -> bool:
+            return self.same_host
+
+    plain, remote = Plain(), Remote()
+    for ch in (plain, remote):
+        w = RecordWriter(
+            [ch],  # type: ignore[list-item]
+            ForwardPartitioning().create(1, 0),
+            lg.ManualClock(),
+            timeout_ms=100,
+            max_rows=1000,
+            max_bytes=1 << 20,
+        )
+        w.write(ints(0, 3))
+        w.flush_idle()
+        if ch is remote:
+            assert remote.got == [], "another host's peer: the buffer timeout rules"
+            remote.same_host = True
+            w.flush_idle()
+    assert [to_rows(b) for b in plain.got] == [[0, 1, 2]]
+    assert [to_rows(b) for b in remote.got] == [[0, 1, 2]]
