@@ -83,25 +83,41 @@ def overhead_run(
     return rate, len(done)
 
 
-def overhead(executor: object, records: int, parallelism: int, repeat: int) -> dict:
-    """Runs without and with checkpoints alternate (so drifts of the machine hit both);
-    each side reports its median run."""
-    without: list[float] = []
-    with_: list[tuple[float, int]] = []
+def alternate(
+    executor: object, records: int, parallelism: int, repeat: int, base: dict, other: dict
+) -> tuple[list[tuple[float, int]], list[tuple[float, int]], float]:
+    """``repeat`` runs of :func:`overhead_run` with the arguments ``base`` and ``other``,
+    alternating (so drifts of the machine hit both): both sides' ``(rate, checkpoints)``
+    and the ratio of their median rates, other over base."""
+    base_runs: list[tuple[float, int]] = []
+    other_runs: list[tuple[float, int]] = []
     for _ in range(repeat):
-        without.append(overhead_run(executor, records, parallelism, False)[0])
-        with_.append(overhead_run(executor, records, parallelism, True))
-    base = statistics.median(without)
-    rate = statistics.median(r for r, _ in with_)
+        base_runs.append(overhead_run(executor, records, parallelism, **base))
+        other_runs.append(overhead_run(executor, records, parallelism, **other))
+    ratio = statistics.median(r for r, _ in other_runs) / statistics.median(r for r, _ in base_runs)
+    return base_runs, other_runs, ratio
+
+
+def _common(case: str, executor: object, records: int, parallelism: int, repeat: int) -> dict:
     return {
-        "case": "overhead",
+        "case": case,
         "executor": type(executor).__name__,
         "parallelism": parallelism,
         "records": records,
         "runs": repeat,
-        "steady_records_per_s_without": round(base),
-        "steady_records_per_s_with": round(rate),
-        "ratio": round(rate / base, 3),
+    }
+
+
+def overhead(executor: object, records: int, parallelism: int, repeat: int) -> dict:
+    """Runs without and with checkpoints alternate; each side reports its median run."""
+    without, with_, ratio = alternate(
+        executor, records, parallelism, repeat, {"checkpoints": False}, {"checkpoints": True}
+    )
+    return {
+        **_common("overhead", executor, records, parallelism, repeat),
+        "steady_records_per_s_without": round(statistics.median(r for r, _ in without)),
+        "steady_records_per_s_with": round(statistics.median(r for r, _ in with_)),
+        "ratio": round(ratio, 3),
         "checkpoints_completed_per_run": [n for _, n in with_],
         "interval_ms": 1000,
         "cores": os.cpu_count(),
@@ -110,23 +126,17 @@ def overhead(executor: object, records: int, parallelism: int, repeat: int) -> d
 
 def interval(executor: object, records: int, parallelism: int, repeat: int, short_ms: int) -> dict:
     """Runs at 1 s and at ``short_ms`` alternate; each side reports its median run."""
-    long_runs: list[tuple[float, int]] = []
-    short_runs: list[tuple[float, int]] = []
-    for _ in range(repeat):
-        long_runs.append(overhead_run(executor, records, parallelism, True, 1000))
-        short_runs.append(overhead_run(executor, records, parallelism, True, short_ms))
-    base = statistics.median(r for r, _ in long_runs)
-    rate = statistics.median(r for r, _ in short_runs)
+    long_runs, short_runs, ratio = alternate(
+        executor, records, parallelism, repeat,
+        {"checkpoints": True, "interval_ms": 1000},
+        {"checkpoints": True, "interval_ms": short_ms},
+    )  # fmt: skip
     return {
-        "case": "interval",
-        "executor": type(executor).__name__,
-        "parallelism": parallelism,
-        "records": records,
-        "runs": repeat,
+        **_common("interval", executor, records, parallelism, repeat),
         "short_interval_ms": short_ms,
-        "steady_records_per_s_at_1s": round(base),
-        "steady_records_per_s_at_short": round(rate),
-        "ratio": round(rate / base, 3),
+        "steady_records_per_s_at_1s": round(statistics.median(r for r, _ in long_runs)),
+        "steady_records_per_s_at_short": round(statistics.median(r for r, _ in short_runs)),
+        "ratio": round(ratio, 3),
         "checkpoints_completed_per_run_at_1s": [n for _, n in long_runs],
         "checkpoints_completed_per_run_at_short": [n for _, n in short_runs],
         "cores": os.cpu_count(),
