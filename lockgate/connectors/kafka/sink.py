@@ -615,9 +615,36 @@ def _commit_live(producer: Any, transaction: KafkaTransaction) -> None:
 
 #: librdkafka's ``linger.ms`` of the sinks without transactions (unless ``properties``
 #: set it): send at once. Under load librdkafka still batches what queues while its
-#: requests are in flight, so throughput holds; its default (5 ms) would add up to 5 ms
-#: to every record's latency at low rates.
+#: request is in flight (:data:`DIRECT_MAX_IN_FLIGHT`), so throughput holds; its default
+#: (5 ms) would add up to 5 ms to every record's latency at low rates.
 DIRECT_LINGER_MS = 0
+#: requests in flight per broker connection of the sinks without transactions (unless
+#: ``properties`` set ``max.in.flight.requests.per.connection``): one, Nagle's rule. A
+#: record goes out at once when nothing is in flight, and what queues meanwhile goes in
+#: the next request when the answer comes, so batches grow with the rate by themselves.
+#: With librdkafka's 5 in flight and no linger, each ``produce`` call of a task started a
+#: request of its own: at 10,000 records/s the broker's request load pushed a 2-core
+#: machine into stalls of 100 ms and more (issue 42: local Query A's p99 over the floor
+#: went from 32-257 ms to 10-12 ms in paired runs; at-least-once throughput unchanged).
+DIRECT_MAX_IN_FLIGHT = 1
+
+
+def direct_producer_config(sink: KafkaSink, on_delivery: Any) -> dict[str, Any]:
+    """The librdkafka settings of an ``at_least_once`` or ``none`` sink's producer:
+    :data:`DIRECT_LINGER_MS` and :data:`DIRECT_MAX_IN_FLIGHT` unless ``properties`` set
+    them, then ``properties``; ``at_least_once`` adds idempotence and ``acks=all`` over
+    them (retries never reorder or duplicate a partition's records)."""
+    config: dict[str, Any] = {
+        "linger.ms": DIRECT_LINGER_MS,
+        "max.in.flight.requests.per.connection": DIRECT_MAX_IN_FLIGHT,
+        **sink.properties,
+        "bootstrap.servers": sink.bootstrap_servers,
+        "on_delivery": on_delivery,
+        "delivery.report.only.error": True,
+    }
+    if sink.delivery == "at_least_once":
+        config.update({"enable.idempotence": True, "acks": "all"})
+    return librdkafka_config(config)
 
 
 class _DirectWriter(SinkWriter):
@@ -627,16 +654,7 @@ class _DirectWriter(SinkWriter):
         ck = confluent_kafka()
         self.sink = sink
         self.encoder = RecordEncoder(sink, ctx)
-        config: dict[str, Any] = {
-            "linger.ms": DIRECT_LINGER_MS,
-            **sink.properties,
-            "bootstrap.servers": sink.bootstrap_servers,
-            "on_delivery": self.encoder.delivered,
-            "delivery.report.only.error": True,
-        }
-        if sink.delivery == "at_least_once":
-            config.update({"enable.idempotence": True, "acks": "all"})
-        self.producer = ck.Producer(librdkafka_config(config))
+        self.producer = ck.Producer(direct_producer_config(sink, self.encoder.delivered))
 
     def write(self, batch: Batch) -> None:
         self.encoder.produce(self.producer, batch)

@@ -81,3 +81,39 @@ def test_a_non_transactional_check_takes_every_refusal() -> None:
     encoder.delivered(_Refused(), _Message())
     with pytest.raises(ValueError, match="Message size too large"):
         encoder.check()
+
+
+def _direct_sink(delivery: str, properties: dict[str, Any] | None = None) -> Any:
+    from lockgate.connectors import KafkaSink
+
+    return KafkaSink("b:9092", "out", format="bytes", delivery=delivery, properties=properties)
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "none"])
+def test_sink_without_transactions_sends_at_once_with_one_request_in_flight(
+    delivery: str,
+) -> None:
+    """Nagle's rule for the sinks without transactions (issue 42): no linger, one request
+    in flight per connection, so what queues while a request is out goes in the next one
+    and the broker is not flooded with a request per ``produce`` call."""
+    from lockgate.connectors.kafka.sink import direct_producer_config
+
+    config = direct_producer_config(_direct_sink(delivery), on_delivery=print)
+    assert config["linger.ms"] == 0
+    assert config["max.in.flight.requests.per.connection"] == 1
+    assert config["bootstrap.servers"] == "b:9092"
+    assert config["delivery.report.only.error"] is True
+    assert ("enable.idempotence" in config) == (delivery == "at_least_once")
+
+
+def test_at_least_once_sink_keeps_idempotence_over_users_properties() -> None:
+    """M-X1: a user's ``properties`` choose the batching, never weaker delivery."""
+    from lockgate.connectors.kafka.sink import direct_producer_config
+
+    sink = _direct_sink(
+        "at_least_once",
+        {"linger.ms": 5, "max.in.flight.requests.per.connection": 5, "acks": "1"},
+    )
+    config = direct_producer_config(sink, on_delivery=print)
+    assert config["linger.ms"] == 5 and config["max.in.flight.requests.per.connection"] == 5
+    assert config["acks"] == "all" and config["enable.idempotence"] is True
