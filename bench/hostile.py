@@ -12,7 +12,7 @@ Sockets (items 4 and 5):
 oversize_registry   ``--frames`` frames of ``--frame-mb`` MB to the job registry's
                     ROUTER, from a separate process (its buffer is not counted).
 oversize_control    the same to the Spark control ROUTER on the driver.
-oversize_data       the same to one data-plane PULL of every slot.
+oversize_data       the same to the data-plane socket of every slot.
                     For these three: the peak RSS growth of the driver and of the slot
                     processes during the attack (sampled every 10 ms) must stay under a
                     tenth of one frame; the registry/control server must have disconnected
@@ -27,8 +27,8 @@ replay_control      slot 0's REGISTER and HEARTBEAT sent again under sequence nu
                     slot 0 keeps its connection.
 replay_data         a data message under an already-used sequence number on one data
                     channel of every slot (again rebuilt with the secret), its element
-                    creating a file when unpickled: never decoded (no file), the job
-                    runs on.
+                    creating a file when unpickled: dropped by the slot's receiver as a
+                    replay, never decoded (no file), the job runs on.
 
 Another part (checkpoint tampering, item 6) adds cases with :func:`case`, and so do
 issue 37's attacks (each a module of its own, runnable alone, running its own jobs):
@@ -78,7 +78,8 @@ from lockgate.executor.spark.control import (
     ControlServer,
     _frames,
 )
-from lockgate.executor.spark.data_plane import channel_context
+from lockgate.executor.spark.mux.frames import DATA, MUX_CONTEXT, mux_header
+from lockgate.executor.spark.slot_channels import slot_key
 from lockgate.executor.spark.wire import encode
 from zmq_tap import RouterTap
 
@@ -318,20 +319,28 @@ def oversize_control(target: Target) -> dict[str, Any]:
 
 
 def data_channels(target: Target) -> list[tuple[Any, str]]:
-    """One data channel (key, endpoint) consumed by every slot."""
+    """One network channel (key, endpoint of its consumer's slot) consumed by every slot."""
+    plan: Any = target.client._plan
+    addresses: dict[Any, str] = {}
+    for registration in target.control.registrations.values():
+        addresses.update(registration["endpoints"])
     chosen = []
-    for _slot, registration in sorted(target.control.registrations.items()):
-        keys = [k for k in registration["endpoints"] if k[-1] != "priority"]
-        if keys:
-            key = min(keys)
-            chosen.append((key, registration["endpoints"][key]))
+    for slot in range(plan.num_slots):
+        keys = [
+            (edge.id, p, c)
+            for edge in plan.edges.values()
+            for p, c in edge.channel_pairs()
+            if c == slot and p != slot
+        ]
+        if keys and slot_key(slot) in addresses:
+            chosen.append((min(keys), addresses[slot_key(slot)]))
     return chosen
 
 
 @case("oversize_data")
 def oversize_data(target: Target) -> dict[str, Any]:
     channels = data_channels(target)
-    result = attack(target, "PUSH", [endpoint for _, endpoint in channels])
+    result = attack(target, "DEALER", [endpoint for _, endpoint in channels])
     return {
         **result,
         "channels": [str(k) for k, _ in channels],
@@ -437,16 +446,14 @@ def replay_data(target: Target) -> dict[str, Any]:
     sockets = []
     try:
         for key, endpoint in channels:
-            sock: Any = zmq.Context.instance().socket(zmq.PUSH)
+            sock: Any = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 2000)
             sock.connect(endpoint)
             sockets.append(sock)
             for _ in range(target.args.replays):
                 header, body = encode(Tripwire(tripwire), server.generation, 0, 1)
                 sock.send_multipart(
-                    server.auth.seal(
-                        header, body, context=channel_context(str(key), priority=False)
-                    )
+                    server.auth.seal(mux_header(DATA, 0, key, 0), header, body, context=MUX_CONTEXT)
                 )
     finally:
         for sock in sockets:

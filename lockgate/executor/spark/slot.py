@@ -1,8 +1,8 @@
 """A slot: one Spark barrier task that hosts subtask i of every vertex.
 
-Runs on an executor. It binds a PULL socket for every network channel it
-consumes, registers those addresses (and its pid and host) with the driver,
-waits for every slot's addresses, connects its producers, then runs its
+Runs on an executor. It binds its data-plane socket (one for every network
+channel it consumes, see :mod:`.mux`), registers that address (and its pid and
+host) with the driver, waits for every slot's addresses, links to its peers, then runs its
 subtasks as threads exactly like the local executor. A subtask failure is
 reported to the driver with the operator, subtask and traceback, the other
 subtasks are cancelled and the Spark task raises (failing the attempt). A
@@ -65,8 +65,6 @@ from .control import (
     ControlClient,
     ControlReporter,
 )
-from .data_plane import ZmqInputChannel
-from .signals import SocketSignal
 from .slot_channels import SlotChannels
 from .watchdog import SlotWatchdog
 from .worker_exits import discard_exit
@@ -174,9 +172,6 @@ def run_slot(slot: int, job: SlotJob) -> dict[str, Any]:
         # control thread sends no heartbeats, which is no stall.
         watchdog.stop()
         control.close()
-        for t in tasks:
-            if isinstance(t.signal, SocketSignal):
-                t.signal.close()
         channels.close(delivered)
         _flush(context, slot)
 
@@ -235,13 +230,7 @@ def _build_tasks(
     for vertex_id, i in plan.slot_subtasks(slot):
         v = plan.vertex(vertex_id)
         outputs, inputs = wire_subtask(plan, v, i, channels.out_channel, channels.in_channel)
-        sockets = [
-            sock
-            for c, _ in inputs
-            if isinstance(c, ZmqInputChannel)
-            for sock in (c.socket, c.priority_socket)
-        ]
-        signal: Any = SocketSignal(sockets) if sockets else threading.Event()
+        signal = threading.Event()
         dispatch.tasks.append(
             build_task(
                 plan,

@@ -1,12 +1,11 @@
 """How stream elements travel between slots.
 
-A data message is three frames: a 25-byte header (kind, generation, mark,
-sequence number), the body and a MAC (over the channel's name too, see
-:mod:`.auth`). The sequence number counts the messages of one socket from 1: the
-receiver drops a message whose number it has passed (a replay). ``mark`` is
-nonzero on the first data message sent after an unaligned barrier went ahead on
-the channel's priority socket: the id of that checkpoint (the receiver must see
-that barrier before this message). Arrow record batches travel as Arrow IPC
+A stream element travels as a 25-byte header (kind, generation, a reserved field
+that is 0, sequence number) and a body, behind the multiplexed data plane's own
+header and followed by a MAC over all of them (:mod:`.mux.frames`, :mod:`.auth`).
+The sequence number counts the messages of one channel from 1: the receiver drops
+a message whose number it has passed (a replay) and fails the channel when one is
+missing. Arrow record batches travel as Arrow IPC
 streams (zero-copy on receive); row batches (Python objects) and control elements are pickled,
 which is safe because the MAC is checked before the body is read.
 """
@@ -49,20 +48,12 @@ def encode(element: Any, generation: int, mark: int = 0, seq: int = 0) -> tuple[
     return _HEADER.pack(ELEMENT, generation, mark, seq), pickle.dumps(element, protocol=5)
 
 
-def sequence_number(header: memoryview) -> int:
-    """The sequence number of an authenticated message's header."""
+def parse_header(header: memoryview) -> tuple[int, int]:
+    """(generation, sequence number) of an authenticated message's header."""
     if header.nbytes != _HEADER.size:
         raise ValueError(f"bad data header of {header.nbytes} bytes")
-    seq: int = _HEADER.unpack(header)[3]
-    return seq
-
-
-def decode_marked(header: memoryview, body: memoryview, generation: int) -> tuple[Any, int]:
-    """(element, mark) of an authenticated message."""
-    if header.nbytes != _HEADER.size:
-        raise ValueError(f"bad data header of {header.nbytes} bytes")
-    mark = _HEADER.unpack(header)[2]
-    return decode(header, body, generation), mark
+    _, generation, _, seq = _HEADER.unpack(header)
+    return generation, seq
 
 
 def decode(header: memoryview, body: memoryview, generation: int) -> StreamElement:

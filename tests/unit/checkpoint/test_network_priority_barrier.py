@@ -1,59 +1,24 @@
 """Unaligned barriers over a network channel (M-B7): the barrier goes ahead of the data in
-flight on a priority socket; the consumer returns it ahead of that data (which it then
-delivers, and which the task persists), and never returns data sent after the barrier
-before it (M-E1 for everything else). Real ZeroMQ sockets on 127.0.0.1."""
+flight, past the channel's credit; the consumer returns it ahead of that data (which it
+then delivers, and which the task persists), and never returns data sent after the
+barrier before it (M-E1 for everything else). Two slots' real data planes on 127.0.0.1."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-import zmq
 
 from lockgate.core import elements as el
 from lockgate.core.batch import RowBatch, to_rows
-from lockgate.executor.spark.auth import MessageAuth, new_secret
-from lockgate.executor.spark.data_plane import (
-    ZmqInputChannel,
-    ZmqOutputChannel,
-    bind_pull,
-    connect_push,
-)
+from mux_slots import TwoSlots, collect
 
 UNALIGNED = el.CheckpointBarrier(1, 0, el.CheckpointOptions(unaligned=True))
 
 
 @pytest.fixture
 def pair():
-    context = zmq.Context.instance()
-    auth = MessageAuth(new_secret())
-    data, data_ep = bind_pull(context, "127.0.0.1")
-    prio, prio_ep = bind_pull(context, "127.0.0.1")
-    out = ZmqOutputChannel(
-        connect_push(context, data_ep),
-        auth,
-        1,
-        "edge 1 0->1",
-        priority_socket=connect_push(context, prio_ep),
-    )
-    inp = ZmqInputChannel(data, auth, 1, "edge 1 0->1", priority_socket=prio)
-    yield out, inp
-    out.close(False)
-    inp.close(False)
-
-
-def collect(inp: ZmqInputChannel, until, timeout_s: float = 5.0) -> list:
-    """Poll (bounded) until ``until(elements)`` holds."""
-    got: list = []
-    deadline = time.monotonic() + timeout_s
-    while not until(got):
-        assert time.monotonic() < deadline, f"timed out; got {got}"
-        e = inp.poll()
-        if e is not None:
-            got.append(e)
-        else:
-            inp.socket.poll(10)
-    return got
+    slots = TwoSlots()
+    yield slots.channel()
+    slots.close()
 
 
 def rows_of(elements) -> list:
@@ -81,6 +46,20 @@ def test_m_b7_the_barrier_overtakes_data_in_flight_and_nothing_sent_after_it_com
     # the overtaken records are still delivered, right after the barrier, in order
     after = rows_of(got[barrier_at + 1 :])
     assert after == overtaken_rows + ["after"]
+
+
+def test_m_b7_the_barrier_goes_out_while_the_channel_has_no_credit() -> None:
+    slots = TwoSlots()
+    try:
+        out, inp = slots.channel(capacity=1024)
+        out.put(RowBatch(["x" * 2000]))  # alone: admitted, and the credit is spent
+        assert not out.has_capacity()
+        assert out.put_priority(UNALIGNED) == []
+        got = collect(inp, lambda g: len(g) >= 2)
+        assert isinstance(got[0], el.PriorityBarrier) and rows_of(got[0].overtaken) == ["x" * 2000]
+        assert rows_of(got[1:]) == ["x" * 2000]
+    finally:
+        slots.close()
 
 
 def test_m_e1_without_priority_barriers_the_channel_keeps_its_order(pair) -> None:

@@ -23,12 +23,7 @@ from lockgate.executor.job_registry import find_job, register_job, send_command
 from lockgate.executor.spark import limits
 from lockgate.executor.spark.auth import MessageAuth, new_secret
 from lockgate.executor.spark.control import REGISTER, ControlClient, ControlServer
-from lockgate.executor.spark.data_plane import (
-    ZmqInputChannel,
-    ZmqOutputChannel,
-    bind_pull,
-    connect_push,
-)
+from mux_slots import TwoSlots, collect
 
 #: a frame far over every bound under test (the issue's attack used 300 MB)
 BIG = 8 * MiB
@@ -54,56 +49,38 @@ def test_data_message_limit_follows_the_channel_capacity() -> None:
     assert limits.data_message_limit() == limits.data_message_limit(ExecutionConfig())
 
 
-def test_item4_a_data_pull_disconnects_an_oversize_frame_and_keeps_delivering() -> None:
-    context: Any = zmq.Context.instance()
-    auth = MessageAuth(new_secret())
-    pull, endpoint = bind_pull(context, "127.0.0.1", 64 * 1024)
-    assert pull.getsockopt(zmq.MAXMSGSIZE) == 64 * 1024
-    consumer = ZmqInputChannel(pull, auth, 1, "ch")
-    monitor = pull.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    attacker = push(endpoint, big_message())
-    producer = None
+def test_item4_a_slot_socket_disconnects_an_oversize_frame_and_keeps_delivering() -> None:
+    slots = TwoSlots(max_message_bytes=64 * 1024)
+    receiver = slots.receivers[1]
+    assert receiver._socket.getsockopt(zmq.MAXMSGSIZE) == 64 * 1024
+    attacker = push(receiver.endpoint, big_message(), zmq.DEALER)
     try:
-        assert monitor.poll(10_000), "the PULL socket did not disconnect the oversize sender"
-        producer = ZmqOutputChannel(
-            connect_push(context, endpoint), auth, 1, "ch", max_message_bytes=64 * 1024
-        )
-        producer.put(RowBatch([1, 2, 3]))
-        got: list[Any] = []
         wait_until(
-            lambda: bool(got.append(consumer.poll()) or [g for g in got if g]),
-            "the well-behaved producer's batch arrives after the oversize frame",
+            lambda: receiver.disconnects.disconnects >= 1,
+            "the slot's socket disconnects the oversize sender",
+            timeout_s=10,
         )
-        assert [g.rows for g in got if g] == [[1, 2, 3]]
-        assert consumer.dropped == 0, "the oversize frame reached the channel"
+        producer, consumer = slots.channel()
+        producer.put(RowBatch([1, 2, 3]))
+        got = collect(consumer, lambda g: len(g) == 1)
+        assert [g.rows for g in got] == [[1, 2, 3]]
+        assert not slots.receivers[1].dropped, "the oversize frame reached the receiver"
     finally:
         attacker.close(linger=0)
-        pull.disable_monitor()
-        monitor.close(linger=0)
-        if producer is not None:
-            producer.close(False)
-        consumer.close(False)
+        slots.close()
 
 
 def test_item4_a_producer_refuses_to_send_a_message_over_the_consumers_bound() -> None:
-    context: Any = zmq.Context.instance()
-    pull, endpoint = bind_pull(context, "127.0.0.1", 4096)
-    producer = ZmqOutputChannel(
-        connect_push(context, endpoint),
-        MessageAuth(new_secret()),
-        1,
-        "edge 3 0->1",
-        max_message_bytes=4096,
-    )
+    slots = TwoSlots(max_message_bytes=4096)
+    producer, _ = slots.channel((3, 0, 1))
     try:
         with pytest.raises(
-            limits.MessageTooLargeError, match=r"channel edge 3 0->1 is .*channel_capacity_bytes"
+            limits.MessageTooLargeError, match=r"channel \(3, 0, 1\) is .*channel_capacity_bytes"
         ):
             producer.put(RowBatch(["y" * 10_000]))
         assert producer.sent == 0
     finally:
-        producer.close(False)
-        pull.close(linger=0)
+        slots.close()
 
 
 def test_item4_the_control_server_disconnects_an_oversize_frame_and_keeps_serving(

@@ -3,7 +3,7 @@ replayed. Every sender numbers its messages under the MAC and receivers drop num
 they passed; a data message is bound to its channel; a slot's control connection is
 the one of its first REGISTER; a registry request runs once.
 
-The captures are real: :class:`zmq_tap.RouterTap` (or a PULL in the middle) forwards
+The captures are real: :class:`zmq_tap.RouterTap` (or a ROUTER in place of a slot) forwards
 the traffic of a well-behaved sender and keeps a copy, which an attacker's socket then
 sends again."""
 
@@ -15,6 +15,7 @@ import pickle
 import time
 from typing import Any
 
+import pytest
 import zmq
 from test_job_registry import FakeControl
 
@@ -30,12 +31,9 @@ from lockgate.executor.spark.control import (
     ControlClient,
     ControlServer,
 )
-from lockgate.executor.spark.data_plane import (
-    ZmqInputChannel,
-    ZmqOutputChannel,
-    bind_pull,
-    connect_push,
-)
+from lockgate.executor.spark.mux import ChannelBrokenError, MuxOutputChannel, PeerLink
+from lockgate.executor.spark.mux.frames import DATA, mux_header
+from mux_slots import TwoSlots
 from zmq_tap import RouterTap
 
 
@@ -46,69 +44,97 @@ def socket_to(endpoint: str, kind: int) -> Any:
     return sock
 
 
-def capture_data(auth: MessageAuth, name: str, batch: RowBatch) -> list[Any]:
-    """The frames a producer of channel ``name`` sends for ``batch``, captured on the way."""
+def capture_data(
+    auth: MessageAuth, key: tuple[int, int, int], batches: list[RowBatch]
+) -> list[Any]:
+    """The messages a producer of channel ``key`` sends for ``batches``, captured on the way
+    (a ROUTER in place of the consumer's slot)."""
     context: Any = zmq.Context.instance()
-    tap, tap_endpoint = bind_pull(context, "127.0.0.1")
-    producer = ZmqOutputChannel(connect_push(context, tap_endpoint), auth, 1, name)
+    tap = context.socket(zmq.ROUTER)
+    tap.setsockopt(zmq.LINGER, 0)
+    port = tap.bind_to_random_port("tcp://127.0.0.1")
+    link = PeerLink(context, f"tcp://127.0.0.1:{port}", 64 * 1024)
+    producer = MuxOutputChannel(key, link, auth, 1, 4 * 1024 * 1024, 16 * 1024 * 1024)
     try:
-        producer.put(batch)
-        assert tap.poll(10_000), "the producer's message did not reach the tap"
-        frames: list[Any] = tap.recv_multipart()
-        return frames
+        messages = []
+        for batch in batches:
+            producer.put(batch)
+            assert tap.poll(10_000), "the producer's message did not reach the tap"
+            messages.append(tap.recv_multipart()[1:])  # without the routing id
+        return messages
     finally:
-        producer.close(False)
+        link.close(0)
         tap.close(linger=0)
 
 
-def drain(consumer: ZmqInputChannel, expected_drops: int) -> list[Any]:
-    """Everything the consumer delivers until it dropped ``expected_drops`` messages and
-    has nothing more (replays are processed in order after the original)."""
+def drain(slots: TwoSlots, consumer: Any, expected_drops: int) -> list[Any]:
+    """Everything the consumer delivers until its slot dropped ``expected_drops`` messages
+    and it has nothing more (replays are processed in order after the original)."""
     got: list[Any] = []
+    receiver = slots.receivers[1]
 
     def done() -> bool:
         element = consumer.poll()
         if element is not None:
             got.append(element)
-        return element is None and consumer.dropped >= expected_drops
+        return element is None and sum(receiver.dropped.values()) >= expected_drops
 
     wait_until(
         done,
-        f"the consumer drops {expected_drops} replayed messages "
-        f"(dropped {consumer.dropped}, delivered {len(got)})",
+        lambda: (
+            f"the consumer's slot drops {expected_drops} messages "
+            f"(dropped {dict(receiver.dropped)}, delivered {len(got)})"
+        ),
     )
     return got
 
 
 def test_item5_a_replayed_data_message_is_delivered_once() -> None:
-    auth = MessageAuth(new_secret())
-    frames = capture_data(auth, "edge 1 0->1", RowBatch([1, 2, 3]))
-    pull, endpoint = bind_pull(zmq.Context.instance(), "127.0.0.1")
-    consumer = ZmqInputChannel(pull, auth, 1, "edge 1 0->1")
-    sender = socket_to(endpoint, zmq.PUSH)
+    slots = TwoSlots()
+    [frames] = capture_data(slots.auth, (1, 0, 1), [RowBatch([1, 2, 3])])
+    _, consumer = slots.channel((1, 0, 1))
+    sender = socket_to(slots.receivers[1].endpoint, zmq.DEALER)
     try:
         for _ in range(3):  # the original, then two replays
             sender.send_multipart(frames)
-        got = drain(consumer, expected_drops=2)
+        got = drain(slots, consumer, expected_drops=2)
         assert [g.rows for g in got] == [[1, 2, 3]]
-        assert consumer.replayed == 2
+        assert slots.receivers[1].dropped == {"replayed": 2}
     finally:
         sender.close(linger=0)
-        consumer.close(False)
+        slots.close()
 
 
 def test_item5_a_data_message_of_one_channel_is_refused_on_another() -> None:
-    auth = MessageAuth(new_secret())
-    frames = capture_data(auth, "edge 1 0->1", RowBatch(["for channel a"]))
-    pull, endpoint = bind_pull(zmq.Context.instance(), "127.0.0.1")
-    consumer = ZmqInputChannel(pull, auth, 1, "edge 1 2->1")
-    sender = socket_to(endpoint, zmq.PUSH)
+    slots = TwoSlots()
+    [frames] = capture_data(slots.auth, (1, 0, 1), [RowBatch(["for channel a"])])
+    _, consumer = slots.channel((1, 2, 1))
+    # the channel is named in the first frame, under the MAC: naming another is tampering
+    tampered = [mux_header(DATA, 0, (1, 2, 1), 0), *frames[1:]]
+    sender = socket_to(slots.receivers[1].endpoint, zmq.DEALER)
     try:
-        sender.send_multipart(frames)
-        assert drain(consumer, expected_drops=1) == []
+        sender.send_multipart(frames)  # a channel the slot does not have
+        sender.send_multipart(tampered)
+        assert drain(slots, consumer, expected_drops=2) == []
+        assert slots.receivers[1].dropped == {"unknown channel": 1, "unauthenticated": 1}
     finally:
         sender.close(linger=0)
-        consumer.close(False)
+        slots.close()
+
+
+def test_a_lost_data_message_breaks_its_channel_instead_of_being_skipped() -> None:
+    slots = TwoSlots()
+    first, second = capture_data(slots.auth, (1, 0, 1), [RowBatch([1]), RowBatch([2])])
+    _, consumer = slots.channel((1, 0, 1))
+    sender = socket_to(slots.receivers[1].endpoint, zmq.DEALER)
+    try:
+        sender.send_multipart(second)  # the first never arrives
+        wait_until(lambda: consumer._broken is not None, "the gap breaks the channel")
+        with pytest.raises(ChannelBrokenError, match=r"message 1 of its sequence never arrived"):
+            consumer.poll()
+    finally:
+        sender.close(linger=0)
+        slots.close()
 
 
 class Slot:
