@@ -1,8 +1,9 @@
 """On a multi-host Spark standalone cluster (master, three 1-core workers and the driver each
 in a network namespace of its own, ``netns_cluster.py``) a parallelism-2 job with a key_by
 shuffle runs its two slots on two different hosts, as the addresses the slots registered with
-the driver show, every connection of the job (the driver's control socket, each slot's
-data-plane sockets) is on a namespace address, never 127.0.0.1, bytes crossed both slots'
+the driver show, each slot binds one data-plane socket for all its channels, every
+connection of the job (the driver's control socket, each slot's data-plane socket) is on
+a namespace address, never 127.0.0.1, bytes crossed both slots'
 hosts' links, and the result equals the local executor's. On the same cluster: an
 exactly-once job survives a killed executor JVM, a killed worker host, a cut network and a
 slowed network; and a job submitted in cluster deploy mode (``lockgate submit --supervise``)
@@ -312,6 +313,8 @@ def test_a_keyed_job_runs_its_slots_on_two_hosts_and_matches_the_local_result(
     assert sorted(registrations) == [0, 1]
     slot_hosts: dict[int, str] = {}
     for slot, reg in registrations.items():
+        # one data-plane socket per slot, whatever the channels (issue 43, part 1)
+        assert len(reg["endpoints"]) == 1, f"slot {slot} bound several data sockets: {reg}"
         hosts = {_host_of(e) for e in reg["endpoints"]}
         assert len(hosts) == 1, f"slot {slot} bound its data plane on several hosts: {reg}"
         (slot_hosts[slot],) = hosts
