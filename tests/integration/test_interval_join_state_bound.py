@@ -5,12 +5,16 @@ Two paced unbounded SequenceSources feed ``{k, ts, v}`` records (10 records per
 event-time millisecond, up to ``DISORDER_MS`` of disorder, a key per record index
 that both sides share, so each record joins its twin; one source subtask each, since
 a SequenceSource split starts its range in the middle, far ahead in event time). While records keep flowing,
-the test polls ``JobClient.metrics()``: the join operator's state signal - the
-buffered bytes on the vectorized path (``state_bytes``), the buffered keys (one
-record each) on the ProcessJoinFunction path (``keys``) - summed over the subtasks
-must stay under a bound derived from the rate and the interval, until the join has
-taken many times that bound in records. A join that never cleaned its buffers would
-hold every record it took and cross the bound long before.
+the test polls ``JobClient.watermarks()`` and then ``JobClient.metrics()``: the join
+operator's state signal - the buffered bytes on the vectorized path (``state_bytes``),
+the buffered keys (one record each) on the ProcessJoinFunction path (``keys``) - summed
+over the subtasks must stay under a bound derived from the rate, the interval and how
+far the join's watermark is behind the event time it has taken, until the join has
+taken many times that bound in records. A join may keep what its watermark has not
+passed (a loaded machine delays watermarks, most at the start), and no more; one that
+never cleaned its buffers would hold every record it took and cross the bound long
+before. The watermark must keep up too: at the end it is at most ``MAX_LAG_MS`` of event
+time behind.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ BOUND_ROWS = int(PER_MS * ((DISORDER_MS + UPPER) + (DISORDER_MS - LOWER)) + 2 * 
 ROW_BYTES = 4 * 8
 #: the join must take this many records (both sides) while the bound holds
 ENOUGH = 5 * BOUND_ROWS
+#: how far the join's watermark may be behind the event time taken, at the end (10 s of
+#: the sources' pace)
+MAX_LAG_MS = 10 * RATE // PER_MS
 
 
 def events(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -69,6 +76,20 @@ class Pair(lg.ProcessJoinFunction):
         yield (left["k"], right["k"])
 
 
+def join_watermark(client: Any) -> int | None:
+    """The join's watermark (the least of its subtasks'), None before each has one."""
+    marks = [w.watermark for w in client.watermarks() if w.uid == "interval-join"]
+    if not marks or any(m is None for m in marks):
+        return None
+    return min(marks)
+
+
+def lag_ms(taken: int, watermark: int) -> int:
+    """How far ``watermark`` is behind the event time of ``taken`` records (both sides,
+    ``PER_MS`` records per event-time millisecond each)."""
+    return max(0, taken // (2 * PER_MS) - watermark)
+
+
 def join_readings(metrics: dict[str, Any]) -> tuple[int, int | None]:
     """(records taken, state signal) of the join, summed over its subtasks."""
     ops = [o for o in metrics["operators"] if o["uid"] == "interval-join"]
@@ -94,31 +115,38 @@ def test_the_interval_join_state_stays_bounded_while_records_keep_flowing(
         .uid("interval-join")
         .sink_to(lg.connectors.DiscardingSink(), name="out")
     )
-    bound = BOUND_ROWS * ROW_BYTES if vectorized else BOUND_ROWS
+    per_record = ROW_BYTES if vectorized else 1
     unit = "bytes" if vectorized else "buffered keys (one record each)"
     client = env.execute_async("interval join state bound", executor=executor)
     seen: list[tuple[int, int]] = []
+    lags: list[int] = []
     try:
         wait_until(lambda: client.status() == "RUNNING", "the job runs", 120)
 
         def enough_taken_within_the_bound() -> bool:
             if client.done():
                 pytest.fail(f"the job ended while the test polled: {client.status()}")
+            # the watermark first: an older one only allows more
+            watermark = join_watermark(client)
             taken, state = join_readings(client.metrics())
-            if state is None:
+            if state is None or watermark is None:
                 return False
+            lag = lag_ms(taken, watermark)
+            bound = (BOUND_ROWS + 2 * PER_MS * lag) * per_record
             seen.append((taken, state))
+            lags.append(lag)
             assert state <= bound, (
-                f"the interval join holds {state} {unit} after taking {taken} records; "
-                f"the bound is {bound} (rate {RATE}/s per side x (interval "
-                f"{UPPER - LOWER} ms + disorder {DISORDER_MS} ms) + {SLACK_S} s of slack): "
-                "its buffers are not cleaned as the watermark passes"
+                f"the interval join holds {state} {unit} after taking {taken} records, with "
+                f"its watermark {lag} ms of event time behind them; the bound is {bound} "
+                f"({PER_MS} records per ms per side x (interval {UPPER - LOWER} ms + disorder "
+                f"{DISORDER_MS} ms + the watermark's lag) + {SLACK_S} s of slack): its "
+                "buffers are not cleaned as the watermark passes"
             )
             return taken >= ENOUGH
 
         wait_until(
             enough_taken_within_the_bound,
-            f"the join took {ENOUGH} records while its state stayed under {bound} {unit}",
+            f"the join took {ENOUGH} records while its state stayed under the bound",
             timeout_s=120,
         )
     finally:
@@ -127,7 +155,7 @@ def test_the_interval_join_state_stays_bounded_while_records_keep_flowing(
     taken, state = seen[-1]
     assert taken >= ENOUGH
     assert max(s for _, s in seen) > 0, "the join buffered records (the signal is live)"
+    assert lags[-1] <= MAX_LAG_MS, f"the join's watermark fell behind: lags {lags}"
     # without cleanup the join would hold every record it took: far above the bound
-    per_record = ROW_BYTES if vectorized else 1
-    assert taken * per_record >= 5 * bound
+    assert taken >= 4 * (BOUND_ROWS + 2 * PER_MS * lags[-1])
     assert len(seen) >= 2, "the state was read more than once while records flowed"
