@@ -1,7 +1,8 @@
 """A keyed exactly-once job at growing parallelism, one JSON line per case (issue 43).
 
-The job: a rate-limited sequence -> key_by(x % 997) -> running sum in ValueState ->
-key_by(total % 101) -> a count per key -> broadcast -> a map -> discarding sink, with
+The job: a rate-limited sequence -> row map ``{"k": x % 100, "v": x}`` -> key_by(k) ->
+running sum in ValueState (``bench/throughput.py``'s) -> key_by(total % 101) -> a count
+per key -> broadcast -> a map -> discarding sink, with
 aligned exactly-once checkpoints every ``--interval-ms``: two keyed edges and a
 broadcast, so every pair of slots exchanges data in both directions on three edges.
 Each parallelism runs in a process of its own (Spark: a ``local[P]`` session of P
@@ -32,18 +33,11 @@ import tempfile
 import time
 from typing import Any
 
+import cloudpickle
+import throughput  # the same pipeline pieces (bench/ is on the path)
+
 import lockgate as lg
 from lockgate.connectors import DiscardingSink, SequenceSource
-
-
-class RunningSum(lg.KeyedProcessFunction):
-    def open(self, ctx: lg.RuntimeContext) -> None:
-        self.total = ctx.get_state(lg.ValueStateDescriptor("total", default=0))
-
-    def process_element(self, value, ctx):
-        t = self.total.value() + value
-        self.total.update(t)
-        yield t
 
 
 class Count(lg.KeyedProcessFunction):
@@ -59,9 +53,10 @@ class Count(lg.KeyedProcessFunction):
 def build(env: lg.StreamEnvironment, records: int, rate: float) -> None:
     (
         env.from_source(SequenceSource(0, records, rows_per_second=rate), name="numbers")
-        .key_by(lambda x: x % 997)
-        .process(RunningSum(), name="sums")
-        .key_by(lambda t: t % 101)
+        .map(throughput.to_row, name="rows")
+        .key_by(throughput.key_of)
+        .process(throughput.RunningSum(), name="sums")
+        .key_by(lambda r: r["total"] % 101)
         .process(Count(), name="counts")
         .broadcast()
         .map(lambda c: c, name="everywhere")
@@ -164,6 +159,8 @@ def per_channel_sockets(plan: Any) -> int:
 
 
 def run_case(executor_name: str, p: int, records: int, rate: float, interval_ms: int) -> None:
+    # Spark's workers cannot import bench/: the pipeline pieces travel by value
+    cloudpickle.register_pickle_by_value(throughput)
     env = lg.StreamEnvironment(parallelism=p)
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-scale-")
