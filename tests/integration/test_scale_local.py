@@ -3,10 +3,11 @@ broadcast, exactly-once into files, through a failure of a keyed operator after 
 checkpoint; the published output is exactly the failure-free one (M-R1, M-X1).
 
 At 64 subtasks per vertex the local executor runs about 450 threads in one interpreter
-on this project's 2-core machine, so the input is slow (3,000 records/s): at 10,000
-records/s the one interpreter is saturated and a checkpoint takes 40-55 s.
+on this project's 2-core machine: at 10,000 records/s it is saturated and a checkpoint
+takes 40-55 s. The input is paced by checkpoints (``CheckpointPacedSource``), so the
+fault, which waits for a checkpoint, finds records however slow the machine is.
 
-The job: a rate-limited sequence of ``N`` numbers (64 splits) -> key_by(v % 997) ->
+The job: a checkpoint-paced sequence of ``N`` numbers (64 splits) -> key_by(v % 997) ->
 running sum per key -> key_by(v % 101) -> count per key -> files; the counts that are a
 multiple of ``MARK`` -> broadcast -> files (each one 64 times). With per-key order
 depending on how the splits interleave, the check is what does not depend on it: every
@@ -25,12 +26,15 @@ from typing import Any
 import pytest
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
 from lockgate.connectors import FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, inject_faults
 
 P = 64
-N = 64 * 1_500
-MARK = 300
+#: records per source subtask, and per completed checkpoint of an attempt
+PER_SUBTASK, PER_CHECKPOINT = 600, 200
+N = 64 * PER_SUBTASK
+MARK = 100
 
 
 class RunningSum(lg.KeyedProcessFunction):
@@ -68,7 +72,10 @@ def test_m_r1_p64_two_keyed_edges_and_a_broadcast_exact_through_failures(tmp_pat
     env.checkpoint_config.storage = str(tmp_path / "checkpoints")
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=4, delay=0))
     counts = (
-        env.from_source(SequenceSource(0, N, rows_per_second=3_000), name="numbers")
+        env.from_source(
+            CheckpointPacedSource(SequenceSource(0, N), PER_CHECKPOINT, end_after=4),
+            name="numbers",
+        )
         .uid("numbers")
         .key_by(lambda v: v % 997)
         .process(RunningSum(), name="sums")
@@ -87,7 +94,7 @@ def test_m_r1_p64_two_keyed_edges_and_a_broadcast_exact_through_failures(tmp_pat
     )
     schedule = inject_faults(
         env,
-        FailAtRecord("sums", record=300, subtask=7, after_checkpoints=1),
+        FailAtRecord("sums", record=150, subtask=7, after_checkpoints=1),
     )
     result = env.execute("p64", executor=lg.LocalExecutor())
     assert result.attempts == 2, f"the fault of {schedule} fired once"

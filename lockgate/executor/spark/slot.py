@@ -12,9 +12,10 @@ Threads of a slot: the Spark task's main thread (wiring, then waiting for the
 subtasks), one thread per subtask, the control thread (heartbeats, control
 messages; it owns the control socket), the watchdog (thread stacks to the driver
 when the heartbeat falls silent, see :mod:`.watchdog`), a snapshot thread per
-checkpointing subtask, and zmq's own I/O threads. Each zmq socket is used by one
-thread at a time: data sockets are created here and handed to the subtask thread
-that owns the channel end, and closed here after that thread ended.
+checkpointing subtask, the data-plane receiver (it owns the slot's data socket,
+see :mod:`.mux.receiver`) and zmq's own I/O threads. The links to peer slots are
+shared by the subtask threads, one send at a time (:mod:`.mux.link`); they and the
+receiver are closed here after the subtask threads ended.
 """
 
 from __future__ import annotations
