@@ -1,6 +1,8 @@
 """The multiplexed data plane (issue 43 part 1): one connection per slot pair and
-direction, shared by every edge, with credit-based flow control per channel. Real
-ZeroMQ sockets and receiver threads on 127.0.0.1."""
+direction, shared by every edge, with credit-based flow control per channel: each
+channel stays ordered and bounded (M-E1) and one blocked channel never stalls another.
+Unaligned barriers over it: tests/unit/checkpoint/test_network_priority_barrier.py
+(M-B7). Real ZeroMQ sockets and receiver threads on 127.0.0.1."""
 
 from __future__ import annotations
 

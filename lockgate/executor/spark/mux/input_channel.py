@@ -71,8 +71,6 @@ class MuxInputChannel:
         self._broken: str | None = None
         self._signal: threading.Event | None = None
         self._paused = False
-        #: data messages taken from the inbox so far
-        self.read = 0
         #: the most data bytes queued in the inbox at once
         self.peak_bytes = 0
         self._queued_bytes = 0
@@ -145,7 +143,6 @@ class MuxInputChannel:
                 kind, header, body, charged = self._inbox.popleft()
                 self._priorities -= 1
         if entries is None:
-            self.read += 1
             element = decode(header, body, self.generation)
             self._taken(charged)
             return element
@@ -159,7 +156,6 @@ class MuxInputChannel:
             self._ahead.append((decode(h, b, self.generation), c))
         with self._lock:
             self._queued_bytes -= sum(c for _, _, _, c in entries)
-        self.read += len(entries)
         return PriorityBarrier(barrier, tuple(e for e, _ in self._ahead))
 
     def _taken(self, charged: int) -> None:
