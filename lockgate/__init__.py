@@ -37,6 +37,7 @@ from .api.joined_streams import CoGroupedStreams, JoinedStreams
 from .api.lookup_table import LookupTable
 from .api.output_tag import DEAD_LETTER, OutputTag
 from .api.windowed_stream import WindowedStream
+from .autoscaling import AutoscalingConfig, RescaleDecision
 from .checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
 from .checkpoint.types import CheckpointStats, SubtaskCheckpointMetrics
 from .core.clock import Clock, ManualClock, SystemClock
@@ -117,6 +118,8 @@ __all__ = [
     "AggregatingStateDescriptor",
     "AscendingTimestampsWatermarks",
     "AsyncDataStream",
+    "AutoscalingConfig",
+    "RescaleDecision",
     "AsyncFunction",
     "AsyncRequestError",
     "AsyncTimeoutError",

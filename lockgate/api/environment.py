@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from ..autoscaling.config import AutoscalingConfig
 from ..checkpoint.config import CheckpointConfig, CheckpointingMode, ExternalizedRetention
 from ..checkpoint.storage_url import open_storage
 from ..connectors.base import Source
@@ -35,6 +36,7 @@ from ..time.watermark_strategy import check_watermark_strategy
 from .datastream import DataStream, _check_parallelism
 from .job_capture import capture_if_asked
 from .job_client import JobClient
+from .replanning import Replanner
 from .resume import (
     fresh_from_environment,
     log_fresh_start,
@@ -75,6 +77,7 @@ class StreamEnvironment:
         self._faults: Any = None
         self._state_backend: StateBackend = HashMapStateBackend()
         self._transformations: list[Transformation] = []
+        self._autoscaling: AutoscalingConfig | None = None
 
     # -- configuration -----------------------------------------------------------
     def set_parallelism(self, parallelism: int) -> StreamEnvironment:
@@ -162,6 +165,70 @@ class StreamEnvironment:
     def state_backend(self) -> StateBackend:
         return self._state_backend
 
+    def autoscaling(
+        self,
+        min_parallelism: int = 1,
+        max_parallelism: int | None = None,
+        target_utilization: float = 0.7,
+        stabilization: Duration = timedelta(minutes=1),
+        scale_down_delay: Duration = timedelta(minutes=5),
+        *,
+        metrics_window: Duration | None = None,
+        utilization_boundary: float = 0.3,
+        catch_up: Duration = timedelta(minutes=5),
+        interval: Duration = timedelta(seconds=5),
+    ) -> StreamEnvironment:
+        """Rescale the running job to its input rate (Flink's Kubernetes autoscaler rule,
+        see :mod:`lockgate.autoscaling`): every ``interval`` the driver reads each
+        vertex's input rate and busy time, computes the parallelism that keeps its
+        subtasks ``target_utilization`` busy at the rate it must take (a source: its
+        input's growth plus its backlog worked off within ``catch_up``), and when a
+        vertex leaves ``target_utilization ± utilization_boundary`` rescales the job:
+        a savepoint, then the job restored from it at the new parallelism (key groups
+        move, splits are reassigned, exactly-once sinks commit the savepoint's
+        transactions), all within the run; ``JobClient.rescales()`` lists the decisions.
+
+        Parallelism stays within ``min_parallelism..max_parallelism`` (None: the job's
+        max parallelism; on Spark also the task slots the session offers; a source also
+        its own limit). ``stabilization``: after the start and each rescale, how long
+        before metrics count; ``metrics_window`` (default: ``stabilization``, at least 1
+        s): how long they are averaged; ``scale_down_delay``: how long a lower
+        parallelism must be wanted before it is applied. Needs checkpointing; a rescale
+        that fails before the rescaled job's first checkpoint rolls back to the previous
+        parallelism. Calling it again replaces the settings."""
+        if max_parallelism is not None and (
+            isinstance(max_parallelism, int)
+            and not isinstance(max_parallelism, bool)
+            and max_parallelism > self.max_parallelism
+        ):
+            raise ConfigurationError(
+                f"autoscaling max_parallelism {max_parallelism} is above the job's max "
+                f"parallelism {self.max_parallelism} (its number of key groups): lower it, or "
+                "raise StreamEnvironment(max_parallelism=...)"
+            )
+        window = stabilization if metrics_window is None else metrics_window
+        if isinstance(window, timedelta) and window.total_seconds() < 1:
+            window = timedelta(seconds=1)
+        elif isinstance(window, int) and not isinstance(window, bool) and 0 <= window < 1000:
+            window = 1000
+        self._autoscaling = AutoscalingConfig.of(
+            min_parallelism=min_parallelism,
+            max_parallelism=max_parallelism,
+            target_utilization=target_utilization,
+            utilization_boundary=utilization_boundary,
+            stabilization=stabilization,
+            metrics_window=window,
+            scale_down_delay=scale_down_delay,
+            catch_up=catch_up,
+            interval=interval,
+        )
+        return self
+
+    @property
+    def autoscaling_config(self) -> AutoscalingConfig | None:
+        """The autoscaler's settings (None: the job keeps its parallelism)."""
+        return self._autoscaling
+
     def disable_operator_chaining(self) -> StreamEnvironment:
         self.config.chaining = False
         return self
@@ -235,6 +302,17 @@ class StreamEnvironment:
         order = self._prepare()
         return build_job_graph(order, self.parallelism, self.max_parallelism, self.config.chaining)
 
+    def _replanner(self, plan: ExecutionPlan) -> Replanner:
+        """What rebuilds ``plan`` at another parallelism (the autoscaler's rescales)."""
+        return Replanner(
+            plan,
+            self._prepare(),
+            self.parallelism,
+            self.max_parallelism,
+            self.config.chaining,
+            lambda p, path: _restore_spec(p, path, False, self._checkpoint_config),
+        )
+
     def get_execution_plan(
         self,
         job_name: str = "lockgate job",
@@ -267,6 +345,12 @@ class StreamEnvironment:
         graph = self.get_job_graph()
         plan = build_execution_plan(job_name, graph, self.config, self._plan_checkpoint_config())
         plan.restart_strategy = self._restart_strategy
+        plan.autoscaling = self._autoscaling
+        if self._autoscaling is not None and not self._checkpoint_config.enabled:
+            raise ConfigurationError(
+                "autoscaling rescales the job from savepoints, which need checkpointing: "
+                "call env.enable_checkpointing(interval) as well"
+            )
         plan.run_id = uuid.uuid4().hex[:12]
         plan.faults = self._faults
         plan.state_backend = self._state_backend
@@ -349,7 +433,13 @@ class StreamEnvironment:
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         _log_executor(job_name, chosen)
-        client = JobClient(job_name, _then_clean_up(plan, chosen), background=False, plan=plan)
+        client = JobClient(
+            job_name,
+            _then_clean_up(plan, chosen),
+            background=False,
+            plan=plan,
+            rescaling=self._rescaling(plan, chosen),
+        )
         return client.run_here()
 
     def execute_async(
@@ -379,7 +469,18 @@ class StreamEnvironment:
         check_connectors(plan)
         chosen = executor or self.executor or default_executor()
         _log_executor(job_name, chosen)
-        return JobClient(job_name, _then_clean_up(plan, chosen), plan=plan)
+        return JobClient(
+            job_name,
+            _then_clean_up(plan, chosen),
+            plan=plan,
+            rescaling=self._rescaling(plan, chosen),
+        )
+
+    def _rescaling(self, plan: ExecutionPlan, executor: Any) -> Any:
+        """The replanner and the executor's slot bound, for a job with autoscaling."""
+        if plan.autoscaling is None:
+            return None
+        return (self._replanner(plan), getattr(executor, "slot_capacity", None))
 
 
 _shared_spark_executor: Any = None

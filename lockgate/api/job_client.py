@@ -12,6 +12,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from ..autoscaling.autoscaler import Autoscaler
+from ..autoscaling.decisions import DecisionLog, RescaleDecision
 from ..checkpoint.config import SAVEPOINT_DIR_ENV
 from ..checkpoint.savepoints import (
     check_savepoint_target,
@@ -27,6 +29,7 @@ from ..job.observer import JobObserver, graph_of
 from ..job.progress import ProgressLogger, format_result, progress_of
 from ..job.restart_causes import RestartCause, failure_location
 from ..job.result import JobExecutionResult, JobStatus
+from .rescaling import Rescaler
 from .resume import record_stop_with_savepoint
 
 log = logging.getLogger(__name__)
@@ -51,10 +54,13 @@ class JobClient:
         *,
         background: bool = True,
         plan: Any = None,
+        rescaling: Any = None,
     ) -> None:
         """Start ``run`` in a background thread (``background=False``: the caller runs it
         with :meth:`run_here`). Either way the job is registered for command-line control
-        (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) while it runs."""
+        (``lockgate list``, ``lockgate savepoint``, ``lockgate stop``) while it runs.
+        ``rescaling``: ``(Replanner, slot capacity callable or None)`` for a plan with
+        autoscaling (``env.autoscaling``)."""
         self.job_name = job_name
         self._handle = JobHandle()
         self._done = threading.Event()
@@ -72,8 +78,13 @@ class JobClient:
         #: wall-clock seconds when the client was made (the job's start)
         self.started_at = time.time()
         self._observer = JobObserver(
-            plan, self._read_metrics, earlier=lambda: self._handle.earlier_counts
+            plan,
+            self._read_metrics,
+            earlier=lambda: self._handle.earlier_counts,
+            current_plan=lambda: self._handle.plan,
         )
+        self._decisions = DecisionLog()
+        self._autoscaler = self._make_autoscaler(plan, rescaling)
         if getattr(getattr(plan, "config", None), "metrics_enabled", False):
             self._observer.start_sampling()
         self._rest_token: str | None = None
@@ -103,6 +114,77 @@ class JobClient:
             )
             self._thread.start()
 
+    def _make_autoscaler(self, plan: Any, rescaling: Any) -> Autoscaler | None:
+        config = getattr(plan, "autoscaling", None)
+        if config is None or rescaling is None:
+            return None
+        replanner, slot_capacity = rescaling
+
+        def upper_bound(vertex: Any) -> int:
+            bound = replanner.upper_bound(vertex)
+            if slot_capacity is not None:
+                bound = min(bound, max(1, int(slot_capacity())))
+            return int(bound)
+
+        rescaler = Rescaler(
+            self.job_name,
+            self._handle,
+            replanner,
+            self._decisions,
+            self._savepoint_then,
+            self._done.is_set,
+        )
+        log.info("job %r autoscales: %s", self.job_name, config.describe())
+        return Autoscaler(
+            self.job_name,
+            config,
+            read_metrics=self._observer.metrics,
+            current_plan=lambda: self._handle.plan if self.running else None,
+            upper_bound=upper_bound,
+            rescale=rescaler,
+            decisions=self._decisions,
+        )
+
+    def parallelism(self) -> dict[str, int]:
+        """Each operator uid's parallelism now (after the autoscaler's rescales, the
+        running attempt's; before the first attempt, the submitted plan's)."""
+        plan = self._handle.plan or self._plan
+        if plan is None:
+            return {}
+        return {op.uid: v.parallelism for v in plan.vertices for op in v.operators}
+
+    def autoscaling(self) -> dict[str, Any] | None:
+        """The autoscaler's settings (None: the job does not autoscale)."""
+        config = getattr(self._plan, "autoscaling", None)
+        if config is None or self._autoscaler is None:
+            return None
+        return {**dataclasses.asdict(config), "describe": config.describe()}
+
+    def rescales(self) -> list[RescaleDecision]:
+        """The autoscaler's decisions so far, oldest first: when, each operator uid's
+        parallelism before and after, why (every vertex's rate, busy share and
+        utilization), the savepoint it went through and how it ended (``applied``,
+        ``failed``: the job went on as it was, ``rolled back``: the rescaled job failed
+        before its first checkpoint and went back). Empty without autoscaling."""
+        return self._decisions.all()
+
+    def _savepoint_then(self, path: str, then: Any) -> str:
+        """A savepoint into ``path`` with periodic checkpoints stopped, then
+        ``then(location)`` before they could resume; they resume if either fails (and
+        the error is raised). The autoscaler's rescales stop the job in ``then``."""
+        check_savepoint_target(path)
+        with self._savepoint_lock:
+            coordinator = self._running_coordinator(TRIGGER_RETRY_S)
+            coordinator.stop_periodic()
+            try:
+                _, location = self._savepoint(coordinator, path, None)
+                then(location)
+            except BaseException:
+                if not coordinator.is_shut_down:
+                    coordinator.start()
+                raise
+            return location
+
     def run_here(self) -> JobExecutionResult:
         """Run the job in the calling thread (a client made with ``background=False``)
         and return its result, or raise its error."""
@@ -114,6 +196,8 @@ class JobClient:
         return self.wait()
 
     def _run(self, run: Callable[[JobHandle], JobExecutionResult]) -> None:
+        if self._autoscaler is not None:
+            self._autoscaler.start()
         try:
             result = run(self._handle)
             with self._result_lock:
@@ -127,6 +211,8 @@ class JobClient:
             self._error = e
         finally:
             self._done.set()
+            if self._autoscaler is not None:
+                self._autoscaler.stop()
             # after _done: a stop command in progress waits for the end of the job
             self._registration.close()
             if self._progress_logger is not None:
@@ -268,7 +354,7 @@ class JobClient:
     def graph(self) -> dict[str, Any]:
         """The job graph: ``vertices`` (id, name, parallelism, operators) and ``edges``
         (source and target vertex ids, partitioning)."""
-        return graph_of(self._plan)
+        return graph_of(self._handle.plan or self._plan)
 
     def _read_metrics(self) -> list[dict[str, Any]]:
         provider = self._handle.metrics

@@ -172,7 +172,7 @@ class LocalExecutor(BaseExecutor):
             task, error, _ = failure
             if gateway.job_error is not None:
                 raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error
-            if isinstance(error, TaskCancelledError) and handle.cancel_requested.is_set():
+            if isinstance(error, TaskCancelledError) and handle.stopping:
                 result = cancelled_result(
                     plan, (time.monotonic() - started) * 1000, [t.chain.counters() for t in tasks]
                 )

@@ -95,6 +95,8 @@ class ExecutionPlan:
     run_id: str = ""
     #: where keyed state lives (a ``lockgate.state.backends.StateBackend``); None: the heap
     state_backend: Any = None
+    #: the autoscaler's settings (``lockgate.autoscaling.AutoscalingConfig``; None: off)
+    autoscaling: Any = None
 
     @property
     def checkpointing(self) -> bool:

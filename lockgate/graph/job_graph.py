@@ -88,8 +88,12 @@ def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass ove
     default_parallelism: int,
     default_max_parallelism: int,
     chaining: bool = True,
+    parallelism_of: dict[str, int] | None = None,
 ) -> JobGraph:
-    """``order`` lists transformations inputs-first (see ``transformations.walk``)."""
+    """``order`` lists transformations inputs-first (see ``transformations.walk``).
+    ``parallelism_of``: operator uid -> parallelism, overriding the transformations'
+    own (a rescale: every operator of a chain gets the same, so the chains stay)."""
+    overrides = parallelism_of or {}
     nodes: dict[int, StreamNode] = {}
     for t in order:
         if t.kind.virtual:
@@ -100,7 +104,7 @@ def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass ove
             name=t.name,
             uid=t.uid or "",
             kind=t.kind,
-            parallelism=t.parallelism or default_parallelism,
+            parallelism=overrides.get(t.uid or "", t.parallelism or default_parallelism),
             max_parallelism=t.max_parallelism or default_max_parallelism,
             factory=t.factory,
             chainable=t.chainable,

@@ -16,6 +16,19 @@ from .restart_causes import RestartCauses
 from .result import AttemptSummary, JobStatus
 
 
+@dataclasses.dataclass
+class RescaleRequest:
+    """A rescale the failover loop carries out after the running attempt stopped:
+    ``plan`` (the job at its new parallelism) restores ``restore`` (the savepoint taken
+    for it). If the rescaled attempt fails before it completes a checkpoint, the loop
+    goes back to ``previous_plan`` and calls ``rolled_back`` with the failure."""
+
+    plan: Any
+    restore: Any
+    describe: str
+    rolled_back: Callable[[str], None] = lambda error: None
+
+
 class JobHandle:
     def __init__(self) -> None:
         self.cancel_requested = threading.Event()
@@ -49,6 +62,12 @@ class JobHandle:
         self.earlier_counts: dict[tuple[int, int, str], tuple[int, int]] = {}
         #: the checkpoints of the run's earlier attempts' coordinators
         self._earlier_checkpoints: list[Any] = []
+        #: the plan of the running (or last) attempt: after a rescale, not the first
+        self.plan: Any = None
+        #: (checkpoint id, location) of the savepoint the run's last rescale restored
+        self.rescale_savepoint: tuple[int, str] | None = None
+        #: a rescale waiting for the running attempt to stop (see :meth:`request_rescale`)
+        self._rescale: RescaleRequest | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -80,6 +99,26 @@ class JobHandle:
         with self._lock:
             self._canceller = None
         self.running.clear()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the running attempt is to stop: a cancel, or a rescale."""
+        return self.cancel_requested.is_set() or self._rescale is not None
+
+    def request_rescale(self, request: RescaleRequest) -> None:
+        """Stop the running attempt (as a cancel does, but the job goes on): the failover
+        loop then runs ``request.plan`` from ``request.restore``."""
+        with self._lock:
+            self._rescale = request
+            canceller = self._canceller
+        if canceller is not None:
+            canceller()
+
+    def take_rescale(self) -> RescaleRequest | None:
+        """The pending rescale, once (None: none)."""
+        with self._lock:
+            request, self._rescale = self._rescale, None
+        return request
 
     def cancel(self) -> None:
         self.cancel_requested.set()

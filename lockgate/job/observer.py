@@ -109,8 +109,11 @@ class JobObserver:
         *,
         wall_clock: Callable[[], float] = time.time,
         earlier: Callable[[], dict[tuple[int, int, str], tuple[int, int]]] | None = None,
+        current_plan: Callable[[], Any] | None = None,
     ) -> None:
         self._plan = plan
+        #: the plan the running attempt runs (after a rescale, not ``plan``); None: ``plan``
+        self._current_plan = current_plan
         self._read = read
         self._earlier = earlier
         self._wall = wall_clock
@@ -259,7 +262,9 @@ class JobObserver:
     def _vertices(
         self, subtasks: list[dict[str, Any]], operators: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        plan_vertices = list(self._plan.vertices) if self._plan is not None else []
+        plan = self._current_plan() if self._current_plan is not None else None
+        plan = plan if plan is not None else self._plan
+        plan_vertices = list(plan.vertices) if plan is not None else []
         out = []
         for v in plan_vertices:
             mine = sorted((s for s in subtasks if s["vertex"] == v.id), key=lambda s: s["subtask"])

@@ -95,11 +95,26 @@ def run_with_restarts(
             settle_two_phase_sinks(
                 plan,
                 floor,
-                getattr(handle, "final_savepoint", None),
+                getattr(handle, "final_savepoint", None) or _newest_rescale_savepoint(plan, handle),
                 committed_in_tasks=committed_in_tasks,
             )
         finally:
             release_two_phase_runs(alive)
+
+
+def _newest_rescale_savepoint(plan: ExecutionPlan, handle: JobHandle) -> str | None:
+    """The savepoint of the run's last rescale when no checkpoint completed after it:
+    the run's newest snapshot, whose transactions the settling commits."""
+    taken = getattr(handle, "rescale_savepoint", None)
+    if taken is None or not plan.checkpointing:
+        return None
+    checkpoint_id, location = taken
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    try:
+        ids = open_storage(plan.checkpoint.storage).completed_ids()
+    except Exception:  # noqa: BLE001 - then the savepoint is the safe choice
+        return str(location)
+    return None if any(i > checkpoint_id for i in ids) else str(location)
 
 
 def _run_attempts(
@@ -117,22 +132,36 @@ def _run_attempts(
     restore = initial
     attempt = first_attempt
     started = time.monotonic()
+    rescales = _Rescales()
     while True:
         attempt_plan = copy.copy(plan)
         attempt_plan.restore = restore
+        handle.plan = attempt_plan
         if restore is not None:
             log.info("job %r attempt %d restores %s", plan.job_name, attempt, restore.location)
             check_finished_chains(attempt_plan, restore)
         attempt_started = time.monotonic()
         try:
             result = run_attempt(attempt_plan, attempt, handle)
-        except JobFailedError as failure:
-            handle.end_attempt(
+        except Exception as failure:
+            if not isinstance(failure, JobFailedError) and not rescales.on_probation:
+                raise  # the job cannot run as configured
+            request = None if handle.cancel_requested.is_set() else handle.take_rescale()
+            if request is not None:  # stopped for a rescale (the stop may look like a failure)
+                plan, restore = rescales.begin(plan, request, handle, attempt, attempt_started)
+                attempt += 1
+                continue
+            summary = handle.end_attempt(
                 attempt,
                 JobStatus.FAILED,
                 (time.monotonic() - attempt_started) * 1000,
                 error=_first_line(failure),
             )
+            rolled_back = rescales.end_of_failed_attempt(plan, summary, failure)
+            if rolled_back is not None:
+                plan = rolled_back
+            if not isinstance(failure, JobFailedError):
+                failure = _as_job_failure(plan, failure)
             if handle.cancel_requested.is_set():
                 # cancel wins, as in Flink: an attempt failing while it is cancelled (the
                 # failure raced the cancel, or the cancel interrupted it) ends the job
@@ -167,9 +196,18 @@ def _run_attempts(
             )
             if _cancelled_while_waiting(clock, handle, delay):
                 return _cancelled(plan, started, attempt - first_attempt + 1, handle)
-            restore = _restore_point(plan, floor) or initial
+            restore = rescales.newest(_restore_point(plan, floor)) or initial
             attempt += 1
             backoff.notify_restarted()
+            continue
+        request = handle.take_rescale()
+        if (
+            request is not None
+            and result.status is JobStatus.CANCELED
+            and not handle.cancel_requested.is_set()
+        ):
+            plan, restore = rescales.begin(plan, request, handle, attempt, attempt_started)
+            attempt += 1
             continue
         if result.status is JobStatus.FINISHED:
             if restore is not None:
@@ -179,6 +217,96 @@ def _run_attempts(
         result.attempts = attempt - first_attempt + 1
         result.restart_causes = handle.restart_causes.snapshot()
         return result
+
+
+class _Rescales:
+    """The rescales of one run (requested by the autoscaler, :mod:`lockgate.autoscaling`).
+
+    A rescale ends the running attempt (it stopped after its savepoint) and starts the
+    next one at the new parallelism from that savepoint. The rescaled attempt is on
+    probation until it completes a checkpoint: if it fails before, the run goes back
+    to the previous parallelism (restoring the savepoint, or a newer checkpoint) and
+    the decision is marked rolled back. Failures after a rescale never restore a
+    checkpoint older than its savepoint: the savepoint's transactions were committed
+    when the rescaled attempt restored it, so an older one would repeat output."""
+
+    def __init__(self) -> None:
+        self.savepoint: RestoreSpec | None = None
+        self.previous: ExecutionPlan | None = None
+        self.request: Any = None
+
+    @property
+    def on_probation(self) -> bool:
+        return self.previous is not None
+
+    def begin(
+        self,
+        plan: ExecutionPlan,
+        request: Any,
+        handle: JobHandle,
+        attempt: int,
+        attempt_started: float,
+    ) -> tuple[ExecutionPlan, RestoreSpec]:
+        handle.end_attempt(
+            attempt,
+            JobStatus.CANCELED,
+            (time.monotonic() - attempt_started) * 1000,
+            error=f"stopped to rescale: {request.describe}",
+        )
+        log.warning(
+            "job %r: attempt %d stopped to rescale (%s); attempt %d restores %s",
+            plan.job_name,
+            attempt,
+            request.describe,
+            attempt + 1,
+            request.restore.location,
+        )
+        self.savepoint = request.restore
+        handle.rescale_savepoint = (request.restore.checkpoint_id, request.restore.location)
+        self.previous = plan
+        self.request = request
+        new_plan: ExecutionPlan = request.plan
+        return new_plan, request.restore
+
+    def end_of_failed_attempt(
+        self, plan: ExecutionPlan, summary: Any, failure: BaseException
+    ) -> ExecutionPlan | None:
+        """The plan to go back to when a rescaled attempt failed before its first
+        checkpoint (None: keep ``plan``); probation ends either way."""
+        previous, request = self.previous, self.request
+        self.previous = self.request = None
+        if previous is None or summary.checkpoints_completed > 0:
+            return None
+        log.warning(
+            "job %r: the rescaled attempt failed before its first checkpoint (%s): back to "
+            "the previous parallelism",
+            plan.job_name,
+            _first_line(failure),
+        )
+        try:
+            request.rolled_back(_first_line(failure))
+        except Exception:  # bookkeeping only
+            log.exception("recording a rolled back rescale failed")
+        return previous
+
+    def newest(self, point: RestoreSpec | None) -> RestoreSpec | None:
+        """``point``, unless the last rescale's savepoint is newer."""
+        if self.savepoint is None:
+            return point
+        if point is None or point.checkpoint_id < self.savepoint.checkpoint_id:
+            return self.savepoint
+        return point
+
+
+def _as_job_failure(plan: ExecutionPlan, error: BaseException) -> JobFailedError:
+    """A rescaled attempt that could not start (e.g. too few slots), as a failure."""
+    failure = JobFailedError(
+        f"job '{plan.job_name}' failed: the rescaled attempt could not start: "
+        f"{type(error).__name__}: {error}",
+        reason=FailureReason.INTERNAL,
+    )
+    failure.__cause__ = error
+    return failure
 
 
 def _span_the_run(

@@ -69,6 +69,9 @@ class JobView(Protocol):
     def checkpoints(self) -> list[Any]: ...
     def watermarks(self) -> list[Any]: ...
     def exceptions(self) -> list[dict[str, Any]]: ...
+    def parallelism(self) -> dict[str, int]: ...
+    def rescales(self) -> list[Any]: ...
+    def autoscaling(self) -> dict[str, Any] | None: ...
     def progress(self) -> dict[str, Any]: ...
     def trigger_savepoint(self, path: str, timeout: float | None = None) -> str: ...
     def stop_with_savepoint(
@@ -248,6 +251,13 @@ class JobApi:
     def exceptions(self) -> dict[str, Any]:
         return {"exceptions": self.client.exceptions()}
 
+    def rescales(self) -> dict[str, Any]:
+        return {
+            "parallelism": self.client.parallelism(),
+            "autoscaling": self.client.autoscaling(),
+            "rescales": [d.as_dict() for d in self.client.rescales()],
+        }
+
     def reader(self, read: Callable[[], Any]) -> Callable[[Request], Awaitable[Response]]:
         """A GET endpoint of the job answering ``read()`` (run in a worker thread)."""
 
@@ -349,6 +359,7 @@ class JobApi:
             Route(f"{job}/checkpoints", self.reader(self.checkpoints), methods=["GET"]),
             Route(f"{job}/watermarks", self.reader(self.watermarks), methods=["GET"]),
             Route(f"{job}/exceptions", self.reader(self.exceptions), methods=["GET"]),
+            Route(f"{job}/rescales", self.reader(self.rescales), methods=["GET"]),
             Route(f"{job}/progress", self.reader(self.client.progress), methods=["GET"]),
             Route(f"{job}/savepoints", self.savepoint, methods=["POST"]),
             Route(f"{job}/stop", self.stop, methods=["POST"]),

@@ -234,6 +234,34 @@ SCHEMAS: dict[str, Any] = {
             }
         }
     ),
+    "Rescales": _obj(
+        {
+            # operator uid -> its parallelism now
+            "parallelism": {"type": "object", "additionalProperties": INT},
+            "autoscaling": _nullable({"type": "object"}),
+            "rescales": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": INT,
+                        "time": NUM,
+                        "direction": STR,
+                        "old": {"type": "object", "additionalProperties": INT},
+                        "new": {"type": "object", "additionalProperties": INT},
+                        "reason": STR,
+                        "status": {
+                            "type": "string",
+                            "enum": ["in progress", "applied", "failed", "rolled back"],
+                        },
+                        "savepoint": _nullable(STR),
+                        "error": _nullable(STR),
+                        "duration_ms": _nullable(NUM),
+                        "evaluation": {"type": "array", "items": {"type": "object"}},
+                    }
+                ),
+            },
+        }
+    ),
     "Exceptions": _obj(
         {
             "exceptions": {
@@ -378,6 +406,10 @@ _DOCUMENT: dict[str, Any] = {
             "Each operator subtask's watermark and what holds it back.", "Watermarks"
         ),
         "/api/v1/jobs/{id}/exceptions": _get("Failures so far, with tracebacks.", "Exceptions"),
+        "/api/v1/jobs/{id}/rescales": _get(
+            "Each operator's parallelism now, the autoscaler's settings and its decisions.",
+            "Rescales",
+        ),
         "/api/v1/jobs/{id}/progress": _get("A progress summary.", "Progress"),
         "/api/v1/jobs/{id}/savepoints": _post(
             "Take a savepoint into 'path'; the job goes on.",

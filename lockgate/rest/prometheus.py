@@ -30,7 +30,8 @@ Per job: ``lockgate_job_status`` (1 for the current ``status`` label, 0 for the
 others), ``lockgate_job_restarts_total``, ``lockgate_job_uptime_seconds``,
 ``lockgate_job_checkpoints_completed_total``, ``lockgate_job_checkpoints_failed_total``,
 ``lockgate_job_checkpoints_in_progress``, ``lockgate_job_last_checkpoint_duration_seconds``,
-``lockgate_job_last_checkpoint_size_bytes``, ``lockgate_job_last_checkpoint_id``.
+``lockgate_job_last_checkpoint_size_bytes``, ``lockgate_job_last_checkpoint_id``,
+``lockgate_job_rescales_total`` (the autoscaler's rescales, by ``status``).
 """
 
 from __future__ import annotations
@@ -203,6 +204,19 @@ class JobCollector(Collector):
         )
         restarts.add_metric(job, float(summary.get("restarts") or 0))
         yield restarts
+        rescales_of = getattr(self._client, "rescales", None)
+        if rescales_of is not None:
+            rescales = CounterMetricFamily(
+                "lockgate_job_rescales",
+                "The autoscaler's rescales so far, by how they ended.",
+                labels=[*labels, "status"],
+            )
+            by: dict[str, int] = {}
+            for d in rescales_of():
+                by[d.status] = by.get(d.status, 0) + 1
+            for name in ("in progress", "applied", "failed", "rolled back"):
+                rescales.add_metric([*job, name], float(by.get(name, 0)))
+            yield rescales
         uptime = GaugeMetricFamily(
             "lockgate_job_uptime_seconds", "Seconds since the job started.", labels=labels
         )

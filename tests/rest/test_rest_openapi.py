@@ -32,6 +32,7 @@ def test_the_document_is_a_valid_openapi_3_document() -> None:
         "GET /api/v1/jobs/{id}/exceptions",
         "GET /api/v1/jobs/{id}/metrics",
         "GET /api/v1/jobs/{id}/progress",
+        "GET /api/v1/jobs/{id}/rescales",
         "GET /api/v1/jobs/{id}/watermarks",
         "GET /metrics",
         "POST /api/v1/jobs/{id}/cancel",
@@ -125,7 +126,7 @@ def test_schemathesis_finds_the_api_as_its_document_says(
                 # cancel has no body: check it on unknown ids only (404), the job runs on
                 _check(operation, schemathesis.GenerationMode.POSITIVE, client.rest_url, headers)
             checked.append(operation.label)
-        assert len(checked) == 11
+        assert len(checked) == 12
         assert client.running, "a generated request stopped the job"
         assert not list(cwd.iterdir()), "a generated request wrote a savepoint"
     finally:

@@ -157,6 +157,11 @@ class SparkExecutor(BaseExecutor):
         pids = sc.parallelize(range(n), n).barrier().mapPartitions(warm_worker).collect()
         return sorted(pids)
 
+    def slot_capacity(self) -> int:
+        """How many slots (tasks at once) the Spark application offers now: the highest
+        parallelism a job (and the autoscaler) can use."""
+        return task_slots(self.spark.sparkContext)
+
     def _ship(self, sc: Any) -> None:
         """Ship the lockgate package to ``sc``'s executors (:func:`.packaging.ship_lockgate`),
         at most once per SparkExecutor, and not at all when ``ship_package`` is off."""

@@ -83,7 +83,7 @@ def watch_attempt(
     failure (a coordinator's, a slot's report, Spark's error, slots not started)."""
     submitted = time.monotonic()
     while True:
-        if handle.cancel_requested.is_set():
+        if handle.stopping:  # a cancel, or a rescale
             raise CancelRequested()
         if gateway.job_error is not None:
             raise checkpoint_failure(plan.job_name, gateway.job_error) from gateway.job_error

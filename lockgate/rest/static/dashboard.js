@@ -544,6 +544,22 @@
     replaceChildren($("latency-table").tBodies[0], ...rows);
   }
 
+  function renderRescales(data) {
+    // the autoscaler's settings and decisions (GET /rescales, docs/scale.md)
+    const settings = data.autoscaling;
+    $("autoscaling").textContent = settings ? "Autoscaling: " + settings.describe : "This job does not autoscale.";
+    const changes = (d) => Object.keys(d.new).filter((u) => d.new[u] !== d.old[u]).map((u) => u + " " + d.old[u] + " → " + d.new[u]).join(", ");
+    const rows = (data.rescales || []).slice().reverse().map((d) => el("tr", { "data-id": d.id, "data-status": d.status },
+      el("td", { class: "num", text: d.id }),
+      el("td", { text: clock(d.time) }),
+      el("td", { text: d.direction + ": " + changes(d) }),
+      el("td", { text: d.status + (d.duration_ms !== null && d.duration_ms !== undefined ? " in " + latencyText(d.duration_ms) : "") + (d.error ? " (" + d.error + ")" : "") }),
+      el("td", { text: d.reason }),
+    ));
+    if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 5, class: "empty", text: "No rescale yet." })));
+    replaceChildren($("rescale-table").tBodies[0], ...rows);
+  }
+
   function renderExceptions(list, job) {
     const box = $("exceptions");
     const restarts = job && job.restarts ? job.restarts : 0;
@@ -588,7 +604,7 @@
       state.jobId = pickJob(jobs);
       renderJobs(jobs);
       const id = encodeURIComponent(state.jobId);
-      const names = ["", "/metrics", "/checkpoints", "/watermarks", "/exceptions", "/progress"];
+      const names = ["", "/metrics", "/checkpoints", "/watermarks", "/exceptions", "/progress", "/rescales"];
       const results = await Promise.allSettled(names.map((n) => api("GET", "jobs/" + id + n)));
       const ok = (i) => (results[i].status === "fulfilled" ? results[i].value : null);
       for (const r of results) if (r.status === "rejected") errors.push(r.reason.message);
@@ -610,6 +626,7 @@
       if (ok(3)) renderWatermarks(ok(3).watermarks || [], metrics);
       if (ok(4)) renderExceptions(ok(4).exceptions || [], job);
       renderProgress(ok(5));
+      if (ok(6)) renderRescales(ok(6));
       $("updated").textContent = "updated " + new Date().toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
     } catch (e) {
       if (e.status === 401) {

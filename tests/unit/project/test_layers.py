@@ -65,6 +65,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("recovery", ["lockgate.recovery"]),
     ("savepoint", ["lockgate.savepoint"]),
     ("executor", ["lockgate.executor"]),
+    # the autoscaler's rule and driver loop (the API carries its decisions out)
+    ("autoscaling", ["lockgate.autoscaling"]),
     # the REST API, Prometheus /metrics and the dashboard a JobClient serves
     ("rest", ["lockgate.rest"]),
     ("api", ["lockgate.api"]),
