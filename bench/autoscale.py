@@ -289,11 +289,19 @@ def summarize(executor_name: str, args: argparse.Namespace, phases: list[tuple[i
             "steady_latency_ms": percentiles(steady), "steady_records": len(steady),
         })  # fmt: skip
         start_s = end_s
+    series: dict[int, list[float]] = {}
+    for s, r, _, _ in rows:
+        series.setdefault(int((s - t0_ns) // 10_000_000_000), []).append((r - s) / 1e6)
     return {
         "bench": "autoscale",
         "executor": executor_name,
         "cores": os.cpu_count(),
         "phases": out_phases,
+        # by send time, 10 s windows: start (s), records, p50 and p99 latency (ms)
+        "series": [
+            {"t_s": w * 10, "n": len(v), **{k: percentiles(v)[k] for k in ("p50", "p99")}}
+            for w, v in sorted(series.items())
+        ],
         "rescales": [
             {
                 "t_s": round(d.time - t0_ns / 1e9, 1),

@@ -12,7 +12,11 @@ Figures per case: ``startup_s`` (``execute_async`` until every slot registered: 
 only), ``first_checkpoint_s`` (until the first checkpoint completed), the completed
 checkpoints' duration p50/p99 and alignment p50 (the slowest subtask's), and, on Spark,
 per slot (sampled once while the job runs): its data-plane TCP connections (to or from
-a slot's data-plane port), every TCP connection, open file descriptors and RSS; beside
+a slot's data-plane port), every TCP connection, open file descriptors and memory (RSS,
+PSS and USS: a slot forked from Spark's worker daemon shares the daemon's imports, which
+RSS counts in full, PSS as a share and USS not at all); with ``--idle`` the source does
+not end: once every record went through and three more checkpoints completed, the same
+figures again (``idle_...``: an idle slot holding the job's state), then a cancel; beside
 them ``per_channel_sockets``: the sockets per slot the per-channel PUSH/PULL design
 opened for the same job (4 for every network channel a slot's subtasks consume or
 produce). Usage:
@@ -50,9 +54,11 @@ class Count(lg.KeyedProcessFunction):
         yield c
 
 
-def build(env: lg.StreamEnvironment, records: int, rate: float) -> None:
+def build(env: lg.StreamEnvironment, records: int, rate: float, bounded: bool = True) -> None:
     (
-        env.from_source(SequenceSource(0, records, rows_per_second=rate), name="numbers")
+        env.from_source(
+            SequenceSource(0, records, rows_per_second=rate, bounded=bounded), name="numbers"
+        )
         .map(throughput.to_row, name="rows")
         .key_by(throughput.key_of)
         .process(throughput.RunningSum(), name="sums")
@@ -122,6 +128,7 @@ def slot_figures(executor: Any) -> dict[str, Any]:
             table = [row for row in _tcp_table(pid) if row[2] in inodes]
             with open(f"/proc/{pid}/status") as f:
                 rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+            memory = _smaps_rollup(pid)
         except (OSError, StopIteration):  # the slot's process ended meanwhile
             continue
         data = [r for r in table if r[0] == ports.get(slot) or r[1] in data_ports]
@@ -132,6 +139,9 @@ def slot_figures(executor: Any) -> dict[str, Any]:
                 "tcp": len(table),
                 "fds": fds,
                 "rss_mb": rss_kb // 1024,
+                # proportional (shared pages split among their sharers) and private
+                "pss_mb": memory["Pss"] // 1024,
+                "uss_mb": (memory["Private_Clean"] + memory["Private_Dirty"]) // 1024,
             }
         )
     if not per_slot:
@@ -143,7 +153,31 @@ def slot_figures(executor: Any) -> dict[str, Any]:
         "fds_per_slot_max": max(s["fds"] for s in per_slot),
         "rss_mb_per_slot_median": statistics.median(s["rss_mb"] for s in per_slot),
         "rss_mb_per_slot_max": max(s["rss_mb"] for s in per_slot),
+        "pss_mb_per_slot_median": statistics.median(s["pss_mb"] for s in per_slot),
+        "uss_mb_per_slot_median": statistics.median(s["uss_mb"] for s in per_slot),
+        "uss_mb_per_slot_max": max(s["uss_mb"] for s in per_slot),
     }
+
+
+def _smaps_rollup(pid: int) -> dict[str, int]:
+    """A process's memory totals in kB (``/proc/<pid>/smaps_rollup``): ``Pss`` counts
+    each shared page as its share, ``Private_*`` the pages only this process has. A
+    slot forked from Spark's worker daemon shares the daemon's imports (copy-on-write),
+    which its RSS counts in full."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                out[parts[0][:-1]] = int(parts[1])
+    return out
+
+
+def _sources_done(client: Any) -> int:
+    """Records the sources emitted so far."""
+    return sum(
+        int(o["records_out"]) for o in client.metrics()["operators"] if o["name"] == "numbers"
+    )
 
 
 def per_channel_sockets(plan: Any) -> int:
@@ -158,13 +192,15 @@ def per_channel_sockets(plan: Any) -> int:
     return 2 * max(ends.values(), default=0)
 
 
-def run_case(executor_name: str, p: int, records: int, rate: float, interval_ms: int) -> None:
+def run_case(
+    executor_name: str, p: int, records: int, rate: float, interval_ms: int, idle: bool = False
+) -> None:
     # Spark's workers cannot import bench/: the pipeline pieces travel by value
     cloudpickle.register_pickle_by_value(throughput)
     env = lg.StreamEnvironment(parallelism=p)
     env.enable_checkpointing(interval_ms)
     env.checkpoint_config.storage = tempfile.mkdtemp(prefix="lockgate-scale-")
-    build(env, records, rate)
+    build(env, records, rate, bounded=not idle)
     plan = env.get_execution_plan("scale")
     if executor_name == "spark":
         from lockgate.executor.spark import SparkExecutor
@@ -178,7 +214,9 @@ def run_case(executor_name: str, p: int, records: int, rate: float, interval_ms:
     client = env.execute_async(f"scale p{p}", executor=executor)
     startup_s = None
     figures: dict[str, Any] = {}
+    idle_figures: dict[str, Any] = {}
     first_checkpoint_s = None
+    idle_since: int | None = None
     while not client.done():
         if startup_s is None and executor_name == "spark" and executor.running.is_set():
             startup_s = round(time.monotonic() - started, 2)
@@ -188,6 +226,15 @@ def run_case(executor_name: str, p: int, records: int, rate: float, interval_ms:
             first_checkpoint_s = round(time.monotonic() - started, 2)
             if executor_name == "spark":
                 figures = slot_figures(executor)
+        if idle and executor_name == "spark" and not idle_figures:
+            # unbounded: once every record went through and 3 more checkpoints completed,
+            # the slots are idle with the job's state: sample them, then stop
+            done = sum(c.status == "completed" for c in client.checkpoints())
+            if idle_since is None and _sources_done(client) >= records:
+                idle_since = done
+            if idle_since is not None and done >= idle_since + 3:
+                idle_figures = {f"idle_{k}": v for k, v in slot_figures(executor).items()}
+                client.cancel()
         try:
             client.wait(0.05)
         except TimeoutError:
@@ -215,6 +262,7 @@ def run_case(executor_name: str, p: int, records: int, rate: float, interval_ms:
                 "checkpoint_ms_p99": percentile(durations, 0.99),
                 "alignment_ms_p50": percentile(alignments, 0.5),
                 **figures,
+                **idle_figures,
                 "per_channel_sockets": per_channel_sockets(plan),
                 "cores": os.cpu_count(),
             }
@@ -232,10 +280,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--rate", type=float, default=20_000)
     ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--idle", action="store_true", help="also sample the slots idle (Spark)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        run_case(args.executor, args.one, args.records, args.rate, args.interval_ms)
+        run_case(args.executor, args.one, args.records, args.rate, args.interval_ms, args.idle)
         return
     for p in (int(x) for x in args.parallelism.split(",")):
         subprocess.run(
@@ -252,6 +301,7 @@ def main() -> None:
                 str(args.interval_ms),
                 "--one",
                 str(p),
+                *(["--idle"] if args.idle else []),
             ],
             check=False,
         )

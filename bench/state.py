@@ -117,8 +117,15 @@ each over a million keys, cache misses that do not overlap), so the columnar Roc
 cache is faster than the heap backend for them.
 
 Usage:
-    python bench/state.py [--cases updates,batched,operator,many_keys,rolling,checkpoints] [--keys N] [--updates N]
-                          [--batch N] [--changed FRACTION] [--repeat K] [--cache-entries N]
+large        a large RocksDB state (``--large-keys``, default 100 million keys of
+             ``--value-bytes`` random bytes: about 10 GB) checkpointed (full and
+             incremental) and restored from a local folder and, with ``--s3-keys``,
+             from S3 (moto), with and without task-local recovery: see
+             ``bench/state_large.py``.
+
+    python bench/state.py [--cases updates,batched,operator,many_keys,rolling,checkpoints,large]
+                          [--keys N] [--updates N] [--batch N] [--changed FRACTION] [--repeat K]
+                          [--cache-entries N] [--large-keys N] [--value-bytes B] [--s3-keys N]
 """
 
 from __future__ import annotations
@@ -597,6 +604,11 @@ def main() -> None:
     ap.add_argument("--changed", type=float, default=0.01)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--local-dir", default=tempfile.gettempdir())
+    ap.add_argument("--large-keys", type=int, default=100_000_000, help="the large case's keys")
+    ap.add_argument("--value-bytes", type=int, default=80, help="the large case's value size")
+    ap.add_argument(
+        "--s3-keys", type=int, default=0, help="the large case on S3 (moto) with this many keys"
+    )
     ap.add_argument(
         "--cache-entries",
         type=int,
@@ -628,6 +640,13 @@ def main() -> None:
         print(json.dumps(checkpoints_case(args.keys, args.changed, args.local_dir)), flush=True)
     if "typed" in cases:
         for line in typed_cases(args.keys, args.repeat, args.local_dir):
+            print(json.dumps(line), flush=True)
+    if "large" in cases:
+        from state_large import large_cases  # bench/ is on the path
+
+        for line in large_cases(
+            args.large_keys, args.value_bytes, args.changed, args.local_dir, args.s3_keys
+        ):
             print(json.dumps(line), flush=True)
 
 

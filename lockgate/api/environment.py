@@ -167,12 +167,12 @@ class StreamEnvironment:
 
     def autoscaling(
         self,
+        *,
         min_parallelism: int = 1,
         max_parallelism: int | None = None,
         target_utilization: float = 0.7,
         stabilization: Duration = timedelta(minutes=1),
         scale_down_delay: Duration = timedelta(minutes=5),
-        *,
         metrics_window: Duration | None = None,
         utilization_boundary: float = 0.3,
         catch_up: Duration = timedelta(minutes=5),

@@ -169,16 +169,17 @@ class JobClient:
         return self._decisions.all()
 
     def _savepoint_then(self, path: str, then: Any) -> str:
-        """A savepoint into ``path`` with periodic checkpoints stopped, then
-        ``then(location)`` before they could resume; they resume if either fails (and
-        the error is raised). The autoscaler's rescales stop the job in ``then``."""
+        """A savepoint into ``path`` with periodic checkpoints stopped (one that stops
+        nothing: it commits nothing), then ``then(storage, savepoint id, location)``
+        before they could resume; they resume if either fails (and the error is raised).
+        The autoscaler's rescales stop the job in ``then``."""
         check_savepoint_target(path)
         with self._savepoint_lock:
             coordinator = self._running_coordinator(TRIGGER_RETRY_S)
             coordinator.stop_periodic()
             try:
-                _, location = self._savepoint(coordinator, path, None)
-                then(location)
+                savepoint_id, location = self._savepoint(coordinator, path, None)
+                then(coordinator.storage, savepoint_id, location)
             except BaseException:
                 if not coordinator.is_shut_down:
                     coordinator.start()
@@ -482,7 +483,7 @@ class JobClient:
             coordinator.stop_periodic()
             try:
                 savepoint_id, location = self._savepoint(
-                    coordinator, path, _left(deadline), drain=drain
+                    coordinator, path, _left(deadline), drain=drain, stop=True
                 )
             except BaseException:
                 if not coordinator.is_shut_down:
@@ -552,7 +553,13 @@ class JobClient:
         return coordinator
 
     def _savepoint(
-        self, coordinator: Any, path: str, timeout: float | None, *, drain: bool = False
+        self,
+        coordinator: Any,
+        path: str,
+        timeout: float | None,
+        *,
+        drain: bool = False,
+        stop: bool = False,
     ) -> tuple[int, str]:
         """Trigger a savepoint, wait for it and publish it into ``path``: its checkpoint
         id and its location."""
@@ -560,7 +567,7 @@ class JobClient:
         # checkpoint in the way is waited for, as long as the timeout allows
         deadline = time.monotonic() + (TRIGGER_RETRY_S if timeout is None else timeout)
         while True:
-            result = coordinator.trigger_checkpoint(savepoint=True, drain=drain)
+            result = coordinator.trigger_checkpoint(savepoint=True, drain=drain, stop=stop)
             if not isinstance(result, CheckpointFailureReason):
                 break
             if (

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core.partitioners import RebalancePartitioning
+from ..errors import ConfigurationError
 from ..graph.execution_plan import ExecutionPlan, build_execution_plan
 from ..graph.job_graph import build_job_graph
 from ..graph.transformations import Kind, Transformation
@@ -47,9 +49,30 @@ class Replanner:
         keep the base plan's)."""
         current = {op.uid: v.parallelism for v in self.base.vertices for op in v.operators}
         current.update(parallelism_of)
+        # edges rebalanced because their ends' parallelism differed stay rebalanced, so
+        # the chains (the vertices) stay what they were
+        rebalanced = {
+            (e.source_operator, e.target_operator, e.side_tag)
+            for e in self.base.edges.values()
+            if isinstance(e.partitioning, RebalancePartitioning)
+        }
         graph = build_job_graph(
-            self._order, self._default, self._max, self._chaining, parallelism_of=current
+            self._order,
+            self._default,
+            self._max,
+            self._chaining,
+            parallelism_of=current,
+            rebalanced=rebalanced,
         )
+        for uid, limit in self._source_limits.items():
+            if current.get(uid, 1) > limit:
+                raise ConfigurationError(
+                    f"source '{uid}' can have at most {limit} subtasks, not {current[uid]}"
+                )
+        if [v.id for v in graph.vertices] != [v.id for v in self.base.vertices]:
+            raise ConfigurationError(
+                "the job's chains would change at that parallelism; a rescale keeps them"
+            )
         base = self.base
         plan = build_execution_plan(base.job_name, graph, base.config, base.checkpoint)
         plan.restart_strategy = base.restart_strategy

@@ -29,6 +29,7 @@ from ..autoscaling.decisions import APPLIED, FAILED, ROLLED_BACK, DecisionLog, R
 from ..checkpoint.savepoints import new_savepoint_folder
 from ..job.handle import JobHandle, RescaleRequest
 from .replanning import Replanner
+from .resume import record_stop_with_savepoint
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,11 @@ RUNNING_WAIT_S = 300.0
 #: the pace of that wait (a bounded poll of the job handle)
 POLL_S = 0.05
 
-SavepointThen = Callable[[str, Callable[[str], None]], str]
+SavepointThen = Callable[[str, Callable[[Any, int, str], None]], str]
+
+
+class RescaleRefused(Exception):
+    """The job could not be stopped for a rescale (see the message)."""
 
 
 class Rescaler:
@@ -85,24 +90,37 @@ class Rescaler:
             if target.get(v.id, v.parallelism) != v.parallelism
         )
 
-        def stop_for_rescale(location: str) -> None:
+        def stop_for_rescale(storage: Any, savepoint_id: int, location: str) -> None:
             spec = self._replanner.restore_spec(new_plan, location)
             self._decisions.update(decision, savepoint=location)
-            self._handle.request_rescale(
-                RescaleRequest(
-                    new_plan,
-                    spec,
-                    describe,
-                    rolled_back=lambda error: self._decisions.update(
-                        decision, status=ROLLED_BACK, error=error
-                    ),
-                )
+
+            def begun() -> None:
+                # the rescaled attempt restores the savepoint (and commits its
+                # transactions): a rerun of the job on this storage resumes there too,
+                # until a newer checkpoint completes (M-C8)
+                record_stop_with_savepoint(storage, self.job_name, savepoint_id, location)
+
+            request = RescaleRequest(
+                new_plan,
+                spec,
+                describe,
+                rolled_back=lambda error: self._decisions.update(
+                    decision, status=ROLLED_BACK, error=error
+                ),
+                dropped=lambda why: self._failed(decision, f"not carried out: {why}"),
+                begun=begun,
             )
+            if not self._handle.request_rescale(request):
+                raise RescaleRefused(
+                    "no attempt was running to stop (it ended, restarts, or the job is "
+                    "being cancelled or stopped)"
+                )
 
         try:
             self._savepoint_then(rescale_folder(plan, self.job_name), stop_for_rescale)
         except Exception as e:  # noqa: BLE001 - the job goes on as it was
-            self._failed(decision, f"the savepoint for the rescale failed: {e}")
+            what = str(e) if isinstance(e, RescaleRefused) else f"the savepoint failed: {e}"
+            self._failed(decision, what)
             return
         self._await_running(new_plan, decision, started)
 
@@ -110,7 +128,7 @@ class Rescaler:
         deadline = started + RUNNING_WAIT_S
         while time.monotonic() < deadline and not self._done():
             current = self._handle.plan
-            if decision.status == ROLLED_BACK:
+            if decision.status in (ROLLED_BACK, FAILED):
                 return
             if (
                 current is not None
@@ -130,6 +148,8 @@ class Rescaler:
             time.sleep(POLL_S)  # a bounded poll of the handle: the attempt has no event
 
     def _failed(self, decision: RescaleDecision, error: str) -> None:
+        if decision.status == FAILED:
+            return
         self._decisions.update(decision, status=FAILED, error=error)
         log.warning(
             "autoscaler of job %r: rescale %d failed, the job goes on as it was: %s",

@@ -209,8 +209,10 @@ class Autoscaler:
 
 
 def _align(shapes: list[VertexShape], target: dict[int, int]) -> None:
-    """Forward-connected vertices get the largest target of their group."""
+    """Forward-connected vertices get the largest target of their group, at most the
+    smallest upper bound of the group."""
     peers = {s.id: s.forward_peers for s in shapes}
+    bound = {s.id: s.upper_bound for s in shapes}
     for s in shapes:
         group, todo = set(), [s.id]
         while todo:
@@ -218,6 +220,6 @@ def _align(shapes: list[VertexShape], target: dict[int, int]) -> None:
             if v not in group:
                 group.add(v)
                 todo.extend(peers.get(v, ()))
-        top = max(target[v] for v in group)
+        top = min(max(target[v] for v in group), min(bound[v] for v in group))
         for v in group:
             target[v] = top

@@ -11,14 +11,17 @@ For each vertex, in topological order:
   vertex, what its upstream vertices must take, times their observed output/input
   ratios, summed over its inputs;
 * **what one subtask can process**: the records/s it takes while busy, i.e. its input
-  rate over its busy share (busy excludes idle and backpressured time; a busy share
-  under 5 % is taken as 5 %, which errs towards more parallelism);
+  rate over the busy share of its busiest subtask (Flink's default busy-time
+  aggregator, MAX: a hot key is not averaged away; busy excludes idle and backpressured
+  time; a share under 5 % is taken as 5 %, which errs towards more parallelism);
 * **its utilization** at that rate: the rate it must take over what its subtasks can
   process. Within ``target ± boundary`` the vertex keeps its parallelism; outside,
-  it wants ``ceil(rate / (per-subtask capacity × target))``, within its bounds.
+  it wants ``ceil((rate / target + catch-up rate) / per-subtask capacity)``: the
+  steady rate at the target utilization, plus a source backlog's catch-up at full
+  speed (as Flink's autoscaler adds it), within its bounds.
 
 Vertices joined by a pointwise (forward) edge must keep equal parallelism: each such
-group takes the largest its members want.
+group takes the largest its members want, at most the smallest of their bounds.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class VertexRates:
     rate_in: float
     #: records/s out of its tail operator
     rate_out: float
-    #: the average busy share of its subtasks, 0..1 (None: unknown)
+    #: the busy share of its busiest subtask, 0..1 (averaged over the window; None:
+    #: unknown)
     busy: float | None
     #: records behind the end of its input now, for a source that knows (else None)
     backlog: float | None = None
@@ -119,22 +123,23 @@ def evaluate(
     if any(s.id not in rates for s in shapes):
         return None
     target: dict[int, float] = {}
+    catch_up: dict[int, float] = {}
     out = Evaluation()
     for shape in shapes:
         r = rates[shape.id]
         if shape.is_source:
             rate = max(0.0, r.rate_in + r.backlog_growth)
-            if r.backlog:
-                rate += r.backlog / (config.catch_up_ms / 1000.0)
+            extra = r.backlog / (config.catch_up_ms / 1000.0) if r.backlog else 0.0
         else:
-            rate = 0.0
+            rate = extra = 0.0
             for up in shape.inputs:
                 ur = rates[up]
                 ratio = ur.rate_out / ur.rate_in if ur.rate_in > 0 else 0.0
                 rate += target[up] * ratio
-        target[shape.id] = rate
-        out.vertices[shape.id] = _vertex(shape, r, rate, config)
-    _align_forward_groups(shapes, out)
+                extra += catch_up[up] * ratio
+        target[shape.id], catch_up[shape.id] = rate, extra
+        out.vertices[shape.id] = _vertex(shape, r, rate, extra, config)
+    _align_forward_groups(shapes, out, config)
     return out
 
 
@@ -147,10 +152,11 @@ def _bounds(shape: VertexShape, config: AutoscalingConfig) -> tuple[int, int]:
 
 
 def _vertex(
-    shape: VertexShape, r: VertexRates, rate: float, config: AutoscalingConfig
+    shape: VertexShape, r: VertexRates, steady: float, extra: float, config: AutoscalingConfig
 ) -> VertexEvaluation:
     low, high = _bounds(shape, config)
     current = shape.parallelism
+    rate = steady + extra
     ev = VertexEvaluation(
         vertex=shape.id,
         name=shape.name,
@@ -184,10 +190,12 @@ def _vertex(
     if lo_band <= utilization <= hi_band:
         ev.reason = f"utilization {utilization:.2f} within {max(0.0, lo_band):.2f}..{hi_band:.2f}: unchanged"
         return _clamped(ev, low, high)
-    ev.wanted = max(1, math.ceil(rate / (capacity * config.target_utilization) - 1e-9))
+    needed = steady / config.target_utilization + extra
+    ev.wanted = max(1, math.ceil(needed / capacity - 1e-9))
+    backlog = f" ({extra:,.0f}/s of it to catch up a backlog)" if extra else ""
     ev.reason = (
-        f"takes {rate:,.0f} records/s, a subtask processes {capacity:,.0f}/s when busy: "
-        f"utilization {utilization:.2f} at {current}, "
+        f"takes {rate:,.0f} records/s{backlog}, a subtask processes {capacity:,.0f}/s when "
+        f"busy: utilization {utilization:.2f} at {current}, "
         f"{config.target_utilization:g} at {ev.wanted}"
     )
     return _clamped(ev, low, high)
@@ -201,9 +209,13 @@ def _clamped(ev: VertexEvaluation, low: int, high: int) -> VertexEvaluation:
     return ev
 
 
-def _align_forward_groups(shapes: list[VertexShape], out: Evaluation) -> None:
-    """Give every vertex of a forward-connected group the largest parallelism wanted."""
+def _align_forward_groups(
+    shapes: list[VertexShape], out: Evaluation, config: AutoscalingConfig
+) -> None:
+    """Give every vertex of a forward-connected group the largest parallelism wanted,
+    at most the smallest bound of the group."""
     peers = {s.id: set(s.forward_peers) for s in shapes}
+    by_id = {s.id: s for s in shapes}
     seen: set[int] = set()
     for s in shapes:
         if s.id in seen:
@@ -218,7 +230,10 @@ def _align_forward_groups(shapes: list[VertexShape], out: Evaluation) -> None:
         seen |= group
         if len(group) == 1:
             continue
-        top = max(out.vertices[v].wanted for v in group)
+        top = min(
+            max(out.vertices[v].wanted for v in group),
+            min(_bounds(by_id[v], config)[1] for v in group),
+        )
         for v in group:
             ev = out.vertices[v]
             if ev.wanted != top:

@@ -89,11 +89,16 @@ def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass ove
     default_max_parallelism: int,
     chaining: bool = True,
     parallelism_of: dict[str, int] | None = None,
+    rebalanced: set[tuple[int, int, str | None]] | None = None,
 ) -> JobGraph:
     """``order`` lists transformations inputs-first (see ``transformations.walk``).
     ``parallelism_of``: operator uid -> parallelism, overriding the transformations'
-    own (a rescale: every operator of a chain gets the same, so the chains stay)."""
+    own (a rescale: every operator of a chain gets the same, so the chains stay).
+    ``rebalanced``: (source node, target node, side tag) of edges without an explicit
+    partitioning that stay rebalanced whatever their ends' parallelism (a rescale
+    keeps the job's edges and chains as they were)."""
     overrides = parallelism_of or {}
+    kept = rebalanced or set()
     nodes: dict[int, StreamNode] = {}
     for t in order:
         if t.kind.virtual:
@@ -125,6 +130,7 @@ def build_job_graph(  # noqa: C901 (chaining, vertices and edges in one pass ove
                     partitioning = (
                         ForwardPartitioning()
                         if source.parallelism == target.parallelism
+                        and (source_id, t.id, side_tag) not in kept
                         else RebalancePartitioning()
                     )
                 elif partitioning.pointwise and source.parallelism != target.parallelism:

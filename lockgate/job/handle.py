@@ -27,6 +27,10 @@ class RescaleRequest:
     restore: Any
     describe: str
     rolled_back: Callable[[str], None] = lambda error: None
+    #: the request was not carried out (the attempt ended or restarted first)
+    dropped: Callable[[str], None] = lambda why: None
+    #: the loop begins it: the old attempt stopped, the rescaled one restores next
+    begun: Callable[[], None] = lambda: None
 
 
 class JobHandle:
@@ -92,6 +96,11 @@ class JobHandle:
                 self._earlier_checkpoints.extend(_ended(old))
             self._coordinator = coordinator
             self._canceller = canceller
+            # a rescale asked of an attempt that ended before it stopped for it: this
+            # attempt is a restart, not the rescaled one
+            stale, self._rescale = self._rescale, None
+        if stale is not None:
+            stale.dropped("the attempt it was asked of ended before it stopped for it")
         if self.cancel_requested.is_set():
             canceller()
 
@@ -105,14 +114,21 @@ class JobHandle:
         """Whether the running attempt is to stop: a cancel, or a rescale."""
         return self.cancel_requested.is_set() or self._rescale is not None
 
-    def request_rescale(self, request: RescaleRequest) -> None:
+    def request_rescale(self, request: RescaleRequest) -> bool:
         """Stop the running attempt (as a cancel does, but the job goes on): the failover
-        loop then runs ``request.plan`` from ``request.restore``."""
+        loop then runs ``request.plan`` from ``request.restore``. False (nothing done)
+        when no attempt runs, the job is being cancelled or stopped with a savepoint."""
         with self._lock:
-            self._rescale = request
             canceller = self._canceller
-        if canceller is not None:
-            canceller()
+            if (
+                canceller is None
+                or self.cancel_requested.is_set()
+                or self.final_savepoint is not None
+            ):
+                return False
+            self._rescale = request
+        canceller()
+        return True
 
     def take_rescale(self) -> RescaleRequest | None:
         """The pending rescale, once (None: none)."""

@@ -137,6 +137,9 @@ def _run_attempts(
         attempt_plan = copy.copy(plan)
         attempt_plan.restore = restore
         handle.plan = attempt_plan
+        # the executor publishes the attempt's readings once it runs: until then, none
+        # (an attempt failing before would count the last one's twice)
+        handle.metrics = handle.watermarks = None
         if restore is not None:
             log.info("job %r attempt %d restores %s", plan.job_name, attempt, restore.location)
             check_finished_chains(attempt_plan, restore)
@@ -146,22 +149,19 @@ def _run_attempts(
         except Exception as failure:
             if not isinstance(failure, JobFailedError) and not rescales.on_probation:
                 raise  # the job cannot run as configured
-            request = None if handle.cancel_requested.is_set() else handle.take_rescale()
-            if request is not None:  # stopped for a rescale (the stop may look like a failure)
+            request = handle.take_rescale()
+            if rescales.can_begin(plan, request, handle):
+                # stopped for a rescale (the stop may look like a failure)
                 plan, restore = rescales.begin(plan, request, handle, attempt, attempt_started)
                 attempt += 1
                 continue
-            summary = handle.end_attempt(
+            handle.end_attempt(
                 attempt,
                 JobStatus.FAILED,
                 (time.monotonic() - attempt_started) * 1000,
                 error=_first_line(failure),
             )
-            rolled_back = rescales.end_of_failed_attempt(plan, summary, failure)
-            if rolled_back is not None:
-                plan = rolled_back
-            if not isinstance(failure, JobFailedError):
-                failure = _as_job_failure(plan, failure)
+            plan, failure = rescales.after_failure(plan, failure)
             if handle.cancel_requested.is_set():
                 # cancel wins, as in Flink: an attempt failing while it is cancelled (the
                 # failure raced the cancel, or the cancel interrupted it) ends the job
@@ -201,14 +201,12 @@ def _run_attempts(
             backoff.notify_restarted()
             continue
         request = handle.take_rescale()
-        if (
-            request is not None
-            and result.status is JobStatus.CANCELED
-            and not handle.cancel_requested.is_set()
-        ):
+        if result.status is JobStatus.CANCELED and rescales.can_begin(plan, request, handle):
             plan, restore = rescales.begin(plan, request, handle, attempt, attempt_started)
             attempt += 1
             continue
+        if request is not None:
+            request.dropped(f"the job ended ({result.status.value}) first")
         if result.status is JobStatus.FINISHED:
             if restore is not None:
                 _results_of_finished_tasks(attempt_plan, restore, result, handle)
@@ -239,6 +237,23 @@ class _Rescales:
     def on_probation(self) -> bool:
         return self.previous is not None
 
+    def can_begin(self, plan: ExecutionPlan, request: Any, handle: JobHandle) -> bool:
+        """Whether ``request`` (None: none) is to be carried out now; a request that is
+        not is told why. Not when the job is being cancelled or stopped with a
+        savepoint, nor when a checkpoint completed after its savepoint (the savepoint is
+        no longer the newest snapshot: restoring it would repeat output)."""
+        if request is None:
+            return False
+        why = None
+        if handle.cancel_requested.is_set() or handle.final_savepoint is not None:
+            why = "the job is being cancelled or stopped"
+        elif _newest_completed(plan) > request.restore.checkpoint_id:
+            why = "a checkpoint completed after its savepoint"
+        if why is None:
+            return True
+        request.dropped(why)
+        return False
+
     def begin(
         self,
         plan: ExecutionPlan,
@@ -265,17 +280,33 @@ class _Rescales:
         handle.rescale_savepoint = (request.restore.checkpoint_id, request.restore.location)
         self.previous = plan
         self.request = request
+        try:
+            request.begun()  # e.g. a rerun of the job resumes from the savepoint now
+        except Exception:  # bookkeeping only
+            log.exception("recording the start of a rescale failed")
         new_plan: ExecutionPlan = request.plan
         return new_plan, request.restore
 
+    def after_failure(
+        self, plan: ExecutionPlan, failure: BaseException
+    ) -> tuple[ExecutionPlan, JobFailedError]:
+        """The plan the next attempt runs after ``failure`` (the previous one when a
+        rescaled attempt failed before its first checkpoint), and the failure as a
+        ``JobFailedError``."""
+        previous = self.end_of_failed_attempt(plan, failure)
+        plan = previous if previous is not None else plan
+        if not isinstance(failure, JobFailedError):
+            failure = _as_job_failure(plan, failure)
+        return plan, failure
+
     def end_of_failed_attempt(
-        self, plan: ExecutionPlan, summary: Any, failure: BaseException
+        self, plan: ExecutionPlan, failure: BaseException
     ) -> ExecutionPlan | None:
         """The plan to go back to when a rescaled attempt failed before its first
         checkpoint (None: keep ``plan``); probation ends either way."""
         previous, request = self.previous, self.request
         self.previous = self.request = None
-        if previous is None or summary.checkpoints_completed > 0:
+        if previous is None or _newest_completed(plan) > request.restore.checkpoint_id:
             return None
         log.warning(
             "job %r: the rescaled attempt failed before its first checkpoint (%s): back to "
@@ -296,6 +327,17 @@ class _Rescales:
         if point is None or point.checkpoint_id < self.savepoint.checkpoint_id:
             return self.savepoint
         return point
+
+
+def _newest_completed(plan: ExecutionPlan) -> int:
+    """The newest completed checkpoint id in the plan's storage (0: none, or unreadable)."""
+    if not plan.checkpointing:
+        return 0
+    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    try:
+        return max(open_storage(plan.checkpoint.storage).completed_ids(), default=0)
+    except Exception:  # noqa: BLE001 - then nothing is known to be newer
+        return 0
 
 
 def _as_job_failure(plan: ExecutionPlan, error: BaseException) -> JobFailedError:

@@ -71,6 +71,15 @@ class RocksDBStateBackend(StateBackend):
     off (each input batch is read with one multi-get and written with one write batch).
     The database plus the cache always hold exactly the state, so checkpoints and
     savepoints see every write made before them.
+
+    ``local_recovery`` (Flink's ``state.backend.local-recovery``; incremental only): each
+    subtask keeps hard links to the SST files of its last two checkpoints under
+    ``local_dir`` (``lockgate-local-recovery/``), and a restore on the same host (the
+    same operator and subtask, the same checkpoint storage) takes every file whose local
+    copy matches its handle (size, CRC32, HMAC) from there instead of the storage: a
+    restart after a failure does not download the state again
+    (:mod:`lockgate.state.rocksdb.local_copies`). Give a ``local_dir`` that outlives the
+    subtask's process (the default temporary folder does on one host).
     """
 
     name = "rocksdb"
@@ -81,7 +90,18 @@ class RocksDBStateBackend(StateBackend):
         local_dir: str | None = None,
         *,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        local_recovery: bool = False,
     ) -> None:
+        if not isinstance(local_recovery, bool):
+            raise ConfigurationError(
+                f"RocksDBStateBackend(local_recovery=...) must be True or False, got "
+                f"{local_recovery!r}"
+            )
+        if local_recovery and not incremental:
+            raise ConfigurationError(
+                "RocksDBStateBackend(local_recovery=True) keeps local copies of incremental "
+                "checkpoints' files: use it with incremental=True"
+            )
         if not isinstance(incremental, bool):
             raise ConfigurationError(
                 f"RocksDBStateBackend(incremental=...) must be True or False, got {incremental!r}"
@@ -93,6 +113,7 @@ class RocksDBStateBackend(StateBackend):
         self.incremental = incremental
         self.local_dir = local_dir
         self.cache_entries = check_cache_entries(cache_entries, "RocksDBStateBackend")
+        self.local_recovery = local_recovery
 
     def create_keyed_backend(
         self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
@@ -107,12 +128,13 @@ class RocksDBStateBackend(StateBackend):
             local_dir=self.local_dir,
             subtask_index=subtask_index,
             cache_entries=self.cache_entries,
+            local_recovery=self.local_recovery,
         )
 
     def __repr__(self) -> str:
         return (
             f"RocksDBStateBackend(incremental={self.incremental}, "
-            f"cache_entries={self.cache_entries})"
+            f"cache_entries={self.cache_entries}, local_recovery={self.local_recovery})"
         )
 
 

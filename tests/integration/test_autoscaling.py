@@ -17,9 +17,6 @@ operator: subtasks add capacity, on the local executor too) -> exactly-once file
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 import time
 from collections import Counter
 from datetime import timedelta
@@ -31,6 +28,7 @@ import pytest
 import lockgate as lg
 from lockgate.connectors import FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, inject_faults
+from published_files import published
 from rate_controlled import RateControlledSource, set_rate
 
 COST_S = 0.0005
@@ -79,14 +77,6 @@ def build(tmp_path: Any, control: str) -> lg.StreamEnvironment:
         .uid("files")
     )
     return env
-
-
-def published(folder: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for path in glob.glob(os.path.join(folder, "part-*")):
-        with open(path, encoding="utf-8") as f:
-            out.extend(map(json.loads, f))
-    return out
 
 
 def wait_for(client: lg.JobClient, what: str, ok: Any) -> None:

@@ -19,7 +19,6 @@ finished), never after a sleep.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 from datetime import timedelta
@@ -43,19 +42,11 @@ from lockgate.connectors import (
 from lockgate.core.elements import MAX_WATERMARK
 from lockgate.recovery.restore import resolve_restore_path
 from lockgate.testing import InjectedFault
+from published_files import published
 
 SHORT = 300
 LONG_START = 1_000_000
 LONG = 60_000
-
-
-def published(folder: str) -> list[Any]:
-    """Every record of the published part files (hidden in-progress files excluded)."""
-    out: list[Any] = []
-    for path in sorted(glob.glob(os.path.join(folder, "part-*"))):
-        with open(path, encoding="utf-8") as f:
-            out.extend(json.loads(line) for line in f)
-    return out
 
 
 def leftovers(folder: str) -> list[str]:

@@ -14,7 +14,6 @@ records.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ from test_checkpointing import cancel_after_checkpoints, chk_folders
 import lockgate as lg
 from lockgate.connectors import CollectSink, FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, KillWorker, inject_faults, seeded_faults
+from published_files import published
 from running_sums import expected_running_sums
 
 #: values per source split; keys are value // CHUNK, so each key lives in one split
@@ -64,15 +64,6 @@ def key_of(r):
 
 def expected_records(n: int) -> list[dict]:
     return expected_running_sums(n, CHUNK)
-
-
-def published(folder: str) -> list[dict]:
-    """Every record of the published part files (hidden in-progress files excluded)."""
-    records = []
-    for path in sorted(glob.glob(os.path.join(folder, "part-*"))):
-        with open(path, encoding="utf-8") as f:
-            records.extend(json.loads(line) for line in f)
-    return records
 
 
 def by_value(records: list[dict]) -> list[dict]:

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 import lockgate as lg
+from checkpoint_paced import CheckpointPacedSource
+from lockgate.connectors import SequenceSource
 from lockgate.testing import FailAtRecord, inject_faults
 from lockgate.time.watermark_strategy import WatermarkStrategy
 
@@ -60,23 +62,34 @@ def read_sink(folder: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.hang_guard(300)
-@pytest.mark.parametrize("cache_entries", [None, 4], ids=["default-cache", "tiny-cache"])
+@pytest.mark.parametrize(
+    ("cache_entries", "local_recovery"),
+    [(None, False), (4, False), (None, True)],
+    ids=["default-cache", "tiny-cache", "local-recovery"],
+)
 def test_rocksdb_batched_state_survives_a_failure_with_timers_reading_it(
-    executor: Any, tmp_path: Path, cache_entries: int | None
+    executor: Any, tmp_path: Path, cache_entries: int | None, local_recovery: bool
 ) -> None:
-    """With the default write-back cache (which holds every key here) and with one of 4
+    """With the default write-back cache (which holds every key here), with one of 4
     entries (21 (state, key) entries: evictions and write-backs all the time, between
-    and inside batches and timers)."""
+    and inside batches and timers), and with task-local recovery (M-R4): the restarted
+    subtasks take their SST files from their local copies, none from the storage."""
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(100)
     env.checkpoint_config.storage = str(tmp_path / "chk")
-    env.set_state_backend(
-        lg.RocksDBStateBackend(incremental=True)
-        if cache_entries is None
-        else lg.RocksDBStateBackend(incremental=True, cache_entries=cache_entries)
-    )
+    local = tmp_path / "local"
+    if local_recovery:
+        env.set_state_backend(
+            lg.RocksDBStateBackend(incremental=True, local_dir=str(local), local_recovery=True)
+        )
+    else:
+        env.set_state_backend(
+            lg.RocksDBStateBackend(incremental=True)
+            if cache_entries is None
+            else lg.RocksDBStateBackend(incremental=True, cache_entries=cache_entries)
+        )
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=3, delay=0))
-    inject_faults(env, FailAtRecord("counts", record=2500, subtask=0))
+    inject_faults(env, FailAtRecord("counts", record=2500, subtask=0, after_checkpoints=2))
     strategy = (
         WatermarkStrategy.for_bounded_out_of_orderness(20)
         .with_timestamp_assigner("ts")
@@ -84,7 +97,10 @@ def test_rocksdb_batched_state_survives_a_failure_with_timers_reading_it(
     )
     folder = tmp_path / "out"
     (
-        env.from_sequence(0, N)
+        # paced by checkpoints: the failure finds two completed ones to restore from
+        env.from_source(
+            CheckpointPacedSource(SequenceSource(0, N, batch_size=100), 600, end_after=3)
+        )
         .uid("numbers")
         .map(record, name="records")
         .uid("records")
@@ -98,6 +114,10 @@ def test_rocksdb_batched_state_survives_a_failure_with_timers_reading_it(
     )
     result = env.execute("rocksdb batched", executor=executor)
     assert result.attempts == 2, "the injected failure restarted the job once"
+    if local_recovery:
+        restores = [json.loads(p.read_text()) for p in local.rglob("last-restore.json")]
+        assert len(restores) == 2, "both subtasks of 'counts' restored"
+        assert all(r["local"] > 0 and r["storage"] == 0 for r in restores), restores
 
     out = read_sink(folder)
     counts: dict[int, list[dict[str, Any]]] = defaultdict(list)

@@ -17,11 +17,7 @@ and every mark exactly 64 times.
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 from collections import Counter
-from typing import Any
 
 import pytest
 
@@ -29,6 +25,7 @@ import lockgate as lg
 from checkpoint_paced import CheckpointPacedSource
 from lockgate.connectors import FileSink, SequenceSource
 from lockgate.testing import FailAtRecord, inject_faults
+from published_files import published
 
 P = 64
 #: records per source subtask, and per completed checkpoint of an attempt
@@ -55,14 +52,6 @@ class Count(lg.KeyedProcessFunction):
         n = self.count.value() + 1
         self.count.update(n)
         yield {**value, "j": value["v"] % 101, "n": n}
-
-
-def published(folder: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for path in glob.glob(os.path.join(folder, "part-*")):
-        with open(path, encoding="utf-8") as f:
-            out.extend(map(json.loads, f))
-    return out
 
 
 @pytest.mark.hang_guard(600)

@@ -186,6 +186,9 @@ class CheckpointCoordinator:
         self._running: set[TaskKey] = set()
         self._finished: set[TaskKey] = set()
         self._pending: dict[int, PendingCheckpoint] = {}
+        #: savepoints that stop nothing (Flink >= 1.15's intermediate savepoints): their
+        #: completion is not a recovery point, so it commits nothing in the tasks
+        self._intermediate: set[int] = set()
         self._timeouts: dict[int, ScheduledTask] = {}
         self._recently_aborted: OrderedDict[int, None] = OrderedDict()
         self._savepoints: dict[int, str] = {}
@@ -329,15 +332,24 @@ class CheckpointCoordinator:
         forced: bool = False,
         savepoint: bool = False,
         drain: bool = False,
+        stop: bool = False,
     ) -> int | CheckpointFailureReason:
         """Trigger a checkpoint (a savepoint is always forced). Returns its id, or the
         reason it was cancelled or aborted during triggering (M-C1, M-C4).
 
         ``drain`` (savepoints only, ``stop_with_savepoint(drain=True)``): the barrier
         asks every triggered task to end its input first, so the maximum watermark
-        fires every event-time timer and window before the task's snapshot."""
-        if drain and not savepoint:
-            raise ConfigurationError("drain applies to savepoints only")
+        fires every event-time timer and window before the task's snapshot.
+
+        ``stop`` (savepoints only): the job stops after it (``stop_with_savepoint``), so
+        its completion is told to the tasks (their sinks commit) as a checkpoint's is.
+        A savepoint that stops nothing (``trigger_savepoint``, an autoscaler's rescale
+        before its restore) is, as in Flink since 1.15, no recovery point: its
+        completion commits nothing and subsumes no pending checkpoint, so a failure
+        after it restores the newest checkpoint without repeating committed output
+        (M-S1, M-X2); a restore *from* it commits its pending transactions then."""
+        if (drain or stop) and not savepoint:
+            raise ConfigurationError("drain and stop apply to savepoints only")
         forced = forced or savepoint
         with self._lock:
             reason = decide_trigger(self._facts(forced))
@@ -350,6 +362,8 @@ class CheckpointCoordinator:
             timestamp = self._clock.time_ms()
             if savepoint:
                 options = CheckpointOptions(CheckpointType.SAVEPOINT, drain=drain)
+                if not (stop or drain):
+                    self._intermediate.add(checkpoint_id)
             else:
                 options = CheckpointOptions(
                     CheckpointType.CHECKPOINT,
@@ -613,18 +627,24 @@ class CheckpointCoordinator:
         self._last_completion_ms = self._clock.monotonic_ms()
         self._stats.report_completed(stats)
         self._failures.handle_success(checkpoint_id)
-        for older in sorted(i for i in self._pending if i < checkpoint_id):
-            older_pending = self._pending.get(older)
-            if older_pending is not None and older_pending.can_be_subsumed:  # not savepoints
-                self._abort(older_pending, R.SUBSUMED)
-        # FLIP-147: tasks whose newest snapshot before their end of data is older took
-        # this one after it: it is their final checkpoint
-        for task, mark in list(self._awaiting_final.items()):
-            if mark < checkpoint_id:
-                del self._awaiting_final[task]
+        intermediate = checkpoint_id in self._intermediate
+        self._intermediate.discard(checkpoint_id)
+        if not intermediate:
+            for older in sorted(i for i in self._pending if i < checkpoint_id):
+                older_pending = self._pending.get(older)
+                if older_pending is not None and older_pending.can_be_subsumed:  # not savepoints
+                    self._abort(older_pending, R.SUBSUMED)
+            # FLIP-147: tasks whose newest snapshot before their end of data is older took
+            # this one after it: it is their final checkpoint
+            for task, mark in list(self._awaiting_final.items()):
+                if mark < checkpoint_id:
+                    del self._awaiting_final[task]
         self._reschedule_after_completion()
         self._expedite()
         log.debug("checkpoint %d of job %r complete (%s)", checkpoint_id, self.job_name, path)
+        if intermediate:  # no recovery point: commits nothing (see trigger_checkpoint)
+            self._store.discard(subsumed)
+            return completed
         try:
             self._gateway.notify_checkpoint_complete(checkpoint_id)
         except Exception as e:  # noqa: BLE001 - the checkpoint stays complete

@@ -84,6 +84,7 @@ import numpy as np
 from rocksdict import Rdict, WriteBatch
 
 from ...checkpoint.storage import CheckpointStorage
+from ...checkpoint.types import StateHandle
 from ...core.clock import Clock, SystemClock
 from ...core.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from ...errors import ConfigurationError
@@ -106,6 +107,7 @@ from .codec import (
     split_row,
 )
 from .files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
+from .local_copies import LocalCopies
 from .restore import (
     canonical_states,
     download,
@@ -149,7 +151,13 @@ class RocksDBKeyedStateBackend:
         local_dir: str | None = None,
         subtask_index: int = 0,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        local_recovery: bool = False,
     ) -> None:
+        if not isinstance(local_recovery, bool):
+            raise ConfigurationError(
+                f"RocksDBKeyedStateBackend(local_recovery=...) must be True or False, got "
+                f"{local_recovery!r}"
+            )
         if not isinstance(operator_name, str):
             raise ConfigurationError(
                 f"RocksDBKeyedStateBackend needs the operator's name (a str), got {operator_name!r}"
@@ -189,6 +197,10 @@ class RocksDBKeyedStateBackend:
         #: event time for TTL state: the timestamp of the record being processed, or None
         self.current_timestamp: int | None = None
         base = os.path.abspath(os.path.expanduser(local_dir or tempfile.gettempdir()))
+        #: task-local recovery (:mod:`.local_copies`): incremental checkpoints only
+        self.local_recovery = local_recovery and incremental
+        self._local_base = base
+        self._local_copies: LocalCopies | None = None
         name = _UNSAFE.sub("_", operator_name)[:40] or "operator"
         try:
             os.makedirs(base, exist_ok=True)
@@ -616,10 +628,34 @@ class RocksDBKeyedStateBackend:
             expiry=expiry,
             on_release=self._snapshot_released,
             typed=self.typed.freeze(),
+            local_copies=self.local_copies if self.local_recovery else None,
         )
         with self._lock:
             self._outstanding.add(view)
         return view
+
+    def local_copies(self, storage_url: str) -> LocalCopies | None:
+        """The task-local copies of this subtask's SST files for the checkpoint storage
+        ``storage_url`` (None without local recovery, or when the folder cannot be
+        made: checkpoints and restores then use the storage alone)."""
+        if not self.local_recovery:
+            return None
+        copies = self._local_copies
+        if copies is None or copies.storage_url != storage_url:
+            try:
+                copies = LocalCopies(
+                    self._local_base, storage_url, self.operator_name, self.subtask_index
+                )
+            except OSError as e:
+                log.warning(
+                    "operator '%s': no task-local recovery (cannot make its folder in %s: %s)",
+                    self.operator_name,
+                    self._local_base,
+                    e,
+                )
+                return None
+            self._local_copies = copies
+        return copies
 
     def outstanding_snapshots(self) -> int:
         with self._lock:
@@ -690,6 +726,19 @@ class RocksDBKeyedStateBackend:
         ``key_groups``."""
         states = native_states(payload, where)
         folder = self._download(payload, storage, where)
+        copies = self._local_copies
+        sst = payload.get("sst")
+        if copies is not None and isinstance(sst, Mapping):
+            copies.restored([h for h in sst.values() if isinstance(h, StateHandle)])
+            log.info(
+                "operator '%s' subtask %d restored %d of %d SST files from its task-local "
+                "copies, %d from the checkpoint storage",
+                self.operator_name,
+                self.subtask_index,
+                copies.restored_locally,
+                len(sst),
+                copies.restored_remotely,
+            )
         self._db.close()
         shutil.rmtree(self._db_path)
         os.rename(folder, self._db_path)
@@ -707,8 +756,10 @@ class RocksDBKeyedStateBackend:
         self, payload: Mapping[str, Any], storage: CheckpointStorage | None, where: str
     ) -> str:
         folder = os.path.join(self.working_dir, f"restore-{uuid.uuid4().hex}")
+        source = payload_storage(payload, storage, where)
+        copies = self.local_copies(source.url) if self.local_recovery else None
         try:
-            download(payload, payload_storage(payload, storage, where), folder, where)
+            download(payload, source, folder, where, copies)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise

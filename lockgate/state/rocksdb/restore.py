@@ -29,6 +29,7 @@ from ..canonical import (  # noqa: F401 - re-exported for the backend
     snapshot_kind,
 )
 from ..handles import STATE_KINDS
+from .local_copies import LocalCopies
 
 
 def native_states(payload: Mapping[str, Any], where: str) -> dict[str, tuple[str, int]]:
@@ -78,27 +79,41 @@ def payload_storage(
 
 
 def download(
-    payload: Mapping[str, Any], storage: CheckpointStorage, folder: str, where: str
+    payload: Mapping[str, Any],
+    storage: CheckpointStorage,
+    folder: str,
+    where: str,
+    copies: LocalCopies | None = None,
 ) -> None:
     """Write the database of a native payload into the new folder ``folder``: every SST
-    file from ``storage`` (checked against its handle) and the private files."""
+    file from ``storage`` (checked against its handle), or from its task-local copy in
+    ``copies`` when that matches the handle, and the private files."""
     sst = payload.get("sst")
     private = payload.get("private")
     if not isinstance(sst, Mapping) or not isinstance(private, Mapping):
         raise UnsupportedSnapshotFormatError(f"{where} lacks its 'sst' or 'private' files")
     os.makedirs(folder)
+    if copies is not None:
+        copies.start_restore()
     for name, handle in sst.items():
         if not isinstance(handle, StateHandle):
             raise UnsupportedSnapshotFormatError(
                 f"{where}: SST file {name!r} has no state handle (found {handle!r})"
             )
+        _check_name(name)
+        if copies is not None and copies.take(handle, storage, os.path.join(folder, name)):
+            continue
         _write(folder, name, read_shared_file(storage, handle))
     for name, data in private.items():
         _write(folder, name, data)
 
 
-def _write(folder: str, name: str, data: bytes) -> None:
+def _check_name(name: Any) -> None:
     if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
         raise UnsupportedSnapshotFormatError(f"invalid database file name {name!r} in a payload")
+
+
+def _write(folder: str, name: str, data: bytes) -> None:
+    _check_name(name)
     with open(os.path.join(folder, name), "wb") as f:
         f.write(data)

@@ -40,6 +40,7 @@ from .files import (
     rows,
     state_files,
 )
+from .local_copies import LocalCopies
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,11 @@ class RocksDBSnapshot:
         expiry: dict[str, tuple[StateTtlConfig, int]],
         on_release: Callable[[RocksDBSnapshot], None],
         typed: FrozenTypes | None = None,
+        local_copies: Callable[[str], LocalCopies | None] | None = None,
     ) -> None:
         self.operator_name = operator_name
+        #: the task-local copies for a storage URL (None: no local recovery)
+        self._local_copies = local_copies
         self._typed = typed
         self.max_parallelism = max_parallelism
         self.path = path
@@ -207,6 +211,11 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
                     handle = uploader.upload_file(key, full, name)
                 sst[name] = handle
             self._check_released()
+            copies = self._local_copies(uploader.storage.url) if self._local_copies else None
+            if copies is not None:  # task-local recovery: a hard link per SST file
+                for name, handle in sst.items():
+                    copies.keep(handle, os.path.join(self.path, name))
+                copies.snapshot_kept(list(sst.values()))
             span = self._key_group_span()
             return {
                 "format": NATIVE_FORMAT,

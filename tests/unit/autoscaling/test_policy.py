@@ -46,10 +46,12 @@ def test_a_source_backlog_adds_its_growth_and_its_catch_up_rate() -> None:
     }
     ev = evaluate(chain(work_p=1), rates, config)
     assert ev is not None
-    want_in = 1000 + 500 + 20_000 / 10
-    assert ev.vertices[1].target_rate == pytest.approx(want_in)
-    assert ev.vertices[2].target_rate == pytest.approx(want_in)  # source ratio 1:1
-    assert ev.vertices[2].wanted == math.ceil(want_in / (1000 * 0.5))
+    steady, catch_up = 1000 + 500, 20_000 / 10
+    assert ev.vertices[1].target_rate == pytest.approx(steady + catch_up)
+    assert ev.vertices[2].target_rate == pytest.approx(steady + catch_up)  # ratio 1:1
+    # the steady rate at the target utilization, the catch-up at full speed (Flink's)
+    assert ev.vertices[2].wanted == math.ceil((steady / 0.5 + catch_up) / 1000) == 5
+    assert "2,000/s of it to catch up a backlog" in ev.vertices[2].reason
 
 
 def test_the_rate_downstream_follows_each_vertex_output_ratio() -> None:

@@ -16,6 +16,7 @@ from test_coordinator_harness import (
     make_harness,
 )
 
+import lockgate as lg
 from lockgate.checkpoint.coordinator import AckResult
 from lockgate.checkpoint.storage import MemoryCheckpointStorage
 from lockgate.checkpoint.types import (
@@ -88,10 +89,27 @@ def test_m_c7_a_pending_savepoint_is_never_subsumed_by_a_newer_checkpoint() -> N
     completed = h.coordinator.wait_for_savepoint(savepoint, timeout_s=0)
     assert completed.checkpoint_id == savepoint and completed.is_savepoint
     assert h.storage.read_metadata(savepoint)["is_savepoint"] is True
-    assert h.gateway.completed == [newer, savepoint]
+    assert h.gateway.completed == [newer], "a savepoint that stops nothing commits nothing"
     assert [c.checkpoint_id for c in h.coordinator.completed()] == [newer]
     assert h.storage.read_latest() == newer, "the savepoint does not move the pointer back"
     assert h.gateway.failures == []
+
+
+def test_m_s1_m_x2_only_a_savepoint_the_job_stops_with_is_told_to_the_tasks() -> None:
+    """Flink >= 1.15: an intermediate savepoint is no recovery point, so its completion
+    commits nothing in the tasks and subsumes no older pending checkpoint; a savepoint
+    the job stops with (``stop=True``, or ``drain=True``) is told as a checkpoint is."""
+    h = make_harness(max_concurrent=4)
+    older = h.trigger()
+    intermediate = h.trigger(savepoint=True)
+    h.ack_all(intermediate)
+    assert h.gateway.completed == [] and older in h.coordinator.pending_ids()
+    h.ack_all(older)
+    stopping = h.trigger(savepoint=True, stop=True)
+    h.ack_all(stopping)
+    assert h.gateway.completed == [older, stopping]
+    with pytest.raises(lg.ConfigurationError, match="savepoints only"):
+        h.coordinator.trigger_checkpoint(stop=True)
 
 
 def test_m_c7_tasks_are_notified_once_the_checkpoint_is_durable() -> None:
@@ -208,7 +226,7 @@ def test_savepoints_complete_with_metadata_but_never_enter_the_store() -> None:
     assert f"chk-{savepoint}" in h.storage.folders(), "a savepoint is never deleted by the job"
     h.coordinator.shutdown(retain_completed=False)
     assert h.storage.folders() == {f"chk-{savepoint}"}
-    assert h.gateway.completed[:2] == [1, savepoint]
+    assert savepoint not in h.gateway.completed, "it stopped nothing: it commits nothing"
 
 
 # ------------------------------------------------------------------ M-C8
