@@ -29,7 +29,7 @@ from typing import Any
 from ..core.clock import Clock, SystemClock
 from .config import AutoscalingConfig
 from .decisions import FAILED, ROLLED_BACK, DecisionLog, RescaleDecision
-from .policy import Evaluation, VertexShape, evaluate
+from .policy import Evaluation, VertexShape, evaluate, forward_groups
 from .window import MetricsWindow, reading_of, shapes_of
 
 log = logging.getLogger(__name__)
@@ -211,15 +211,8 @@ class Autoscaler:
 def _align(shapes: list[VertexShape], target: dict[int, int]) -> None:
     """Forward-connected vertices get the largest target of their group, at most the
     smallest upper bound of the group."""
-    peers = {s.id: s.forward_peers for s in shapes}
     bound = {s.id: s.upper_bound for s in shapes}
-    for s in shapes:
-        group, todo = set(), [s.id]
-        while todo:
-            v = todo.pop()
-            if v not in group:
-                group.add(v)
-                todo.extend(peers.get(v, ()))
+    for group in forward_groups(shapes):
         top = min(max(target[v] for v in group), min(bound[v] for v in group))
         for v in group:
             target[v] = top

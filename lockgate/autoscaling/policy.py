@@ -209,25 +209,34 @@ def _clamped(ev: VertexEvaluation, low: int, high: int) -> VertexEvaluation:
     return ev
 
 
+def forward_groups(shapes: list[VertexShape]) -> list[set[int]]:
+    """The groups of vertices joined by pointwise (forward) edges, each vertex in one
+    (a vertex without such an edge alone)."""
+    peers = {s.id: set(s.forward_peers) for s in shapes}
+    seen: set[int] = set()
+    groups: list[set[int]] = []
+    for s in shapes:
+        if s.id in seen:
+            continue
+        group: set[int] = set()
+        todo = [s.id]
+        while todo:
+            v = todo.pop()
+            if v not in group:
+                group.add(v)
+                todo.extend(peers.get(v, ()))
+        seen |= group
+        groups.append(group)
+    return groups
+
+
 def _align_forward_groups(
     shapes: list[VertexShape], out: Evaluation, config: AutoscalingConfig
 ) -> None:
     """Give every vertex of a forward-connected group the largest parallelism wanted,
     at most the smallest bound of the group."""
-    peers = {s.id: set(s.forward_peers) for s in shapes}
     by_id = {s.id: s for s in shapes}
-    seen: set[int] = set()
-    for s in shapes:
-        if s.id in seen:
-            continue
-        group, todo = set(), [s.id]
-        while todo:
-            v = todo.pop()
-            if v in group:
-                continue
-            group.add(v)
-            todo.extend(peers.get(v, ()))
-        seen |= group
+    for group in forward_groups(shapes):
         if len(group) == 1:
             continue
         top = min(

@@ -27,7 +27,7 @@ class VertexReading:
 
 
 def shapes_of(plan: Any, upper_bound: Callable[[Any], int]) -> list[VertexShape]:
-    """The vertices of ``plan`` in topological order (the plan's), each with its inputs,
+    """The vertices of ``plan`` in its order (inputs first), each with its inputs,
     its pointwise peers and its upper bound (``upper_bound(vertex)``)."""
     inputs: dict[int, list[int]] = {v.id: [] for v in plan.vertices}
     peers: dict[int, set[int]] = {v.id: set() for v in plan.vertices}
@@ -36,36 +36,19 @@ def shapes_of(plan: Any, upper_bound: Callable[[Any], int]) -> list[VertexShape]
         if getattr(e.partitioning, "pointwise", False):
             peers[e.source_vertex].add(e.target_vertex)
             peers[e.target_vertex].add(e.source_vertex)
-    order = _topological([v.id for v in plan.vertices], inputs)
-    by_id = {v.id: v for v in plan.vertices}
+    # a plan lists its vertices inputs first (the job graph chains in topological order)
     return [
         VertexShape(
-            id=v,
-            name=by_id[v].name,
-            parallelism=by_id[v].parallelism,
-            is_source=bool(by_id[v].is_source),
-            inputs=tuple(inputs[v]),
-            forward_peers=tuple(sorted(peers[v])),
-            upper_bound=upper_bound(by_id[v]),
+            id=v.id,
+            name=v.name,
+            parallelism=v.parallelism,
+            is_source=bool(v.is_source),
+            inputs=tuple(inputs[v.id]),
+            forward_peers=tuple(sorted(peers[v.id])),
+            upper_bound=upper_bound(v),
         )
-        for v in order
+        for v in plan.vertices
     ]
-
-
-def _topological(ids: list[int], inputs: dict[int, list[int]]) -> list[int]:
-    done: list[int] = []
-    placed: set[int] = set()
-    while len(done) < len(ids):
-        progressed = False
-        for v in ids:
-            if v not in placed and all(u in placed for u in inputs[v]):
-                done.append(v)
-                placed.add(v)
-                progressed = True
-        if not progressed:  # a cycle cannot occur in a job graph; keep the plan's order
-            done.extend(v for v in ids if v not in placed)
-            break
-    return done
 
 
 def reading_of(metrics: dict[str, Any], plan: Any) -> dict[int, VertexReading] | None:

@@ -79,7 +79,7 @@ def run_with_restarts(
     first_attempt: int = 0,
 ) -> JobExecutionResult:
     """Run ``plan`` attempt after attempt (see the module docstring)."""
-    floor = _newest_id_at_start(plan)
+    floor = _newest_completed(plan)
     committed_in_tasks = False
     alive = hold_two_phase_runs(plan)  # until settled: a fork never takes it for ended
     try:
@@ -109,12 +109,8 @@ def _newest_rescale_savepoint(plan: ExecutionPlan, handle: JobHandle) -> str | N
     if taken is None or not plan.checkpointing:
         return None
     checkpoint_id, location = taken
-    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
-    try:
-        ids = open_storage(plan.checkpoint.storage).completed_ids()
-    except Exception:  # noqa: BLE001 - then the savepoint is the safe choice
-        return str(location)
-    return None if any(i > checkpoint_id for i in ids) else str(location)
+    # an unreadable storage reads as none newer: the savepoint is then the safe choice
+    return None if _newest_completed(plan) > checkpoint_id else str(location)
 
 
 def _run_attempts(
@@ -330,13 +326,16 @@ class _Rescales:
 
 
 def _newest_completed(plan: ExecutionPlan) -> int:
-    """The newest completed checkpoint id in the plan's storage (0: none, or unreadable)."""
+    """The newest completed checkpoint id in the plan's storage (0: none, or unreadable:
+    that fails later, with context)."""
     if not plan.checkpointing:
         return 0
     assert plan.checkpoint is not None and plan.checkpoint.storage is not None
+    storage = open_storage(plan.checkpoint.storage)
     try:
-        return max(open_storage(plan.checkpoint.storage).completed_ids(), default=0)
-    except Exception:  # noqa: BLE001 - then nothing is known to be newer
+        return max(storage.completed_ids(), default=0)
+    except Exception as e:  # noqa: BLE001 - then nothing is known to be newer
+        log.warning("cannot list the checkpoints in %s: %s", storage.url, e)
         return 0
 
 
@@ -373,19 +372,6 @@ def _span_the_run(
         m.add_earlier_attempts(records_in, records_out)
     result.duration_ms = (time.monotonic() - run_started) * 1000
     result.attempt_history = list(handle.attempt_history)
-
-
-def _newest_id_at_start(plan: ExecutionPlan) -> int:
-    if not plan.checkpointing:
-        return 0
-    assert plan.checkpoint is not None and plan.checkpoint.storage is not None
-    storage = open_storage(plan.checkpoint.storage)
-    try:
-        ids = storage.completed_ids()
-    except Exception as e:  # noqa: BLE001 - an unreadable storage fails later, with context
-        log.warning("cannot list the checkpoints in %s: %s", storage.url, e)
-        return 0
-    return max(ids, default=0)
 
 
 def committed_output_guard(plan: ExecutionPlan, allow: bool) -> CommittedOutputGuard:
