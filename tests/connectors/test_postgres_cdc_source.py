@@ -5,15 +5,21 @@ switch to the stream, schema changes, lost slots and argument checks."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from cdc_fixtures import CDC_DSN, Cdc, open_cdc
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tcp_delay import DelayProxy
 
 import lockgate as lg
 from conftest import wait_until
 from lockgate.connectors.base import InputStatus, ReaderOutput, SourceReader
+from lockgate.connectors.postgres.cdc.connection import ReplicationStream
+from lockgate.connectors.postgres.cdc.pgoutput import parse_lsn
 from lockgate.connectors.postgres.cdc.reader import LostSlotError, SchemaChangedError
 from lockgate.connectors.postgres.cdc.source import PostgresCdcSource, StreamSplit
 from lockgate.core.batch import kinds_of, user_view
@@ -208,6 +214,79 @@ def test_the_slot_is_confirmed_only_when_a_checkpoint_completes_M_X1(cdc, open_r
         "the slot confirmed at the checkpoint's position (not further)",
     )
     assert positions[0].position > start
+
+
+def test_closing_the_stream_applies_its_last_confirm_even_over_a_slow_link_M_X1(cdc) -> None:
+    """The last confirm before a close (the final checkpoint's) is applied by the server
+    when close returns: the stream ends with CopyDone and waits for the server's, so a
+    socket closed at once cannot drop the status update still on its way (a 300 ms link
+    that resets on the client's close drops it otherwise)."""
+    table = cdc.table("id int PRIMARY KEY", identity="FULL")
+    slot, pub = cdc.slot(), cdc.publication()
+    cdc.sql(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+    start = parse_lsn(
+        cdc.sql(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+        )[0][0]
+    )
+    cdc.sql(f"INSERT INTO {table} SELECT generate_series(1, 10)")
+    target = cdc.lsn()
+    proxy = DelayProxy(("127.0.0.1", int(conninfo_to_dict(CDC_DSN).get("port") or 5432)), 0.3)
+    try:
+        dsn = make_conninfo(CDC_DSN, host="127.0.0.1", port=str(proxy.port))
+        stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=10)
+        seen: list[int] = []
+        wait_until(
+            lambda: (
+                seen.extend(f.wal_end for f in stream.read(100)),
+                max(seen, default=0) >= target,
+            )[1],
+            "the stream reached the inserts' LSN",
+            timeout_s=20,
+            every_s=0.01,
+        )
+        stream.confirm(target)
+        stream.close()
+        assert cdc.confirmed(slot) == target, "the slot holds the last confirm at once"
+    finally:
+        proxy.close()
+
+
+def test_opening_the_stream_over_a_slow_link_lets_the_other_threads_run(cdc) -> None:
+    """The replication handshake waits in select, not in libpq holding the GIL: a task's
+    other threads (checkpoints, heartbeats) go on while a slow server answers (the
+    handshake takes several round trips of 300 ms here; a blocking connect let the
+    counter below move once)."""
+    table = cdc.table("id int PRIMARY KEY", identity="FULL")
+    slot, pub = cdc.slot(), cdc.publication()
+    cdc.sql(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+    start = parse_lsn(
+        cdc.sql(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+        )[0][0]
+    )
+    ticks = [0]
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.005):
+            ticks[0] += 1
+
+    proxy = DelayProxy(("127.0.0.1", int(conninfo_to_dict(CDC_DSN).get("port") or 5432)), 0.3)
+    ticker = threading.Thread(target=tick, daemon=True)
+    try:
+        dsn = make_conninfo(CDC_DSN, host="127.0.0.1", port=str(proxy.port))
+        ticker.start()
+        began = time.monotonic()
+        stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=10)
+        took = time.monotonic() - began
+        stream.close()
+    finally:
+        stop.set()
+        ticker.join()
+        proxy.close()
+    assert took >= 0.6, f"the handshake crossed the slow link ({took:.2f} s)"
+    assert ticks[0] >= 20, f"another thread ran {ticks[0]} times during a {took:.2f} s connect"
 
 
 def test_a_bounded_source_ends_at_the_wal_position_of_its_start(cdc, open_reader) -> None:

@@ -10,6 +10,8 @@ password (:func:`~lockgate.connectors.postgres.table.redacted`).
 
 from __future__ import annotations
 
+import logging
+import select
 import time
 from typing import Any
 
@@ -19,6 +21,11 @@ from .pgoutput import Keepalive, XLogData, decode_frame, format_lsn, status_upda
 from .types import SESSION_OPTIONS
 
 OWNER = "PostgresCdcSource"
+
+#: how long :meth:`ReplicationStream.close` waits for the server to end the stream
+END_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def conninfo(dsn: str, **extra: str) -> str:
@@ -51,6 +58,29 @@ def connect(dsn: str, *, timeout_s: float, autocommit: bool = True, fatal: bool 
         ) from e
 
 
+def connect_replication(info: bytes, timeout_s: float) -> tuple[Any, str]:
+    """A low-level libpq connection for ``info``, opened without blocking the process,
+    and ``""``; or None and why it failed. ``PQconnectdb`` holds the GIL for the whole
+    handshake (psycopg's binary build), so a slow server froze every thread of the task
+    (its checkpoints and heartbeats) for up to the connect timeout; this polls the
+    handshake and waits in ``select``, at most ``timeout_s``."""
+    from psycopg import pq
+
+    conn = pq.PGconn.connect_start(info)
+    deadline = time.monotonic() + timeout_s
+    status = pq.PollingStatus.WRITING
+    while status != pq.PollingStatus.OK:
+        if status == pq.PollingStatus.FAILED or conn.status == pq.ConnStatus.BAD:
+            message = conn.get_error_message()
+            conn.finish()
+            return None, message
+        if not _wait(conn, deadline, write=status == pq.PollingStatus.WRITING):
+            conn.finish()
+            return None, f"no connection within {timeout_s:g} s (connect timeout)"
+        status = conn.connect_poll()
+    return conn, ""
+
+
 class ReplicationStream:
     """One replication session reading a slot from an LSN (``START_REPLICATION``).
 
@@ -77,14 +107,13 @@ class ReplicationStream:
         self._confirmed = confirmed_lsn
         self._last_status = 0.0
         info = conninfo(dsn, replication="database", connect_timeout=str(max(1, int(timeout_s))))
-        conn = pq.PGconn.connect(info.encode())
-        if conn.status != pq.ConnStatus.OK:
-            message = conn.get_error_message()
-            conn.finish()
+        conn, message = connect_replication(info.encode(), timeout_s)
+        if conn is None:
             raise ConnectionError(
                 f"{OWNER}: cannot open a replication connection to PostgreSQL "
-                f"({redacted(dsn)}): {' '.join(message.split())}; the role needs the "
-                "REPLICATION attribute and pg_hba.conf must allow it"
+                f"({redacted(dsn)}): {' '.join(message.split())}; check that the server is "
+                "reachable, the role has the REPLICATION attribute and pg_hba.conf allows "
+                "replication connections"
             )
         self.conn: Any = conn
         publication_names = publication.replace("'", "''").replace('"', '""')
@@ -101,6 +130,8 @@ class ReplicationStream:
                 f"{OWNER}: START_REPLICATION of slot {slot!r} failed: {' '.join(message.split())}"
             )
         conn.nonblocking = 1
+        #: the ``COPY BOTH`` of START_REPLICATION is on (close ends it first)
+        self._streaming = True
 
     def read(self, limit: int) -> list[XLogData | Keepalive]:
         """Up to ``limit`` frames that have arrived (none: nothing new now)."""
@@ -123,6 +154,7 @@ class ReplicationStream:
                     if size == 0:
                         break
                 if size < 0:
+                    self._streaming = False
                     result = conn.get_result()
                     detail = conn.get_error_message()
                     status = result.status if result is not None else None
@@ -132,6 +164,7 @@ class ReplicationStream:
                     )
                 append(data)
         except psycopg_module().Error as e:
+            self._streaming = False
             raise ConnectionError(
                 f"{OWNER}: lost the replication connection of slot {self.slot!r}: {e}"
             ) from e
@@ -158,7 +191,96 @@ class ReplicationStream:
     def confirmed(self) -> int:
         return self._confirmed
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = END_TIMEOUT_S) -> None:
+        """End the stream as the protocol does (``CopyDone``, then read up to the server's
+        own), then close the connection. The server handles a session's messages in
+        order, so once it answers the end it has applied every status update sent
+        before it: the slot's ``confirmed_flush_lsn`` is the last :meth:`confirm` when
+        this returns. Closing the socket at once instead can lose that last update (the
+        server may fail a write on the reset connection before it reads it).
+
+        Bounded by ``timeout_s``: past it, or on a broken connection, the connection is
+        closed anyway and the slot may keep an older confirmed LSN, never a newer one
+        (a restart reads from its checkpointed position: nothing is lost or repeated,
+        the server only keeps more WAL until the next confirm). Frames that arrive
+        after the end are dropped: none of them was confirmed."""
         conn, self.conn = getattr(self, "conn", None), None
-        if conn is not None:
+        if conn is None:
+            return
+        try:
+            if getattr(self, "_streaming", False):
+                self._streaming = False
+                if not end_copy(conn, time.monotonic() + timeout_s):
+                    log.info(
+                        "%s: the replication stream of slot %r did not end within %.1f s; "
+                        "closed it (the slot may confirm its last position later)",
+                        OWNER,
+                        self.slot,
+                        timeout_s,
+                    )
+        except Exception as e:  # noqa: BLE001 - closing anyway; the slot never runs ahead
+            log.info("%s: ending the replication stream of slot %r: %s", OWNER, self.slot, e)
+        finally:
             conn.finish()
+
+
+def end_copy(conn: Any, deadline: float) -> bool:
+    """Send ``CopyDone`` on a nonblocking ``COPY BOTH`` connection and read until the
+    server ended the copy and the command (what arrives meanwhile is dropped). False
+    when ``deadline`` (monotonic seconds) passed or the connection broke first."""
+    return (
+        _send_copy_end(conn, deadline)
+        and _drop_to_copy_end(conn, deadline)
+        and (_command_ended(conn, deadline))
+    )
+
+
+def _send_copy_end(conn: Any, deadline: float) -> bool:
+    while conn.put_copy_end() == 0:  # the output buffer is full: send some first
+        if conn.flush() < 0 or not _wait(conn, deadline, write=True):
+            return False
+    while (flushed := conn.flush()) != 0:
+        if flushed < 0 or not _wait(conn, deadline, write=True):
+            return False
+    return True
+
+
+def _drop_to_copy_end(conn: Any, deadline: float) -> bool:
+    """Read the server's CopyData (dropped) until its CopyDone."""
+    while True:
+        conn.consume_input()
+        size, _ = conn.get_copy_data(1)
+        if size == -1:
+            return True
+        if size == -2 or (size == 0 and not _wait(conn, deadline)):
+            return False
+
+
+def _command_ended(conn: Any, deadline: float) -> bool:
+    """Take the command's results until none is left; False on an error result."""
+    from psycopg import pq
+
+    while True:
+        conn.consume_input()
+        if conn.is_busy():
+            if not _wait(conn, deadline):
+                return False
+            continue
+        result = conn.get_result()
+        if result is None:
+            return True
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            return False
+
+
+def _wait(conn: Any, deadline: float, *, write: bool = False) -> bool:
+    """Wait until the connection's socket can be read (or written); False past
+    ``deadline``."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    fd = conn.socket
+    ready = (
+        select.select([], [fd], [], remaining) if write else select.select([fd], [], [], remaining)
+    )
+    return bool(ready[1] if write else ready[0])
