@@ -77,7 +77,7 @@ def connect_replication(info: bytes, timeout_s: float) -> tuple[Any, str]:
         if not _wait(conn, deadline, write=status == pq.PollingStatus.WRITING):
             conn.finish()
             return None, f"no connection within {timeout_s:g} s (connect timeout)"
-        status = conn.connect_poll()
+        status = pq.PollingStatus(conn.connect_poll())
     return conn, ""
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ....errors import ConfigurationError
 from ..table import redacted
-from .connection import OWNER, conninfo
+from .connection import OWNER, connect_replication, conninfo
 from .pgoutput import parse_lsn
 from .tables import TableInfo, quote_ident
 from .xids import XidSnapshot
@@ -124,15 +124,14 @@ def create_slot(dsn: str, slot: str, timeout_s: float) -> tuple[int, XidSnapshot
     from psycopg import pq
 
     info = conninfo(dsn, replication="database", connect_timeout=str(max(1, int(timeout_s))))
-    repl = pq.PGconn.connect(info.encode())
+    repl, message = connect_replication(info.encode(), timeout_s)
+    if repl is None:
+        raise ConfigurationError(
+            f"{OWNER}: cannot open a replication connection ({redacted(dsn)}): "
+            f"{' '.join(message.split())}; the role needs the REPLICATION attribute (or "
+            "superuser) and pg_hba.conf a 'replication' line for it"
+        )
     try:
-        if repl.status != pq.ConnStatus.OK:
-            raise ConfigurationError(
-                f"{OWNER}: cannot open a replication connection ({redacted(dsn)}): "
-                f"{' '.join(repl.get_error_message().split())}; the "
-                "role needs the REPLICATION attribute (or superuser) and pg_hba.conf a "
-                "'replication' line for it"
-            )
         result = repl.exec_(
             f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')".encode()
         )
