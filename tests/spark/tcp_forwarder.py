@@ -7,6 +7,11 @@ service itself to any other address.
 new connection to the target. The service sees the forwarder's loopback connections, so its
 loopback rules (PostgreSQL's ``pg_hba`` trust for 127.0.0.1) apply unchanged.
 
+Run as ``__main__`` (``python tcp_forwarder.py LISTEN_HOST LISTEN_PORT TARGET_HOST
+TARGET_PORT``), it forwards until killed: inside a cluster namespace, a service's
+advertised loopback address (Kafka's 127.0.0.1:9092) then leads to the service through a
+forwarder on the bridge.
+
 Guarantees: :meth:`TcpForwarder.close` stops accepting, closes every connection it made, and
 joins its threads (bounded); a connection's two directions end together (either side
 closing, or an error, closes both).
@@ -20,12 +25,14 @@ from contextlib import suppress
 
 
 class TcpForwarder:
-    """Forwards ``listen_host:<free port>`` to ``target_host:target_port``; ``address`` is
-    ``(listen_host, port)``."""
+    """Forwards ``listen_host:<listen_port>`` (0: a free port) to
+    ``target_host:target_port``; ``address`` is ``(listen_host, port)``."""
 
-    def __init__(self, listen_host: str, target_host: str, target_port: int) -> None:
+    def __init__(
+        self, listen_host: str, target_host: str, target_port: int, listen_port: int = 0
+    ) -> None:
         self.target = (target_host, target_port)
-        self._server = socket.create_server((listen_host, 0))
+        self._server = socket.create_server((listen_host, listen_port))
         self._server.settimeout(0.2)  # the accept loop looks at the stop flag this often
         self.address: tuple[str, int] = self._server.getsockname()[:2]
         self._stop = threading.Event()
@@ -90,3 +97,12 @@ class TcpForwarder:
             s.close()
         for t in threads:
             t.join(timeout_s)
+
+
+if __name__ == "__main__":
+    import sys
+
+    host, port, target_host, target_port = sys.argv[1:5]
+    forwarder = TcpForwarder(host, target_host, int(target_port), int(port))
+    print(f"forwarding {forwarder.address} to {forwarder.target}", flush=True)
+    threading.Event().wait()  # until killed (SIGTERM/SIGKILL end the process)
