@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -48,9 +47,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "spark"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from cluster import alive, descendants
 from netns_cluster import NetnsCluster, netns_unavailable
-from scale_cluster_job import PARTITIONS, PREFIX, expected_rows
+from netns_driver import NetnsDriver
+from scale_cluster_job import PARTITIONS, expected_rows
 from tcp_forwarder import TcpForwarder
 
 KAFKA = ("127.0.0.1", 9092)
@@ -138,83 +137,19 @@ def fill_topic(n: int) -> str:
     return topic
 
 
-class Driver:
-    """The driver process inside the driver namespace; its ``SCALE`` lines in a queue."""
-
-    def __init__(self, cluster: NetnsCluster, options: dict[str, Any], log: Path) -> None:
-        self.log = log
-        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            cluster.driver_command(
-                sys.executable,
-                str(HERE / "scale_cluster_job.py"),
-                cluster.master_url,
-                json.dumps(options),
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env={**cluster.driver_env(), "PYTHONPATH": str(HERE)},
-            cwd=HERE,
-            start_new_session=True,
-        )
-        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode(errors="replace")
-            if line.startswith(PREFIX):
-                self.messages.put(json.loads(line[len(PREFIX) :]))
-        self.messages.put({"kind": "exited", "code": self.process.wait()})
-
-    def expect(self, kind: str, timeout_s: float, what: str) -> dict[str, Any]:
-        try:
-            message = self.messages.get(timeout=timeout_s)
-        except queue.Empty:
-            raise SystemExit(
-                f"timed out after {timeout_s:.0f} s waiting until {what}\n{self.tail()}"
-            ) from None
-        if message["kind"] != kind:
-            raise SystemExit(f"expected '{kind}' ({what}), got {message}\n{self.tail()}")
-        return message
-
-    def tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- driver log {self.log} ---\n" + "\n".join(text)
-
-    def stop(self) -> None:
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = [self.process.pid, *descendants(self.process.pid)]
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + 10
-            while any(alive(p) for p in pids) and time.monotonic() < deadline:
-                threading.Event().wait(0.1)
-        self._log.close()
-
-
 def completed_checkpoints(storage: Path) -> int:
     """The newest completed checkpoint's id (older ones are subsumed and deleted)."""
     return max((int(p.parent.name[4:]) for p in storage.glob("chk-*/_metadata")), default=0)
 
 
-def await_checkpoint(storage: Path, driver: Driver, when: str, timeout_s: float = 120) -> None:
+def await_checkpoint(storage: Path, driver: NetnsDriver, when: str, timeout_s: float = 120) -> None:
     """Bounded: a checkpoint newer than now completes (none of an earlier attempt)."""
     target = completed_checkpoints(storage) + 1
     deadline = time.monotonic() + timeout_s
     while completed_checkpoints(storage) < target:
         if time.monotonic() > deadline or not driver.messages.empty():
             said = None if driver.messages.empty() else driver.messages.get()
-            raise SystemExit(f"no checkpoint completed {when} (said: {said})\n{driver.tail()}")
+            raise SystemExit(f"no checkpoint completed {when} (said: {said})\n{driver.log_tail()}")
         threading.Event().wait(0.1)
 
 
@@ -223,7 +158,7 @@ def inject(
     cluster: NetnsCluster,
     loopbacks: Loopbacks,
     running: dict[str, Any],
-    driver: Driver,
+    driver: NetnsDriver,
     storage: Path,
 ) -> tuple[dict[str, Any], float]:
     """Inject ``fault`` at the slot 0 of the running attempt; the next attempt's
@@ -293,7 +228,7 @@ def main() -> None:
     cluster_s = time.monotonic() - started
     loopbacks = Loopbacks(cluster, pg.port or 5432)
     storage = cluster.folder / "checkpoints"
-    driver: Driver | None = None
+    driver: NetnsDriver | None = None
     recoveries: dict[str, float] = {}
     try:
         for ns in [cluster.driver_ns, *cluster.worker_ns]:
@@ -324,7 +259,18 @@ def main() -> None:
                 "spark.network.timeoutInterval": "1s",
             },
         }
-        driver = Driver(cluster, options, cluster.folder / "driver.log")
+        driver = NetnsDriver(
+            cluster,
+            [
+                sys.executable,
+                str(HERE / "scale_cluster_job.py"),
+                cluster.master_url,
+                json.dumps(options),
+            ],
+            log=cluster.folder / "driver.log",
+            cwd=HERE,
+            env={"PYTHONPATH": str(HERE)},
+        )
         driver.expect("ready", 180, "the driver's SparkSession started")
         running = driver.expect("running", 300, "every slot of the job registered")
         figures = driver.expect("figures", 180, "the first checkpoint completed")

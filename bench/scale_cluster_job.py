@@ -3,7 +3,7 @@
 Run as ``__main__`` inside the cluster's driver namespace
 (``python scale_cluster_job.py MASTER OPTIONS_JSON``): it starts a SparkSession on the
 standalone cluster, warms every executor's Python daemon, runs :func:`build`'s job and
-prints ``SCALE {json}`` lines: ``ready``; ``running`` (each attempt, once every slot
+prints ``LOCKGATE-TEST {json}`` lines (``cluster_driver.say``): ``ready``; ``running`` (each attempt, once every slot
 registered, with the slots' pids); ``figures`` (per slot, at the first completed
 checkpoint: data-plane and TCP connections, descriptors, memory); ``result`` (status,
 attempts, checkpoint statistics) or ``failed``; ``bye``.
@@ -36,17 +36,14 @@ from typing import Any
 
 import lockgate as lg
 
-PREFIX = "SCALE "
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "spark"))
+from cluster_driver import report_attempts, say
+
 KEYS = 500
 PARTITIONS = 32
 WINDOW_MS = 1000
 #: one pair in BROADCAST_EVERY goes over the broadcast edge
 BROADCAST_EVERY = 32
-
-
-def say(kind: str, **data: Any) -> None:
-    sys.stdout.write(PREFIX + json.dumps({"kind": kind, **data}) + "\n")
-    sys.stdout.flush()
 
 
 def is_even(r: dict[str, Any]) -> bool:
@@ -90,7 +87,16 @@ def build(env: lg.StreamEnvironment, opts: dict[str, Any]) -> None:
     from lockgate.connectors import KafkaSource, PostgresSink, RateLimitedSource
 
     source = RateLimitedSource(
-        KafkaSource(opts["bootstrap"], opts["topic"], bounded=True, format="json"),
+        KafkaSource(
+            opts["bootstrap"],
+            opts["topic"],
+            bounded=True,
+            format="json",
+            # small fetches: the pace holds per batch, and a partition's whole share in
+            # one batch would run past it (each subtask's share is rate / p)
+            fetch="librdkafka",
+            properties={"fetch.message.max.bytes": 4096, "queued.min.messages": 100},
+        ),
         opts["rate"],
     )
     watermarks = lg.WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
@@ -119,19 +125,6 @@ def build(env: lg.StreamEnvironment, opts: dict[str, Any]) -> None:
     pairs.union(copies).sink_to(sink, name="postgres").uid("postgres").set_parallelism(
         opts["sink_parallelism"]
     )
-
-
-def _report_attempts(executor: Any, done: threading.Event) -> None:
-    attempt = 0
-    while not done.is_set():
-        if not executor.running.wait(0.05):
-            continue
-        say(
-            "running", attempt=attempt, slot_pids={str(k): v for k, v in executor.slot_pids.items()}
-        )
-        attempt += 1
-        while executor.running.is_set() and not done.is_set():
-            done.wait(0.05)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -169,7 +162,7 @@ def main(master: str, options: str) -> None:
     env.set_restart_strategy(lg.RestartStrategy.fixed_delay(attempts=6, delay=0))
     build(env, opts)
     done = threading.Event()
-    threading.Thread(target=_report_attempts, args=(executor, done), daemon=True).start()
+    threading.Thread(target=report_attempts, args=(executor, done), daemon=True).start()
     started = time.monotonic()
     try:
         client = env.execute_async("scale across hosts", executor=executor)

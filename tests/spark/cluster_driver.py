@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import lockgate as lg
@@ -79,6 +80,21 @@ def _report_running(executor: Any, done: threading.Event) -> None:
         if executor.running.wait(0.05):
             say("running", slot_pids={str(k): v for k, v in executor.slot_pids.items()})
             return
+
+
+def report_attempts(executor: Any, done: threading.Event, say: Callable[..., None] = say) -> None:
+    """``say("running", attempt=..., slot_pids=...)`` each time every slot of an attempt
+    registered, until ``done``."""
+    attempt = 0
+    while not done.is_set():
+        if not executor.running.wait(0.05):
+            continue
+        say(
+            "running", attempt=attempt, slot_pids={str(k): v for k, v in executor.slot_pids.items()}
+        )
+        attempt += 1
+        while executor.running.is_set() and not done.is_set():
+            done.wait(0.05)
 
 
 def _run(executor: Any, name: str, job: Any) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import secrets
 import signal
 import subprocess
@@ -33,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import alive, cmdline, descendants
-from cluster_driver import CLUSTER_CONF, PREFIX, build_sums, final_sums, say
+from cluster import alive, cmdline
+from cluster_driver import CLUSTER_CONF, build_sums, final_sums, report_attempts, say
 from netns_cluster import NetnsCluster, _netns_pids, netns_unavailable
+from netns_driver import NetnsDriver
 
 import lockgate as lg
 
@@ -108,20 +108,6 @@ def driver_main(master: str, n: int, rate: float) -> None:
         say("bye")
 
 
-def _report_attempts(executor: Any, done: threading.Event) -> None:
-    """Say ``running`` (with the slots' pids) each time every slot of an attempt registered."""
-    attempt = 0
-    while not done.is_set():
-        if not executor.running.wait(0.05):
-            continue
-        say(
-            "running", attempt=attempt, slot_pids={str(k): v for k, v in executor.slot_pids.items()}
-        )
-        attempt += 1
-        while executor.running.is_set() and not done.is_set():
-            done.wait(0.05)
-
-
 def faults_driver_main(
     master: str, n: int, rate: float, out: str, storage: str, options: str = "{}"
 ) -> None:
@@ -153,7 +139,7 @@ def faults_driver_main(
     if opts.get("warm_up"):
         executor.warm_up()  # every executor's Python daemon up before the job
     done = threading.Event()
-    threading.Thread(target=_report_attempts, args=(executor, done), daemon=True).start()
+    threading.Thread(target=report_attempts, args=(executor, done), daemon=True).start()
     try:
         env = lg.StreamEnvironment(parallelism=2)
         env.enable_checkpointing(300)
@@ -186,80 +172,12 @@ def faults_driver_main(
 # ----------------------------------------------------------------- the test
 
 
-class NetnsDriver:
-    """The driver subprocess inside the driver namespace; its JSON messages in a queue.
-    ``extra``: more arguments (the exactly-once job's output and storage folders)."""
-
-    def __init__(self, cluster: NetnsCluster, n: int, rate: float, *extra: str) -> None:
-        self.log = cluster.folder / "driver.log"
-        self._log_file = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            cluster.driver_command(
-                sys.executable,
-                str(Path(__file__).resolve()),
-                cluster.master_url,
-                str(n),
-                str(rate),
-                *extra,
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            env=cluster.driver_env(),
-            cwd=HERE,
-            start_new_session=True,
-        )
-        self.messages: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, name="netns driver reader", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            line = raw.decode(errors="replace")
-            if line.startswith(PREFIX):
-                self.messages.put(json.loads(line[len(PREFIX) :]))
-        self.messages.put({"kind": "exited", "code": self.process.wait()})
-
-    def expect(self, kind: str, timeout_s: float, what: str) -> dict[str, Any]:
-        try:
-            message = self.messages.get(timeout=timeout_s)
-        except queue.Empty:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting until {what}\n{self.log_tail()}")
-        if message["kind"] != kind:
-            pytest.fail(f"expected '{kind}' ({what}), got {message}\n{self.log_tail()}")
-        return message
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            text = []
-        return f"--- driver log {self.log} ---\n" + "\n".join(text)
-
-    def stop(self) -> None:
-        """Wait (bounded) for the driver to exit, then kill what is left of it, by pid."""
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
-        pause = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = [self.process.pid, *descendants(self.process.pid)]
-            if not any(alive(p) for p in pids):
-                break
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + 10
-            while any(alive(p) for p in pids) and time.monotonic() < deadline:
-                pause.wait(0.05)  # bounded: the killed processes finish exiting
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        self._log_file.close()
+def netns_driver(cluster: NetnsCluster, n: int, rate: float, *extra: str) -> NetnsDriver:
+    """This file as the driver (``driver_main``, or ``faults_driver_main`` with ``extra``:
+    the exactly-once job's output and storage folders, and options) in the cluster's
+    driver namespace."""
+    args = [sys.executable, str(Path(__file__).resolve()), cluster.master_url, str(n), str(rate)]
+    return NetnsDriver(cluster, [*args, *extra], log=cluster.folder / "driver.log", cwd=HERE)
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +213,7 @@ def test_a_keyed_job_runs_its_slots_on_two_hosts_and_matches_the_local_result(
     before = {ns: cluster.veth_bytes(ns) for ns in cluster.worker_ns}
 
     n, rate = 3000, 1000  # about 3 s of records
-    driver = NetnsDriver(cluster, n, rate)
+    driver = netns_driver(cluster, n, rate)
     try:
         ready = driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
         assert ready["driver_host"] == cluster.driver_address, ready
@@ -465,7 +383,7 @@ def test_m_r1_a_killed_executor_then_a_killed_worker_host_recover_with_exact_out
 
     # file:// URLs: a folder on a filesystem every host mounts (this machine's stands for it)
     options = json.dumps({"postgres": pg.options})
-    driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri(), options)
+    driver = netns_driver(cluster, n, rate, out.as_uri(), storage.as_uri(), options)
     try:
         driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
         first = driver.expect("running", 60, "both slots of the job registered")
@@ -558,7 +476,7 @@ def test_m_r1_a_cut_network_then_a_slow_network_recover_with_exact_output(
         )
         assert published_files() > files, f"no checkpoint completed {when}\n{driver.log_tail()}"
 
-    driver = NetnsDriver(cluster, n, rate, out.as_uri(), storage.as_uri(), json.dumps(options))
+    driver = netns_driver(cluster, n, rate, out.as_uri(), storage.as_uri(), json.dumps(options))
     try:
         driver.expect("ready", 120, "the driver's SparkSession on the cluster started")
         first = driver.expect("running", 180, "every executor warmed up, both slots registered")
