@@ -21,7 +21,12 @@ from typing import Any
 
 from ..core.clock import Clock
 from ..errors import ConfigurationError
-from .rocksdb import DEFAULT_CACHE_ENTRIES, check_cache_entries
+from .rocksdb import (
+    DEFAULT_CACHE_ENTRIES,
+    DEFAULT_TRANSFER_THREADS,
+    check_cache_entries,
+    check_transfer_threads,
+)
 
 
 class StateBackend:
@@ -80,6 +85,11 @@ class RocksDBStateBackend(StateBackend):
     restart after a failure does not download the state again
     (:mod:`lockgate.state.rocksdb.local_copies`). Give a ``local_dir`` that outlives the
     subtask's process (the default temporary folder does on one host).
+
+    ``transfer_threads`` (Flink's ``state.backend.rocksdb.checkpoint.transfer.thread.num``,
+    default 4): the SST files a restore downloads from the checkpoint storage at once;
+    an object store's per-request latency bounds one stream, not its bandwidth. At most
+    that many files are held in memory at a time during a restore.
     """
 
     name = "rocksdb"
@@ -91,6 +101,7 @@ class RocksDBStateBackend(StateBackend):
         *,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         local_recovery: bool = False,
+        transfer_threads: int = DEFAULT_TRANSFER_THREADS,
     ) -> None:
         if not isinstance(local_recovery, bool):
             raise ConfigurationError(
@@ -114,6 +125,7 @@ class RocksDBStateBackend(StateBackend):
         self.local_dir = local_dir
         self.cache_entries = check_cache_entries(cache_entries, "RocksDBStateBackend")
         self.local_recovery = local_recovery
+        self.transfer_threads = check_transfer_threads(transfer_threads, "RocksDBStateBackend")
 
     def create_keyed_backend(
         self, operator_name: str, max_parallelism: int, *, clock: Clock, subtask_index: int = 0
@@ -129,12 +141,14 @@ class RocksDBStateBackend(StateBackend):
             subtask_index=subtask_index,
             cache_entries=self.cache_entries,
             local_recovery=self.local_recovery,
+            transfer_threads=self.transfer_threads,
         )
 
     def __repr__(self) -> str:
         return (
             f"RocksDBStateBackend(incremental={self.incremental}, "
-            f"cache_entries={self.cache_entries}, local_recovery={self.local_recovery})"
+            f"cache_entries={self.cache_entries}, local_recovery={self.local_recovery}, "
+            f"transfer_threads={self.transfer_threads})"
         )
 
 

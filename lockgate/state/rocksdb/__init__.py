@@ -19,14 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import DEFAULT_CACHE_ENTRIES, check_cache_entries
 from .columns import int64_keys
+from .restore import DEFAULT_TRANSFER_THREADS, check_transfer_threads
 
 if TYPE_CHECKING:
     from .backend import RocksDBKeyedStateBackend
 
 __all__ = [
     "DEFAULT_CACHE_ENTRIES",
+    "DEFAULT_TRANSFER_THREADS",
     "RocksDBKeyedStateBackend",
     "check_cache_entries",
+    "check_transfer_threads",
     "int64_keys",
 ]
 

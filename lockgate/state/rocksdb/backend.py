@@ -109,7 +109,9 @@ from .codec import (
 from .files import create_checkpoint, first_and_last_row, open_db, open_read_only, rows
 from .local_copies import LocalCopies
 from .restore import (
+    DEFAULT_TRANSFER_THREADS,
     canonical_states,
+    check_transfer_threads,
     download,
     native_states,
     overlaps,
@@ -152,6 +154,7 @@ class RocksDBKeyedStateBackend:
         subtask_index: int = 0,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         local_recovery: bool = False,
+        transfer_threads: int = DEFAULT_TRANSFER_THREADS,
     ) -> None:
         if not isinstance(local_recovery, bool):
             raise ConfigurationError(
@@ -183,6 +186,8 @@ class RocksDBKeyedStateBackend:
             )
         #: the maximum of cached (state, key) entries; 0: no cache across batches
         self.cache_entries = check_cache_entries(cache_entries, "RocksDBKeyedStateBackend")
+        #: SST files a restore downloads at once
+        self.transfer_threads = check_transfer_threads(transfer_threads, "RocksDBKeyedStateBackend")
         self.operator_name = operator_name
         #: the declared types of typed states, and restored typed state not asked for yet
         self.typed = TypedStates(operator_name)
@@ -759,7 +764,7 @@ class RocksDBKeyedStateBackend:
         source = payload_storage(payload, storage, where)
         copies = self.local_copies(source.url) if self.local_recovery else None
         try:
-            download(payload, source, folder, where, copies)
+            download(payload, source, folder, where, copies, self.transfer_threads)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise

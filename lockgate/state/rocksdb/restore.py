@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...checkpoint.shared_registry import read_shared_file
@@ -78,16 +79,39 @@ def payload_storage(
         ) from e
 
 
+#: SST files downloaded at once by a restore (Flink's
+#: ``state.backend.rocksdb.checkpoint.transfer.thread.num`` defaults to 4 as well)
+DEFAULT_TRANSFER_THREADS = 4
+
+
+def check_transfer_threads(value: Any, where: str) -> int:
+    """``value`` as a number of download threads, or a ConfigurationError naming
+    ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise ConfigurationError(
+            f"{where}(transfer_threads=...) must be an int from 1 to 64 (the SST files a "
+            f"restore downloads at once; default {DEFAULT_TRANSFER_THREADS}), got {value!r}"
+        )
+    return value
+
+
 def download(
     payload: Mapping[str, Any],
     storage: CheckpointStorage,
     folder: str,
     where: str,
     copies: LocalCopies | None = None,
+    threads: int = DEFAULT_TRANSFER_THREADS,
 ) -> None:
     """Write the database of a native payload into the new folder ``folder``: every SST
     file from ``storage`` (checked against its handle), or from its task-local copy in
-    ``copies`` when that matches the handle, and the private files."""
+    ``copies`` when that matches the handle, and the private files.
+
+    The files not taken locally are downloaded by up to ``threads`` threads at once
+    (an object store serves one request at a time slowly: its latency, not the
+    bandwidth, bounds a single stream); at most ``threads`` files are in memory at a
+    time. The first failure (a missing or corrupt file) is raised once the downloads
+    already running ended; the caller deletes the folder."""
     sst = payload.get("sst")
     private = payload.get("private")
     if not isinstance(sst, Mapping) or not isinstance(private, Mapping):
@@ -95,6 +119,7 @@ def download(
     os.makedirs(folder)
     if copies is not None:
         copies.start_restore()
+    remote: list[tuple[str, StateHandle]] = []
     for name, handle in sst.items():
         if not isinstance(handle, StateHandle):
             raise UnsupportedSnapshotFormatError(
@@ -103,7 +128,26 @@ def download(
         _check_name(name)
         if copies is not None and copies.take(handle, storage, os.path.join(folder, name)):
             continue
+        remote.append((name, handle))
+
+    def fetch(item: tuple[str, StateHandle]) -> None:
+        name, handle = item
         _write(folder, name, read_shared_file(storage, handle))
+
+    if threads <= 1 or len(remote) <= 1:
+        for item in remote:
+            fetch(item)
+    else:
+        with ThreadPoolExecutor(min(threads, len(remote)), "lockgate-restore") as pool:
+            futures = [pool.submit(fetch, item) for item in remote]
+            for future in futures:
+                if future.exception() is not None:
+                    for other in futures:
+                        other.cancel()
+                    break
+        for future in futures:
+            if not future.cancelled() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
     for name, data in private.items():
         _write(folder, name, data)
 
