@@ -14,7 +14,8 @@ database is then compacted. Then, per storage (a local folder; S3 on a moto serv
 * ``read_local_s``: reading every SST file of the state from the local disk (the
   reference: what a restore costs at least);
 * ``restore_storage_s``: a new backend restoring the checkpoint from the storage (every
-  file downloaded, checked and written);
+  file downloaded, checked and written), ``transfer_threads`` files at once (the
+  default); ``restore_storage_1_thread_s`` the same one file at a time;
 * ``restore_local_s``: a new backend of the same operator and subtask restoring it with
   task-local recovery (every file linked from its local copy after its CRC32 check), with
   ``restored_locally`` / ``restored_remotely`` file counts;
@@ -41,6 +42,7 @@ from lockgate.checkpoint.shared_registry import SharedFileTracker
 from lockgate.checkpoint.storage_url import open_storage
 from lockgate.state.descriptors import ValueStateDescriptor
 from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from lockgate.state.rocksdb.restore import DEFAULT_TRANSFER_THREADS
 
 CHUNK = 1_000_000
 
@@ -96,10 +98,19 @@ def read_files(paths: list[str]) -> float:
 
 
 def restore_time(
-    payload: dict[str, Any], storage: Any, local_dir: str, local_recovery: bool
+    payload: dict[str, Any],
+    storage: Any,
+    local_dir: str,
+    local_recovery: bool,
+    threads: int = DEFAULT_TRANSFER_THREADS,
 ) -> tuple[float, Any]:
     target = RocksDBKeyedStateBackend(
-        "bench", 128, local_dir=local_dir, local_recovery=local_recovery, cache_entries=0
+        "bench",
+        128,
+        local_dir=local_dir,
+        local_recovery=local_recovery,
+        cache_entries=0,
+        transfer_threads=threads,
     )
     started = time.perf_counter()
     target.restore([payload], range(128), storage=storage)
@@ -144,6 +155,8 @@ def one_storage(
         drop_page_cache()
         read_s = read_files(local_files)
         drop_page_cache()
+        one_thread_s, _ = restore_time(full, storage, work, local_recovery=False, threads=1)
+        drop_page_cache()
         storage_s, _ = restore_time(full, storage, work, local_recovery=False)
         drop_page_cache()
         local_s, (here, there) = restore_time(full, storage, work, local_recovery=True)
@@ -161,7 +174,9 @@ def one_storage(
             "incremental_checkpoint_s": round(incremental_s, 2),
             "incremental_bytes": incremental_bytes,
             "read_local_s": round(read_s, 2),
+            "restore_storage_1_thread_s": round(one_thread_s, 2),
             "restore_storage_s": round(storage_s, 2),
+            "transfer_threads": DEFAULT_TRANSFER_THREADS,
             "restore_local_s": round(local_s, 2),
             "restored_locally": here,
             "restored_remotely": there,

@@ -51,10 +51,11 @@ import re
 import threading
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import ConfigurationError
 from .storage import CheckpointStorage, CorruptCheckpointError, storage_options_of
+from .transfers import transfer_all
 from .types import StateHandle
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class SharedStateUploader:
         self._previous = dict(previous or {})
         self._referenced: dict[str, StateHandle] = {}  # file key -> handle
         self._uploaded: list[StateHandle] = []
+        self._lock = threading.Lock()  # _uploaded, written by parallel uploads
         #: bytes written by :meth:`upload` (what this checkpoint added to storage)
         self.uploaded_bytes = 0
         #: bytes of the files referenced through :meth:`reuse` (not written again)
@@ -175,6 +177,13 @@ class SharedStateUploader:
     def upload(self, key: str, data: bytes, name: str = "file") -> StateHandle:
         """Write ``data`` as a new shared file for ``key`` (``name``: the last part of
         its file name, for people reading the folder) and record the reference."""
+        handle = self._write_new(key, data, name)
+        self._record(key, handle)
+        return handle
+
+    def _write_new(self, key: str, data: bytes, name: str) -> StateHandle:
+        """Write a new shared file (thread-safe); remembered for :meth:`discard_uploads`
+        at once, referenced only by :meth:`_record`."""
         if not isinstance(key, str) or not key:
             raise ConfigurationError(f"a shared file needs a non-empty str key, got {key!r}")
         rel = f"{self.folder}/{self.checkpoint_id}-{uuid.uuid4().hex[:16]}-{_segment(name)}"
@@ -183,16 +192,33 @@ class SharedStateUploader:
         handle = StateHandle(
             rel, len(data), zlib.crc32(data), mac=options.mac(data).hex() if options.signed else ""
         )
-        self._uploaded.append(handle)
-        self._referenced[key] = handle
-        self.uploaded_bytes += len(data)
+        with self._lock:
+            self._uploaded.append(handle)
         return handle
 
-    def upload_file(self, key: str, local_path: str, name: str | None = None) -> StateHandle:
-        """:meth:`upload` the bytes of the local file ``local_path``."""
-        with open(local_path, "rb") as f:
-            data = f.read()
-        return self.upload(key, data, name if name is not None else local_path.rsplit("/", 1)[-1])
+    def _record(self, key: str, handle: StateHandle) -> None:
+        self._referenced[key] = handle
+        self.uploaded_bytes += handle.size
+
+    def upload_files(
+        self, files: Sequence[tuple[str, str, str]], threads: int = 1
+    ) -> list[StateHandle]:
+        """:meth:`upload` the bytes of each local file ``(key, local_path, name)``, up
+        to ``threads`` at once (an object store's request latency bounds one stream);
+        the handles in the order given, each file referenced in that order once all were
+        written. The first failure is raised once the uploads already running ended;
+        every file written is still deleted by :meth:`discard_uploads`."""
+
+        def one(item: tuple[str, str, str]) -> StateHandle:
+            key, path, name = item
+            with open(path, "rb") as f:
+                data = f.read()
+            return self._write_new(key, data, name)
+
+        handles = transfer_all(one, files, threads, "lockgate-upload")
+        for (key, _, _), handle in zip(files, handles, strict=True):
+            self._record(key, handle)
+        return handles
 
     def referenced(self) -> tuple[StateHandle, ...]:
         """Every shared file this snapshot references, uploaded or reused, in the
@@ -207,7 +233,8 @@ class SharedStateUploader:
     def discard_uploads(self) -> None:
         """Delete the files this uploader wrote (the snapshot was cancelled or failed;
         reused files are left alone). Best effort; failures are logged."""
-        uploaded, self._uploaded = self._uploaded, []
+        with self._lock:
+            uploaded, self._uploaded = self._uploaded, []
         for handle in uploaded:
             try:
                 self.storage.delete_file(handle.path)

@@ -634,6 +634,7 @@ class RocksDBKeyedStateBackend:
             on_release=self._snapshot_released,
             typed=self.typed.freeze(),
             local_copies=self.local_copies if self.local_recovery else None,
+            transfer_threads=self.transfer_threads,
         )
         with self._lock:
             self._outstanding.add(view)

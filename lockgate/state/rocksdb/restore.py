@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...checkpoint.shared_registry import read_shared_file
 from ...checkpoint.storage import CheckpointStorage
 from ...checkpoint.storage_url import open_storage
+from ...checkpoint.transfers import transfer_all
 from ...checkpoint.types import StateHandle
 from ...errors import ConfigurationError
 from ..canonical import (  # noqa: F401 - re-exported for the backend
@@ -134,20 +134,7 @@ def download(
         name, handle = item
         _write(folder, name, read_shared_file(storage, handle))
 
-    if threads <= 1 or len(remote) <= 1:
-        for item in remote:
-            fetch(item)
-    else:
-        with ThreadPoolExecutor(min(threads, len(remote)), "lockgate-restore") as pool:
-            futures = [pool.submit(fetch, item) for item in remote]
-            for future in futures:
-                if future.exception() is not None:
-                    for other in futures:
-                        other.cancel()
-                    break
-        for future in futures:
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
+    transfer_all(fetch, remote, threads, "lockgate-restore")
     for name, data in private.items():
         _write(folder, name, data)
 

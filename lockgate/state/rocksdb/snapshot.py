@@ -71,8 +71,11 @@ class RocksDBSnapshot:
         on_release: Callable[[RocksDBSnapshot], None],
         typed: FrozenTypes | None = None,
         local_copies: Callable[[str], LocalCopies | None] | None = None,
+        transfer_threads: int = 1,
     ) -> None:
         self.operator_name = operator_name
+        #: SST files an incremental checkpoint uploads at once
+        self.transfer_threads = transfer_threads
         #: the task-local copies for a storage URL (None: no local recovery)
         self._local_copies = local_copies
         self._typed = typed
@@ -191,13 +194,15 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
     def materialize_to(self, uploader: Any) -> dict[str, Any]:
         """The incremental checkpoint (M-R4): every SST file of the view is reused from
         a completed checkpoint (``uploader.reuse``) or uploaded
-        (``uploader.upload_file``); the private files travel inline. Returns the native
+        (``uploader.upload_files``, ``transfer_threads`` at once); the private files
+        travel inline. Returns the native
         payload (:mod:`lockgate.state.rocksdb.files`); ``restore`` applies it. Raises
         :class:`SnapshotReleasedError` if the view is (or gets) released."""
         self._enter()
         try:
             sst: dict[str, Any] = {}
             private: dict[str, bytes] = {}
+            new: list[tuple[str, str, str]] = []  # (key, path, name) to upload
             for name in state_files(self.path):
                 self._check_released()
                 full = os.path.join(self.path, name)
@@ -208,7 +213,13 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
                 key = f"{self.db_id}/{name}"
                 handle = uploader.reuse(key)
                 if handle is None or handle.size != os.path.getsize(full):
-                    handle = uploader.upload_file(key, full, name)
+                    new.append((key, full, name))
+                sst[name] = handle
+            self._check_released()
+            # the files no completed checkpoint holds, transfer_threads at a time
+            for (_, _, name), handle in zip(
+                new, uploader.upload_files(new, self.transfer_threads), strict=True
+            ):
                 sst[name] = handle
             self._check_released()
             copies = self._local_copies(uploader.storage.url) if self._local_copies else None

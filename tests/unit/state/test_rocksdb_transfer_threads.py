@@ -10,12 +10,14 @@ import threading
 from typing import Any
 
 import pytest
+from test_rocksdb_backend import canonical, checkpoint, filled
 
 import lockgate as lg
 from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
-from lockgate.checkpoint.shared_registry import SharedStateUploader
+from lockgate.checkpoint.shared_registry import SharedFileTracker, SharedStateUploader
 from lockgate.checkpoint.storage import CorruptCheckpointError
 from lockgate.errors import ConfigurationError
+from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from lockgate.state.rocksdb.restore import download
 
 FILES = 8
@@ -98,3 +100,84 @@ def test_the_setting_reaches_each_subtask_backend(tmp_path: Any) -> None:
         assert lg.RocksDBStateBackend().transfer_threads == 4
     finally:
         keyed.close()
+
+
+class WriteRendezvous(FileSystemCheckpointStorage):
+    """A storage whose writes wait until ``together`` are in progress at once (bounded),
+    and whose write of a file named ``fail`` raises."""
+
+    def __init__(self, url: str, together: int, fail: str | None = None) -> None:
+        super().__init__(url)
+        self.barrier = threading.Barrier(together, timeout=10)
+        self.fail = fail
+
+    def write_file(self, rel: str, data: bytes, *, atomic: bool = False) -> None:
+        if self.fail is not None and rel.endswith(self.fail):
+            raise OSError(f"injected: cannot write {rel}")
+        self.barrier.wait()
+        super().write_file(rel, data, atomic=atomic)
+
+
+def local_files(tmp_path: Any) -> list[tuple[str, str, str]]:
+    folder = tmp_path / "db"
+    folder.mkdir()
+    out = []
+    for i in range(FILES):
+        name = f"{i:06d}.sst"
+        (folder / name).write_bytes(os.urandom(5_000 + i))
+        out.append((f"db/{name}", str(folder / name), name))
+    return out
+
+
+def test_m_r4_an_incremental_checkpoint_uploads_four_files_at_a_time(tmp_path: Any) -> None:
+    files = local_files(tmp_path)
+    storage = WriteRendezvous(str(tmp_path / "ckpt"), together=4)
+    uploader = SharedStateUploader(storage, 1, "op/0")
+    handles = uploader.upload_files(files, threads=4)
+    assert [h.size for h in handles] == [5_000 + i for i in range(FILES)], "in the given order"
+    assert list(uploader.files()) == [key for key, _, _ in files]
+    assert uploader.uploaded_bytes == sum(h.size for h in handles)
+    for (_, path, _), handle in zip(files, handles, strict=True):
+        with open(path, "rb") as f:
+            assert storage.read_file(handle.path) == f.read()
+
+
+def test_m_r4_a_failed_upload_fails_the_checkpoint_and_its_files_are_discarded(
+    tmp_path: Any,
+) -> None:
+    files = local_files(tmp_path)
+    root = tmp_path / "ckpt"
+    storage = WriteRendezvous(str(root), together=1, fail="000003.sst")
+    uploader = SharedStateUploader(storage, 1, "op/0")
+    with pytest.raises(OSError, match="injected"):
+        uploader.upload_files(files, threads=4)
+    assert uploader.files() == {}, "nothing referenced by a failed upload"
+    written = [p for p in root.rglob("*.sst")]
+    assert written, "other uploads ran"
+    uploader.discard_uploads()
+    assert not list(root.rglob("*.sst")), "every file written was deleted"
+
+
+def test_a_keyed_backend_checkpoints_and_restores_with_its_transfer_threads(
+    tmp_path: Any,
+) -> None:
+    made: list[RocksDBKeyedStateBackend] = []
+
+    def make(**kwargs: Any) -> RocksDBKeyedStateBackend:
+        b = RocksDBKeyedStateBackend(
+            "op", 128, local_dir=str(tmp_path / "local"), transfer_threads=3, **kwargs
+        )
+        made.append(b)
+        return b
+
+    try:
+        storage = FileSystemCheckpointStorage(str(tmp_path / "ckpt"))
+        source = filled(make)
+        payload, uploader = checkpoint(source, storage, SharedFileTracker(), 1)
+        assert payload["sst"] and uploader.uploaded_bytes > 0
+        target = make()
+        target.restore([payload], range(128), storage=storage)
+        assert canonical(target) == canonical(source)
+    finally:
+        for b in made:
+            b.close()
