@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "lockgate.checkpoint.state_tree",
             "lockgate.checkpoint.storage_options",
             "lockgate.checkpoint.shared_registry",
+            "lockgate.checkpoint.transfers",
             "lockgate.checkpoint.types",
             "lockgate.checkpoint.config",
         ],
