@@ -37,6 +37,9 @@ import pyarrow as pa
 import lockgate as lg
 from lockgate.connectors import FileSink, SequenceSource
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "spark"))
+from cluster_driver import report_attempts
+
 PREFIX = "LOCKGATE-SOAK "
 WINDOW_MS = 1000
 #: the length of each subtask's segment of the sequence (parallelism 2)
@@ -86,19 +89,6 @@ def build(env: lg.StreamEnvironment, out: str, rate: float, keys: int) -> None:
     )
 
 
-def _report_attempts(executor: Any, done: threading.Event) -> None:
-    attempt = 0
-    while not done.is_set():
-        if not executor.running.wait(0.05):
-            continue
-        say(
-            "running", attempt=attempt, slot_pids={str(k): v for k, v in executor.slot_pids.items()}
-        )
-        attempt += 1
-        while executor.running.is_set() and not done.is_set():
-            done.wait(0.05)
-
-
 def _report_progress(client: Any, done: threading.Event) -> None:
     while not done.wait(10):
         try:
@@ -123,7 +113,7 @@ def main(master: str, out: str, storage: str, rate: float, keys: int) -> None:
     executor.spark.sparkContext.setLogLevel("ERROR")
     say("ready", pid=os.getpid())
     done = threading.Event()
-    threading.Thread(target=_report_attempts, args=(executor, done), daemon=True).start()
+    threading.Thread(target=report_attempts, args=(executor, done, say), daemon=True).start()
     env = lg.StreamEnvironment(parallelism=2)
     env.enable_checkpointing(1000)
     env.checkpoint_config.storage = storage

@@ -51,7 +51,7 @@ import re
 import threading
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import ConfigurationError
 from .storage import CheckpointStorage, CorruptCheckpointError, storage_options_of
@@ -201,15 +201,21 @@ class SharedStateUploader:
         self.uploaded_bytes += handle.size
 
     def upload_files(
-        self, files: Sequence[tuple[str, str, str]], threads: int = 1
+        self,
+        files: Sequence[tuple[str, str, str]],
+        threads: int = 1,
+        before_each: Callable[[], None] | None = None,
     ) -> list[StateHandle]:
         """:meth:`upload` the bytes of each local file ``(key, local_path, name)``, up
         to ``threads`` at once (an object store's request latency bounds one stream);
         the handles in the order given, each file referenced in that order once all were
-        written. The first failure is raised once the uploads already running ended;
-        every file written is still deleted by :meth:`discard_uploads`."""
+        written. ``before_each`` runs before each file (it raises to stop: e.g. the
+        snapshot was released). The first failure is raised once the uploads already
+        running ended; every file written is still deleted by :meth:`discard_uploads`."""
 
         def one(item: tuple[str, str, str]) -> StateHandle:
+            if before_each is not None:
+                before_each()
             key, path, name = item
             with open(path, "rb") as f:
                 data = f.read()

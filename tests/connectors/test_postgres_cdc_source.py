@@ -216,24 +216,35 @@ def test_the_slot_is_confirmed_only_when_a_checkpoint_completes_M_X1(cdc, open_r
     assert positions[0].position > start
 
 
+def slot_of_a_new_table(cdc: Cdc) -> tuple[str, str, str, int]:
+    """A new table, a publication of it and a pgoutput slot: (table, slot, publication,
+    the slot's consistent LSN)."""
+    table = cdc.table("id int PRIMARY KEY", identity="FULL")
+    slot, pub = cdc.slot(), cdc.publication()
+    cdc.sql(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+    row = cdc.sql(
+        "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+    )
+    return table, slot, pub, parse_lsn(row[0][0])
+
+
+def slow_link() -> tuple[DelayProxy, str]:
+    """A 300 ms link to the CDC server (:class:`tcp_delay.DelayProxy`), and the DSN
+    through it."""
+    proxy = DelayProxy(("127.0.0.1", int(conninfo_to_dict(CDC_DSN).get("port") or 5432)), 0.3)
+    return proxy, make_conninfo(CDC_DSN, host="127.0.0.1", port=str(proxy.port))
+
+
 def test_closing_the_stream_applies_its_last_confirm_even_over_a_slow_link_M_X1(cdc) -> None:
     """The last confirm before a close (the final checkpoint's) is applied by the server
     when close returns: the stream ends with CopyDone and waits for the server's, so a
     socket closed at once cannot drop the status update still on its way (a 300 ms link
     that resets on the client's close drops it otherwise)."""
-    table = cdc.table("id int PRIMARY KEY", identity="FULL")
-    slot, pub = cdc.slot(), cdc.publication()
-    cdc.sql(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
-    start = parse_lsn(
-        cdc.sql(
-            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
-        )[0][0]
-    )
+    table, slot, pub, start = slot_of_a_new_table(cdc)
     cdc.sql(f"INSERT INTO {table} SELECT generate_series(1, 10)")
     target = cdc.lsn()
-    proxy = DelayProxy(("127.0.0.1", int(conninfo_to_dict(CDC_DSN).get("port") or 5432)), 0.3)
+    proxy, dsn = slow_link()
     try:
-        dsn = make_conninfo(CDC_DSN, host="127.0.0.1", port=str(proxy.port))
         stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=10)
         seen: list[int] = []
         wait_until(
@@ -257,14 +268,7 @@ def test_opening_the_stream_over_a_slow_link_lets_the_other_threads_run(cdc) -> 
     other threads (checkpoints, heartbeats) go on while a slow server answers (the
     handshake takes several round trips of 300 ms here; a blocking connect let the
     counter below move once)."""
-    table = cdc.table("id int PRIMARY KEY", identity="FULL")
-    slot, pub = cdc.slot(), cdc.publication()
-    cdc.sql(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
-    start = parse_lsn(
-        cdc.sql(
-            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
-        )[0][0]
-    )
+    _, slot, pub, start = slot_of_a_new_table(cdc)
     ticks = [0]
     stop = threading.Event()
 
@@ -272,10 +276,9 @@ def test_opening_the_stream_over_a_slow_link_lets_the_other_threads_run(cdc) -> 
         while not stop.wait(0.005):
             ticks[0] += 1
 
-    proxy = DelayProxy(("127.0.0.1", int(conninfo_to_dict(CDC_DSN).get("port") or 5432)), 0.3)
+    proxy, dsn = slow_link()
     ticker = threading.Thread(target=tick, daemon=True)
     try:
-        dsn = make_conninfo(CDC_DSN, host="127.0.0.1", port=str(proxy.port))
         ticker.start()
         began = time.monotonic()
         stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=10)

@@ -195,9 +195,9 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
         """The incremental checkpoint (M-R4): every SST file of the view is reused from
         a completed checkpoint (``uploader.reuse``) or uploaded
         (``uploader.upload_files``, ``transfer_threads`` at once); the private files
-        travel inline. Returns the native
-        payload (:mod:`lockgate.state.rocksdb.files`); ``restore`` applies it. Raises
-        :class:`SnapshotReleasedError` if the view is (or gets) released."""
+        travel inline. Returns the native payload (:mod:`lockgate.state.rocksdb.files`);
+        ``restore`` applies it. Raises :class:`SnapshotReleasedError` if the view is (or
+        gets) released: no file starts uploading after that."""
         self._enter()
         try:
             sst: dict[str, Any] = {}
@@ -217,9 +217,8 @@ class IncrementalRocksDBSnapshot(RocksDBSnapshot):
                 sst[name] = handle
             self._check_released()
             # the files no completed checkpoint holds, transfer_threads at a time
-            for (_, _, name), handle in zip(
-                new, uploader.upload_files(new, self.transfer_threads), strict=True
-            ):
+            handles = uploader.upload_files(new, self.transfer_threads, self._check_released)
+            for (_, _, name), handle in zip(new, handles, strict=True):
                 sst[name] = handle
             self._check_released()
             copies = self._local_copies(uploader.storage.url) if self._local_copies else None

@@ -17,6 +17,7 @@ from lockgate.checkpoint.fs_storage import FileSystemCheckpointStorage
 from lockgate.checkpoint.shared_registry import SharedFileTracker, SharedStateUploader
 from lockgate.checkpoint.storage import CorruptCheckpointError
 from lockgate.errors import ConfigurationError
+from lockgate.state.keyed import SnapshotReleasedError
 from lockgate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from lockgate.state.rocksdb.restore import download
 
@@ -181,3 +182,19 @@ def test_a_keyed_backend_checkpoints_and_restores_with_its_transfer_threads(
     finally:
         for b in made:
             b.close()
+
+
+def test_no_upload_starts_once_the_snapshot_is_released(tmp_path: Any) -> None:
+    files = local_files(tmp_path)
+    root = tmp_path / "ckpt"
+    uploader = SharedStateUploader(FileSystemCheckpointStorage(str(root)), 1, "op/0")
+    started = []
+
+    def released_after_two() -> None:
+        if len(started) == 2:
+            raise SnapshotReleasedError("released")
+        started.append(1)
+
+    with pytest.raises(SnapshotReleasedError):
+        uploader.upload_files(files, threads=1, before_each=released_after_two)
+    assert len(list(root.rglob("*.sst"))) == 2, "the two uploads before the release only"
