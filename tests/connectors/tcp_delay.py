@@ -2,7 +2,8 @@
 
 :class:`DelayProxy` listens on an ephemeral 127.0.0.1 port and forwards each accepted
 connection to the target: what the server sends reaches the client at once, what the
-client sends reaches the server ``delay_s`` later (a delay line, as a slow link would).
+client sends reaches the server ``delay_s`` later (a delay line, as a slow link would;
+``delay_s`` may be changed while it runs: it applies to what is sent after).
 When the client closes, the proxy resets the server connection at once (``SO_LINGER``
 0), dropping what it still holds: bytes a client sent just before closing never arrive
 unless the client waited for the server to answer them."""

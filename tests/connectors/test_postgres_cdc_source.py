@@ -263,6 +263,25 @@ def test_closing_the_stream_applies_its_last_confirm_even_over_a_slow_link_M_X1(
         proxy.close()
 
 
+def test_closing_the_stream_is_bounded_when_the_server_answers_late(cdc) -> None:
+    """Ending the stream waits for the server at most its timeout: over a 2 s link a 0.1 s
+    close gives up and closes the connection anyway (the slot may then lag, never run
+    ahead)."""
+    _, slot, pub, start = slot_of_a_new_table(cdc)
+    proxy, dsn = slow_link()
+    try:
+        stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=10)
+        proxy.delay_s = 2.0  # the server's answer to the end comes 2 s later at best
+        began = time.monotonic()
+        stream.close(timeout_s=0.1)
+        took = time.monotonic() - began
+        stream.close()  # a second close does nothing
+    finally:
+        proxy.close()
+    assert took < 1.0, f"close waited {took:.2f} s for a server 2 s away"
+    assert stream.conn is None
+
+
 def test_opening_the_stream_over_a_slow_link_lets_the_other_threads_run(cdc) -> None:
     """The replication handshake waits in select, not in libpq holding the GIL: a task's
     other threads (checkpoints, heartbeats) go on while a slow server answers (the

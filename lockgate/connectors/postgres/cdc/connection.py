@@ -231,7 +231,7 @@ def end_copy(conn: Any, deadline: float) -> bool:
     return (
         _send_copy_end(conn, deadline)
         and _drop_to_copy_end(conn, deadline)
-        and (_command_ended(conn, deadline))
+        and _command_ended(conn, deadline)
     )
 
 
@@ -246,14 +246,16 @@ def _send_copy_end(conn: Any, deadline: float) -> bool:
 
 
 def _drop_to_copy_end(conn: Any, deadline: float) -> bool:
-    """Read the server's CopyData (dropped) until its CopyDone."""
-    while True:
+    """Read the server's CopyData (dropped) until its CopyDone; False past ``deadline``,
+    also while data keeps arriving (a server still streaming a large transaction)."""
+    while time.monotonic() < deadline:
         conn.consume_input()
         size, _ = conn.get_copy_data(1)
         if size == -1:
             return True
         if size == -2 or (size == 0 and not _wait(conn, deadline)):
             return False
+    return False
 
 
 def _command_ended(conn: Any, deadline: float) -> bool:
