@@ -87,9 +87,10 @@ class RocksDBStateBackend(StateBackend):
     subtask's process (the default temporary folder does on one host).
 
     ``transfer_threads`` (Flink's ``state.backend.rocksdb.checkpoint.transfer.thread.num``,
-    default 4): the SST files a restore downloads from the checkpoint storage at once;
-    an object store's per-request latency bounds one stream, not its bandwidth. At most
-    that many files are held in memory at a time during a restore.
+    default 4, at most 64): the SST files an incremental checkpoint uploads, and a
+    restore downloads, at once; an object store's per-request latency bounds one
+    stream, not its bandwidth. Each transfer holds its whole file in memory, so a
+    subtask may hold that many SST files (RocksDB's are up to about 64 MB) at a time.
     """
 
     name = "rocksdb"
