@@ -5,6 +5,8 @@ switch to the stream, schema changes, lost slots and argument checks."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -280,6 +282,41 @@ def test_closing_the_stream_is_bounded_when_the_server_answers_late(cdc) -> None
         proxy.close()
     assert took < 1.0, f"close waited {took:.2f} s for a server 2 s away"
     assert stream.conn is None
+
+
+def test_a_replication_connection_tries_the_next_host_when_one_never_answers(cdc) -> None:
+    """The connect timeout applies to each host of a multi-host DSN, as libpq's does: a
+    first host that accepts the connection and never answers is given up after it, and
+    the second host serves the stream."""
+    _, slot, pub, start = slot_of_a_new_table(cdc)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    port = int(conninfo_to_dict(CDC_DSN).get("port") or 5432)
+    dsn = make_conninfo(
+        CDC_DSN, host="127.0.0.1,127.0.0.1", port=f"{silent.getsockname()[1]},{port}"
+    )
+    try:
+        began = time.monotonic()
+        stream = ReplicationStream(dsn, slot, pub, start, start, timeout_s=1)
+        took = time.monotonic() - began
+        stream.close()
+    finally:
+        silent.close()
+    assert 1.0 <= took < 10, f"the silent host was given up after its 1 s ({took:.2f} s)"
+
+
+def test_a_replication_connection_works_past_descriptor_1024(cdc) -> None:
+    """A task holding many files (RocksDB keeps its SST files open) gets socket numbers
+    past select()'s limit of 1024: the handshake and the end still wait on them."""
+    _, slot, pub, start = slot_of_a_new_table(cdc)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        stream = ReplicationStream(CDC_DSN, slot, pub, start, start, timeout_s=10)
+        assert stream.conn.socket > 1024
+        stream.confirm(start)
+        stream.close()
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def test_opening_the_stream_over_a_slow_link_lets_the_other_threads_run(cdc) -> None:

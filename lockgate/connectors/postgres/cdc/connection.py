@@ -63,21 +63,55 @@ def connect_replication(info: bytes, timeout_s: float) -> tuple[Any, str]:
     and ``""``; or None and why it failed. ``PQconnectdb`` holds the GIL for the whole
     handshake (psycopg's binary build), so a slow server froze every thread of the task
     (its checkpoints and heartbeats) for up to the connect timeout; this polls the
-    handshake and waits in ``select``, at most ``timeout_s``."""
+    handshake and waits in ``poll``. As libpq's own ``connect_timeout``, ``timeout_s``
+    applies to each host of a multi-host ``info`` (``host=a,b``), tried in turn."""
+    failures = []
+    for attempt in _host_attempts(info):
+        conn, message = _connect_one(attempt, timeout_s)
+        if conn is not None:
+            return conn, ""
+        failures.append(message.strip())
+    return None, "; ".join(failures)
+
+
+def _host_attempts(info: bytes) -> list[bytes]:
+    """``info`` once per host (with its port and hostaddr) when it names several."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(info.decode())
+    hosts = str(params.get("host") or "").split(",")
+    if len(hosts) < 2:
+        return [info]
+    out = []
+    for i, host in enumerate(hosts):
+        one = dict(params, host=host)
+        for key in ("port", "hostaddr"):
+            values = str(params.get(key) or "").split(",")
+            if len(values) > 1:
+                one[key] = values[i] if i < len(values) else values[-1]
+        out.append(make_conninfo("", **one).encode())
+    return out
+
+
+def _connect_one(info: bytes, timeout_s: float) -> tuple[Any, str]:
     from psycopg import pq
 
     conn = pq.PGconn.connect_start(info)
-    deadline = time.monotonic() + timeout_s
-    status = pq.PollingStatus.WRITING
-    while status != pq.PollingStatus.OK:
-        if status == pq.PollingStatus.FAILED or conn.status == pq.ConnStatus.BAD:
-            message = conn.get_error_message()
-            conn.finish()
-            return None, message
-        if not _wait(conn, deadline, write=status == pq.PollingStatus.WRITING):
-            conn.finish()
-            return None, f"no connection within {timeout_s:g} s (connect timeout)"
-        status = pq.PollingStatus(conn.connect_poll())
+    try:
+        deadline = time.monotonic() + timeout_s
+        status = pq.PollingStatus.WRITING
+        while status != pq.PollingStatus.OK:
+            if status == pq.PollingStatus.FAILED or conn.status == pq.ConnStatus.BAD:
+                message = conn.get_error_message()
+                conn.finish()
+                return None, message
+            if not _wait(conn, deadline, write=status == pq.PollingStatus.WRITING):
+                conn.finish()
+                return None, f"no connection within {timeout_s:g} s (connect timeout)"
+            status = pq.PollingStatus(conn.connect_poll())
+    except BaseException:
+        conn.finish()
+        raise
     return conn, ""
 
 
@@ -272,17 +306,18 @@ def _command_ended(conn: Any, deadline: float) -> bool:
         if result is None:
             return True
         if result.status == pq.ExecStatus.FATAL_ERROR:
+            log.info("%s: the server ended the replication stream with an error: %s", OWNER,
+                     " ".join(conn.get_error_message().split()))  # fmt: skip
             return False
 
 
 def _wait(conn: Any, deadline: float, *, write: bool = False) -> bool:
-    """Wait until the connection's socket can be read (or written); False past
-    ``deadline``."""
+    """Wait until the connection's socket can be read (or written), or reports an
+    error; False past ``deadline``. ``poll``, not ``select``: a task with many open
+    files (RocksDB's) has descriptors past select's limit of 1024."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return False
-    fd = conn.socket
-    ready = (
-        select.select([], [fd], [], remaining) if write else select.select([fd], [], [], remaining)
-    )
-    return bool(ready[1] if write else ready[0])
+    poller = select.poll()
+    poller.register(conn.socket, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(remaining * 1000))
