@@ -58,20 +58,30 @@ def connect(dsn: str, *, timeout_s: float, autocommit: bool = True, fatal: bool 
         ) from e
 
 
-def connect_replication(info: bytes, timeout_s: float) -> tuple[Any, str]:
-    """A low-level libpq connection for ``info``, opened without blocking the process,
-    and ``""``; or None and why it failed. ``PQconnectdb`` holds the GIL for the whole
-    handshake (psycopg's binary build), so a slow server froze every thread of the task
-    (its checkpoints and heartbeats) for up to the connect timeout; this polls the
-    handshake and waits in ``poll``. As libpq's own ``connect_timeout``, ``timeout_s``
-    applies to each host of a multi-host ``info`` (``host=a,b``), tried in turn."""
+def connect_replication(
+    dsn: str, timeout_s: float, error: type[Exception] = ConnectionError
+) -> Any:
+    """A low-level libpq replication connection (``replication=database``) to ``dsn``,
+    opened without blocking the process; ``error`` (naming the server, without its
+    password, and what to check) when it cannot be opened. ``PQconnectdb`` holds the
+    GIL for the whole handshake (psycopg's binary build), so a slow server froze every
+    thread of the task (its checkpoints and heartbeats) for up to the connect timeout;
+    this polls the handshake and waits in ``poll``. As libpq's own ``connect_timeout``,
+    ``timeout_s`` applies to each host of a multi-host DSN (``host=a,b``), tried in
+    turn."""
+    info = conninfo(dsn, replication="database").encode()
     failures = []
     for attempt in _host_attempts(info):
         conn, message = _connect_one(attempt, timeout_s)
         if conn is not None:
-            return conn, ""
-        failures.append(message.strip())
-    return None, "; ".join(failures)
+            return conn
+        failures.append(" ".join(message.split()))
+    raise error(
+        f"{OWNER}: cannot open a replication connection to PostgreSQL ({redacted(dsn)}): "
+        f"{'; '.join(failures)}; check that the server is reachable, the role has the "
+        "REPLICATION attribute (or is a superuser) and pg_hba.conf has a 'replication' "
+        "line for it"
+    )
 
 
 def _host_attempts(info: bytes) -> list[bytes]:
@@ -140,15 +150,7 @@ class ReplicationStream:
         self.slot = slot
         self._confirmed = confirmed_lsn
         self._last_status = 0.0
-        info = conninfo(dsn, replication="database", connect_timeout=str(max(1, int(timeout_s))))
-        conn, message = connect_replication(info.encode(), timeout_s)
-        if conn is None:
-            raise ConnectionError(
-                f"{OWNER}: cannot open a replication connection to PostgreSQL "
-                f"({redacted(dsn)}): {' '.join(message.split())}; check that the server is "
-                "reachable, the role has the REPLICATION attribute and pg_hba.conf allows "
-                "replication connections"
-            )
+        conn = connect_replication(dsn, timeout_s)
         self.conn: Any = conn
         publication_names = publication.replace("'", "''").replace('"', '""')
         command = (

@@ -123,14 +123,7 @@ def create_slot(dsn: str, slot: str, timeout_s: float) -> tuple[int, XidSnapshot
     import psycopg
     from psycopg import pq
 
-    info = conninfo(dsn, replication="database", connect_timeout=str(max(1, int(timeout_s))))
-    repl, message = connect_replication(info.encode(), timeout_s)
-    if repl is None:
-        raise ConfigurationError(
-            f"{OWNER}: cannot open a replication connection ({redacted(dsn)}): "
-            f"{' '.join(message.split())}; the role needs the REPLICATION attribute (or "
-            "superuser) and pg_hba.conf a 'replication' line for it"
-        )
+    repl = connect_replication(dsn, timeout_s, ConfigurationError)
     try:
         result = repl.exec_(
             f"CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput (SNAPSHOT 'export')".encode()
